@@ -1,0 +1,219 @@
+// Headless commands of the difflens executable: capture, init-pair, info, bench.
+// Errors from core (difflens::Error) are caught in main() and printed; the exit status is non-zero.
+#include "app/cli.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "app/cli_args.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/model.h"
+#include "core/trace.h"
+#include "core/trace_io.h"
+
+namespace difflens::cli {
+namespace {
+
+constexpr const char* kUsage = R"(DiffLens - Differential Transformer vs baseline attention explorer
+
+usage: difflens COMMAND [options]
+
+commands:
+  capture    run one model on a prompt and write a trace bundle (trace.json + maps.safetensors)
+             --model DIR  (--prompt TEXT | --prompt-file F | --token-ids 1,2,3)  --out DIR
+             [--layers 0,1] [--heads 0,3] [--no-maps] [--logits] [--hidden] [--top-k N]
+             [--no-bos] [--device auto|cpu|cuda] [--threads N]
+  init-pair  write a seeded, untrained, parameter-matched DIFF + baseline pair
+             --out DIR  [--hidden 256] [--layers 4] [--heads 4] [--kv-heads H] [--vocab 4096]
+             [--seed 1]   (writes DIR/diff and DIR/baseline)
+  info       print a checkpoint's configuration and parameter count   --model DIR
+  bench      median prompt->Trace time of a matched pair, all maps kept
+             [--lengths 128,512,2048] [--repeats 5] [--threads 2] [--hidden 256] [--layers 4]
+             [--heads 4] [--vocab 4096] [--models DIFF_DIR,BASELINE_DIR]
+
+run `difflens COMMAND --help` is not needed: every option is listed above.
+)";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the prompt file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void apply_threads(const Args& a) {
+  const int threads = a.get_int("threads", 0);
+  if (threads < 0) throw Error("--threads must be positive");
+  if (threads > 0) set_num_threads(threads);
+}
+
+std::vector<int64_t> prompt_ids(const Args& a, const Model& model) {
+  const int sources = a.has("prompt") + a.has("prompt-file") + a.has("token-ids");
+  if (sources != 1) throw Error("give exactly one of --prompt, --prompt-file, --token-ids");
+  if (a.has("token-ids")) return parse_token_ids(a.get("token-ids"), model.config().vocab_size);
+  const std::string text = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
+  return model.tokenizer().encode(text, !a.has("no-bos")).ids;
+}
+
+std::string mb(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+int cmd_capture(const Args& a) {
+  a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps", "logits",
+                    "hidden", "top-k", "no-bos", "device", "threads"});
+  apply_threads(a);
+  const std::string out = a.require("out");
+  Model model = Model::load(a.require("model"), parse_device(a.get("device", "auto")));
+  const std::vector<int64_t> ids = prompt_ids(a, model);
+  CaptureOptions opt;
+  opt.keep_maps = !a.has("no-maps");
+  opt.layers = a.get_int_list("layers");
+  opt.heads = a.get_int_list("heads");
+  opt.keep_logits = a.has("logits");
+  opt.keep_hidden = a.has("hidden");
+  opt.next_token_top_k = a.get_int("top-k", 10);
+  const Trace trace = model.capture(ids, opt);
+  write_trace_bundle(trace, out);
+
+  const ModelConfig& c = model.config();
+  std::printf("model     %s (%s, %lld layers, %lld heads, %lld params) on %s\n", a.get("model").c_str(),
+              to_string(c.attention), static_cast<long long>(c.num_hidden_layers),
+              static_cast<long long>(c.map_heads()), static_cast<long long>(model.parameter_count()),
+              model.device_name().c_str());
+  std::printf("tokens    %lld\n", static_cast<long long>(trace.length()));
+  std::printf("capture   %.1f ms, trace %s\n", trace.elapsed_ms, mb(trace.byte_size()).c_str());
+  if (c.is_diff()) {
+    std::printf("lambda   ");
+    for (const auto& l : trace.layers) std::printf(" L%d=%.4f", l.index, l.lambda);
+    std::printf("\n");
+  }
+  const ValueStats logits = pooled_logit_stats(trace), hidden = pooled_hidden_stats(trace);
+  std::printf("|logits|  top-1 %.3f  top-10 %.3f  median %.3f\n", logits.top_k(1), logits.top_k(10), logits.median);
+  std::printf("|hidden|  top-1 %.3f  top-10 %.3f  median %.3f\n", hidden.top_k(1), hidden.top_k(10), hidden.median);
+  std::printf("next      ");
+  for (size_t i = 0; i < std::min<size_t>(5, trace.next_token.size()); ++i)
+    std::printf("%s%s %.3f", i ? ", " : "", trace.next_token[i].text.c_str(), trace.next_token[i].probability);
+  std::printf("\nwrote     %s/trace.json, %s/maps.safetensors\n", out.c_str(), out.c_str());
+  return 0;
+}
+
+PairSpec pair_spec(const Args& a) {
+  PairSpec s;
+  s.hidden_size = a.get_int("hidden", static_cast<int>(s.hidden_size));
+  s.num_layers = a.get_int("layers", static_cast<int>(s.num_layers));
+  s.diff_heads = a.get_int("heads", static_cast<int>(s.diff_heads));
+  s.diff_kv_heads = a.get_int("kv-heads", static_cast<int>(s.diff_heads));
+  s.vocab_size = a.get_int("vocab", static_cast<int>(s.vocab_size));
+  return s;
+}
+
+int cmd_init_pair(const Args& a) {
+  a.reject_unknown({"out", "hidden", "layers", "heads", "kv-heads", "vocab", "seed"});
+  const std::filesystem::path out = a.require("out");
+  auto [diff_cfg, base_cfg] = make_matched_pair(pair_spec(a));
+  const uint64_t seed = static_cast<uint64_t>(a.get_int("seed", 1));
+  diff_cfg.name = "diff (untrained, seed " + std::to_string(seed) + ")";
+  base_cfg.name = "baseline (untrained, seed " + std::to_string(seed) + ")";
+  const Model diff = Model::random(diff_cfg, seed);
+  const Model base = Model::random(base_cfg, seed);
+  diff.save(out / "diff");
+  base.save(out / "baseline");
+  std::printf("wrote %s/diff (%lld params) and %s/baseline (%lld params): untrained, seeded random weights\n",
+              out.c_str(), static_cast<long long>(diff.parameter_count()), out.c_str(),
+              static_cast<long long>(base.parameter_count()));
+  return 0;
+}
+
+int cmd_info(const Args& a) {
+  a.reject_unknown({"model", "device"});
+  const Model m = Model::load(a.require("model"), parse_device(a.get("device", "cpu")));
+  std::cout << config_to_json_text(m.config());
+  std::printf("parameters: %lld\ndevice: %s\n", static_cast<long long>(m.parameter_count()), m.device_name().c_str());
+  return 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int cmd_bench(const Args& a) {
+  a.reject_unknown({"lengths", "repeats", "threads", "hidden", "layers", "heads", "kv-heads", "vocab", "models"});
+  set_num_threads(a.get_int("threads", 2));
+  std::vector<int> lengths = a.get_int_list("lengths");
+  if (lengths.empty()) lengths = {128, 512, 2048};
+  const int repeats = std::max(1, a.get_int("repeats", 5));
+
+  std::vector<Model> models;
+  if (a.has("models")) {
+    const std::string list = a.get("models");
+    const size_t comma = list.find(',');
+    if (comma == std::string::npos) throw Error("--models expects DIFF_DIR,BASELINE_DIR");
+    models.push_back(Model::load(list.substr(0, comma), DeviceChoice::Cpu));
+    models.push_back(Model::load(list.substr(comma + 1), DeviceChoice::Cpu));
+  } else {
+    PairSpec spec = pair_spec(a);
+    spec.max_position_embeddings = std::max<int64_t>(4096, *std::max_element(lengths.begin(), lengths.end()));
+    auto [d, b] = make_matched_pair(spec);
+    models.push_back(Model::random(d, 1));
+    models.push_back(Model::random(b, 1));
+  }
+  const ModelConfig& c0 = models[0].config();
+  std::printf("bench: %lld layers, E=%lld, %lld DIFF heads / %lld baseline heads, vocab %lld, %d threads, "
+              "median of %d runs, all maps + statistics kept\n",
+              static_cast<long long>(c0.num_hidden_layers), static_cast<long long>(c0.hidden_size),
+              static_cast<long long>(models[0].config().map_heads()), static_cast<long long>(models[1].config().map_heads()),
+              static_cast<long long>(c0.vocab_size), num_threads(), repeats);
+  std::printf("%-9s %6s %12s %12s %12s\n", "model", "T", "median ms", "min ms", "trace");
+  for (int T : lengths) {
+    std::vector<int64_t> ids(static_cast<size_t>(T));
+    for (int i = 0; i < T; ++i) ids[i] = 3 + (i * 7919) % (c0.vocab_size - 3);  // deterministic pseudo-text
+    for (const Model& m : models) {
+      if (T > m.config().max_position_embeddings) {
+        std::printf("%-9s %6d  (longer than the model's %lld positions)\n", to_string(m.config().attention), T,
+                    static_cast<long long>(m.config().max_position_embeddings));
+        continue;
+      }
+      m.capture(ids);  // warm-up
+      std::vector<double> ms;
+      size_t bytes = 0;
+      for (int r = 0; r < repeats; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const Trace t = m.capture(ids);
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        bytes = t.byte_size();
+      }
+      std::printf("%-9s %6d %12.1f %12.1f %12s\n", to_string(m.config().attention), T, median(ms),
+                  *std::min_element(ms.begin(), ms.end()), mb(bytes).c_str());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" || std::string(argv[1]) == "help") {
+    std::fputs(kUsage, stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  const Args args(argc, argv, 2, {"no-maps", "logits", "hidden", "no-bos"});
+  if (cmd == "capture") return cmd_capture(args);
+  if (cmd == "init-pair") return cmd_init_pair(args);
+  if (cmd == "info") return cmd_info(args);
+  if (cmd == "bench") return cmd_bench(args);
+  throw Error("unknown command '" + cmd + "' (commands: capture, init-pair, info, bench)");
+}
+
+}  // namespace difflens::cli

@@ -1,0 +1,21 @@
+// difflens: the executable. Dispatches to the headless CLI; user errors become a message + exit 1.
+#include <cstdio>
+#include <exception>
+
+#include "app/cli.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  try {
+    return difflens::cli::run(argc, argv);
+  } catch (const difflens::Cancelled&) {
+    std::fprintf(stderr, "difflens: cancelled\n");
+    return 130;
+  } catch (const difflens::Error& e) {
+    std::fprintf(stderr, "difflens: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "difflens: internal error: %s\n", e.what());
+    return 3;
+  }
+}

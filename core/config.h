@@ -1,0 +1,83 @@
+// Model configuration (config.json of a DiffLens checkpoint) and the DIFF/baseline pair factory.
+// Plain data, no LibTorch: the app and viz may include it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+
+namespace difflens {
+
+enum class AttentionKind { Diff, Baseline };
+// Rotary embedding pairing: Interleaved rotates (x[2i], x[2i+1]) (official DIFF code); Half rotates
+// (x[i], x[i + d/2]) (Hugging Face "rotate_half", Llama/DiffLlama).
+enum class RopeStyle { Interleaved, Half };
+// How a DIFF head's two components are laid out among the d-wide sub-heads of q_proj/k_proj/v_proj.
+// Adjacent: sub-head 2h is component 1 of head h, 2h+1 is component 2, v_proj is [Hkv, 2d] (official).
+// Half: sub-head h is component 1, h + H is component 2, V_h = concat(v_h, v_{h+Hkv}) (DiffLlama).
+enum class DiffPairing { Adjacent, Half };
+enum class TokenizerKind { Bytes, SentencePiece };
+
+// Dimensions follow the Hugging Face Llama convention: `num_attention_heads` counts d-wide query
+// sub-heads, so a DIFF model with H differential heads has num_attention_heads = 2H, and its matched
+// baseline has the same number: 2H ordinary heads of width d.
+struct ModelConfig {
+  AttentionKind attention = AttentionKind::Baseline;
+  int64_t hidden_size = 0;          // E
+  int64_t num_hidden_layers = 0;    // L
+  int64_t num_attention_heads = 0;  // d-wide query sub-heads (2H for DIFF)
+  int64_t num_key_value_heads = 0;  // d-wide key sub-heads (2Hkv for DIFF)
+  int64_t head_dim = 0;             // d: width of one sub-head / one DIFF component
+  int64_t intermediate_size = 0;    // SwiGLU hidden width
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 4096;
+  double rope_theta = 10000.0;
+  RopeStyle rope_style = RopeStyle::Interleaved;
+  DiffPairing diff_pairing = DiffPairing::Adjacent;
+  bool subln_weight = true;  // DIFF per-head RMSNorm has a learned [2d] weight (DiffLlama: false)
+  double rms_norm_eps = 1e-5;
+  double subln_eps = 1e-5;
+  bool tie_word_embeddings = false;
+  int64_t bos_token_id = 1;
+  int64_t eos_token_id = 2;
+  TokenizerKind tokenizer = TokenizerKind::Bytes;
+  std::string name;  // free text shown in the UI
+
+  bool is_diff() const { return attention == AttentionKind::Diff; }
+  // Number of heads whose maps are shown: H for DIFF, 2H for the baseline.
+  int64_t map_heads() const { return is_diff() ? num_attention_heads / 2 : num_attention_heads; }
+  int64_t kv_groups() const { return is_diff() ? num_key_value_heads / 2 : num_key_value_heads; }
+
+  // Throws ConfigError naming `source` and the first inconsistent field.
+  void validate(const std::string& source = "config") const;
+};
+
+// lambda_init(l) = 0.8 - 0.6 * exp(-0.3 * l), l counted from 0.
+double lambda_init(int64_t layer);
+
+// Exact parameter count a model with this config has (embeddings, lm_head unless tied, all layers).
+int64_t parameter_count(const ModelConfig& config);
+
+ModelConfig config_from_json_text(const std::string& text, const std::string& source_name);
+std::string config_to_json_text(const ModelConfig& config);
+ModelConfig load_config(const std::filesystem::path& file);
+void save_config(const ModelConfig& config, const std::filesystem::path& file);
+
+const char* to_string(AttentionKind kind);
+
+// One width/depth → a DIFF model and a baseline with equal parameters except the DIFF-only λ vectors
+// (4d per layer) and subln weight (2d per layer).
+struct PairSpec {
+  int64_t hidden_size = 256;
+  int64_t num_layers = 4;
+  int64_t diff_heads = 4;     // H; the baseline gets 2H heads
+  int64_t diff_kv_heads = 4;  // Hkv (GQA when < H)
+  int64_t vocab_size = 4096;
+  int64_t max_position_embeddings = 4096;
+  double rope_theta = 10000.0;
+  TokenizerKind tokenizer = TokenizerKind::Bytes;
+};
+std::pair<ModelConfig, ModelConfig> make_matched_pair(const PairSpec& spec);
+
+}  // namespace difflens

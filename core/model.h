@@ -1,0 +1,82 @@
+// DIFF and baseline decoder models behind a LibTorch-free interface (pimpl): load/save checkpoints,
+// run a forward pass and capture a Trace. Only core/model.cpp sees LibTorch.
+// Thread-safety: one Model must be used by one thread at a time (the app's worker thread owns it).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/tokenizer.h"
+#include "core/trace.h"
+
+namespace difflens {
+
+enum class DeviceChoice { Auto, Cpu, Cuda };
+DeviceChoice parse_device(const std::string& text);  // "auto" | "cpu" | "cuda"; throws Error
+bool cuda_available();
+void set_num_threads(int threads);
+int num_threads();
+
+// What a capture keeps. Statistics are always computed; maps/logits/hidden are kept on request.
+struct CaptureOptions {
+  bool keep_maps = true;
+  std::vector<int> layers;  // layers whose maps are kept; empty = all
+  std::vector<int> heads;   // heads whose maps are kept; empty = all
+  bool keep_logits = false;  // full pre-softmax logits [heads, T, T] per layer
+  bool keep_hidden = false;  // full hidden state [T, E] per layer
+  bool logit_stats = true;   // top-k / median / histogram of |logits| (O(T²) extra work)
+  int next_token_top_k = 10;
+};
+
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+class Model {
+ public:
+  // Loads config.json + model.safetensors from `dir`. Throws ConfigError / FormatError naming the file,
+  // the tensor and the expected shape.
+  static Model load(const std::filesystem::path& dir, DeviceChoice device = DeviceChoice::Auto);
+  // Seeded random initialisation (the same seed gives the same weights on every machine).
+  static Model random(const ModelConfig& config, uint64_t seed, DeviceChoice device = DeviceChoice::Cpu);
+  // Builds a model from named F32 tensors (Hugging Face Llama names); every parameter must be given.
+  static Model from_tensors(const ModelConfig& config, const std::vector<NamedTensor>& tensors,
+                            DeviceChoice device = DeviceChoice::Cpu);
+
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
+
+  // Writes config.json and model.safetensors (F32) into `dir` (created if needed).
+  void save(const std::filesystem::path& dir) const;
+  std::vector<NamedTensor> tensors() const;
+  const ModelConfig& config() const;
+  const Tokenizer& tokenizer() const;
+  const std::filesystem::path& path() const;  // empty for models not loaded from disk
+  int64_t parameter_count() const;            // counted from the live parameters
+  std::string device_name() const;
+
+  // One forward pass over `ids` (1 ≤ T ≤ max_position_embeddings). `cancel` is polled between layers;
+  // when it turns true the capture throws Cancelled.
+  Trace capture(const std::vector<int64_t>& ids, const CaptureOptions& options = {},
+                const std::atomic<bool>* cancel = nullptr) const;
+
+  // Runs only layer `layer`'s attention on a given input x ([T, E] row-major, i.e. what the attention
+  // sees after input_layernorm) at positions 0..T-1. Returns all maps, logits and λ in a LayerTrace and
+  // the attention block's output (before the residual add) in `output` ([T, E]). For tests and probes.
+  LayerTrace attention_probe(int layer, const std::vector<float>& x, int64_t T, std::vector<float>* output) const;
+
+ private:
+  struct Impl;
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace difflens

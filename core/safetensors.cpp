@@ -1,0 +1,318 @@
+// safetensors I/O: header validation, mmap, dtype conversion.
+#include "core/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace difflens {
+namespace {
+
+using nlohmann::json;
+
+// A header larger than this is not a real model header (HF caps it at 100 MB too).
+constexpr uint64_t kMaxHeaderBytes = 100ull * 1024 * 1024;
+
+[[noreturn]] void fail(const std::filesystem::path& path, const std::string& what) {
+  throw FormatError(path.string() + ": " + what);
+}
+
+bool parse_dtype(const std::string& s, DType* out) {
+  if (s == "F32") *out = DType::F32;
+  else if (s == "F16") *out = DType::F16;
+  else if (s == "BF16") *out = DType::BF16;
+  else return false;
+  return true;
+}
+
+}  // namespace
+
+const char* to_string(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400u)) { mant <<= 1; --exp; }
+      bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float bfloat16_to_float(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0);  // inf / nan
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;                                     // overflow → inf
+  if (abs < 0x38800000u) {                                                           // subnormal or 0
+    if (abs < 0x33000000u) return sign;
+    const uint32_t e = abs >> 23, m = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - e;  // 14 + (113 - e) - 1
+    uint32_t r = m >> (shift), rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1))) ++r;
+    return sign | static_cast<uint16_t>(r);
+  }
+  uint32_t r = abs - 0x38000000u;  // rebias exponent
+  const uint32_t rem = r & 0x1fffu;
+  r >>= 13;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1))) ++r;
+  return sign | static_cast<uint16_t>(r);
+}
+
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, std::string("cannot open (") + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, "not a regular file");
+  }
+  map_size_ = static_cast<size_t>(st.st_size);
+  if (map_size_ < 8) {
+    ::close(fd);
+    fail(path, "file is " + std::to_string(map_size_) + " bytes, too short for a safetensors header");
+  }
+  void* m = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) fail(path, std::string("mmap failed (") + std::strerror(errno) + ")");
+  map_ = static_cast<const uint8_t*>(m);
+
+  try {
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | map_[i];
+    if (header_len == 0 || header_len > kMaxHeaderBytes || header_len > map_size_ - 8)
+      fail(path, "header length " + std::to_string(header_len) + " is invalid for a file of " +
+                     std::to_string(map_size_) + " bytes (truncated or not a safetensors file)");
+    const char* hbegin = reinterpret_cast<const char*>(map_ + 8);
+    data_begin_ = map_ + 8 + header_len;
+    const uint64_t data_size = map_size_ - 8 - header_len;
+
+    // Reject duplicate top-level names (nlohmann would silently keep the last one).
+    std::set<std::string> seen;
+    std::string duplicate;
+    json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::key && depth == 1) {
+        const std::string key = parsed.get<std::string>();
+        if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+      }
+      return true;
+    };
+    json header;
+    try {
+      header = json::parse(hbegin, hbegin + header_len, cb);
+    } catch (const json::parse_error& e) {
+      fail(path, std::string("header is not valid JSON (") + e.what() + ")");
+    }
+    if (!duplicate.empty()) fail(path, "tensor '" + duplicate + "' appears twice in the header");
+    if (!header.is_object()) fail(path, "header must be a JSON object");
+
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      const std::string& name = it.key();
+      const json& v = it.value();
+      if (name == "__metadata__") {
+        if (!v.is_object()) fail(path, "__metadata__ must be an object of strings");
+        for (auto m2 = v.begin(); m2 != v.end(); ++m2) {
+          if (!m2.value().is_string()) fail(path, "__metadata__ value '" + m2.key() + "' is not a string");
+          metadata_[m2.key()] = m2.value().get<std::string>();
+        }
+        continue;
+      }
+      const std::string where = "tensor '" + name + "': ";
+      if (!v.is_object()) fail(path, where + "entry is not an object");
+      TensorInfo info;
+      info.name = name;
+      auto dt = v.find("dtype");
+      if (dt == v.end() || !dt->is_string()) fail(path, where + "missing dtype");
+      if (!parse_dtype(dt->get<std::string>(), &info.dtype))
+        fail(path, where + "dtype " + dt->get<std::string>() + " is not supported (F32, F16, BF16 are)");
+      auto sh = v.find("shape");
+      if (sh == v.end() || !sh->is_array()) fail(path, where + "missing shape");
+      uint64_t numel = 1;
+      for (const json& d : *sh) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(path, where + "shape has a negative or non-integer entry");
+        const uint64_t dim = d.get<uint64_t>();
+        if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / dim) fail(path, where + "shape is too large");
+        numel *= dim;
+        info.shape.push_back(static_cast<int64_t>(dim));
+      }
+      auto off = v.find("data_offsets");
+      if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+          !(*off)[1].is_number_unsigned())
+        fail(path, where + "data_offsets must be two non-negative integers");
+      info.begin = (*off)[0].get<uint64_t>();
+      info.end = (*off)[1].get<uint64_t>();
+      if (info.begin > info.end) fail(path, where + "data_offsets are reversed");
+      if (info.end > data_size)
+        fail(path, where + "data_offsets [" + std::to_string(info.begin) + "," + std::to_string(info.end) +
+                       "] run past the end of the data (" + std::to_string(data_size) + " bytes; file truncated?)");
+      if (info.end - info.begin != numel * dtype_size(info.dtype))
+        fail(path, where + "holds " + std::to_string(info.end - info.begin) + " bytes but " + to_string(info.dtype) +
+                       " " + shape_string(info.shape) + " needs " + std::to_string(numel * dtype_size(info.dtype)));
+      index_[name] = tensors_.size();
+      tensors_.push_back(std::move(info));
+    }
+
+    std::vector<const TensorInfo*> by_offset;
+    for (const auto& t : tensors_) by_offset.push_back(&t);
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
+    for (size_t i = 1; i < by_offset.size(); ++i)
+      if (by_offset[i]->begin < by_offset[i - 1]->end && by_offset[i]->begin != by_offset[i]->end)
+        fail(path, "tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap");
+  } catch (...) {
+    ::munmap(const_cast<uint8_t*>(map_), map_size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept { *this = std::move(o); }
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
+  if (this != &o) {
+    if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+    path_ = std::move(o.path_);
+    map_ = o.map_;
+    map_size_ = o.map_size_;
+    data_begin_ = o.data_begin_;
+    tensors_ = std::move(o.tensors_);
+    index_ = std::move(o.index_);
+    metadata_ = std::move(o.metadata_);
+    o.map_ = nullptr;
+    o.map_size_ = 0;
+  }
+  return *this;
+}
+
+const TensorInfo* SafetensorsFile::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorInfo& SafetensorsFile::at(const std::string& name) const {
+  const TensorInfo* t = find(name);
+  if (!t) fail(path_, "tensor '" + name + "' is missing");
+  return *t;
+}
+
+const uint8_t* SafetensorsFile::data(const TensorInfo& info) const { return data_begin_ + info.begin; }
+
+std::vector<float> SafetensorsFile::read_f32(const TensorInfo& info) const {
+  const size_t n = static_cast<size_t>(info.numel());
+  std::vector<float> out(n);
+  const uint8_t* p = data(info);
+  switch (info.dtype) {
+    case DType::F32:
+      std::memcpy(out.data(), p, n * 4);  // host is little-endian (x86-64, aarch64)
+      break;
+    case DType::F16:
+      for (size_t i = 0; i < n; ++i) out[i] = half_to_float(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
+      break;
+    case DType::BF16:
+      for (size_t i = 0; i < n; ++i)
+        out[i] = bfloat16_to_float(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
+      break;
+  }
+  return out;
+}
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  std::set<std::string> names;
+  for (const auto& t : tensors) {
+    if (t.name.empty() || t.name == "__metadata__") throw FormatError(path.string() + ": invalid tensor name '" + t.name + "'");
+    if (!names.insert(t.name).second) throw FormatError(path.string() + ": tensor '" + t.name + "' written twice");
+    uint64_t numel = 1;
+    for (int64_t s : t.shape) {
+      if (s < 0) throw FormatError(path.string() + ": tensor '" + t.name + "' has a negative dimension");
+      numel *= static_cast<uint64_t>(s);
+    }
+    if (numel > 0 && !t.data) throw FormatError(path.string() + ": tensor '" + t.name + "' has no data");
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + numel * 4}}};
+    offset += numel * 4;
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // keep the data buffer 8-byte aligned
+  const std::filesystem::path tmp = path.string() + ".partial";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error(tmp.string() + ": cannot write");
+    uint8_t len[8];
+    uint64_t n = h.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out.write(h.data(), static_cast<std::streamsize>(h.size()));
+    for (const auto& t : tensors) {
+      uint64_t numel = 1;
+      for (int64_t s : t.shape) numel *= static_cast<uint64_t>(s);
+      if (numel) out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(numel * 4));
+    }
+    out.flush();
+    if (!out) throw Error(tmp.string() + ": write failed (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error(path.string() + ": cannot replace (" + ec.message() + ")");
+}
+
+}  // namespace difflens

@@ -1,0 +1,47 @@
+// Text <-> token ids, with byte offsets into the prompt so the UI can map tokens back to text.
+// Kinds: "bytes" (id = 3 + byte value; 0 <unk>, 1 <s>, 2 </s>; the layout SentencePiece's byte
+// fallback also uses) for models that ship no tokenizer.model. No LibTorch here.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace difflens {
+
+struct Encoding {
+  std::vector<int64_t> ids;
+  std::vector<std::string> pieces;                   // display text of each token
+  std::vector<std::pair<size_t, size_t>> offsets;    // [begin, end) bytes in the input; BOS is {0, 0}
+};
+
+class Tokenizer {
+ public:
+  static Tokenizer bytes(int64_t vocab_size);
+  // For models built in memory: the byte tokenizer when the config says "bytes", otherwise an
+  // ids-only tokenizer (pieces shown as <id>; encode() throws).
+  static Tokenizer without_files(const ModelConfig& config);
+  // The tokenizer a checkpoint directory declares in its config. Throws Error when it cannot be loaded.
+  static Tokenizer for_model(const std::filesystem::path& dir, const ModelConfig& config);
+
+  // Any byte sequence is accepted (invalid UTF-8 included): bytes map one-to-one onto ids.
+  Encoding encode(const std::string& text, bool add_bos) const;
+  std::string decode(const std::vector<int64_t>& ids) const;
+  // Display text for one id: printable ASCII as itself, other bytes as <0xNN>, specials by name.
+  std::string piece(int64_t id) const;
+  int64_t vocab_size() const { return vocab_size_; }
+  int64_t bos_id() const { return 1; }
+  int64_t eos_id() const { return 2; }
+
+ private:
+  bool can_encode_ = true;
+  int64_t vocab_size_ = 0;
+};
+
+// Parses "1,2,3" into ids; throws Error on anything else or an id outside [0, vocab).
+std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab_size);
+
+}  // namespace difflens

@@ -1,0 +1,96 @@
+// Trace: everything one forward pass captured, as plain data (no tensors). This is what crosses from
+// core to viz/app and what a trace bundle stores. Maps are row-major [heads, T, T]: query rows, key columns.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+
+namespace difflens {
+
+// A dense float array with an explicit shape (row-major). Empty `data` means "not kept".
+struct FloatArray {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+  bool empty() const { return data.empty(); }
+  size_t bytes() const { return data.size() * sizeof(float); }
+};
+
+// Counts of |value| on a fixed log10 grid shared by every trace, so histograms of different models,
+// layers and prompts can be compared and merged exactly. Bin b covers
+// [10^(kLogMin + b/kBinsPerDecade), 10^(kLogMin + (b+1)/kBinsPerDecade)); `below` counts |v| < 10^kLogMin
+// (zeros included) and `above` counts |v| ≥ 10^kLogMax.
+struct LogHistogram {
+  static constexpr int kLogMin = -8;
+  static constexpr int kLogMax = 8;
+  static constexpr int kBinsPerDecade = 64;
+  static constexpr int kBins = (kLogMax - kLogMin) * kBinsPerDecade;
+  std::vector<uint64_t> counts = std::vector<uint64_t>(kBins, 0);
+  uint64_t below = 0;
+  uint64_t above = 0;
+
+  void add(float abs_value);
+  void merge(const LogHistogram& other);
+  uint64_t total() const;
+  static double bin_lower(int bin);  // |value| at the bin's lower edge
+  // The value below which `fraction` of the pooled mass lies, interpolated in log space inside its bin
+  // (relative error under 10^(1/kBinsPerDecade) - 1 ≈ 3.7 %).
+  double quantile(double fraction) const;
+};
+
+// Summary of the absolute values of a pool of activations (the paper's Table 5 readout).
+struct ValueStats {
+  uint64_t count = 0;
+  std::vector<float> top;  // the largest |values|, descending (up to kTopK); top[k-1] is the top-k value
+  float median = 0;        // exact median |value| of this pool (lower median for even counts)
+  float mean = 0;          // mean |value|
+  LogHistogram histogram;
+  static constexpr int kTopK = 100;
+
+  // Merge pools: `top` and `mean` stay exact; `median` becomes the histogram estimate.
+  void merge(const ValueStats& other);
+  float top_k(int k) const { return k >= 1 && k <= static_cast<int>(top.size()) ? top[k - 1] : 0.0f; }
+};
+
+struct LayerTrace {
+  int index = 0;
+  std::vector<int> heads;  // which heads' maps are kept (indices into 0..map_heads-1); empty = none
+  // DIFF: a1, a2 = component softmax maps, a = a1 - lambda*a2. Baseline: only `a` (its softmax map).
+  FloatArray a1, a2, a;  // each [heads.size(), T, T]
+  // λ of this layer (DIFF only): lambda = exp1 - exp2 + lambda_init.
+  double lambda = 0, lambda_exp1 = 0, lambda_exp2 = 0, lambda_init = 0;
+  // |scaled QKᵀ| over causal entries (DIFF: both components pooled), all heads.
+  ValueStats logit_stats;
+  FloatArray logits1, logits2;  // optional full pre-softmax logits [map_heads, T, T] (masked = -inf)
+  // |hidden state| at this layer's output (after attention + FFN and residuals).
+  ValueStats hidden_stats;
+  FloatArray hidden;  // optional [T, E]
+};
+
+struct TokenProbability {
+  int64_t id = 0;
+  std::string text;
+  float probability = 0;
+};
+
+struct Trace {
+  ModelConfig config;
+  std::string model_path;
+  std::vector<int64_t> token_ids;
+  std::vector<std::string> tokens;  // display text of each token
+  std::vector<LayerTrace> layers;
+  std::vector<TokenProbability> next_token;  // top-k of the distribution after the last token
+  double elapsed_ms = 0;                     // wall time of the capture
+
+  int64_t length() const { return static_cast<int64_t>(token_ids.size()); }
+  // Bytes held by this trace (buffers, histograms, strings).
+  size_t byte_size() const;
+};
+
+// Pooled over all layers (exact top-k and mean; histogram median), as the paper pools Table 5.
+ValueStats pooled_logit_stats(const Trace& trace);
+ValueStats pooled_hidden_stats(const Trace& trace);
+
+}  // namespace difflens

@@ -1,0 +1,188 @@
+// Trace bundle writer/reader (trace.json + maps.safetensors).
+#include "core/trace_io.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+
+namespace difflens {
+namespace {
+
+using nlohmann::json;
+
+json stats_to_json(const ValueStats& s) {
+  json hist = json::array();
+  for (int b = 0; b < LogHistogram::kBins; ++b)
+    if (s.histogram.counts[b]) hist.push_back({b, s.histogram.counts[b]});
+  return {{"count", s.count},
+          {"top", s.top},
+          {"median", s.median},
+          {"mean", s.mean},
+          {"histogram",
+           {{"log10_min", LogHistogram::kLogMin},
+            {"log10_max", LogHistogram::kLogMax},
+            {"bins_per_decade", LogHistogram::kBinsPerDecade},
+            {"below", s.histogram.below},
+            {"above", s.histogram.above},
+            {"bins", hist}}}};
+}
+
+ValueStats stats_from_json(const json& j, const std::string& where) {
+  ValueStats s;
+  s.count = j.at("count").get<uint64_t>();
+  s.top = j.at("top").get<std::vector<float>>();
+  s.median = j.at("median").get<float>();
+  s.mean = j.at("mean").get<float>();
+  const json& h = j.at("histogram");
+  if (h.at("log10_min").get<int>() != LogHistogram::kLogMin || h.at("log10_max").get<int>() != LogHistogram::kLogMax ||
+      h.at("bins_per_decade").get<int>() != LogHistogram::kBinsPerDecade)
+    throw FormatError(where + ": histogram grid differs from this version's");
+  s.histogram.below = h.at("below").get<uint64_t>();
+  s.histogram.above = h.at("above").get<uint64_t>();
+  for (const json& bc : h.at("bins")) {
+    const int b = bc.at(0).get<int>();
+    if (b < 0 || b >= LogHistogram::kBins) throw FormatError(where + ": histogram bin " + std::to_string(b) + " out of range");
+    s.histogram.counts[b] = bc.at(1).get<uint64_t>();
+  }
+  return s;
+}
+
+void add_array(std::vector<TensorToWrite>& out, const std::string& name, const FloatArray& a) {
+  if (!a.empty()) out.push_back({name, a.shape, a.data.data()});
+}
+
+FloatArray read_array(const SafetensorsFile& file, const std::string& name, const std::vector<int64_t>& expected) {
+  FloatArray a;
+  const TensorInfo* t = file.find(name);
+  if (!t) return a;
+  if (t->shape != expected)
+    throw FormatError(file.path().string() + ": tensor '" + name + "' is " + shape_string(t->shape) +
+                      ", trace.json implies " + shape_string(expected));
+  a.shape = t->shape;
+  a.data = file.read_f32(*t);
+  return a;
+}
+
+}  // namespace
+
+void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error(dir.string() + ": cannot create directory (" + ec.message() + ")");
+
+  json j;
+  j["format"] = "difflens-trace";
+  j["version"] = kTraceBundleVersion;
+  j["model_path"] = trace.model_path;
+  j["config"] = json::parse(config_to_json_text(trace.config));
+  j["token_ids"] = trace.token_ids;
+  j["tokens"] = trace.tokens;
+  j["elapsed_ms"] = trace.elapsed_ms;
+  json layers = json::array();
+  for (const auto& l : trace.layers) {
+    json jl;
+    jl["index"] = l.index;
+    jl["heads"] = l.heads;
+    if (trace.config.is_diff())
+      jl["lambda"] = {{"lambda", l.lambda}, {"exp1", l.lambda_exp1}, {"exp2", l.lambda_exp2}, {"lambda_init", l.lambda_init}};
+    jl["logit_stats"] = stats_to_json(l.logit_stats);
+    jl["hidden_stats"] = stats_to_json(l.hidden_stats);
+    jl["has_logits"] = !l.logits1.empty();
+    jl["has_hidden"] = !l.hidden.empty();
+    layers.push_back(jl);
+  }
+  j["layers"] = layers;
+  json next = json::array();
+  for (const auto& t : trace.next_token) next.push_back({{"id", t.id}, {"text", t.text}, {"probability", t.probability}});
+  j["next_token"] = next;
+
+  std::vector<TensorToWrite> tensors;
+  for (const auto& l : trace.layers) {
+    const std::string p = "layers." + std::to_string(l.index) + ".";
+    add_array(tensors, p + "A1", l.a1);
+    add_array(tensors, p + "A2", l.a2);
+    add_array(tensors, p + "A", l.a);
+    add_array(tensors, p + "logits1", l.logits1);
+    add_array(tensors, p + "logits2", l.logits2);
+    add_array(tensors, p + "hidden", l.hidden);
+  }
+  write_safetensors(dir / "maps.safetensors", tensors, {{"format", "difflens-trace"}});
+  std::ofstream out(dir / "trace.json", std::ios::binary | std::ios::trunc);
+  if (!out) throw Error((dir / "trace.json").string() + ": cannot write");
+  // Token text may hold partial UTF-8 sequences: replace them rather than fail.
+  out << j.dump(1, ' ', false, json::error_handler_t::replace) << "\n";
+  if (!out) throw Error((dir / "trace.json").string() + ": write failed");
+}
+
+Trace read_trace_bundle(const std::filesystem::path& dir) {
+  const std::filesystem::path jpath = dir / "trace.json";
+  std::ifstream in(jpath, std::ios::binary);
+  if (!in) throw FormatError(jpath.string() + ": cannot open (is this a trace bundle directory?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Trace t;
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    throw FormatError(jpath.string() + ": not valid JSON (" + e.what() + ")");
+  }
+  try {
+    if (j.value("format", "") != "difflens-trace") throw FormatError(jpath.string() + ": not a DiffLens trace");
+    if (j.at("version").get<int>() > kTraceBundleVersion)
+      throw FormatError(jpath.string() + ": written by a newer DiffLens (version " +
+                        std::to_string(j.at("version").get<int>()) + ")");
+    t.config = config_from_json_text(j.at("config").dump(), jpath.string() + " (config)");
+    t.model_path = j.value("model_path", "");
+    t.token_ids = j.at("token_ids").get<std::vector<int64_t>>();
+    t.tokens = j.at("tokens").get<std::vector<std::string>>();
+    t.elapsed_ms = j.value("elapsed_ms", 0.0);
+    if (t.tokens.size() != t.token_ids.size())
+      throw FormatError(jpath.string() + ": " + std::to_string(t.tokens.size()) + " token strings for " +
+                        std::to_string(t.token_ids.size()) + " token ids");
+    for (const json& n : j.at("next_token"))
+      t.next_token.push_back({n.at("id").get<int64_t>(), n.at("text").get<std::string>(), n.at("probability").get<float>()});
+    const int64_t T = t.length(), H = t.config.map_heads(), E = t.config.hidden_size;
+    const SafetensorsFile maps(dir / "maps.safetensors");
+    for (const json& jl : j.at("layers")) {
+      LayerTrace l;
+      l.index = jl.at("index").get<int>();
+      const std::string where = jpath.string() + ": layer " + std::to_string(l.index);
+      if (l.index < 0 || l.index >= t.config.num_hidden_layers) throw FormatError(where + " is outside the model");
+      l.heads = jl.at("heads").get<std::vector<int>>();
+      for (int h : l.heads)
+        if (h < 0 || h >= H) throw FormatError(where + ": head " + std::to_string(h) + " is outside the model");
+      if (jl.contains("lambda")) {
+        const json& lam = jl.at("lambda");
+        l.lambda = lam.at("lambda").get<double>();
+        l.lambda_exp1 = lam.at("exp1").get<double>();
+        l.lambda_exp2 = lam.at("exp2").get<double>();
+        l.lambda_init = lam.at("lambda_init").get<double>();
+      }
+      l.logit_stats = stats_from_json(jl.at("logit_stats"), where);
+      l.hidden_stats = stats_from_json(jl.at("hidden_stats"), where);
+      const std::string p = "layers." + std::to_string(l.index) + ".";
+      const std::vector<int64_t> map_shape{static_cast<int64_t>(l.heads.size()), T, T};
+      l.a = read_array(maps, p + "A", map_shape);
+      if (t.config.is_diff()) {
+        l.a1 = read_array(maps, p + "A1", map_shape);
+        l.a2 = read_array(maps, p + "A2", map_shape);
+      }
+      if (!l.heads.empty() && (l.a.empty() || (t.config.is_diff() && (l.a1.empty() || l.a2.empty()))))
+        throw FormatError(maps.path().string() + ": maps of layer " + std::to_string(l.index) + " are missing");
+      l.logits1 = read_array(maps, p + "logits1", {H, T, T});
+      l.logits2 = read_array(maps, p + "logits2", {H, T, T});
+      l.hidden = read_array(maps, p + "hidden", {T, E});
+      t.layers.push_back(std::move(l));
+    }
+  } catch (const json::exception& e) {
+    throw FormatError(jpath.string() + ": missing or mistyped field (" + e.what() + ")");
+  }
+  return t;
+}
+
+}  // namespace difflens
