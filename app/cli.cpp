@@ -26,7 +26,7 @@ usage: difflens COMMAND [options]
 commands:
   capture    run one model on a prompt and write a trace bundle (trace.json + maps.safetensors)
              --model DIR  (--prompt TEXT | --prompt-file F | --token-ids 1,2,3)  --out DIR
-             [--layers 0,1] [--heads 0,3] [--no-maps] [--logits] [--hidden] [--top-k N]
+             [--layers 0,1] [--heads 0,3] [--no-maps] [--keep-logits] [--keep-hidden] [--top-k N]
              [--no-bos] [--device auto|cpu|cuda] [--threads N]
   init-pair  write a seeded, untrained, parameter-matched DIFF + baseline pair
              --out DIR  [--hidden 256] [--layers 4] [--heads 4] [--kv-heads H] [--vocab 4096]
@@ -36,7 +36,8 @@ commands:
              [--lengths 128,512,2048] [--repeats 5] [--threads 2] [--hidden 256] [--layers 4]
              [--heads 4] [--vocab 4096] [--models DIFF_DIR,BASELINE_DIR]
 
-run `difflens COMMAND --help` is not needed: every option is listed above.
+  --layers/--heads choose whose maps are kept (statistics are kept for all); --keep-logits and
+  --keep-hidden add the full pre-softmax logits and hidden states to the bundle.
 )";
 
 std::string read_file(const std::string& path) {
@@ -68,8 +69,8 @@ std::string mb(size_t bytes) {
 }
 
 int cmd_capture(const Args& a) {
-  a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps", "logits",
-                    "hidden", "top-k", "no-bos", "device", "threads"});
+  a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps", "keep-logits",
+                    "keep-hidden", "top-k", "no-bos", "device", "threads"});
   apply_threads(a);
   const std::string out = a.require("out");
   Model model = Model::load(a.require("model"), parse_device(a.get("device", "auto")));
@@ -78,8 +79,8 @@ int cmd_capture(const Args& a) {
   opt.keep_maps = !a.has("no-maps");
   opt.layers = a.get_int_list("layers");
   opt.heads = a.get_int_list("heads");
-  opt.keep_logits = a.has("logits");
-  opt.keep_hidden = a.has("hidden");
+  opt.keep_logits = a.has("keep-logits");
+  opt.keep_hidden = a.has("keep-hidden");
   opt.next_token_top_k = a.get_int("top-k", 10);
   const Trace trace = model.capture(ids, opt);
   write_trace_bundle(trace, out);
@@ -208,11 +209,10 @@ int run(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
-  const Args args(argc, argv, 2, {"no-maps", "logits", "hidden", "no-bos"});
-  if (cmd == "capture") return cmd_capture(args);
-  if (cmd == "init-pair") return cmd_init_pair(args);
-  if (cmd == "info") return cmd_info(args);
-  if (cmd == "bench") return cmd_bench(args);
+  if (cmd == "capture") return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));
+  if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
+  if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
+  if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {}));
   throw Error("unknown command '" + cmd + "' (commands: capture, init-pair, info, bench)");
 }
 

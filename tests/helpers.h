@@ -1,0 +1,80 @@
+// Shared fixtures for the tests: scratch directories and tiny model configurations.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "core/config.h"
+
+namespace difflens::test {
+
+// A fresh, empty directory under the system temp dir, removed when the object dies.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& tag) {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            ("difflens-test-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& s) const { return path_ / s; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A small model config (vocab 259 = bytes tokenizer minimum).
+inline ModelConfig tiny_config(AttentionKind kind, int64_t hidden = 32, int64_t layers = 2, int64_t diff_heads = 2,
+                               int64_t diff_kv_heads = 2) {
+  PairSpec s;
+  s.hidden_size = hidden;
+  s.num_layers = layers;
+  s.diff_heads = diff_heads;
+  s.diff_kv_heads = diff_kv_heads;
+  s.vocab_size = 259;
+  s.max_position_embeddings = 512;
+  auto [d, b] = make_matched_pair(s);
+  return kind == AttentionKind::Diff ? d : b;
+}
+
+inline std::vector<int64_t> random_ids(size_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
+  std::vector<int64_t> ids(n);
+  for (auto& id : ids) id = dist(rng);
+  return ids;
+}
+
+// Ends the test process as "skipped" for ctest (SKIP_RETURN_CODE 77), printing the reason.
+[[noreturn]] inline void skip(const std::string& reason) {
+  std::printf("SKIPPED: %s\n", reason.c_str());
+  std::fflush(stdout);
+  std::_Exit(77);
+}
+
+inline std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+inline void write_all(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace difflens::test

@@ -1,0 +1,97 @@
+// The difflens executable end to end: init-pair, capture (text, ids, options), info, bad input.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "core/model.h"
+#include "core/trace_io.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result run(const std::string& args, const test::ScratchDir& dir) {
+  const std::string log = (dir / "cli.log").string();
+  const std::string cmd = std::string(DIFFLENS_EXE) + " " + args + " > '" + log + "' 2>&1";
+  const int raw = std::system(cmd.c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log)};
+}
+
+}  // namespace
+
+TEST_CASE("cli: init-pair then capture writes a readable trace bundle", "[cli]") {
+  test::ScratchDir dir("cli");
+  const std::string models = (dir / "models").string();
+  Result r = run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300 --seed 3", dir);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("untrained") != std::string::npos);
+  const Model d = Model::load(models + "/diff"), b = Model::load(models + "/baseline");
+  CHECK(d.parameter_count() - b.parameter_count() == 2 * (4 * 8 + 2 * 8));
+
+  const std::string out = (dir / "trace").string();
+  r = run("capture --model " + models + "/diff --prompt 'Mira is 4821.' --out " + out + " --threads 1", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("tokens    14") != std::string::npos);  // BOS + 13 bytes
+  CHECK(r.out.find("lambda") != std::string::npos);
+  const Trace t = read_trace_bundle(out);
+  CHECK(t.length() == 14);
+  CHECK(t.tokens[1] == "M");
+  REQUIRE(t.layers.size() == 2);
+  CHECK(t.layers[1].a.shape == std::vector<int64_t>{2, 14, 14});
+  // The bundle holds exactly what the model computes for these ids.
+  const Trace direct = d.capture(t.token_ids);
+  CHECK(direct.layers[1].a.data == t.layers[1].a.data);
+
+  r = run("capture --model " + models + "/baseline --token-ids 1,50,60,70 --heads 1 --layers 0 --out " + out, dir);
+  REQUIRE(r.status == 0);
+  const Trace t2 = read_trace_bundle(out);
+  CHECK(t2.config.attention == AttentionKind::Baseline);
+  CHECK(t2.layers[0].a.shape == std::vector<int64_t>{1, 4, 4});
+  CHECK(t2.layers[1].a.empty());
+
+  r = run("info --model " + models + "/diff", dir);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("\"attention\": \"diff\"") != std::string::npos);
+}
+
+TEST_CASE("cli: bad input gives a message and a non-zero status, never a crash", "[cli][errors]") {
+  test::ScratchDir dir("clibad");
+  const std::string models = (dir / "m").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  const std::string model = " --model " + models + "/diff --out " + (dir / "t").string();
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {"capture --model /nonexistent --prompt hi --out x", "not a model directory"},
+      {"capture" + model, "give exactly one of --prompt"},
+      {"capture" + model + " --prompt ''", "the prompt is empty"},
+      {"capture" + model + " --prompt-file /nonexistent", "cannot open the prompt file"},
+      {"capture" + model + " --token-ids 1,abc", "comma-separated"},
+      {"capture" + model + " --token-ids 1,300", "outside the vocabulary"},
+      {"capture" + model + " --prompt hi --promt typo", "unknown option --promt"},
+      {"capture" + model + " --prompt hi --heads 9", "head 9 does not exist"},
+      {"capture" + model + " --prompt hi --threads x", "expects an integer"},
+      {"capture" + model + " --prompt hi --device tpu", "device must be auto, cpu or cuda"},
+      {"frobnicate", "unknown command 'frobnicate'"},
+      {"capture --model", "needs a value"},
+  };
+  for (const auto& c : cases) {
+    const Result r = run(c.args, dir);
+    INFO(c.args << "\n" << r.out);
+    CHECK(r.status == 1);
+    CHECK(r.out.find(c.message) != std::string::npos);
+  }
+  // A prompt longer than the model's context is refused with the numbers.
+  test::write_all(dir / "long.txt", std::string(5000, 'a'));
+  const Result r = run("capture" + model + " --prompt-file " + (dir / "long.txt").string(), dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("5001 tokens; this model supports at most 4096") != std::string::npos);
+}

@@ -1,0 +1,71 @@
+// config.json parsing, validation messages and serialisation round trip.
+#include <catch2/catch.hpp>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+TEST_CASE("config round trips through JSON", "[config]") {
+  ModelConfig c = test::tiny_config(AttentionKind::Diff, 64, 3, 4, 2);
+  c.rope_theta = 640000.0;
+  c.diff_pairing = DiffPairing::Half;
+  c.rope_style = RopeStyle::Half;
+  c.subln_weight = false;
+  c.name = "probe";
+  const ModelConfig back = config_from_json_text(config_to_json_text(c), "mem");
+  CHECK(back.attention == AttentionKind::Diff);
+  CHECK(back.hidden_size == 64);
+  CHECK(back.num_hidden_layers == 3);
+  CHECK(back.num_attention_heads == 8);
+  CHECK(back.num_key_value_heads == 4);
+  CHECK(back.head_dim == 8);
+  CHECK(back.rope_theta == 640000.0);
+  CHECK(back.diff_pairing == DiffPairing::Half);
+  CHECK(back.rope_style == RopeStyle::Half);
+  CHECK_FALSE(back.subln_weight);
+  CHECK(back.name == "probe");
+  CHECK(back.map_heads() == 4);
+  CHECK(back.kv_groups() == 2);
+}
+
+TEST_CASE("a Hugging Face style config without DiffLens fields gets Llama defaults", "[config]") {
+  const ModelConfig c = config_from_json_text(
+      R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+          "vocab_size": 300})", "hf");
+  CHECK(c.attention == AttentionKind::Baseline);
+  CHECK(c.head_dim == 16);
+  CHECK(c.num_key_value_heads == 4);
+  CHECK(c.rms_norm_eps == 1e-5);
+}
+
+TEST_CASE("config errors name the file and the field", "[config][errors]") {
+  const std::string base = R"("hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 300)";
+  auto err = [](const std::string& text) {
+    try {
+      config_from_json_text(text, "my/config.json");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(err("{" + base + "}") == "my/config.json: missing field 'num_attention_heads'");
+  CHECK(err("{" + base + R"(, "num_attention_heads": "4"})") == "my/config.json: field 'num_attention_heads' must be an integer");
+  CHECK(err("{" + base + R"(, "num_attention_heads": 4, "attention": "sparse"})").find("'attention' must be \"diff\" or \"baseline\"") != std::string::npos);
+  CHECK(err("{" + base + R"(, "num_attention_heads": 3, "head_dim": 16, "num_key_value_heads": 2})").find("multiple of 'num_key_value_heads'") != std::string::npos);
+  CHECK(err("{" + base + R"(, "num_attention_heads": 4, "head_dim": 15})").find("'head_dim' must be even") != std::string::npos);
+  CHECK(err("{" + base + R"(, "num_attention_heads": 6, "num_key_value_heads": 6, "head_dim": 8, "attention": "diff"})") == "(no error)");
+  CHECK(err("{" + base + R"(, "num_attention_heads": 6, "num_key_value_heads": 4, "head_dim": 8, "attention": "diff"})").find("multiple of") != std::string::npos);
+  CHECK(err(R"({"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100, "num_attention_heads": 4})")
+            .find("vocab_size >= 259") != std::string::npos);
+  CHECK(err("not json").find("not valid JSON") != std::string::npos);
+  CHECK(err("[]") == "my/config.json: top level must be a JSON object");
+}
+
+TEST_CASE("matched pair factory rejects widths that do not split into heads", "[config][errors]") {
+  PairSpec s;
+  s.hidden_size = 100;
+  s.diff_heads = 3;
+  CHECK_THROWS_WITH(make_matched_pair(s), Catch::Contains("not divisible"));
+}

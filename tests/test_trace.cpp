@@ -1,0 +1,135 @@
+// Trace statistics (log histogram, merging) and trace bundles (write → read round trip, bad bundles).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/model.h"
+#include "core/safetensors.h"
+#include "core/trace_io.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+TEST_CASE("log histogram bins, totals and quantiles", "[trace][stats]") {
+  LogHistogram h;
+  h.add(0.0f);     // below 1e-8
+  h.add(-1.0f);    // |−1| = 1 → bin of log10 1 = 0 → index 8·64
+  h.add(1e9f);     // above 1e8
+  h.add(NAN);      // counted below, never crashes
+  CHECK(h.below == 2);
+  CHECK(h.above == 1);
+  CHECK(h.counts[8 * 64] == 1);
+  CHECK(h.total() == 4);
+  CHECK(LogHistogram::bin_lower(8 * 64) == Approx(1.0));
+  LogHistogram u;
+  for (int i = 1; i <= 1000; ++i) u.add(static_cast<float>(i));
+  CHECK(u.quantile(0.5) == Approx(500.0).epsilon(0.04));  // within one bin (3.7 %)
+  CHECK(u.quantile(0.99) == Approx(990.0).epsilon(0.04));
+  CHECK(LogHistogram().quantile(0.5) == 0.0);
+}
+
+TEST_CASE("merging value statistics keeps exact top-k and mean", "[trace][stats]") {
+  ValueStats a, b;
+  a.count = 3;
+  a.top = {9, 5, 1};
+  a.mean = 5;
+  a.median = 5;
+  b.count = 1;
+  b.top = {7};
+  b.mean = 7;
+  b.median = 7;
+  for (float v : {9.0f, 5.0f, 1.0f}) a.histogram.add(v);
+  b.histogram.add(7.0f);
+  ValueStats pooled;
+  pooled.merge(a);
+  CHECK(pooled.median == 5.0f);  // a single pool keeps its exact median
+  pooled.merge(b);
+  CHECK(pooled.count == 4);
+  CHECK(pooled.top == std::vector<float>{9, 7, 5, 1});
+  CHECK(pooled.mean == Approx(5.5));
+  CHECK(pooled.top_k(2) == 7.0f);
+  CHECK(pooled.top_k(100) == 0.0f);
+  CHECK(pooled.median == Approx(5.0).epsilon(0.04));  // histogram estimate of the lower median
+}
+
+TEST_CASE("per-layer statistics are exact: top-k, median, mean against the kept values", "[trace][stats]") {
+  const ModelConfig c = test::tiny_config(AttentionKind::Baseline, 32, 1, 2, 2);
+  const Model m = Model::random(c, 70);
+  CaptureOptions opt;
+  opt.keep_hidden = true;
+  const Trace t = m.capture(test::random_ids(9, c.vocab_size, 11), opt);
+  std::vector<float> v;
+  for (float x : t.layers[0].hidden.data) v.push_back(std::fabs(x));
+  std::sort(v.begin(), v.end(), std::greater<float>());
+  const ValueStats& s = t.layers[0].hidden_stats;
+  REQUIRE(s.count == v.size());
+  CHECK(s.top_k(1) == v[0]);
+  CHECK(s.top_k(3) == v[2]);
+  CHECK(s.top_k(100) == v[99]);
+  CHECK(s.median == v[v.size() - (v.size() + 1) / 2]);  // lower median of 288 values
+  double mean = 0;
+  for (float x : v) mean += x;
+  CHECK(s.mean == Approx(mean / v.size()).epsilon(1e-5));
+  CHECK(s.histogram.total() == s.count);
+}
+
+TEST_CASE("trace bundle round trip keeps tokens, maps, lambda and statistics", "[trace][bundle]") {
+  test::ScratchDir dir("bundle");
+  const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2);
+  const Model m = Model::random(c, 71);
+  CaptureOptions opt;
+  opt.keep_logits = true;
+  opt.keep_hidden = true;
+  opt.layers = {1};
+  const Trace t = m.capture(m.tokenizer().encode("abc \xff", true).ids, opt);
+  write_trace_bundle(t, dir.path());
+  const SafetensorsFile maps(dir / "maps.safetensors");
+  CHECK(maps.at("layers.1.A1").shape == std::vector<int64_t>{2, 6, 6});
+  CHECK(maps.find("layers.0.A") == nullptr);
+  const Trace r = read_trace_bundle(dir.path());
+  CHECK(r.token_ids == t.token_ids);
+  CHECK(r.tokens == t.tokens);
+  CHECK(r.tokens[5] == "<0xFF>");
+  CHECK(r.config.attention == AttentionKind::Diff);
+  REQUIRE(r.layers.size() == 2);
+  CHECK(r.layers[0].a.empty());
+  CHECK(r.layers[1].a.data == t.layers[1].a.data);
+  CHECK(r.layers[1].a1.data == t.layers[1].a1.data);
+  CHECK(r.layers[1].a2.data == t.layers[1].a2.data);
+  CHECK(r.layers[1].logits2.data.size() == t.layers[1].logits2.data.size());
+  CHECK(r.layers[0].hidden.data == t.layers[0].hidden.data);
+  CHECK(r.layers[0].lambda == t.layers[0].lambda);
+  CHECK(r.layers[1].lambda_exp2 == t.layers[1].lambda_exp2);
+  CHECK(r.layers[1].logit_stats.top == t.layers[1].logit_stats.top);
+  CHECK(r.layers[1].logit_stats.histogram.counts == t.layers[1].logit_stats.histogram.counts);
+  CHECK(r.layers[0].hidden_stats.median == t.layers[0].hidden_stats.median);
+  REQUIRE(r.next_token.size() == t.next_token.size());
+  CHECK(r.next_token[0].id == t.next_token[0].id);
+  CHECK(r.next_token[0].probability == t.next_token[0].probability);
+}
+
+TEST_CASE("broken trace bundles are rejected with a message", "[trace][bundle][errors]") {
+  test::ScratchDir dir("badbundle");
+  const Model m = Model::random(test::tiny_config(AttentionKind::Diff, 32, 1, 2, 2), 72);
+  write_trace_bundle(m.capture({1, 5, 6}), dir.path());
+  CHECK_THROWS_WITH(read_trace_bundle(dir / "nothing"), Catch::Contains("is this a trace bundle directory"));
+  const std::string json = test::read_all(dir / "trace.json");
+  SECTION("maps missing") {
+    std::filesystem::remove(dir / "maps.safetensors");
+    CHECK_THROWS_WITH(read_trace_bundle(dir.path()), Catch::Contains("maps.safetensors: cannot open"));
+  }
+  SECTION("maps of the wrong shape") {
+    const std::vector<float> z(2 * 4 * 4, 0.0f);
+    write_safetensors(dir / "maps.safetensors", {{"layers.0.A", {2, 4, 4}, z.data()}});
+    CHECK_THROWS_WITH(read_trace_bundle(dir.path()), Catch::Contains("'layers.0.A' is [2,4,4], trace.json implies [2,3,3]"));
+  }
+  SECTION("truncated trace.json") {
+    test::write_all(dir / "trace.json", json.substr(0, json.size() / 2));
+    CHECK_THROWS_WITH(read_trace_bundle(dir.path()), Catch::Contains("not valid JSON"));
+  }
+  SECTION("a field missing") {
+    test::write_all(dir / "trace.json", R"({"format":"difflens-trace","version":1})");
+    CHECK_THROWS_WITH(read_trace_bundle(dir.path()), Catch::Contains("missing or mistyped field"));
+  }
+}
