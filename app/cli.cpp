@@ -34,7 +34,7 @@ commands:
   info       print a checkpoint's configuration and parameter count   --model DIR
   bench      median prompt->Trace time of a matched pair, all maps kept
              [--lengths 128,512,2048] [--repeats 5] [--threads 2] [--hidden 256] [--layers 4]
-             [--heads 4] [--vocab 4096] [--models DIFF_DIR,BASELINE_DIR]
+             [--heads 4] [--vocab 4096] [--models DIFF_DIR,BASELINE_DIR] [--no-maps] [--no-stats]
 
   --layers/--heads choose whose maps are kept (statistics are kept for all); --keep-logits and
   --keep-hidden add the full pre-softmax logits and hidden states to the bundle.
@@ -148,7 +148,11 @@ double median(std::vector<double> v) {
 }
 
 int cmd_bench(const Args& a) {
-  a.reject_unknown({"lengths", "repeats", "threads", "hidden", "layers", "heads", "kv-heads", "vocab", "models"});
+  a.reject_unknown({"lengths", "repeats", "threads", "hidden", "layers", "heads", "kv-heads", "vocab", "models",
+                    "no-maps", "no-stats"});
+  CaptureOptions opt;
+  opt.keep_maps = !a.has("no-maps");
+  opt.logit_stats = !a.has("no-stats");
   set_num_threads(a.get_int("threads", 2));
   std::vector<int> lengths = a.get_int_list("lengths");
   if (lengths.empty()) lengths = {128, 512, 2048};
@@ -170,10 +174,11 @@ int cmd_bench(const Args& a) {
   }
   const ModelConfig& c0 = models[0].config();
   std::printf("bench: %lld layers, E=%lld, %lld DIFF heads / %lld baseline heads, vocab %lld, %d threads, "
-              "median of %d runs, all maps + statistics kept\n",
+              "median of %d runs, %s + %s\n",
               static_cast<long long>(c0.num_hidden_layers), static_cast<long long>(c0.hidden_size),
               static_cast<long long>(models[0].config().map_heads()), static_cast<long long>(models[1].config().map_heads()),
-              static_cast<long long>(c0.vocab_size), num_threads(), repeats);
+              static_cast<long long>(c0.vocab_size), num_threads(), repeats,
+              opt.keep_maps ? "all maps kept" : "no maps kept", opt.logit_stats ? "logit statistics" : "no logit statistics");
   std::printf("%-9s %6s %12s %12s %12s\n", "model", "T", "median ms", "min ms", "trace");
   for (int T : lengths) {
     std::vector<int64_t> ids(static_cast<size_t>(T));
@@ -184,12 +189,12 @@ int cmd_bench(const Args& a) {
                     static_cast<long long>(m.config().max_position_embeddings));
         continue;
       }
-      m.capture(ids);  // warm-up
+      m.capture(ids, opt);  // warm-up
       std::vector<double> ms;
       size_t bytes = 0;
       for (int r = 0; r < repeats; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
-        const Trace t = m.capture(ids);
+        const Trace t = m.capture(ids, opt);
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         bytes = t.byte_size();
       }
@@ -212,7 +217,7 @@ int run(int argc, char** argv) {
   if (cmd == "capture") return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));
   if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
-  if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {}));
+  if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {"no-maps", "no-stats"}));
   throw Error("unknown command '" + cmd + "' (commands: capture, init-pair, info, bench)");
 }
 
