@@ -60,6 +60,14 @@ std::vector<NamedTensor> hand_tensors(const ModelConfig& c) {
   return t;
 }
 
+std::vector<float> random_input(int64_t T, int64_t E, uint32_t seed, float stddev) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, stddev);
+  std::vector<float> x(static_cast<size_t>(T * E));
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
 // x0 = [1,0,1,0], x1 = [1,0,0,1]
 const std::vector<float> kHandX = {1, 0, 1, 0, 1, 0, 0, 1};
 
@@ -194,10 +202,7 @@ TEST_CASE("DIFF maps match a naive scalar reference, with and without GQA", "[at
   const Model m = Model::random(c, 7 + static_cast<uint64_t>(kv_heads));
   std::map<std::string, std::vector<float>> w;
   for (auto& t : m.tensors()) w[t.name] = t.data;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(T * c.hidden_size));
-  for (float& v : x) v = nd(rng) * 3.0f;  // large inputs: sharp, non-uniform maps
+  const std::vector<float> x = random_input(T, c.hidden_size, 3, 3.0f);  // large inputs: sharp maps
   const LayerTrace lt = m.attention_probe(0, x, T, nullptr);
   const NaiveMaps ref = naive_diff_maps(c, w, x, T);
   CHECK(lt.lambda == Approx(ref.lambda).margin(1e-6));
@@ -221,6 +226,21 @@ std::vector<float> rows_of(const std::vector<float>& W, int64_t E, int64_t first
 }
 
 void append(std::vector<float>& dst, const std::vector<float>& src) { dst.insert(dst.end(), src.begin(), src.end()); }
+
+// Layer 0 of both models gives the same A1, A2, A and output on a random [T, E] input.
+void require_same_layer(const Model& a, const Model& b, int64_t T, uint32_t seed) {
+  const std::vector<float> x = random_input(T, a.config().hidden_size, seed, 2.0f);
+  std::vector<float> out_a, out_b;
+  const LayerTrace la = a.attention_probe(0, x, T, &out_a);
+  const LayerTrace lb = b.attention_probe(0, x, T, &out_b);
+  REQUIRE(la.a.data.size() == lb.a.data.size());
+  for (size_t i = 0; i < la.a.data.size(); ++i) {
+    REQUIRE(la.a1.data[i] == Approx(lb.a1.data[i]).margin(1e-6));
+    REQUIRE(la.a2.data[i] == Approx(lb.a2.data[i]).margin(1e-6));
+    REQUIRE(la.a.data[i] == Approx(lb.a.data[i]).margin(1e-6));
+  }
+  for (size_t i = 0; i < out_a.size(); ++i) REQUIRE(out_a[i] == Approx(out_b[i]).margin(1e-5));
+}
 
 }  // namespace
 
@@ -249,19 +269,7 @@ TEST_CASE("GQA pairs component 1 with 1 and 2 with 2: equal to explicitly repeat
     t.data = expanded;
   }
   const Model ref = Model::from_tensors(full, tensors);
-  const int64_t T = 7;
-  std::vector<float> x(static_cast<size_t>(T * E));
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 2.0f);
-  for (float& v : x) v = nd(rng);
-  std::vector<float> out_gqa, out_ref;
-  const LayerTrace a = m.attention_probe(0, x, T, &out_gqa);
-  const LayerTrace b = ref.attention_probe(0, x, T, &out_ref);
-  for (size_t i = 0; i < a.a.data.size(); ++i) {
-    REQUIRE(a.a1.data[i] == Approx(b.a1.data[i]).margin(1e-6));
-    REQUIRE(a.a2.data[i] == Approx(b.a2.data[i]).margin(1e-6));
-  }
-  for (size_t i = 0; i < out_gqa.size(); ++i) REQUIRE(out_gqa[i] == Approx(out_ref[i]).margin(1e-5));
+  require_same_layer(m, ref, 7, 5);
 }
 
 TEST_CASE("half pairing with rotate-half RoPE equals the official layout after an exact permutation", "[attention][diff][layout]") {
@@ -294,15 +302,5 @@ TEST_CASE("half pairing with rotate-half RoPE equals the official layout after a
       }
     t.data = out;
   }
-  const Model other = Model::from_tensors(hf, tensors);
-  const int64_t T = 6;
-  std::vector<float> x(static_cast<size_t>(T * E));
-  std::mt19937 rng(8);
-  std::normal_distribution<float> nd(0.0f, 2.0f);
-  for (float& val : x) val = nd(rng);
-  std::vector<float> o1, o2;
-  const LayerTrace a = m.attention_probe(0, x, T, &o1);
-  const LayerTrace b = other.attention_probe(0, x, T, &o2);
-  for (size_t i = 0; i < a.a.data.size(); ++i) REQUIRE(a.a.data[i] == Approx(b.a.data[i]).margin(1e-6));
-  for (size_t i = 0; i < o1.size(); ++i) REQUIRE(o1[i] == Approx(o2[i]).margin(1e-5));
+  require_same_layer(m, Model::from_tensors(hf, tensors), 6, 8);
 }
