@@ -69,8 +69,8 @@ std::string mb(size_t bytes) {
 }
 
 int cmd_capture(const Args& a) {
-  a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps", "keep-logits",
-                    "keep-hidden", "top-k", "no-bos", "device", "threads"});
+  a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps",
+                    "keep-logits", "keep-hidden", "top-k", "no-bos", "device", "threads"});
   apply_threads(a);
   const std::string out = a.require("out");
   Model model = Model::load(a.require("model"), parse_device(a.get("device", "auto")));
@@ -98,11 +98,14 @@ int cmd_capture(const Args& a) {
     std::printf("\n");
   }
   const ValueStats logits = pooled_logit_stats(trace), hidden = pooled_hidden_stats(trace);
-  std::printf("|logits|  top-1 %.3f  top-10 %.3f  median %.3f\n", logits.top_k(1), logits.top_k(10), logits.median);
-  std::printf("|hidden|  top-1 %.3f  top-10 %.3f  median %.3f\n", hidden.top_k(1), hidden.top_k(10), hidden.median);
+  std::printf("|logits|  top-1 %.3f  top-10 %.3f  median %.3f\n", logits.top_k(1), logits.top_k(10),
+              logits.median);
+  std::printf("|hidden|  top-1 %.3f  top-10 %.3f  median %.3f\n", hidden.top_k(1), hidden.top_k(10),
+              hidden.median);
   std::printf("next      ");
   for (size_t i = 0; i < std::min<size_t>(5, trace.next_token.size()); ++i)
-    std::printf("%s%s %.3f", i ? ", " : "", trace.next_token[i].text.c_str(), trace.next_token[i].probability);
+    std::printf("%s%s %.3f", i ? ", " : "", trace.next_token[i].text.c_str(),
+                trace.next_token[i].probability);
   std::printf("\nwrote     %s/trace.json, %s/maps.safetensors\n", out.c_str(), out.c_str());
   return 0;
 }
@@ -138,7 +141,8 @@ int cmd_info(const Args& a) {
   a.reject_unknown({"model", "device"});
   const Model m = Model::load(a.require("model"), parse_device(a.get("device", "cpu")));
   std::cout << config_to_json_text(m.config());
-  std::printf("parameters: %lld\ndevice: %s\n", static_cast<long long>(m.parameter_count()), m.device_name().c_str());
+  std::printf("parameters: %lld\ndevice: %s\n", static_cast<long long>(m.parameter_count()),
+              m.device_name().c_str());
   return 0;
 }
 
@@ -148,8 +152,8 @@ double median(std::vector<double> v) {
 }
 
 int cmd_bench(const Args& a) {
-  a.reject_unknown({"lengths", "repeats", "threads", "hidden", "layers", "heads", "kv-heads", "vocab", "models",
-                    "no-maps", "no-stats"});
+  a.reject_unknown({"lengths", "repeats", "threads", "hidden", "layers", "heads", "kv-heads", "vocab",
+                    "models", "no-maps", "no-stats"});
   CaptureOptions opt;
   opt.keep_maps = !a.has("no-maps");
   opt.logit_stats = !a.has("no-stats");
@@ -173,20 +177,22 @@ int cmd_bench(const Args& a) {
     models.push_back(Model::random(b, 1));
   }
   const ModelConfig& c0 = models[0].config();
-  std::printf("bench: %lld layers, E=%lld, %lld DIFF heads / %lld baseline heads, vocab %lld, %d threads, "
-              "median of %d runs, %s + %s\n",
-              static_cast<long long>(c0.num_hidden_layers), static_cast<long long>(c0.hidden_size),
-              static_cast<long long>(models[0].config().map_heads()), static_cast<long long>(models[1].config().map_heads()),
-              static_cast<long long>(c0.vocab_size), num_threads(), repeats,
-              opt.keep_maps ? "all maps kept" : "no maps kept", opt.logit_stats ? "logit statistics" : "no logit statistics");
+  std::printf(
+      "bench: %lld layers, E=%lld, %lld DIFF heads / %lld baseline heads, vocab %lld, %d threads, "
+      "median of %d runs, %s + %s\n",
+      static_cast<long long>(c0.num_hidden_layers), static_cast<long long>(c0.hidden_size),
+      static_cast<long long>(models[0].config().map_heads()),
+      static_cast<long long>(models[1].config().map_heads()), static_cast<long long>(c0.vocab_size),
+      num_threads(), repeats, opt.keep_maps ? "all maps kept" : "no maps kept",
+      opt.logit_stats ? "logit statistics" : "no logit statistics");
   std::printf("%-9s %6s %12s %12s %12s\n", "model", "T", "median ms", "min ms", "trace");
   for (int T : lengths) {
     std::vector<int64_t> ids(static_cast<size_t>(T));
     for (int i = 0; i < T; ++i) ids[i] = 3 + (i * 7919) % (c0.vocab_size - 3);  // deterministic pseudo-text
     for (const Model& m : models) {
       if (T > m.config().max_position_embeddings) {
-        std::printf("%-9s %6d  (longer than the model's %lld positions)\n", to_string(m.config().attention), T,
-                    static_cast<long long>(m.config().max_position_embeddings));
+        std::printf("%-9s %6d  (longer than the model's %lld positions)\n", to_string(m.config().attention),
+                    T, static_cast<long long>(m.config().max_position_embeddings));
         continue;
       }
       m.capture(ids, opt);  // warm-up
@@ -195,7 +201,8 @@ int cmd_bench(const Args& a) {
       for (int r = 0; r < repeats; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
         const Trace t = m.capture(ids, opt);
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         bytes = t.byte_size();
       }
       std::printf("%-9s %6d %12.1f %12.1f %12s\n", to_string(m.config().attention), T, median(ms),
@@ -209,12 +216,14 @@ int cmd_bench(const Args& a) {
 }  // namespace
 
 int run(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" || std::string(argv[1]) == "help") {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
+      std::string(argv[1]) == "help") {
     std::fputs(kUsage, stdout);
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
-  if (cmd == "capture") return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));
+  if (cmd == "capture")
+    return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));
   if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
   if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {"no-maps", "no-stats"}));

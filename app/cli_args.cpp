@@ -8,7 +8,8 @@ namespace difflens::cli {
 Args::Args(int argc, char** argv, int first, const std::set<std::string>& flags) {
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--", 0) != 0 || a.size() < 3) throw Error("unexpected argument '" + a + "' (options start with --)");
+    if (a.rfind("--", 0) != 0 || a.size() < 3)
+      throw Error("unexpected argument '" + a + "' (options start with --)");
     std::string key = a.substr(2), value;
     const size_t eq = key.find('=');
     if (eq != std::string::npos) {
@@ -24,7 +25,9 @@ Args::Args(int argc, char** argv, int first, const std::set<std::string>& flags)
   }
 }
 
-bool Args::has(const std::string& key) const { return values_.count(key) > 0; }
+bool Args::has(const std::string& key) const {
+  return values_.count(key) > 0;
+}
 
 std::string Args::get(const std::string& key, const std::string& fallback) const {
   auto it = values_.find(key);

@@ -54,9 +54,13 @@ std::string get_string(const json& j, const char* key, const std::string& source
 
 }  // namespace
 
-const char* to_string(AttentionKind kind) { return kind == AttentionKind::Diff ? "diff" : "baseline"; }
+const char* to_string(AttentionKind kind) {
+  return kind == AttentionKind::Diff ? "diff" : "baseline";
+}
 
-double lambda_init(int64_t layer) { return 0.8 - 0.6 * std::exp(-0.3 * static_cast<double>(layer)); }
+double lambda_init(int64_t layer) {
+  return 0.8 - 0.6 * std::exp(-0.3 * static_cast<double>(layer));
+}
 
 void ModelConfig::validate(const std::string& src) const {
   auto positive = [&](int64_t v, const char* name) {
@@ -70,13 +74,17 @@ void ModelConfig::validate(const std::string& src) const {
   positive(intermediate_size, "intermediate_size");
   positive(vocab_size, "vocab_size");
   positive(max_position_embeddings, "max_position_embeddings");
-  if (head_dim % 2 != 0) fail(src, "'head_dim' must be even for rotary embeddings, got " + std::to_string(head_dim));
+  if (head_dim % 2 != 0)
+    fail(src, "'head_dim' must be even for rotary embeddings, got " + std::to_string(head_dim));
   if (num_attention_heads % num_key_value_heads != 0)
     fail(src, "'num_attention_heads' (" + std::to_string(num_attention_heads) +
-                  ") must be a multiple of 'num_key_value_heads' (" + std::to_string(num_key_value_heads) + ")");
+                  ") must be a multiple of 'num_key_value_heads' (" + std::to_string(num_key_value_heads) +
+                  ")");
   if (is_diff()) {
     if (num_attention_heads % 2 != 0 || num_key_value_heads % 2 != 0)
-      fail(src, "a DIFF model needs even 'num_attention_heads' and 'num_key_value_heads' (two components per head)");
+      fail(src,
+           "a DIFF model needs even 'num_attention_heads' and 'num_key_value_heads' (two components per "
+           "head)");
     if ((num_attention_heads / 2) % (num_key_value_heads / 2) != 0)
       fail(src, "DIFF heads must be a multiple of DIFF key/value heads");
   }
@@ -92,9 +100,9 @@ void ModelConfig::validate(const std::string& src) const {
 int64_t parameter_count(const ModelConfig& c) {
   const int64_t E = c.hidden_size, d = c.head_dim;
   const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
-  int64_t layer = q * E + 2 * kv * E + E * q   // q, k, v, o projections
+  int64_t layer = q * E + 2 * kv * E + E * q     // q, k, v, o projections
                   + 3 * E * c.intermediate_size  // gate, up, down
-                  + 2 * E;                      // two RMSNorm weights
+                  + 2 * E;                       // two RMSNorm weights
   if (c.is_diff()) layer += 4 * d + (c.subln_weight ? 2 * d : 0);
   int64_t total = c.num_hidden_layers * layer + c.vocab_size * E + E;
   if (!c.tie_word_embeddings) total += c.vocab_size * E;
@@ -111,9 +119,12 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
   if (!j.is_object()) fail(src, "top level must be a JSON object");
   ModelConfig c;
   const std::string attention = get_string(j, "attention", src, "baseline");
-  if (attention == "diff") c.attention = AttentionKind::Diff;
-  else if (attention == "baseline") c.attention = AttentionKind::Baseline;
-  else fail(src, "'attention' must be \"diff\" or \"baseline\", got \"" + attention + "\"");
+  if (attention == "diff")
+    c.attention = AttentionKind::Diff;
+  else if (attention == "baseline")
+    c.attention = AttentionKind::Baseline;
+  else
+    fail(src, "'attention' must be \"diff\" or \"baseline\", got \"" + attention + "\"");
   c.hidden_size = get_int(j, "hidden_size", src, true, 0);
   c.num_hidden_layers = get_int(j, "num_hidden_layers", src, true, 0);
   c.num_attention_heads = get_int(j, "num_attention_heads", src, true, 0);
@@ -125,13 +136,19 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
   c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false, 4096);
   c.rope_theta = get_double(j, "rope_theta", src, 10000.0);
   const std::string rope = get_string(j, "rope_style", src, "interleaved");
-  if (rope == "interleaved") c.rope_style = RopeStyle::Interleaved;
-  else if (rope == "half") c.rope_style = RopeStyle::Half;
-  else fail(src, "'rope_style' must be \"interleaved\" or \"half\", got \"" + rope + "\"");
+  if (rope == "interleaved")
+    c.rope_style = RopeStyle::Interleaved;
+  else if (rope == "half")
+    c.rope_style = RopeStyle::Half;
+  else
+    fail(src, "'rope_style' must be \"interleaved\" or \"half\", got \"" + rope + "\"");
   const std::string pairing = get_string(j, "diff_pairing", src, "adjacent");
-  if (pairing == "adjacent") c.diff_pairing = DiffPairing::Adjacent;
-  else if (pairing == "half") c.diff_pairing = DiffPairing::Half;
-  else fail(src, "'diff_pairing' must be \"adjacent\" or \"half\", got \"" + pairing + "\"");
+  if (pairing == "adjacent")
+    c.diff_pairing = DiffPairing::Adjacent;
+  else if (pairing == "half")
+    c.diff_pairing = DiffPairing::Half;
+  else
+    fail(src, "'diff_pairing' must be \"adjacent\" or \"half\", got \"" + pairing + "\"");
   c.subln_weight = get_bool(j, "subln_weight", src, true);
   c.rms_norm_eps = get_double(j, "rms_norm_eps", src, 1e-5);
   c.subln_eps = get_double(j, "subln_eps", src, 1e-5);
@@ -139,9 +156,12 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
   c.bos_token_id = get_int(j, "bos_token_id", src, false, 1);
   c.eos_token_id = get_int(j, "eos_token_id", src, false, 2);
   const std::string tok = get_string(j, "tokenizer", src, "bytes");
-  if (tok == "bytes") c.tokenizer = TokenizerKind::Bytes;
-  else if (tok == "sentencepiece") c.tokenizer = TokenizerKind::SentencePiece;
-  else fail(src, "'tokenizer' must be \"bytes\" or \"sentencepiece\", got \"" + tok + "\"");
+  if (tok == "bytes")
+    c.tokenizer = TokenizerKind::Bytes;
+  else if (tok == "sentencepiece")
+    c.tokenizer = TokenizerKind::SentencePiece;
+  else
+    fail(src, "'tokenizer' must be \"bytes\" or \"sentencepiece\", got \"" + tok + "\"");
   c.name = get_string(j, "name", src, "");
   c.validate(src);
   return c;

@@ -66,7 +66,7 @@ struct Rope {
   Rope(int64_t T, int64_t d, double theta, RopeStyle style, const at::Device& device) : style(style) {
     auto opts = at::TensorOptions().dtype(at::kDouble);
     Tensor inv_freq = at::pow(theta, -at::arange(0, d, 2, opts) / static_cast<double>(d));  // [d/2]
-    Tensor angle = at::outer(at::arange(T, opts), inv_freq);                               // [T, d/2]
+    Tensor angle = at::outer(at::arange(T, opts), inv_freq);                                // [T, d/2]
     cos = angle.cos().to(at::kFloat).to(device);
     sin = angle.sin().to(at::kFloat).to(device);
   }
@@ -90,9 +90,9 @@ struct Rope {
 
 // What an attention block hands back besides its output; tensors are [B, heads, T, T].
 struct AttentionResult {
-  Tensor out;         // [B, T, E]
-  Tensor a1, a2, a;   // DIFF: component softmaxes and A1 - λA2; baseline: only a
-  Tensor l1, l2;      // scaled logits, masked positions -inf (DIFF: both; baseline: l1)
+  Tensor out;                               // [B, T, E]
+  Tensor a1, a2, a;                         // DIFF: component softmaxes and A1 - λA2; baseline: only a
+  Tensor l1, l2;                            // scaled logits, masked positions -inf (DIFF: both; baseline: l1)
   Tensor lambda, lambda_exp1, lambda_exp2;  // 0-dim (DIFF only)
   double lambda_init = 0;
 };
@@ -124,8 +124,8 @@ struct BaselineAttentionImpl : torch::nn::Module {
       v = v.repeat_interleave(H / Hkv, 1);
     }
     AttentionResult r;
-    r.l1 = at::matmul(q, k.transpose(-2, -1));        // [B, H, T, T]
-    r.a = causal_softmax(r.l1, future);               // [B, H, T, T]
+    r.l1 = at::matmul(q, k.transpose(-2, -1));          // [B, H, T, T]
+    r.a = causal_softmax(r.l1, future);                 // [B, H, T, T]
     Tensor o = at::matmul(r.a.to(v.scalar_type()), v);  // [B, H, T, d]
     r.out = o_proj(o.transpose(1, 2).reshape({B, T, H * d}));
     return r;
@@ -194,7 +194,7 @@ struct DiffAttentionImpl : torch::nn::Module {
     r.l2 = at::matmul(q2, k2.transpose(-2, -1));  // [B, H, T, T]
     r.a1 = causal_softmax(r.l1, future);
     r.a2 = causal_softmax(r.l2, future);
-    r.a = r.a1 - r.lambda * r.a2;  // rows sum to 1 - λ
+    r.a = r.a1 - r.lambda * r.a2;                       // rows sum to 1 - λ
     Tensor o = at::matmul(r.a.to(v.scalar_type()), v);  // [B, H, T, 2d]
     o = rms_norm(o, subln ? subln->weight : Tensor(), c.subln_eps) * (1.0 - lambda_init);
     r.out = o_proj(o.transpose(1, 2).reshape({B, T, H * 2 * d}));
@@ -222,11 +222,14 @@ TORCH_MODULE(SwiGlu);
 
 struct DecoderLayerImpl : torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
-    if (c.is_diff()) diff_attn = register_module("self_attn", DiffAttention(c, layer));
-    else base_attn = register_module("self_attn", BaselineAttention(c));
+    if (c.is_diff())
+      diff_attn = register_module("self_attn", DiffAttention(c, layer));
+    else
+      base_attn = register_module("self_attn", BaselineAttention(c));
     mlp = register_module("mlp", SwiGlu(c.hidden_size, c.intermediate_size));
     input_layernorm = register_module("input_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
-    post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+    post_attention_layernorm =
+        register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
   }
   AttentionResult attend(const Tensor& x, const Rope& rope, const Tensor& future) {
     return diff_attn ? diff_attn->forward(x, rope, future) : base_attn->forward(x, rope, future);
@@ -245,8 +248,12 @@ struct DecoderLayerImpl : torch::nn::Module {
 TORCH_MODULE(DecoderLayer);
 
 struct TokenEmbeddingImpl : torch::nn::Module {
-  TokenEmbeddingImpl(int64_t vocab, int64_t E) { weight = register_parameter("weight", at::empty({vocab, E})); }
-  Tensor forward(const Tensor& ids) { return weight.index_select(0, ids.flatten()).view({ids.size(0), ids.size(1), -1}); }
+  TokenEmbeddingImpl(int64_t vocab, int64_t E) {
+    weight = register_parameter("weight", at::empty({vocab, E}));
+  }
+  Tensor forward(const Tensor& ids) {
+    return weight.index_select(0, ids.flatten()).view({ids.size(0), ids.size(1), -1});
+  }
   Tensor weight;
 };
 TORCH_MODULE(TokenEmbedding);
@@ -315,7 +322,8 @@ ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Te
     Tensor b = ((at::log10(v) - LogHistogram::kLogMin) * LogHistogram::kBinsPerDecade)
                    .floor()
                    .clamp(-1, LogHistogram::kBins)  // -inf (zeros) → -1, +inf → kBins
-                   .to(at::kShort) + 1;  // 1027 buckets fit int16: a quarter of int64's memory
+                   .to(at::kShort) +
+               1;  // 1027 buckets fit int16: a quarter of int64's memory
     if (skip.defined()) {
       b.masked_fill_(skip, kDiscard);
       sum += v.masked_fill(skip, 0.0f).sum(at::kDouble).item<double>();
@@ -341,7 +349,8 @@ ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Te
   auto gather = [&](int64_t lo, int64_t hi) {
     std::vector<Tensor> sel;
     for (size_t i = 0; i < values.size(); ++i)
-      sel.push_back(values[i].masked_select(lo == hi ? buckets[i] == lo : (buckets[i] >= lo) & (buckets[i] <= hi)));
+      sel.push_back(
+          values[i].masked_select(lo == hi ? buckets[i] == lo : (buckets[i] >= lo) & (buckets[i] <= hi)));
     return sel.size() == 1 ? sel[0] : at::cat(sel);
   };
   // Top-k: the lowest bucket from which the buckets above hold at least k values.
@@ -349,7 +358,8 @@ ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Te
   int64_t top_bucket = kAbove, above_count = 0;
   for (; top_bucket > kBelow; --top_bucket)
     if ((above_count += counts[top_bucket]) >= k) break;
-  s.top = to_vector(std::get<0>(at::topk(gather(top_bucket, kAbove), k, 0, /*largest=*/true, /*sorted=*/true)));
+  s.top =
+      to_vector(std::get<0>(at::topk(gather(top_bucket, kAbove), k, 0, /*largest=*/true, /*sorted=*/true)));
   // Lower median: rank (n+1)/2 from the bottom, found inside its bucket.
   const int64_t rank = (n + 1) / 2;
   int64_t below_count = 0, median_bucket = kBelow;
@@ -357,7 +367,8 @@ ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Te
     if (below_count + counts[median_bucket] >= rank) break;
     below_count += counts[median_bucket];
   }
-  s.median = std::get<0>(at::kthvalue(gather(median_bucket, median_bucket), rank - below_count)).item<float>();
+  s.median =
+      std::get<0>(at::kthvalue(gather(median_bucket, median_bucket), rank - below_count)).item<float>();
   return s;
 }
 
@@ -380,12 +391,14 @@ void tune_allocator_once() {
 
 at::Device resolve_device(DeviceChoice choice) {
   switch (choice) {
-    case DeviceChoice::Cpu: return at::Device(at::kCPU);
+    case DeviceChoice::Cpu:
+      return at::Device(at::kCPU);
     case DeviceChoice::Cuda:
       if (!torch::cuda::is_available())
         throw Error("CUDA was requested but this LibTorch build has no usable CUDA device");
       return at::Device(at::kCUDA, 0);
-    case DeviceChoice::Auto: break;
+    case DeviceChoice::Auto:
+      break;
   }
   return torch::cuda::is_available() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
 }
@@ -440,9 +453,15 @@ DeviceChoice parse_device(const std::string& text) {
   throw Error("device must be auto, cpu or cuda, got '" + text + "'");
 }
 
-bool cuda_available() { return torch::cuda::is_available(); }
-void set_num_threads(int threads) { at::set_num_threads(std::max(1, threads)); }
-int num_threads() { return at::get_num_threads(); }
+bool cuda_available() {
+  return torch::cuda::is_available();
+}
+void set_num_threads(int threads) {
+  at::set_num_threads(std::max(1, threads));
+}
+int num_threads() {
+  return at::get_num_threads();
+}
 
 Model Model::random(const ModelConfig& config, uint64_t seed, DeviceChoice device) {
   config.validate();
@@ -451,9 +470,11 @@ Model Model::random(const ModelConfig& config, uint64_t seed, DeviceChoice devic
   const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.num_hidden_layers));
   at::NoGradGuard no_grad;
   for (auto& [name, param] : impl->named()) {
-    const bool is_norm = name.find("norm.weight") != std::string::npos || name.find("subln") != std::string::npos;
+    const bool is_norm =
+        name.find("norm.weight") != std::string::npos || name.find("subln") != std::string::npos;
     const bool is_lambda = name.find("lambda_") != std::string::npos;
-    const bool is_out = name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
+    const bool is_out =
+        name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
     if (is_norm) {
       param.fill_(1.0);
     } else {
@@ -465,7 +486,8 @@ Model Model::random(const ModelConfig& config, uint64_t seed, DeviceChoice devic
   return Model(std::move(impl));
 }
 
-Model Model::from_tensors(const ModelConfig& config, const std::vector<NamedTensor>& tensors, DeviceChoice device) {
+Model Model::from_tensors(const ModelConfig& config, const std::vector<NamedTensor>& tensors,
+                          DeviceChoice device) {
   config.validate();
   auto impl = std::make_unique<Impl>(config, Tokenizer::without_files(config), resolve_device(device));
   std::map<std::string, const NamedTensor*> by_name;
@@ -473,18 +495,17 @@ Model Model::from_tensors(const ModelConfig& config, const std::vector<NamedTens
   const auto known = impl->named();
   for (const auto& t : tensors)
     if (!known.count(t.name)) throw FormatError("tensor '" + t.name + "' is not a parameter of this model");
-  impl->bind(
-      [&](const std::string& name, const std::vector<int64_t>& expected) {
-        auto it = by_name.find(name);
-        if (it == by_name.end()) throw FormatError("tensor '" + name + "' is missing");
-        if (it->second->shape != expected)
-          throw FormatError("tensor '" + name + "' is " + shape_string(it->second->shape) + ", config expects " +
-                            shape_string(expected));
-        if (static_cast<int64_t>(it->second->data.size()) != TensorInfo{name, DType::F32, expected, 0, 0}.numel())
-          throw FormatError("tensor '" + name + "' has " + std::to_string(it->second->data.size()) + " values for shape " +
-                            shape_string(expected));
-        return it->second->data;
-      });
+  impl->bind([&](const std::string& name, const std::vector<int64_t>& expected) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw FormatError("tensor '" + name + "' is missing");
+    if (it->second->shape != expected)
+      throw FormatError("tensor '" + name + "' is " + shape_string(it->second->shape) + ", config expects " +
+                        shape_string(expected));
+    if (static_cast<int64_t>(it->second->data.size()) != TensorInfo{name, DType::F32, expected, 0, 0}.numel())
+      throw FormatError("tensor '" + name + "' has " + std::to_string(it->second->data.size()) +
+                        " values for shape " + shape_string(expected));
+    return it->second->data;
+  });
   impl->to_device();
   return Model(std::move(impl));
 }
@@ -503,20 +524,19 @@ Model Model::load(const std::filesystem::path& dir, DeviceChoice device) {
     if (t.name == "lm_head.weight" && config.tie_word_embeddings) continue;  // saved tied copy
     if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;   // recomputed from config
     throw FormatError(weights.string() + ": unexpected tensor '" + t.name + "' (config.json says a " +
-                      to_string(config.attention) + " model with " + std::to_string(config.num_hidden_layers) +
-                      " layers)");
+                      to_string(config.attention) + " model with " +
+                      std::to_string(config.num_hidden_layers) + " layers)");
   }
-  impl->bind(
-      [&](const std::string& name, const std::vector<int64_t>& expected) {
-        const TensorInfo* t = file.find(name);
-        if (!t)
-          throw FormatError(weights.string() + ": tensor '" + name + "' is missing (config.json says a " +
-                            to_string(config.attention) + " model)");
-        if (t->shape != expected)
-          throw FormatError(weights.string() + ": tensor '" + name + "' is " + shape_string(t->shape) +
-                            ", config expects " + shape_string(expected));
-        return file.read_f32(*t);
-      });
+  impl->bind([&](const std::string& name, const std::vector<int64_t>& expected) {
+    const TensorInfo* t = file.find(name);
+    if (!t)
+      throw FormatError(weights.string() + ": tensor '" + name + "' is missing (config.json says a " +
+                        to_string(config.attention) + " model)");
+    if (t->shape != expected)
+      throw FormatError(weights.string() + ": tensor '" + name + "' is " + shape_string(t->shape) +
+                        ", config expects " + shape_string(expected));
+    return file.read_f32(*t);
+  });
   impl->to_device();
   return Model(std::move(impl));
 }
@@ -535,14 +555,23 @@ void Model::save(const std::filesystem::path& dir) const {
 std::vector<NamedTensor> Model::tensors() const {
   std::vector<NamedTensor> out;
   for (const auto& [name, param] : impl_->named())
-    out.push_back({name, std::vector<int64_t>(param.sizes().begin(), param.sizes().end()), to_vector(param.detach())});
+    out.push_back(
+        {name, std::vector<int64_t>(param.sizes().begin(), param.sizes().end()), to_vector(param.detach())});
   return out;
 }
 
-const ModelConfig& Model::config() const { return impl_->config; }
-const Tokenizer& Model::tokenizer() const { return impl_->tokenizer; }
-const std::filesystem::path& Model::path() const { return impl_->path; }
-std::string Model::device_name() const { return impl_->device.str(); }
+const ModelConfig& Model::config() const {
+  return impl_->config;
+}
+const Tokenizer& Model::tokenizer() const {
+  return impl_->tokenizer;
+}
+const std::filesystem::path& Model::path() const {
+  return impl_->path;
+}
+std::string Model::device_name() const {
+  return impl_->device.str();
+}
 
 int64_t Model::parameter_count() const {
   int64_t n = 0;
@@ -561,13 +590,17 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
                 std::to_string(c.max_position_embeddings));
   for (int64_t id : ids)
     if (id < 0 || id >= c.vocab_size)
-      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " + std::to_string(c.vocab_size) + ")");
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                  std::to_string(c.vocab_size) + ")");
   const int64_t heads_total = c.map_heads();
   for (int h : options.heads)
-    if (h < 0 || h >= heads_total) throw Error("head " + std::to_string(h) + " does not exist (model has " + std::to_string(heads_total) + ")");
+    if (h < 0 || h >= heads_total)
+      throw Error("head " + std::to_string(h) + " does not exist (model has " + std::to_string(heads_total) +
+                  ")");
   for (int l : options.layers)
     if (l < 0 || l >= c.num_hidden_layers)
-      throw Error("layer " + std::to_string(l) + " does not exist (model has " + std::to_string(c.num_hidden_layers) + ")");
+      throw Error("layer " + std::to_string(l) + " does not exist (model has " +
+                  std::to_string(c.num_hidden_layers) + ")");
 
   c10::InferenceMode inference;  // thread-local: set on whichever thread captures
   const at::Device dev = impl_->device;
@@ -578,13 +611,16 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   for (int64_t id : ids) trace.tokens.push_back(impl_->tokenizer.piece(id));
 
   std::vector<int64_t> keep_heads;
-  if (options.heads.empty()) for (int64_t h = 0; h < heads_total; ++h) keep_heads.push_back(h);
-  else keep_heads.assign(options.heads.begin(), options.heads.end());
+  if (options.heads.empty())
+    for (int64_t h = 0; h < heads_total; ++h) keep_heads.push_back(h);
+  else
+    keep_heads.assign(options.heads.begin(), options.heads.end());
   const std::set<int> keep_layers(options.layers.begin(), options.layers.end());
   Tensor head_index = at::tensor(keep_heads, at::TensorOptions().dtype(at::kLong)).to(dev);
 
   const Rope rope(T, c.head_dim, c.rope_theta, c.rope_style, dev);
-  Tensor future = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(dev)).triu(1);  // key j > query i
+  Tensor future =
+      at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(dev)).triu(1);  // key j > query i
 
   Tensor id_tensor = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).to(dev);
   Tensor h = impl_->net->model->embed_tokens(id_tensor.unsqueeze(0));  // [1, T, E]
@@ -605,7 +641,9 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     if (keep) {
       lt.heads.assign(keep_heads.begin(), keep_heads.end());
       const bool all_heads = static_cast<int64_t>(keep_heads.size()) == heads_total;
-      auto kept = [&](const Tensor& maps) { return to_array(all_heads ? maps[0] : maps[0].index_select(0, head_index)); };
+      auto kept = [&](const Tensor& maps) {
+        return to_array(all_heads ? maps[0] : maps[0].index_select(0, head_index));
+      };
       lt.a = kept(r.a);
       if (c.is_diff()) {
         lt.a1 = kept(r.a1);
@@ -614,11 +652,13 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     }
     if (options.logit_stats) {
       // Causal entries of every head (DIFF: both components pooled).
-      lt.logit_stats = r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, future) : value_stats({r.l1[0]}, future);
+      lt.logit_stats =
+          r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, future) : value_stats({r.l1[0]}, future);
     }
     if (options.keep_logits) {
       lt.logits1 = to_array(r.l1[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
-      if (r.l2.defined()) lt.logits2 = to_array(r.l2[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
+      if (r.l2.defined())
+        lt.logits2 = to_array(r.l2[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
     }
     lt.hidden_stats = value_stats({h[0]});
     if (options.keep_hidden) lt.hidden = to_array(h[0]);
@@ -640,15 +680,19 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   return trace;
 }
 
-LayerTrace Model::attention_probe(int layer, const std::vector<float>& x, int64_t T, std::vector<float>* output) const {
+LayerTrace Model::attention_probe(int layer, const std::vector<float>& x, int64_t T,
+                                  std::vector<float>* output) const {
   const ModelConfig& c = impl_->config;
-  if (layer < 0 || layer >= c.num_hidden_layers) throw Error("layer " + std::to_string(layer) + " does not exist");
+  if (layer < 0 || layer >= c.num_hidden_layers)
+    throw Error("layer " + std::to_string(layer) + " does not exist");
   if (T <= 0 || static_cast<int64_t>(x.size()) != T * c.hidden_size)
     throw Error("attention_probe: x must hold T x hidden_size values");
   c10::InferenceMode inference;
   const at::Device dev = impl_->device;
   std::vector<float> copy = x;
-  Tensor xt = at::from_blob(copy.data(), {1, T, c.hidden_size}, at::TensorOptions().dtype(at::kFloat)).to(dev).clone();
+  Tensor xt = at::from_blob(copy.data(), {1, T, c.hidden_size}, at::TensorOptions().dtype(at::kFloat))
+                  .to(dev)
+                  .clone();
   const Rope rope(T, c.head_dim, c.rope_theta, c.rope_style, dev);
   Tensor future = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(dev)).triu(1);
   AttentionResult r = impl_->net->model->layer_ptrs[layer]->attend(xt, rope, future);

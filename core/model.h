@@ -25,8 +25,8 @@ int num_threads();
 // What a capture keeps. Statistics are always computed; maps/logits/hidden are kept on request.
 struct CaptureOptions {
   bool keep_maps = true;
-  std::vector<int> layers;  // layers whose maps are kept; empty = all
-  std::vector<int> heads;   // heads whose maps are kept; empty = all
+  std::vector<int> layers;   // layers whose maps are kept; empty = all
+  std::vector<int> heads;    // heads whose maps are kept; empty = all
   bool keep_logits = false;  // full pre-softmax logits [heads, T, T] per layer
   bool keep_hidden = false;  // full hidden state [T, E] per layer
   bool logit_stats = true;   // top-k / median / histogram of |logits| (O(T²) extra work)
@@ -71,7 +71,8 @@ class Model {
   // Runs only layer `layer`'s attention on a given input x ([T, E] row-major, i.e. what the attention
   // sees after input_layernorm) at positions 0..T-1. Returns all maps, logits and λ in a LayerTrace and
   // the attention block's output (before the residual add) in `output` ([T, E]). For tests and probes.
-  LayerTrace attention_probe(int layer, const std::vector<float>& x, int64_t T, std::vector<float>* output) const;
+  LayerTrace attention_probe(int layer, const std::vector<float>& x, int64_t T,
+                             std::vector<float>* output) const;
 
  private:
   struct Impl;

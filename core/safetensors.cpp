@@ -30,10 +30,14 @@ constexpr uint64_t kMaxHeaderBytes = 100ull * 1024 * 1024;
 }
 
 bool parse_dtype(const std::string& s, DType* out) {
-  if (s == "F32") *out = DType::F32;
-  else if (s == "F16") *out = DType::F16;
-  else if (s == "BF16") *out = DType::BF16;
-  else return false;
+  if (s == "F32")
+    *out = DType::F32;
+  else if (s == "F16")
+    *out = DType::F16;
+  else if (s == "BF16")
+    *out = DType::BF16;
+  else
+    return false;
   return true;
 }
 
@@ -41,14 +45,19 @@ bool parse_dtype(const std::string& s, DType* out) {
 
 const char* to_string(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
   }
   return "?";
 }
 
-size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+size_t dtype_size(DType dtype) {
+  return dtype == DType::F32 ? 4 : 2;
+}
 
 int64_t TensorInfo::numel() const {
   int64_t n = 1;
@@ -70,7 +79,10 @@ float half_to_float(uint16_t h) {
       bits = sign;
     } else {  // subnormal: normalise
       exp = 127 - 15 + 1;
-      while (!(mant & 0x400u)) { mant <<= 1; --exp; }
+      while (!(mant & 0x400u)) {
+        mant <<= 1;
+        --exp;
+      }
       bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
     }
   } else if (exp == 31) {
@@ -182,9 +194,11 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
       if (sh == v.end() || !sh->is_array()) fail(path, where + "missing shape");
       uint64_t numel = 1;
       for (const json& d : *sh) {
-        if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(path, where + "shape has a negative or non-integer entry");
+        if (!d.is_number_integer() || d.get<int64_t>() < 0)
+          fail(path, where + "shape has a negative or non-integer entry");
         const uint64_t dim = d.get<uint64_t>();
-        if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / dim) fail(path, where + "shape is too large");
+        if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / dim)
+          fail(path, where + "shape is too large");
         numel *= dim;
         info.shape.push_back(static_cast<int64_t>(dim));
       }
@@ -197,10 +211,12 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
       if (info.begin > info.end) fail(path, where + "data_offsets are reversed");
       if (info.end > data_size)
         fail(path, where + "data_offsets [" + std::to_string(info.begin) + "," + std::to_string(info.end) +
-                       "] run past the end of the data (" + std::to_string(data_size) + " bytes; file truncated?)");
+                       "] run past the end of the data (" + std::to_string(data_size) +
+                       " bytes; file truncated?)");
       if (info.end - info.begin != numel * dtype_size(info.dtype))
-        fail(path, where + "holds " + std::to_string(info.end - info.begin) + " bytes but " + to_string(info.dtype) +
-                       " " + shape_string(info.shape) + " needs " + std::to_string(numel * dtype_size(info.dtype)));
+        fail(path, where + "holds " + std::to_string(info.end - info.begin) + " bytes but " +
+                       to_string(info.dtype) + " " + shape_string(info.shape) + " needs " +
+                       std::to_string(numel * dtype_size(info.dtype)));
       index_[name] = tensors_.size();
       tensors_.push_back(std::move(info));
     }
@@ -223,7 +239,9 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
 }
 
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept { *this = std::move(o); }
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept {
+  *this = std::move(o);
+}
 
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
   if (this != &o) {
@@ -252,7 +270,9 @@ const TensorInfo& SafetensorsFile::at(const std::string& name) const {
   return *t;
 }
 
-const uint8_t* SafetensorsFile::data(const TensorInfo& info) const { return data_begin_ + info.begin; }
+const uint8_t* SafetensorsFile::data(const TensorInfo& info) const {
+  return data_begin_ + info.begin;
+}
 
 std::vector<float> SafetensorsFile::read_f32(const TensorInfo& info) const {
   const size_t n = static_cast<size_t>(info.numel());
@@ -263,7 +283,8 @@ std::vector<float> SafetensorsFile::read_f32(const TensorInfo& info) const {
       std::memcpy(out.data(), p, n * 4);  // host is little-endian (x86-64, aarch64)
       break;
     case DType::F16:
-      for (size_t i = 0; i < n; ++i) out[i] = half_to_float(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
+      for (size_t i = 0; i < n; ++i)
+        out[i] = half_to_float(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
       break;
     case DType::BF16:
       for (size_t i = 0; i < n; ++i)
@@ -280,8 +301,10 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   uint64_t offset = 0;
   std::set<std::string> names;
   for (const auto& t : tensors) {
-    if (t.name.empty() || t.name == "__metadata__") throw FormatError(path.string() + ": invalid tensor name '" + t.name + "'");
-    if (!names.insert(t.name).second) throw FormatError(path.string() + ": tensor '" + t.name + "' written twice");
+    if (t.name.empty() || t.name == "__metadata__")
+      throw FormatError(path.string() + ": invalid tensor name '" + t.name + "'");
+    if (!names.insert(t.name).second)
+      throw FormatError(path.string() + ": tensor '" + t.name + "' written twice");
     uint64_t numel = 1;
     for (int64_t s : t.shape) {
       if (s < 0) throw FormatError(path.string() + ": tensor '" + t.name + "' has a negative dimension");

@@ -13,7 +13,8 @@ constexpr int64_t kByteOffset = 3;
 
 Tokenizer Tokenizer::bytes(int64_t vocab_size) {
   if (vocab_size < kByteOffset + 256)
-    throw Error("byte tokenizer needs a vocabulary of at least 259 ids, the model has " + std::to_string(vocab_size));
+    throw Error("byte tokenizer needs a vocabulary of at least 259 ids, the model has " +
+                std::to_string(vocab_size));
   Tokenizer t;
   t.vocab_size_ = vocab_size;
   return t;
@@ -87,8 +88,9 @@ std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab_size
     if (i >= text.size()) break;
     size_t j = i;
     while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
-    if (j == i || j - i > 12) throw Error("--token-ids: expected comma-separated non-negative integers near '" +
-                                          text.substr(i, 16) + "'");
+    if (j == i || j - i > 12)
+      throw Error("--token-ids: expected comma-separated non-negative integers near '" + text.substr(i, 16) +
+                  "'");
     const int64_t id = std::stoll(text.substr(i, j - i));
     if (id >= vocab_size)
       throw Error("--token-ids: id " + std::to_string(id) + " is outside the vocabulary (size " +

@@ -14,8 +14,8 @@ namespace difflens {
 
 struct Encoding {
   std::vector<int64_t> ids;
-  std::vector<std::string> pieces;                   // display text of each token
-  std::vector<std::pair<size_t, size_t>> offsets;    // [begin, end) bytes in the input; BOS is {0, 0}
+  std::vector<std::string> pieces;                 // display text of each token
+  std::vector<std::pair<size_t, size_t>> offsets;  // [begin, end) bytes in the input; BOS is {0, 0}
 };
 
 class Tokenizer {

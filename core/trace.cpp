@@ -93,7 +93,11 @@ ValueStats pool(const Trace& trace, ValueStats LayerTrace::*member) {
 }
 }  // namespace
 
-ValueStats pooled_logit_stats(const Trace& trace) { return pool(trace, &LayerTrace::logit_stats); }
-ValueStats pooled_hidden_stats(const Trace& trace) { return pool(trace, &LayerTrace::hidden_stats); }
+ValueStats pooled_logit_stats(const Trace& trace) {
+  return pool(trace, &LayerTrace::logit_stats);
+}
+ValueStats pooled_hidden_stats(const Trace& trace) {
+  return pool(trace, &LayerTrace::hidden_stats);
+}
 
 }  // namespace difflens

@@ -38,14 +38,16 @@ ValueStats stats_from_json(const json& j, const std::string& where) {
   s.median = j.at("median").get<float>();
   s.mean = j.at("mean").get<float>();
   const json& h = j.at("histogram");
-  if (h.at("log10_min").get<int>() != LogHistogram::kLogMin || h.at("log10_max").get<int>() != LogHistogram::kLogMax ||
+  if (h.at("log10_min").get<int>() != LogHistogram::kLogMin ||
+      h.at("log10_max").get<int>() != LogHistogram::kLogMax ||
       h.at("bins_per_decade").get<int>() != LogHistogram::kBinsPerDecade)
     throw FormatError(where + ": histogram grid differs from this version's");
   s.histogram.below = h.at("below").get<uint64_t>();
   s.histogram.above = h.at("above").get<uint64_t>();
   for (const json& bc : h.at("bins")) {
     const int b = bc.at(0).get<int>();
-    if (b < 0 || b >= LogHistogram::kBins) throw FormatError(where + ": histogram bin " + std::to_string(b) + " out of range");
+    if (b < 0 || b >= LogHistogram::kBins)
+      throw FormatError(where + ": histogram bin " + std::to_string(b) + " out of range");
     s.histogram.counts[b] = bc.at(1).get<uint64_t>();
   }
   return s;
@@ -55,7 +57,8 @@ void add_array(std::vector<TensorToWrite>& out, const std::string& name, const F
   if (!a.empty()) out.push_back({name, a.shape, a.data.data()});
 }
 
-FloatArray read_array(const SafetensorsFile& file, const std::string& name, const std::vector<int64_t>& expected) {
+FloatArray read_array(const SafetensorsFile& file, const std::string& name,
+                      const std::vector<int64_t>& expected) {
   FloatArray a;
   const TensorInfo* t = file.find(name);
   if (!t) return a;
@@ -88,7 +91,10 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
     jl["index"] = l.index;
     jl["heads"] = l.heads;
     if (trace.config.is_diff())
-      jl["lambda"] = {{"lambda", l.lambda}, {"exp1", l.lambda_exp1}, {"exp2", l.lambda_exp2}, {"lambda_init", l.lambda_init}};
+      jl["lambda"] = {{"lambda", l.lambda},
+                      {"exp1", l.lambda_exp1},
+                      {"exp2", l.lambda_exp2},
+                      {"lambda_init", l.lambda_init}};
     jl["logit_stats"] = stats_to_json(l.logit_stats);
     jl["hidden_stats"] = stats_to_json(l.hidden_stats);
     jl["has_logits"] = !l.logits1.empty();
@@ -97,7 +103,8 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
   }
   j["layers"] = layers;
   json next = json::array();
-  for (const auto& t : trace.next_token) next.push_back({{"id", t.id}, {"text", t.text}, {"probability", t.probability}});
+  for (const auto& t : trace.next_token)
+    next.push_back({{"id", t.id}, {"text", t.text}, {"probability", t.probability}});
   j["next_token"] = next;
 
   std::vector<TensorToWrite> tensors;
@@ -132,7 +139,8 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
     throw FormatError(jpath.string() + ": not valid JSON (" + e.what() + ")");
   }
   try {
-    if (j.value("format", "") != "difflens-trace") throw FormatError(jpath.string() + ": not a DiffLens trace");
+    if (j.value("format", "") != "difflens-trace")
+      throw FormatError(jpath.string() + ": not a DiffLens trace");
     if (j.at("version").get<int>() > kTraceBundleVersion)
       throw FormatError(jpath.string() + ": written by a newer DiffLens (version " +
                         std::to_string(j.at("version").get<int>()) + ")");
@@ -145,17 +153,20 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
       throw FormatError(jpath.string() + ": " + std::to_string(t.tokens.size()) + " token strings for " +
                         std::to_string(t.token_ids.size()) + " token ids");
     for (const json& n : j.at("next_token"))
-      t.next_token.push_back({n.at("id").get<int64_t>(), n.at("text").get<std::string>(), n.at("probability").get<float>()});
+      t.next_token.push_back(
+          {n.at("id").get<int64_t>(), n.at("text").get<std::string>(), n.at("probability").get<float>()});
     const int64_t T = t.length(), H = t.config.map_heads(), E = t.config.hidden_size;
     const SafetensorsFile maps(dir / "maps.safetensors");
     for (const json& jl : j.at("layers")) {
       LayerTrace l;
       l.index = jl.at("index").get<int>();
       const std::string where = jpath.string() + ": layer " + std::to_string(l.index);
-      if (l.index < 0 || l.index >= t.config.num_hidden_layers) throw FormatError(where + " is outside the model");
+      if (l.index < 0 || l.index >= t.config.num_hidden_layers)
+        throw FormatError(where + " is outside the model");
       l.heads = jl.at("heads").get<std::vector<int>>();
       for (int h : l.heads)
-        if (h < 0 || h >= H) throw FormatError(where + ": head " + std::to_string(h) + " is outside the model");
+        if (h < 0 || h >= H)
+          throw FormatError(where + ": head " + std::to_string(h) + " is outside the model");
       if (jl.contains("lambda")) {
         const json& lam = jl.at("lambda");
         l.lambda = lam.at("lambda").get<double>();
@@ -173,7 +184,8 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
         l.a2 = read_array(maps, p + "A2", map_shape);
       }
       if (!l.heads.empty() && (l.a.empty() || (t.config.is_diff() && (l.a1.empty() || l.a2.empty()))))
-        throw FormatError(maps.path().string() + ": maps of layer " + std::to_string(l.index) + " are missing");
+        throw FormatError(maps.path().string() + ": maps of layer " + std::to_string(l.index) +
+                          " are missing");
       l.logits1 = read_array(maps, p + "logits1", {H, T, T});
       l.logits2 = read_array(maps, p + "logits2", {H, T, T});
       l.hidden = read_array(maps, p + "hidden", {T, E});

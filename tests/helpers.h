@@ -39,8 +39,8 @@ class ScratchDir {
 };
 
 // A small model config (vocab 259 = bytes tokenizer minimum).
-inline ModelConfig tiny_config(AttentionKind kind, int64_t hidden = 32, int64_t layers = 2, int64_t diff_heads = 2,
-                               int64_t diff_kv_heads = 2) {
+inline ModelConfig tiny_config(AttentionKind kind, int64_t hidden = 32, int64_t layers = 2,
+                               int64_t diff_heads = 2, int64_t diff_kv_heads = 2) {
   PairSpec s;
   s.hidden_size = hidden;
   s.num_layers = layers;

@@ -50,7 +50,8 @@ std::vector<NamedTensor> hand_tensors(const ModelConfig& c) {
     t.push_back({p + "self_attn.lambda_k2", {2}, {1.0f, -1.0f}});
     t.push_back({p + "self_attn.subln.weight", {4}, {1.0f, 2.0f, 0.5f, 1.0f}});
   }
-  for (const char* mlp : {"gate_proj", "up_proj"}) t.push_back({p + "mlp." + mlp + ".weight", {4, 4}, identity(4)});
+  for (const char* mlp : {"gate_proj", "up_proj"})
+    t.push_back({p + "mlp." + mlp + ".weight", {4, 4}, identity(4)});
   t.push_back({p + "mlp.down_proj.weight", {4, 4}, identity(4)});
   t.push_back({p + "input_layernorm.weight", {4}, std::vector<float>(4, 1.0f)});
   t.push_back({p + "post_attention_layernorm.weight", {4}, std::vector<float>(4, 1.0f)});
@@ -139,18 +140,21 @@ struct NaiveMaps {
 
 NaiveMaps naive_diff_maps(const ModelConfig& c, const std::map<std::string, std::vector<float>>& w,
                           const std::vector<float>& x, int64_t T) {
-  const int64_t E = c.hidden_size, d = c.head_dim, H = c.num_attention_heads / 2, Hkv = c.num_key_value_heads / 2;
+  const int64_t E = c.hidden_size, d = c.head_dim, H = c.num_attention_heads / 2,
+                Hkv = c.num_key_value_heads / 2;
   auto proj = [&](const std::vector<float>& W, int64_t rows, int64_t t, int64_t r) {
     (void)rows;
     double s = 0;
-    for (int64_t e = 0; e < E; ++e) s += static_cast<double>(W[static_cast<size_t>(r * E + e)]) * x[static_cast<size_t>(t * E + e)];
+    for (int64_t e = 0; e < E; ++e)
+      s += static_cast<double>(W[static_cast<size_t>(r * E + e)]) * x[static_cast<size_t>(t * E + e)];
     return s;
   };
   auto rotated = [&](const std::vector<float>& W, int64_t rows, int64_t t, int64_t sub) {
     std::vector<double> v(static_cast<size_t>(d));
     for (int64_t i = 0; i < d; ++i) v[static_cast<size_t>(i)] = proj(W, rows, t, sub * d + i);
     for (int64_t i = 0; i < d / 2; ++i) {
-      const double ang = static_cast<double>(t) * std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+      const double ang = static_cast<double>(t) *
+                         std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
       const double a = v[static_cast<size_t>(2 * i)], b = v[static_cast<size_t>(2 * i + 1)];
       v[static_cast<size_t>(2 * i)] = a * std::cos(ang) - b * std::sin(ang);
       v[static_cast<size_t>(2 * i + 1)] = a * std::sin(ang) + b * std::cos(ang);
@@ -162,7 +166,9 @@ NaiveMaps naive_diff_maps(const ModelConfig& c, const std::map<std::string, std:
   NaiveMaps out;
   for (int comp = 0; comp < 2; ++comp) {
     auto& maps = comp == 0 ? out.a1 : out.a2;
-    maps.assign(static_cast<size_t>(H), std::vector<std::vector<double>>(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(T), 0.0)));
+    maps.assign(static_cast<size_t>(H),
+                std::vector<std::vector<double>>(static_cast<size_t>(T),
+                                                 std::vector<double>(static_cast<size_t>(T), 0.0)));
     for (int64_t h = 0; h < H; ++h) {
       const int64_t g = h / (H / Hkv);
       for (int64_t i = 0; i < T; ++i) {
@@ -178,7 +184,9 @@ NaiveMaps naive_diff_maps(const ModelConfig& c, const std::map<std::string, std:
         }
         double z = 0;
         for (double& l : logits) z += (l = std::exp(l - mx));
-        for (int64_t j = 0; j <= i; ++j) maps[static_cast<size_t>(h)][static_cast<size_t>(i)][static_cast<size_t>(j)] = logits[static_cast<size_t>(j)] / z;
+        for (int64_t j = 0; j <= i; ++j)
+          maps[static_cast<size_t>(h)][static_cast<size_t>(i)][static_cast<size_t>(j)] =
+              logits[static_cast<size_t>(j)] / z;
       }
     }
   }
@@ -189,7 +197,8 @@ NaiveMaps naive_diff_maps(const ModelConfig& c, const std::map<std::string, std:
     for (size_t i = 0; i < va.size(); ++i) s += static_cast<double>(va[i]) * vb[i];
     return s;
   };
-  out.lambda = std::exp(dot("lambda_q1", "lambda_k1")) - std::exp(dot("lambda_q2", "lambda_k2")) + lambda_init(0);
+  out.lambda =
+      std::exp(dot("lambda_q1", "lambda_k1")) - std::exp(dot("lambda_q2", "lambda_k2")) + lambda_init(0);
   return out;
 }
 
@@ -225,7 +234,9 @@ std::vector<float> rows_of(const std::vector<float>& W, int64_t E, int64_t first
   return std::vector<float>(W.begin() + first_row * E, W.begin() + (first_row + count) * E);
 }
 
-void append(std::vector<float>& dst, const std::vector<float>& src) { dst.insert(dst.end(), src.begin(), src.end()); }
+void append(std::vector<float>& dst, const std::vector<float>& src) {
+  dst.insert(dst.end(), src.begin(), src.end());
+}
 
 // Layer 0 of both models gives the same A1, A2, A and output on a random [T, E] input.
 void require_same_layer(const Model& a, const Model& b, int64_t T, uint32_t seed) {
@@ -244,7 +255,8 @@ void require_same_layer(const Model& a, const Model& b, int64_t T, uint32_t seed
 
 }  // namespace
 
-TEST_CASE("GQA pairs component 1 with 1 and 2 with 2: equal to explicitly repeated key/value heads", "[attention][diff][gqa]") {
+TEST_CASE("GQA pairs component 1 with 1 and 2 with 2: equal to explicitly repeated key/value heads",
+          "[attention][diff][gqa]") {
   const DiffPairing pairing = GENERATE(DiffPairing::Adjacent, DiffPairing::Half);
   ModelConfig gqa = test::tiny_config(AttentionKind::Diff, 64, 1, 4, 2);  // H=4, Hkv=2, d=8
   gqa.diff_pairing = pairing;
@@ -254,7 +266,8 @@ TEST_CASE("GQA pairs component 1 with 1 and 2 with 2: equal to explicitly repeat
   full.num_key_value_heads = gqa.num_attention_heads;
   std::vector<NamedTensor> tensors = m.tensors();
   for (auto& t : tensors) {
-    const bool is_k = t.name.find("k_proj") != std::string::npos, is_v = t.name.find("v_proj") != std::string::npos;
+    const bool is_k = t.name.find("k_proj") != std::string::npos,
+               is_v = t.name.find("v_proj") != std::string::npos;
     if (!is_k && !is_v) continue;
     std::vector<float> expanded;
     if (pairing == DiffPairing::Adjacent) {
@@ -272,7 +285,8 @@ TEST_CASE("GQA pairs component 1 with 1 and 2 with 2: equal to explicitly repeat
   require_same_layer(m, ref, 7, 5);
 }
 
-TEST_CASE("half pairing with rotate-half RoPE equals the official layout after an exact permutation", "[attention][diff][layout]") {
+TEST_CASE("half pairing with rotate-half RoPE equals the official layout after an exact permutation",
+          "[attention][diff][layout]") {
   // Native (adjacent, interleaved) model → DiffLlama-style (half, rotate-half) by permuting rows:
   // sub-head order [c1 h0, c2 h0, c1 h1, ...] → [c1 h0, c1 h1, ..., c2 h0, ...], and inside each q/k
   // sub-head interleaved dim 2i → i, 2i+1 → i + d/2. v: group g's 2d rows split into v_g and v_{g+Hkv}.

@@ -37,10 +37,11 @@ TEST_CASE("checkpoint tensor names follow the Hugging Face Llama convention", "[
   Model::random(test::tiny_config(AttentionKind::Diff, 32, 1, 2, 2), 61).save(dir.path());
   const SafetensorsFile f(dir / "model.safetensors");
   for (const char* name :
-       {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.0.self_attn.q_proj.weight",
-        "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight",
-        "model.layers.0.self_attn.o_proj.weight", "model.layers.0.self_attn.lambda_q1",
-        "model.layers.0.self_attn.lambda_k1", "model.layers.0.self_attn.lambda_q2", "model.layers.0.self_attn.lambda_k2",
+       {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+        "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+        "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.self_attn.lambda_q1", "model.layers.0.self_attn.lambda_k1",
+        "model.layers.0.self_attn.lambda_q2", "model.layers.0.self_attn.lambda_k2",
         "model.layers.0.self_attn.subln.weight", "model.layers.0.mlp.gate_proj.weight",
         "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight",
         "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"}) {
@@ -70,7 +71,8 @@ void rewrite_tensors(const std::filesystem::path& dir,
 
 }  // namespace
 
-TEST_CASE("broken checkpoints are rejected with a message naming the file and the tensor", "[checkpoint][errors]") {
+TEST_CASE("broken checkpoints are rejected with a message naming the file and the tensor",
+          "[checkpoint][errors]") {
   test::ScratchDir dir("broken");
   const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2);
   Model::random(c, 62).save(dir.path());
@@ -102,21 +104,26 @@ TEST_CASE("broken checkpoints are rejected with a message naming the file and th
     ModelConfig wider = c;
     wider.intermediate_size = 96;
     save_config(wider, dir / "config.json");
-    CHECK_THROWS_WITH(Model::load(dir.path()),
-                      Catch::Contains("tensor 'model.layers.0.mlp.down_proj.weight' is [32,88], config expects [32,96]"));
+    CHECK_THROWS_WITH(
+        Model::load(dir.path()),
+        Catch::Contains("tensor 'model.layers.0.mlp.down_proj.weight' is [32,88], config expects [32,96]"));
   }
   SECTION("config says baseline, file has DIFF tensors") {
     ModelConfig base = c;
     base.attention = AttentionKind::Baseline;
     save_config(base, dir / "config.json");
-    CHECK_THROWS_WITH(Model::load(dir.path()), Catch::Contains("unexpected tensor 'model.layers.0.self_attn.lambda_"));
+    CHECK_THROWS_WITH(Model::load(dir.path()),
+                      Catch::Contains("unexpected tensor 'model.layers.0.self_attn.lambda_"));
   }
   SECTION("a tensor is missing") {
     rewrite_tensors(dir.path(), [](std::vector<NamedTensor>& t) {
-      t.erase(std::remove_if(t.begin(), t.end(), [](const NamedTensor& x) { return x.name == "model.layers.1.self_attn.lambda_k2"; }),
-              t.end());
+      t.erase(
+          std::remove_if(t.begin(), t.end(),
+                         [](const NamedTensor& x) { return x.name == "model.layers.1.self_attn.lambda_k2"; }),
+          t.end());
     });
-    CHECK_THROWS_WITH(Model::load(dir.path()), Catch::Contains("tensor 'model.layers.1.self_attn.lambda_k2' is missing"));
+    CHECK_THROWS_WITH(Model::load(dir.path()),
+                      Catch::Contains("tensor 'model.layers.1.self_attn.lambda_k2' is missing"));
   }
   SECTION("a tensor has the wrong shape") {
     rewrite_tensors(dir.path(), [](std::vector<NamedTensor>& t) {
@@ -124,7 +131,8 @@ TEST_CASE("broken checkpoints are rejected with a message naming the file and th
         if (x.name == "model.layers.1.self_attn.q_proj.weight") x.shape = {16, 64};
     });
     CHECK_THROWS_WITH(Model::load(dir.path()),
-                      Catch::Contains("model.safetensors: tensor 'model.layers.1.self_attn.q_proj.weight' is [16,64], config expects [32,32]"));
+                      Catch::Contains("model.safetensors: tensor 'model.layers.1.self_attn.q_proj.weight' is "
+                                      "[16,64], config expects [32,32]"));
   }
 }
 
@@ -147,7 +155,8 @@ TEST_CASE("from_tensors rejects unknown, missing and mis-shaped tensors", "[chec
   std::vector<NamedTensor> t = Model::random(c, 64).tensors();
   auto extra = t;
   extra.push_back({"model.layers.5.mlp.gate_proj.weight", {1}, {0.0f}});
-  CHECK_THROWS_WITH(Model::from_tensors(c, extra), Catch::Contains("'model.layers.5.mlp.gate_proj.weight' is not a parameter"));
+  CHECK_THROWS_WITH(Model::from_tensors(c, extra),
+                    Catch::Contains("'model.layers.5.mlp.gate_proj.weight' is not a parameter"));
   auto fewer = t;
   fewer.pop_back();
   CHECK_THROWS_WITH(Model::from_tensors(c, fewer), Catch::Contains("is missing"));

@@ -49,7 +49,8 @@ TEST_CASE("cli: init-pair then capture writes a readable trace bundle", "[cli]")
   const Trace direct = d.capture(t.token_ids);
   CHECK(direct.layers[1].a.data == t.layers[1].a.data);
 
-  r = run("capture --model " + models + "/baseline --token-ids 1,50,60,70 --heads 1 --layers 0 --out " + out, dir);
+  r = run("capture --model " + models + "/baseline --token-ids 1,50,60,70 --heads 1 --layers 0 --out " + out,
+          dir);
   REQUIRE(r.status == 0);
   const Trace t2 = read_trace_bundle(out);
   CHECK(t2.config.attention == AttentionKind::Baseline);
@@ -64,7 +65,8 @@ TEST_CASE("cli: init-pair then capture writes a readable trace bundle", "[cli]")
 TEST_CASE("cli: bad input gives a message and a non-zero status, never a crash", "[cli][errors]") {
   test::ScratchDir dir("clibad");
   const std::string models = (dir / "m").string();
-  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status ==
+          0);
   const std::string model = " --model " + models + "/diff --out " + (dir / "t").string();
   struct Case {
     std::string args, message;

@@ -33,7 +33,8 @@ TEST_CASE("config round trips through JSON", "[config]") {
 TEST_CASE("a Hugging Face style config without DiffLens fields gets Llama defaults", "[config]") {
   const ModelConfig c = config_from_json_text(
       R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
-          "vocab_size": 300})", "hf");
+          "vocab_size": 300})",
+      "hf");
   CHECK(c.attention == AttentionKind::Baseline);
   CHECK(c.head_dim == 16);
   CHECK(c.num_key_value_heads == 4);
@@ -41,7 +42,8 @@ TEST_CASE("a Hugging Face style config without DiffLens fields gets Llama defaul
 }
 
 TEST_CASE("config errors name the file and the field", "[config][errors]") {
-  const std::string base = R"("hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 300)";
+  const std::string base =
+      R"("hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 300)";
   auto err = [](const std::string& text) {
     try {
       config_from_json_text(text, "my/config.json");
@@ -51,14 +53,23 @@ TEST_CASE("config errors name the file and the field", "[config][errors]") {
     return std::string("(no error)");
   };
   CHECK(err("{" + base + "}") == "my/config.json: missing field 'num_attention_heads'");
-  CHECK(err("{" + base + R"(, "num_attention_heads": "4"})") == "my/config.json: field 'num_attention_heads' must be an integer");
-  CHECK(err("{" + base + R"(, "num_attention_heads": 4, "attention": "sparse"})").find("'attention' must be \"diff\" or \"baseline\"") != std::string::npos);
-  CHECK(err("{" + base + R"(, "num_attention_heads": 3, "head_dim": 16, "num_key_value_heads": 2})").find("multiple of 'num_key_value_heads'") != std::string::npos);
-  CHECK(err("{" + base + R"(, "num_attention_heads": 4, "head_dim": 15})").find("'head_dim' must be even") != std::string::npos);
-  CHECK(err("{" + base + R"(, "num_attention_heads": 6, "num_key_value_heads": 6, "head_dim": 8, "attention": "diff"})") == "(no error)");
-  CHECK(err("{" + base + R"(, "num_attention_heads": 6, "num_key_value_heads": 4, "head_dim": 8, "attention": "diff"})").find("multiple of") != std::string::npos);
-  CHECK(err(R"({"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100, "num_attention_heads": 4})")
-            .find("vocab_size >= 259") != std::string::npos);
+  CHECK(err("{" + base + R"(, "num_attention_heads": "4"})") ==
+        "my/config.json: field 'num_attention_heads' must be an integer");
+  CHECK(err("{" + base + R"(, "num_attention_heads": 4, "attention": "sparse"})")
+            .find("'attention' must be \"diff\" or \"baseline\"") != std::string::npos);
+  CHECK(err("{" + base + R"(, "num_attention_heads": 3, "head_dim": 16, "num_key_value_heads": 2})")
+            .find("multiple of 'num_key_value_heads'") != std::string::npos);
+  CHECK(err("{" + base + R"(, "num_attention_heads": 4, "head_dim": 15})").find("'head_dim' must be even") !=
+        std::string::npos);
+  CHECK(err("{" + base +
+            R"(, "num_attention_heads": 6, "num_key_value_heads": 6, "head_dim": 8, "attention": "diff"})") ==
+        "(no error)");
+  CHECK(err("{" + base +
+            R"(, "num_attention_heads": 6, "num_key_value_heads": 4, "head_dim": 8, "attention": "diff"})")
+            .find("multiple of") != std::string::npos);
+  CHECK(
+      err(R"({"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100, "num_attention_heads": 4})")
+          .find("vocab_size >= 259") != std::string::npos);
   CHECK(err("not json").find("not valid JSON") != std::string::npos);
   CHECK(err("[]") == "my/config.json: top level must be a JSON object");
 }

@@ -30,7 +30,8 @@ bool future_is_zero(const FloatArray& a) {
 
 }  // namespace
 
-TEST_CASE("DIFF rows of A1 and A2 sum to 1, rows of A to 1 - lambda, nothing on the future", "[model][diff][invariants]") {
+TEST_CASE("DIFF rows of A1 and A2 sum to 1, rows of A to 1 - lambda, nothing on the future",
+          "[model][diff][invariants]") {
   const int64_t kv = GENERATE(2, 1);
   const ModelConfig c = test::tiny_config(AttentionKind::Diff, 64, 3, 2, kv);
   const Model m = Model::random(c, 42);
@@ -109,7 +110,9 @@ TEST_CASE("the matched pair differs only by the lambda and subln vectors", "[mod
   CHECK(mb.parameter_count() == parameter_count(b));
   // Per layer: λq1, λk1, λq2, λk2 (4·d) and subln (2·d).
   CHECK(md.parameter_count() - mb.parameter_count() == 4 * (4 * 16 + 2 * 16));
-  CHECK(static_cast<double>(md.parameter_count() - mb.parameter_count()) / static_cast<double>(mb.parameter_count()) < 1e-3);
+  CHECK(static_cast<double>(md.parameter_count() - mb.parameter_count()) /
+            static_cast<double>(mb.parameter_count()) <
+        1e-3);
 }
 
 TEST_CASE("capture keeps only the requested layers and heads, with identical values", "[model][capture]") {
@@ -205,7 +208,8 @@ TEST_CASE("bad capture input gives a clear error", "[model][errors]") {
 
 TEST_CASE("random initialisation is reproducible from the seed", "[model]") {
   const ModelConfig c = test::tiny_config(AttentionKind::Diff);
-  const auto a = Model::random(c, 5).tensors(), b = Model::random(c, 5).tensors(), d = Model::random(c, 6).tensors();
+  const auto a = Model::random(c, 5).tensors(), b = Model::random(c, 5).tensors(),
+             d = Model::random(c, 6).tensors();
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].data == b[i].data);
   CHECK(a[0].data != d[0].data);

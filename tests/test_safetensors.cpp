@@ -41,7 +41,8 @@ TEST_CASE("safetensors round trip of F32 tensors with metadata", "[safetensors]"
   test::ScratchDir dir("st");
   const std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, -7e20f};
   const std::vector<float> b = {42.0f};
-  write_safetensors(dir / "x.safetensors", {{"a", {2, 3}, a.data()}, {"b.c", {1}, b.data()}, {"empty", {0, 4}, nullptr}},
+  write_safetensors(dir / "x.safetensors",
+                    {{"a", {2, 3}, a.data()}, {"b.c", {1}, b.data()}, {"empty", {0, 4}, nullptr}},
                     {{"producer", "test"}});
   const SafetensorsFile f(dir / "x.safetensors");
   REQUIRE(f.tensors().size() == 3);
@@ -80,7 +81,8 @@ TEST_CASE("F16 and BF16 tensors are decoded to F32", "[safetensors]") {
   CHECK(f.read_f32("b") == std::vector<float>{1.0f, -3.0f, 0.15625f});
   CHECK(f.at("b").dtype == DType::BF16);
   // float_to_half inverts half_to_float on representable values and rounds to nearest even.
-  for (uint16_t x : {0x3C00, 0xC100, 0x7BFF, 0x0001, 0x03FF, 0x8000}) CHECK(float_to_half(half_to_float(x)) == x);
+  for (uint16_t x : {0x3C00, 0xC100, 0x7BFF, 0x0001, 0x03FF, 0x8000})
+    CHECK(float_to_half(half_to_float(x)) == x);
   CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // halfway: ties to even
   CHECK(float_to_half(1e6f) == 0x7C00);                          // overflow to +inf
 }
@@ -100,18 +102,26 @@ TEST_CASE("invalid safetensors headers each produce their own message", "[safete
   check(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}", "header length");
   check(raw_file("{\"a\":", ""), "not valid JSON");
   check(raw_file("[1,2]", ""), "must be a JSON object");
-  check(raw_file(R"({"a":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", four + four), "dtype I64 is not supported");
+  check(raw_file(R"({"a":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", four + four),
+        "dtype I64 is not supported");
   check(raw_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,32]}})", four), "run past the end");
   check(raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", four), "needs 12");
   check(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", four), "reversed");
   check(raw_file(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", four), "negative");
-  check(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", four),
-        "overlap");
-  check(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", four),
-        "tensor 'a' appears twice");
+  check(
+      raw_file(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+          four),
+      "overlap");
+  check(
+      raw_file(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+          four),
+      "tensor 'a' appears twice");
   check(raw_file(R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", four), "tensor 'a': missing shape");
   check(raw_file(R"({"a":{"shape":[2],"data_offsets":[0,8]}})", four), "tensor 'a': missing dtype");
-  check(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", four), "data_offsets must be two");
+  check(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", four),
+        "data_offsets must be two");
   check(raw_file(R"({"__metadata__":{"k":1}})", ""), "__metadata__ value 'k'");
   CHECK(error_of(dir / "missing.safetensors").find("cannot open") != std::string::npos);
   CHECK(error_of(dir.path()).find("not a regular file") != std::string::npos);
@@ -120,7 +130,9 @@ TEST_CASE("invalid safetensors headers each produce their own message", "[safete
 TEST_CASE("writer rejects duplicate names and missing data", "[safetensors][errors]") {
   test::ScratchDir dir("w");
   const float v[2] = {1, 2};
-  CHECK_THROWS_WITH(write_safetensors(dir / "a.safetensors", {{"x", {2}, v}, {"x", {2}, v}}), Catch::Contains("written twice"));
-  CHECK_THROWS_WITH(write_safetensors(dir / "a.safetensors", {{"x", {2}, nullptr}}), Catch::Contains("has no data"));
+  CHECK_THROWS_WITH(write_safetensors(dir / "a.safetensors", {{"x", {2}, v}, {"x", {2}, v}}),
+                    Catch::Contains("written twice"));
+  CHECK_THROWS_WITH(write_safetensors(dir / "a.safetensors", {{"x", {2}, nullptr}}),
+                    Catch::Contains("has no data"));
   CHECK_THROWS_AS(write_safetensors(dir / "no/such/dir/a.safetensors", {{"x", {2}, v}}), Error);
 }

@@ -13,10 +13,10 @@ using namespace difflens;
 
 TEST_CASE("log histogram bins, totals and quantiles", "[trace][stats]") {
   LogHistogram h;
-  h.add(0.0f);     // below 1e-8
-  h.add(-1.0f);    // |−1| = 1 → bin of log10 1 = 0 → index 8·64
-  h.add(1e9f);     // above 1e8
-  h.add(NAN);      // counted below, never crashes
+  h.add(0.0f);   // below 1e-8
+  h.add(-1.0f);  // |−1| = 1 → bin of log10 1 = 0 → index 8·64
+  h.add(1e9f);   // above 1e8
+  h.add(NAN);    // counted below, never crashes
   CHECK(h.below == 2);
   CHECK(h.above == 1);
   CHECK(h.counts[8 * 64] == 1);
@@ -122,7 +122,8 @@ TEST_CASE("broken trace bundles are rejected with a message", "[trace][bundle][e
   SECTION("maps of the wrong shape") {
     const std::vector<float> z(2 * 4 * 4, 0.0f);
     write_safetensors(dir / "maps.safetensors", {{"layers.0.A", {2, 4, 4}, z.data()}});
-    CHECK_THROWS_WITH(read_trace_bundle(dir.path()), Catch::Contains("'layers.0.A' is [2,4,4], trace.json implies [2,3,3]"));
+    CHECK_THROWS_WITH(read_trace_bundle(dir.path()),
+                      Catch::Contains("'layers.0.A' is [2,4,4], trace.json implies [2,3,3]"));
   }
   SECTION("truncated trace.json") {
     test::write_all(dir / "trace.json", json.substr(0, json.size() / 2));
