@@ -9,12 +9,17 @@
 #include <iostream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "app/cli_args.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/model.h"
 #include "core/trace.h"
 #include "core/trace_io.h"
+#include "core/train.h"
+
+#include <csignal>
 
 namespace difflens::cli {
 namespace {
@@ -32,6 +37,11 @@ commands:
              --out DIR  [--hidden 256] [--layers 4] [--heads 4] [--kv-heads H] [--vocab 4096]
              [--seed 1]   (writes DIR/diff and DIR/baseline)
   info       print a checkpoint's configuration and parameter count   --model DIR
+  train      train a matched DIFF + baseline pair on the prepared corpus (scripts/prepare-corpus)
+             --corpus DIR --out DIR [--config train.json] [--steps N] [--seq-len 512] [--batch 8]
+             [--lr 2e-3] [--warmup 100] [--hidden 128] [--layers 4] [--heads 4] [--seed 1]
+             [--threads 2] [--eval-every 250] [--save-every 250] [--only diff|baseline] [--fresh]
+             [--device auto|cpu|cuda]   Resumes from DIR when a saved state is there; Ctrl-C saves.
   bench      median prompt->Trace time of a matched pair, all maps kept
              [--lengths 128,512,2048] [--repeats 5] [--threads 2] [--hidden 256] [--layers 4]
              [--heads 4] [--vocab 4096] [--models DIFF_DIR,BASELINE_DIR] [--no-maps] [--no-stats]
@@ -213,6 +223,63 @@ int cmd_bench(const Args& a) {
   return 0;
 }
 
+std::atomic<bool> g_stop{false};
+
+void on_interrupt(int) { g_stop = true; }
+
+int cmd_train(const Args& a) {
+  a.reject_unknown({"config", "corpus", "out", "steps", "seq-len", "batch", "lr", "warmup", "hidden", "layers", "heads",
+                    "kv-heads", "seed", "threads", "eval-every", "save-every", "only", "fresh", "device",
+                    "episode-fraction"});
+  TrainOptions o = a.has("config") ? train_options_from_json(a.get("config")) : TrainOptions{};
+  if (a.has("corpus")) o.corpus_dir = a.get("corpus");
+  if (a.has("out")) o.out_dir = a.get("out");
+  if (o.corpus_dir.empty() || o.out_dir.empty()) throw Error("train needs --corpus DIR and --out DIR (or a --config)");
+  o.steps = a.get_int("steps", static_cast<int>(o.steps));
+  o.seq_len = a.get_int("seq-len", static_cast<int>(o.seq_len));
+  o.batch = a.get_int("batch", static_cast<int>(o.batch));
+  o.warmup = a.get_int("warmup", static_cast<int>(o.warmup));
+  o.model.hidden_size = a.get_int("hidden", static_cast<int>(o.model.hidden_size));
+  o.model.num_layers = a.get_int("layers", static_cast<int>(o.model.num_layers));
+  o.model.diff_heads = a.get_int("heads", static_cast<int>(o.model.diff_heads));
+  o.model.diff_kv_heads = a.get_int("kv-heads", static_cast<int>(o.model.diff_heads));
+  o.seed = static_cast<uint64_t>(a.get_int("seed", static_cast<int>(o.seed)));
+  o.threads = a.get_int("threads", o.threads);
+  o.eval_every = a.get_int("eval-every", static_cast<int>(o.eval_every));
+  o.save_every = a.get_int("save-every", static_cast<int>(o.save_every));
+  o.device = a.get("device", o.device);
+  if (a.has("lr")) o.lr = std::stod(a.get("lr"));
+  if (a.has("episode-fraction")) o.episode_fraction = std::stod(a.get("episode-fraction"));
+  if (a.has("only")) {
+    const std::string only = a.get("only");
+    if (only != "diff" && only != "baseline") throw Error("--only must be diff or baseline");
+    o.train_diff = only == "diff";
+    o.train_baseline = only == "baseline";
+  }
+  o.resume = !a.has("fresh");
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  const bool tty = isatty(fileno(stderr));
+  const int64_t reached = train_pair(o, &g_stop, [&](const TrainProgress& p) {
+    const int width = 30, done = static_cast<int>(width * p.step / std::max<int64_t>(1, p.total));
+    const int eta = static_cast<int>(p.eta_seconds);
+    if (!tty && p.step % 50 != 0 && p.step != p.total) return;
+    std::fprintf(stderr, "%s[%.*s%*s] step %lld/%lld  loss diff %.3f baseline %.3f  %.0f tok/s  ETA %dh%02dm%02ds%s",
+                 tty ? "\r" : "", done, "##############################", width - done, "",
+                 static_cast<long long>(p.step), static_cast<long long>(p.total), p.loss_diff, p.loss_baseline,
+                 p.tokens_per_second, eta / 3600, eta / 60 % 60, eta % 60, tty ? "" : "\n");
+    std::fflush(stderr);
+  });
+  std::fprintf(stderr, "\n");
+  if (g_stop) {
+    std::printf("interrupted: saved at step %lld in %s (run the same command to resume)\n",
+                static_cast<long long>(reached), o.out_dir.c_str());
+    return 130;
+  }
+  std::printf("trained to step %lld: %s\n", static_cast<long long>(reached), o.out_dir.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -226,8 +293,9 @@ int run(int argc, char** argv) {
     return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));
   if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
+  if (cmd == "train") return cmd_train(Args(argc, argv, 2, {"fresh"}));
   if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {"no-maps", "no-stats"}));
-  throw Error("unknown command '" + cmd + "' (commands: capture, init-pair, info, bench)");
+  throw Error("unknown command '" + cmd + "' (commands: capture, init-pair, info, train, bench)");
 }
 
 }  // namespace difflens::cli

@@ -1,5 +1,5 @@
-// The DIFF and baseline decoders (LibTorch modules), checkpoint binding and Trace capture.
-// The one translation unit of the inference path that includes LibTorch (see build notes: ~15 s each).
+// Model: checkpoint binding, seeded initialisation and Trace capture over the modules of core/nn.h.
+// One of the two translation units that include LibTorch (the other is train.cpp).
 // Semantics: ../shared/docs/diff-attention.md, restated in docs/checkpoint-format.md.
 #include "core/model.h"
 
@@ -7,9 +7,6 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/cuda.h>
-#include <torch/nn/module.h>
-#include <torch/nn/modules/container/modulelist.h>
-#include <torch/nn/pimpl.h>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -24,271 +21,15 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/model_impl.h"
 #include "core/safetensors.h"
 
 namespace difflens {
 namespace {
 
 using at::Tensor;
-
-// ---------------------------------------------------------------------------------------------------
-// Building blocks
-
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  // fp32 statistics even when activations are half precision (reference semantics).
-  Tensor xf = x.to(at::kFloat);
-  Tensor y = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  if (weight.defined()) y = y * weight.to(at::kFloat);
-  return y.to(x.scalar_type());
-}
-
-struct RmsNormImpl : torch::nn::Module {
-  RmsNormImpl(int64_t dim, double eps) : eps(eps) { weight = register_parameter("weight", at::ones({dim})); }
-  Tensor forward(const Tensor& x) { return rms_norm(x, weight, eps); }
-  Tensor weight;
-  double eps;
-};
-TORCH_MODULE(RmsNorm);
-
-// Bias-free linear layer holding a [out, in] weight, named like Hugging Face's nn.Linear.
-struct ProjectionImpl : torch::nn::Module {
-  ProjectionImpl(int64_t in, int64_t out) { weight = register_parameter("weight", at::empty({out, in})); }
-  Tensor forward(const Tensor& x) { return at::linear(x, weight); }
-  Tensor weight;
-};
-TORCH_MODULE(Projection);
-
-// Rotary tables for positions 0..T-1: angle[t, i] = t · θ^(-2i/d), i < d/2.
-struct Rope {
-  Tensor cos, sin;  // [T, d/2]
-  RopeStyle style = RopeStyle::Interleaved;
-
-  Rope(int64_t T, int64_t d, double theta, RopeStyle style, const at::Device& device) : style(style) {
-    auto opts = at::TensorOptions().dtype(at::kDouble);
-    Tensor inv_freq = at::pow(theta, -at::arange(0, d, 2, opts) / static_cast<double>(d));  // [d/2]
-    Tensor angle = at::outer(at::arange(T, opts), inv_freq);                                // [T, d/2]
-    cos = angle.cos().to(at::kFloat).to(device);
-    sin = angle.sin().to(at::kFloat).to(device);
-  }
-
-  // x: [B, heads, T, d]
-  Tensor apply(const Tensor& x) const {
-    const int64_t d = x.size(-1);
-    Tensor xf = x.to(at::kFloat);
-    Tensor out;
-    if (style == RopeStyle::Interleaved) {
-      Tensor pairs = xf.unflatten(-1, {d / 2, 2});  // [B, h, T, d/2, 2]
-      Tensor x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
-      out = at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2);
-    } else {
-      Tensor x0 = xf.narrow(-1, 0, d / 2), x1 = xf.narrow(-1, d / 2, d / 2);
-      out = at::cat({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1);
-    }
-    return out.to(x.scalar_type());
-  }
-};
-
-// What an attention block hands back besides its output; tensors are [B, heads, T, T].
-struct AttentionResult {
-  Tensor out;                               // [B, T, E]
-  Tensor a1, a2, a;                         // DIFF: component softmaxes and A1 - λA2; baseline: only a
-  Tensor l1, l2;                            // scaled logits, masked positions -inf (DIFF: both; baseline: l1)
-  Tensor lambda, lambda_exp1, lambda_exp2;  // 0-dim (DIFF only)
-  double lambda_init = 0;
-};
-
-Tensor causal_softmax(const Tensor& logits, const Tensor& future) {
-  return at::softmax(logits.masked_fill(future, -std::numeric_limits<float>::infinity()), -1, at::kFloat);
-}
-
-// Baseline multi-head attention: 2H heads of width d, GQA by head groups.
-struct BaselineAttentionImpl : torch::nn::Module {
-  explicit BaselineAttentionImpl(const ModelConfig& c) : c(c) {
-    const int64_t E = c.hidden_size, d = c.head_dim;
-    q_proj = register_module("q_proj", Projection(E, c.num_attention_heads * d));
-    k_proj = register_module("k_proj", Projection(E, c.num_key_value_heads * d));
-    v_proj = register_module("v_proj", Projection(E, c.num_key_value_heads * d));
-    o_proj = register_module("o_proj", Projection(c.num_attention_heads * d, E));
-  }
-
-  AttentionResult forward(const Tensor& x, const Rope& rope, const Tensor& future) {
-    const int64_t B = x.size(0), T = x.size(1), d = c.head_dim;
-    const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
-    Tensor q = q_proj(x).view({B, T, H, d}).transpose(1, 2);    // [B, H, T, d]
-    Tensor k = k_proj(x).view({B, T, Hkv, d}).transpose(1, 2);  // [B, Hkv, T, d]
-    Tensor v = v_proj(x).view({B, T, Hkv, d}).transpose(1, 2);  // [B, Hkv, T, d]
-    q = rope.apply(q) * (1.0 / std::sqrt(static_cast<double>(d)));
-    k = rope.apply(k);
-    if (H != Hkv) {
-      k = k.repeat_interleave(H / Hkv, 1);
-      v = v.repeat_interleave(H / Hkv, 1);
-    }
-    AttentionResult r;
-    r.l1 = at::matmul(q, k.transpose(-2, -1));          // [B, H, T, T]
-    r.a = causal_softmax(r.l1, future);                 // [B, H, T, T]
-    Tensor o = at::matmul(r.a.to(v.scalar_type()), v);  // [B, H, T, d]
-    r.out = o_proj(o.transpose(1, 2).reshape({B, T, H * d}));
-    return r;
-  }
-
-  ModelConfig c;
-  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-};
-TORCH_MODULE(BaselineAttention);
-
-// Differential attention: H heads, each the difference of two softmax maps over d-wide components,
-// values 2d wide, λ re-parameterised per layer, per-head RMSNorm × (1 - λ_init).
-struct DiffAttentionImpl : torch::nn::Module {
-  DiffAttentionImpl(const ModelConfig& c, int64_t layer) : c(c), lambda_init(difflens::lambda_init(layer)) {
-    const int64_t E = c.hidden_size, d = c.head_dim;
-    q_proj = register_module("q_proj", Projection(E, c.num_attention_heads * d));
-    k_proj = register_module("k_proj", Projection(E, c.num_key_value_heads * d));
-    v_proj = register_module("v_proj", Projection(E, c.num_key_value_heads * d));
-    o_proj = register_module("o_proj", Projection(c.num_attention_heads * d, E));
-    lambda_q1 = register_parameter("lambda_q1", at::zeros({d}));
-    lambda_k1 = register_parameter("lambda_k1", at::zeros({d}));
-    lambda_q2 = register_parameter("lambda_q2", at::zeros({d}));
-    lambda_k2 = register_parameter("lambda_k2", at::zeros({d}));
-    if (c.subln_weight) subln = register_module("subln", RmsNorm(2 * d, c.subln_eps));
-  }
-
-  // Splits a projection [B, T, 2n·d] into its two components, each [B, n, T, d].
-  std::pair<Tensor, Tensor> components(const Tensor& p, int64_t n) const {
-    const int64_t B = p.size(0), T = p.size(1), d = c.head_dim;
-    if (c.diff_pairing == DiffPairing::Adjacent) {
-      Tensor v = p.view({B, T, n, 2, d});
-      return {v.select(3, 0).transpose(1, 2), v.select(3, 1).transpose(1, 2)};
-    }
-    Tensor v = p.view({B, T, 2, n, d});
-    return {v.select(2, 0).transpose(1, 2), v.select(2, 1).transpose(1, 2)};
-  }
-
-  AttentionResult forward(const Tensor& x, const Rope& rope, const Tensor& future) {
-    const int64_t B = x.size(0), T = x.size(1), d = c.head_dim;
-    const int64_t H = c.num_attention_heads / 2, Hkv = c.num_key_value_heads / 2;
-    auto [q1, q2] = components(q_proj(x), H);    // [B, H, T, d] each
-    auto [k1, k2] = components(k_proj(x), Hkv);  // [B, Hkv, T, d] each
-    Tensor v;                                    // [B, Hkv, T, 2d]
-    if (c.diff_pairing == DiffPairing::Adjacent) {
-      v = v_proj(x).view({B, T, Hkv, 2 * d}).transpose(1, 2);
-    } else {
-      auto [v1, v2] = components(v_proj(x), Hkv);
-      v = at::cat({v1, v2}, -1);
-    }
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));  // component width, not 2d
-    q1 = rope.apply(q1) * scale;
-    q2 = rope.apply(q2) * scale;
-    k1 = rope.apply(k1);
-    k2 = rope.apply(k2);
-    if (H != Hkv) {  // head h uses kv group h / (H/Hkv); component 1 with 1, 2 with 2
-      k1 = k1.repeat_interleave(H / Hkv, 1);
-      k2 = k2.repeat_interleave(H / Hkv, 1);
-      v = v.repeat_interleave(H / Hkv, 1);
-    }
-    AttentionResult r;
-    r.lambda_init = lambda_init;
-    r.lambda_exp1 = at::exp((lambda_q1.to(at::kFloat) * lambda_k1.to(at::kFloat)).sum());
-    r.lambda_exp2 = at::exp((lambda_q2.to(at::kFloat) * lambda_k2.to(at::kFloat)).sum());
-    r.lambda = r.lambda_exp1 - r.lambda_exp2 + lambda_init;
-    r.l1 = at::matmul(q1, k1.transpose(-2, -1));  // [B, H, T, T]
-    r.l2 = at::matmul(q2, k2.transpose(-2, -1));  // [B, H, T, T]
-    r.a1 = causal_softmax(r.l1, future);
-    r.a2 = causal_softmax(r.l2, future);
-    r.a = r.a1 - r.lambda * r.a2;                       // rows sum to 1 - λ
-    Tensor o = at::matmul(r.a.to(v.scalar_type()), v);  // [B, H, T, 2d]
-    o = rms_norm(o, subln ? subln->weight : Tensor(), c.subln_eps) * (1.0 - lambda_init);
-    r.out = o_proj(o.transpose(1, 2).reshape({B, T, H * 2 * d}));
-    return r;
-  }
-
-  ModelConfig c;
-  double lambda_init;
-  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  Tensor lambda_q1, lambda_k1, lambda_q2, lambda_k2;
-  RmsNorm subln{nullptr};
-};
-TORCH_MODULE(DiffAttention);
-
-struct SwiGluImpl : torch::nn::Module {
-  SwiGluImpl(int64_t E, int64_t F) {
-    gate_proj = register_module("gate_proj", Projection(E, F));
-    up_proj = register_module("up_proj", Projection(E, F));
-    down_proj = register_module("down_proj", Projection(F, E));
-  }
-  Tensor forward(const Tensor& x) { return down_proj(at::silu(gate_proj(x)) * up_proj(x)); }
-  Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
-};
-TORCH_MODULE(SwiGlu);
-
-struct DecoderLayerImpl : torch::nn::Module {
-  DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
-    if (c.is_diff())
-      diff_attn = register_module("self_attn", DiffAttention(c, layer));
-    else
-      base_attn = register_module("self_attn", BaselineAttention(c));
-    mlp = register_module("mlp", SwiGlu(c.hidden_size, c.intermediate_size));
-    input_layernorm = register_module("input_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
-    post_attention_layernorm =
-        register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
-  }
-  AttentionResult attend(const Tensor& x, const Rope& rope, const Tensor& future) {
-    return diff_attn ? diff_attn->forward(x, rope, future) : base_attn->forward(x, rope, future);
-  }
-  // h: [B, T, E] → [B, T, E]; the attention details stay in `r`.
-  Tensor forward(const Tensor& h, const Rope& rope, const Tensor& future, AttentionResult& r) {
-    r = attend(input_layernorm(h), rope, future);
-    Tensor y = h + r.out;
-    return y + mlp(post_attention_layernorm(y));
-  }
-  DiffAttention diff_attn{nullptr};
-  BaselineAttention base_attn{nullptr};
-  SwiGlu mlp{nullptr};
-  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
-};
-TORCH_MODULE(DecoderLayer);
-
-struct TokenEmbeddingImpl : torch::nn::Module {
-  TokenEmbeddingImpl(int64_t vocab, int64_t E) {
-    weight = register_parameter("weight", at::empty({vocab, E}));
-  }
-  Tensor forward(const Tensor& ids) {
-    return weight.index_select(0, ids.flatten()).view({ids.size(0), ids.size(1), -1});
-  }
-  Tensor weight;
-};
-TORCH_MODULE(TokenEmbedding);
-
-struct TransformerImpl : torch::nn::Module {
-  explicit TransformerImpl(const ModelConfig& c) {
-    embed_tokens = register_module("embed_tokens", TokenEmbedding(c.vocab_size, c.hidden_size));
-    layers = register_module("layers", torch::nn::ModuleList());
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      DecoderLayer layer(c, i);
-      layers->push_back(layer);
-      layer_ptrs.push_back(layer);
-    }
-    norm = register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps));
-  }
-  TokenEmbedding embed_tokens{nullptr};
-  torch::nn::ModuleList layers{nullptr};
-  std::vector<DecoderLayer> layer_ptrs;
-  RmsNorm norm{nullptr};
-};
-TORCH_MODULE(Transformer);
-
-struct CausalLmImpl : torch::nn::Module {
-  explicit CausalLmImpl(const ModelConfig& c) : c(c) {
-    model = register_module("model", Transformer(c));
-    if (!c.tie_word_embeddings) lm_head = register_module("lm_head", Projection(c.hidden_size, c.vocab_size));
-  }
-  Tensor unembed(const Tensor& h) {
-    return lm_head ? lm_head(h) : at::linear(h, model->embed_tokens->weight);
-  }
-  ModelConfig c;
-  Transformer model{nullptr};
-  Projection lm_head{nullptr};
-};
-TORCH_MODULE(CausalLm);
+using nn::AttentionResult;
+using nn::Rope;
 
 // ---------------------------------------------------------------------------------------------------
 // Capture helpers
@@ -377,7 +118,7 @@ ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Te
 // than user time, against 0.42 s when large blocks come from the heap and stay there. A 512 MB trim
 // threshold still let DIFF captures (≈0.5 GB transient) bounce between 0.41 and 1.15 s, so up to 2 GB of
 // freed heap is kept for reuse. Process-wide; applied once, before the first model exists.
-void tune_allocator_once() {
+void tune_allocator_once_impl() {
 #if defined(__GLIBC__)
   static const bool done = [] {
     mallopt(M_MMAP_MAX, 0);
@@ -405,41 +146,7 @@ at::Device resolve_device(DeviceChoice choice) {
 
 }  // namespace
 
-// -----------------------------------------------------------------------------------------------------
-
-struct Model::Impl {
-  ModelConfig config;
-  Tokenizer tokenizer;
-  std::filesystem::path path;
-  at::Device device{at::kCPU};
-  CausalLm net{nullptr};
-
-  Impl(const ModelConfig& c, const Tokenizer& tok, at::Device dev) : config(c), tokenizer(tok), device(dev) {
-    tune_allocator_once();
-    net = CausalLm(c);
-    net->eval();
-  }
-
-  std::map<std::string, Tensor> named() const {
-    std::map<std::string, Tensor> m;
-    for (const auto& item : net->named_parameters()) m[item.key()] = item.value();
-    return m;
-  }
-
-  // Copies named tensors into the parameters; `source(name, shape)` returns one tensor's data or throws.
-  template <typename Source>
-  void bind(Source&& source) {
-    at::NoGradGuard no_grad;
-    for (auto& [name, param] : named()) {
-      std::vector<int64_t> expected(param.sizes().begin(), param.sizes().end());
-      std::vector<float> data = source(name, expected);
-      Tensor t = at::from_blob(data.data(), expected, at::TensorOptions().dtype(at::kFloat));
-      param.copy_(t);
-    }
-  }
-
-  void to_device() { net->to(device); }
-};
+void tune_allocator_once() { tune_allocator_once_impl(); }
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::Model(Model&&) noexcept = default;

@@ -76,6 +76,7 @@ class Model {
 
  private:
   struct Impl;
+  friend struct ModelAccess;  // core-internal access to the modules (train.cpp)
   explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

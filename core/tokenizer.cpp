@@ -1,14 +1,129 @@
-// Byte-level tokenizer and token-id parsing.
+// Byte-level and SentencePiece tokenizers, and token-id parsing.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  // dlmopen, LM_ID_NEWLM
+#endif
 #include "core/tokenizer.h"
 
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <mutex>
 
 #include "core/error.h"
+#include "core/spm_module.h"
 
 namespace difflens {
 
 namespace {
 constexpr int64_t kByteOffset = 3;
+
+// The module's entry points, resolved once per process: each dlmopen(LM_ID_NEWLM) creates a new link
+// namespace and glibc has only a handful, so the module is loaded exactly once and kept.
+struct SpmApi {
+  std::string path;
+  decltype(&difflens_spm_open) open = nullptr;
+  decltype(&difflens_spm_close) close = nullptr;
+  decltype(&difflens_spm_vocab_size) vocab_size = nullptr;
+  decltype(&difflens_spm_special_id) special_id = nullptr;
+  decltype(&difflens_spm_encode) encode = nullptr;
+  decltype(&difflens_spm_piece) piece = nullptr;
+  decltype(&difflens_spm_decode) decode = nullptr;
+};
+
+std::vector<std::filesystem::path> module_candidates() {
+  std::vector<std::filesystem::path> c;
+  if (const char* env = std::getenv("DIFFLENS_SPM_MODULE")) c.emplace_back(env);
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    const std::filesystem::path dir = std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
+    c.push_back(dir / "libdifflens_spm.so");                          // installed beside the executable
+    c.push_back(dir.parent_path() / "lib" / "difflens" / "libdifflens_spm.so");  // prefix/bin + prefix/lib
+    c.push_back(dir.parent_path() / "core" / "libdifflens_spm.so");   // build tree: build/app → build/core
+  }
+#ifdef DIFFLENS_SPM_MODULE_PATH
+  c.emplace_back(DIFFLENS_SPM_MODULE_PATH);  // where this build put it
+#endif
+  return c;
+}
+
+const SpmApi& spm_api() {
+  static std::once_flag once;
+  static SpmApi api;
+  static std::string failure;
+  std::call_once(once, [] {
+    std::string tried;
+    for (const auto& p : module_candidates()) {
+      if (!std::filesystem::exists(p)) {
+        tried += "\n  " + p.string() + " (absent)";
+        continue;
+      }
+      void* h = dlmopen(LM_ID_NEWLM, p.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!h) {
+        tried += "\n  " + p.string() + " (" + dlerror() + ")";
+        continue;
+      }
+      auto sym = [&](const char* name) {
+        void* f = dlsym(h, name);
+        if (!f) throw Error(p.string() + ": symbol " + name + " missing");
+        return f;
+      };
+      api.path = p.string();
+      api.open = reinterpret_cast<decltype(api.open)>(sym("difflens_spm_open"));
+      api.close = reinterpret_cast<decltype(api.close)>(sym("difflens_spm_close"));
+      api.vocab_size = reinterpret_cast<decltype(api.vocab_size)>(sym("difflens_spm_vocab_size"));
+      api.special_id = reinterpret_cast<decltype(api.special_id)>(sym("difflens_spm_special_id"));
+      api.encode = reinterpret_cast<decltype(api.encode)>(sym("difflens_spm_encode"));
+      api.piece = reinterpret_cast<decltype(api.piece)>(sym("difflens_spm_piece"));
+      api.decode = reinterpret_cast<decltype(api.decode)>(sym("difflens_spm_decode"));
+      return;
+    }
+    failure = "the SentencePiece module libdifflens_spm.so could not be loaded; tried:" + tried +
+              "\n(rebuild DiffLens, or set DIFFLENS_SPM_MODULE to its path)";
+  });
+  if (!api.open) throw Error(failure);
+  return api;
+}
+
+}  // namespace
+
+struct Tokenizer::Spm {
+  const SpmApi* api = nullptr;
+  void* handle = nullptr;
+  std::vector<std::string> pieces;  // id → piece text, cached at load
+  ~Spm() {
+    if (handle) api->close(handle);
+  }
+};
+
+std::string sentencepiece_module_path() { return spm_api().path; }
+
+Tokenizer Tokenizer::sentencepiece(const std::filesystem::path& model_file) {
+  if (!std::filesystem::exists(model_file)) throw Error(model_file.string() + ": tokenizer file not found");
+  const SpmApi& api = spm_api();
+  char err[512] = {0};
+  auto spm = std::make_shared<Spm>();
+  spm->api = &api;
+  spm->handle = api.open(model_file.c_str(), err, sizeof err);
+  if (!spm->handle) throw Error(model_file.string() + ": not a SentencePiece model (" + err + ")");
+  const int n = api.vocab_size(spm->handle);
+  spm->pieces.resize(static_cast<size_t>(n));
+  std::string buf(256, '\0');
+  for (int id = 0; id < n; ++id) {
+    int len = api.piece(spm->handle, id, buf.data(), static_cast<int>(buf.size()));
+    if (len > static_cast<int>(buf.size())) {
+      buf.resize(static_cast<size_t>(len));
+      len = api.piece(spm->handle, id, buf.data(), static_cast<int>(buf.size()));
+    }
+    spm->pieces[static_cast<size_t>(id)] = buf.substr(0, static_cast<size_t>(std::max(len, 0)));
+  }
+  Tokenizer t;
+  t.vocab_size_ = n;
+  t.bos_id_ = api.special_id(spm->handle, 1);
+  t.eos_id_ = api.special_id(spm->handle, 2);
+  t.spm_ = std::move(spm);
+  return t;
 }
 
 Tokenizer Tokenizer::bytes(int64_t vocab_size) {
@@ -32,9 +147,13 @@ Tokenizer Tokenizer::for_model(const std::filesystem::path& dir, const ModelConf
   switch (config.tokenizer) {
     case TokenizerKind::Bytes:
       return bytes(config.vocab_size);
-    case TokenizerKind::SentencePiece:
-      throw Error((dir / "tokenizer.model").string() +
-                  ": SentencePiece tokenizers are not supported by this build yet; use --token-ids");
+    case TokenizerKind::SentencePiece: {
+      Tokenizer t = sentencepiece(dir / "tokenizer.model");
+      if (t.vocab_size() != config.vocab_size)
+        throw Error((dir / "tokenizer.model").string() + ": has " + std::to_string(t.vocab_size()) +
+                    " pieces but config.json says vocab_size " + std::to_string(config.vocab_size));
+      return t;
+    }
   }
   throw Error("unknown tokenizer kind");
 }
@@ -42,12 +161,35 @@ Tokenizer Tokenizer::for_model(const std::filesystem::path& dir, const ModelConf
 Encoding Tokenizer::encode(const std::string& text, bool add_bos) const {
   if (!can_encode_) throw Error("this model has no tokenizer: pass token ids instead of text");
   Encoding e;
-  e.ids.reserve(text.size() + 1);
-  if (add_bos) {
-    e.ids.push_back(bos_id());
-    e.pieces.push_back(piece(bos_id()));
+  if (add_bos && bos_id_ >= 0) {
+    e.ids.push_back(bos_id_);
+    e.pieces.push_back(piece(bos_id_));
     e.offsets.push_back({0, 0});
   }
+  if (spm_) {
+    if (text.size() > static_cast<size_t>(INT32_MAX / 2)) throw Error("the text is too long to tokenize (over 1 GB)");
+    int cap = static_cast<int>(text.size()) + 16;  // pieces never outnumber bytes (+ a few markers)
+    std::vector<int32_t> ids(static_cast<size_t>(cap)), begins(ids.size()), ends(ids.size());
+    char err[512] = {0};
+    int n = spm_->api->encode(spm_->handle, text.data(), static_cast<int>(text.size()), ids.data(), begins.data(),
+                              ends.data(), cap, err, sizeof err);
+    if (n > cap) {
+      cap = n;
+      ids.resize(static_cast<size_t>(cap));
+      begins.resize(ids.size());
+      ends.resize(ids.size());
+      n = spm_->api->encode(spm_->handle, text.data(), static_cast<int>(text.size()), ids.data(), begins.data(),
+                            ends.data(), cap, err, sizeof err);
+    }
+    if (n < 0) throw Error(std::string("tokenizer: ") + err);
+    for (int i = 0; i < n; ++i) {
+      e.ids.push_back(ids[static_cast<size_t>(i)]);
+      e.pieces.push_back(piece(ids[static_cast<size_t>(i)]));
+      e.offsets.push_back({static_cast<size_t>(begins[static_cast<size_t>(i)]), static_cast<size_t>(ends[static_cast<size_t>(i)])});
+    }
+    return e;
+  }
+  e.ids.reserve(text.size() + 1);
   for (size_t i = 0; i < text.size(); ++i) {
     const int64_t id = kByteOffset + static_cast<unsigned char>(text[i]);
     e.ids.push_back(id);
@@ -60,12 +202,28 @@ Encoding Tokenizer::encode(const std::string& text, bool add_bos) const {
 std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string out;
   if (!can_encode_) return out;
+  if (spm_) {
+    std::vector<int32_t> v;
+    for (int64_t id : ids) {
+      if (id < 0 || id >= vocab_size_) throw Error("decode: id " + std::to_string(id) + " is outside the vocabulary");
+      v.push_back(static_cast<int32_t>(id));
+    }
+    std::string buf(ids.size() * 8 + 16, '\0');
+    int len = spm_->api->decode(spm_->handle, v.data(), static_cast<int>(v.size()), buf.data(), static_cast<int>(buf.size()));
+    if (len > static_cast<int>(buf.size())) {
+      buf.resize(static_cast<size_t>(len));
+      len = spm_->api->decode(spm_->handle, v.data(), static_cast<int>(v.size()), buf.data(), static_cast<int>(buf.size()));
+    }
+    if (len < 0) throw Error("decode failed");
+    return buf.substr(0, static_cast<size_t>(len));
+  }
   for (int64_t id : ids)
     if (id >= kByteOffset && id < kByteOffset + 256) out.push_back(static_cast<char>(id - kByteOffset));
   return out;
 }
 
 std::string Tokenizer::piece(int64_t id) const {
+  if (spm_) return id >= 0 && id < vocab_size_ ? spm_->pieces[static_cast<size_t>(id)] : "<" + std::to_string(id) + ">";
   if (!can_encode_) return "<" + std::to_string(id) + ">";
   if (id == 0) return "<unk>";
   if (id == 1) return "<s>";

@@ -1,10 +1,13 @@
 // Text <-> token ids, with byte offsets into the prompt so the UI can map tokens back to text.
-// Kinds: "bytes" (id = 3 + byte value; 0 <unk>, 1 <s>, 2 </s>; the layout SentencePiece's byte
-// fallback also uses) for models that ship no tokenizer.model. No LibTorch here.
+// Kinds: SentencePiece (tokenizer.model, run in a dlmopen-isolated module, see spm_module.h) and
+// "bytes" (id = 3 + byte value; 0 <unk>, 1 <s>, 2 </s>) for models that ship no tokenizer.model.
+// No LibTorch here. A Tokenizer is cheap to copy (shared, immutable state) and safe to use from
+// several threads at once.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,22 +27,34 @@ class Tokenizer {
   // For models built in memory: the byte tokenizer when the config says "bytes", otherwise an
   // ids-only tokenizer (pieces shown as <id>; encode() throws).
   static Tokenizer without_files(const ModelConfig& config);
+  // Loads a SentencePiece model file. Throws Error when the file or the SentencePiece module is missing.
+  static Tokenizer sentencepiece(const std::filesystem::path& model_file);
   // The tokenizer a checkpoint directory declares in its config. Throws Error when it cannot be loaded.
   static Tokenizer for_model(const std::filesystem::path& dir, const ModelConfig& config);
 
-  // Any byte sequence is accepted (invalid UTF-8 included): bytes map one-to-one onto ids.
+  // Any byte sequence is accepted. Bytes: one id per byte. SentencePiece: invalid UTF-8 bytes become
+  // U+FFFD / byte pieces as SentencePiece decides; never an error or a crash.
   Encoding encode(const std::string& text, bool add_bos) const;
   std::string decode(const std::vector<int64_t>& ids) const;
-  // Display text for one id: printable ASCII as itself, other bytes as <0xNN>, specials by name.
+  // Display text for one id: the SentencePiece piece ("▁the", "<0xE2>"); bytes: printable ASCII as
+  // itself, other bytes as <0xNN>; specials by name.
   std::string piece(int64_t id) const;
   int64_t vocab_size() const { return vocab_size_; }
-  int64_t bos_id() const { return 1; }
-  int64_t eos_id() const { return 2; }
+  int64_t bos_id() const { return bos_id_; }
+  int64_t eos_id() const { return eos_id_; }
+  bool is_sentencepiece() const { return spm_ != nullptr; }
 
  private:
+  struct Spm;
+  std::shared_ptr<const Spm> spm_;
   bool can_encode_ = true;
   int64_t vocab_size_ = 0;
+  int64_t bos_id_ = 1;
+  int64_t eos_id_ = 2;
 };
+
+// Where the SentencePiece module was found (for diagnostics); throws Error when it cannot be loaded.
+std::string sentencepiece_module_path();
 
 // Parses "1,2,3" into ids; throws Error on anything else or an id outside [0, vocab).
 std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab_size);

@@ -1,0 +1,255 @@
+// Haystacks, needle episodes and training rows.
+#include "core/data.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace difflens {
+namespace {
+
+// Given names that SentencePiece tends to keep short. Every fourth name is held out for evaluation.
+const char* const kNames[] = {
+    "Mira",   "Tomas",  "Anya",   "Boris",  "Clara",  "Dmitri", "Elena",  "Felix",  "Greta",  "Hugo",
+    "Irene",  "Jonas",  "Karin",  "Lukas",  "Marta",  "Nils",   "Olga",   "Pavel",  "Rosa",   "Stefan",
+    "Tanya",  "Ulrich", "Vera",   "Walter", "Yuri",   "Zora",   "Adam",   "Beth",   "Carl",   "Diana",
+    "Edgar",  "Fiona",  "George", "Helen",  "Ivan",   "Julia",  "Kevin",  "Laura",  "Martin", "Nora",
+    "Oscar",  "Paula",  "Quinn",  "Ruth",   "Simon",  "Tina",   "Victor", "Wendy",  "Xavier", "Yvonne",
+    "Alice",  "Bruno",  "Cecil",  "Doris",  "Emil",   "Flora",  "Gustav", "Hilda",  "Igor",   "Jane",
+    "Karl",   "Lena",   "Max",    "Nina",   "Otto",   "Petra",  "Rudolf", "Sara",   "Theo",   "Ursula",
+    "Vince",  "Wilma",  "Arthur", "Bella",  "Conrad", "Daisy",  "Ernest", "Freda",  "Gordon", "Hazel",
+};
+
+std::string four_digits(int code) {
+  std::string s = std::to_string(code);
+  return std::string(4 - s.size(), '0') + s;
+}
+
+// Token span covering the byte span [begin, end) of the encoded text.
+Span token_span(const Encoding& e, size_t begin, size_t end) {
+  Span s{-1, -1};
+  for (size_t i = 0; i < e.ids.size(); ++i) {
+    const auto [b, en] = e.offsets[i];
+    if (en > begin && b < end) {
+      if (s.begin < 0) s.begin = static_cast<int64_t>(i);
+      s.end = static_cast<int64_t>(i) + 1;
+    }
+  }
+  if (s.begin < 0) throw Error("episode: a span was lost in tokenization");
+  return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& needle_names(NeedleSplit split) {
+  static const auto lists = [] {
+    std::pair<std::vector<std::string>, std::vector<std::string>> l;
+    for (size_t i = 0; i < sizeof kNames / sizeof kNames[0]; ++i) (i % 4 == 3 ? l.second : l.first).push_back(kNames[i]);
+    return l;
+  }();
+  return split == NeedleSplit::Train ? lists.first : lists.second;
+}
+
+bool code_in_split(int code, NeedleSplit split) { return (code % 7 == 0) == (split == NeedleSplit::Eval); }
+
+Haystack::Haystack(const std::string& text, const Tokenizer& tokenizer) {
+  size_t start = 0;
+  auto flush = [&](size_t end) {
+    size_t b = start, e = end;
+    while (b < e && (text[b] == ' ' || text[b] == '\n')) ++b;
+    while (e > b && (text[e - 1] == ' ' || text[e - 1] == '\n')) --e;
+    if (e - b >= 2) sentences_.push_back(text.substr(b, e - b));
+    start = end;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\n') flush(i + 1);
+    else if ((text[i] == '.' || text[i] == '?' || text[i] == '!') && i + 1 < text.size() && text[i + 1] == ' ')
+      flush(i + 1);
+  }
+  flush(text.size());
+  if (sentences_.empty()) throw Error("haystack: the text has no sentences");
+  tokens_.reserve(sentences_.size());
+  for (const auto& s : sentences_) tokens_.push_back(static_cast<int64_t>(tokenizer.encode(s, false).ids.size()));
+}
+
+EpisodeBuilder::EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split)
+    : haystack_(haystack), tokenizer_(tokenizer), split_(split) {}
+
+std::string EpisodeBuilder::needle_sentence(const Needle& n) {
+  return "The secret code of " + n.name + " is " + n.code + ".";
+}
+
+std::string EpisodeBuilder::question(const Needle& n) {
+  return "Q: What is the secret code of " + n.name + "?\nA: The secret code of " + n.name + " is";
+}
+
+Needle EpisodeBuilder::random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken) const {
+  const auto& names = needle_names(split_);
+  Needle n;
+  for (int tries = 0; tries < 1000; ++tries) {
+    n.name = names[std::uniform_int_distribution<size_t>(0, names.size() - 1)(rng)];
+    if (std::none_of(taken.begin(), taken.end(), [&](const Needle& t) { return t.name == n.name; })) break;
+  }
+  int code;
+  do code = std::uniform_int_distribution<int>(1000, 9999)(rng);
+  while (!code_in_split(code, split_));
+  n.code = four_digits(code);
+  return n;
+}
+
+Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) const {
+  if (spec.needles < 1 || spec.queried < 1 || spec.queried > spec.needles)
+    throw Error("episode: need 1 <= queried (" + std::to_string(spec.queried) + ") <= needles (" +
+                std::to_string(spec.needles) + ")");
+  if (!spec.depths.empty() && static_cast<int>(spec.depths.size()) != spec.needles)
+    throw Error("episode: give one depth per needle");
+  if (spec.needles > static_cast<int>(needle_names(split_).size())) throw Error("episode: too many needles");
+  Episode ep;
+  std::vector<Needle> needles;
+  for (int i = 0; i < spec.needles; ++i) needles.push_back(random_needle(rng, needles));
+  std::vector<double> depths = spec.depths;
+  if (depths.empty())
+    for (int i = 0; i < spec.needles; ++i) depths.push_back(std::uniform_real_distribution<double>(0, 1)(rng));
+  for (double d : depths)
+    if (!(d >= 0 && d <= 1)) throw Error("episode: depths must lie in [0, 1]");
+  std::vector<int> order(static_cast<size_t>(spec.needles));  // needle indices sorted by depth
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return depths[a] < depths[b]; });
+  std::vector<int> queried(order.begin(), order.end());
+  std::shuffle(queried.begin(), queried.end(), rng);
+  queried.resize(static_cast<size_t>(spec.queried));
+
+  int64_t fixed = 1;  // BOS
+  for (const auto& n : needles) fixed += static_cast<int64_t>(tokenizer_.encode(needle_sentence(n), false).ids.size()) + 1;
+  for (int q : queried)
+    fixed += static_cast<int64_t>(tokenizer_.encode(question(needles[q]) + " " + needles[q].code + ".", false).ids.size()) + 2;
+  int64_t budget = spec.context_tokens - fixed;
+  if (budget < 0)
+    throw Error("episode: a context of " + std::to_string(spec.context_tokens) + " tokens cannot hold " +
+                std::to_string(spec.needles) + " needles and " + std::to_string(spec.queried) + " questions");
+
+  const size_t start = std::uniform_int_distribution<size_t>(0, haystack_.size() - 1)(rng);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    std::vector<size_t> hay;
+    int64_t used = 0;
+    // Consecutive sentences from `start`; one that does not fit is skipped (a long sentence must not
+    // leave a short context empty), and the scan stops once little room is left.
+    for (size_t k = 0; k < haystack_.size() && budget - used > 4 && k < 4096; ++k) {
+      const size_t i = (start + k) % haystack_.size();
+      if (used + haystack_.tokens(i) > budget) continue;
+      used += haystack_.tokens(i);
+      hay.push_back(i);
+    }
+    // Needle j goes before haystack sentence round(depth·|hay|).
+    std::string text;
+    std::vector<std::pair<size_t, size_t>> needle_chars(needles.size()), code_chars(needles.size());
+    size_t next = 0;
+    auto put_needles_before = [&](size_t pos) {
+      while (next < order.size() && static_cast<size_t>(std::lround(depths[order[next]] * hay.size())) <= pos) {
+        const Needle& n = needles[order[next]];
+        if (!text.empty()) text += ' ';
+        const size_t b = text.size();
+        text += needle_sentence(n);
+        needle_chars[order[next]] = {b, text.size()};
+        const size_t cb = b + needle_sentence(n).size() - 5;  // "dddd."
+        code_chars[order[next]] = {cb, cb + 4};
+        ++next;
+      }
+    };
+    for (size_t k = 0; k < hay.size(); ++k) {
+      put_needles_before(k);
+      if (!text.empty()) text += ' ';
+      text += haystack_.sentence(hay[k]);
+    }
+    put_needles_before(hay.size());
+    std::vector<std::pair<size_t, size_t>> question_chars, answer_chars;
+    for (int q : queried) {
+      text += '\n';
+      const size_t b = text.size();
+      text += question(needles[q]);
+      question_chars.push_back({b, text.size()});
+      text += ' ';
+      answer_chars.push_back({text.size(), text.size() + 4});
+      text += needles[q].code + ".";
+    }
+    const Encoding enc = tokenizer_.encode(text, true);
+    if (static_cast<int64_t>(enc.ids.size()) > spec.context_tokens && !hay.empty()) {
+      budget -= static_cast<int64_t>(enc.ids.size()) - spec.context_tokens;  // shrink and try again
+      continue;
+    }
+    ep.text = text;
+    ep.ids = enc.ids;
+    for (int j : order) {
+      ep.needles.push_back(needles[j]);
+      ep.needle_spans.push_back(token_span(enc, needle_chars[j].first, needle_chars[j].second));
+      ep.needle_code_spans.push_back(token_span(enc, code_chars[j].first, code_chars[j].second));
+      ep.depths.push_back(depths[j]);
+    }
+    for (size_t k = 0; k < queried.size(); ++k) {
+      ep.queried.push_back(static_cast<int>(std::find(order.begin(), order.end(), queried[k]) - order.begin()));
+      ep.question_spans.push_back(token_span(enc, question_chars[k].first, question_chars[k].second));
+      ep.answer_spans.push_back(token_span(enc, answer_chars[k].first, answer_chars[k].second));
+    }
+    if (!spec.final_answer) {
+      ep.ids.resize(static_cast<size_t>(ep.answer_spans.back().begin));
+      ep.text.resize(answer_chars.back().first);
+    }
+    return ep;
+  }
+  throw Error("episode: could not fit the haystack into " + std::to_string(spec.context_tokens) + " tokens");
+}
+
+TrainingData::TrainingData(std::vector<int64_t> stream, const Haystack& haystack, const Tokenizer& tokenizer,
+                           double episode_fraction)
+    : stream_(std::move(stream)),
+      episodes_(haystack, tokenizer, NeedleSplit::Train),
+      tokenizer_(tokenizer),
+      episode_fraction_(episode_fraction) {
+  if (stream_.size() < 1024) throw Error("training text is too short (" + std::to_string(stream_.size()) + " tokens)");
+}
+
+TrainingRow TrainingData::text_row(int64_t length, std::mt19937_64& rng) const {
+  TrainingRow r;
+  const size_t n = static_cast<size_t>(length + 1);
+  if (stream_.size() <= n) throw Error("training text is shorter than one sequence");
+  const size_t start = std::uniform_int_distribution<size_t>(0, stream_.size() - n - 1)(rng);
+  r.ids.assign(stream_.begin() + static_cast<std::ptrdiff_t>(start), stream_.begin() + static_cast<std::ptrdiff_t>(start + n));
+  return r;
+}
+
+TrainingRow TrainingData::row(int64_t length, std::mt19937_64& rng) const {
+  if (std::uniform_real_distribution<double>(0, 1)(rng) >= episode_fraction_) return text_row(length, rng);
+  // Packed episodes: short and long haystacks, 1-4 needles, every needle asked, until the row is full;
+  // what remains is natural text. Consecutive episodes never share a name.
+  const size_t n = static_cast<size_t>(length + 1);
+  TrainingRow r;
+  std::vector<std::string> recent;
+  for (int draws = 0; draws < 64 && r.ids.size() + 64 <= n; ++draws) {
+    const int64_t room = static_cast<int64_t>(n - r.ids.size());
+    EpisodeSpec spec;
+    spec.context_tokens = std::uniform_int_distribution<int64_t>(64, std::min<int64_t>(room, 448))(rng);
+    spec.needles = std::uniform_int_distribution<int>(1, spec.context_tokens >= 160 ? 4 : 2)(rng);
+    spec.queried = spec.needles;
+    Episode ep;
+    try {
+      ep = episodes_.build(spec, rng);
+    } catch (const Error&) {
+      break;  // the room left is too small for this draw: fill with text
+    }
+    bool clash = false;
+    for (const auto& nd : ep.needles) clash |= std::find(recent.begin(), recent.end(), nd.name) != recent.end();
+    if (clash) continue;
+    recent.clear();
+    for (const auto& nd : ep.needles) recent.push_back(nd.name);
+    r.ids.insert(r.ids.end(), ep.ids.begin(), ep.ids.end());
+  }
+  if (r.ids.size() < n) {
+    const TrainingRow fill = text_row(static_cast<int64_t>(n - r.ids.size()) - 1, rng);
+    r.ids.insert(r.ids.end(), fill.ids.begin(), fill.ids.end());
+  }
+  r.ids.resize(n);
+  return r;
+}
+
+}  // namespace difflens

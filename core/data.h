@@ -1,0 +1,111 @@
+// Training data and key-information retrieval episodes (the paper's needle task in miniature).
+// Plain C++ (no LibTorch): text is assembled first, then tokenized once, and spans are mapped from
+// byte offsets to token positions, so what a model sees is exactly what the spans describe.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tokenizer.h"
+
+namespace difflens {
+
+// Which names and codes an episode may use: training and evaluation sets are disjoint.
+enum class NeedleSplit { Train, Eval };
+
+// One needle: "The secret code of <name> is <code>."
+struct Needle {
+  std::string name;
+  std::string code;  // four digits
+};
+
+struct Span {
+  int64_t begin = 0;  // token positions, [begin, end)
+  int64_t end = 0;
+};
+
+// A haystack with needles, followed by questions. For question q the prompt is ids[0, prompt_end[q])
+// and the expected continuation is the code, at token positions answer[q].
+struct Episode {
+  std::string text;
+  std::vector<int64_t> ids;
+  std::vector<Needle> needles;            // in the order they appear in the haystack
+  std::vector<Span> needle_spans;         // each needle sentence
+  std::vector<Span> needle_code_spans;    // the code inside each needle sentence
+  std::vector<int> queried;               // indices into `needles`, in question order
+  std::vector<Span> question_spans;       // each "Q: ... A: The secret code of X is" span
+  std::vector<Span> answer_spans;         // the code tokens after each question
+  std::vector<double> depths;             // requested depth of each needle (0..1 of the haystack)
+};
+
+struct EpisodeSpec {
+  int64_t context_tokens = 256;  // total length target (haystack + needles + questions + answers)
+  int needles = 1;                // N
+  int queried = 1;                // R ≤ N
+  std::vector<double> depths;     // one per needle in [0, 1]; empty = uniform random
+  bool final_answer = true;       // include the last answer's code (false: prompt ends before it)
+};
+
+// Sentences of natural text with their token counts, used as haystack material.
+class Haystack {
+ public:
+  // Splits `text` into sentences (on ". ", "? ", "! " and newlines). Throws Error when empty.
+  Haystack(const std::string& text, const Tokenizer& tokenizer);
+  size_t size() const { return sentences_.size(); }
+  const std::string& sentence(size_t i) const { return sentences_[i]; }
+  int64_t tokens(size_t i) const { return tokens_[i]; }
+
+ private:
+  std::vector<std::string> sentences_;
+  std::vector<int64_t> tokens_;
+};
+
+class EpisodeBuilder {
+ public:
+  EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split);
+  // Builds an episode whose token count is at most spec.context_tokens (and close to it).
+  // Throws Error when the spec cannot be met (e.g. R > N or a context too short for the questions).
+  Episode build(const EpisodeSpec& spec, std::mt19937_64& rng) const;
+
+  static std::string needle_sentence(const Needle& n);
+  static std::string question(const Needle& n);  // ends with "...of <name> is"; the code follows
+
+ private:
+  Needle random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken) const;
+  const Haystack& haystack_;
+  const Tokenizer& tokenizer_;
+  NeedleSplit split_;
+};
+
+// Names available to a split (disjoint between Train and Eval).
+const std::vector<std::string>& needle_names(NeedleSplit split);
+// Whether a four-digit code belongs to the split (Eval: code % 7 == 0; Train: the rest).
+bool code_in_split(int code, NeedleSplit split);
+
+// One training row of exactly `length` + 1 tokens: inputs ids[0..length), targets ids[1..length].
+struct TrainingRow {
+  std::vector<int64_t> ids;
+};
+
+// Deterministic source of training rows: rows for step s depend only on (seed, s), so both models of a
+// pair see identical data and a resumed run continues the same sequence.
+class TrainingData {
+ public:
+  TrainingData(std::vector<int64_t> stream, const Haystack& haystack, const Tokenizer& tokenizer,
+               double episode_fraction);
+  // Natural-text window or a row packed with retrieval episodes (all needles asked).
+  TrainingRow row(int64_t length, std::mt19937_64& rng) const;
+  TrainingRow text_row(int64_t length, std::mt19937_64& rng) const;
+  const std::vector<int64_t>& stream() const { return stream_; }
+
+ private:
+  std::vector<int64_t> stream_;
+  EpisodeBuilder episodes_;
+  const Tokenizer& tokenizer_;
+  double episode_fraction_;
+};
+
+}  // namespace difflens

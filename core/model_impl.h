@@ -1,0 +1,55 @@
+// Internal to core (includes LibTorch): Model's private state, shared by model.cpp and train.cpp.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "core/model.h"
+#include "core/nn.h"
+
+namespace difflens {
+
+// Sets glibc malloc so large tensors come from a reused heap (see model.cpp). Idempotent.
+void tune_allocator_once();
+
+struct Model::Impl {
+  ModelConfig config;
+  Tokenizer tokenizer;
+  std::filesystem::path path;
+  at::Device device{at::kCPU};
+  nn::CausalLm net{nullptr};
+
+  Impl(const ModelConfig& c, const Tokenizer& tok, at::Device dev) : config(c), tokenizer(tok), device(dev) {
+    tune_allocator_once();
+    net = nn::CausalLm(c);
+    net->eval();
+  }
+
+  std::map<std::string, at::Tensor> named() const {
+    std::map<std::string, at::Tensor> m;
+    for (const auto& item : net->named_parameters()) m[item.key()] = item.value();
+    return m;
+  }
+
+  // Copies named tensors into the parameters; `source(name, shape)` returns one tensor's data or throws.
+  template <typename Source>
+  void bind(Source&& source) {
+    at::NoGradGuard no_grad;
+    for (auto& [name, param] : named()) {
+      std::vector<int64_t> expected(param.sizes().begin(), param.sizes().end());
+      std::vector<float> data = source(name, expected);
+      at::Tensor t = at::from_blob(data.data(), expected, at::TensorOptions().dtype(at::kFloat));
+      param.copy_(t);
+    }
+  }
+
+  void to_device() { net->to(device); }
+};
+
+
+struct ModelAccess {
+  static Model::Impl& impl(const Model& m) { return *m.impl_; }
+};
+
+}  // namespace difflens

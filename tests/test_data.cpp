@@ -1,0 +1,142 @@
+// Needle episodes and training rows: needles land at the requested depths, spans cover exactly the
+// needle/question/answer text, lengths respect the budget, train and eval sets are disjoint.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "core/data.h"
+#include "core/error.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+namespace {
+
+const char* kText =
+    "The river was high that spring. Farmers watched the fields. A dog barked at night. "
+    "Nobody slept well in the valley. The mayor called a meeting. Children stayed home from school. "
+    "Rain fell for nine days. The bridge held. Boats came up from the coast. Everyone helped.\n"
+    "In the city the news was slow to arrive. Papers printed rumours. Trains ran late. "
+    "A committee was formed. Its report was long. Few read it. The summer came dry and hot.\n";
+
+std::string span_text(const Tokenizer& tok, const Episode& e, Span s) {
+  return tok.decode(std::vector<int64_t>(e.ids.begin() + s.begin, e.ids.begin() + s.end));
+}
+
+}  // namespace
+
+TEST_CASE("haystack splits sentences and counts their tokens", "[data]") {
+  const Tokenizer tok = Tokenizer::bytes(259);
+  const Haystack h(kText, tok);
+  REQUIRE(h.size() == 17);
+  CHECK(h.sentence(0) == "The river was high that spring.");
+  CHECK(h.tokens(0) == 31);  // bytes tokenizer: one token per byte
+  CHECK(h.sentence(10) == "In the city the news was slow to arrive.");
+  CHECK_THROWS_WITH(Haystack("  \n ", tok), Catch::Contains("no sentences"));
+}
+
+TEST_CASE("episode places needles at the requested depths with exact spans", "[data][needle]") {
+  const Tokenizer tok = Tokenizer::bytes(259);
+  const Haystack h(kText, tok);
+  const EpisodeBuilder b(h, tok, NeedleSplit::Eval);
+  std::mt19937_64 rng(4);
+  EpisodeSpec s;
+  s.context_tokens = 600;
+  s.needles = 3;
+  s.queried = 2;
+  s.depths = {1.0, 0.0, 0.5};
+  const Episode e = b.build(s, rng);
+  CHECK(static_cast<int64_t>(e.ids.size()) <= 600);
+  CHECK(static_cast<int64_t>(e.ids.size()) > 450);  // the budget is used, not wasted
+  CHECK(e.ids[0] == tok.bos_id());
+  REQUIRE(e.needles.size() == 3);
+  // Needles are stored in haystack order: depth 0, then 0.5, then 1.
+  CHECK(e.depths == std::vector<double>{0.0, 0.5, 1.0});
+  CHECK(e.needle_spans[0].begin == 1);  // depth 0: right after BOS
+  const int64_t hay_end = e.question_spans[0].begin;
+  const double middle = static_cast<double>(e.needle_spans[1].begin) / static_cast<double>(hay_end);
+  CHECK(middle > 0.3);
+  CHECK(middle < 0.7);
+  CHECK(e.needle_spans[2].end >= hay_end - 2);  // depth 1: last thing before the questions
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(span_text(tok, e, e.needle_spans[i]) == EpisodeBuilder::needle_sentence(e.needles[i]));
+    CHECK(span_text(tok, e, e.needle_code_spans[i]) == e.needles[i].code);
+    CHECK(code_in_split(std::stoi(e.needles[i].code), NeedleSplit::Eval));
+  }
+  REQUIRE(e.queried.size() == 2);
+  for (size_t q = 0; q < 2; ++q) {
+    const Needle& n = e.needles[static_cast<size_t>(e.queried[q])];
+    CHECK(span_text(tok, e, e.question_spans[q]) == EpisodeBuilder::question(n));
+    CHECK(span_text(tok, e, e.answer_spans[q]) == n.code);
+    CHECK(e.answer_spans[q].begin == e.question_spans[q].end + 1);  // one space between
+  }
+  CHECK(e.queried[0] != e.queried[1]);
+  std::set<std::string> names;
+  for (const auto& n : e.needles) names.insert(n.name);
+  CHECK(names.size() == 3);
+}
+
+TEST_CASE("an episode without its final answer ends where the code would start", "[data][needle]") {
+  const Tokenizer tok = Tokenizer::bytes(259);
+  const Haystack h(kText, tok);
+  const EpisodeBuilder b(h, tok, NeedleSplit::Train);
+  std::mt19937_64 rng(5);
+  EpisodeSpec s;
+  s.context_tokens = 200;
+  s.final_answer = false;
+  const Episode e = b.build(s, rng);
+  CHECK(static_cast<int64_t>(e.ids.size()) == e.answer_spans.back().begin);
+  CHECK(e.text.substr(e.text.size() - 3) == "is ");
+  CHECK_FALSE(code_in_split(std::stoi(e.needles[0].code), NeedleSplit::Eval));
+}
+
+TEST_CASE("training and evaluation needles are disjoint", "[data][needle]") {
+  const auto& train = needle_names(NeedleSplit::Train);
+  const auto& eval = needle_names(NeedleSplit::Eval);
+  CHECK(train.size() == 60);
+  CHECK(eval.size() == 20);
+  for (const auto& n : eval) CHECK(std::find(train.begin(), train.end(), n) == train.end());
+  int eval_codes = 0;
+  for (int c = 1000; c <= 9999; ++c) {
+    CHECK(code_in_split(c, NeedleSplit::Train) != code_in_split(c, NeedleSplit::Eval));
+    eval_codes += code_in_split(c, NeedleSplit::Eval);
+  }
+  CHECK(eval_codes == 1286);  // multiples of 7 in [1000, 9999]
+}
+
+TEST_CASE("impossible episode specs are refused with a reason", "[data][errors]") {
+  const Tokenizer tok = Tokenizer::bytes(259);
+  const Haystack h(kText, tok);
+  const EpisodeBuilder b(h, tok, NeedleSplit::Train);
+  std::mt19937_64 rng(6);
+  EpisodeSpec s;
+  s.needles = 1;
+  s.queried = 2;
+  CHECK_THROWS_WITH(b.build(s, rng), Catch::Contains("queried (2) <= needles (1)"));
+  s.queried = 1;
+  s.context_tokens = 20;
+  CHECK_THROWS_WITH(b.build(s, rng), Catch::Contains("cannot hold"));
+  s.context_tokens = 300;
+  s.depths = {1.5};
+  CHECK_THROWS_WITH(b.build(s, rng), Catch::Contains("depths must lie in [0, 1]"));
+  s.depths = {0.1, 0.2};
+  CHECK_THROWS_WITH(b.build(s, rng), Catch::Contains("one depth per needle"));
+}
+
+TEST_CASE("training rows have the exact length and depend only on the seed", "[data][train]") {
+  const Tokenizer tok = Tokenizer::bytes(259);
+  const Haystack h(kText, tok);
+  std::string longer;
+  for (int i = 0; i < 20; ++i) longer += kText;
+  const TrainingData data(tok.encode(longer, false).ids, h, tok, 0.5);
+  int with_needles = 0;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    std::mt19937_64 a(seed), b(seed);
+    const TrainingRow ra = data.row(256, a), rb = data.row(256, b);
+    REQUIRE(ra.ids.size() == 257);
+    CHECK(ra.ids == rb.ids);
+    with_needles += tok.decode(ra.ids).find("The secret code of") != std::string::npos;
+  }
+  CHECK(with_needles >= 4);   // about half the rows are packed episodes
+  CHECK(with_needles <= 16);
+}
