@@ -36,6 +36,8 @@ commands:
   init-pair  write a seeded, untrained, parameter-matched DIFF + baseline pair
              --out DIR  [--hidden 256] [--layers 4] [--heads 4] [--kv-heads H] [--vocab 4096]
              [--seed 1]   (writes DIR/diff and DIR/baseline)
+  generate   continue a prompt   --model DIR --prompt TEXT [--tokens 40] [--temperature 0.8]
+             [--top-k 40] [--seed 1] [--samples 1]   (temperature 0 = greedy)
   info       print a checkpoint's configuration and parameter count   --model DIR
   train      train a matched DIFF + baseline pair on the prepared corpus (scripts/prepare-corpus)
              --corpus DIR --out DIR [--config train.json] [--steps N] [--seq-len 512] [--batch 8]
@@ -153,6 +155,31 @@ int cmd_info(const Args& a) {
   std::cout << config_to_json_text(m.config());
   std::printf("parameters: %lld\ndevice: %s\n", static_cast<long long>(m.parameter_count()),
               m.device_name().c_str());
+  return 0;
+}
+
+int cmd_generate(const Args& a) {
+  a.reject_unknown({"model", "prompt", "tokens", "temperature", "top-k", "seed", "samples", "threads", "device"});
+  apply_threads(a);
+  const Model m = Model::load(a.require("model"), parse_device(a.get("device", "auto")));
+  const std::string prompt = a.require("prompt");
+  const auto ids = m.tokenizer().encode(prompt, true).ids;
+  double temperature = 0.8;
+  if (a.has("temperature")) {
+    try {
+      temperature = std::stod(a.get("temperature"));
+    } catch (const std::exception&) {
+      throw Error("--temperature expects a number");
+    }
+  }
+  const int samples = std::max(1, a.get_int("samples", 1));
+  for (int s = 0; s < samples; ++s) {
+    const auto out = m.generate(ids, a.get_int("tokens", 40), temperature, a.get_int("top-k", 40),
+                                static_cast<uint64_t>(a.get_int("seed", 1) + s));
+    std::vector<int64_t> all = ids;
+    all.insert(all.end(), out.begin(), out.end());
+    std::printf("%s\n", m.tokenizer().decode(all).c_str());
+  }
   return 0;
 }
 
@@ -292,10 +319,11 @@ int run(int argc, char** argv) {
   if (cmd == "capture")
     return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));
   if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
+  if (cmd == "generate") return cmd_generate(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
   if (cmd == "train") return cmd_train(Args(argc, argv, 2, {"fresh"}));
   if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {"no-maps", "no-stats"}));
-  throw Error("unknown command '" + cmd + "' (commands: capture, init-pair, info, train, bench)");
+  throw Error("unknown command '" + cmd + "' (commands: capture, init-pair, generate, info, train, bench)");
 }
 
 }  // namespace difflens::cli

@@ -387,6 +387,31 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   return trace;
 }
 
+std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_new, double temperature, int top_k,
+                                    uint64_t seed) const {
+  const ModelConfig& c = impl_->config;
+  if (ids.empty()) throw Error("generate: the prompt is empty");
+  c10::InferenceMode inference;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<int64_t> all = ids, out;
+  for (int i = 0; i < max_new && static_cast<int64_t>(all.size()) < c.max_position_embeddings; ++i) {
+    Tensor x = at::tensor(all, at::TensorOptions().dtype(at::kLong)).unsqueeze(0).to(impl_->device);
+    Tensor logits = impl_->net->forward(x)[0][-1].to(at::kCPU, at::kFloat);  // [V]
+    int64_t next;
+    if (temperature <= 0) {
+      next = logits.argmax().item<int64_t>();
+    } else {
+      auto [vals, idx] = at::topk(logits, std::min<int64_t>(std::max(top_k, 1), c.vocab_size));
+      Tensor probs = at::softmax(vals / temperature, -1);
+      next = idx[at::multinomial(probs, 1, false, gen).item<int64_t>()].item<int64_t>();
+    }
+    all.push_back(next);
+    out.push_back(next);
+    if (next == c.eos_token_id) break;
+  }
+  return out;
+}
+
 LayerTrace Model::attention_probe(int layer, const std::vector<float>& x, int64_t T,
                                   std::vector<float>* output) const {
   const ModelConfig& c = impl_->config;

@@ -111,7 +111,7 @@ void adamw_step(ModelState& s, const TrainOptions& o, int64_t step, double lr) {
   }
 }
 
-void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_t tokens) {
+void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_t tokens, double wall_seconds) {
   s.model.save(s.dir);
   fs::copy_file(o.corpus_dir / "tokenizer.model", s.dir / "tokenizer.model", fs::copy_options::overwrite_existing);
   const fs::path st = s.dir / "train_state";
@@ -127,12 +127,14 @@ void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_
     }
   }
   write_safetensors(st / "optimizer.safetensors", out);
-  nlohmann::json j = {{"step", step}, {"tokens_seen", tokens}, {"seed", o.seed}, {"steps", o.steps}};
+  nlohmann::json j = {{"step", step},   {"tokens_seen", tokens}, {"seed", o.seed},
+                      {"steps", o.steps}, {"wall_seconds", wall_seconds}, {"threads", o.threads},
+                      {"device", cuda_available() && o.device != "cpu" ? "cuda" : "cpu"}};
   std::ofstream(st / "state.json") << j.dump(2) << "\n";
 }
 
 // Restores moments and returns the saved step, or 0 when there is nothing to resume.
-int64_t load_state(ModelState& s, int64_t* tokens) {
+int64_t load_state(ModelState& s, int64_t* tokens, double* wall_seconds) {
   const fs::path st = s.dir / "train_state";
   if (!fs::exists(st / "state.json") || !fs::exists(s.dir / "model.safetensors")) return 0;
   const auto j = nlohmann::json::parse(read_text(st / "state.json"));
@@ -146,6 +148,7 @@ int64_t load_state(ModelState& s, int64_t* tokens) {
     (first ? s.exp_avg : s.exp_avg_sq)[name] = t;
   }
   *tokens = j.at("tokens_seen").get<int64_t>();
+  *wall_seconds = j.value("wall_seconds", 0.0);
   return j.at("step").get<int64_t>();
 }
 
@@ -260,12 +263,13 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
 
   std::vector<ModelState> models;
   int64_t start = 0, tokens = 0;
+  double wall_before = 0;  // training wall time of earlier runs of this schedule
   for (int k = 0; k < 2; ++k) {
     if ((k == 0 && !o.train_diff) || (k == 1 && !o.train_baseline)) continue;
     const ModelConfig& cfg = k == 0 ? diff_cfg : base_cfg;
     ModelState s{cfg.name, o.out_dir / cfg.name, Model::random(cfg, o.seed, DeviceChoice::Cpu), {}, {}, 0, 0, 0};
     int64_t resumed_tokens = 0;
-    const int64_t resumed = o.resume ? load_state(s, &resumed_tokens) : 0;
+    const int64_t resumed = o.resume ? load_state(s, &resumed_tokens, &wall_before) : 0;
     if (!models.empty() && resumed != start)
       throw Error("train: the two models were saved at different steps (" + std::to_string(start) + " vs " +
                   std::to_string(resumed) + "); remove one train_state to restart it");
@@ -357,10 +361,12 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     if (progress) progress(p);
     if ((step + 1) % o.eval_every == 0 || step + 1 == o.steps) evaluate(step + 1);
     if ((step + 1) % o.save_every == 0 || step + 1 == o.steps)
-      for (auto& s : models) save_state(s, o, step + 1, tokens);
+      for (auto& s : models) save_state(s, o, step + 1, tokens, wall_before + secs);
   }
-  if (step < o.steps && step > start)  // stopped early: keep what was learned
-    for (auto& s : models) save_state(s, o, step, tokens);
+  if (step < o.steps && step > start) {  // stopped early: keep what was learned
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (auto& s : models) save_state(s, o, step, tokens, wall_before + secs);
+  }
   return step;
 }
 
