@@ -19,6 +19,12 @@ const char* kText =
     "In the city the news was slow to arrive. Papers printed rumours. Trains ran late. "
     "A committee was formed. Its report was long. Few read it. The summer came dry and hot.\n";
 
+// The byte tokenizer and a haystack over kText: one id per byte keeps every expected length readable.
+struct Fixture {
+  Tokenizer tok = Tokenizer::bytes(259);
+  Haystack hay{kText, tok};
+};
+
 std::string span_text(const Tokenizer& tok, const Episode& e, Span s) {
   return tok.decode(std::vector<int64_t>(e.ids.begin() + s.begin, e.ids.begin() + s.end));
 }
@@ -36,9 +42,9 @@ TEST_CASE("haystack splits sentences and counts their tokens", "[data]") {
 }
 
 TEST_CASE("episode places needles at the requested depths with exact spans", "[data][needle]") {
-  const Tokenizer tok = Tokenizer::bytes(259);
-  const Haystack h(kText, tok);
-  const EpisodeBuilder b(h, tok, NeedleSplit::Eval);
+  const Fixture f;
+  const Tokenizer& tok = f.tok;
+  const EpisodeBuilder b(f.hay, tok, NeedleSplit::Eval);
   std::mt19937_64 rng(4);
   EpisodeSpec s;
   s.context_tokens = 600;
@@ -77,9 +83,9 @@ TEST_CASE("episode places needles at the requested depths with exact spans", "[d
 }
 
 TEST_CASE("an episode without its final answer ends where the code would start", "[data][needle]") {
-  const Tokenizer tok = Tokenizer::bytes(259);
-  const Haystack h(kText, tok);
-  const EpisodeBuilder b(h, tok, NeedleSplit::Train);
+  const Fixture f;
+  const Tokenizer& tok = f.tok;
+  const EpisodeBuilder b(f.hay, tok, NeedleSplit::Train);
   std::mt19937_64 rng(5);
   EpisodeSpec s;
   s.context_tokens = 200;
@@ -105,9 +111,9 @@ TEST_CASE("training and evaluation needles are disjoint", "[data][needle]") {
 }
 
 TEST_CASE("impossible episode specs are refused with a reason", "[data][errors]") {
-  const Tokenizer tok = Tokenizer::bytes(259);
-  const Haystack h(kText, tok);
-  const EpisodeBuilder b(h, tok, NeedleSplit::Train);
+  const Fixture f;
+  const Tokenizer& tok = f.tok;
+  const EpisodeBuilder b(f.hay, tok, NeedleSplit::Train);
   std::mt19937_64 rng(6);
   EpisodeSpec s;
   s.needles = 1;
