@@ -1,0 +1,45 @@
+// Display logic for one attention map, shared by the GL renderer and the exporters (no GL here):
+// reduction to display size by max or mean pooling (never by sampling, which aliases) and mapping of
+// values to colormap coordinates with linear/sqrt/log scales and percentile clamping.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace difflens::viz {
+
+enum class Pooling { Max, Mean };
+enum class ValueScale { Linear, Sqrt, Log };
+
+// A map reduced to rows × cols cells, row-major. Cell (r, c) covers source rows [⌊r·R/rows⌋, ⌊(r+1)·R/rows⌋)
+// and columns likewise: an exact partition, and an exact copy when the map fits (rows = R, cols = C).
+// With `causal`, only entries with key ≤ query count; a cell with none holds NaN (drawn as "masked").
+// Max pooling keeps the entry of largest magnitude with its sign (A1 − λA2 can be negative).
+struct PooledMap {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> values;
+  float at(int64_t r, int64_t c) const { return values[static_cast<size_t>(r * cols + c)]; }
+};
+
+PooledMap pool_map(const float* map, int64_t src_rows, int64_t src_cols, int64_t max_rows, int64_t max_cols,
+                   Pooling pooling, bool causal);
+
+// The value range a colormap spans. Sequential maps: [0, hi]; diverging maps: [−hi, hi].
+struct ValueRange {
+  double hi = 1.0;
+  bool diverging = false;
+};
+
+// hi = the `percentile` (0–100] of |value| over the causal entries of all `maps` (each R×C); 100 = max.
+// Returns hi = 1 when every value is 0.
+ValueRange value_range(const std::vector<const float*>& maps, int64_t rows, int64_t cols, double percentile,
+                       bool diverging, bool causal);
+
+// Position in [0, 1] along the colormap (diverging: 0.5 is zero). Log scale spans 4 decades below hi.
+// NaN stays NaN (masked).
+double colormap_coordinate(double value, const ValueRange& range, ValueScale scale);
+
+constexpr double kLogDecades = 4.0;
+
+}  // namespace difflens::viz
