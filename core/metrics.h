@@ -1,0 +1,44 @@
+// Attention-noise metrics over captured maps (no LibTorch), exactly as DiffLens defines them:
+//   attention to answer (one head, query row i) = Σ_{j ∈ answer} A[i,j] / Σ_{j ≤ i} |A[i,j]|
+//   attention noise     (one head, query row i) = Σ_{j ∉ answer ∪ question} A[i,j] / Σ_{j ≤ i} |A[i,j]|
+// with A the differential map A1 − λA2 for DIFF and the softmax map for the baseline (numerators are
+// signed: DIFF can put net negative weight on irrelevant context). Averaged over the question's query
+// tokens, then over heads and layers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/trace.h"
+
+namespace difflens {
+
+struct TokenSpan {
+  int64_t begin = 0;  // [begin, end) token positions
+  int64_t end = 0;
+};
+
+struct AttentionShare {
+  double answer = 0;
+  double noise = 0;
+};
+
+// One [T, T] row-major map, averaged over `query_rows`. Throws Error on rows or spans outside the map.
+AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& query_rows, TokenSpan answer,
+                               TokenSpan question);
+
+struct NoiseReadout {
+  std::vector<int> layers;                            // layers whose maps the trace kept
+  std::vector<std::vector<AttentionShare>> per_head;  // [layer][kept head]
+  std::vector<AttentionShare> per_layer;              // mean over that layer's kept heads
+  AttentionShare mean;                                // mean over layers (and heads)
+};
+
+// Query rows are the question's tokens (question.begin .. question.end − 1). Throws Error when the trace
+// kept no maps.
+NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question);
+
+extern const char* const kAttentionShareDefinition;  // the definition above, for the UI and exports
+
+}  // namespace difflens
