@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "app/cli_args.h"
+#include "app/gui.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/model.h"
@@ -26,7 +27,15 @@ namespace {
 
 constexpr const char* kUsage = R"(DiffLens - Differential Transformer vs baseline attention explorer
 
-usage: difflens COMMAND [options]
+usage: difflens [GUI options]        open the desktop app (bundled models by default)
+       difflens COMMAND [options]    headless commands
+
+GUI options:
+  --models LEFT,RIGHT   model directories (default: the bundled diff-small, baseline-small)
+  --prompt TEXT         initial prompt            --select LAYER,HEAD   initial layer and head
+  --screenshot F.png    write the window to F.png once both maps are shown, then exit
+  --exit-after-frames N frames to render after the result before the screenshot (default 3)
+  --size WxH            window size (default 1600x1000)   --font-scale X   --threads N
 
 commands:
   capture    run one model on a prompt and write a trace bundle (trace.json + maps.safetensors)
@@ -250,6 +259,63 @@ int cmd_bench(const Args& a) {
   return 0;
 }
 
+// The bundled models: beside the source tree this binary was built from, or installed next to it.
+std::string bundled_model(const char* name) {
+  std::vector<std::filesystem::path> candidates;
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    const std::filesystem::path dir = std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
+    candidates.push_back(dir / "../share/difflens/models" / name);
+  }
+#ifdef DIFFLENS_SOURCE_DIR
+  candidates.push_back(std::filesystem::path(DIFFLENS_SOURCE_DIR) / "assets/models" / name);
+#endif
+  for (const auto& c : candidates)
+    if (std::filesystem::exists(c / "model.safetensors")) return std::filesystem::weakly_canonical(c).string();
+  return candidates.empty() ? name : candidates.back().string();
+}
+
+int cmd_gui(const Args& a) {
+  a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale", "threads"});
+  app::GuiOptions o;
+  if (a.has("models")) {
+    const std::string list = a.get("models");
+    const size_t comma = list.find(',');
+    if (comma == std::string::npos) throw Error("--models expects LEFT_DIR,RIGHT_DIR");
+    o.models[0] = list.substr(0, comma);
+    o.models[1] = list.substr(comma + 1);
+  } else {
+    o.models[0] = bundled_model("diff-small");
+    o.models[1] = bundled_model("baseline-small");
+  }
+  o.prompt = a.get("prompt", "The secret code of Mira is 4821. The river was high that spring. "
+                             "What is the secret code of Mira? The secret code of Mira is");
+  const std::vector<int> sel = a.get_int_list("select");
+  if (!sel.empty()) {
+    if (sel.size() != 2) throw Error("--select expects LAYER,HEAD");
+    o.layer = sel[0];
+    o.head = sel[1];
+  }
+  o.screenshot = a.get("screenshot");
+  o.exit_after_frames = a.get_int("exit-after-frames", 3);
+  if (a.has("size")) {
+    const std::string sz = a.get("size");
+    const size_t x = sz.find('x');
+    try {
+      if (x == std::string::npos) throw std::invalid_argument("x");
+      o.width = std::stoi(sz.substr(0, x));
+      o.height = std::stoi(sz.substr(x + 1));
+    } catch (const std::exception&) {
+      throw Error("--size expects WIDTHxHEIGHT, e.g. 1600x1000");
+    }
+    if (o.width < 320 || o.height < 240) throw Error("--size: the window must be at least 320x240");
+  }
+  if (a.has("font-scale")) o.font_scale = std::stof(a.get("font-scale"));
+  o.threads = a.get_int("threads", 0);
+  return app::run_gui(o);
+}
+
 std::atomic<bool> g_stop{false};
 
 void on_interrupt(int) { g_stop = true; }
@@ -310,11 +376,11 @@ int cmd_train(const Args& a) {
 }  // namespace
 
 int run(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
-      std::string(argv[1]) == "help") {
+  if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" || std::string(argv[1]) == "help")) {
     std::fputs(kUsage, stdout);
-    return argc < 2 ? 2 : 0;
+    return 0;
   }
+  if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0) return cmd_gui(Args(argc, argv, 1, {}));
   const std::string cmd = argv[1];
   if (cmd == "capture")
     return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));

@@ -97,3 +97,27 @@ TEST_CASE("cli: bad input gives a message and a non-zero status, never a crash",
   CHECK(r.status == 1);
   CHECK(r.out.find("5001 tokens; this model supports at most 4096") != std::string::npos);
 }
+
+TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("gui");
+  const std::string png = (dir / "shot.png").string();
+  const Result r = run("--prompt 'The secret code of Mira is 4821.' --select 1,0 --size 1280x800 --screenshot " + png +
+                           " --exit-after-frames 2 --threads 1",
+                       dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const std::string bytes = test::read_all(png);
+  REQUIRE(bytes.size() > 20000);  // a real picture, not an empty frame
+  CHECK(bytes.substr(1, 3) == "PNG");
+  auto be32 = [&](size_t o) {
+    return (static_cast<uint32_t>(static_cast<uint8_t>(bytes[o])) << 24) | (static_cast<uint8_t>(bytes[o + 1]) << 16) |
+           (static_cast<uint8_t>(bytes[o + 2]) << 8) | static_cast<uint8_t>(bytes[o + 3]);
+  };
+  CHECK(be32(16) == 1280);  // IHDR width and height
+  CHECK(be32(20) == 800);
+  // Bad GUI options are refused before any window opens.
+  const Result bad = run("--size 10x10 --screenshot x.png", dir);
+  CHECK(bad.status == 1);
+  CHECK(bad.out.find("at least 320x240") != std::string::npos);
+}

@@ -1,0 +1,367 @@
+// The GUI shell: window, fonts, the frame loop, and the panels over plain state structs. Results come
+// from the InferenceWorker at one point per frame; GL uploads happen only here, on the UI thread.
+#include "app/gui.h"
+
+#include <GLFW/glfw3.h>
+#include <backends/imgui_impl_glfw.h>
+#include <backends/imgui_impl_opengl3.h>
+#include <imgui.h>
+#include <imgui_freetype.h>
+#include <imgui_stdlib.h>
+#include <stb_image_write.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "app/inference_worker.h"
+#include "viz/heatmap_view.h"
+
+namespace difflens::app {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// --- plain state -------------------------------------------------------------------------------------
+
+struct ViewState {
+  int layer = -1;
+  int head[kSlots] = {0, 0};
+  int scale = 1;    // viz::ValueScale: 0 linear, 1 sqrt, 2 log
+  int pooling = 0;  // viz::Pooling: 0 max, 1 mean
+  bool shared_scale = true;
+  float clamp_percentile = 99.5f;
+};
+
+struct PromptState {
+  std::string text;
+  double last_edit = 0;
+  bool pending = false;  // edited, not yet submitted (debounce)
+};
+
+struct SlotState {
+  std::string path_field;
+};
+
+struct GuiState {
+  PromptState prompt;
+  ViewState view;
+  SlotState slots[kSlots];
+  std::optional<RunResult> shown;  // the result on screen
+  WorkerStatus status;
+};
+
+constexpr double kDebounceSeconds = 0.15;
+
+// --- map panels --------------------------------------------------------------------------------------
+
+struct MapSpec {
+  std::string title;
+  const float* data = nullptr;
+  int64_t T = 0;
+  bool diverging = false;
+  uint64_t version = 0;
+};
+
+// Draws a horizontal colour legend with its numeric ends under a map.
+void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, float width) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const float h = ImGui::GetTextLineHeight() * 0.6f;
+  constexpr int kSegments = 32;
+  for (int i = 0; i < kSegments; ++i) {
+    const viz::Rgb8 a = cmap.at(static_cast<double>(i) / kSegments), b = cmap.at(static_cast<double>(i + 1) / kSegments);
+    dl->AddRectFilledMultiColor(ImVec2(p.x + width * i / kSegments, p.y), ImVec2(p.x + width * (i + 1) / kSegments, p.y + h),
+                                IM_COL32(a.r, a.g, a.b, 255), IM_COL32(b.r, b.g, b.b, 255), IM_COL32(b.r, b.g, b.b, 255),
+                                IM_COL32(a.r, a.g, a.b, 255));
+  }
+  ImGui::Dummy(ImVec2(width, h));
+  char lo[32], mid[32], hi[32];
+  std::snprintf(lo, sizeof lo, "%.3g", range.diverging ? -range.hi : 0.0);
+  std::snprintf(mid, sizeof mid, "%.3g", range.diverging ? 0.0 : range.hi / 2);
+  std::snprintf(hi, sizeof hi, "%.3g", range.hi);
+  // Inside a group, SameLine() offsets count from the group's start.
+  ImGui::TextUnformatted(lo);
+  ImGui::SameLine(width / 2 - ImGui::CalcTextSize(mid).x / 2);
+  ImGui::TextUnformatted(mid);
+  ImGui::SameLine(width - ImGui::CalcTextSize(hi).x);
+  ImGui::TextUnformatted(hi);
+}
+
+class HeadView {
+ public:
+  void draw(const GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& tokens,
+            const viz::HeatmapRenderer& renderer, float side) {
+    if (maps.empty()) return;
+    // Value ranges: sequential maps share one range when asked; the difference map has its own
+    // symmetric range (it is on another scale: it can be negative).
+    std::vector<const float*> shared;
+    for (const auto& m : maps)
+      if (!m.diverging) shared.push_back(m.data);
+    const int64_t T = maps[0].T;
+    const viz::ValueRange shared_range = viz::value_range(shared, T, T, state.view.clamp_percentile, false, true);
+    for (size_t i = 0; i < maps.size(); ++i) {
+      const MapSpec& m = maps[i];
+      if (i) ImGui::SameLine();
+      ImGui::BeginGroup();
+      ImGui::TextUnformatted(m.title.c_str());
+      viz::HeatmapStyle style;
+      style.scale = static_cast<viz::ValueScale>(state.view.scale);
+      style.range = m.diverging || !state.view.shared_scale
+                        ? viz::value_range({m.data}, T, T, state.view.clamp_percentile, m.diverging, true)
+                        : shared_range;
+      viz::HeatmapView& view = views_[i];
+      const int px = std::max(16, static_cast<int>(side));
+      view.update({m.data, T, T, m.version, true}, px, px, static_cast<viz::Pooling>(state.view.pooling), style, renderer);
+      const ImVec2 origin = ImGui::GetCursorScreenPos();
+      ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(view.target().texture())), ImVec2(side, side),
+                   ImVec2(0, 1), ImVec2(1, 0));  // the target is bottom-up: flip once, here
+      if (ImGui::IsItemHovered()) {
+        const ImVec2 mouse = ImGui::GetIO().MousePos;
+        const int64_t q = std::clamp<int64_t>(static_cast<int64_t>((mouse.y - origin.y) / side * T), 0, T - 1);
+        const int64_t k = std::clamp<int64_t>(static_cast<int64_t>((mouse.x - origin.x) / side * T), 0, T - 1);
+        ImGui::BeginTooltip();
+        ImGui::Text("query %lld  %s", static_cast<long long>(q), q < static_cast<int64_t>(tokens.size()) ? tokens[q].c_str() : "");
+        ImGui::Text("key   %lld  %s", static_cast<long long>(k), k < static_cast<int64_t>(tokens.size()) ? tokens[k].c_str() : "");
+        if (k > q) ImGui::TextUnformatted("masked (future key)");
+        else
+          for (const auto& other : maps) ImGui::Text("%s = %.5f", other.title.c_str(), other.data[q * T + k]);
+        ImGui::EndTooltip();
+      }
+      draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, side);
+      ImGui::EndGroup();
+    }
+  }
+
+ private:
+  std::map<size_t, viz::HeatmapView> views_;
+};
+
+// Maps of the selected layer/head of one slot's trace; empty when the trace kept none.
+std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t request, int slot) {
+  std::vector<MapSpec> out;
+  if (layer < 0 || layer >= static_cast<int>(t.layers.size())) return out;
+  const LayerTrace& l = t.layers[static_cast<size_t>(layer)];
+  auto it = std::find(l.heads.begin(), l.heads.end(), head);
+  if (it == l.heads.end()) return out;
+  const int64_t T = t.length(), h = it - l.heads.begin();
+  const uint64_t base = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^ (static_cast<uint64_t>(layer) << 12) ^
+                        (static_cast<uint64_t>(head) << 4);
+  auto ptr = [&](const FloatArray& a) { return a.data.data() + h * T * T; };
+  if (t.config.is_diff()) {
+    out.push_back({"A1 (softmax 1)", ptr(l.a1), T, false, base + 1});
+    out.push_back({"A2 (softmax 2)", ptr(l.a2), T, false, base + 2});
+    char title[64];
+    std::snprintf(title, sizeof title, "A1 - %.3f A2", l.lambda);
+    out.push_back({title, ptr(l.a), T, true, base + 3});
+  } else {
+    out.push_back({"A (softmax)", ptr(l.a), T, false, base + 4});
+  }
+  return out;
+}
+
+void draw_model_slots(GuiState& state, InferenceWorker& worker) {
+  for (int s = 0; s < kSlots; ++s) {
+    ImGui::PushID(s);
+    const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
+    ImGui::Text("%s model:", s == 0 ? "Left" : "Right");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 22);
+    ImGui::InputText("##path", &state.slots[s].path_field);
+    ImGui::SameLine();
+    if (ImGui::Button("Open model")) {
+      worker.load(s, state.slots[s].path_field);
+      state.prompt.pending = true;  // re-run the prompt with the new model
+      state.prompt.last_edit = 0;
+    }
+    ImGui::SameLine();
+    if (!info.error.empty()) ImGui::TextColored(ImVec4(0.9f, 0.3f, 0.3f, 1), "%s", info.error.c_str());
+    else ImGui::TextDisabled("%s", info.loaded ? info.description.c_str() : "(loading)");
+    ImGui::PopID();
+  }
+}
+
+void draw_controls(GuiState& state, int layers, int heads[kSlots]) {
+  ViewState& v = state.view;
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 10);
+  ImGui::SliderInt("layer", &v.layer, 0, std::max(0, layers - 1));
+  for (int s = 0; s < kSlots; ++s) {
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 8);
+    ImGui::SliderInt(s == 0 ? "left head" : "right head", &v.head[s], 0, std::max(0, heads[s] - 1));
+  }
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
+  ImGui::Combo("scale", &v.scale, "linear\0sqrt\0log\0");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
+  ImGui::Combo("pooling", &v.pooling, "max\0mean\0");
+  ImGui::SameLine();
+  ImGui::Checkbox("shared scale", &v.shared_scale);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 8);
+  ImGui::SliderFloat("clamp %", &v.clamp_percentile, 90.0f, 100.0f, "%.1f");
+}
+
+bool write_screenshot(const std::string& path, int width, int height) {
+  std::vector<unsigned char> px(static_cast<size_t>(width) * height * 3);
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadPixels(0, 0, width, height, GL_RGB, GL_UNSIGNED_BYTE, px.data());
+  stbi_flip_vertically_on_write(1);  // GL rows are bottom-up
+  const int ok = stbi_write_png(path.c_str(), width, height, 3, px.data(), width * 3);
+  stbi_flip_vertically_on_write(0);
+  return ok != 0;
+}
+
+const char* find_font() {
+  for (const char* f : {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"})
+    if (std::filesystem::exists(f)) return f;
+  return nullptr;
+}
+
+}  // namespace
+
+int run_gui(const GuiOptions& opt) {
+  if (!glfwInit()) {
+    std::fprintf(stderr, "difflens: cannot open a window (no display?). Headless commands: difflens --help\n");
+    return 1;
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  GLFWwindow* window = glfwCreateWindow(opt.width, opt.height, "DiffLens", nullptr, nullptr);
+  if (!window) {
+    std::fprintf(stderr, "difflens: cannot create an OpenGL 3.3 core window\n");
+    glfwTerminate();
+    return 1;
+  }
+  glfwMakeContextCurrent(window);
+  glfwSwapInterval(1);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;  // a fixed layout; nothing to persist yet
+  io.Fonts->FontBuilderIO = ImGuiFreeType::GetBuilderForFreeType();
+  static const ImWchar ranges[] = {0x0020, 0x024F, 0x0370, 0x03FF, 0x2000, 0x206F, 0x2190, 0x21FF,
+                                   0x2200, 0x22FF, 0x2580, 0x259F, 0xFFFD, 0xFFFD, 0};
+  if (const char* font = find_font()) io.Fonts->AddFontFromFileTTF(font, 16.0f * opt.font_scale, nullptr, ranges);
+  ImGui::StyleColorsLight();
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init("#version 330 core");
+
+  int exit_status = 0;
+  {
+    const viz::HeatmapRenderer renderer;
+    InferenceWorker worker([] { glfwPostEmptyEvent(); }, opt.threads);
+    GuiState state;
+    for (int s = 0; s < kSlots; ++s) {
+      state.slots[s].path_field = opt.models[s];
+      if (!opt.models[s].empty()) worker.load(s, opt.models[s]);
+    }
+    state.prompt.text = opt.prompt;
+    state.prompt.pending = true;
+    state.view.layer = opt.layer;
+    if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
+    HeadView head_views[kSlots];
+    int frames_since_result = -1;
+
+    while (!glfwWindowShouldClose(window)) {
+      // Sleep until input or a worker result; wake up for the debounce deadline.
+      if (state.prompt.pending || state.status.busy || frames_since_result >= 0) glfwWaitEventsTimeout(0.03);
+      else glfwWaitEventsTimeout(0.5);
+
+      // The one point per frame where results reach the UI.
+      if (auto r = worker.take_result()) {
+        state.shown = std::move(r);
+        if (frames_since_result < 0 && !opt.screenshot.empty()) frames_since_result = 0;
+      }
+      state.status = worker.status();
+      if (state.prompt.pending && now_seconds() - state.prompt.last_edit > kDebounceSeconds) {
+        worker.run(state.prompt.text);
+        state.prompt.pending = false;
+      }
+
+      ImGui_ImplOpenGL3_NewFrame();
+      ImGui_ImplGlfw_NewFrame();
+      ImGui::NewFrame();
+      ImGui::SetNextWindowPos(ImVec2(0, 0));
+      ImGui::SetNextWindowSize(io.DisplaySize);
+      ImGui::Begin("DiffLens", nullptr,
+                   ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoBringToFrontOnFocus);
+      draw_model_slots(state, worker);
+      ImGui::Separator();
+      ImGui::TextUnformatted("Prompt");
+      if (ImGui::InputTextMultiline("##prompt", &state.prompt.text, ImVec2(-1, ImGui::GetTextLineHeight() * 4))) {
+        state.prompt.pending = true;
+        state.prompt.last_edit = now_seconds();
+      }
+      int layers = 0, heads[kSlots] = {0, 0};
+      if (state.shown)
+        for (int s = 0; s < kSlots; ++s)
+          if (const auto& t = state.shown->traces[s]) {
+            layers = std::max(layers, static_cast<int>(t->layers.size()));
+            heads[s] = static_cast<int>(t->config.map_heads());
+          }
+      if (layers > 0) {  // keep the requested selection until there is a model to check it against
+        if (state.view.layer < 0 || state.view.layer >= layers) state.view.layer = layers - 1;
+        for (int s = 0; s < kSlots; ++s) state.view.head[s] = std::clamp(state.view.head[s], 0, std::max(0, heads[s] - 1));
+      }
+      draw_controls(state, layers, heads);
+      ImGui::Separator();
+      if (state.shown) {
+        const float avail = ImGui::GetContentRegionAvail().x;
+        const float side = std::min((avail - 5 * ImGui::GetStyle().ItemSpacing.x) / 4.0f,
+                                    ImGui::GetContentRegionAvail().y - 6 * ImGui::GetTextLineHeightWithSpacing());
+        for (int s = 0; s < kSlots; ++s) {
+          const auto& t = state.shown->traces[s];
+          if (s) ImGui::SameLine();
+          ImGui::BeginGroup();
+          if (!t) {
+            ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", state.shown->errors[s].c_str());
+          } else {
+            ImGui::Text("%s  layer %d  head %d  (%lld tokens)", t->config.name.empty() ? to_string(t->config.attention) : t->config.name.c_str(),
+                        state.view.layer, state.view.head[s], static_cast<long long>(t->length()));
+            head_views[s].draw(state, maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s), t->tokens,
+                               renderer, side);
+          }
+          ImGui::EndGroup();
+        }
+      }
+      ImGui::Separator();
+      ImGui::Text("%s | last run %.0f ms for both models", state.status.busy ? "running..." : "idle", state.status.last_run_ms);
+      ImGui::End();
+
+      ImGui::Render();
+      int w, h;
+      glfwGetFramebufferSize(window, &w, &h);
+      glViewport(0, 0, w, h);
+      glClearColor(0.95f, 0.95f, 0.95f, 1);
+      glClear(GL_COLOR_BUFFER_BIT);
+      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      if (frames_since_result >= 0 && ++frames_since_result > opt.exit_after_frames) {
+        if (!write_screenshot(opt.screenshot, w, h)) {
+          std::fprintf(stderr, "difflens: cannot write %s\n", opt.screenshot.c_str());
+          exit_status = 1;
+        } else {
+          std::printf("wrote %s (%dx%d)\n", opt.screenshot.c_str(), w, h);
+        }
+        glfwSetWindowShouldClose(window, 1);
+      }
+      glfwSwapBuffers(window);
+    }
+  }
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+  return exit_status;
+}
+
+}  // namespace difflens::app

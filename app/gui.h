@@ -1,0 +1,23 @@
+// The DiffLens desktop window (GLFW + OpenGL 3.3 core + Dear ImGui).
+#pragma once
+
+#include <string>
+
+namespace difflens::app {
+
+struct GuiOptions {
+  std::string models[2];           // left (DIFF) and right (baseline) model directories
+  std::string prompt;              // initial prompt
+  int layer = -1, head = -1;       // initial selection (-1: the last layer, head 0)
+  std::string screenshot;          // headless: write the window to this PNG after the first result...
+  int exit_after_frames = 0;       // ...and this many further frames, then exit (0: run until closed)
+  int width = 1600, height = 1000;
+  float font_scale = 1.0f;
+  int threads = 0;                 // inference threads (0: LibTorch default)
+};
+
+// Runs the window until it is closed (or the headless screenshot is written). Returns the exit status;
+// a failure to open a window or GL context is reported on stderr with status 1.
+int run_gui(const GuiOptions& options);
+
+}  // namespace difflens::app
