@@ -48,9 +48,17 @@ struct SlotState {
   std::string path_field;
 };
 
+// Token selection, shared by every view of both models (linked highlight).
+struct SelectionState {
+  int query = -1;         // selected query token (-1: the last token)
+  int hovered_key = -1;   // key under the mouse, as drawn this frame (collected last frame)
+  int hovered_next = -1;  // key under the mouse, collected while drawing this frame
+};
+
 struct GuiState {
   PromptState prompt;
   ViewState view;
+  SelectionState selection;
   SlotState slots[kSlots];
   std::optional<RunResult> shown;  // the result on screen
   WorkerStatus status;
@@ -95,7 +103,7 @@ void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, float 
 
 class HeadView {
  public:
-  void draw(const GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& tokens,
+  void draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& tokens,
             const viz::HeatmapRenderer& renderer, float side) {
     if (maps.empty()) return;
     // Value ranges: sequential maps share one range when asked; the difference map has its own
@@ -121,10 +129,23 @@ class HeadView {
       const ImVec2 origin = ImGui::GetCursorScreenPos();
       ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(view.target().texture())), ImVec2(side, side),
                    ImVec2(0, 1), ImVec2(1, 0));  // the target is bottom-up: flip once, here
+      // Linked selection: the selected query's row and the hovered key's column, in every map.
+      ImDrawList* dl = ImGui::GetWindowDrawList();
+      const float cell = side / static_cast<float>(T);
+      const int q_sel = state.selection.query;
+      if (q_sel >= 0 && q_sel < T)
+        dl->AddRect(ImVec2(origin.x, origin.y + cell * q_sel), ImVec2(origin.x + side, origin.y + cell * (q_sel + 1)),
+                    IM_COL32(255, 140, 0, 255), 0, 0, 1.5f);
+      const int k_hov = state.selection.hovered_key;
+      if (k_hov >= 0 && k_hov < T)
+        dl->AddRect(ImVec2(origin.x + cell * k_hov, origin.y), ImVec2(origin.x + cell * (k_hov + 1), origin.y + side),
+                    IM_COL32(255, 0, 160, 200), 0, 0, 1.0f);
       if (ImGui::IsItemHovered()) {
         const ImVec2 mouse = ImGui::GetIO().MousePos;
         const int64_t q = std::clamp<int64_t>(static_cast<int64_t>((mouse.y - origin.y) / side * T), 0, T - 1);
         const int64_t k = std::clamp<int64_t>(static_cast<int64_t>((mouse.x - origin.x) / side * T), 0, T - 1);
+        state.selection.hovered_next = static_cast<int>(k);
+        if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) state.selection.query = static_cast<int>(q);
         ImGui::BeginTooltip();
         ImGui::Text("query %lld  %s", static_cast<long long>(q), q < static_cast<int64_t>(tokens.size()) ? tokens[q].c_str() : "");
         ImGui::Text("key   %lld  %s", static_cast<long long>(k), k < static_cast<int64_t>(tokens.size()) ? tokens[k].c_str() : "");
@@ -163,6 +184,84 @@ std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t reque
     out.push_back({"A (softmax)", ptr(l.a), T, false, base + 4});
   }
   return out;
+}
+
+// The prompt's tokens as chips: hover marks the key in every map, click selects the query token.
+void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
+  ImGui::TextUnformatted("Tokens (click: query, hover: key)");
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+  ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(2, 2));
+  ImGui::PushStyleVar(ImGuiStyleVar_FramePadding, ImVec2(3, 1));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string label = tokens[i] + "##tok" + std::to_string(i);
+    const float w = ImGui::CalcTextSize(tokens[i].c_str()).x + 6;
+    if (i > 0) {
+      ImGui::SameLine();
+      if (ImGui::GetItemRectMax().x + w + 2 > right) ImGui::NewLine();
+    }
+    const bool query = static_cast<int>(i) == state.selection.query;
+    const bool key = static_cast<int>(i) == state.selection.hovered_key;
+    ImGui::PushStyleColor(ImGuiCol_Button, query ? ImVec4(1.0f, 0.62f, 0.2f, 1) : key ? ImVec4(1.0f, 0.6f, 0.85f, 1)
+                                                                                    : ImVec4(0.86f, 0.88f, 0.92f, 1));
+    if (ImGui::Button(label.c_str())) state.selection.query = static_cast<int>(i);
+    if (ImGui::IsItemHovered()) state.selection.hovered_next = static_cast<int>(i);
+    ImGui::PopStyleColor();
+  }
+  ImGui::PopStyleVar(2);
+}
+
+// The selected query's attention over its keys, as bars, for one trace.
+void draw_row_view(const GuiState& state, const Trace& t, int head) {
+  const int layer = state.view.layer;
+  if (layer < 0 || layer >= static_cast<int>(t.layers.size())) return;
+  const LayerTrace& l = t.layers[static_cast<size_t>(layer)];
+  auto it = std::find(l.heads.begin(), l.heads.end(), head);
+  if (it == l.heads.end() || l.a.empty()) return;
+  const int64_t T = t.length(), h = it - l.heads.begin();
+  const int q = std::clamp(state.selection.query, 0, static_cast<int>(T) - 1);
+  const float* row = l.a.data.data() + (h * T + q) * T;
+  float lo = 0, hi = 0;
+  for (int j = 0; j <= q; ++j) {
+    lo = std::min(lo, row[j]);
+    hi = std::max(hi, row[j]);
+  }
+  char overlay[160];
+  std::snprintf(overlay, sizeof overlay, "%s, query %d '%s': %s over keys 0..%d", t.config.name.c_str(), q,
+                t.tokens[static_cast<size_t>(q)].c_str(), t.config.is_diff() ? "A1 - lambda A2" : "A", q);
+  ImGui::PlotHistogram(("##row" + t.config.name).c_str(), row, q + 1, 0, overlay, lo, hi > lo ? hi : lo + 1,
+                       ImVec2(ImGui::GetContentRegionAvail().x, ImGui::GetTextLineHeight() * 4.5f));
+}
+
+// λ per layer of a DIFF trace: the chart and the numbers (λ = exp1 - exp2 + λ_init).
+void draw_lambda_panel(const Trace& t) {
+  std::vector<float> lambdas, inits;
+  for (const auto& l : t.layers) {
+    lambdas.push_back(static_cast<float>(l.lambda));
+    inits.push_back(static_cast<float>(l.lambda_init));
+  }
+  ImGui::Text("lambda per layer (%s)", t.config.name.c_str());
+  ImGui::PlotLines("##lambda", lambdas.data(), static_cast<int>(lambdas.size()), 0, "lambda", -0.2f, 1.2f,
+                   ImVec2(ImGui::GetContentRegionAvail().x, ImGui::GetTextLineHeight() * 3));
+  if (ImGui::BeginTable("lambda", 5, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+    for (const char* h : {"layer", "lambda", "exp(q1.k1)", "exp(q2.k2)", "lambda_init"}) ImGui::TableSetupColumn(h);
+    ImGui::TableHeadersRow();
+    for (const auto& l : t.layers) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::Text("%d", l.index);
+      for (double v : {l.lambda, l.lambda_exp1, l.lambda_exp2, l.lambda_init}) {
+        ImGui::TableNextColumn();
+        ImGui::Text("%.4f", v);
+      }
+    }
+    ImGui::EndTable();
+  }
+}
+
+void draw_next_tokens(const Trace& t) {
+  ImGui::Text("next token (%s)", t.config.name.c_str());
+  for (size_t i = 0; i < std::min<size_t>(5, t.next_token.size()); ++i)
+    ImGui::Text("%5.1f %%  %s", 100.0 * t.next_token[i].probability, t.next_token[i].text.c_str());
 }
 
 void draw_model_slots(GuiState& state, InferenceWorker& worker) {
@@ -314,10 +413,22 @@ int run_gui(const GuiOptions& opt) {
       }
       draw_controls(state, layers, heads);
       ImGui::Separator();
+      state.selection.hovered_key = state.selection.hovered_next;
+      state.selection.hovered_next = -1;
+      std::shared_ptr<const Trace> any;
+      if (state.shown)
+        for (int s = kSlots - 1; s >= 0; --s)
+          if (state.shown->traces[s]) any = state.shown->traces[s];
+      if (any) {
+        const int T = static_cast<int>(any->length());
+        if (state.selection.query < 0 || state.selection.query >= T) state.selection.query = T - 1;
+        draw_token_strip(state, any->tokens);
+        ImGui::Separator();
+      }
       if (state.shown) {
         const float avail = ImGui::GetContentRegionAvail().x;
         const float side = std::min((avail - 5 * ImGui::GetStyle().ItemSpacing.x) / 4.0f,
-                                    ImGui::GetContentRegionAvail().y - 6 * ImGui::GetTextLineHeightWithSpacing());
+                                    ImGui::GetContentRegionAvail().y - 17 * ImGui::GetTextLineHeightWithSpacing());
         for (int s = 0; s < kSlots; ++s) {
           const auto& t = state.shown->traces[s];
           if (s) ImGui::SameLine();
@@ -332,6 +443,25 @@ int run_gui(const GuiOptions& opt) {
           }
           ImGui::EndGroup();
         }
+        ImGui::Separator();
+        // Row view for both models, then λ and next-token panels side by side.
+        const float col = ImGui::GetContentRegionAvail().x / 2 - ImGui::GetStyle().ItemSpacing.x;
+        for (int s = 0; s < kSlots; ++s) {
+          if (s) ImGui::SameLine();
+          ImGui::BeginChild(s == 0 ? "row0" : "row1", ImVec2(col, ImGui::GetTextLineHeight() * 5.5f));
+          if (const auto& t = state.shown->traces[s]) draw_row_view(state, *t, state.view.head[s]);
+          ImGui::EndChild();
+        }
+        const float bottom = -1.5f * ImGui::GetTextLineHeightWithSpacing();  // keep the status line visible
+        ImGui::BeginChild("lambda", ImVec2(col, bottom));
+        for (int s = 0; s < kSlots; ++s)
+          if (const auto& t = state.shown->traces[s]; t && t->config.is_diff()) draw_lambda_panel(*t);
+        ImGui::EndChild();
+        ImGui::SameLine();
+        ImGui::BeginChild("next", ImVec2(col, bottom));
+        for (int s = 0; s < kSlots; ++s)
+          if (const auto& t = state.shown->traces[s]) draw_next_tokens(*t);
+        ImGui::EndChild();
       }
       ImGui::Separator();
       ImGui::Text("%s | last run %.0f ms for both models", state.status.busy ? "running..." : "idle", state.status.last_run_ms);
