@@ -36,6 +36,7 @@ GUI options:
   --screenshot F.png    write the window to F.png once both maps are shown, then exit
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
   --size WxH            window size (default 1600x1000)   --font-scale X   --threads N
+  --tab overview|outliers   which bottom panel is open
 
 commands:
   capture    run one model on a prompt and write a trace bundle (trace.json + maps.safetensors)
@@ -277,7 +278,8 @@ std::string bundled_model(const char* name) {
 }
 
 int cmd_gui(const Args& a) {
-  a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale", "threads"});
+  a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale", "threads",
+                    "tab"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -313,6 +315,10 @@ int cmd_gui(const Args& a) {
   }
   if (a.has("font-scale")) o.font_scale = std::stof(a.get("font-scale"));
   o.threads = a.get_int("threads", 0);
+  if (a.has("tab")) {
+    if (a.get("tab") != "outliers" && a.get("tab") != "overview") throw Error("--tab must be overview or outliers");
+    o.open_outliers = a.get("tab") == "outliers";
+  }
   return app::run_gui(o);
 }
 

@@ -14,6 +14,7 @@ struct GuiOptions {
   int width = 1600, height = 1000;
   float font_scale = 1.0f;
   int threads = 0;                 // inference threads (0: LibTorch default)
+  bool open_outliers = false;      // start on the Outliers tab (headless screenshots of that panel)
 };
 
 // Runs the window until it is closed (or the headless screenshot is written). Returns the exit status;
