@@ -36,7 +36,8 @@ GUI options:
   --screenshot F.png    write the window to F.png once both maps are shown, then exit
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
   --size WxH            window size (default 1600x1000)   --font-scale X   --threads N
-  --tab overview|outliers   which bottom panel is open
+  --tab overview|noise|outliers   which bottom panel is open
+  --query I             selected query token (start of the question)   --answer B,E   answer span
 
 commands:
   capture    run one model on a prompt and write a trace bundle (trace.json + maps.safetensors)
@@ -279,7 +280,7 @@ std::string bundled_model(const char* name) {
 
 int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale", "threads",
-                    "tab"});
+                    "tab", "query", "answer"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -316,8 +317,17 @@ int cmd_gui(const Args& a) {
   if (a.has("font-scale")) o.font_scale = std::stof(a.get("font-scale"));
   o.threads = a.get_int("threads", 0);
   if (a.has("tab")) {
-    if (a.get("tab") != "outliers" && a.get("tab") != "overview") throw Error("--tab must be overview or outliers");
-    o.open_outliers = a.get("tab") == "outliers";
+    const std::string tab = a.get("tab");
+    if (tab != "outliers" && tab != "overview" && tab != "noise") throw Error("--tab must be overview, noise or outliers");
+    o.open_outliers = tab == "outliers";
+    o.open_noise = tab == "noise";
+  }
+  o.query = a.get_int("query", -1);
+  const std::vector<int> answer = a.get_int_list("answer");
+  if (!answer.empty()) {
+    if (answer.size() != 2 || answer[0] < 0 || answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
+    o.answer_begin = answer[0];
+    o.answer_end = answer[1];
   }
   return app::run_gui(o);
 }

@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "app/inference_worker.h"
+#include "core/metrics.h"
 #include "viz/heatmap_view.h"
 
 namespace difflens::app {
@@ -55,6 +56,9 @@ struct SelectionState {
   int query = -1;         // selected query token (-1: the last token)
   int hovered_key = -1;   // key under the mouse, as drawn this frame (collected last frame)
   int hovered_next = -1;  // key under the mouse, collected while drawing this frame
+  int answer_begin = -1;  // answer span [begin, end) marked by right-dragging on the token strip
+  int answer_end = -1;
+  int answer_anchor = -1;  // where the current right-drag started
 };
 
 struct GuiState {
@@ -190,7 +194,8 @@ std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t reque
 
 // The prompt's tokens as chips: hover marks the key in every map, click selects the query token.
 void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
-  ImGui::TextUnformatted("Tokens (click: query, hover: key)");
+  ImGui::TextUnformatted("Tokens (click: query / question start, hover: key, right-drag: answer span)");
+  if (!ImGui::IsMouseDown(ImGuiMouseButton_Right)) state.selection.answer_anchor = -1;
   const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
   ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(2, 2));
   ImGui::PushStyleVar(ImGuiStyleVar_FramePadding, ImVec2(3, 1));
@@ -201,12 +206,23 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
       ImGui::SameLine();
       if (ImGui::GetItemRectMax().x + w + 2 > right) ImGui::NewLine();
     }
-    const bool query = static_cast<int>(i) == state.selection.query;
-    const bool key = static_cast<int>(i) == state.selection.hovered_key;
-    ImGui::PushStyleColor(ImGuiCol_Button, query ? ImVec4(1.0f, 0.62f, 0.2f, 1) : key ? ImVec4(1.0f, 0.6f, 0.85f, 1)
-                                                                                    : ImVec4(0.86f, 0.88f, 0.92f, 1));
-    if (ImGui::Button(label.c_str())) state.selection.query = static_cast<int>(i);
-    if (ImGui::IsItemHovered()) state.selection.hovered_next = static_cast<int>(i);
+    const int ii = static_cast<int>(i);
+    const bool query = ii == state.selection.query;
+    const bool key = ii == state.selection.hovered_key;
+    const bool answer = ii >= state.selection.answer_begin && ii < state.selection.answer_end;
+    ImGui::PushStyleColor(ImGuiCol_Button, query    ? ImVec4(1.0f, 0.62f, 0.2f, 1)
+                                           : key    ? ImVec4(1.0f, 0.6f, 0.85f, 1)
+                                           : answer ? ImVec4(0.45f, 0.8f, 0.45f, 1)
+                                                    : ImVec4(0.86f, 0.88f, 0.92f, 1));
+    if (ImGui::Button(label.c_str())) state.selection.query = ii;
+    if (ImGui::IsItemHovered()) {
+      state.selection.hovered_next = ii;
+      if (ImGui::IsMouseClicked(ImGuiMouseButton_Right)) state.selection.answer_anchor = ii;
+      if (ImGui::IsMouseDown(ImGuiMouseButton_Right) && state.selection.answer_anchor >= 0) {
+        state.selection.answer_begin = std::min(state.selection.answer_anchor, ii);
+        state.selection.answer_end = std::max(state.selection.answer_anchor, ii) + 1;
+      }
+    }
     ImGui::PopStyleColor();
   }
   ImGui::PopStyleVar(2);
@@ -380,6 +396,61 @@ void draw_outlier_panel(const RunResult& r, int& layer_choice) {
   if (layer_choice < 0) ImGui::TextDisabled("pooled over layers: top-k exact; median from the log histogram (within 3.7 %%)");
 }
 
+// Attention to the marked answer vs attention noise, per layer and averaged, for both models.
+void draw_noise_panel(const GuiState& state, const RunResult& r) {
+  const SelectionState& sel = state.selection;
+  ImGui::TextWrapped("%s.", kAttentionShareDefinition);
+  ImGui::TextDisabled("Question = tokens from the selected query to the end; answer = the right-dragged span.");
+  if (sel.answer_begin < 0) {
+    ImGui::TextUnformatted("Right-drag over the answer's tokens on the token strip to measure.");
+    return;
+  }
+  if (ImGui::BeginTable("noise", 1 + 2 * kSlots, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::TableSetupColumn("layer");
+    std::string heads[kSlots];
+    for (int s = 0; s < kSlots; ++s) {
+      const auto& t = r.traces[s];
+      const std::string n = t ? (t->config.name.empty() ? to_string(t->config.attention) : t->config.name) : "-";
+      ImGui::TableSetupColumn((n + " answer").c_str());
+      ImGui::TableSetupColumn((n + " noise").c_str());
+    }
+    ImGui::TableHeadersRow();
+    std::optional<NoiseReadout> readouts[kSlots];
+    std::string errors[kSlots];
+    size_t rows = 0;
+    for (int s = 0; s < kSlots; ++s) {
+      const auto& t = r.traces[s];
+      if (!t) continue;
+      const int64_t T = t->length();
+      const TokenSpan answer{std::min<int64_t>(sel.answer_begin, T), std::min<int64_t>(sel.answer_end, T)};
+      const TokenSpan question{std::clamp<int64_t>(sel.query, 0, T - 1), T};
+      try {
+        readouts[s] = attention_noise(*t, answer, question);
+        rows = std::max(rows, readouts[s]->layers.size());
+      } catch (const std::exception& e) {
+        errors[s] = e.what();
+      }
+    }
+    for (size_t i = 0; i <= rows; ++i) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      if (i < rows) ImGui::Text("%zu", i);
+      else ImGui::TextUnformatted("mean");
+      for (int s = 0; s < kSlots; ++s) {
+        const AttentionShare* a = nullptr;
+        if (readouts[s]) a = i < readouts[s]->per_layer.size() ? &readouts[s]->per_layer[i] : i == rows ? &readouts[s]->mean : nullptr;
+        ImGui::TableNextColumn();
+        if (a) ImGui::Text("%.3f", a->answer);
+        ImGui::TableNextColumn();
+        if (a) ImGui::Text("%.3f", a->noise);
+      }
+    }
+    ImGui::EndTable();
+    for (int s = 0; s < kSlots; ++s)
+      if (!errors[s].empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", errors[s].c_str());
+  }
+}
+
 void draw_model_slots(GuiState& state, InferenceWorker& worker) {
   for (int s = 0; s < kSlots; ++s) {
     ImGui::PushID(s);
@@ -482,6 +553,9 @@ int run_gui(const GuiOptions& opt) {
     state.prompt.text = opt.prompt;
     state.prompt.pending = true;
     state.view.layer = opt.layer;
+    state.selection.query = opt.query;
+    state.selection.answer_begin = opt.answer_begin;
+    state.selection.answer_end = opt.answer_end;
     if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
     HeadView head_views[kSlots];
     int frames_since_result = -1;
@@ -581,6 +655,10 @@ int run_gui(const GuiOptions& opt) {
             for (int s = 0; s < kSlots; ++s)
               if (const auto& t = state.shown->traces[s]) draw_next_tokens(*t);
             ImGui::EndChild();
+            ImGui::EndTabItem();
+          }
+          if (ImGui::BeginTabItem("Attention noise", nullptr, opt.open_noise ? ImGuiTabItemFlags_SetSelected : 0)) {
+            draw_noise_panel(state, *state.shown);
             ImGui::EndTabItem();
           }
           if (ImGui::BeginTabItem("Outliers", nullptr, opt.open_outliers ? ImGuiTabItemFlags_SetSelected : 0)) {

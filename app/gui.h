@@ -15,6 +15,9 @@ struct GuiOptions {
   float font_scale = 1.0f;
   int threads = 0;                 // inference threads (0: LibTorch default)
   bool open_outliers = false;      // start on the Outliers tab (headless screenshots of that panel)
+  bool open_noise = false;         // start on the Attention noise tab
+  int query = -1;                  // initial query token (question start); -1: the last token
+  int answer_begin = -1, answer_end = -1;  // initial answer span [begin, end) in tokens
 };
 
 // Runs the window until it is closed (or the headless screenshot is written). Returns the exit status;
