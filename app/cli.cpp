@@ -36,7 +36,7 @@ GUI options:
   --screenshot F.png    write the window to F.png once both maps are shown, then exit
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
   --size WxH            window size (default 1600x1000)   --font-scale X   --threads N
-  --tab overview|noise|outliers   which bottom panel is open
+  --tab overview|models|noise|outliers   which bottom panel is open
   --query I             selected query token (start of the question)   --answer B,E   answer span
 
 commands:
@@ -318,9 +318,11 @@ int cmd_gui(const Args& a) {
   o.threads = a.get_int("threads", 0);
   if (a.has("tab")) {
     const std::string tab = a.get("tab");
-    if (tab != "outliers" && tab != "overview" && tab != "noise") throw Error("--tab must be overview, noise or outliers");
+    if (tab != "outliers" && tab != "overview" && tab != "noise" && tab != "models")
+      throw Error("--tab must be overview, models, noise or outliers");
     o.open_outliers = tab == "outliers";
     o.open_noise = tab == "noise";
+    o.open_model_view = tab == "models";
   }
   o.query = a.get_int("query", -1);
   const std::vector<int> answer = a.get_int_list("answer");

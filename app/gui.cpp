@@ -169,6 +169,47 @@ class HeadView {
   std::map<size_t, viz::HeatmapView> views_;
 };
 
+// Layers × heads grid of one model's maps (A1 − λA2 for DIFF, A for the baseline): click selects.
+class ModelView {
+ public:
+  void draw(GuiState& state, const Trace& t, int slot, uint64_t request, const viz::HeatmapRenderer& renderer,
+            float thumb) {
+    const int64_t T = t.length();
+    ImGui::Text("%s: layers (rows) x heads (columns), %s", t.config.name.c_str(),
+                t.config.is_diff() ? "A1 - lambda A2" : "softmax A");
+    for (const LayerTrace& l : t.layers) {
+      if (l.a.empty()) continue;
+      const viz::ValueRange range = viz::value_range({l.a.data.data()}, T * static_cast<int64_t>(l.heads.size()), T,
+                                                     state.view.clamp_percentile, t.config.is_diff(), false);
+      for (size_t h = 0; h < l.heads.size(); ++h) {
+        if (h) ImGui::SameLine();
+        viz::HeatmapStyle style;
+        style.range = range;
+        style.scale = static_cast<viz::ValueScale>(state.view.scale);
+        viz::HeatmapView& v = views_[{l.index, l.heads[h]}];
+        const uint64_t version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^ (static_cast<uint64_t>(l.index) << 12) ^
+                                 (static_cast<uint64_t>(l.heads[h]) << 4) ^ 0x9;
+        v.update({l.a.data.data() + static_cast<int64_t>(h) * T * T, T, T, version, true}, static_cast<int>(thumb),
+                 static_cast<int>(thumb), static_cast<viz::Pooling>(state.view.pooling), style, renderer);
+        const ImVec2 p = ImGui::GetCursorScreenPos();
+        ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(v.target().texture())), ImVec2(thumb, thumb),
+                     ImVec2(0, 1), ImVec2(1, 0));
+        const bool selected = l.index == state.view.layer && l.heads[h] == state.view.head[slot];
+        if (selected)
+          ImGui::GetWindowDrawList()->AddRect(p, ImVec2(p.x + thumb, p.y + thumb), IM_COL32(255, 140, 0, 255), 0, 0, 3);
+        if (ImGui::IsItemHovered()) ImGui::SetTooltip("layer %d, head %d", l.index, l.heads[h]);
+        if (ImGui::IsItemClicked()) {
+          state.view.layer = l.index;
+          state.view.head[slot] = l.heads[h];
+        }
+      }
+    }
+  }
+
+ private:
+  std::map<std::pair<int, int>, viz::HeatmapView> views_;
+};
+
 // Maps of the selected layer/head of one slot's trace; empty when the trace kept none.
 std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t request, int slot) {
   std::vector<MapSpec> out;
@@ -558,6 +599,7 @@ int run_gui(const GuiOptions& opt) {
     state.selection.answer_end = opt.answer_end;
     if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
     HeadView head_views[kSlots];
+    ModelView model_views[kSlots];
     int frames_since_result = -1;
 
     while (!glfwWindowShouldClose(window)) {
@@ -655,6 +697,17 @@ int run_gui(const GuiOptions& opt) {
             for (int s = 0; s < kSlots; ++s)
               if (const auto& t = state.shown->traces[s]) draw_next_tokens(*t);
             ImGui::EndChild();
+            ImGui::EndTabItem();
+          }
+          if (ImGui::BeginTabItem("Model view", nullptr, opt.open_model_view ? ImGuiTabItemFlags_SetSelected : 0)) {
+            const float thumb = std::clamp(ImGui::GetContentRegionAvail().y / 5.0f, 32.0f, 96.0f);
+            for (int s = 0; s < kSlots; ++s) {
+              if (s) ImGui::SameLine(0, 3 * ImGui::GetFontSize());
+              ImGui::BeginGroup();
+              if (const auto& t = state.shown->traces[s])
+                model_views[s].draw(state, *t, s, state.shown->request, renderer, thumb);
+              ImGui::EndGroup();
+            }
             ImGui::EndTabItem();
           }
           if (ImGui::BeginTabItem("Attention noise", nullptr, opt.open_noise ? ImGuiTabItemFlags_SetSelected : 0)) {

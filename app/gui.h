@@ -16,6 +16,7 @@ struct GuiOptions {
   int threads = 0;                 // inference threads (0: LibTorch default)
   bool open_outliers = false;      // start on the Outliers tab (headless screenshots of that panel)
   bool open_noise = false;         // start on the Attention noise tab
+  bool open_model_view = false;    // start on the Model view tab
   int query = -1;                  // initial query token (question start); -1: the last token
   int answer_begin = -1, answer_end = -1;  // initial answer span [begin, end) in tokens
 };
