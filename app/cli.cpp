@@ -37,6 +37,7 @@ GUI options:
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
   --size WxH            window size (default 1600x1000)   --font-scale X   --threads N
   --tab overview|models|noise|outliers   which bottom panel is open
+  --export-all          export every shown map (PNG/NPY/CSV) once, like Ctrl+E   --export-dir DIR
   --query I             selected query token (start of the question)   --answer B,E   answer span
 
 commands:
@@ -280,7 +281,7 @@ std::string bundled_model(const char* name) {
 
 int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale", "threads",
-                    "tab", "query", "answer"});
+                    "tab", "query", "answer", "export-all", "export-dir"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -325,6 +326,8 @@ int cmd_gui(const Args& a) {
     o.open_model_view = tab == "models";
   }
   o.query = a.get_int("query", -1);
+  o.export_all = a.has("export-all");
+  o.export_dir = a.get("export-dir");
   const std::vector<int> answer = a.get_int_list("answer");
   if (!answer.empty()) {
     if (answer.size() != 2 || answer[0] < 0 || answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
@@ -398,7 +401,7 @@ int run(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0) return cmd_gui(Args(argc, argv, 1, {}));
+  if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0) return cmd_gui(Args(argc, argv, 1, {"export-all"}));
   const std::string cmd = argv[1];
   if (cmd == "capture")
     return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));

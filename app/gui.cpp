@@ -20,6 +20,7 @@
 
 #include "app/inference_worker.h"
 #include "core/metrics.h"
+#include "viz/export.h"
 #include "viz/heatmap_view.h"
 
 namespace difflens::app {
@@ -39,6 +40,8 @@ struct ViewState {
   bool shared_scale = true;
   float clamp_percentile = 99.5f;
   int outlier_layer = -1;  // -1: pooled over layers
+  int export_size = 1024;  // PNG export resolution (pixels per side)
+  std::string export_dir = "difflens-exports";
 };
 
 struct PromptState {
@@ -68,7 +71,34 @@ struct GuiState {
   SlotState slots[kSlots];
   std::optional<RunResult> shown;  // the result on screen
   WorkerStatus status;
+  std::string message;             // last export result or error, shown in the status line
+  bool export_all = false;         // Ctrl+E: export every map of the head view this frame
 };
+
+std::string file_safe(std::string s) {
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+  return s;
+}
+
+// Writes one map as PNG (rendered from the data at the export size), NPY and CSV; reports in the message.
+void export_map(GuiState& state, const std::string& model, int layer, int head, const std::string& which,
+                const viz::MapSource& src, const viz::HeatmapStyle& style, const std::vector<std::string>& tokens,
+                const viz::HeatmapRenderer& renderer) {
+  try {
+    std::filesystem::create_directories(state.view.export_dir);
+    const std::filesystem::path base = std::filesystem::path(state.view.export_dir) /
+                                       file_safe(model + "-L" + std::to_string(layer) + "-H" + std::to_string(head) + "-" + which);
+    const int size = std::clamp(state.view.export_size, 8, 16384);
+    viz::write_png(base.string() + ".png",
+                   viz::render_map(renderer, src, size, static_cast<viz::Pooling>(state.view.pooling), style), size, size);
+    viz::write_npy(base.string() + ".npy", src.data, src.rows, src.cols);
+    viz::write_csv(base.string() + ".csv", src.data, src.rows, src.cols, tokens, tokens);
+    state.message = "exported " + base.string() + ".png/.npy/.csv";
+  } catch (const std::exception& e) {
+    state.message = std::string("export failed: ") + e.what();
+  }
+}
 
 constexpr double kDebounceSeconds = 0.15;
 
@@ -76,6 +106,7 @@ constexpr double kDebounceSeconds = 0.15;
 
 struct MapSpec {
   std::string title;
+  std::string export_name;  // A1, A2, A
   const float* data = nullptr;
   int64_t T = 0;
   bool diverging = false;
@@ -109,6 +140,11 @@ void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, float 
 
 class HeadView {
  public:
+  void set_subject(const std::string& model, int layer, int head) {
+    model_name_ = model;
+    layer_ = layer;
+    head_ = head;
+  }
   void draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& tokens,
             const viz::HeatmapRenderer& renderer, float side) {
     if (maps.empty()) return;
@@ -161,12 +197,18 @@ class HeadView {
         ImGui::EndTooltip();
       }
       draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, side);
+      ImGui::PushID(static_cast<int>(i));
+      if (ImGui::SmallButton("Export PNG/NPY/CSV") || state.export_all)
+        export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true}, style, tokens, renderer);
+      ImGui::PopID();
       ImGui::EndGroup();
     }
   }
 
  private:
   std::map<size_t, viz::HeatmapView> views_;
+  std::string model_name_;
+  int layer_ = 0, head_ = 0;
 };
 
 // Layers × heads grid of one model's maps (A1 − λA2 for DIFF, A for the baseline): click selects.
@@ -222,13 +264,13 @@ std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t reque
                         (static_cast<uint64_t>(head) << 4);
   auto ptr = [&](const FloatArray& a) { return a.data.data() + h * T * T; };
   if (t.config.is_diff()) {
-    out.push_back({"A1 (softmax 1)", ptr(l.a1), T, false, base + 1});
-    out.push_back({"A2 (softmax 2)", ptr(l.a2), T, false, base + 2});
+    out.push_back({"A1 (softmax 1)", "A1", ptr(l.a1), T, false, base + 1});
+    out.push_back({"A2 (softmax 2)", "A2", ptr(l.a2), T, false, base + 2});
     char title[64];
     std::snprintf(title, sizeof title, "A1 - %.3f A2", l.lambda);
-    out.push_back({title, ptr(l.a), T, true, base + 3});
+    out.push_back({title, "A", ptr(l.a), T, true, base + 3});
   } else {
-    out.push_back({"A (softmax)", ptr(l.a), T, false, base + 4});
+    out.push_back({"A (softmax)", "A", ptr(l.a), T, false, base + 4});
   }
   return out;
 }
@@ -533,6 +575,14 @@ void draw_controls(GuiState& state, int layers, int heads[kSlots]) {
   ImGui::SameLine();
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 8);
   ImGui::SliderFloat("clamp %", &v.clamp_percentile, 90.0f, 100.0f, "%.1f");
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 16);
+  ImGui::InputText("export folder", &v.export_dir);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
+  ImGui::InputInt("PNG size", &v.export_size, 256, 1024);
+  v.export_size = std::clamp(v.export_size, 8, 16384);
+  ImGui::SameLine();
+  ImGui::TextDisabled("Ctrl+E: export all maps shown   F12: window screenshot");
 }
 
 bool write_screenshot(const std::string& path, int width, int height) {
@@ -595,12 +645,14 @@ int run_gui(const GuiOptions& opt) {
     state.prompt.pending = true;
     state.view.layer = opt.layer;
     state.selection.query = opt.query;
+    if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
     state.selection.answer_begin = opt.answer_begin;
     state.selection.answer_end = opt.answer_end;
     if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
     HeadView head_views[kSlots];
     ModelView model_views[kSlots];
     int frames_since_result = -1;
+    bool export_pending = opt.export_all;  // headless Ctrl+E, once the first result is on screen
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result; wake up for the debounce deadline.
@@ -670,6 +722,8 @@ int run_gui(const GuiOptions& opt) {
           } else {
             ImGui::Text("%s  layer %d  head %d  (%lld tokens)", t->config.name.empty() ? to_string(t->config.attention) : t->config.name.c_str(),
                         state.view.layer, state.view.head[s], static_cast<long long>(t->length()));
+            head_views[s].set_subject(t->config.name.empty() ? to_string(t->config.attention) : t->config.name,
+                                      state.view.layer, state.view.head[s]);
             head_views[s].draw(state, maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s), t->tokens,
                                renderer, side);
           }
@@ -723,8 +777,13 @@ int run_gui(const GuiOptions& opt) {
         ImGui::EndChild();
       }
       ImGui::Separator();
-      ImGui::Text("%s | last run %.0f ms for both models", state.status.busy ? "running..." : "idle", state.status.last_run_ms);
+      ImGui::Text("%s | last run %.0f ms for both models | %s", state.status.busy ? "running..." : "idle",
+                  state.status.last_run_ms, state.message.c_str());
       ImGui::End();
+      state.export_all = (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_E, false) && !io.WantTextInput) ||
+                         (export_pending && state.shown.has_value());
+      if (state.shown) export_pending = false;
+      const bool window_shot = ImGui::IsKeyPressed(GLFW_KEY_F12, false);
 
       ImGui::Render();
       int w, h;
@@ -733,6 +792,13 @@ int run_gui(const GuiOptions& opt) {
       glClearColor(0.95f, 0.95f, 0.95f, 1);
       glClear(GL_COLOR_BUFFER_BIT);
       ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      if (window_shot) {
+        std::error_code ec;
+        std::filesystem::create_directories(state.view.export_dir, ec);
+        const std::string path = (std::filesystem::path(state.view.export_dir) /
+                                  ("window-" + std::to_string(static_cast<long long>(now_seconds())) + ".png")).string();
+        state.message = write_screenshot(path, w, h) ? "wrote " + path : "could not write " + path;
+      }
       if (frames_since_result >= 0 && ++frames_since_result > opt.exit_after_frames) {
         if (!write_screenshot(opt.screenshot, w, h)) {
           std::fprintf(stderr, "difflens: cannot write %s\n", opt.screenshot.c_str());

@@ -17,6 +17,8 @@ struct GuiOptions {
   bool open_outliers = false;      // start on the Outliers tab (headless screenshots of that panel)
   bool open_noise = false;         // start on the Attention noise tab
   bool open_model_view = false;    // start on the Model view tab
+  std::string export_dir;          // export folder (default ./difflens-exports)
+  bool export_all = false;         // headless Ctrl+E: export every shown map once results arrive
   int query = -1;                  // initial query token (question start); -1: the last token
   int answer_begin = -1, answer_end = -1;  // initial answer span [begin, end) in tokens
 };

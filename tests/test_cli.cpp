@@ -5,6 +5,7 @@
 
 #include "core/model.h"
 #include "core/trace_io.h"
+#include "viz/export.h"
 #include "helpers.h"
 
 using namespace difflens;
@@ -102,8 +103,9 @@ TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("gui");
   const std::string png = (dir / "shot.png").string();
+  const std::string exports = (dir / "exports").string();
   const Result r = run("--prompt 'The secret code of Mira is 4821.' --select 1,0 --size 1280x800 --screenshot " + png +
-                           " --exit-after-frames 2 --threads 1",
+                           " --exit-after-frames 2 --threads 1 --export-all --export-dir " + exports,
                        dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -116,6 +118,20 @@ TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
   };
   CHECK(be32(16) == 1280);  // IHDR width and height
   CHECK(be32(20) == 800);
+  // --export-all wrote every map of the head view: DIFF A1, A2, A and the baseline's A at layer 1, head 0,
+  // and the NPY holds exactly the map the model computes.
+  for (const char* f : {"diff-small-L1-H0-A1", "diff-small-L1-H0-A2", "diff-small-L1-H0-A", "baseline-small-L1-H0-A"})
+    for (const char* ext : {".png", ".npy", ".csv"}) {
+      INFO(f << ext);
+      CHECK(std::filesystem::exists(std::filesystem::path(exports) / (std::string(f) + ext)));
+    }
+  const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small");
+  const Trace t = diff.capture(diff.tokenizer().encode("The secret code of Mira is 4821.", true).ids);
+  int64_t rows = 0, cols = 0;
+  const auto a2 = viz::read_npy(std::filesystem::path(exports) / "diff-small-L1-H0-A2.npy", &rows, &cols);
+  REQUIRE(rows == t.length());
+  REQUIRE(cols == t.length());
+  for (int64_t i = 0; i < rows * cols; ++i) REQUIRE(a2[static_cast<size_t>(i)] == Approx(t.layers[1].a2.data[static_cast<size_t>(i)]).margin(1e-6));
   // Bad GUI options are refused before any window opens.
   const Result bad = run("--size 10x10 --screenshot x.png", dir);
   CHECK(bad.status == 1);

@@ -87,3 +87,29 @@ TEST_CASE("GL: diverging style puts negative values on the blue side and zero at
   CHECK(zero.g > 230);
   CHECK(zero.b > 230);
 }
+
+#include "viz/export.h"
+
+TEST_CASE("GL: exported map image keeps orientation and exact cells at any size", "[gl][viz][export]") {
+  GlContext gl;
+  const HeatmapRenderer renderer;
+  std::vector<float> m(9, 0.0f);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j <= i; ++j) m[static_cast<size_t>(i * 3 + j)] = 1.0f / static_cast<float>(i + 1);
+  HeatmapStyle style;
+  style.range = {1.0, false};
+  const auto rgb = render_map(renderer, {m.data(), 3, 3, 1, true}, 300, Pooling::Max, style);
+  REQUIRE(rgb.size() == 300u * 300u * 3u);
+  auto at = [&](int x, int y) {
+    const size_t o = (static_cast<size_t>(y) * 300 + static_cast<size_t>(x)) * 3;
+    return Rgb8{rgb[o], rgb[o + 1], rgb[o + 2]};
+  };
+  CHECK(at(290, 5).r == style.masked.r);                      // top right: future
+  CHECK(at(5, 5).g == sequential_colormap().at(1.0).g);       // query 0, key 0
+  CHECK(at(5, 295).g == sequential_colormap().at(1.0 / 3).g);  // query 2, key 0
+  CHECK(at(99, 295).g == at(0, 295).g);                        // one cell = a 100-pixel block
+  difflens::test::ScratchDir dir("png");
+  write_png(dir / "m.png", rgb, 300, 300);
+  CHECK(std::filesystem::file_size(dir / "m.png") > 100);
+  CHECK_THROWS_WITH(render_map(renderer, {m.data(), 3, 3, 1, true}, 4, Pooling::Max, style), Catch::Contains("between 8 and 16384"));
+}

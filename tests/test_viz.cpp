@@ -88,3 +88,33 @@ TEST_CASE("colormap coordinates for linear, sqrt, log and diverging scales", "[v
   CHECK(colormap_coordinate(2.0, div, ValueScale::Linear) == Approx(1.0));
   CHECK(std::isnan(colormap_coordinate(NAN, div, ValueScale::Linear)));
 }
+
+#include <fstream>
+
+#include "helpers.h"
+#include "viz/export.h"
+
+TEST_CASE("NPY and CSV exports re-read to the same numbers", "[viz][export]") {
+  difflens::test::ScratchDir dir("export");
+  const std::vector<float> m = {0.125f, 0.0f, -0.333333343f, 1e-7f, 3.5f, 2.0f};
+  write_npy(dir / "m.npy", m.data(), 2, 3);
+  int64_t r = 0, c = 0;
+  CHECK(read_npy(dir / "m.npy", &r, &c) == m);
+  CHECK(r == 2);
+  CHECK(c == 3);
+  const std::string npy = difflens::test::read_all(dir / "m.npy");
+  CHECK((npy.size() - m.size() * 4) % 64 == 0);  // data 64-byte aligned, as numpy writes it
+  write_csv(dir / "m.csv", m.data(), 2, 3, {"<s>", "a,b"}, {"k0", "k\"1", "k2"});
+  std::ifstream in(dir / "m.csv");
+  std::string header, row0, row1;
+  std::getline(in, header);
+  std::getline(in, row0);
+  std::getline(in, row1);
+  CHECK(header == "query\\key,k0,\"k\"\"1\",k2");
+  CHECK(row0 == "<s>,0.125,0,-0.333333343");
+  CHECK(row1.rfind("\"a,b\",", 0) == 0);
+  CHECK(std::stof(row1.substr(row1.find(',', 6) + 1)) == 3.5f);
+  CHECK_THROWS_WITH(write_npy(dir / "no/such/dir/x.npy", m.data(), 2, 3), Catch::Contains("cannot write"));
+  difflens::test::write_all(dir / "bad.npy", "not numpy");
+  CHECK_THROWS_WITH(read_npy(dir / "bad.npy", &r, &c), Catch::Contains("not an NPY"));
+}

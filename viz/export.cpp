@@ -1,0 +1,99 @@
+// NPY/CSV/PNG writers and offscreen map rendering.
+#include "viz/export.h"
+
+#include <stb_image_write.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace difflens::viz {
+namespace {
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::ofstream open_out(const std::filesystem::path& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error(path.string() + ": cannot write (does the folder exist?)");
+  return out;
+}
+
+}  // namespace
+
+void write_npy(const std::filesystem::path& path, const float* data, int64_t rows, int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';  // pad so the data starts 64-byte aligned
+  header += '\n';
+  std::ofstream out = open_out(path);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  out.put(static_cast<char>(len & 0xff));
+  out.put(static_cast<char>(len >> 8));
+  out << header;
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(rows * cols * sizeof(float)));
+  if (!out) throw Error(path.string() + ": write failed");
+}
+
+std::vector<float> read_npy(const std::filesystem::path& path, int64_t* rows, int64_t* cols) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[10];
+  if (!in.read(magic, 10) || std::memcmp(magic, "\x93NUMPY\x01\x00", 8) != 0)
+    throw Error(path.string() + ": not an NPY v1.0 file");
+  const uint16_t len = static_cast<uint16_t>(static_cast<uint8_t>(magic[8]) | (static_cast<uint8_t>(magic[9]) << 8));
+  std::string header(len, '\0');
+  in.read(header.data(), len);
+  if (header.find("'<f4'") == std::string::npos || header.find("'fortran_order': False") == std::string::npos)
+    throw Error(path.string() + ": only little-endian float32 C-order arrays are read");
+  long long r = 0, c = 0;
+  const size_t s = header.find("'shape': (");
+  if (s == std::string::npos || std::sscanf(header.c_str() + s + 10, "%lld, %lld", &r, &c) != 2 || r < 0 || c < 0)
+    throw Error(path.string() + ": expected a 2-D shape");
+  std::vector<float> v(static_cast<size_t>(r * c));
+  if (!in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float))))
+    throw Error(path.string() + ": truncated data");
+  *rows = r;
+  *cols = c;
+  return v;
+}
+
+void write_csv(const std::filesystem::path& path, const float* data, int64_t rows, int64_t cols,
+               const std::vector<std::string>& row_labels, const std::vector<std::string>& col_labels) {
+  std::ofstream out = open_out(path);
+  out << "query\\key";
+  for (int64_t j = 0; j < cols; ++j)
+    out << ',' << csv_field(j < static_cast<int64_t>(col_labels.size()) ? col_labels[j] : std::to_string(j));
+  out << '\n';
+  char buf[32];
+  for (int64_t i = 0; i < rows; ++i) {
+    out << csv_field(i < static_cast<int64_t>(row_labels.size()) ? row_labels[i] : std::to_string(i));
+    for (int64_t j = 0; j < cols; ++j) {
+      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(data[i * cols + j]));
+      out << ',' << buf;
+    }
+    out << '\n';
+  }
+  if (!out) throw Error(path.string() + ": write failed");
+}
+
+void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rgb, int width, int height) {
+  if (!stbi_write_png(path.c_str(), width, height, 3, rgb.data(), width * 3))
+    throw Error(path.string() + ": cannot write the PNG");
+}
+
+std::vector<uint8_t> render_map(const HeatmapRenderer& renderer, const MapSource& source, int size, Pooling pooling,
+                                const HeatmapStyle& style) {
+  if (size < 8 || size > 16384) throw Error("export size must be between 8 and 16384 pixels");
+  HeatmapView view;
+  view.update(source, size, size, pooling, style, renderer);
+  return view.target().read_rgb();
+}
+
+}  // namespace difflens::viz

@@ -1,0 +1,32 @@
+// Exports of maps: raw numbers (NPY, CSV with token labels) and images rendered from the data at a
+// chosen resolution (not grabbed from the screen). Errors are difflens::Error naming the file.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "viz/heatmap_renderer.h"
+#include "viz/heatmap_view.h"
+
+namespace difflens::viz {
+
+// NPY v1.0, little-endian float32, C order, shape (rows, cols).
+void write_npy(const std::filesystem::path& path, const float* data, int64_t rows, int64_t cols);
+std::vector<float> read_npy(const std::filesystem::path& path, int64_t* rows, int64_t* cols);
+
+// CSV: a header row of key labels, then one row per query (its label first). Labels are quoted as
+// needed; values use %.9g so they re-read to the same float.
+void write_csv(const std::filesystem::path& path, const float* data, int64_t rows, int64_t cols,
+               const std::vector<std::string>& row_labels, const std::vector<std::string>& col_labels);
+
+// RGB8 rows top first → PNG.
+void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rgb, int width, int height);
+
+// Renders `source` into a size×size image (GL; UI thread): pooled when the map is larger than the image,
+// each cell an exact block of pixels when it is smaller. Returns RGB8 rows, top first.
+std::vector<uint8_t> render_map(const HeatmapRenderer& renderer, const MapSource& source, int size, Pooling pooling,
+                                const HeatmapStyle& style);
+
+}  // namespace difflens::viz
