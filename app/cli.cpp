@@ -35,7 +35,7 @@ GUI options:
   --prompt TEXT         initial prompt            --select LAYER,HEAD   initial layer and head
   --screenshot F.png    write the window to F.png once both maps are shown, then exit
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
-  --size WxH            window size (default 1600x1000)   --font-scale X   --threads N
+  --size WxH            window size (default 1600x1000)   --font-scale X (HiDPI)   --lecture   --threads N
   --tab overview|models|noise|outliers   which bottom panel is open
   --export-all          export every shown map (PNG/NPY/CSV) once, like Ctrl+E   --export-dir DIR
   --query I             selected query token (start of the question)   --answer B,E   answer span
@@ -281,7 +281,7 @@ std::string bundled_model(const char* name) {
 
 int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale", "threads",
-                    "tab", "query", "answer", "export-all", "export-dir"});
+                    "tab", "query", "answer", "export-all", "export-dir", "lecture"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -327,6 +327,7 @@ int cmd_gui(const Args& a) {
   }
   o.query = a.get_int("query", -1);
   o.export_all = a.has("export-all");
+  o.lecture = a.has("lecture");
   o.export_dir = a.get("export-dir");
   const std::vector<int> answer = a.get_int_list("answer");
   if (!answer.empty()) {
@@ -401,7 +402,7 @@ int run(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0) return cmd_gui(Args(argc, argv, 1, {"export-all"}));
+  if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0) return cmd_gui(Args(argc, argv, 1, {"export-all", "lecture"}));
   const std::string cmd = argv[1];
   if (cmd == "capture")
     return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));

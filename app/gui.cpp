@@ -52,6 +52,7 @@ struct PromptState {
 
 struct SlotState {
   std::string path_field;
+  std::string bundle_field;
 };
 
 // Token selection, shared by every view of both models (linked highlight).
@@ -72,6 +73,9 @@ struct GuiState {
   std::optional<RunResult> shown;  // the result on screen
   WorkerStatus status;
   std::string message;             // last export result or error, shown in the status line
+  bool lecture = false;            // large font for lecture halls
+  double submitted_at = 0;         // when the prompt on screen was sent to the worker
+  double edit_to_screen_ms = 0;    // last edit (after debounce) → both maps drawn
   bool export_all = false;         // Ctrl+E: export every map of the head view this frame
 };
 
@@ -132,9 +136,14 @@ void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, float 
   std::snprintf(hi, sizeof hi, "%.3g", range.hi);
   // Inside a group, SameLine() offsets count from the group's start.
   ImGui::TextUnformatted(lo);
-  ImGui::SameLine(width / 2 - ImGui::CalcTextSize(mid).x / 2);
-  ImGui::TextUnformatted(mid);
-  ImGui::SameLine(width - ImGui::CalcTextSize(hi).x);
+  const float lo_w = ImGui::CalcTextSize(lo).x, mid_w = ImGui::CalcTextSize(mid).x, hi_w = ImGui::CalcTextSize(hi).x;
+  const float gap = ImGui::GetFontSize();
+  const float mid_x = width / 2 - mid_w / 2, hi_x = width - hi_w;
+  if (mid_x > lo_w + gap && mid_x + mid_w + gap < hi_x) {  // the middle label only where it cannot collide
+    ImGui::SameLine(mid_x);
+    ImGui::TextUnformatted(mid);
+  }
+  ImGui::SameLine(std::max(width - hi_w, lo_w + 8));
   ImGui::TextUnformatted(hi);
 }
 
@@ -549,6 +558,11 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
       state.prompt.last_edit = 0;
     }
     ImGui::SameLine();
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
+    ImGui::InputTextWithHint("##bundle", "trace bundle folder", &state.slots[s].bundle_field);
+    ImGui::SameLine();
+    if (ImGui::Button("Open trace bundle")) worker.open_bundle(s, state.slots[s].bundle_field);
+    ImGui::SameLine();
     if (!info.error.empty()) ImGui::TextColored(ImVec4(0.9f, 0.3f, 0.3f, 1), "%s", info.error.c_str());
     else ImGui::TextDisabled("%s", info.loaded ? info.description.c_str() : "(loading)");
     ImGui::PopID();
@@ -627,7 +641,13 @@ int run_gui(const GuiOptions& opt) {
   io.Fonts->FontBuilderIO = ImGuiFreeType::GetBuilderForFreeType();
   static const ImWchar ranges[] = {0x0020, 0x024F, 0x0370, 0x03FF, 0x2000, 0x206F, 0x2190, 0x21FF,
                                    0x2200, 0x22FF, 0x2580, 0x259F, 0xFFFD, 0xFFFD, 0};
-  if (const char* font = find_font()) io.Fonts->AddFontFromFileTTF(font, 16.0f * opt.font_scale, nullptr, ranges);
+  // Two sizes baked at start-up (crisp text in both): the normal one and the lecture one.
+  ImFont* normal_font = nullptr;
+  ImFont* lecture_font = nullptr;
+  if (const char* font = find_font()) {
+    normal_font = io.Fonts->AddFontFromFileTTF(font, 16.0f * opt.font_scale, nullptr, ranges);
+    lecture_font = io.Fonts->AddFontFromFileTTF(font, 26.0f * opt.font_scale, nullptr, ranges);
+  }
   ImGui::StyleColorsLight();
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 330 core");
@@ -645,6 +665,7 @@ int run_gui(const GuiOptions& opt) {
     state.prompt.pending = true;
     state.view.layer = opt.layer;
     state.selection.query = opt.query;
+    state.lecture = opt.lecture;
     if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
     state.selection.answer_begin = opt.answer_begin;
     state.selection.answer_end = opt.answer_end;
@@ -662,14 +683,17 @@ int run_gui(const GuiOptions& opt) {
       // The one point per frame where results reach the UI.
       if (auto r = worker.take_result()) {
         state.shown = std::move(r);
+        if (state.submitted_at > 0) state.edit_to_screen_ms = 1000.0 * (now_seconds() - state.submitted_at);
         if (frames_since_result < 0 && !opt.screenshot.empty()) frames_since_result = 0;
       }
       state.status = worker.status();
       if (state.prompt.pending && now_seconds() - state.prompt.last_edit > kDebounceSeconds) {
         worker.run(state.prompt.text);
         state.prompt.pending = false;
+        state.submitted_at = now_seconds();
       }
 
+      if (normal_font && lecture_font) io.FontDefault = state.lecture ? lecture_font : normal_font;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       ImGui::NewFrame();
@@ -678,6 +702,7 @@ int run_gui(const GuiOptions& opt) {
       ImGui::Begin("DiffLens", nullptr,
                    ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoBringToFrontOnFocus);
       draw_model_slots(state, worker);
+      ImGui::Checkbox("Lecture mode (large text)", &state.lecture);
       ImGui::Separator();
       ImGui::TextUnformatted("Prompt");
       if (ImGui::InputTextMultiline("##prompt", &state.prompt.text, ImVec2(-1, ImGui::GetTextLineHeight() * 4))) {
@@ -711,8 +736,10 @@ int run_gui(const GuiOptions& opt) {
       }
       if (state.shown) {
         const float avail = ImGui::GetContentRegionAvail().x;
-        const float side = std::min((avail - 5 * ImGui::GetStyle().ItemSpacing.x) / 4.0f,
-                                    ImGui::GetContentRegionAvail().y - 17 * ImGui::GetTextLineHeightWithSpacing());
+        // Maps take about half the height left (the tabbed panels below get the rest), whatever the font.
+        const float side = std::max(96.0f, std::min((avail - 5 * ImGui::GetStyle().ItemSpacing.x) / 4.0f,
+                                                    0.55f * ImGui::GetContentRegionAvail().y -
+                                                        4 * ImGui::GetTextLineHeightWithSpacing()));
         for (int s = 0; s < kSlots; ++s) {
           const auto& t = state.shown->traces[s];
           if (s) ImGui::SameLine();
@@ -777,8 +804,9 @@ int run_gui(const GuiOptions& opt) {
         ImGui::EndChild();
       }
       ImGui::Separator();
-      ImGui::Text("%s | last run %.0f ms for both models | %s", state.status.busy ? "running..." : "idle",
-                  state.status.last_run_ms, state.message.c_str());
+      ImGui::Text("%s | last run %.0f ms for both models, %.0f ms from prompt sent to maps on screen | %s",
+                  state.status.busy ? "running..." : "idle", state.status.last_run_ms, state.edit_to_screen_ms,
+                  state.message.c_str());
       ImGui::End();
       state.export_all = (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_E, false) && !io.WantTextInput) ||
                          (export_pending && state.shown.has_value());
@@ -804,7 +832,8 @@ int run_gui(const GuiOptions& opt) {
           std::fprintf(stderr, "difflens: cannot write %s\n", opt.screenshot.c_str());
           exit_status = 1;
         } else {
-          std::printf("wrote %s (%dx%d)\n", opt.screenshot.c_str(), w, h);
+          std::printf("wrote %s (%dx%d); both models %.1f ms, prompt sent -> maps on screen %.1f ms\n",
+                      opt.screenshot.c_str(), w, h, state.status.last_run_ms, state.edit_to_screen_ms);
         }
         glfwSetWindowShouldClose(window, 1);
       }

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/trace_io.h"
 
 namespace difflens::app {
 namespace {
@@ -41,6 +42,15 @@ void InferenceWorker::load(int slot, const std::string& dir) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     loads_.push_back({slot, dir});
+  }
+  cv_.notify_all();
+}
+
+void InferenceWorker::open_bundle(int slot, const std::string& dir) {
+  if (slot < 0 || slot >= kSlots) throw Error("no model slot " + std::to_string(slot));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    loads_.push_back({slot, dir, true});
   }
   cv_.notify_all();
 }
@@ -84,6 +94,30 @@ void InferenceWorker::loop() {
       const Load job = loads_.front();
       loads_.pop_front();
       status_.activity = "loading " + job.dir;
+      if (job.bundle) {
+        const uint64_t id = next_request_++;
+        lock.unlock();
+        RunResult r;
+        r.request = id;
+        r.prompt = "(trace bundle " + job.dir + ")";
+        try {
+          r.traces[static_cast<size_t>(job.slot)] = std::make_shared<Trace>(read_trace_bundle(job.dir));
+        } catch (const std::exception& e) {
+          r.errors[static_cast<size_t>(job.slot)] = e.what();
+        }
+        r.errors[static_cast<size_t>(1 - job.slot)] = "(showing a trace bundle in the other slot)";
+        lock.lock();
+        result_ = std::move(r);
+        status_.busy = false;
+        status_.activity = "idle";
+        cv_.notify_all();
+        if (wake_) {
+          lock.unlock();
+          wake_();
+          lock.lock();
+        }
+        continue;
+      }
       lock.unlock();
       std::unique_ptr<Model> model;
       std::string error;

@@ -57,6 +57,9 @@ class InferenceWorker {
 
   // Queues a model load; on failure the slot keeps its previous model and reports the error.
   void load(int slot, const std::string& dir);
+  // Queues reading a trace bundle (difflens capture --out DIR) into `slot`: it is delivered as a result of
+  // its own (the other slot empty) and shown until the next run; errors are reported in that result.
+  void open_bundle(int slot, const std::string& dir);
   // Queues a run of both slots on `prompt`, cancelling any run in progress. Returns the request id.
   uint64_t run(const std::string& prompt, const CaptureOptions& options = {});
   // The newest finished run not yet taken (older ones are dropped), or nothing.
@@ -71,6 +74,7 @@ class InferenceWorker {
   struct Load {
     int slot;
     std::string dir;
+    bool bundle = false;  // a trace bundle rather than a model
   };
   std::function<void()> wake_;
   mutable std::mutex mutex_;

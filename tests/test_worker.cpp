@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "app/inference_worker.h"
+#include "core/trace_io.h"
 #include "helpers.h"
 
 using namespace difflens;
@@ -95,4 +96,24 @@ TEST_CASE("worker: a broken model or prompt reports an error and the worker keep
   CHECK(r->errors[0].find("at most 512") != std::string::npos);
   CHECK(r->errors[1].find("at most 512") != std::string::npos);
   CHECK_THROWS(w.load(5, "x"));
+}
+
+TEST_CASE("worker opens trace bundles into a slot and reports broken ones", "[worker][bundle]") {
+  PairOnDisk pair;
+  const Model m = Model::load(pair.dir / "diff");
+  write_trace_bundle(m.capture({1, 40, 41, 42}), pair.dir / "bundle");
+  InferenceWorker w({}, 1);
+  w.open_bundle(1, (pair.dir / "bundle").string());
+  w.wait_idle();
+  auto r = w.take_result();
+  REQUIRE(r);
+  REQUIRE(r->traces[1]);
+  CHECK(r->traces[1]->length() == 4);
+  CHECK(r->traces[1]->config.attention == AttentionKind::Diff);
+  CHECK_FALSE(r->traces[0]);
+  w.open_bundle(0, (pair.dir / "missing").string());
+  w.wait_idle();
+  r = w.take_result();
+  REQUIRE(r);
+  CHECK(r->errors[0].find("is this a trace bundle directory") != std::string::npos);
 }
