@@ -38,6 +38,7 @@ GUI options:
   --size WxH            window size (default 1600x1000)   --font-scale X (HiDPI)   --lecture   --threads N
   --tab overview|models|noise|outliers   which bottom panel is open
   --export-all          export every shown map (PNG/NPY/CSV) once, like Ctrl+E   --export-dir DIR
+  --zoom R,C,N          head view zoomed to N tokens from query R, key C (wheel zooms, drag pans)
   --query I             selected query token (start of the question)   --answer B,E   answer span
 
 commands:
@@ -281,7 +282,7 @@ std::string bundled_model(const char* name) {
 
 int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale", "threads",
-                    "tab", "query", "answer", "export-all", "export-dir", "lecture"});
+                    "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -328,6 +329,11 @@ int cmd_gui(const Args& a) {
   o.query = a.get_int("query", -1);
   o.export_all = a.has("export-all");
   o.lecture = a.has("lecture");
+  const std::vector<int> zoom = a.get_int_list("zoom");
+  if (!zoom.empty()) {
+    if (zoom.size() != 3 || zoom[0] < 0 || zoom[1] < 0 || zoom[2] < 1) throw Error("--zoom expects ROW0,COL0,SPAN");
+    std::copy(zoom.begin(), zoom.end(), o.zoom);
+  }
   o.export_dir = a.get("export-dir");
   const std::vector<int> answer = a.get_int_list("answer");
   if (!answer.empty()) {

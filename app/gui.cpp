@@ -41,6 +41,9 @@ struct ViewState {
   float clamp_percentile = 99.5f;
   int outlier_layer = -1;  // -1: pooled over layers
   int export_size = 1024;  // PNG export resolution (pixels per side)
+  // Zoom of the head view, shared by its maps so they stay comparable: the visible square of
+  // `span` tokens starting at (row0, col0). span 0 = the whole map.
+  double zoom_row0 = 0, zoom_col0 = 0, zoom_span = 0;
   std::string export_dir = "difflens-exports";
 };
 
@@ -74,8 +77,8 @@ struct GuiState {
   WorkerStatus status;
   std::string message;             // last export result or error, shown in the status line
   bool lecture = false;            // large font for lecture halls
-  double submitted_at = 0;         // when the prompt on screen was sent to the worker
-  double edit_to_screen_ms = 0;    // last edit (after debounce) → both maps drawn
+  double edited_at = 0;            // the last keystroke of the prompt now running
+  double edit_to_screen_ms = 0;    // that keystroke → both maps drawn (debounce + inference + upload)
   bool export_all = false;         // Ctrl+E: export every map of the head view this frame
 };
 
@@ -176,39 +179,63 @@ class HeadView {
                         : shared_range;
       viz::HeatmapView& view = views_[i];
       const int px = std::max(16, static_cast<int>(side));
-      view.update({m.data, T, T, m.version, true}, px, px, static_cast<viz::Pooling>(state.view.pooling), style, renderer);
+      ViewState& v = state.view;
+      if (v.zoom_span <= 0 || v.zoom_span > T) v.zoom_span = static_cast<double>(T), v.zoom_row0 = v.zoom_col0 = 0;
+      const int64_t span = std::max<int64_t>(1, static_cast<int64_t>(std::llround(v.zoom_span)));
+      const int64_t r0 = std::clamp<int64_t>(std::llround(v.zoom_row0), 0, T - span);
+      const int64_t c0 = std::clamp<int64_t>(std::llround(v.zoom_col0), 0, T - span);
+      view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, px, px, static_cast<viz::Pooling>(v.pooling),
+                  style, renderer);
       const ImVec2 origin = ImGui::GetCursorScreenPos();
       ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(view.target().texture())), ImVec2(side, side),
                    ImVec2(0, 1), ImVec2(1, 0));  // the target is bottom-up: flip once, here
       // Linked selection: the selected query's row and the hovered key's column, in every map.
       ImDrawList* dl = ImGui::GetWindowDrawList();
-      const float cell = side / static_cast<float>(T);
+      dl->PushClipRect(origin, ImVec2(origin.x + side, origin.y + side), true);
+      const float cell = side / static_cast<float>(span);
       const int q_sel = state.selection.query;
-      if (q_sel >= 0 && q_sel < T)
-        dl->AddRect(ImVec2(origin.x, origin.y + cell * q_sel), ImVec2(origin.x + side, origin.y + cell * (q_sel + 1)),
+      if (q_sel >= r0 && q_sel < r0 + span)
+        dl->AddRect(ImVec2(origin.x, origin.y + cell * (q_sel - r0)), ImVec2(origin.x + side, origin.y + cell * (q_sel - r0 + 1)),
                     IM_COL32(255, 140, 0, 255), 0, 0, 1.5f);
       const int k_hov = state.selection.hovered_key;
-      if (k_hov >= 0 && k_hov < T)
-        dl->AddRect(ImVec2(origin.x + cell * k_hov, origin.y), ImVec2(origin.x + cell * (k_hov + 1), origin.y + side),
+      if (k_hov >= c0 && k_hov < c0 + span)
+        dl->AddRect(ImVec2(origin.x + cell * (k_hov - c0), origin.y), ImVec2(origin.x + cell * (k_hov - c0 + 1), origin.y + side),
                     IM_COL32(255, 0, 160, 200), 0, 0, 1.0f);
+      dl->PopClipRect();
       if (ImGui::IsItemHovered()) {
-        const ImVec2 mouse = ImGui::GetIO().MousePos;
-        const int64_t q = std::clamp<int64_t>(static_cast<int64_t>((mouse.y - origin.y) / side * T), 0, T - 1);
-        const int64_t k = std::clamp<int64_t>(static_cast<int64_t>((mouse.x - origin.x) / side * T), 0, T - 1);
+        ImGuiIO& io = ImGui::GetIO();
+        const ImVec2 mouse = io.MousePos;
+        const double fx = (mouse.x - origin.x) / side, fy = (mouse.y - origin.y) / side;  // 0..1 in the view
+        const int64_t q = std::clamp<int64_t>(r0 + static_cast<int64_t>(fy * span), 0, T - 1);
+        const int64_t k = std::clamp<int64_t>(c0 + static_cast<int64_t>(fx * span), 0, T - 1);
         state.selection.hovered_next = static_cast<int>(k);
-        if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) state.selection.query = static_cast<int>(q);
+        if (io.MouseWheel != 0) {  // zoom around the cursor
+          const double new_span = std::clamp(v.zoom_span * std::pow(0.8, io.MouseWheel), std::min(8.0, double(T)), double(T));
+          v.zoom_row0 = r0 + fy * span - fy * new_span;
+          v.zoom_col0 = c0 + fx * span - fx * new_span;
+          v.zoom_span = new_span;
+        }
+        if (ImGui::IsMouseDragging(ImGuiMouseButton_Left)) {  // pan
+          v.zoom_row0 = r0 - io.MouseDelta.y / side * span;
+          v.zoom_col0 = c0 - io.MouseDelta.x / side * span;
+        } else if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) && ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).x == 0 &&
+                   ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).y == 0) {
+          state.selection.query = static_cast<int>(q);
+        }
+        if (ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) v.zoom_span = 0;  // reset
         ImGui::BeginTooltip();
         ImGui::Text("query %lld  %s", static_cast<long long>(q), q < static_cast<int64_t>(tokens.size()) ? tokens[q].c_str() : "");
         ImGui::Text("key   %lld  %s", static_cast<long long>(k), k < static_cast<int64_t>(tokens.size()) ? tokens[k].c_str() : "");
         if (k > q) ImGui::TextUnformatted("masked (future key)");
         else
           for (const auto& other : maps) ImGui::Text("%s = %.5f", other.title.c_str(), other.data[q * T + k]);
+        if (span < T) ImGui::TextDisabled("zoom: rows %lld-%lld (double-click resets)", static_cast<long long>(r0), static_cast<long long>(r0 + span - 1));
         ImGui::EndTooltip();
       }
       draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, side);
       ImGui::PushID(static_cast<int>(i));
       if (ImGui::SmallButton("Export PNG/NPY/CSV") || state.export_all)
-        export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true}, style, tokens, renderer);
+        export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}}, style, tokens, renderer);
       ImGui::PopID();
       ImGui::EndGroup();
     }
@@ -240,7 +267,7 @@ class ModelView {
         viz::HeatmapView& v = views_[{l.index, l.heads[h]}];
         const uint64_t version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^ (static_cast<uint64_t>(l.index) << 12) ^
                                  (static_cast<uint64_t>(l.heads[h]) << 4) ^ 0x9;
-        v.update({l.a.data.data() + static_cast<int64_t>(h) * T * T, T, T, version, true}, static_cast<int>(thumb),
+        v.update({l.a.data.data() + static_cast<int64_t>(h) * T * T, T, T, version, true, {}}, static_cast<int>(thumb),
                  static_cast<int>(thumb), static_cast<viz::Pooling>(state.view.pooling), style, renderer);
         const ImVec2 p = ImGui::GetCursorScreenPos();
         ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(v.target().texture())), ImVec2(thumb, thumb),
@@ -666,6 +693,9 @@ int run_gui(const GuiOptions& opt) {
     state.view.layer = opt.layer;
     state.selection.query = opt.query;
     state.lecture = opt.lecture;
+    state.view.zoom_row0 = opt.zoom[0];
+    state.view.zoom_col0 = opt.zoom[1];
+    state.view.zoom_span = opt.zoom[2];
     if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
     state.selection.answer_begin = opt.answer_begin;
     state.selection.answer_end = opt.answer_end;
@@ -673,7 +703,8 @@ int run_gui(const GuiOptions& opt) {
     HeadView head_views[kSlots];
     ModelView model_views[kSlots];
     int frames_since_result = -1;
-    bool export_pending = opt.export_all;  // headless Ctrl+E, once the first result is on screen
+    bool export_pending = opt.export_all;
+    bool simulated_edit = false;  // headless Ctrl+E, once the first result is on screen
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result; wake up for the debounce deadline.
@@ -683,14 +714,22 @@ int run_gui(const GuiOptions& opt) {
       // The one point per frame where results reach the UI.
       if (auto r = worker.take_result()) {
         state.shown = std::move(r);
-        if (state.submitted_at > 0) state.edit_to_screen_ms = 1000.0 * (now_seconds() - state.submitted_at);
+        // Headless screenshots time a real edit: the first result (models just loaded) triggers one
+        // simulated keystroke, and the screenshot waits for the result of that edit.
+        if (!opt.screenshot.empty() && !simulated_edit) {
+          simulated_edit = true;
+          state.prompt.pending = true;
+          state.prompt.last_edit = now_seconds();
+          continue;
+        }
+        if (state.edited_at > 0) state.edit_to_screen_ms = 1000.0 * (now_seconds() - state.edited_at);
         if (frames_since_result < 0 && !opt.screenshot.empty()) frames_since_result = 0;
       }
       state.status = worker.status();
       if (state.prompt.pending && now_seconds() - state.prompt.last_edit > kDebounceSeconds) {
         worker.run(state.prompt.text);
         state.prompt.pending = false;
-        state.submitted_at = now_seconds();
+        state.edited_at = state.prompt.last_edit;
       }
 
       if (normal_font && lecture_font) io.FontDefault = state.lecture ? lecture_font : normal_font;
@@ -804,7 +843,7 @@ int run_gui(const GuiOptions& opt) {
         ImGui::EndChild();
       }
       ImGui::Separator();
-      ImGui::Text("%s | last run %.0f ms for both models, %.0f ms from prompt sent to maps on screen | %s",
+      ImGui::Text("%s | last run %.0f ms for both models, %.0f ms from keystroke to maps on screen | %s",
                   state.status.busy ? "running..." : "idle", state.status.last_run_ms, state.edit_to_screen_ms,
                   state.message.c_str());
       ImGui::End();
@@ -832,7 +871,7 @@ int run_gui(const GuiOptions& opt) {
           std::fprintf(stderr, "difflens: cannot write %s\n", opt.screenshot.c_str());
           exit_status = 1;
         } else {
-          std::printf("wrote %s (%dx%d); both models %.1f ms, prompt sent -> maps on screen %.1f ms\n",
+          std::printf("wrote %s (%dx%d); both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
                       opt.screenshot.c_str(), w, h, state.status.last_run_ms, state.edit_to_screen_ms);
         }
         glfwSetWindowShouldClose(window, 1);

@@ -20,6 +20,7 @@ struct GuiOptions {
   bool open_model_view = false;    // start on the Model view tab
   std::string export_dir;          // export folder (default ./difflens-exports)
   bool export_all = false;         // headless Ctrl+E: export every shown map once results arrive
+  int zoom[3] = {0, 0, 0};         // initial head-view zoom: first row, first column, span (0: whole map)
   int query = -1;                  // initial query token (question start); -1: the last token
   int answer_begin = -1, answer_end = -1;  // initial answer span [begin, end) in tokens
 };

@@ -118,3 +118,21 @@ TEST_CASE("NPY and CSV exports re-read to the same numbers", "[viz][export]") {
   difflens::test::write_all(dir / "bad.npy", "not numpy");
   CHECK_THROWS_WITH(read_npy(dir / "bad.npy", &r, &c), Catch::Contains("not an NPY"));
 }
+
+TEST_CASE("pooling a zoomed region uses absolute indices for causality", "[viz][pooling]") {
+  // 6×6 map with value 10·i + j in causal cells.
+  std::vector<float> m(36, 0.0f);
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j <= i; ++j) m[static_cast<size_t>(i * 6 + j)] = static_cast<float>(10 * i + j);
+  // Rows 2..4, columns 1..3, shown exactly.
+  const PooledMap p = pool_region(m.data(), 6, 6, {2, 1, 3, 3}, 100, 100, Pooling::Max, true);
+  REQUIRE(p.rows == 3);
+  REQUIRE(p.cols == 3);
+  CHECK(p.at(0, 0) == 21.0f);   // (2, 1)
+  CHECK(p.at(0, 1) == 22.0f);   // (2, 2): the diagonal
+  CHECK(std::isnan(p.at(0, 2)));  // (2, 3): future
+  CHECK(p.at(2, 2) == 43.0f);   // (4, 3)
+  const PooledMap half = pool_region(m.data(), 6, 6, {2, 1, 3, 3}, 1, 1, Pooling::Mean, true);
+  CHECK(half.at(0, 0) == Approx((21 + 22 + 31 + 32 + 33 + 41 + 42 + 43) / 8.0));
+  CHECK(std::isnan(pool_region(m.data(), 6, 6, {5, 5, 3, 3}, 4, 4, Pooling::Max, true).at(0, 0)));  // outside: masked
+}

@@ -7,10 +7,15 @@ void HeatmapView::update(const MapSource& src, int width, int height, Pooling po
                          const HeatmapRenderer& renderer) {
   const bool same_style = style.range.hi == style_.range.hi && style.range.diverging == style_.range.diverging &&
                           style.scale == style_.scale;
-  const bool repool = src.version != version_ || width != width_ || height != height_ || pooling != pooling_;
+  const MapRegion region = src.region.rows > 0 ? src.region : MapRegion{0, 0, src.rows, src.cols};
+  const bool same_region = region.row0 == region_.row0 && region.col0 == region_.col0 && region.rows == region_.rows &&
+                           region.cols == region_.cols;
+  const bool repool =
+      src.version != version_ || width != width_ || height != height_ || pooling != pooling_ || !same_region;
   if (!repool && same_style && drawn_) return;
   if (repool) {
-    pooled_ = pool_map(src.data, src.rows, src.cols, height, width, pooling, src.causal);
+    pooled_ = pool_region(src.data, src.rows, src.cols, region, height, width, pooling, src.causal);
+    region_ = region;
     texture_.upload(pooled_);
     version_ = src.version;
     width_ = width;

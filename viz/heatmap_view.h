@@ -13,6 +13,7 @@ struct MapSource {
   int64_t rows = 0, cols = 0;
   uint64_t version = 0;  // changes whenever `data` holds a different map
   bool causal = true;
+  MapRegion region;  // the visible part (zoom); rows == 0 means the whole map
 };
 
 class HeatmapView {
@@ -29,6 +30,7 @@ class HeatmapView {
   RenderTarget target_;
   PooledMap pooled_;
   uint64_t version_ = ~0ull;
+  MapRegion region_;
   int width_ = 0, height_ = 0;
   Pooling pooling_ = Pooling::Max;
   HeatmapStyle style_;

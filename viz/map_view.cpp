@@ -9,6 +9,14 @@ namespace difflens::viz {
 
 PooledMap pool_map(const float* map, int64_t R, int64_t C, int64_t max_rows, int64_t max_cols, Pooling pooling,
                    bool causal) {
+  return pool_region(map, R, C, {0, 0, R, C}, max_rows, max_cols, pooling, causal);
+}
+
+PooledMap pool_region(const float* map, int64_t src_rows, int64_t src_cols, const MapRegion& region, int64_t max_rows,
+                      int64_t max_cols, Pooling pooling, bool causal) {
+  const int64_t R = region.rows, C = region.cols;
+  if (region.row0 < 0 || region.col0 < 0 || R <= 0 || C <= 0 || region.row0 + R > src_rows || region.col0 + C > src_cols)
+    return PooledMap{1, 1, {std::numeric_limits<float>::quiet_NaN()}};
   PooledMap out;
   out.rows = std::max<int64_t>(1, std::min(R, max_rows));
   out.cols = std::max<int64_t>(1, std::min(C, max_cols));
@@ -21,9 +29,10 @@ PooledMap pool_map(const float* map, int64_t R, int64_t C, int64_t max_rows, int
       int64_t n = 0;
       float best = 0;
       for (int64_t i = r0; i < r1; ++i) {
-        const int64_t last = causal ? std::min(c1, i + 1) : c1;  // keys ≤ query
+        const int64_t qi = region.row0 + i;  // absolute query index
+        const int64_t last = causal ? std::min(c1, qi + 1 - region.col0) : c1;  // keys ≤ query
         for (int64_t j = c0; j < last; ++j) {
-          const float v = map[i * C + j];
+          const float v = map[qi * src_cols + region.col0 + j];
           if (n == 0 || std::fabs(v) > std::fabs(best)) best = v;
           sum += v;
           ++n;

@@ -25,6 +25,15 @@ struct PooledMap {
 PooledMap pool_map(const float* map, int64_t src_rows, int64_t src_cols, int64_t max_rows, int64_t max_cols,
                    Pooling pooling, bool causal);
 
+// The visible part of a map (zoom): source rows [row0, row0 + rows) and columns [col0, col0 + cols).
+struct MapRegion {
+  int64_t row0 = 0, col0 = 0, rows = 0, cols = 0;
+};
+
+// Pools only `region` of a src_rows × src_cols map; causality uses the absolute row/column indices.
+PooledMap pool_region(const float* map, int64_t src_rows, int64_t src_cols, const MapRegion& region, int64_t max_rows,
+                      int64_t max_cols, Pooling pooling, bool causal);
+
 // The value range a colormap spans. Sequential maps: [0, hi]; diverging maps: [−hi, hi].
 struct ValueRange {
   double hi = 1.0;
