@@ -84,6 +84,26 @@ void InferenceWorker::wait_idle() const {
   cv_.wait(lock, [this] { return stopping_ || (loads_.empty() && !pending_run_ && !status_.busy); });
 }
 
+void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  std::unique_ptr<Model> model;
+  std::string error;
+  try {
+    model = std::make_unique<Model>(Model::load(job.dir));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  lock.lock();
+  SlotInfo& info = status_.slots[static_cast<size_t>(job.slot)];
+  info.error = error;
+  if (model) {
+    info.path = job.dir;
+    info.description = describe(*model);
+    info.loaded = true;
+    models_[static_cast<size_t>(job.slot)] = std::move(model);
+  }
+}
+
 void InferenceWorker::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -108,32 +128,8 @@ void InferenceWorker::loop() {
         r.errors[static_cast<size_t>(1 - job.slot)] = "(showing a trace bundle in the other slot)";
         lock.lock();
         result_ = std::move(r);
-        status_.busy = false;
-        status_.activity = "idle";
-        cv_.notify_all();
-        if (wake_) {
-          lock.unlock();
-          wake_();
-          lock.lock();
-        }
-        continue;
-      }
-      lock.unlock();
-      std::unique_ptr<Model> model;
-      std::string error;
-      try {
-        model = std::make_unique<Model>(Model::load(job.dir));
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-      lock.lock();
-      SlotInfo& info = status_.slots[static_cast<size_t>(job.slot)];
-      info.error = error;
-      if (model) {
-        info.path = job.dir;
-        info.description = describe(*model);
-        info.loaded = true;
-        models_[static_cast<size_t>(job.slot)] = std::move(model);
+      } else {
+        load_model(job, lock);
       }
     } else {
       const uint64_t id = pending_run_->first;

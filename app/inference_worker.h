@@ -42,7 +42,7 @@ struct RunResult {
 
 struct WorkerStatus {
   bool busy = false;
-  std::string activity;        // "running 256 tokens", "loading assets/models/diff-small", "idle"
+  std::string activity;  // "running 256 tokens", "loading assets/models/diff-small", "idle"
   double last_run_ms = 0;
   std::array<SlotInfo, kSlots> slots;
 };
@@ -70,6 +70,9 @@ class InferenceWorker {
 
  private:
   void loop();
+  struct Load;
+  // Loads a model into its slot; called with `lock` held, returns with it held.
+  void load_model(const Load& job, std::unique_lock<std::mutex>& lock);
 
   struct Load {
     int slot;
