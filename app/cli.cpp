@@ -172,7 +172,8 @@ int cmd_info(const Args& a) {
 }
 
 int cmd_generate(const Args& a) {
-  a.reject_unknown({"model", "prompt", "tokens", "temperature", "top-k", "seed", "samples", "threads", "device"});
+  a.reject_unknown(
+      {"model", "prompt", "tokens", "temperature", "top-k", "seed", "samples", "threads", "device"});
   apply_threads(a);
   const Model m = Model::load(a.require("model"), parse_device(a.get("device", "auto")));
   const std::string prompt = a.require("prompt");
@@ -269,20 +270,22 @@ std::string bundled_model(const char* name) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) {
-    const std::filesystem::path dir = std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
+    const std::filesystem::path dir =
+        std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
     candidates.push_back(dir / "../share/difflens/models" / name);
   }
 #ifdef DIFFLENS_SOURCE_DIR
   candidates.push_back(std::filesystem::path(DIFFLENS_SOURCE_DIR) / "assets/models" / name);
 #endif
   for (const auto& c : candidates)
-    if (std::filesystem::exists(c / "model.safetensors")) return std::filesystem::weakly_canonical(c).string();
+    if (std::filesystem::exists(c / "model.safetensors"))
+      return std::filesystem::weakly_canonical(c).string();
   return candidates.empty() ? name : candidates.back().string();
 }
 
 int cmd_gui(const Args& a) {
-  a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale", "threads",
-                    "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom"});
+  a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
+                    "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -294,8 +297,9 @@ int cmd_gui(const Args& a) {
     o.models[0] = bundled_model("diff-small");
     o.models[1] = bundled_model("baseline-small");
   }
-  o.prompt = a.get("prompt", "The secret code of Mira is 4821. The river was high that spring. "
-                             "What is the secret code of Mira? The secret code of Mira is");
+  o.prompt = a.get("prompt",
+                   "The secret code of Mira is 4821. The river was high that spring. "
+                   "What is the secret code of Mira? The secret code of Mira is");
   const std::vector<int> sel = a.get_int_list("select");
   if (!sel.empty()) {
     if (sel.size() != 2) throw Error("--select expects LAYER,HEAD");
@@ -331,13 +335,15 @@ int cmd_gui(const Args& a) {
   o.lecture = a.has("lecture");
   const std::vector<int> zoom = a.get_int_list("zoom");
   if (!zoom.empty()) {
-    if (zoom.size() != 3 || zoom[0] < 0 || zoom[1] < 0 || zoom[2] < 1) throw Error("--zoom expects ROW0,COL0,SPAN");
+    if (zoom.size() != 3 || zoom[0] < 0 || zoom[1] < 0 || zoom[2] < 1)
+      throw Error("--zoom expects ROW0,COL0,SPAN");
     std::copy(zoom.begin(), zoom.end(), o.zoom);
   }
   o.export_dir = a.get("export-dir");
   const std::vector<int> answer = a.get_int_list("answer");
   if (!answer.empty()) {
-    if (answer.size() != 2 || answer[0] < 0 || answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
+    if (answer.size() != 2 || answer[0] < 0 || answer[1] <= answer[0])
+      throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
     o.answer_begin = answer[0];
     o.answer_end = answer[1];
   }
@@ -346,16 +352,20 @@ int cmd_gui(const Args& a) {
 
 std::atomic<bool> g_stop{false};
 
-void on_interrupt(int) { g_stop = true; }
+void on_interrupt(int) {
+  g_stop = true;
+}
 
 int cmd_train(const Args& a) {
-  a.reject_unknown({"config", "corpus", "out", "steps", "seq-len", "batch", "lr", "warmup", "hidden", "layers", "heads",
-                    "kv-heads", "seed", "threads", "eval-every", "save-every", "only", "fresh", "device",
-                    "episode-fraction"});
+  a.reject_unknown({"config",     "corpus",   "out",    "steps",   "seq-len",
+                    "batch",      "lr",       "warmup", "hidden",  "layers",
+                    "heads",      "kv-heads", "seed",   "threads", "eval-every",
+                    "save-every", "only",     "fresh",  "device",  "episode-fraction"});
   TrainOptions o = a.has("config") ? train_options_from_json(a.get("config")) : TrainOptions{};
   if (a.has("corpus")) o.corpus_dir = a.get("corpus");
   if (a.has("out")) o.out_dir = a.get("out");
-  if (o.corpus_dir.empty() || o.out_dir.empty()) throw Error("train needs --corpus DIR and --out DIR (or a --config)");
+  if (o.corpus_dir.empty() || o.out_dir.empty())
+    throw Error("train needs --corpus DIR and --out DIR (or a --config)");
   o.steps = a.get_int("steps", static_cast<int>(o.steps));
   o.seq_len = a.get_int("seq-len", static_cast<int>(o.seq_len));
   o.batch = a.get_int("batch", static_cast<int>(o.batch));
@@ -385,10 +395,11 @@ int cmd_train(const Args& a) {
     const int width = 30, done = static_cast<int>(width * p.step / std::max<int64_t>(1, p.total));
     const int eta = static_cast<int>(p.eta_seconds);
     if (!tty && p.step % 50 != 0 && p.step != p.total) return;
-    std::fprintf(stderr, "%s[%.*s%*s] step %lld/%lld  loss diff %.3f baseline %.3f  %.0f tok/s  ETA %dh%02dm%02ds%s",
+    std::fprintf(stderr,
+                 "%s[%.*s%*s] step %lld/%lld  loss diff %.3f baseline %.3f  %.0f tok/s  ETA %dh%02dm%02ds%s",
                  tty ? "\r" : "", done, "##############################", width - done, "",
-                 static_cast<long long>(p.step), static_cast<long long>(p.total), p.loss_diff, p.loss_baseline,
-                 p.tokens_per_second, eta / 3600, eta / 60 % 60, eta % 60, tty ? "" : "\n");
+                 static_cast<long long>(p.step), static_cast<long long>(p.total), p.loss_diff,
+                 p.loss_baseline, p.tokens_per_second, eta / 3600, eta / 60 % 60, eta % 60, tty ? "" : "\n");
     std::fflush(stderr);
   });
   std::fprintf(stderr, "\n");
@@ -404,11 +415,13 @@ int cmd_train(const Args& a) {
 }  // namespace
 
 int run(int argc, char** argv) {
-  if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" || std::string(argv[1]) == "help")) {
+  if (argc >= 2 &&
+      (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" || std::string(argv[1]) == "help")) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0) return cmd_gui(Args(argc, argv, 1, {"export-all", "lecture"}));
+  if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0)
+    return cmd_gui(Args(argc, argv, 1, {"export-all", "lecture"}));
   const std::string cmd = argv[1];
   if (cmd == "capture")
     return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));

@@ -75,11 +75,11 @@ struct GuiState {
   SlotState slots[kSlots];
   std::optional<RunResult> shown;  // the result on screen
   WorkerStatus status;
-  std::string message;             // last export result or error, shown in the status line
-  bool lecture = false;            // large font for lecture halls
-  double edited_at = 0;            // the last keystroke of the prompt now running
-  double edit_to_screen_ms = 0;    // that keystroke → both maps drawn (debounce + inference + upload)
-  bool export_all = false;         // Ctrl+E: export every map of the head view this frame
+  std::string message;           // last export result or error, shown in the status line
+  bool lecture = false;          // large font for lecture halls
+  double edited_at = 0;          // the last keystroke of the prompt now running
+  double edit_to_screen_ms = 0;  // that keystroke → both maps drawn (debounce + inference + upload)
+  bool export_all = false;       // Ctrl+E: export every map of the head view this frame
 };
 
 std::string file_safe(std::string s) {
@@ -90,15 +90,17 @@ std::string file_safe(std::string s) {
 
 // Writes one map as PNG (rendered from the data at the export size), NPY and CSV; reports in the message.
 void export_map(GuiState& state, const std::string& model, int layer, int head, const std::string& which,
-                const viz::MapSource& src, const viz::HeatmapStyle& style, const std::vector<std::string>& tokens,
-                const viz::HeatmapRenderer& renderer) {
+                const viz::MapSource& src, const viz::HeatmapStyle& style,
+                const std::vector<std::string>& tokens, const viz::HeatmapRenderer& renderer) {
   try {
     std::filesystem::create_directories(state.view.export_dir);
-    const std::filesystem::path base = std::filesystem::path(state.view.export_dir) /
-                                       file_safe(model + "-L" + std::to_string(layer) + "-H" + std::to_string(head) + "-" + which);
+    const std::filesystem::path base =
+        std::filesystem::path(state.view.export_dir) /
+        file_safe(model + "-L" + std::to_string(layer) + "-H" + std::to_string(head) + "-" + which);
     const int size = std::clamp(state.view.export_size, 8, 16384);
     viz::write_png(base.string() + ".png",
-                   viz::render_map(renderer, src, size, static_cast<viz::Pooling>(state.view.pooling), style), size, size);
+                   viz::render_map(renderer, src, size, static_cast<viz::Pooling>(state.view.pooling), style),
+                   size, size);
     viz::write_npy(base.string() + ".npy", src.data, src.rows, src.cols);
     viz::write_csv(base.string() + ".csv", src.data, src.rows, src.cols, tokens, tokens);
     state.message = "exported " + base.string() + ".png/.npy/.csv";
@@ -127,10 +129,12 @@ void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, float 
   const float h = ImGui::GetTextLineHeight() * 0.6f;
   constexpr int kSegments = 32;
   for (int i = 0; i < kSegments; ++i) {
-    const viz::Rgb8 a = cmap.at(static_cast<double>(i) / kSegments), b = cmap.at(static_cast<double>(i + 1) / kSegments);
-    dl->AddRectFilledMultiColor(ImVec2(p.x + width * i / kSegments, p.y), ImVec2(p.x + width * (i + 1) / kSegments, p.y + h),
-                                IM_COL32(a.r, a.g, a.b, 255), IM_COL32(b.r, b.g, b.b, 255), IM_COL32(b.r, b.g, b.b, 255),
-                                IM_COL32(a.r, a.g, a.b, 255));
+    const viz::Rgb8 a = cmap.at(static_cast<double>(i) / kSegments),
+                    b = cmap.at(static_cast<double>(i + 1) / kSegments);
+    dl->AddRectFilledMultiColor(ImVec2(p.x + width * i / kSegments, p.y),
+                                ImVec2(p.x + width * (i + 1) / kSegments, p.y + h),
+                                IM_COL32(a.r, a.g, a.b, 255), IM_COL32(b.r, b.g, b.b, 255),
+                                IM_COL32(b.r, b.g, b.b, 255), IM_COL32(a.r, a.g, a.b, 255));
   }
   ImGui::Dummy(ImVec2(width, h));
   char lo[32], mid[32], hi[32];
@@ -139,7 +143,8 @@ void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, float 
   std::snprintf(hi, sizeof hi, "%.3g", range.hi);
   // Inside a group, SameLine() offsets count from the group's start.
   ImGui::TextUnformatted(lo);
-  const float lo_w = ImGui::CalcTextSize(lo).x, mid_w = ImGui::CalcTextSize(mid).x, hi_w = ImGui::CalcTextSize(hi).x;
+  const float lo_w = ImGui::CalcTextSize(lo).x, mid_w = ImGui::CalcTextSize(mid).x,
+              hi_w = ImGui::CalcTextSize(hi).x;
   const float gap = ImGui::GetFontSize();
   const float mid_x = width / 2 - mid_w / 2, hi_x = width - hi_w;
   if (mid_x > lo_w + gap && mid_x + mid_w + gap < hi_x) {  // the middle label only where it cannot collide
@@ -166,7 +171,8 @@ class HeadView {
     for (const auto& m : maps)
       if (!m.diverging) shared.push_back(m.data);
     const int64_t T = maps[0].T;
-    const viz::ValueRange shared_range = viz::value_range(shared, T, T, state.view.clamp_percentile, false, true);
+    const viz::ValueRange shared_range =
+        viz::value_range(shared, T, T, state.view.clamp_percentile, false, true);
     for (size_t i = 0; i < maps.size(); ++i) {
       const MapSpec& m = maps[i];
       if (i) ImGui::SameLine();
@@ -180,27 +186,31 @@ class HeadView {
       viz::HeatmapView& view = views_[i];
       const int px = std::max(16, static_cast<int>(side));
       ViewState& v = state.view;
-      if (v.zoom_span <= 0 || v.zoom_span > T) v.zoom_span = static_cast<double>(T), v.zoom_row0 = v.zoom_col0 = 0;
+      if (v.zoom_span <= 0 || v.zoom_span > T)
+        v.zoom_span = static_cast<double>(T), v.zoom_row0 = v.zoom_col0 = 0;
       const int64_t span = std::max<int64_t>(1, static_cast<int64_t>(std::llround(v.zoom_span)));
       const int64_t r0 = std::clamp<int64_t>(std::llround(v.zoom_row0), 0, T - span);
       const int64_t c0 = std::clamp<int64_t>(std::llround(v.zoom_col0), 0, T - span);
-      view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, px, px, static_cast<viz::Pooling>(v.pooling),
-                  style, renderer);
+      view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, px, px,
+                  static_cast<viz::Pooling>(v.pooling), style, renderer);
       const ImVec2 origin = ImGui::GetCursorScreenPos();
-      ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(view.target().texture())), ImVec2(side, side),
-                   ImVec2(0, 1), ImVec2(1, 0));  // the target is bottom-up: flip once, here
+      ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(view.target().texture())),
+                   ImVec2(side, side), ImVec2(0, 1),
+                   ImVec2(1, 0));  // the target is bottom-up: flip once, here
       // Linked selection: the selected query's row and the hovered key's column, in every map.
       ImDrawList* dl = ImGui::GetWindowDrawList();
       dl->PushClipRect(origin, ImVec2(origin.x + side, origin.y + side), true);
       const float cell = side / static_cast<float>(span);
       const int q_sel = state.selection.query;
       if (q_sel >= r0 && q_sel < r0 + span)
-        dl->AddRect(ImVec2(origin.x, origin.y + cell * (q_sel - r0)), ImVec2(origin.x + side, origin.y + cell * (q_sel - r0 + 1)),
-                    IM_COL32(255, 140, 0, 255), 0, 0, 1.5f);
+        dl->AddRect(ImVec2(origin.x, origin.y + cell * (q_sel - r0)),
+                    ImVec2(origin.x + side, origin.y + cell * (q_sel - r0 + 1)), IM_COL32(255, 140, 0, 255),
+                    0, 0, 1.5f);
       const int k_hov = state.selection.hovered_key;
       if (k_hov >= c0 && k_hov < c0 + span)
-        dl->AddRect(ImVec2(origin.x + cell * (k_hov - c0), origin.y), ImVec2(origin.x + cell * (k_hov - c0 + 1), origin.y + side),
-                    IM_COL32(255, 0, 160, 200), 0, 0, 1.0f);
+        dl->AddRect(ImVec2(origin.x + cell * (k_hov - c0), origin.y),
+                    ImVec2(origin.x + cell * (k_hov - c0 + 1), origin.y + side), IM_COL32(255, 0, 160, 200),
+                    0, 0, 1.0f);
       dl->PopClipRect();
       if (ImGui::IsItemHovered()) {
         ImGuiIO& io = ImGui::GetIO();
@@ -210,7 +220,8 @@ class HeadView {
         const int64_t k = std::clamp<int64_t>(c0 + static_cast<int64_t>(fx * span), 0, T - 1);
         state.selection.hovered_next = static_cast<int>(k);
         if (io.MouseWheel != 0) {  // zoom around the cursor
-          const double new_span = std::clamp(v.zoom_span * std::pow(0.8, io.MouseWheel), std::min(8.0, double(T)), double(T));
+          const double new_span =
+              std::clamp(v.zoom_span * std::pow(0.8, io.MouseWheel), std::min(8.0, double(T)), double(T));
           v.zoom_row0 = r0 + fy * span - fy * new_span;
           v.zoom_col0 = c0 + fx * span - fx * new_span;
           v.zoom_span = new_span;
@@ -218,24 +229,31 @@ class HeadView {
         if (ImGui::IsMouseDragging(ImGuiMouseButton_Left)) {  // pan
           v.zoom_row0 = r0 - io.MouseDelta.y / side * span;
           v.zoom_col0 = c0 - io.MouseDelta.x / side * span;
-        } else if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) && ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).x == 0 &&
+        } else if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
+                   ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).x == 0 &&
                    ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).y == 0) {
           state.selection.query = static_cast<int>(q);
         }
         if (ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) v.zoom_span = 0;  // reset
         ImGui::BeginTooltip();
-        ImGui::Text("query %lld  %s", static_cast<long long>(q), q < static_cast<int64_t>(tokens.size()) ? tokens[q].c_str() : "");
-        ImGui::Text("key   %lld  %s", static_cast<long long>(k), k < static_cast<int64_t>(tokens.size()) ? tokens[k].c_str() : "");
-        if (k > q) ImGui::TextUnformatted("masked (future key)");
+        ImGui::Text("query %lld  %s", static_cast<long long>(q),
+                    q < static_cast<int64_t>(tokens.size()) ? tokens[q].c_str() : "");
+        ImGui::Text("key   %lld  %s", static_cast<long long>(k),
+                    k < static_cast<int64_t>(tokens.size()) ? tokens[k].c_str() : "");
+        if (k > q)
+          ImGui::TextUnformatted("masked (future key)");
         else
           for (const auto& other : maps) ImGui::Text("%s = %.5f", other.title.c_str(), other.data[q * T + k]);
-        if (span < T) ImGui::TextDisabled("zoom: rows %lld-%lld (double-click resets)", static_cast<long long>(r0), static_cast<long long>(r0 + span - 1));
+        if (span < T)
+          ImGui::TextDisabled("zoom: rows %lld-%lld (double-click resets)", static_cast<long long>(r0),
+                              static_cast<long long>(r0 + span - 1));
         ImGui::EndTooltip();
       }
       draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, side);
       ImGui::PushID(static_cast<int>(i));
       if (ImGui::SmallButton("Export PNG/NPY/CSV") || state.export_all)
-        export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}}, style, tokens, renderer);
+        export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}},
+                   style, tokens, renderer);
       ImGui::PopID();
       ImGui::EndGroup();
     }
@@ -257,24 +275,28 @@ class ModelView {
                 t.config.is_diff() ? "A1 - lambda A2" : "softmax A");
     for (const LayerTrace& l : t.layers) {
       if (l.a.empty()) continue;
-      const viz::ValueRange range = viz::value_range({l.a.data.data()}, T * static_cast<int64_t>(l.heads.size()), T,
-                                                     state.view.clamp_percentile, t.config.is_diff(), false);
+      const viz::ValueRange range =
+          viz::value_range({l.a.data.data()}, T * static_cast<int64_t>(l.heads.size()), T,
+                           state.view.clamp_percentile, t.config.is_diff(), false);
       for (size_t h = 0; h < l.heads.size(); ++h) {
         if (h) ImGui::SameLine();
         viz::HeatmapStyle style;
         style.range = range;
         style.scale = static_cast<viz::ValueScale>(state.view.scale);
         viz::HeatmapView& v = views_[{l.index, l.heads[h]}];
-        const uint64_t version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^ (static_cast<uint64_t>(l.index) << 12) ^
+        const uint64_t version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
+                                 (static_cast<uint64_t>(l.index) << 12) ^
                                  (static_cast<uint64_t>(l.heads[h]) << 4) ^ 0x9;
-        v.update({l.a.data.data() + static_cast<int64_t>(h) * T * T, T, T, version, true, {}}, static_cast<int>(thumb),
-                 static_cast<int>(thumb), static_cast<viz::Pooling>(state.view.pooling), style, renderer);
+        v.update({l.a.data.data() + static_cast<int64_t>(h) * T * T, T, T, version, true, {}},
+                 static_cast<int>(thumb), static_cast<int>(thumb),
+                 static_cast<viz::Pooling>(state.view.pooling), style, renderer);
         const ImVec2 p = ImGui::GetCursorScreenPos();
-        ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(v.target().texture())), ImVec2(thumb, thumb),
-                     ImVec2(0, 1), ImVec2(1, 0));
+        ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(v.target().texture())),
+                     ImVec2(thumb, thumb), ImVec2(0, 1), ImVec2(1, 0));
         const bool selected = l.index == state.view.layer && l.heads[h] == state.view.head[slot];
         if (selected)
-          ImGui::GetWindowDrawList()->AddRect(p, ImVec2(p.x + thumb, p.y + thumb), IM_COL32(255, 140, 0, 255), 0, 0, 3);
+          ImGui::GetWindowDrawList()->AddRect(p, ImVec2(p.x + thumb, p.y + thumb), IM_COL32(255, 140, 0, 255),
+                                              0, 0, 3);
         if (ImGui::IsItemHovered()) ImGui::SetTooltip("layer %d, head %d", l.index, l.heads[h]);
         if (ImGui::IsItemClicked()) {
           state.view.layer = l.index;
@@ -296,8 +318,8 @@ std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t reque
   auto it = std::find(l.heads.begin(), l.heads.end(), head);
   if (it == l.heads.end()) return out;
   const int64_t T = t.length(), h = it - l.heads.begin();
-  const uint64_t base = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^ (static_cast<uint64_t>(layer) << 12) ^
-                        (static_cast<uint64_t>(head) << 4);
+  const uint64_t base = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
+                        (static_cast<uint64_t>(layer) << 12) ^ (static_cast<uint64_t>(head) << 4);
   auto ptr = [&](const FloatArray& a) { return a.data.data() + h * T * T; };
   if (t.config.is_diff()) {
     out.push_back({"A1 (softmax 1)", "A1", ptr(l.a1), T, false, base + 1});
@@ -380,7 +402,8 @@ void draw_lambda_panel(const Trace& t) {
   ImGui::PlotLines("##lambda", lambdas.data(), static_cast<int>(lambdas.size()), 0, "lambda", -0.2f, 1.2f,
                    ImVec2(ImGui::GetContentRegionAvail().x, ImGui::GetTextLineHeight() * 3));
   if (ImGui::BeginTable("lambda", 5, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
-    for (const char* h : {"layer", "lambda", "exp(q1.k1)", "exp(q2.k2)", "lambda_init"}) ImGui::TableSetupColumn(h);
+    for (const char* h : {"layer", "lambda", "exp(q1.k1)", "exp(q2.k2)", "lambda_init"})
+      ImGui::TableSetupColumn(h);
     ImGui::TableHeadersRow();
     for (const auto& l : t.layers) {
       ImGui::TableNextRow();
@@ -403,7 +426,8 @@ void draw_next_tokens(const Trace& t) {
 
 // Two models' |value| histograms on the same log10 axis (bins merged to 4 per decade), log-count bars,
 // DIFF blue and baseline red side by side in each bin.
-void draw_histograms(const char* title, const ValueStats* stats[kSlots], const char* names[kSlots], ImVec2 size) {
+void draw_histograms(const char* title, const ValueStats* stats[kSlots], const char* names[kSlots],
+                     ImVec2 size) {
   constexpr int kMerge = LogHistogram::kBinsPerDecade / 4;
   constexpr int kBins = LogHistogram::kBins / kMerge;
   double counts[kSlots][kBins] = {};
@@ -411,7 +435,8 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
   double peak = 1;
   for (int s = 0; s < kSlots; ++s) {
     if (!stats[s]) continue;
-    for (int b = 0; b < LogHistogram::kBins; ++b) counts[s][b / kMerge] += static_cast<double>(stats[s]->histogram.counts[b]);
+    for (int b = 0; b < LogHistogram::kBins; ++b)
+      counts[s][b / kMerge] += static_cast<double>(stats[s]->histogram.counts[b]);
     for (int b = 0; b < kBins; ++b)
       if (counts[s][b] > 0) {
         first = std::min(first, b);
@@ -439,7 +464,8 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
   for (int b = first; b <= last; ++b)
     for (int s = 0; s < kSlots; ++s) {
       if (!stats[s] || counts[s][b] <= 0) continue;
-      const float h = plot_h * static_cast<float>(std::log10(1 + counts[s][b]) / std::log10(1 + peak));  // log count
+      const float h =
+          plot_h * static_cast<float>(std::log10(1 + counts[s][b]) / std::log10(1 + peak));  // log count
       const float x0 = p.x + bw * static_cast<float>(b - first) + bw * 0.5f * static_cast<float>(s);
       dl->AddRectFilled(ImVec2(x0, p.y + plot_h - h), ImVec2(x0 + bw * 0.5f, p.y + plot_h), colors[s]);
     }
@@ -458,7 +484,8 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
 // The paper's Table 5 readout: k-th largest |value| and the median, both models side by side.
 void draw_outlier_table(const char* id, const ValueStats* stats[kSlots], const char* names[kSlots]) {
   if (!ImGui::BeginTable(id, 7, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) return;
-  for (const char* h : {"model", "top-1", "top-2", "top-3", "top-10", "top-100", "median"}) ImGui::TableSetupColumn(h);
+  for (const char* h : {"model", "top-1", "top-2", "top-3", "top-10", "top-100", "median"})
+    ImGui::TableSetupColumn(h);
   ImGui::TableHeadersRow();
   for (int s = 0; s < kSlots; ++s) {
     if (!stats[s]) continue;
@@ -512,14 +539,16 @@ void draw_outlier_panel(const RunResult& r, int& layer_choice) {
   draw_histograms("|hidden states| at layer outputs (log count)", hp, names, ImVec2(w, h));
   draw_outlier_table("hidden_table", hp, names);
   ImGui::EndGroup();
-  if (layer_choice < 0) ImGui::TextDisabled("pooled over layers: top-k exact; median from the log histogram (within 3.7 %%)");
+  if (layer_choice < 0)
+    ImGui::TextDisabled("pooled over layers: top-k exact; median from the log histogram (within 3.7 %%)");
 }
 
 // Attention to the marked answer vs attention noise, per layer and averaged, for both models.
 void draw_noise_panel(const GuiState& state, const RunResult& r) {
   const SelectionState& sel = state.selection;
   ImGui::TextWrapped("%s.", kAttentionShareDefinition);
-  ImGui::TextDisabled("Question = tokens from the selected query to the end; answer = the right-dragged span.");
+  ImGui::TextDisabled(
+      "Question = tokens from the selected query to the end; answer = the right-dragged span.");
   if (sel.answer_begin < 0) {
     ImGui::TextUnformatted("Right-drag over the answer's tokens on the token strip to measure.");
     return;
@@ -529,7 +558,8 @@ void draw_noise_panel(const GuiState& state, const RunResult& r) {
     std::string heads[kSlots];
     for (int s = 0; s < kSlots; ++s) {
       const auto& t = r.traces[s];
-      const std::string n = t ? (t->config.name.empty() ? to_string(t->config.attention) : t->config.name) : "-";
+      const std::string n =
+          t ? (t->config.name.empty() ? to_string(t->config.attention) : t->config.name) : "-";
       ImGui::TableSetupColumn((n + " answer").c_str());
       ImGui::TableSetupColumn((n + " noise").c_str());
     }
@@ -553,11 +583,16 @@ void draw_noise_panel(const GuiState& state, const RunResult& r) {
     for (size_t i = 0; i <= rows; ++i) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
-      if (i < rows) ImGui::Text("%zu", i);
-      else ImGui::TextUnformatted("mean");
+      if (i < rows)
+        ImGui::Text("%zu", i);
+      else
+        ImGui::TextUnformatted("mean");
       for (int s = 0; s < kSlots; ++s) {
         const AttentionShare* a = nullptr;
-        if (readouts[s]) a = i < readouts[s]->per_layer.size() ? &readouts[s]->per_layer[i] : i == rows ? &readouts[s]->mean : nullptr;
+        if (readouts[s])
+          a = i < readouts[s]->per_layer.size() ? &readouts[s]->per_layer[i]
+              : i == rows                       ? &readouts[s]->mean
+                                                : nullptr;
         ImGui::TableNextColumn();
         if (a) ImGui::Text("%.3f", a->answer);
         ImGui::TableNextColumn();
@@ -590,8 +625,10 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
     ImGui::SameLine();
     if (ImGui::Button("Open trace bundle")) worker.open_bundle(s, state.slots[s].bundle_field);
     ImGui::SameLine();
-    if (!info.error.empty()) ImGui::TextColored(ImVec4(0.9f, 0.3f, 0.3f, 1), "%s", info.error.c_str());
-    else ImGui::TextDisabled("%s", info.loaded ? info.description.c_str() : "(loading)");
+    if (!info.error.empty())
+      ImGui::TextColored(ImVec4(0.9f, 0.3f, 0.3f, 1), "%s", info.error.c_str());
+    else
+      ImGui::TextDisabled("%s", info.loaded ? info.description.c_str() : "(loading)");
     ImGui::PopID();
   }
 }
@@ -637,7 +674,8 @@ bool write_screenshot(const std::string& path, int width, int height) {
 }
 
 const char* find_font() {
-  for (const char* f : {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"})
+  for (const char* f :
+       {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"})
     if (std::filesystem::exists(f)) return f;
   return nullptr;
 }
@@ -646,7 +684,8 @@ const char* find_font() {
 
 int run_gui(const GuiOptions& opt) {
   if (!glfwInit()) {
-    std::fprintf(stderr, "difflens: cannot open a window (no display?). Headless commands: difflens --help\n");
+    std::fprintf(stderr,
+                 "difflens: cannot open a window (no display?). Headless commands: difflens --help\n");
     return 1;
   }
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
@@ -708,8 +747,10 @@ int run_gui(const GuiOptions& opt) {
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result; wake up for the debounce deadline.
-      if (state.prompt.pending || state.status.busy || frames_since_result >= 0) glfwWaitEventsTimeout(0.03);
-      else glfwWaitEventsTimeout(0.5);
+      if (state.prompt.pending || state.status.busy || frames_since_result >= 0)
+        glfwWaitEventsTimeout(0.03);
+      else
+        glfwWaitEventsTimeout(0.5);
 
       // The one point per frame where results reach the UI.
       if (auto r = worker.take_result()) {
@@ -738,13 +779,15 @@ int run_gui(const GuiOptions& opt) {
       ImGui::NewFrame();
       ImGui::SetNextWindowPos(ImVec2(0, 0));
       ImGui::SetNextWindowSize(io.DisplaySize);
-      ImGui::Begin("DiffLens", nullptr,
-                   ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoBringToFrontOnFocus);
+      ImGui::Begin(
+          "DiffLens", nullptr,
+          ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoBringToFrontOnFocus);
       draw_model_slots(state, worker);
       ImGui::Checkbox("Lecture mode (large text)", &state.lecture);
       ImGui::Separator();
       ImGui::TextUnformatted("Prompt");
-      if (ImGui::InputTextMultiline("##prompt", &state.prompt.text, ImVec2(-1, ImGui::GetTextLineHeight() * 4))) {
+      if (ImGui::InputTextMultiline("##prompt", &state.prompt.text,
+                                    ImVec2(-1, ImGui::GetTextLineHeight() * 4))) {
         state.prompt.pending = true;
         state.prompt.last_edit = now_seconds();
       }
@@ -757,7 +800,8 @@ int run_gui(const GuiOptions& opt) {
           }
       if (layers > 0) {  // keep the requested selection until there is a model to check it against
         if (state.view.layer < 0 || state.view.layer >= layers) state.view.layer = layers - 1;
-        for (int s = 0; s < kSlots; ++s) state.view.head[s] = std::clamp(state.view.head[s], 0, std::max(0, heads[s] - 1));
+        for (int s = 0; s < kSlots; ++s)
+          state.view.head[s] = std::clamp(state.view.head[s], 0, std::max(0, heads[s] - 1));
       }
       draw_controls(state, layers, heads);
       ImGui::Separator();
@@ -786,12 +830,15 @@ int run_gui(const GuiOptions& opt) {
           if (!t) {
             ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", state.shown->errors[s].c_str());
           } else {
-            ImGui::Text("%s  layer %d  head %d  (%lld tokens)", t->config.name.empty() ? to_string(t->config.attention) : t->config.name.c_str(),
+            ImGui::Text("%s  layer %d  head %d  (%lld tokens)",
+                        t->config.name.empty() ? to_string(t->config.attention) : t->config.name.c_str(),
                         state.view.layer, state.view.head[s], static_cast<long long>(t->length()));
-            head_views[s].set_subject(t->config.name.empty() ? to_string(t->config.attention) : t->config.name,
-                                      state.view.layer, state.view.head[s]);
-            head_views[s].draw(state, maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s), t->tokens,
-                               renderer, side);
+            head_views[s].set_subject(
+                t->config.name.empty() ? to_string(t->config.attention) : t->config.name, state.view.layer,
+                state.view.head[s]);
+            head_views[s].draw(state,
+                               maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s),
+                               t->tokens, renderer, side);
           }
           ImGui::EndGroup();
         }
@@ -819,7 +866,8 @@ int run_gui(const GuiOptions& opt) {
             ImGui::EndChild();
             ImGui::EndTabItem();
           }
-          if (ImGui::BeginTabItem("Model view", nullptr, opt.open_model_view ? ImGuiTabItemFlags_SetSelected : 0)) {
+          if (ImGui::BeginTabItem("Model view", nullptr,
+                                  opt.open_model_view ? ImGuiTabItemFlags_SetSelected : 0)) {
             const float thumb = std::clamp(ImGui::GetContentRegionAvail().y / 5.0f, 32.0f, 96.0f);
             for (int s = 0; s < kSlots; ++s) {
               if (s) ImGui::SameLine(0, 3 * ImGui::GetFontSize());
@@ -830,11 +878,13 @@ int run_gui(const GuiOptions& opt) {
             }
             ImGui::EndTabItem();
           }
-          if (ImGui::BeginTabItem("Attention noise", nullptr, opt.open_noise ? ImGuiTabItemFlags_SetSelected : 0)) {
+          if (ImGui::BeginTabItem("Attention noise", nullptr,
+                                  opt.open_noise ? ImGuiTabItemFlags_SetSelected : 0)) {
             draw_noise_panel(state, *state.shown);
             ImGui::EndTabItem();
           }
-          if (ImGui::BeginTabItem("Outliers", nullptr, opt.open_outliers ? ImGuiTabItemFlags_SetSelected : 0)) {
+          if (ImGui::BeginTabItem("Outliers", nullptr,
+                                  opt.open_outliers ? ImGuiTabItemFlags_SetSelected : 0)) {
             draw_outlier_panel(*state.shown, state.view.outlier_layer);
             ImGui::EndTabItem();
           }
@@ -844,8 +894,8 @@ int run_gui(const GuiOptions& opt) {
       }
       ImGui::Separator();
       ImGui::Text("%s | last run %.0f ms for both models, %.0f ms from keystroke to maps on screen | %s",
-                  state.status.busy ? "running..." : "idle", state.status.last_run_ms, state.edit_to_screen_ms,
-                  state.message.c_str());
+                  state.status.busy ? "running..." : "idle", state.status.last_run_ms,
+                  state.edit_to_screen_ms, state.message.c_str());
       ImGui::End();
       state.export_all = (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_E, false) && !io.WantTextInput) ||
                          (export_pending && state.shown.has_value());
@@ -862,8 +912,10 @@ int run_gui(const GuiOptions& opt) {
       if (window_shot) {
         std::error_code ec;
         std::filesystem::create_directories(state.view.export_dir, ec);
-        const std::string path = (std::filesystem::path(state.view.export_dir) /
-                                  ("window-" + std::to_string(static_cast<long long>(now_seconds())) + ".png")).string();
+        const std::string path =
+            (std::filesystem::path(state.view.export_dir) /
+             ("window-" + std::to_string(static_cast<long long>(now_seconds())) + ".png"))
+                .string();
         state.message = write_screenshot(path, w, h) ? "wrote " + path : "could not write " + path;
       }
       if (frames_since_result >= 0 && ++frames_since_result > opt.exit_after_frames) {

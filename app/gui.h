@@ -6,22 +6,22 @@
 namespace difflens::app {
 
 struct GuiOptions {
-  std::string models[2];           // left (DIFF) and right (baseline) model directories
-  std::string prompt;              // initial prompt
-  int layer = -1, head = -1;       // initial selection (-1: the last layer, head 0)
-  std::string screenshot;          // headless: write the window to this PNG after the first result...
-  int exit_after_frames = 0;       // ...and this many further frames, then exit (0: run until closed)
+  std::string models[2];      // left (DIFF) and right (baseline) model directories
+  std::string prompt;         // initial prompt
+  int layer = -1, head = -1;  // initial selection (-1: the last layer, head 0)
+  std::string screenshot;     // headless: write the window to this PNG after the first result...
+  int exit_after_frames = 0;  // ...and this many further frames, then exit (0: run until closed)
   int width = 1600, height = 1000;
   float font_scale = 1.0f;
-  bool lecture = false;            // start with the large lecture font
-  int threads = 0;                 // inference threads (0: LibTorch default)
-  bool open_outliers = false;      // start on the Outliers tab (headless screenshots of that panel)
-  bool open_noise = false;         // start on the Attention noise tab
-  bool open_model_view = false;    // start on the Model view tab
-  std::string export_dir;          // export folder (default ./difflens-exports)
-  bool export_all = false;         // headless Ctrl+E: export every shown map once results arrive
-  int zoom[3] = {0, 0, 0};         // initial head-view zoom: first row, first column, span (0: whole map)
-  int query = -1;                  // initial query token (question start); -1: the last token
+  bool lecture = false;          // start with the large lecture font
+  int threads = 0;               // inference threads (0: LibTorch default)
+  bool open_outliers = false;    // start on the Outliers tab (headless screenshots of that panel)
+  bool open_noise = false;       // start on the Attention noise tab
+  bool open_model_view = false;  // start on the Model view tab
+  std::string export_dir;        // export folder (default ./difflens-exports)
+  bool export_all = false;       // headless Ctrl+E: export every shown map once results arrive
+  int zoom[3] = {0, 0, 0};       // initial head-view zoom: first row, first column, span (0: whole map)
+  int query = -1;                // initial query token (question start); -1: the last token
   int answer_begin = -1, answer_end = -1;  // initial answer span [begin, end) in tokens
 };
 

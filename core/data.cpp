@@ -11,14 +11,14 @@ namespace {
 
 // Given names that SentencePiece tends to keep short. Every fourth name is held out for evaluation.
 const char* const kNames[] = {
-    "Mira",   "Tomas",  "Anya",   "Boris",  "Clara",  "Dmitri", "Elena",  "Felix",  "Greta",  "Hugo",
-    "Irene",  "Jonas",  "Karin",  "Lukas",  "Marta",  "Nils",   "Olga",   "Pavel",  "Rosa",   "Stefan",
-    "Tanya",  "Ulrich", "Vera",   "Walter", "Yuri",   "Zora",   "Adam",   "Beth",   "Carl",   "Diana",
-    "Edgar",  "Fiona",  "George", "Helen",  "Ivan",   "Julia",  "Kevin",  "Laura",  "Martin", "Nora",
-    "Oscar",  "Paula",  "Quinn",  "Ruth",   "Simon",  "Tina",   "Victor", "Wendy",  "Xavier", "Yvonne",
-    "Alice",  "Bruno",  "Cecil",  "Doris",  "Emil",   "Flora",  "Gustav", "Hilda",  "Igor",   "Jane",
-    "Karl",   "Lena",   "Max",    "Nina",   "Otto",   "Petra",  "Rudolf", "Sara",   "Theo",   "Ursula",
-    "Vince",  "Wilma",  "Arthur", "Bella",  "Conrad", "Daisy",  "Ernest", "Freda",  "Gordon", "Hazel",
+    "Mira",  "Tomas",  "Anya",   "Boris",  "Clara",  "Dmitri", "Elena",  "Felix", "Greta",  "Hugo",
+    "Irene", "Jonas",  "Karin",  "Lukas",  "Marta",  "Nils",   "Olga",   "Pavel", "Rosa",   "Stefan",
+    "Tanya", "Ulrich", "Vera",   "Walter", "Yuri",   "Zora",   "Adam",   "Beth",  "Carl",   "Diana",
+    "Edgar", "Fiona",  "George", "Helen",  "Ivan",   "Julia",  "Kevin",  "Laura", "Martin", "Nora",
+    "Oscar", "Paula",  "Quinn",  "Ruth",   "Simon",  "Tina",   "Victor", "Wendy", "Xavier", "Yvonne",
+    "Alice", "Bruno",  "Cecil",  "Doris",  "Emil",   "Flora",  "Gustav", "Hilda", "Igor",   "Jane",
+    "Karl",  "Lena",   "Max",    "Nina",   "Otto",   "Petra",  "Rudolf", "Sara",  "Theo",   "Ursula",
+    "Vince", "Wilma",  "Arthur", "Bella",  "Conrad", "Daisy",  "Ernest", "Freda", "Gordon", "Hazel",
 };
 
 std::string four_digits(int code) {
@@ -45,13 +45,16 @@ Span token_span(const Encoding& e, size_t begin, size_t end) {
 const std::vector<std::string>& needle_names(NeedleSplit split) {
   static const auto lists = [] {
     std::pair<std::vector<std::string>, std::vector<std::string>> l;
-    for (size_t i = 0; i < sizeof kNames / sizeof kNames[0]; ++i) (i % 4 == 3 ? l.second : l.first).push_back(kNames[i]);
+    for (size_t i = 0; i < sizeof kNames / sizeof kNames[0]; ++i)
+      (i % 4 == 3 ? l.second : l.first).push_back(kNames[i]);
     return l;
   }();
   return split == NeedleSplit::Train ? lists.first : lists.second;
 }
 
-bool code_in_split(int code, NeedleSplit split) { return (code % 7 == 0) == (split == NeedleSplit::Eval); }
+bool code_in_split(int code, NeedleSplit split) {
+  return (code % 7 == 0) == (split == NeedleSplit::Eval);
+}
 
 Haystack::Haystack(const std::string& text, const Tokenizer& tokenizer) {
   size_t start = 0;
@@ -63,14 +66,17 @@ Haystack::Haystack(const std::string& text, const Tokenizer& tokenizer) {
     start = end;
   };
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '\n') flush(i + 1);
-    else if ((text[i] == '.' || text[i] == '?' || text[i] == '!') && i + 1 < text.size() && text[i + 1] == ' ')
+    if (text[i] == '\n')
+      flush(i + 1);
+    else if ((text[i] == '.' || text[i] == '?' || text[i] == '!') && i + 1 < text.size() &&
+             text[i + 1] == ' ')
       flush(i + 1);
   }
   flush(text.size());
   if (sentences_.empty()) throw Error("haystack: the text has no sentences");
   tokens_.reserve(sentences_.size());
-  for (const auto& s : sentences_) tokens_.push_back(static_cast<int64_t>(tokenizer.encode(s, false).ids.size()));
+  for (const auto& s : sentences_)
+    tokens_.push_back(static_cast<int64_t>(tokenizer.encode(s, false).ids.size()));
 }
 
 EpisodeBuilder::EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split)
@@ -110,7 +116,8 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
   for (int i = 0; i < spec.needles; ++i) needles.push_back(random_needle(rng, needles));
   std::vector<double> depths = spec.depths;
   if (depths.empty())
-    for (int i = 0; i < spec.needles; ++i) depths.push_back(std::uniform_real_distribution<double>(0, 1)(rng));
+    for (int i = 0; i < spec.needles; ++i)
+      depths.push_back(std::uniform_real_distribution<double>(0, 1)(rng));
   for (double d : depths)
     if (!(d >= 0 && d <= 1)) throw Error("episode: depths must lie in [0, 1]");
   std::vector<int> order(static_cast<size_t>(spec.needles));  // needle indices sorted by depth
@@ -121,9 +128,12 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
   queried.resize(static_cast<size_t>(spec.queried));
 
   int64_t fixed = 1;  // BOS
-  for (const auto& n : needles) fixed += static_cast<int64_t>(tokenizer_.encode(needle_sentence(n), false).ids.size()) + 1;
+  for (const auto& n : needles)
+    fixed += static_cast<int64_t>(tokenizer_.encode(needle_sentence(n), false).ids.size()) + 1;
   for (int q : queried)
-    fixed += static_cast<int64_t>(tokenizer_.encode(question(needles[q]) + " " + needles[q].code + ".", false).ids.size()) + 2;
+    fixed += static_cast<int64_t>(
+                 tokenizer_.encode(question(needles[q]) + " " + needles[q].code + ".", false).ids.size()) +
+             2;
   int64_t budget = spec.context_tokens - fixed;
   if (budget < 0)
     throw Error("episode: a context of " + std::to_string(spec.context_tokens) + " tokens cannot hold " +
@@ -146,7 +156,8 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
     std::vector<std::pair<size_t, size_t>> needle_chars(needles.size()), code_chars(needles.size());
     size_t next = 0;
     auto put_needles_before = [&](size_t pos) {
-      while (next < order.size() && static_cast<size_t>(std::lround(depths[order[next]] * hay.size())) <= pos) {
+      while (next < order.size() &&
+             static_cast<size_t>(std::lround(depths[order[next]] * hay.size())) <= pos) {
         const Needle& n = needles[order[next]];
         if (!text.empty()) text += ' ';
         const size_t b = text.size();
@@ -187,7 +198,8 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
       ep.depths.push_back(depths[j]);
     }
     for (size_t k = 0; k < queried.size(); ++k) {
-      ep.queried.push_back(static_cast<int>(std::find(order.begin(), order.end(), queried[k]) - order.begin()));
+      ep.queried.push_back(
+          static_cast<int>(std::find(order.begin(), order.end(), queried[k]) - order.begin()));
       ep.question_spans.push_back(token_span(enc, question_chars[k].first, question_chars[k].second));
       ep.answer_spans.push_back(token_span(enc, answer_chars[k].first, answer_chars[k].second));
     }
@@ -206,7 +218,8 @@ TrainingData::TrainingData(std::vector<int64_t> stream, const Haystack& haystack
       episodes_(haystack, tokenizer, NeedleSplit::Train),
       tokenizer_(tokenizer),
       episode_fraction_(episode_fraction) {
-  if (stream_.size() < 1024) throw Error("training text is too short (" + std::to_string(stream_.size()) + " tokens)");
+  if (stream_.size() < 1024)
+    throw Error("training text is too short (" + std::to_string(stream_.size()) + " tokens)");
 }
 
 TrainingRow TrainingData::text_row(int64_t length, std::mt19937_64& rng) const {
@@ -214,7 +227,8 @@ TrainingRow TrainingData::text_row(int64_t length, std::mt19937_64& rng) const {
   const size_t n = static_cast<size_t>(length + 1);
   if (stream_.size() <= n) throw Error("training text is shorter than one sequence");
   const size_t start = std::uniform_int_distribution<size_t>(0, stream_.size() - n - 1)(rng);
-  r.ids.assign(stream_.begin() + static_cast<std::ptrdiff_t>(start), stream_.begin() + static_cast<std::ptrdiff_t>(start + n));
+  r.ids.assign(stream_.begin() + static_cast<std::ptrdiff_t>(start),
+               stream_.begin() + static_cast<std::ptrdiff_t>(start + n));
   return r;
 }
 
@@ -238,7 +252,8 @@ TrainingRow TrainingData::row(int64_t length, std::mt19937_64& rng) const {
       break;  // the room left is too small for this draw: fill with text
     }
     bool clash = false;
-    for (const auto& nd : ep.needles) clash |= std::find(recent.begin(), recent.end(), nd.name) != recent.end();
+    for (const auto& nd : ep.needles)
+      clash |= std::find(recent.begin(), recent.end(), nd.name) != recent.end();
     if (clash) continue;
     recent.clear();
     for (const auto& nd : ep.needles) recent.push_back(nd.name);

@@ -32,21 +32,21 @@ struct Span {
 struct Episode {
   std::string text;
   std::vector<int64_t> ids;
-  std::vector<Needle> needles;            // in the order they appear in the haystack
-  std::vector<Span> needle_spans;         // each needle sentence
-  std::vector<Span> needle_code_spans;    // the code inside each needle sentence
-  std::vector<int> queried;               // indices into `needles`, in question order
-  std::vector<Span> question_spans;       // each "Q: ... A: The secret code of X is" span
-  std::vector<Span> answer_spans;         // the code tokens after each question
-  std::vector<double> depths;             // requested depth of each needle (0..1 of the haystack)
+  std::vector<Needle> needles;          // in the order they appear in the haystack
+  std::vector<Span> needle_spans;       // each needle sentence
+  std::vector<Span> needle_code_spans;  // the code inside each needle sentence
+  std::vector<int> queried;             // indices into `needles`, in question order
+  std::vector<Span> question_spans;     // each "Q: ... A: The secret code of X is" span
+  std::vector<Span> answer_spans;       // the code tokens after each question
+  std::vector<double> depths;           // requested depth of each needle (0..1 of the haystack)
 };
 
 struct EpisodeSpec {
   int64_t context_tokens = 256;  // total length target (haystack + needles + questions + answers)
-  int needles = 1;                // N
-  int queried = 1;                // R ≤ N
-  std::vector<double> depths;     // one per needle in [0, 1]; empty = uniform random
-  bool final_answer = true;       // include the last answer's code (false: prompt ends before it)
+  int needles = 1;               // N
+  int queried = 1;               // R ≤ N
+  std::vector<double> depths;    // one per needle in [0, 1]; empty = uniform random
+  bool final_answer = true;      // include the last answer's code (false: prompt ends before it)
 };
 
 // Sentences of natural text with their token counts, used as haystack material.

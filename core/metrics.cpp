@@ -13,20 +13,24 @@ const char* const kAttentionShareDefinition =
     "A = A1 - lambda*A2 for DIFF, the softmax map for the baseline; averaged over the question's tokens i, "
     "then over heads and layers";
 
-AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& rows, TokenSpan answer,
-                               TokenSpan question) {
+AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& rows,
+                               TokenSpan answer, TokenSpan question) {
   auto valid = [T](TokenSpan s) { return s.begin >= 0 && s.begin <= s.end && s.end <= T; };
-  if (!valid(answer) || !valid(question)) throw Error("attention metrics: a span lies outside the " + std::to_string(T) + " tokens");
+  if (!valid(answer) || !valid(question))
+    throw Error("attention metrics: a span lies outside the " + std::to_string(T) + " tokens");
   if (rows.empty()) throw Error("attention metrics: no query rows");
   AttentionShare mean;
   for (int64_t i : rows) {
-    if (i < 0 || i >= T) throw Error("attention metrics: query row " + std::to_string(i) + " is outside the map");
+    if (i < 0 || i >= T)
+      throw Error("attention metrics: query row " + std::to_string(i) + " is outside the map");
     const float* row = map + i * T;
     double total = 0, ans = 0, noise = 0;
     for (int64_t j = 0; j <= i; ++j) {
       total += std::fabs(row[j]);
-      if (j >= answer.begin && j < answer.end) ans += row[j];
-      else if (!(j >= question.begin && j < question.end)) noise += row[j];
+      if (j >= answer.begin && j < answer.end)
+        ans += row[j];
+      else if (!(j >= question.begin && j < question.end))
+        noise += row[j];
     }
     if (total > 0) {
       mean.answer += ans / total;
@@ -48,7 +52,8 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
     std::vector<AttentionShare> heads;
     AttentionShare layer_mean;
     for (size_t h = 0; h < l.heads.size(); ++h) {
-      heads.push_back(attention_share(l.a.data.data() + static_cast<int64_t>(h) * T * T, T, rows, answer, question));
+      heads.push_back(
+          attention_share(l.a.data.data() + static_cast<int64_t>(h) * T * T, T, rows, answer, question));
       layer_mean.answer += heads.back().answer / static_cast<double>(l.heads.size());
       layer_mean.noise += heads.back().noise / static_cast<double>(l.heads.size());
     }

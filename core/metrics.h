@@ -25,8 +25,8 @@ struct AttentionShare {
 };
 
 // One [T, T] row-major map, averaged over `query_rows`. Throws Error on rows or spans outside the map.
-AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& query_rows, TokenSpan answer,
-                               TokenSpan question);
+AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& query_rows,
+                               TokenSpan answer, TokenSpan question);
 
 struct NoiseReadout {
   std::vector<int> layers;                            // layers whose maps the trace kept

@@ -146,7 +146,9 @@ at::Device resolve_device(DeviceChoice choice) {
 
 }  // namespace
 
-void tune_allocator_once() { tune_allocator_once_impl(); }
+void tune_allocator_once() {
+  tune_allocator_once_impl();
+}
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::Model(Model&&) noexcept = default;
@@ -387,8 +389,8 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   return trace;
 }
 
-std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_new, double temperature, int top_k,
-                                    uint64_t seed) const {
+std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_new, double temperature,
+                                     int top_k, uint64_t seed) const {
   const ModelConfig& c = impl_->config;
   if (ids.empty()) throw Error("generate: the prompt is empty");
   c10::InferenceMode inference;

@@ -70,8 +70,8 @@ class Model {
 
   // Continues `ids` by up to `max_new` tokens: greedy when temperature <= 0, otherwise sampling from
   // the top_k most likely tokens at that temperature, seeded. Stops after EOS. Returns the new ids.
-  std::vector<int64_t> generate(const std::vector<int64_t>& ids, int max_new, double temperature = 0.0, int top_k = 40,
-                                uint64_t seed = 1) const;
+  std::vector<int64_t> generate(const std::vector<int64_t>& ids, int max_new, double temperature = 0.0,
+                                int top_k = 40, uint64_t seed = 1) const;
 
   // Runs only layer `layer`'s attention on a given input x ([T, E] row-major, i.e. what the attention
   // sees after input_layernorm) at positions 0..T-1. Returns all maps, logits and λ in a LayerTrace and

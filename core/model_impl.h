@@ -47,7 +47,6 @@ struct Model::Impl {
   void to_device() { net->to(device); }
 };
 
-
 struct ModelAccess {
   static Model::Impl& impl(const Model& m) { return *m.impl_; }
 };

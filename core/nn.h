@@ -285,5 +285,4 @@ struct CausalLmImpl : torch::nn::Module {
 };
 TORCH_MODULE(CausalLm);
 
-
 }  // namespace difflens::nn

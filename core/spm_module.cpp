@@ -18,7 +18,8 @@ void put_error(const std::string& msg, char* err, int cap) {
 }
 
 int copy_out(const std::string& s, char* buffer, int capacity) {
-  if (buffer && capacity > 0) std::memcpy(buffer, s.data(), std::min(s.size(), static_cast<size_t>(capacity)));
+  if (buffer && capacity > 0)
+    std::memcpy(buffer, s.data(), std::min(s.size(), static_cast<size_t>(capacity)));
   return static_cast<int>(s.size());
 }
 
@@ -42,7 +43,9 @@ void* difflens_spm_open(const char* model_path, char* err, int err_capacity) {
   }
 }
 
-void difflens_spm_close(void* handle) { delete static_cast<sentencepiece::SentencePieceProcessor*>(handle); }
+void difflens_spm_close(void* handle) {
+  delete static_cast<sentencepiece::SentencePieceProcessor*>(handle);
+}
 
 int difflens_spm_vocab_size(void* handle) {
   return static_cast<sentencepiece::SentencePieceProcessor*>(handle)->GetPieceSize();
@@ -51,10 +54,14 @@ int difflens_spm_vocab_size(void* handle) {
 int difflens_spm_special_id(void* handle, int which) {
   auto* sp = static_cast<sentencepiece::SentencePieceProcessor*>(handle);
   switch (which) {
-    case 0: return sp->unk_id();
-    case 1: return sp->bos_id();
-    case 2: return sp->eos_id();
-    case 3: return sp->pad_id();
+    case 0:
+      return sp->unk_id();
+    case 1:
+      return sp->bos_id();
+    case 2:
+      return sp->eos_id();
+    case 3:
+      return sp->pad_id();
   }
   return -1;
 }

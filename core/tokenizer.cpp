@@ -37,10 +37,11 @@ std::vector<std::filesystem::path> module_candidates() {
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) {
-    const std::filesystem::path dir = std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
-    c.push_back(dir / "libdifflens_spm.so");                          // installed beside the executable
+    const std::filesystem::path dir =
+        std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
+    c.push_back(dir / "libdifflens_spm.so");  // installed beside the executable
     c.push_back(dir.parent_path() / "lib" / "difflens" / "libdifflens_spm.so");  // prefix/bin + prefix/lib
-    c.push_back(dir.parent_path() / "core" / "libdifflens_spm.so");   // build tree: build/app → build/core
+    c.push_back(dir.parent_path() / "core" / "libdifflens_spm.so");  // build tree: build/app → build/core
   }
 #ifdef DIFFLENS_SPM_MODULE_PATH
   c.emplace_back(DIFFLENS_SPM_MODULE_PATH);  // where this build put it
@@ -97,7 +98,9 @@ struct Tokenizer::Spm {
   }
 };
 
-std::string sentencepiece_module_path() { return spm_api().path; }
+std::string sentencepiece_module_path() {
+  return spm_api().path;
+}
 
 Tokenizer Tokenizer::sentencepiece(const std::filesystem::path& model_file) {
   if (!std::filesystem::exists(model_file)) throw Error(model_file.string() + ": tokenizer file not found");
@@ -167,25 +170,27 @@ Encoding Tokenizer::encode(const std::string& text, bool add_bos) const {
     e.offsets.push_back({0, 0});
   }
   if (spm_) {
-    if (text.size() > static_cast<size_t>(INT32_MAX / 2)) throw Error("the text is too long to tokenize (over 1 GB)");
+    if (text.size() > static_cast<size_t>(INT32_MAX / 2))
+      throw Error("the text is too long to tokenize (over 1 GB)");
     int cap = static_cast<int>(text.size()) + 16;  // pieces never outnumber bytes (+ a few markers)
     std::vector<int32_t> ids(static_cast<size_t>(cap)), begins(ids.size()), ends(ids.size());
     char err[512] = {0};
-    int n = spm_->api->encode(spm_->handle, text.data(), static_cast<int>(text.size()), ids.data(), begins.data(),
-                              ends.data(), cap, err, sizeof err);
+    int n = spm_->api->encode(spm_->handle, text.data(), static_cast<int>(text.size()), ids.data(),
+                              begins.data(), ends.data(), cap, err, sizeof err);
     if (n > cap) {
       cap = n;
       ids.resize(static_cast<size_t>(cap));
       begins.resize(ids.size());
       ends.resize(ids.size());
-      n = spm_->api->encode(spm_->handle, text.data(), static_cast<int>(text.size()), ids.data(), begins.data(),
-                            ends.data(), cap, err, sizeof err);
+      n = spm_->api->encode(spm_->handle, text.data(), static_cast<int>(text.size()), ids.data(),
+                            begins.data(), ends.data(), cap, err, sizeof err);
     }
     if (n < 0) throw Error(std::string("tokenizer: ") + err);
     for (int i = 0; i < n; ++i) {
       e.ids.push_back(ids[static_cast<size_t>(i)]);
       e.pieces.push_back(piece(ids[static_cast<size_t>(i)]));
-      e.offsets.push_back({static_cast<size_t>(begins[static_cast<size_t>(i)]), static_cast<size_t>(ends[static_cast<size_t>(i)])});
+      e.offsets.push_back({static_cast<size_t>(begins[static_cast<size_t>(i)]),
+                           static_cast<size_t>(ends[static_cast<size_t>(i)])});
     }
     return e;
   }
@@ -205,14 +210,17 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
   if (spm_) {
     std::vector<int32_t> v;
     for (int64_t id : ids) {
-      if (id < 0 || id >= vocab_size_) throw Error("decode: id " + std::to_string(id) + " is outside the vocabulary");
+      if (id < 0 || id >= vocab_size_)
+        throw Error("decode: id " + std::to_string(id) + " is outside the vocabulary");
       v.push_back(static_cast<int32_t>(id));
     }
     std::string buf(ids.size() * 8 + 16, '\0');
-    int len = spm_->api->decode(spm_->handle, v.data(), static_cast<int>(v.size()), buf.data(), static_cast<int>(buf.size()));
+    int len = spm_->api->decode(spm_->handle, v.data(), static_cast<int>(v.size()), buf.data(),
+                                static_cast<int>(buf.size()));
     if (len > static_cast<int>(buf.size())) {
       buf.resize(static_cast<size_t>(len));
-      len = spm_->api->decode(spm_->handle, v.data(), static_cast<int>(v.size()), buf.data(), static_cast<int>(buf.size()));
+      len = spm_->api->decode(spm_->handle, v.data(), static_cast<int>(v.size()), buf.data(),
+                              static_cast<int>(buf.size()));
     }
     if (len < 0) throw Error("decode failed");
     return buf.substr(0, static_cast<size_t>(len));
@@ -223,7 +231,9 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
 }
 
 std::string Tokenizer::piece(int64_t id) const {
-  if (spm_) return id >= 0 && id < vocab_size_ ? spm_->pieces[static_cast<size_t>(id)] : "<" + std::to_string(id) + ">";
+  if (spm_)
+    return id >= 0 && id < vocab_size_ ? spm_->pieces[static_cast<size_t>(id)]
+                                       : "<" + std::to_string(id) + ">";
   if (!can_encode_) return "<" + std::to_string(id) + ">";
   if (id == 0) return "<unk>";
   if (id == 1) return "<s>";

@@ -78,8 +78,8 @@ struct ModelState {
 
 double learning_rate(const TrainOptions& o, int64_t step) {
   if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup);
-  const double progress =
-      std::min(1.0, static_cast<double>(step - o.warmup) / static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup)));
+  const double progress = std::min(1.0, static_cast<double>(step - o.warmup) /
+                                            static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup)));
   return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + std::cos(M_PI * progress)));
 }
 
@@ -103,7 +103,8 @@ void adamw_step(ModelState& s, const TrainOptions& o, int64_t step, double lr) {
       m = at::zeros_like(p);
       v = at::zeros_like(p);
     }
-    if (p.dim() >= 2 && o.weight_decay > 0) p.mul_(1 - lr * o.weight_decay);  // decoupled decay, matrices only
+    if (p.dim() >= 2 && o.weight_decay > 0)
+      p.mul_(1 - lr * o.weight_decay);  // decoupled decay, matrices only
     m.mul_(o.beta1).add_(g, 1 - o.beta1);
     v.mul_(o.beta2).addcmul_(g, g, 1 - o.beta2);
     p.addcdiv_(m / bc1, (v / bc2).sqrt_().add_(o.adam_eps), -lr);
@@ -111,9 +112,11 @@ void adamw_step(ModelState& s, const TrainOptions& o, int64_t step, double lr) {
   }
 }
 
-void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_t tokens, double wall_seconds) {
+void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_t tokens,
+                double wall_seconds) {
   s.model.save(s.dir);
-  fs::copy_file(o.corpus_dir / "tokenizer.model", s.dir / "tokenizer.model", fs::copy_options::overwrite_existing);
+  fs::copy_file(o.corpus_dir / "tokenizer.model", s.dir / "tokenizer.model",
+                fs::copy_options::overwrite_existing);
   const fs::path st = s.dir / "train_state";
   fs::create_directories(st);
   std::vector<std::vector<float>> keep;
@@ -123,12 +126,17 @@ void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_
     for (const auto& [name, t] : *moments) {
       Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
       keep.emplace_back(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-      out.push_back({prefix + name, std::vector<int64_t>(c.sizes().begin(), c.sizes().end()), keep.back().data()});
+      out.push_back(
+          {prefix + name, std::vector<int64_t>(c.sizes().begin(), c.sizes().end()), keep.back().data()});
     }
   }
   write_safetensors(st / "optimizer.safetensors", out);
-  nlohmann::json j = {{"step", step},   {"tokens_seen", tokens}, {"seed", o.seed},
-                      {"steps", o.steps}, {"wall_seconds", wall_seconds}, {"threads", o.threads},
+  nlohmann::json j = {{"step", step},
+                      {"tokens_seen", tokens},
+                      {"seed", o.seed},
+                      {"steps", o.steps},
+                      {"wall_seconds", wall_seconds},
+                      {"threads", o.threads},
                       {"device", cuda_available() && o.device != "cpu" ? "cuda" : "cpu"}};
   std::ofstream(st / "state.json") << j.dump(2) << "\n";
 }
@@ -180,7 +188,8 @@ double needle_accuracy(nn::CausalLm& net, const std::vector<Episode>& episodes, 
     Tensor pred = net->forward(ids).argmax(-1)[0].to(at::kCPU);  // [T]
     const Span a = ep.answer_spans.back();
     bool ok = true;
-    for (int64_t i = a.begin; i < a.end; ++i) ok &= pred[i - 1].item<int64_t>() == ep.ids[static_cast<size_t>(i)];
+    for (int64_t i = a.begin; i < a.end; ++i)
+      ok &= pred[i - 1].item<int64_t>() == ep.ids[static_cast<size_t>(i)];
     correct += ok;
   }
   return episodes.empty() ? 0 : static_cast<double>(correct) / static_cast<double>(episodes.size());
@@ -208,7 +217,8 @@ TrainOptions train_options_from_json(const fs::path& file) {
     std::string corpus, out;
     get("corpus", corpus);
     get("out", out);
-    if (!corpus.empty()) o.corpus_dir = fs::path(corpus).is_absolute() ? fs::path(corpus) : file.parent_path() / corpus;
+    if (!corpus.empty())
+      o.corpus_dir = fs::path(corpus).is_absolute() ? fs::path(corpus) : file.parent_path() / corpus;
     if (!out.empty()) o.out_dir = fs::path(out).is_absolute() ? fs::path(out) : file.parent_path() / out;
     get("steps", o.steps);
     get("seq_len", o.seq_len);
@@ -234,7 +244,8 @@ TrainOptions train_options_from_json(const fs::path& file) {
 
 int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
                    const std::function<void(const TrainProgress&)>& progress) {
-  if (o.steps <= 0 || o.batch <= 0 || o.seq_len < 16) throw Error("train: steps, batch and seq_len must be positive");
+  if (o.steps <= 0 || o.batch <= 0 || o.seq_len < 16)
+    throw Error("train: steps, batch and seq_len must be positive");
   if (!o.train_diff && !o.train_baseline) throw Error("train: nothing to train");
   at::set_num_threads(std::max(1, o.threads));
   const Tokenizer tok = Tokenizer::sentencepiece(o.corpus_dir / "tokenizer.model");
@@ -256,9 +267,9 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   const EpisodeBuilder eval_builder(eval_hay, tok, NeedleSplit::Eval);
 
   const at::Device dev = o.device == "cpu" ? at::Device(at::kCPU)
-                                            : (parse_device(o.device) == DeviceChoice::Cuda || cuda_available())
-                                                  ? at::Device(at::kCUDA, 0)
-                                                  : at::Device(at::kCPU);
+                         : (parse_device(o.device) == DeviceChoice::Cuda || cuda_available())
+                             ? at::Device(at::kCUDA, 0)
+                             : at::Device(at::kCPU);
   const DeviceChoice choice = dev.is_cuda() ? DeviceChoice::Cuda : DeviceChoice::Cpu;
 
   std::vector<ModelState> models;
@@ -267,7 +278,8 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   for (int k = 0; k < 2; ++k) {
     if ((k == 0 && !o.train_diff) || (k == 1 && !o.train_baseline)) continue;
     const ModelConfig& cfg = k == 0 ? diff_cfg : base_cfg;
-    ModelState s{cfg.name, o.out_dir / cfg.name, Model::random(cfg, o.seed, DeviceChoice::Cpu), {}, {}, 0, 0, 0};
+    ModelState s{cfg.name, o.out_dir / cfg.name, Model::random(cfg, o.seed, DeviceChoice::Cpu), {}, {}, 0, 0,
+                 0};
     int64_t resumed_tokens = 0;
     const int64_t resumed = o.resume ? load_state(s, &resumed_tokens, &wall_before) : 0;
     if (!models.empty() && resumed != start)
@@ -275,7 +287,8 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
                   std::to_string(resumed) + "); remove one train_state to restart it");
     start = resumed;
     tokens = resumed_tokens;
-    if (choice == DeviceChoice::Cuda) s.model = Model::from_tensors(s.model.config(), s.model.tensors(), choice);
+    if (choice == DeviceChoice::Cuda)
+      s.model = Model::from_tensors(s.model.config(), s.model.tensors(), choice);
     for (auto& [name, t] : s.exp_avg) t = t.to(dev);
     for (auto& [name, t] : s.exp_avg_sq) t = t.to(dev);
     fs::create_directories(s.dir);
@@ -356,7 +369,8 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     p.step = step + 1;
     p.total = o.steps;
-    p.tokens_per_second = static_cast<double>((step + 1 - start) * o.batch * o.seq_len) / std::max(secs, 1e-9);
+    p.tokens_per_second =
+        static_cast<double>((step + 1 - start) * o.batch * o.seq_len) / std::max(secs, 1e-9);
     p.eta_seconds = secs / static_cast<double>(step + 1 - start) * static_cast<double>(o.steps - step - 1);
     if (progress) progress(p);
     if ((step + 1) % o.eval_every == 0 || step + 1 == o.steps) evaluate(step + 1);

@@ -19,10 +19,12 @@ TEST_CASE("bundled models load, are parameter-matched and share one tokenizer", 
   CHECK(base.config().attention == AttentionKind::Baseline);
   CHECK(diff.config().hidden_size == base.config().hidden_size);
   CHECK(diff.parameter_count() == parameter_count(diff.config()));
-  const double ratio = static_cast<double>(diff.parameter_count()) / static_cast<double>(base.parameter_count());
+  const double ratio =
+      static_cast<double>(diff.parameter_count()) / static_cast<double>(base.parameter_count());
   CHECK(ratio > 0.99);
   CHECK(ratio < 1.01);
-  CHECK(test::read_all(kModels / "diff-small/tokenizer.model") == test::read_all(kModels / "baseline-small/tokenizer.model"));
+  CHECK(test::read_all(kModels / "diff-small/tokenizer.model") ==
+        test::read_all(kModels / "baseline-small/tokenizer.model"));
   const auto ids = diff.tokenizer().encode("The secret code of Mira is 4821.", true).ids;
   const Trace t = diff.capture(ids);
   CHECK(t.tokens[1] == "\xe2\x96\x81The");  // "▁The"
@@ -51,13 +53,17 @@ TEST_CASE("SentencePiece tokenizer: round trip, byte offsets, specials", "[token
   CHECK(pos == text.size());
   // Digits are split: the code is four single-digit pieces.
   int digits = 0;
-  for (const auto& p : e.pieces) digits += (p == "4" || p == "8" || p == "2" || p == "1" || p == "\xe2\x96\x81" "4");
+  for (const auto& p : e.pieces)
+    digits += (p == "4" || p == "8" || p == "2" || p == "1" ||
+               p == "\xe2\x96\x81"
+                    "4");
   CHECK(digits == 4);
   CHECK(tok.encode("", false).ids.empty());
   CHECK(tok.encode("", true).ids == std::vector<int64_t>{1});
 }
 
-TEST_CASE("SentencePiece tokenizer: non-UTF-8 and odd input never crash", "[tokenizer][sentencepiece][errors]") {
+TEST_CASE("SentencePiece tokenizer: non-UTF-8 and odd input never crash",
+          "[tokenizer][sentencepiece][errors]") {
   const Tokenizer tok = Tokenizer::sentencepiece(kModels / "diff-small/tokenizer.model");
   const std::string bad = std::string("ok \xff\xfe\xc3 end", 10) + std::string(1, '\0') + "x";
   const Encoding e = tok.encode(bad, false);
@@ -70,5 +76,6 @@ TEST_CASE("SentencePiece tokenizer: non-UTF-8 and odd input never crash", "[toke
   CHECK_THROWS_WITH(Tokenizer::sentencepiece("/nonexistent/tokenizer.model"), Catch::Contains("not found"));
   test::ScratchDir dir("badspm");
   test::write_all(dir / "tokenizer.model", "this is not a protobuf");
-  CHECK_THROWS_WITH(Tokenizer::sentencepiece(dir / "tokenizer.model"), Catch::Contains("not a SentencePiece model"));
+  CHECK_THROWS_WITH(Tokenizer::sentencepiece(dir / "tokenizer.model"),
+                    Catch::Contains("not a SentencePiece model"));
 }

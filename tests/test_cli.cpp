@@ -5,8 +5,8 @@
 
 #include "core/model.h"
 #include "core/trace_io.h"
-#include "viz/export.h"
 #include "helpers.h"
+#include "viz/export.h"
 
 using namespace difflens;
 
@@ -104,23 +104,26 @@ TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
   test::ScratchDir dir("gui");
   const std::string png = (dir / "shot.png").string();
   const std::string exports = (dir / "exports").string();
-  const Result r = run("--prompt 'The secret code of Mira is 4821.' --select 1,0 --size 1280x800 --screenshot " + png +
-                           " --exit-after-frames 2 --threads 1 --export-all --export-dir " + exports,
-                       dir);
+  const Result r =
+      run("--prompt 'The secret code of Mira is 4821.' --select 1,0 --size 1280x800 --screenshot " + png +
+              " --exit-after-frames 2 --threads 1 --export-all --export-dir " + exports,
+          dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   const std::string bytes = test::read_all(png);
   REQUIRE(bytes.size() > 20000);  // a real picture, not an empty frame
   CHECK(bytes.substr(1, 3) == "PNG");
   auto be32 = [&](size_t o) {
-    return (static_cast<uint32_t>(static_cast<uint8_t>(bytes[o])) << 24) | (static_cast<uint8_t>(bytes[o + 1]) << 16) |
-           (static_cast<uint8_t>(bytes[o + 2]) << 8) | static_cast<uint8_t>(bytes[o + 3]);
+    return (static_cast<uint32_t>(static_cast<uint8_t>(bytes[o])) << 24) |
+           (static_cast<uint8_t>(bytes[o + 1]) << 16) | (static_cast<uint8_t>(bytes[o + 2]) << 8) |
+           static_cast<uint8_t>(bytes[o + 3]);
   };
   CHECK(be32(16) == 1280);  // IHDR width and height
   CHECK(be32(20) == 800);
   // --export-all wrote every map of the head view: DIFF A1, A2, A and the baseline's A at layer 1, head 0,
   // and the NPY holds exactly the map the model computes.
-  for (const char* f : {"diff-small-L1-H0-A1", "diff-small-L1-H0-A2", "diff-small-L1-H0-A", "baseline-small-L1-H0-A"})
+  for (const char* f :
+       {"diff-small-L1-H0-A1", "diff-small-L1-H0-A2", "diff-small-L1-H0-A", "baseline-small-L1-H0-A"})
     for (const char* ext : {".png", ".npy", ".csv"}) {
       INFO(f << ext);
       CHECK(std::filesystem::exists(std::filesystem::path(exports) / (std::string(f) + ext)));
@@ -131,7 +134,8 @@ TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
   const auto a2 = viz::read_npy(std::filesystem::path(exports) / "diff-small-L1-H0-A2.npy", &rows, &cols);
   REQUIRE(rows == t.length());
   REQUIRE(cols == t.length());
-  for (int64_t i = 0; i < rows * cols; ++i) REQUIRE(a2[static_cast<size_t>(i)] == Approx(t.layers[1].a2.data[static_cast<size_t>(i)]).margin(1e-6));
+  for (int64_t i = 0; i < rows * cols; ++i)
+    REQUIRE(a2[static_cast<size_t>(i)] == Approx(t.layers[1].a2.data[static_cast<size_t>(i)]).margin(1e-6));
   // Bad GUI options are refused before any window opens.
   const Result bad = run("--size 10x10 --screenshot x.png", dir);
   CHECK(bad.status == 1);

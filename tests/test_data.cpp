@@ -143,6 +143,6 @@ TEST_CASE("training rows have the exact length and depend only on the seed", "[d
     CHECK(ra.ids == rb.ids);
     with_needles += tok.decode(ra.ids).find("The secret code of") != std::string::npos;
   }
-  CHECK(with_needles >= 4);   // about half the rows are packed episodes
+  CHECK(with_needles >= 4);  // about half the rows are packed episodes
   CHECK(with_needles <= 16);
 }

@@ -55,13 +55,15 @@ TEST_CASE("GL: a causal map renders with its empty triangle at the top right", "
     const size_t o = (static_cast<size_t>(y) * 160 + static_cast<size_t>(x)) * 3;
     return Rgb8{px[o], px[o + 1], px[o + 2]};
   };
-  auto same = [](Rgb8 a, Rgb8 b) { return std::abs(a.r - b.r) <= 1 && std::abs(a.g - b.g) <= 1 && std::abs(a.b - b.b) <= 1; };
-  CHECK(same(at(150, 10), style.masked));                           // query 0, key 7: future → top right
-  CHECK(same(at(10, 10), sequential_colormap().at(1.0)));          // query 0, key 0: weight 1
-  CHECK(same(at(10, 150), sequential_colormap().at(0.125)));       // query 7, key 0: 1/8 → bottom left
-  CHECK(same(at(150, 150), sequential_colormap().at(0.125)));      // query 7, key 7: diagonal
-  CHECK_FALSE(same(at(10, 150), at(10, 10)));                      // the map is not uniform
-  CHECK(same(at(90, 70), style.masked));                           // query 3, key 4: just above the diagonal
+  auto same = [](Rgb8 a, Rgb8 b) {
+    return std::abs(a.r - b.r) <= 1 && std::abs(a.g - b.g) <= 1 && std::abs(a.b - b.b) <= 1;
+  };
+  CHECK(same(at(150, 10), style.masked));                      // query 0, key 7: future → top right
+  CHECK(same(at(10, 10), sequential_colormap().at(1.0)));      // query 0, key 0: weight 1
+  CHECK(same(at(10, 150), sequential_colormap().at(0.125)));   // query 7, key 0: 1/8 → bottom left
+  CHECK(same(at(150, 150), sequential_colormap().at(0.125)));  // query 7, key 7: diagonal
+  CHECK_FALSE(same(at(10, 150), at(10, 10)));                  // the map is not uniform
+  CHECK(same(at(90, 70), style.masked));                       // query 3, key 4: just above the diagonal
 }
 
 TEST_CASE("GL: diverging style puts negative values on the blue side and zero at white", "[gl][viz]") {
@@ -104,12 +106,13 @@ TEST_CASE("GL: exported map image keeps orientation and exact cells at any size"
     const size_t o = (static_cast<size_t>(y) * 300 + static_cast<size_t>(x)) * 3;
     return Rgb8{rgb[o], rgb[o + 1], rgb[o + 2]};
   };
-  CHECK(at(290, 5).r == style.masked.r);                      // top right: future
-  CHECK(at(5, 5).g == sequential_colormap().at(1.0).g);       // query 0, key 0
+  CHECK(at(290, 5).r == style.masked.r);                       // top right: future
+  CHECK(at(5, 5).g == sequential_colormap().at(1.0).g);        // query 0, key 0
   CHECK(at(5, 295).g == sequential_colormap().at(1.0 / 3).g);  // query 2, key 0
   CHECK(at(99, 295).g == at(0, 295).g);                        // one cell = a 100-pixel block
   difflens::test::ScratchDir dir("png");
   write_png(dir / "m.png", rgb, 300, 300);
   CHECK(std::filesystem::file_size(dir / "m.png") > 100);
-  CHECK_THROWS_WITH(render_map(renderer, {m.data(), 3, 3, 1, true}, 4, Pooling::Max, style), Catch::Contains("between 8 and 16384"));
+  CHECK_THROWS_WITH(render_map(renderer, {m.data(), 3, 3, 1, true}, 4, Pooling::Max, style),
+                    Catch::Contains("between 8 and 16384"));
 }

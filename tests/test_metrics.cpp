@@ -33,7 +33,8 @@ TEST_CASE("attention share of a differential map: negative weights and the |A| n
 
 TEST_CASE("attention metrics reject spans and rows outside the map", "[metrics][errors]") {
   std::vector<float> A(9, 0.1f);
-  CHECK_THROWS_WITH(attention_share(A.data(), 3, {2}, {1, 4}, {2, 3}), Catch::Contains("outside the 3 tokens"));
+  CHECK_THROWS_WITH(attention_share(A.data(), 3, {2}, {1, 4}, {2, 3}),
+                    Catch::Contains("outside the 3 tokens"));
   CHECK_THROWS_WITH(attention_share(A.data(), 3, {5}, {1, 2}, {2, 3}), Catch::Contains("query row 5"));
   CHECK_THROWS_WITH(attention_share(A.data(), 3, {}, {1, 2}, {2, 3}), Catch::Contains("no query rows"));
 }
@@ -51,5 +52,6 @@ TEST_CASE("attention noise over a trace averages heads then layers", "[metrics]"
   CHECK(r.mean.answer == Approx((r.per_layer[0].answer + r.per_layer[1].answer) / 2));
   CaptureOptions none;
   none.keep_maps = false;
-  CHECK_THROWS_WITH(attention_noise(m.capture({1, 2, 3}, none), {0, 1}, {1, 2}), Catch::Contains("kept no attention maps"));
+  CHECK_THROWS_WITH(attention_noise(m.capture({1, 2, 3}, none), {0, 1}, {1, 2}),
+                    Catch::Contains("kept no attention maps"));
 }

@@ -68,13 +68,14 @@ TEST_CASE("train: both models' loss goes down and the logs are written", "[train
   for (const char* name : {"diff-small", "baseline-small"}) {
     INFO(name);
     const auto model_dir = dir / "out" / name;
-    for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "train_log.csv", "eval_log.csv"})
+    for (const char* f :
+         {"config.json", "model.safetensors", "tokenizer.model", "train_log.csv", "eval_log.csv"})
       CHECK(std::filesystem::exists(model_dir / f));
     const auto val = column(model_dir / "train_log.csv", 2);
     const auto tokens = column(model_dir / "train_log.csv", 3);
     REQUIRE(val.size() == 3);  // steps 20, 40, 60
     CHECK(val[2] < val[0]);
-    CHECK(val[0] < 8.32);      // below ln(4096) = uniform guessing
+    CHECK(val[0] < 8.32);  // below ln(4096) = uniform guessing
     CHECK(tokens[2] == 60 * 4 * 64);
     const Model m = Model::load(model_dir);
     CHECK(m.tokenizer().is_sentencepiece());
@@ -98,7 +99,8 @@ TEST_CASE("train: a stopped run resumes to exactly the weights of an uninterrupt
     REQUIRE(a.size() == b.size());
     double max_diff = 0;
     for (size_t i = 0; i < a.size(); ++i)
-      for (size_t j = 0; j < a[i].data.size(); ++j) max_diff = std::max<double>(max_diff, std::fabs(a[i].data[j] - b[i].data[j]));
+      for (size_t j = 0; j < a[i].data.size(); ++j)
+        max_diff = std::max<double>(max_diff, std::fabs(a[i].data[j] - b[i].data[j]));
     INFO(name);
     CHECK(max_diff < 1e-5);
   }

@@ -23,11 +23,13 @@ TEST_CASE("sequential colormap: lightness rises monotonically from dark to light
   CHECK(c.at(NAN).g == c.rgb.front().g);
 }
 
-TEST_CASE("diverging colormap: near-white at zero, symmetric lightness, blue below and red above", "[viz][colormap]") {
+TEST_CASE("diverging colormap: near-white at zero, symmetric lightness, blue below and red above",
+          "[viz][colormap]") {
   const Colormap& c = diverging_colormap();
   CHECK(oklab_lightness(c.at(0.5)) > 0.93);
   for (int i = 0; i < 128; ++i)
-    CHECK(oklab_lightness(c.rgb[static_cast<size_t>(i)]) == Approx(oklab_lightness(c.rgb[static_cast<size_t>(255 - i)])).margin(0.02));
+    CHECK(oklab_lightness(c.rgb[static_cast<size_t>(i)]) ==
+          Approx(oklab_lightness(c.rgb[static_cast<size_t>(255 - i)])).margin(0.02));
   CHECK(c.rgb.front().b > c.rgb.front().r + 60);
   CHECK(c.rgb.back().r > c.rgb.back().b + 60);
   CHECK(oklab_lightness(c.rgb.front()) < 0.5);
@@ -44,8 +46,8 @@ TEST_CASE("pooling copies a map that fits and partitions one that does not", "[v
   CHECK(std::isnan(same.at(0, 3)));  // the future is masked, not zero
   const PooledMap mx = pool_map(m.data(), 4, 4, 2, 2, Pooling::Max, true);
   REQUIRE(mx.rows == 2);
-  CHECK(mx.at(0, 0) == 1.0f);          // rows 0-1, cols 0-1: max of 1, 1/2, 1/2
-  CHECK(std::isnan(mx.at(0, 1)));      // rows 0-1, cols 2-3: all future
+  CHECK(mx.at(0, 0) == 1.0f);             // rows 0-1, cols 0-1: max of 1, 1/2, 1/2
+  CHECK(std::isnan(mx.at(0, 1)));         // rows 0-1, cols 2-3: all future
   CHECK(mx.at(1, 0) == Approx(1.0 / 3));  // rows 2-3, cols 0-1
   CHECK(mx.at(1, 1) == Approx(1.0 / 3));  // rows 2-3, cols 2-3 (causal: (2,2), (3,2), (3,3))
   const PooledMap mean = pool_map(m.data(), 4, 4, 2, 2, Pooling::Mean, true);
@@ -66,7 +68,8 @@ TEST_CASE("max pooling keeps the sign of the largest magnitude", "[viz][pooling]
 
 TEST_CASE("value range from a percentile of causal magnitudes", "[viz][scale]") {
   std::vector<float> m(100);
-  for (int i = 0; i < 100; ++i) m[static_cast<size_t>(i)] = static_cast<float>(i + 1) * (i % 2 ? -1.0f : 1.0f);
+  for (int i = 0; i < 100; ++i)
+    m[static_cast<size_t>(i)] = static_cast<float>(i + 1) * (i % 2 ? -1.0f : 1.0f);
   CHECK(value_range({m.data()}, 10, 10, 100, true, false).hi == 100.0);
   CHECK(value_range({m.data()}, 10, 10, 90, true, false).hi == 90.0);
   m[1] = 1000.0f;  // row 0, key 1: in the future, so a causal range ignores it
@@ -128,11 +131,12 @@ TEST_CASE("pooling a zoomed region uses absolute indices for causality", "[viz][
   const PooledMap p = pool_region(m.data(), 6, 6, {2, 1, 3, 3}, 100, 100, Pooling::Max, true);
   REQUIRE(p.rows == 3);
   REQUIRE(p.cols == 3);
-  CHECK(p.at(0, 0) == 21.0f);   // (2, 1)
-  CHECK(p.at(0, 1) == 22.0f);   // (2, 2): the diagonal
+  CHECK(p.at(0, 0) == 21.0f);     // (2, 1)
+  CHECK(p.at(0, 1) == 22.0f);     // (2, 2): the diagonal
   CHECK(std::isnan(p.at(0, 2)));  // (2, 3): future
-  CHECK(p.at(2, 2) == 43.0f);   // (4, 3)
+  CHECK(p.at(2, 2) == 43.0f);     // (4, 3)
   const PooledMap half = pool_region(m.data(), 6, 6, {2, 1, 3, 3}, 1, 1, Pooling::Mean, true);
   CHECK(half.at(0, 0) == Approx((21 + 22 + 31 + 32 + 33 + 41 + 42 + 43) / 8.0));
-  CHECK(std::isnan(pool_region(m.data(), 6, 6, {5, 5, 3, 3}, 4, 4, Pooling::Max, true).at(0, 0)));  // outside: masked
+  CHECK(std::isnan(
+      pool_region(m.data(), 6, 6, {5, 5, 3, 3}, 4, 4, Pooling::Max, true).at(0, 0)));  // outside: masked
 }

@@ -69,7 +69,8 @@ TEST_CASE("worker: the latest request wins and stale results are dropped", "[wor
   CHECK(r->traces[0]->length() == 70);
 }
 
-TEST_CASE("worker: a broken model or prompt reports an error and the worker keeps running", "[worker][errors]") {
+TEST_CASE("worker: a broken model or prompt reports an error and the worker keeps running",
+          "[worker][errors]") {
   PairOnDisk pair;
   InferenceWorker w({}, 1);
   w.load(0, (pair.dir / "nonexistent").string());
@@ -84,7 +85,7 @@ TEST_CASE("worker: a broken model or prompt reports an error and the worker keep
   CHECK_FALSE(w.status().slots[0].loaded);
 
   w.load(0, (pair.dir / "diff").string());  // recovers
-  w.run("");                                 // BOS only: still a valid one-token prompt
+  w.run("");                                // BOS only: still a valid one-token prompt
   w.wait_idle();
   r = w.take_result();
   REQUIRE(r);

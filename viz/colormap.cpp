@@ -11,8 +11,12 @@ struct Lab {
   double L, a, b;
 };
 
-double srgb_encode(double x) { return x <= 0.0031308 ? 12.92 * x : 1.055 * std::pow(x, 1 / 2.4) - 0.055; }
-double srgb_decode(double x) { return x <= 0.04045 ? x / 12.92 : std::pow((x + 0.055) / 1.055, 2.4); }
+double srgb_encode(double x) {
+  return x <= 0.0031308 ? 12.92 * x : 1.055 * std::pow(x, 1 / 2.4) - 0.055;
+}
+double srgb_decode(double x) {
+  return x <= 0.04045 ? x / 12.92 : std::pow((x + 0.055) / 1.055, 2.4);
+}
 
 // OKLab → linear sRGB (Ottosson's published transform).
 std::array<double, 3> oklab_to_linear(const Lab& c) {
@@ -38,7 +42,9 @@ Rgb8 lch_in_gamut(double L, double c_max, double h) {
     (in_gamut(oklab_to_linear({L, c * std::cos(h), c * std::sin(h)})) ? lo : hi) = c;
   }
   const auto rgb = oklab_to_linear({L, lo * std::cos(h), lo * std::sin(h)});
-  auto to8 = [](double v) { return static_cast<uint8_t>(std::lround(255 * srgb_encode(std::clamp(v, 0.0, 1.0)))); };
+  auto to8 = [](double v) {
+    return static_cast<uint8_t>(std::lround(255 * srgb_encode(std::clamp(v, 0.0, 1.0))));
+  };
   return {to8(rgb[0]), to8(rgb[1]), to8(rgb[2])};
 }
 
@@ -57,8 +63,8 @@ const Colormap& sequential_colormap() {
     c.kind = ColormapKind::Sequential;
     for (int i = 0; i < Colormap::kEntries; ++i) {
       const double t = static_cast<double>(i) / (Colormap::kEntries - 1);
-      const double L = 0.20 + 0.75 * t;                      // monotonic lightness
-      const double h = (300.0 - 200.0 * t) * kDeg;           // violet → blue → teal → green → yellow
+      const double L = 0.20 + 0.75 * t;             // monotonic lightness
+      const double h = (300.0 - 200.0 * t) * kDeg;  // violet → blue → teal → green → yellow
       const double chroma = 0.11 + 0.06 * std::sin(M_PI * t);  // most colourful in the middle
       c.rgb.push_back(lch_in_gamut(L, chroma, h));
     }
@@ -73,9 +79,9 @@ const Colormap& diverging_colormap() {
     c.kind = ColormapKind::Diverging;
     for (int i = 0; i < Colormap::kEntries; ++i) {
       const double t = static_cast<double>(i) / (Colormap::kEntries - 1);
-      const double u = std::fabs(2 * t - 1);                   // distance from zero
-      const double L = 0.97 - 0.52 * u;                       // symmetric lightness, near-white at 0
-      const double h = (t < 0.5 ? 255.0 : 30.0) * kDeg;      // blue below zero, red above
+      const double u = std::fabs(2 * t - 1);             // distance from zero
+      const double L = 0.97 - 0.52 * u;                  // symmetric lightness, near-white at 0
+      const double h = (t < 0.5 ? 255.0 : 30.0) * kDeg;  // blue below zero, red above
       c.rgb.push_back(lch_in_gamut(L, 0.20 * std::sqrt(u), h));
     }
     return c;

@@ -47,14 +47,16 @@ std::vector<float> read_npy(const std::filesystem::path& path, int64_t* rows, in
   char magic[10];
   if (!in.read(magic, 10) || std::memcmp(magic, "\x93NUMPY\x01\x00", 8) != 0)
     throw Error(path.string() + ": not an NPY v1.0 file");
-  const uint16_t len = static_cast<uint16_t>(static_cast<uint8_t>(magic[8]) | (static_cast<uint8_t>(magic[9]) << 8));
+  const uint16_t len =
+      static_cast<uint16_t>(static_cast<uint8_t>(magic[8]) | (static_cast<uint8_t>(magic[9]) << 8));
   std::string header(len, '\0');
   in.read(header.data(), len);
   if (header.find("'<f4'") == std::string::npos || header.find("'fortran_order': False") == std::string::npos)
     throw Error(path.string() + ": only little-endian float32 C-order arrays are read");
   long long r = 0, c = 0;
   const size_t s = header.find("'shape': (");
-  if (s == std::string::npos || std::sscanf(header.c_str() + s + 10, "%lld, %lld", &r, &c) != 2 || r < 0 || c < 0)
+  if (s == std::string::npos || std::sscanf(header.c_str() + s + 10, "%lld, %lld", &r, &c) != 2 || r < 0 ||
+      c < 0)
     throw Error(path.string() + ": expected a 2-D shape");
   std::vector<float> v(static_cast<size_t>(r * c));
   if (!in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float))))
@@ -88,8 +90,8 @@ void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rg
     throw Error(path.string() + ": cannot write the PNG");
 }
 
-std::vector<uint8_t> render_map(const HeatmapRenderer& renderer, const MapSource& source, int size, Pooling pooling,
-                                const HeatmapStyle& style) {
+std::vector<uint8_t> render_map(const HeatmapRenderer& renderer, const MapSource& source, int size,
+                                Pooling pooling, const HeatmapStyle& style) {
   if (size < 8 || size > 16384) throw Error("export size must be between 8 and 16384 pixels");
   HeatmapView view;
   view.update(source, size, size, pooling, style, renderer);

@@ -26,7 +26,7 @@ void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rg
 
 // Renders `source` into a size×size image (GL; UI thread): pooled when the map is larger than the image,
 // each cell an exact block of pixels when it is smaller. Returns RGB8 rows, top first.
-std::vector<uint8_t> render_map(const HeatmapRenderer& renderer, const MapSource& source, int size, Pooling pooling,
-                                const HeatmapStyle& style);
+std::vector<uint8_t> render_map(const HeatmapRenderer& renderer, const MapSource& source, int size,
+                                Pooling pooling, const HeatmapStyle& style);
 
 }  // namespace difflens::viz

@@ -40,15 +40,19 @@ GLuint colormap_texture(const Colormap& c) {
 
 }  // namespace
 
-MapTexture::MapTexture() { glGenTextures(1, &id_); }
-MapTexture::~MapTexture() { glDeleteTextures(1, &id_); }
+MapTexture::MapTexture() {
+  glGenTextures(1, &id_);
+}
+MapTexture::~MapTexture() {
+  glDeleteTextures(1, &id_);
+}
 
 void MapTexture::upload(const PooledMap& map) {
   glBindTexture(GL_TEXTURE_2D, id_);
   glPixelStorei(GL_UNPACK_ALIGNMENT, 4);
   // Texture row 0 = query row 0; the vertex shader maps it to the top of the target.
-  glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, static_cast<GLsizei>(map.cols), static_cast<GLsizei>(map.rows), 0, GL_RED,
-               GL_FLOAT, map.values.data());
+  glTexImage2D(GL_TEXTURE_2D, 0, GL_R32F, static_cast<GLsizei>(map.cols), static_cast<GLsizei>(map.rows), 0,
+               GL_RED, GL_FLOAT, map.values.data());
   glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);  // pooled to ≤ display size already
   glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
   glTexParameteri(GL_TEXTURE_2D, GL_TEXTURE_WRAP_S, GL_CLAMP_TO_EDGE);
@@ -90,7 +94,8 @@ std::vector<uint8_t> RenderTarget::read_rgb() const {
   std::vector<uint8_t> top_down(bottom_up.size());
   const size_t stride = static_cast<size_t>(width_) * 3;
   for (int y = 0; y < height_; ++y)
-    std::copy_n(bottom_up.data() + static_cast<size_t>(height_ - 1 - y) * stride, stride, top_down.data() + static_cast<size_t>(y) * stride);
+    std::copy_n(bottom_up.data() + static_cast<size_t>(height_ - 1 - y) * stride, stride,
+                top_down.data() + static_cast<size_t>(y) * stride);
   return top_down;
 }
 
@@ -138,8 +143,8 @@ void HeatmapRenderer::draw(const MapTexture& map, const HeatmapStyle& style, Ren
   glUniform1i(glGetUniformLocation(program_, "scale_mode"), static_cast<int>(style.scale));
   glUniform1i(glGetUniformLocation(program_, "diverging"), style.range.diverging ? 1 : 0);
   glUniform1f(glGetUniformLocation(program_, "log_decades"), static_cast<float>(kLogDecades));
-  glUniform3f(glGetUniformLocation(program_, "masked_color"), style.masked.r / 255.0f, style.masked.g / 255.0f,
-              style.masked.b / 255.0f);
+  glUniform3f(glGetUniformLocation(program_, "masked_color"), style.masked.r / 255.0f,
+              style.masked.g / 255.0f, style.masked.b / 255.0f);
   glBindVertexArray(vao_);
   glDrawArrays(GL_TRIANGLE_STRIP, 0, 4);
   glBindVertexArray(0);

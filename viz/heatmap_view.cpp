@@ -3,13 +3,13 @@
 
 namespace difflens::viz {
 
-void HeatmapView::update(const MapSource& src, int width, int height, Pooling pooling, const HeatmapStyle& style,
-                         const HeatmapRenderer& renderer) {
-  const bool same_style = style.range.hi == style_.range.hi && style.range.diverging == style_.range.diverging &&
-                          style.scale == style_.scale;
+void HeatmapView::update(const MapSource& src, int width, int height, Pooling pooling,
+                         const HeatmapStyle& style, const HeatmapRenderer& renderer) {
+  const bool same_style = style.range.hi == style_.range.hi &&
+                          style.range.diverging == style_.range.diverging && style.scale == style_.scale;
   const MapRegion region = src.region.rows > 0 ? src.region : MapRegion{0, 0, src.rows, src.cols};
-  const bool same_region = region.row0 == region_.row0 && region.col0 == region_.col0 && region.rows == region_.rows &&
-                           region.cols == region_.cols;
+  const bool same_region = region.row0 == region_.row0 && region.col0 == region_.col0 &&
+                           region.rows == region_.rows && region.cols == region_.cols;
   const bool repool =
       src.version != version_ || width != width_ || height != height_ || pooling != pooling_ || !same_region;
   if (!repool && same_style && drawn_) return;

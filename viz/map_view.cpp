@@ -7,15 +7,16 @@
 
 namespace difflens::viz {
 
-PooledMap pool_map(const float* map, int64_t R, int64_t C, int64_t max_rows, int64_t max_cols, Pooling pooling,
-                   bool causal) {
+PooledMap pool_map(const float* map, int64_t R, int64_t C, int64_t max_rows, int64_t max_cols,
+                   Pooling pooling, bool causal) {
   return pool_region(map, R, C, {0, 0, R, C}, max_rows, max_cols, pooling, causal);
 }
 
-PooledMap pool_region(const float* map, int64_t src_rows, int64_t src_cols, const MapRegion& region, int64_t max_rows,
-                      int64_t max_cols, Pooling pooling, bool causal) {
+PooledMap pool_region(const float* map, int64_t src_rows, int64_t src_cols, const MapRegion& region,
+                      int64_t max_rows, int64_t max_cols, Pooling pooling, bool causal) {
   const int64_t R = region.rows, C = region.cols;
-  if (region.row0 < 0 || region.col0 < 0 || R <= 0 || C <= 0 || region.row0 + R > src_rows || region.col0 + C > src_cols)
+  if (region.row0 < 0 || region.col0 < 0 || R <= 0 || C <= 0 || region.row0 + R > src_rows ||
+      region.col0 + C > src_cols)
     return PooledMap{1, 1, {std::numeric_limits<float>::quiet_NaN()}};
   PooledMap out;
   out.rows = std::max<int64_t>(1, std::min(R, max_rows));
@@ -29,7 +30,7 @@ PooledMap pool_region(const float* map, int64_t src_rows, int64_t src_cols, cons
       int64_t n = 0;
       float best = 0;
       for (int64_t i = r0; i < r1; ++i) {
-        const int64_t qi = region.row0 + i;  // absolute query index
+        const int64_t qi = region.row0 + i;                                     // absolute query index
         const int64_t last = causal ? std::min(c1, qi + 1 - region.col0) : c1;  // keys ≤ query
         for (int64_t j = c0; j < last; ++j) {
           const float v = map[qi * src_cols + region.col0 + j];
@@ -38,7 +39,9 @@ PooledMap pool_region(const float* map, int64_t src_rows, int64_t src_cols, cons
           ++n;
         }
       }
-      if (n > 0) out.values[static_cast<size_t>(r * out.cols + c)] = pooling == Pooling::Max ? best : static_cast<float>(sum / n);
+      if (n > 0)
+        out.values[static_cast<size_t>(r * out.cols + c)] =
+            pooling == Pooling::Max ? best : static_cast<float>(sum / n);
     }
   }
   return out;
@@ -59,7 +62,8 @@ ValueRange value_range(const std::vector<const float*>& maps, int64_t rows, int6
   // Nearest-rank percentile: the smallest value with at least p·n values at or below it.
   const double p = std::clamp(percentile, 0.0, 100.0) / 100.0;
   const auto rank = static_cast<int64_t>(std::ceil(p * static_cast<double>(mags.size())));
-  const size_t k = static_cast<size_t>(std::clamp<int64_t>(rank - 1, 0, static_cast<int64_t>(mags.size()) - 1));
+  const size_t k =
+      static_cast<size_t>(std::clamp<int64_t>(rank - 1, 0, static_cast<int64_t>(mags.size()) - 1));
   std::nth_element(mags.begin(), mags.begin() + static_cast<std::ptrdiff_t>(k), mags.end());
   r.hi = mags[k] > 0 ? mags[k] : 1.0;
   return r;

@@ -31,8 +31,8 @@ struct MapRegion {
 };
 
 // Pools only `region` of a src_rows × src_cols map; causality uses the absolute row/column indices.
-PooledMap pool_region(const float* map, int64_t src_rows, int64_t src_cols, const MapRegion& region, int64_t max_rows,
-                      int64_t max_cols, Pooling pooling, bool causal);
+PooledMap pool_region(const float* map, int64_t src_rows, int64_t src_cols, const MapRegion& region,
+                      int64_t max_rows, int64_t max_cols, Pooling pooling, bool causal);
 
 // The value range a colormap spans. Sequential maps: [0, hi]; diverging maps: [−hi, hi].
 struct ValueRange {
