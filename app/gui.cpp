@@ -923,8 +923,9 @@ int run_gui(const GuiOptions& opt) {
           std::fprintf(stderr, "difflens: cannot write %s\n", opt.screenshot.c_str());
           exit_status = 1;
         } else {
-          std::printf("wrote %s (%dx%d); both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
-                      opt.screenshot.c_str(), w, h, state.status.last_run_ms, state.edit_to_screen_ms);
+          const long long T = state.shown && state.shown->traces[0] ? state.shown->traces[0]->length() : 0;
+          std::printf("wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
+                      opt.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
         }
         glfwSetWindowShouldClose(window, 1);
       }
