@@ -1,7 +1,11 @@
 // The difflens executable end to end: init-pair, capture (text, ids, options), info, bad input.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cstdlib>
+#include <set>
+
+#include <stb_image.h>
 
 #include "core/model.h"
 #include "core/trace_io.h"
@@ -128,6 +132,23 @@ TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
       INFO(f << ext);
       CHECK(std::filesystem::exists(std::filesystem::path(exports) / (std::string(f) + ext)));
     }
+  // The exported PNG (rendered by the app from the data) shows the causal triangle empty at the top
+  // right and a non-uniform map below the diagonal.
+  int w = 0, h = 0, n = 0;
+  unsigned char* px = stbi_load((std::filesystem::path(exports) / "diff-small-L1-H0-A1.png").c_str(), &w, &h, &n, 3);
+  REQUIRE(px);
+  CHECK(w == 1024);
+  CHECK(h == 1024);
+  auto rgb = [&](int x, int y) {
+    const unsigned char* p = px + (static_cast<size_t>(y) * static_cast<size_t>(w) + static_cast<size_t>(x)) * 3;
+    return std::array<int, 3>{p[0], p[1], p[2]};
+  };
+  CHECK(rgb(w - 4, 4) == std::array<int, 3>{236, 236, 236});  // masked future
+  CHECK(rgb(4, h - 4) != std::array<int, 3>{236, 236, 236});  // first key of the last query: a value
+  std::set<std::array<int, 3>> colours;
+  for (int y = h / 2; y < h; y += 16) colours.insert(rgb(8, y));
+  CHECK(colours.size() > 3);
+  stbi_image_free(px);
   const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small");
   const Trace t = diff.capture(diff.tokenizer().encode("The secret code of Mira is 4821.", true).ids);
   int64_t rows = 0, cols = 0;
