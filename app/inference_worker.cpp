@@ -21,8 +21,8 @@ std::string describe(const Model& m) {
 
 }  // namespace
 
-InferenceWorker::InferenceWorker(std::function<void()> wake, int threads) : wake_(std::move(wake)) {
-  if (threads > 0) set_num_threads(threads);
+InferenceWorker::InferenceWorker(std::function<void()> wake, int threads)
+    : wake_(std::move(wake)), threads_(threads) {
   status_.activity = "idle";
   thread_ = std::thread([this] { loop(); });
 }
@@ -105,6 +105,10 @@ void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& 
 }
 
 void InferenceWorker::loop() {
+  // OpenMP/LibTorch thread counts are per thread: set them here, on the thread that runs the models
+  // (default: every core).
+  set_num_threads(threads_ > 0 ? threads_
+                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     cv_.wait(lock, [this] { return stopping_ || !loads_.empty() || pending_run_; });

@@ -80,6 +80,7 @@ class InferenceWorker {
     bool bundle = false;  // a trace bundle rather than a model
   };
   std::function<void()> wake_;
+  int threads_ = 0;
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   std::deque<Load> loads_;

@@ -4,8 +4,10 @@
 
 #include "app/cli.h"
 #include "core/error.h"
+#include "core/model.h"
 
 int main(int argc, char** argv) {
+  difflens::tune_allocator();  // before any thread: the inference worker must share the tuned heap
   try {
     return difflens::cli::run(argc, argv);
   } catch (const difflens::Cancelled&) {

@@ -19,7 +19,13 @@ namespace difflens {
 enum class DeviceChoice { Auto, Cpu, Cuda };
 DeviceChoice parse_device(const std::string& text);  // "auto" | "cpu" | "cuda"; throws Error
 bool cuda_available();
+// Intra-op threads for LibTorch work started FROM THE CALLING THREAD (OpenMP settings are per thread):
+// a worker thread must call it itself.
 void set_num_threads(int threads);
+// Tunes glibc malloc for large tensors (see model.cpp): every thread allocates from the main heap, and
+// blocks over 32 MB come from the heap instead of fresh mmaps. Call at the start of main(), before any
+// thread exists; Model construction calls it too, but threads that allocated earlier keep their arenas.
+void tune_allocator();
 int num_threads();
 
 // What a capture keeps. Statistics are always computed; maps/logits/hidden are kept on request.

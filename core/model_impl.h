@@ -10,9 +10,6 @@
 
 namespace difflens {
 
-// Sets glibc malloc so large tensors come from a reused heap (see model.cpp). Idempotent.
-void tune_allocator_once();
-
 struct Model::Impl {
   ModelConfig config;
   Tokenizer tokenizer;
@@ -21,7 +18,7 @@ struct Model::Impl {
   nn::CausalLm net{nullptr};
 
   Impl(const ModelConfig& c, const Tokenizer& tok, at::Device dev) : config(c), tokenizer(tok), device(dev) {
-    tune_allocator_once();
+    tune_allocator();
     net = nn::CausalLm(c);
     net->eval();
   }
