@@ -14,9 +14,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
+#include <unordered_map>
 
 #include "app/inference_worker.h"
 #include "core/metrics.h"
@@ -155,6 +158,27 @@ void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, float 
   ImGui::TextUnformatted(hi);
 }
 
+// Percentile ranges need a selection over all T² values of a map: computed once per (maps, percentile,
+// mode) and reused every frame after, not recomputed per frame.
+class RangeCache {
+ public:
+  viz::ValueRange get(std::initializer_list<uint64_t> versions, float percentile, bool diverging,
+                      const std::function<viz::ValueRange()>& compute) {
+    uint64_t key = 0x9e3779b97f4a7c15ull ^ (diverging ? 1u : 0u);
+    uint32_t bits;
+    std::memcpy(&bits, &percentile, sizeof bits);
+    for (uint64_t v : versions) key = (key ^ v) * 0x100000001b3ull;
+    key = (key ^ bits) * 0x100000001b3ull;
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    if (cache_.size() > 512) cache_.clear();  // old requests' ranges
+    return cache_[key] = compute();
+  }
+
+ private:
+  std::unordered_map<uint64_t, viz::ValueRange> cache_;
+};
+
 class HeadView {
  public:
   void set_subject(const std::string& model, int layer, int head) {
@@ -168,11 +192,16 @@ class HeadView {
     // Value ranges: sequential maps share one range when asked; the difference map has its own
     // symmetric range (it is on another scale: it can be negative).
     std::vector<const float*> shared;
+    uint64_t shared_versions = 0;
     for (const auto& m : maps)
-      if (!m.diverging) shared.push_back(m.data);
+      if (!m.diverging) {
+        shared.push_back(m.data);
+        shared_versions = shared_versions * 31 + m.version;
+      }
     const int64_t T = maps[0].T;
-    const viz::ValueRange shared_range =
-        viz::value_range(shared, T, T, state.view.clamp_percentile, false, true);
+    const float pct = state.view.clamp_percentile;
+    const viz::ValueRange shared_range = ranges_.get(
+        {shared_versions, 1}, pct, false, [&] { return viz::value_range(shared, T, T, pct, false, true); });
     for (size_t i = 0; i < maps.size(); ++i) {
       const MapSpec& m = maps[i];
       if (i) ImGui::SameLine();
@@ -180,9 +209,11 @@ class HeadView {
       ImGui::TextUnformatted(m.title.c_str());
       viz::HeatmapStyle style;
       style.scale = static_cast<viz::ValueScale>(state.view.scale);
-      style.range = m.diverging || !state.view.shared_scale
-                        ? viz::value_range({m.data}, T, T, state.view.clamp_percentile, m.diverging, true)
-                        : shared_range;
+      style.range =
+          m.diverging || !state.view.shared_scale
+              ? ranges_.get({m.version, 2}, pct, m.diverging,
+                            [&] { return viz::value_range({m.data}, T, T, pct, m.diverging, true); })
+              : shared_range;
       viz::HeatmapView& view = views_[i];
       const int px = std::max(16, static_cast<int>(side));
       ViewState& v = state.view;
@@ -261,6 +292,7 @@ class HeadView {
 
  private:
   std::map<size_t, viz::HeatmapView> views_;
+  RangeCache ranges_;
   std::string model_name_;
   int layer_ = 0, head_ = 0;
 };
@@ -275,9 +307,13 @@ class ModelView {
                 t.config.is_diff() ? "A1 - lambda A2" : "softmax A");
     for (const LayerTrace& l : t.layers) {
       if (l.a.empty()) continue;
-      const viz::ValueRange range =
-          viz::value_range({l.a.data.data()}, T * static_cast<int64_t>(l.heads.size()), T,
-                           state.view.clamp_percentile, t.config.is_diff(), false);
+      const uint64_t layer_version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
+                                     (static_cast<uint64_t>(l.index) << 12) ^ 0x7;
+      const float pct = state.view.clamp_percentile;
+      const viz::ValueRange range = ranges_.get({layer_version}, pct, t.config.is_diff(), [&] {
+        return viz::value_range({l.a.data.data()}, T * static_cast<int64_t>(l.heads.size()), T, pct,
+                                t.config.is_diff(), false);
+      });
       for (size_t h = 0; h < l.heads.size(); ++h) {
         if (h) ImGui::SameLine();
         viz::HeatmapStyle style;
@@ -308,6 +344,7 @@ class ModelView {
 
  private:
   std::map<std::pair<int, int>, viz::HeatmapView> views_;
+  RangeCache ranges_;
 };
 
 // Maps of the selected layer/head of one slot's trace; empty when the trace kept none.
@@ -924,8 +961,9 @@ int run_gui(const GuiOptions& opt) {
           exit_status = 1;
         } else {
           const long long T = state.shown && state.shown->traces[0] ? state.shown->traces[0]->length() : 0;
-          std::printf("wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
-                      opt.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
+          std::printf(
+              "wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
+              opt.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
         }
         glfwSetWindowShouldClose(window, 1);
       }
