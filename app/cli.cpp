@@ -56,7 +56,9 @@ commands:
              --corpus DIR --out DIR [--config train.json] [--steps N] [--seq-len 512] [--batch 8]
              [--lr 2e-3] [--warmup 100] [--hidden 128] [--layers 4] [--heads 4] [--seed 1]
              [--threads 2] [--eval-every 250] [--save-every 250] [--only diff|baseline] [--fresh]
-             [--device auto|cpu|cuda]   Resumes from DIR when a saved state is there; Ctrl-C saves.
+             [--device auto|cpu|cuda] [--episode-fraction 0.5] [--drill-fraction 0] [--answer-weight 1]
+             [--names single-token|original]   (these four set the config's last phase)
+             Resumes from DIR when a saved state is there; Ctrl-C saves.
   bench      median prompt->Trace time of a matched pair, all maps kept
              [--lengths 128,512,2048] [--repeats 5] [--threads 2] [--hidden 256] [--layers 4]
              [--heads 4] [--vocab 4096] [--models DIFF_DIR,BASELINE_DIR] [--no-maps] [--no-stats]
@@ -360,7 +362,8 @@ int cmd_train(const Args& a) {
   a.reject_unknown({"config",     "corpus",   "out",    "steps",   "seq-len",
                     "batch",      "lr",       "warmup", "hidden",  "layers",
                     "heads",      "kv-heads", "seed",   "threads", "eval-every",
-                    "save-every", "only",     "fresh",  "device",  "episode-fraction"});
+                    "save-every", "only",     "fresh",  "device",  "episode-fraction",
+                    "drill-fraction", "answer-weight", "names"});
   TrainOptions o = a.has("config") ? train_options_from_json(a.get("config")) : TrainOptions{};
   if (a.has("corpus")) o.corpus_dir = a.get("corpus");
   if (a.has("out")) o.out_dir = a.get("out");
@@ -380,7 +383,11 @@ int cmd_train(const Args& a) {
   o.save_every = a.get_int("save-every", static_cast<int>(o.save_every));
   o.device = a.get("device", o.device);
   if (a.has("lr")) o.lr = std::stod(a.get("lr"));
-  if (a.has("episode-fraction")) o.episode_fraction = std::stod(a.get("episode-fraction"));
+  TrainPhase& last = o.phases.back();
+  if (a.has("episode-fraction")) last.mix.episode_fraction = std::stod(a.get("episode-fraction"));
+  if (a.has("drill-fraction")) last.mix.drill_fraction = std::stod(a.get("drill-fraction"));
+  if (a.has("answer-weight")) last.answer_weight = std::stod(a.get("answer-weight"));
+  if (a.has("names")) last.mix.names = parse_name_set(a.get("names"));
   if (a.has("only")) {
     const std::string only = a.get("only");
     if (only != "diff" && only != "baseline") throw Error("--only must be diff or baseline");

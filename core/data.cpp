@@ -2,6 +2,7 @@
 #include "core/data.h"
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 
 #include "core/error.h"
@@ -9,8 +10,8 @@
 namespace difflens {
 namespace {
 
-// Given names that SentencePiece tends to keep short. Every fourth name is held out for evaluation.
-const char* const kNames[] = {
+// Names of the first training phase of the bundled pair (two to four SentencePiece pieces each).
+const char* const kOriginalNames[] = {
     "Mira",  "Tomas",  "Anya",   "Boris",  "Clara",  "Dmitri", "Elena",  "Felix", "Greta",  "Hugo",
     "Irene", "Jonas",  "Karin",  "Lukas",  "Marta",  "Nils",   "Olga",   "Pavel", "Rosa",   "Stefan",
     "Tanya", "Ulrich", "Vera",   "Walter", "Yuri",   "Zora",   "Adam",   "Beth",  "Carl",   "Diana",
@@ -19,6 +20,18 @@ const char* const kNames[] = {
     "Alice", "Bruno",  "Cecil",  "Doris",  "Emil",   "Flora",  "Gustav", "Hilda", "Igor",   "Jane",
     "Karl",  "Lena",   "Max",    "Nina",   "Otto",   "Petra",  "Rudolf", "Sara",  "Theo",   "Ursula",
     "Vince", "Wilma",  "Arthur", "Bella",  "Conrad", "Daisy",  "Ernest", "Freda", "Gordon", "Hazel",
+};
+
+// Names the bundled tokenizer (unigram 4k on the Brown corpus) keeps as a single piece after a space.
+const char* const kSingleTokenNames[] = {
+    "John",    "Mary",   "William", "Robert", "Jack",    "Phil",   "George",    "Thomas",
+    "Charles", "James",  "Ben",     "Don",    "Dan",     "Mike",   "Richard",   "Sam",
+    "Frank",   "Bill",   "Adam",    "Louis",  "Bob",     "Henry",  "Paul",      "Martin",
+    "Lewis",   "Jess",   "Joe",     "Francis", "Peter",  "David",  "Carl",      "Alfred",
+    "Joseph",  "Edward", "Charlie", "Warren", "Arthur",  "Alex",   "Victor",    "Greg",
+    "Curt",    "Linda",  "Lucy",    "Rachel", "Lawrence", "Walter", "Stanley",  "Susan",
+    "Samuel",  "Winston", "Morgan", "Kennedy", "Smith",  "Jones",  "Parker",    "Wilson",
+    "Palmer",  "Watson", "Wright",  "Clark",  "Holmes",  "Thompson", "Hudson",  "Sherman",
 };
 
 std::string four_digits(int code) {
@@ -42,14 +55,26 @@ Span token_span(const Encoding& e, size_t begin, size_t end) {
 
 }  // namespace
 
-const std::vector<std::string>& needle_names(NeedleSplit split) {
-  static const auto lists = [] {
-    std::pair<std::vector<std::string>, std::vector<std::string>> l;
-    for (size_t i = 0; i < sizeof kNames / sizeof kNames[0]; ++i)
-      (i % 4 == 3 ? l.second : l.first).push_back(kNames[i]);
+NameSet parse_name_set(const std::string& s) {
+  if (s == "single-token") return NameSet::SingleToken;
+  if (s == "original") return NameSet::Original;
+  throw Error("unknown needle name set '" + s + "' (expected single-token or original)");
+}
+
+std::string to_string(NameSet s) { return s == NameSet::SingleToken ? "single-token" : "original"; }
+
+// Every fourth name of a list is held out for evaluation.
+const std::vector<std::string>& needle_names(NeedleSplit split, NameSet set) {
+  using Lists = std::pair<std::vector<std::string>, std::vector<std::string>>;
+  auto split_list = [](const char* const* names, size_t n) {
+    Lists l;
+    for (size_t i = 0; i < n; ++i) (i % 4 == 3 ? l.second : l.first).push_back(names[i]);
     return l;
-  }();
-  return split == NeedleSplit::Train ? lists.first : lists.second;
+  };
+  static const Lists original = split_list(kOriginalNames, std::size(kOriginalNames));
+  static const Lists single = split_list(kSingleTokenNames, std::size(kSingleTokenNames));
+  const Lists& l = set == NameSet::Original ? original : single;
+  return split == NeedleSplit::Train ? l.first : l.second;
 }
 
 bool code_in_split(int code, NeedleSplit split) {
@@ -79,8 +104,9 @@ Haystack::Haystack(const std::string& text, const Tokenizer& tokenizer) {
     tokens_.push_back(static_cast<int64_t>(tokenizer.encode(s, false).ids.size()));
 }
 
-EpisodeBuilder::EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split)
-    : haystack_(haystack), tokenizer_(tokenizer), split_(split) {}
+EpisodeBuilder::EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split,
+                               NameSet names)
+    : haystack_(haystack), tokenizer_(tokenizer), split_(split), names_(names) {}
 
 std::string EpisodeBuilder::needle_sentence(const Needle& n) {
   return "The secret code of " + n.name + " is " + n.code + ".";
@@ -91,7 +117,7 @@ std::string EpisodeBuilder::question(const Needle& n) {
 }
 
 Needle EpisodeBuilder::random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken) const {
-  const auto& names = needle_names(split_);
+  const auto& names = needle_names(split_, names_);
   Needle n;
   for (int tries = 0; tries < 1000; ++tries) {
     n.name = names[std::uniform_int_distribution<size_t>(0, names.size() - 1)(rng)];
@@ -110,7 +136,8 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
                 std::to_string(spec.needles) + ")");
   if (!spec.depths.empty() && static_cast<int>(spec.depths.size()) != spec.needles)
     throw Error("episode: give one depth per needle");
-  if (spec.needles > static_cast<int>(needle_names(split_).size())) throw Error("episode: too many needles");
+  if (spec.needles > static_cast<int>(needle_names(split_, names_).size()))
+    throw Error("episode: too many needles");
   Episode ep;
   std::vector<Needle> needles;
   for (int i = 0; i < spec.needles; ++i) needles.push_back(random_needle(rng, needles));
@@ -134,7 +161,8 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
     fixed += static_cast<int64_t>(
                  tokenizer_.encode(question(needles[q]) + " " + needles[q].code + ".", false).ids.size()) +
              2;
-  int64_t budget = spec.context_tokens - fixed;
+  const int64_t context = spec.haystack_tokens >= 0 ? fixed + spec.haystack_tokens : spec.context_tokens;
+  int64_t budget = context - fixed;
   if (budget < 0)
     throw Error("episode: a context of " + std::to_string(spec.context_tokens) + " tokens cannot hold " +
                 std::to_string(spec.needles) + " needles and " + std::to_string(spec.queried) + " questions");
@@ -185,8 +213,8 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
       text += needles[q].code + ".";
     }
     const Encoding enc = tokenizer_.encode(text, true);
-    if (static_cast<int64_t>(enc.ids.size()) > spec.context_tokens && !hay.empty()) {
-      budget -= static_cast<int64_t>(enc.ids.size()) - spec.context_tokens;  // shrink and try again
+    if (static_cast<int64_t>(enc.ids.size()) > context && !hay.empty()) {
+      budget -= static_cast<int64_t>(enc.ids.size()) - context;  // shrink and try again
       continue;
     }
     ep.text = text;
@@ -209,17 +237,19 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
     }
     return ep;
   }
-  throw Error("episode: could not fit the haystack into " + std::to_string(spec.context_tokens) + " tokens");
+  throw Error("episode: could not fit the haystack into " + std::to_string(context) + " tokens");
 }
 
 TrainingData::TrainingData(std::vector<int64_t> stream, const Haystack& haystack, const Tokenizer& tokenizer,
-                           double episode_fraction)
+                           DataMix mix)
     : stream_(std::move(stream)),
-      episodes_(haystack, tokenizer, NeedleSplit::Train),
+      episodes_(haystack, tokenizer, NeedleSplit::Train, mix.names),
       tokenizer_(tokenizer),
-      episode_fraction_(episode_fraction) {
+      mix_(mix) {
   if (stream_.size() < 1024)
     throw Error("training text is too short (" + std::to_string(stream_.size()) + " tokens)");
+  if (mix.episode_fraction < 0 || mix.drill_fraction < 0 || mix.episode_fraction + mix.drill_fraction > 1)
+    throw Error("training mix: episode and drill fractions must be >= 0 and sum to at most 1");
 }
 
 TrainingRow TrainingData::text_row(int64_t length, std::mt19937_64& rng) const {
@@ -233,17 +263,29 @@ TrainingRow TrainingData::text_row(int64_t length, std::mt19937_64& rng) const {
 }
 
 TrainingRow TrainingData::row(int64_t length, std::mt19937_64& rng) const {
-  if (std::uniform_real_distribution<double>(0, 1)(rng) >= episode_fraction_) return text_row(length, rng);
-  // Packed episodes: short and long haystacks, 1-4 needles, every needle asked, until the row is full;
-  // what remains is natural text. Consecutive episodes never share a name.
+  const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+  if (u < mix_.drill_fraction) return episode_row(length, rng, true);
+  if (u < mix_.drill_fraction + mix_.episode_fraction) return episode_row(length, rng, false);
+  return text_row(length, rng);
+}
+
+TrainingRow TrainingData::episode_row(int64_t length, std::mt19937_64& rng, bool drill) const {
+  // Episodes until the row is full; what remains is natural text. Consecutive episodes never share a
+  // name. Haystack episodes: 64-448 tokens, 1-4 needles. Drills: 2-8 needles and 0-12 haystack tokens
+  // per needle.
   const size_t n = static_cast<size_t>(length + 1);
   TrainingRow r;
   std::vector<std::string> recent;
   for (int draws = 0; draws < 64 && r.ids.size() + 64 <= n; ++draws) {
     const int64_t room = static_cast<int64_t>(n - r.ids.size());
     EpisodeSpec spec;
-    spec.context_tokens = std::uniform_int_distribution<int64_t>(64, std::min<int64_t>(room, 448))(rng);
-    spec.needles = std::uniform_int_distribution<int>(1, spec.context_tokens >= 160 ? 4 : 2)(rng);
+    if (drill) {
+      spec.needles = std::uniform_int_distribution<int>(2, 8)(rng);
+      spec.haystack_tokens = std::uniform_int_distribution<int64_t>(0, 12 * spec.needles)(rng);
+    } else {
+      spec.context_tokens = std::uniform_int_distribution<int64_t>(64, std::min<int64_t>(room, 448))(rng);
+      spec.needles = std::uniform_int_distribution<int>(1, spec.context_tokens >= 160 ? 4 : 2)(rng);
+    }
     spec.queried = spec.needles;
     Episode ep;
     try {
@@ -251,13 +293,17 @@ TrainingRow TrainingData::row(int64_t length, std::mt19937_64& rng) const {
     } catch (const Error&) {
       break;  // the room left is too small for this draw: fill with text
     }
+    if (static_cast<int64_t>(ep.ids.size()) > room) break;
     bool clash = false;
     for (const auto& nd : ep.needles)
       clash |= std::find(recent.begin(), recent.end(), nd.name) != recent.end();
     if (clash) continue;
     recent.clear();
     for (const auto& nd : ep.needles) recent.push_back(nd.name);
+    const int64_t offset = static_cast<int64_t>(r.ids.size());
     r.ids.insert(r.ids.end(), ep.ids.begin(), ep.ids.end());
+    for (const Span& a : ep.answer_spans)
+      for (int64_t i = a.begin; i < a.end; ++i) r.answers.push_back(offset + i);
   }
   if (r.ids.size() < n) {
     const TrainingRow fill = text_row(static_cast<int64_t>(n - r.ids.size()) - 1, rng);

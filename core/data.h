@@ -16,6 +16,13 @@ namespace difflens {
 // Which names and codes an episode may use: training and evaluation sets are disjoint.
 enum class NeedleSplit { Train, Eval };
 
+// Which list of names needles use. SingleToken (the default): names that the bundled tokenizer keeps as
+// one piece ("▁Mary"), so looking a code up is a one-token key match. Original: the names of the
+// bundled pair's first training phase, two to four pieces each; kept so that phase stays reproducible.
+enum class NameSet { SingleToken, Original };
+NameSet parse_name_set(const std::string& s);  // "single-token" | "original"; throws Error
+std::string to_string(NameSet s);
+
 // One needle: "The secret code of <name> is <code>."
 struct Needle {
   std::string name;
@@ -47,6 +54,7 @@ struct EpisodeSpec {
   int queried = 1;               // R ≤ N
   std::vector<double> depths;    // one per needle in [0, 1]; empty = uniform random
   bool final_answer = true;      // include the last answer's code (false: prompt ends before it)
+  int64_t haystack_tokens = -1;  // >= 0: exactly this much haystack budget instead of filling the context
 };
 
 // Sentences of natural text with their token counts, used as haystack material.
@@ -65,7 +73,8 @@ class Haystack {
 
 class EpisodeBuilder {
  public:
-  EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split);
+  EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split,
+                 NameSet names = NameSet::SingleToken);
   // Builds an episode whose token count is at most spec.context_tokens (and close to it).
   // Throws Error when the spec cannot be met (e.g. R > N or a context too short for the questions).
   Episode build(const EpisodeSpec& spec, std::mt19937_64& rng) const;
@@ -78,34 +87,47 @@ class EpisodeBuilder {
   const Haystack& haystack_;
   const Tokenizer& tokenizer_;
   NeedleSplit split_;
+  NameSet names_;
 };
 
 // Names available to a split (disjoint between Train and Eval).
-const std::vector<std::string>& needle_names(NeedleSplit split);
+const std::vector<std::string>& needle_names(NeedleSplit split, NameSet set = NameSet::SingleToken);
 // Whether a four-digit code belongs to the split (Eval: code % 7 == 0; Train: the rest).
 bool code_in_split(int code, NeedleSplit split);
 
 // One training row of exactly `length` + 1 tokens: inputs ids[0..length), targets ids[1..length].
+// `answers` lists the positions in ids of needle-code tokens that follow a question (the retrieval targets),
+// so a trainer can weight them.
 struct TrainingRow {
   std::vector<int64_t> ids;
+  std::vector<int64_t> answers;
+};
+
+// What a training row is made of: natural text, rows packed with haystack episodes (1-4 needles in
+// natural text, every needle asked), or dense recall drills (2-8 needles with little text between, then
+// every needle asked in shuffled order): the many-keys, many-queries form small models learn lookup from.
+struct DataMix {
+  double episode_fraction = 0.5;
+  double drill_fraction = 0.0;
+  NameSet names = NameSet::SingleToken;
 };
 
 // Deterministic source of training rows: rows for step s depend only on (seed, s), so both models of a
 // pair see identical data and a resumed run continues the same sequence.
 class TrainingData {
  public:
-  TrainingData(std::vector<int64_t> stream, const Haystack& haystack, const Tokenizer& tokenizer,
-               double episode_fraction);
-  // Natural-text window or a row packed with retrieval episodes (all needles asked).
+  TrainingData(std::vector<int64_t> stream, const Haystack& haystack, const Tokenizer& tokenizer, DataMix mix);
+  // A row of the kind drawn from the mix.
   TrainingRow row(int64_t length, std::mt19937_64& rng) const;
   TrainingRow text_row(int64_t length, std::mt19937_64& rng) const;
+  TrainingRow episode_row(int64_t length, std::mt19937_64& rng, bool drill) const;
   const std::vector<int64_t>& stream() const { return stream_; }
 
  private:
   std::vector<int64_t> stream_;
   EpisodeBuilder episodes_;
   const Tokenizer& tokenizer_;
-  double episode_fraction_;
+  DataMix mix_;
 };
 
 }  // namespace difflens

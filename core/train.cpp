@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -58,12 +59,37 @@ Tensor batch_tensor(const std::vector<TrainingRow>& rows, const at::Device& dev)
   return t.to(dev);
 }
 
-// Mean next-token cross-entropy of a [B, L+1] batch.
-Tensor lm_loss(nn::CausalLm& net, const Tensor& batch) {
+// Per-token loss weights [B, L] for targets ids[1..L]: `answer_weight` where the target is a retrieval
+// answer token, 1 elsewhere; undefined when every weight is 1.
+Tensor loss_weights(const std::vector<TrainingRow>& rows, double answer_weight, const at::Device& dev) {
+  if (answer_weight == 1.0) return {};
+  const int64_t B = static_cast<int64_t>(rows.size()), L = static_cast<int64_t>(rows[0].ids.size()) - 1;
+  Tensor w = at::ones({B, L}, at::TensorOptions().dtype(at::kFloat));
+  auto acc = w.accessor<float, 2>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t pos : rows[static_cast<size_t>(b)].answers)
+      if (pos >= 1 && pos <= L) acc[b][pos - 1] = static_cast<float>(answer_weight);
+  return w.to(dev);
+}
+
+struct Loss {
+  Tensor objective;  // what is minimised (weighted when weights are given)
+  double mean = 0;   // plain mean next-token cross-entropy, for the logs
+};
+
+// Next-token cross-entropy of a [B, L+1] batch.
+Loss lm_loss(nn::CausalLm& net, const Tensor& batch, const Tensor& weights = {}) {
   const int64_t L = batch.size(1) - 1;
   Tensor logits = net->forward(batch.narrow(1, 0, L));  // [B, L, V]
   Tensor logp = at::log_softmax(logits.to(at::kFloat).reshape({-1, logits.size(-1)}), -1);
-  return at::nll_loss(logp, batch.narrow(1, 1, L).reshape({-1}));
+  const Tensor targets = batch.narrow(1, 1, L).reshape({-1});
+  if (!weights.defined()) {
+    Tensor l = at::nll_loss(logp, targets);
+    return {l, l.item<double>()};
+  }
+  Tensor per_token = at::nll_loss(logp, targets, {}, at::Reduction::None);
+  const Tensor w = weights.reshape({-1});
+  return {(per_token * w).sum() / w.sum(), per_token.mean().item<double>()};
 }
 
 struct ModelState {
@@ -76,12 +102,6 @@ struct ModelState {
   double last_loss = 0;
 };
 
-double learning_rate(const TrainOptions& o, int64_t step) {
-  if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup);
-  const double progress = std::min(1.0, static_cast<double>(step - o.warmup) /
-                                            static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup)));
-  return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + std::cos(M_PI * progress)));
-}
 
 void adamw_step(ModelState& s, const TrainOptions& o, int64_t step, double lr) {
   at::NoGradGuard no_grad;
@@ -173,29 +193,64 @@ void prepare_log(const fs::path& file, const std::string& header, int64_t step) 
     }
     if (!line.empty() && std::stoll(line.substr(0, line.find(','))) <= step) rows.push_back(line);
   }
+  // Rows written before a column was added get empty fields for it.
+  const auto columns = [](const std::string& l) { return std::count(l.begin(), l.end(), ',') + 1; };
+  for (auto& r : rows)
+    for (auto c = columns(r); c < columns(header); ++c) r += ",";
   std::ofstream out(file, std::ios::trunc);
   out << header << "\n";
   for (const auto& r : rows) out << r << "\n";
 }
 
-// Fraction of episodes whose code the model reproduces exactly: every code token is the argmax given
-// the true prefix (what greedy decoding would produce).
-double needle_accuracy(nn::CausalLm& net, const std::vector<Episode>& episodes, const at::Device& dev) {
+struct NeedleScore {
+  double exact = 0;   // fraction of episodes whose whole code is reproduced
+  double digits = 0;  // fraction of code tokens predicted right (chance: 0.1)
+};
+
+// Scores the final answer of each episode: a code token counts when it is the argmax given the true
+// prefix; an episode counts when all of them do (what greedy decoding would produce).
+NeedleScore needle_accuracy(nn::CausalLm& net, const std::vector<Episode>& episodes, const at::Device& dev) {
   c10::InferenceMode guard;
   int correct = 0;
+  int64_t digits = 0, digit_total = 0;
   for (const Episode& ep : episodes) {
     Tensor ids = at::tensor(ep.ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0).to(dev);
     Tensor pred = net->forward(ids).argmax(-1)[0].to(at::kCPU);  // [T]
     const Span a = ep.answer_spans.back();
     bool ok = true;
-    for (int64_t i = a.begin; i < a.end; ++i)
-      ok &= pred[i - 1].item<int64_t>() == ep.ids[static_cast<size_t>(i)];
+    for (int64_t i = a.begin; i < a.end; ++i) {
+      const bool hit = pred[i - 1].item<int64_t>() == ep.ids[static_cast<size_t>(i)];
+      ok &= hit;
+      digits += hit;
+      ++digit_total;
+    }
     correct += ok;
   }
-  return episodes.empty() ? 0 : static_cast<double>(correct) / static_cast<double>(episodes.size());
+  NeedleScore s;
+  if (!episodes.empty()) s.exact = static_cast<double>(correct) / static_cast<double>(episodes.size());
+  if (digit_total) s.digits = static_cast<double>(digits) / static_cast<double>(digit_total);
+  return s;
 }
 
 }  // namespace
+
+double learning_rate(const TrainOptions& o, int64_t step) {
+  // The schedule in force: that of the last phase at or before `step` which (re)starts one.
+  int64_t start = 0, horizon = o.lr_horizon > 0 ? o.lr_horizon : o.steps;
+  double peak = o.phases.front().lr > 0 ? o.phases.front().lr : o.lr;
+  for (size_t k = 1; k < o.phases.size() && o.phases[k].from_step <= step; ++k)
+    if (o.phases[k].lr > 0) {
+      start = o.phases[k].from_step;
+      horizon = o.phases[k].lr_horizon > 0 ? o.phases[k].lr_horizon : o.steps;
+      peak = o.phases[k].lr;
+    }
+  const int64_t s = step - start;
+  if (s < o.warmup) return peak * static_cast<double>(s + 1) / static_cast<double>(o.warmup);
+  const double progress =
+      std::min(1.0, static_cast<double>(s - o.warmup) /
+                        static_cast<double>(std::max<int64_t>(1, horizon - start - o.warmup)));
+  return peak * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + std::cos(M_PI * progress)));
+}
 
 TrainOptions train_options_from_json(const fs::path& file) {
   TrainOptions o;
@@ -225,10 +280,32 @@ TrainOptions train_options_from_json(const fs::path& file) {
     get("batch", o.batch);
     get("lr", o.lr);
     get("min_lr_ratio", o.min_lr_ratio);
+    get("lr_horizon", o.lr_horizon);
     get("warmup", o.warmup);
     get("weight_decay", o.weight_decay);
     get("grad_clip", o.grad_clip);
-    get("episode_fraction", o.episode_fraction);
+    TrainPhase first;
+    get("episode_fraction", first.mix.episode_fraction);
+    get("drill_fraction", first.mix.drill_fraction);
+    get("answer_weight", first.answer_weight);
+    std::string names = to_string(first.mix.names);
+    get("names", names);
+    first.mix.names = parse_name_set(names);
+    o.phases = {first};
+    if (j.contains("phases"))
+      for (const auto& pj : j.at("phases")) {
+        TrainPhase p = o.phases.back();  // a phase changes only what it names
+        p.from_step = pj.at("from_step").get<int64_t>();
+        if (pj.contains("episode_fraction")) p.mix.episode_fraction = pj.at("episode_fraction").get<double>();
+        if (pj.contains("drill_fraction")) p.mix.drill_fraction = pj.at("drill_fraction").get<double>();
+        if (pj.contains("answer_weight")) p.answer_weight = pj.at("answer_weight").get<double>();
+        if (pj.contains("names")) p.mix.names = parse_name_set(pj.at("names").get<std::string>());
+        p.lr = pj.value("lr", 0.0);  // a schedule restart belongs to the phase that names it
+        p.lr_horizon = pj.value("lr_horizon", int64_t{0});
+        if (p.from_step <= o.phases.back().from_step)
+          throw ConfigError(file.string() + ": phases must have increasing from_step (> 0)");
+        o.phases.push_back(p);
+      }
     get("seed", o.seed);
     get("threads", o.threads);
     get("eval_every", o.eval_every);
@@ -238,6 +315,10 @@ TrainOptions train_options_from_json(const fs::path& file) {
     get("device", o.device);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(file.string() + ": a field has the wrong type (" + e.what() + ")");
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ConfigError(file.string() + ": " + e.what());
   }
   return o;
 }
@@ -247,6 +328,11 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   if (o.steps <= 0 || o.batch <= 0 || o.seq_len < 16)
     throw Error("train: steps, batch and seq_len must be positive");
   if (!o.train_diff && !o.train_baseline) throw Error("train: nothing to train");
+  if (o.phases.empty() || o.phases.front().from_step != 0)
+    throw Error("train: the first training phase must start at step 0");
+  for (size_t i = 1; i < o.phases.size(); ++i)
+    if (o.phases[i].from_step <= o.phases[i - 1].from_step)
+      throw Error("train: training phases must have increasing from_step");
   at::set_num_threads(std::max(1, o.threads));
   const Tokenizer tok = Tokenizer::sentencepiece(o.corpus_dir / "tokenizer.model");
   PairSpec spec = o.model;
@@ -262,9 +348,15 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   const std::string train_text = read_text(o.corpus_dir / "train.txt");
   const std::string val_text = read_text(o.corpus_dir / "val.txt");
   const Haystack train_hay(train_text, tok), eval_hay(val_text, tok);
-  const TrainingData data(encode_lines(train_text, tok), train_hay, tok, o.episode_fraction);
-  const TrainingData val_data(encode_lines(val_text, tok), eval_hay, tok, 0.0);
-  const EpisodeBuilder eval_builder(eval_hay, tok, NeedleSplit::Eval);
+  const std::vector<int64_t> train_stream = encode_lines(train_text, tok);
+  std::vector<TrainingData> phase_data;
+  for (const TrainPhase& p : o.phases) phase_data.emplace_back(train_stream, train_hay, tok, p.mix);
+  auto phase_at = [&](int64_t step) {
+    size_t k = 0;
+    while (k + 1 < o.phases.size() && o.phases[k + 1].from_step <= step) ++k;
+    return k;
+  };
+  const TrainingData val_data(encode_lines(val_text, tok), eval_hay, tok, DataMix{0.0, 0.0, NameSet::SingleToken});
 
   const at::Device dev = o.device == "cpu" ? at::Device(at::kCPU)
                          : (parse_device(o.device) == DeviceChoice::Cuda || cuda_available())
@@ -295,6 +387,8 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     prepare_log(s.dir / "train_log.csv", "step,train_loss,val_loss,tokens_seen", start);
     std::string header = "step,tokens_seen";
     for (int64_t L : o.eval_lengths) header += ",needle_acc_" + std::to_string(L);
+    for (int64_t L : o.eval_lengths) header += ",digit_acc_" + std::to_string(L);
+    header += ",names";
     prepare_log(s.dir / "eval_log.csv", header, start);
     models.push_back(std::move(s));
   }
@@ -310,15 +404,18 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
       val_batches.push_back(batch_tensor(rows, dev));
     }
   }
-  std::map<int64_t, std::vector<Episode>> eval_episodes;
-  {
+  // Held-out episodes per name set in use, each set drawn from the same seed.
+  std::map<NameSet, std::map<int64_t, std::vector<Episode>>> eval_episodes;
+  for (const TrainPhase& p : o.phases) {
+    if (eval_episodes.count(p.mix.names)) continue;
+    const EpisodeBuilder eval_builder(eval_hay, tok, NeedleSplit::Eval, p.mix.names);
     std::mt19937_64 rng(o.seed + 8888);
     for (int64_t L : o.eval_lengths)
       for (int64_t e = 0; e < o.eval_episodes; ++e) {
         EpisodeSpec es;
         es.context_tokens = L;
         es.depths = {static_cast<double>(e % 5) / 4.0};
-        eval_episodes[L].push_back(eval_builder.build(es, rng));
+        eval_episodes[p.mix.names][L].push_back(eval_builder.build(es, rng));
       }
   }
 
@@ -329,16 +426,21 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
       double val = 0;
       {
         c10::InferenceMode guard;
-        for (const Tensor& b : val_batches) val += lm_loss(net, b).item<double>();
+        for (const Tensor& b : val_batches) val += lm_loss(net, b).mean;
       }
       val /= static_cast<double>(val_batches.size());
       const double train_loss = s.loss_count ? s.loss_sum / static_cast<double>(s.loss_count) : 0.0;
       std::ofstream(s.dir / "train_log.csv", std::ios::app)
           << step << "," << train_loss << "," << val << "," << tokens << "\n";
+      // Evaluated with the names of the phase that produced these weights.
+      const NameSet names = o.phases[phase_at(step - 1)].mix.names;
+      std::vector<NeedleScore> scores;
+      for (int64_t L : o.eval_lengths) scores.push_back(needle_accuracy(net, eval_episodes[names][L], dev));
       std::ofstream ev(s.dir / "eval_log.csv", std::ios::app);
       ev << step << "," << tokens;
-      for (int64_t L : o.eval_lengths) ev << "," << needle_accuracy(net, eval_episodes[L], dev);
-      ev << "\n";
+      for (const auto& sc : scores) ev << "," << sc.exact;
+      for (const auto& sc : scores) ev << "," << sc.digits;
+      ev << "," << to_string(names) << "\n";
       s.loss_sum = 0;
       s.loss_count = 0;
       net->train();
@@ -350,17 +452,19 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   for (; step < o.steps; ++step) {
     if (stop && stop->load()) break;
     std::mt19937_64 rng(o.seed * 1000003ull + static_cast<uint64_t>(step));
+    const size_t phase = phase_at(step);
     std::vector<TrainingRow> rows;
-    for (int64_t r = 0; r < o.batch; ++r) rows.push_back(data.row(o.seq_len, rng));
+    for (int64_t r = 0; r < o.batch; ++r) rows.push_back(phase_data[phase].row(o.seq_len, rng));
     const Tensor batch = batch_tensor(rows, dev);
+    const Tensor weights = loss_weights(rows, o.phases[phase].answer_weight, dev);
     const double lr = learning_rate(o, step);
     TrainProgress p;
     for (auto& s : models) {
       auto& net = ModelAccess::impl(s.model).net;
-      Tensor loss = lm_loss(net, batch);
-      loss.backward();
+      Loss loss = lm_loss(net, batch, weights);
+      loss.objective.backward();
       adamw_step(s, o, step, lr);
-      s.last_loss = loss.item<double>();
+      s.last_loss = loss.mean;
       s.loss_sum += s.last_loss;
       ++s.loss_count;
       (s.model.config().is_diff() ? p.loss_diff : p.loss_baseline) = s.last_loss;

@@ -10,8 +10,21 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/data.h"
 
 namespace difflens {
+
+// From `from_step` on, rows are drawn from `mix` and retrieval answer tokens weigh `answer_weight` in the
+// training loss (validation loss is never weighted). A phase with `lr` > 0 restarts the learning-rate
+// schedule: linear warm-up over `warmup` steps from its first step, then cosine decay that reaches
+// lr · min_lr_ratio at step `lr_horizon` (0: the last step); a phase without continues the one before.
+struct TrainPhase {
+  int64_t from_step = 0;
+  DataMix mix;
+  double answer_weight = 1.0;
+  double lr = 0;
+  int64_t lr_horizon = 0;
+};
 
 struct TrainOptions {
   PairSpec model;                    // width, depth, heads, vocab (vocab is taken from the tokenizer)
@@ -22,13 +35,14 @@ struct TrainOptions {
   int64_t steps = 2000;
   int64_t seq_len = 512;
   int64_t batch = 8;
-  double lr = 2e-3;
-  double min_lr_ratio = 0.1;  // cosine decays to lr · ratio
-  int64_t warmup = 100;
+  double lr = 2e-3;            // the first phase's schedule (phases[0].lr, when set, takes precedence)
+  int64_t lr_horizon = 0;      // step where the first cosine ends (0: the last step)
+  double min_lr_ratio = 0.1;   // cosine decays to lr · ratio
+  int64_t warmup = 100;        // warm-up steps of every schedule (re)start
   double weight_decay = 0.1;  // on matrices; not on norms or λ
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   double grad_clip = 1.0;
-  double episode_fraction = 0.5;  // rows packed with retrieval episodes
+  std::vector<TrainPhase> phases = {TrainPhase{}};  // sorted by from_step; the first starts at 0
   uint64_t seed = 1;
   int threads = 2;
   int64_t eval_every = 250;  // val loss + needle accuracy
@@ -45,6 +59,9 @@ struct TrainProgress {
   double tokens_per_second = 0;             // per model
   double eta_seconds = 0;
 };
+
+// The learning rate of step `step` (0-based) under the options' schedule and phases.
+double learning_rate(const TrainOptions& options, int64_t step);
 
 // Reads a JSON training config (same keys as the command-line options); throws ConfigError.
 TrainOptions train_options_from_json(const std::filesystem::path& file);

@@ -2,6 +2,7 @@
 // needle/question/answer text, lengths respect the budget, train and eval sets are disjoint.
 #include <catch2/catch.hpp>
 
+#include <cctype>
 #include <set>
 
 #include "core/data.h"
@@ -27,6 +28,13 @@ struct Fixture {
 
 std::string span_text(const Tokenizer& tok, const Episode& e, Span s) {
   return tok.decode(std::vector<int64_t>(e.ids.begin() + s.begin, e.ids.begin() + s.end));
+}
+
+// kText twenty times over: enough tokens for training rows.
+std::vector<int64_t> training_stream(const Tokenizer& tok) {
+  std::string longer;
+  for (int i = 0; i < 20; ++i) longer += kText;
+  return tok.encode(longer, false).ids;
 }
 
 }  // namespace
@@ -97,11 +105,16 @@ TEST_CASE("an episode without its final answer ends where the code would start",
 }
 
 TEST_CASE("training and evaluation needles are disjoint", "[data][needle]") {
-  const auto& train = needle_names(NeedleSplit::Train);
-  const auto& eval = needle_names(NeedleSplit::Eval);
-  CHECK(train.size() == 60);
-  CHECK(eval.size() == 20);
-  for (const auto& n : eval) CHECK(std::find(train.begin(), train.end(), n) == train.end());
+  for (const NameSet set : {NameSet::SingleToken, NameSet::Original}) {
+    const auto& train = needle_names(NeedleSplit::Train, set);
+    const auto& eval = needle_names(NeedleSplit::Eval, set);
+    CHECK(train.size() == (set == NameSet::SingleToken ? 48 : 60));
+    CHECK(eval.size() == (set == NameSet::SingleToken ? 16 : 20));
+    for (const auto& n : eval) CHECK(std::find(train.begin(), train.end(), n) == train.end());
+  }
+  CHECK(parse_name_set("original") == NameSet::Original);
+  CHECK(to_string(NameSet::SingleToken) == "single-token");
+  CHECK_THROWS_WITH(parse_name_set("short"), Catch::Contains("unknown needle name set 'short'"));
   int eval_codes = 0;
   for (int c = 1000; c <= 9999; ++c) {
     CHECK(code_in_split(c, NeedleSplit::Train) != code_in_split(c, NeedleSplit::Eval));
@@ -132,9 +145,8 @@ TEST_CASE("impossible episode specs are refused with a reason", "[data][errors]"
 TEST_CASE("training rows have the exact length and depend only on the seed", "[data][train]") {
   const Tokenizer tok = Tokenizer::bytes(259);
   const Haystack h(kText, tok);
-  std::string longer;
-  for (int i = 0; i < 20; ++i) longer += kText;
-  const TrainingData data(tok.encode(longer, false).ids, h, tok, 0.5);
+  const std::vector<int64_t> stream = training_stream(tok);
+  const TrainingData data(stream, h, tok, DataMix{0.5, 0.0, NameSet::SingleToken});
   int with_needles = 0;
   for (uint64_t seed = 0; seed < 20; ++seed) {
     std::mt19937_64 a(seed), b(seed);
@@ -145,4 +157,49 @@ TEST_CASE("training rows have the exact length and depend only on the seed", "[d
   }
   CHECK(with_needles >= 4);  // about half the rows are packed episodes
   CHECK(with_needles <= 16);
+}
+
+TEST_CASE("single-token needle names are one piece in the bundled tokenizer", "[data][needle][tokenizer]") {
+  const Tokenizer tok = Tokenizer::sentencepiece(DIFFLENS_SOURCE_DIR "/assets/models/diff-small/tokenizer.model");
+  for (const NeedleSplit split : {NeedleSplit::Train, NeedleSplit::Eval})
+    for (const auto& name : needle_names(split, NameSet::SingleToken)) {
+      const Encoding e = tok.encode("of " + name + " is", false);
+      INFO(name);
+      CHECK(e.pieces.size() == 3);  // "▁of", "▁<name>", "▁is"
+    }
+  // The original names are longer: the reason the set was replaced.
+  CHECK(tok.encode("of Dmitri is", false).pieces.size() > 3);
+}
+
+TEST_CASE("drill rows are dense and mark every answer token", "[data][train]") {
+  const Tokenizer tok = Tokenizer::bytes(259);
+  const Haystack h(kText, tok);
+  const std::vector<int64_t> stream = training_stream(tok);
+  const TrainingData data(stream, h, tok, DataMix{0.0, 1.0, NameSet::SingleToken});
+  std::mt19937_64 rng(3);
+  const TrainingRow r = data.row(1024, rng);
+  REQUIRE(r.ids.size() == 1025);
+  const std::string text = tok.decode(r.ids);
+  // Bytes tokenizer: every answer position is one digit of a code right after "... is ".
+  REQUIRE(r.answers.size() % 4 == 0);
+  CHECK(r.answers.size() >= 4 * 6);  // at least six questions answered in 1024 bytes
+  for (size_t k = 0; k < r.answers.size(); k += 4) {
+    const int64_t p = r.answers[k];
+    REQUIRE(p >= 4);
+    CHECK(tok.decode({r.ids.begin() + p - 4, r.ids.begin() + p}) == " is ");
+    for (int d = 0; d < 4; ++d) {
+      const int64_t id = r.ids[static_cast<size_t>(p + d)];
+      CHECK(r.answers[k + static_cast<size_t>(d)] == p + d);
+      CHECK(tok.decode({id}).size() == 1);
+      CHECK(std::isdigit(static_cast<unsigned char>(tok.decode({id})[0])));
+    }
+  }
+  // Each asked code appeared earlier in a needle of the same row.
+  const std::string first_code = tok.decode({r.ids.begin() + r.answers[0], r.ids.begin() + r.answers[0] + 4});
+  CHECK(text.find(" is " + first_code + ".") < text.find("Q: "));
+  // A text row has no answers.
+  const TrainingData plain(stream, h, tok, DataMix{0.0, 0.0, NameSet::SingleToken});
+  CHECK(plain.row(256, rng).answers.empty());
+  CHECK_THROWS_WITH(TrainingData(stream, h, tok, DataMix{0.7, 0.5, NameSet::Original}),
+                    Catch::Contains("sum to at most 1"));
 }

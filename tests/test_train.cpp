@@ -86,10 +86,21 @@ TEST_CASE("train: both models' loss goes down and the logs are written", "[train
 TEST_CASE("train: a stopped run resumes to exactly the weights of an uninterrupted one", "[train]") {
   test::ScratchDir dir("resume");
   make_corpus(dir.path());
-  const TrainOptions full = tiny(dir.path(), dir / "full", 20);
+  // Two phases, the second (drills, weighted answers) starting after the interruption.
+  auto with_phases = [](TrainOptions o) {
+    TrainPhase drills;
+    drills.from_step = 12;
+    drills.mix = DataMix{0.25, 0.5, NameSet::SingleToken};
+    drills.answer_weight = 3;
+    o.phases.front().mix.names = NameSet::Original;
+    o.phases.push_back(drills);
+    o.eval_every = 10;
+    return o;
+  };
+  const TrainOptions full = with_phases(tiny(dir.path(), dir / "full", 20));
   train_pair(full, nullptr, nullptr);
 
-  const TrainOptions part = tiny(dir.path(), dir / "part", 20);
+  const TrainOptions part = with_phases(tiny(dir.path(), dir / "part", 20));
   std::atomic<bool> stop{false};
   CHECK(train_pair(part, &stop, [&](const TrainProgress& p) { stop = p.step >= 8; }) == 8);
   CHECK(train_pair(part, nullptr, nullptr) == 20);  // resumes from step 8
@@ -104,7 +115,17 @@ TEST_CASE("train: a stopped run resumes to exactly the weights of an uninterrupt
     INFO(name);
     CHECK(max_diff < 1e-5);
   }
-  CHECK(column(dir / "part/diff-small/train_log.csv", 0) == std::vector<double>{20});
+  CHECK(column(dir / "part/diff-small/train_log.csv", 0) == std::vector<double>{10, 20});
+  // Each evaluation names the needle set of the phase that produced the weights; digit accuracy is a
+  // fraction.
+  const std::string log = test::read_all(dir / "full/diff-small/eval_log.csv");
+  CHECK(log.rfind("step,tokens_seen,needle_acc_96,digit_acc_96,names\n", 0) == 0);
+  CHECK(log.find("\n10,2560,") != std::string::npos);
+  CHECK(log.find(",original\n20,5120,") != std::string::npos);
+  CHECK(log.substr(log.size() - 14) == ",single-token\n");
+  const auto digits = column(dir / "full/diff-small/eval_log.csv", 3);
+  REQUIRE(digits.size() == 2);
+  for (double d : digits) CHECK((d >= 0 && d <= 1));
 }
 
 TEST_CASE("train: a trained checkpoint reloads to identical logits", "[train][checkpoint]") {
@@ -135,4 +156,43 @@ TEST_CASE("train: bad options are refused", "[train][errors]") {
   o.steps = 10;
   o.train_diff = o.train_baseline = false;
   CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("nothing to train"));
+  o.train_diff = true;
+  o.phases.push_back(o.phases.front());  // a second phase also starting at step 0
+  CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("increasing from_step"));
+}
+
+TEST_CASE("train: a JSON config with phases inherits what a phase does not name", "[train][config]") {
+  test::ScratchDir dir("trainjson");
+  test::write_all(dir / "t.json", R"({"steps": 100, "episode_fraction": 0.4, "names": "original",
+    "phases": [{"from_step": 50, "drill_fraction": 0.3, "answer_weight": 4},
+               {"from_step": 80, "names": "single-token"}]})");
+  const TrainOptions o = train_options_from_json(dir / "t.json");
+  REQUIRE(o.phases.size() == 3);
+  CHECK(o.phases[0].from_step == 0);
+  CHECK(o.phases[0].mix.names == NameSet::Original);
+  CHECK(o.phases[0].answer_weight == 1);
+  CHECK(o.phases[1].mix.episode_fraction == 0.4);
+  CHECK(o.phases[1].mix.drill_fraction == 0.3);
+  CHECK(o.phases[1].answer_weight == 4);
+  CHECK(o.phases[1].mix.names == NameSet::Original);
+  CHECK(o.phases[2].mix.names == NameSet::SingleToken);
+  CHECK(o.phases[2].answer_weight == 4);
+  CHECK(o.phases[1].lr == 0);
+
+  // Schedules: the first one's cosine may end before the last step (lr_horizon), a phase with "lr"
+  // restarts warm-up and cosine from its first step.
+  test::write_all(dir / "lr.json", R"({"steps": 300, "lr": 0.002, "warmup": 10, "lr_horizon": 200,
+    "min_lr_ratio": 0.1, "phases": [{"from_step": 150, "lr": 0.001}]})");
+  const TrainOptions s = train_options_from_json(dir / "lr.json");
+  CHECK(learning_rate(s, 0) == Approx(0.0002));     // warm-up: 1/10 of the peak
+  CHECK(learning_rate(s, 9) == Approx(0.002));
+  CHECK(learning_rate(s, 105) == Approx(0.0011));   // half-way through 10..200: (0.1 + 0.9 · 0.5) · peak
+  CHECK(learning_rate(s, 149) < learning_rate(s, 105));
+  CHECK(learning_rate(s, 150) == Approx(0.0001));   // restart: 1/10 of the new peak
+  CHECK(learning_rate(s, 159) == Approx(0.001));
+  CHECK(learning_rate(s, 299) == Approx(0.0001).margin(1e-6));  // cosine to the last step
+  test::write_all(dir / "bad.json", R"({"phases": [{"from_step": 0}]})");
+  CHECK_THROWS_WITH(train_options_from_json(dir / "bad.json"), Catch::Contains("increasing from_step"));
+  test::write_all(dir / "bad2.json", R"({"names": "long"})");
+  CHECK_THROWS_WITH(train_options_from_json(dir / "bad2.json"), Catch::Contains("unknown needle name set"));
 }
