@@ -37,7 +37,8 @@ GUI options:
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
   --size WxH            window size (default 1600x1000)   --font-scale X (HiDPI)   --lecture   --threads N
   --tab overview|models|noise|outliers   which bottom panel is open
-  --export-all          export every shown map (PNG/NPY/CSV) once, like Ctrl+E   --export-dir DIR
+  --export-all          export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E
+  --export-dir DIR      export folder     --maps-height F   share of the height for the maps (0.2-0.85)
   --zoom R,C,N          head view zoomed to N tokens from query R, key C (wheel zooms, drag pans)
   --query I             selected query token (start of the question)   --answer B,E   answer span
 
@@ -86,6 +87,7 @@ std::vector<int64_t> prompt_ids(const Args& a, const Model& model) {
   if (sources != 1) throw Error("give exactly one of --prompt, --prompt-file, --token-ids");
   if (a.has("token-ids")) return parse_token_ids(a.get("token-ids"), model.config().vocab_size);
   const std::string text = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
+  if (text.empty()) throw Error("the prompt is empty: nothing to run");
   return model.tokenizer().encode(text, !a.has("no-bos")).ids;
 }
 
@@ -287,7 +289,8 @@ std::string bundled_model(const char* name) {
 
 int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
-                    "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom"});
+                    "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
+                    "maps-height"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -323,6 +326,11 @@ int cmd_gui(const Args& a) {
     if (o.width < 320 || o.height < 240) throw Error("--size: the window must be at least 320x240");
   }
   if (a.has("font-scale")) o.font_scale = std::stof(a.get("font-scale"));
+  if (a.has("maps-height")) {
+    o.maps_fraction = std::stof(a.get("maps-height"));
+    if (!(o.maps_fraction >= 0.2f && o.maps_fraction <= 0.85f))
+      throw Error("--maps-height expects a fraction of the window between 0.2 and 0.85");
+  }
   o.threads = a.get_int("threads", 0);
   if (a.has("tab")) {
     const std::string tab = a.get("tab");

@@ -24,6 +24,7 @@
 #include "app/inference_worker.h"
 #include "core/metrics.h"
 #include "viz/export.h"
+#include "viz/figure.h"
 #include "viz/heatmap_view.h"
 
 namespace difflens::app {
@@ -48,6 +49,7 @@ struct ViewState {
   // `span` tokens starting at (row0, col0). span 0 = the whole map.
   double zoom_row0 = 0, zoom_col0 = 0, zoom_span = 0;
   std::string export_dir = "difflens-exports";
+  float maps_fraction = 0.55f;  // share of the height below the token strip given to the head view
 };
 
 struct PromptState {
@@ -126,7 +128,7 @@ struct MapSpec {
 };
 
 // Draws a horizontal colour legend with its numeric ends under a map.
-void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, float width) {
+void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::ValueScale scale, float width) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 p = ImGui::GetCursorScreenPos();
   const float h = ImGui::GetTextLineHeight() * 0.6f;
@@ -141,8 +143,11 @@ void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, float 
   }
   ImGui::Dummy(ImVec2(width, h));
   char lo[32], mid[32], hi[32];
-  std::snprintf(lo, sizeof lo, "%.3g", range.diverging ? -range.hi : 0.0);
-  std::snprintf(mid, sizeof mid, "%.3g", range.diverging ? 0.0 : range.hi / 2);
+  // Labels are the values at the ramp's ends and middle under the chosen scale (sqrt: hi/4 in the middle;
+  // log: the low end holds everything below hi·1e-4).
+  const bool log_low = scale == viz::ValueScale::Log && !range.diverging;
+  std::snprintf(lo, sizeof lo, "%s%.3g", log_low ? "<=" : "", viz::value_at_coordinate(0, range, scale));
+  std::snprintf(mid, sizeof mid, "%.3g", range.diverging ? 0.0 : viz::value_at_coordinate(0.5, range, scale));
   std::snprintf(hi, sizeof hi, "%.3g", range.hi);
   // Inside a group, SameLine() offsets count from the group's start.
   ImGui::TextUnformatted(lo);
@@ -202,6 +207,8 @@ class HeadView {
     const float pct = state.view.clamp_percentile;
     const viz::ValueRange shared_range = ranges_.get(
         {shared_versions, 1}, pct, false, [&] { return viz::value_range(shared, T, T, pct, false, true); });
+    viz::HeadFigure figure;  // the same maps, styles and zoom, for "Export head view"
+    figure.tokens = tokens;
     for (size_t i = 0; i < maps.size(); ++i) {
       const MapSpec& m = maps[i];
       if (i) ImGui::SameLine();
@@ -224,6 +231,8 @@ class HeadView {
       const int64_t c0 = std::clamp<int64_t>(std::llround(v.zoom_col0), 0, T - span);
       view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, px, px,
                   static_cast<viz::Pooling>(v.pooling), style, renderer);
+      figure.panels.push_back({m.title, m.data, style});
+      figure.region = {r0, c0, span, span};
       const ImVec2 origin = ImGui::GetCursorScreenPos();
       ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(view.target().texture())),
                    ImVec2(side, side), ImVec2(0, 1),
@@ -280,7 +289,8 @@ class HeadView {
                               static_cast<long long>(r0 + span - 1));
         ImGui::EndTooltip();
       }
-      draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, side);
+      draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, style.scale,
+                  side);
       ImGui::PushID(static_cast<int>(i));
       if (ImGui::SmallButton("Export PNG/NPY/CSV") || state.export_all)
         export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}},
@@ -288,9 +298,34 @@ class HeadView {
       ImGui::PopID();
       ImGui::EndGroup();
     }
+    if (ImGui::SmallButton("Export head view (PNG with token labels and legends)") || state.export_all)
+      export_head_figure(state, figure, static_cast<viz::Pooling>(state.view.pooling));
   }
 
  private:
+  void export_head_figure(GuiState& state, viz::HeadFigure& figure, viz::Pooling pooling) const {
+    try {
+      const bool zoomed = figure.region.rows < static_cast<int64_t>(figure.tokens.size());
+      figure.title = model_name_ + "   layer " + std::to_string(layer_) + "   head " + std::to_string(head_) +
+                     "   " + std::to_string(figure.tokens.size()) + " tokens";
+      if (zoomed)
+        figure.title += "   (rows and keys " + std::to_string(figure.region.row0) + "-" +
+                        std::to_string(figure.region.row0 + figure.region.rows - 1) + ")";
+      figure.panel_size = std::clamp(state.view.export_size, 64, 8192);
+      figure.pooling = pooling;
+      std::filesystem::create_directories(state.view.export_dir);
+      const std::filesystem::path path =
+          std::filesystem::path(state.view.export_dir) /
+          file_safe(model_name_ + "-L" + std::to_string(layer_) + "-H" + std::to_string(head_) + "-headview.png");
+      const viz::Image img = viz::render_head_figure(figure);
+      viz::write_png(path, img.rgb, img.width, img.height);
+      state.message = "exported " + path.string() + " (" + std::to_string(img.width) + "x" +
+                      std::to_string(img.height) + ")";
+    } catch (const std::exception& e) {
+      state.message = std::string("head view export failed: ") + e.what();
+    }
+  }
+
   std::map<size_t, viz::HeatmapView> views_;
   RangeCache ranges_;
   std::string model_name_;
@@ -710,12 +745,6 @@ bool write_screenshot(const std::string& path, int width, int height) {
   return ok != 0;
 }
 
-const char* find_font() {
-  for (const char* f :
-       {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"})
-    if (std::filesystem::exists(f)) return f;
-  return nullptr;
-}
 
 }  // namespace
 
@@ -747,9 +776,9 @@ int run_gui(const GuiOptions& opt) {
   // Two sizes baked at start-up (crisp text in both): the normal one and the lecture one.
   ImFont* normal_font = nullptr;
   ImFont* lecture_font = nullptr;
-  if (const char* font = find_font()) {
-    normal_font = io.Fonts->AddFontFromFileTTF(font, 16.0f * opt.font_scale, nullptr, ranges);
-    lecture_font = io.Fonts->AddFontFromFileTTF(font, 26.0f * opt.font_scale, nullptr, ranges);
+  if (const std::string font = viz::find_system_font().string(); !font.empty()) {
+    normal_font = io.Fonts->AddFontFromFileTTF(font.c_str(), 16.0f * opt.font_scale, nullptr, ranges);
+    lecture_font = io.Fonts->AddFontFromFileTTF(font.c_str(), 26.0f * opt.font_scale, nullptr, ranges);
   }
   ImGui::StyleColorsLight();
   ImGui_ImplGlfw_InitForOpenGL(window, true);
@@ -773,6 +802,7 @@ int run_gui(const GuiOptions& opt) {
     state.view.zoom_col0 = opt.zoom[1];
     state.view.zoom_span = opt.zoom[2];
     if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
+    state.view.maps_fraction = opt.maps_fraction;
     state.selection.answer_begin = opt.answer_begin;
     state.selection.answer_end = opt.answer_end;
     if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
@@ -855,11 +885,13 @@ int run_gui(const GuiOptions& opt) {
         ImGui::Separator();
       }
       if (state.shown) {
-        const float avail = ImGui::GetContentRegionAvail().x;
-        // Maps take about half the height left (the tabbed panels below get the rest), whatever the font.
-        const float side = std::max(96.0f, std::min((avail - 5 * ImGui::GetStyle().ItemSpacing.x) / 4.0f,
-                                                    0.55f * ImGui::GetContentRegionAvail().y -
-                                                        4 * ImGui::GetTextLineHeightWithSpacing()));
+        const float avail = ImGui::GetContentRegionAvail().x, avail_h = ImGui::GetContentRegionAvail().y;
+        // Maps take `maps_fraction` of the height left (the tabbed panels below get the rest; the bar
+        // under the maps drags it), as wide as four maps side by side allow.
+        const float side =
+            std::max(96.0f, std::min((avail - 5 * ImGui::GetStyle().ItemSpacing.x) / 4.0f,
+                                     state.view.maps_fraction * avail_h -
+                                         5 * ImGui::GetTextLineHeightWithSpacing()));
         for (int s = 0; s < kSlots; ++s) {
           const auto& t = state.shown->traces[s];
           if (s) ImGui::SameLine();
@@ -879,7 +911,20 @@ int run_gui(const GuiOptions& opt) {
           }
           ImGui::EndGroup();
         }
-        ImGui::Separator();
+        // Splitter: drag to give the maps more or less of the height.
+        ImGui::InvisibleButton("##split", ImVec2(-1, std::max(6.0f, ImGui::GetFontSize() * 0.4f)));
+        const bool split_hot = ImGui::IsItemHovered() || ImGui::IsItemActive();
+        if (ImGui::IsItemActive() && avail_h > 0)
+          state.view.maps_fraction =
+              std::clamp(state.view.maps_fraction + ImGui::GetIO().MouseDelta.y / avail_h, 0.2f, 0.85f);
+        if (split_hot) ImGui::SetMouseCursor(ImGuiMouseCursor_ResizeNS);
+        {
+          const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+          const float y = (a.y + b.y) / 2;
+          ImGui::GetWindowDrawList()->AddLine(ImVec2(a.x, y), ImVec2(b.x, y),
+                                              split_hot ? IM_COL32(60, 120, 220, 255) : IM_COL32(180, 180, 180, 255),
+                                              split_hot ? 3.0f : 1.0f);
+        }
         const float bottom = -1.5f * ImGui::GetTextLineHeightWithSpacing();  // keep the status line visible
         ImGui::BeginChild("panels", ImVec2(0, bottom));
         if (ImGui::BeginTabBar("panels")) {

@@ -4,6 +4,7 @@
 #endif
 #include "core/tokenizer.h"
 
+#include <algorithm>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -191,6 +192,28 @@ Encoding Tokenizer::encode(const std::string& text, bool add_bos) const {
       e.pieces.push_back(piece(ids[static_cast<size_t>(i)]));
       e.offsets.push_back({static_cast<size_t>(begins[static_cast<size_t>(i)]),
                            static_cast<size_t>(ends[static_cast<size_t>(i)])});
+    }
+    // SentencePiece gives a character spelled by byte-fallback pieces (<0xC3><0xA9>) to one of them and
+    // an empty span to the rest; give each byte piece its own byte, so every token maps to its text.
+    auto is_byte = [&](size_t k) {
+      const std::string& p = e.pieces[k];
+      return p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>';
+    };
+    for (size_t k = 0; k < e.ids.size();) {
+      if (!is_byte(k)) {
+        ++k;
+        continue;
+      }
+      size_t j = k;
+      size_t lo = e.offsets[k].first, hi = e.offsets[k].second;
+      while (j < e.ids.size() && is_byte(j)) {
+        lo = std::min(lo, e.offsets[j].first);
+        hi = std::max(hi, e.offsets[j].second);
+        ++j;
+      }
+      if (hi - lo == j - k)
+        for (size_t m = k; m < j; ++m) e.offsets[m] = {lo + (m - k), lo + (m - k) + 1};
+      k = j;
     }
     return e;
   }

@@ -1,0 +1,184 @@
+// CPU figures: colorized maps match the colormap cell by cell, legend ticks invert the value scale, text
+// lands where it is asked to (also for broken UTF-8), and a head figure puts maps, labels and legends
+// at the places its layout reports. No GL and no LibTorch.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "viz/figure.h"
+
+using namespace difflens;
+using namespace difflens::viz;
+
+namespace {
+
+bool same(Rgb8 a, Rgb8 b) { return a.r == b.r && a.g == b.g && a.b == b.b; }
+
+// Pixels in [x0, x1) × [y0, y1) that differ from white.
+int inked(const Image& img, int x0, int y0, int x1, int y1) {
+  int n = 0;
+  for (int y = std::max(0, y0); y < std::min(img.height, y1); ++y)
+    for (int x = std::max(0, x0); x < std::min(img.width, x1); ++x) n += !same(img.at(x, y), {255, 255, 255});
+  return n;
+}
+
+// scripts/install-deps installs fonts-dejavu-core: a missing font is a set-up failure, not a skip.
+const FigureFont* system_font() {
+  INFO("DejaVuSans.ttf not found: install fonts-dejavu-core");
+  REQUIRE_FALSE(find_system_font().empty());
+  return &FigureFont::standard();
+}
+
+}  // namespace
+
+TEST_CASE("figure: a small causal map colours exact blocks and masks the future", "[viz][figure]") {
+  // 2 × 2 map, 4 × 4 image: each cell is a 2 × 2 block; cell (0, 1) is the masked future.
+  const float m[4] = {1.0f, 0.5f, 0.25f, 0.75f};
+  HeatmapStyle style;
+  style.range = {1.0, false};
+  const Image img = colorize_map(m, 2, 2, {}, 4, Pooling::Max, style);
+  const Colormap& c = sequential_colormap();
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 4; ++x) {
+      INFO(x << "," << y);
+      const int r = y / 2, k = x / 2;
+      const Rgb8 want = k > r ? style.masked : c.at(m[r * 2 + k]);
+      CHECK(same(img.at(x, y), want));
+    }
+  // Diverging, sqrt: −0.25 of hi 1 sits at 0.5 − 0.5·√0.25 = 0.25 of the ramp.
+  const float d[4] = {-0.25f, 0.0f, 1.0f, 0.0f};
+  style.range = {1.0, true};
+  style.scale = ValueScale::Sqrt;
+  const Image di = colorize_map(d, 2, 2, {}, 2, Pooling::Max, style);
+  CHECK(same(di.at(0, 0), diverging_colormap().at(0.25)));
+  CHECK(same(di.at(0, 1), diverging_colormap().at(1.0)));
+  CHECK(same(di.at(1, 1), diverging_colormap().at(0.5)));
+}
+
+TEST_CASE("figure: legend tick values invert the colormap coordinate", "[viz][figure][scale]") {
+  for (const bool diverging : {false, true})
+    for (const ValueScale s : {ValueScale::Linear, ValueScale::Sqrt, ValueScale::Log}) {
+      const ValueRange r{0.8, diverging};
+      for (double t : {0.1, 0.25, 0.5, 0.75, 1.0}) {
+        if (diverging && t == 0.5) continue;  // zero: no magnitude to invert on the log scale
+        const double v = value_at_coordinate(t, r, s);
+        INFO("diverging " << diverging << " scale " << static_cast<int>(s) << " t " << t);
+        CHECK(colormap_coordinate(v, r, s) == Approx(t).margin(1e-12));
+      }
+    }
+  CHECK(value_at_coordinate(0.5, {0.8, false}, ValueScale::Linear) == Approx(0.4));
+  CHECK(value_at_coordinate(0.5, {0.8, false}, ValueScale::Sqrt) == Approx(0.2));    // 0.8 · 0.5²
+  CHECK(value_at_coordinate(0.5, {0.8, false}, ValueScale::Log) == Approx(0.008));   // 0.8 · 10^−2
+  CHECK(value_at_coordinate(0.0, {0.8, true}, ValueScale::Linear) == Approx(-0.8));
+}
+
+TEST_CASE("figure: text lands inside its box in both directions and broken UTF-8 still draws",
+          "[viz][figure][text]") {
+  const FigureFont* font = system_font();
+  CHECK(font->text_width("", 16) == 0);
+  const int w = font->text_width("query", 16);
+  CHECK(w > 20);
+  CHECK(w < 80);
+  CHECK(font->text_width("query query", 16) > 2 * w);
+  Image img(200, 120, {255, 255, 255});
+  font->draw(img, 10, 10, "query", 16, {0, 0, 0});
+  CHECK(inked(img, 10, 10, 10 + w + 1, 10 + 17) > 40);
+  CHECK(inked(img, 0, 0, 200, 120) == inked(img, 10, 10, 10 + w + 1, 10 + 17));
+  // Vertical: reads bottom to top, ending at y = 100, one line box wide from x = 150.
+  font->draw(img, 150, 100, "query", 16, {0, 0, 0}, true);
+  CHECK(inked(img, 150, 100 - w - 1, 150 + 17, 101) > 40);
+  CHECK(inked(img, 140, 0, 200, 120) == inked(img, 150, 100 - w - 1, 150 + 17, 101));
+  // Invalid UTF-8 (a lone continuation byte, a truncated sequence) draws replacement glyphs.
+  Image bad(100, 30, {255, 255, 255});
+  const std::string broken = std::string("a\x80") + "\xe2\x82";
+  CHECK(font->text_width(broken, 16) > font->text_width("a", 16));
+  font->draw(bad, 0, 0, broken, 16, {0, 0, 0});
+  CHECK(inked(bad, 0, 0, 100, 30) > 0);
+  CHECK_THROWS_WITH(FigureFont("/nonexistent/font.ttf"), Catch::Contains("cannot open the font file"));
+}
+
+TEST_CASE("figure: a head figure places maps, labels and legends where its layout says", "[viz][figure]") {
+  const FigureFont* font = system_font();
+  // T = 6 causal maps: A1 uniform over the past, A2 on the first token, their difference.
+  const int64_t T = 6;
+  std::vector<float> a1(T * T, 0), a2(T * T, 0), diff(T * T, 0);
+  for (int64_t q = 0; q < T; ++q) {
+    for (int64_t k = 0; k <= q; ++k) a1[q * T + k] = 1.0f / static_cast<float>(q + 1);
+    a2[q * T] = 1;
+    for (int64_t k = 0; k <= q; ++k) diff[q * T + k] = a1[q * T + k] - 0.5f * a2[q * T + k];
+  }
+  HeadFigure fig;
+  fig.title = "diff-small  layer 0  head 0  lambda 0.5";
+  fig.tokens = {"<s>", "_The", "_cat", "_sat", "\xff", "_on"};  // one token is not valid UTF-8
+  HeatmapStyle seq, div;
+  seq.range = {1.0, false};
+  div.range = {1.0, true};
+  fig.panels = {{"A1", a1.data(), seq}, {"A2", a2.data(), seq}, {"A1 - 0.5 A2", diff.data(), div}};
+  fig.panel_size = 192;
+  HeadFigureLayout layout;
+  const Image img = render_head_figure(fig, *font, &layout);
+  REQUIRE(layout.maps.size() == 3);
+  const int P = fig.panel_size;
+  for (size_t k = 0; k < 3; ++k) {
+    INFO("panel " << k);
+    const auto [x0, y0] = layout.maps[k];
+    const Image expect = colorize_map(fig.panels[k].data, T, T, {}, P, Pooling::Max, fig.panels[k].style);
+    int mismatched = 0;
+    for (int y = 0; y < P; ++y)
+      for (int x = 0; x < P; ++x) mismatched += !same(img.at(x0 + x, y0 + y), expect.at(x, y));
+    CHECK(mismatched == 0);
+    CHECK(same(img.at(x0 + P - 2, y0 + 1), seq.masked));  // the future: top right
+    CHECK(inked(img, x0, y0 + P + 1, x0 + P, layout.legend_top) > 50);  // key labels under the map
+    CHECK(inked(img, x0, layout.legend_top, x0 + P, layout.legend_top + 8) == 8 * P);  // the ramp
+    CHECK(inked(img, x0, layout.legend_top + 9, x0 + P, img.height) > 30);  // tick numbers
+  }
+  CHECK(layout.maps[1].first - layout.maps[0].first == layout.maps[2].first - layout.maps[1].first);
+  CHECK(inked(img, 0, layout.maps[0].second, layout.maps[0].first, layout.maps[0].second + P) > 100);
+  CHECK(inked(img, 0, 0, img.width, layout.maps[0].second - 20) > 100);  // title and panel titles
+  // A zoomed region: rows and keys 2..4 only, exact cells.
+  fig.region = {2, 2, 3, 3};
+  HeadFigureLayout zl;
+  const Image zoomed = render_head_figure(fig, *font, &zl);
+  const Colormap& c = sequential_colormap();
+  CHECK(same(zoomed.at(zl.maps[0].first + 1, zl.maps[0].second + 1), c.at(1.0 / 3)));  // A1[2][2]
+  CHECK(same(zoomed.at(zl.maps[0].first + P - 1, zl.maps[0].second + P - 1), c.at(1.0 / 5)));  // A1[4][4]
+  // Bad requests are refused with a reason.
+  fig.region = {4, 4, 3, 3};
+  CHECK_THROWS_WITH(render_head_figure(fig, *font), Catch::Contains("outside the map"));
+  fig.region = {};
+  fig.panel_size = 32;
+  CHECK_THROWS_WITH(render_head_figure(fig, *font), Catch::Contains("between 64 and 8192"));
+  fig.panel_size = 128;
+  fig.panels.clear();
+  CHECK_THROWS_WITH(render_head_figure(fig, *font), Catch::Contains("no maps"));
+}
+
+TEST_CASE("figure: many tokens are labelled sparsely and long labels are cut", "[viz][figure]") {
+  const FigureFont* font = system_font();
+  const int64_t T = 300;
+  std::vector<float> a(T * T, 0);
+  for (int64_t q = 0; q < T; ++q) a[q * T + q] = 1;
+  HeadFigure fig;
+  fig.title = "diagonal";
+  for (int64_t i = 0; i < T; ++i) fig.tokens.push_back(i == 7 ? std::string(400, 'x') : "tok" + std::to_string(i));
+  HeatmapStyle s;
+  s.range = {1.0, false};
+  fig.panels = {{"A", a.data(), s}};
+  fig.panel_size = 256;
+  HeadFigureLayout layout;
+  const Image img = render_head_figure(fig, *font, &layout);
+  // The label column is capped at a third of the map, whatever the longest token.
+  CHECK(layout.maps[0].first < 256 / 3 + 64);
+  CHECK(img.width < 256 + 256 / 3 + 128);
+  // Max pooling 300 → 256 keeps the diagonal visible in every row.
+  int lit_rows = 0;
+  for (int y = 0; y < 256; ++y) {
+    bool lit = false;
+    for (int x = 0; x < 256; ++x)
+      lit |= same(img.at(layout.maps[0].first + x, layout.maps[0].second + y), sequential_colormap().at(1.0));
+    lit_rows += lit;
+  }
+  CHECK(lit_rows == 256);
+}

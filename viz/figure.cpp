@@ -1,0 +1,366 @@
+// CPU figure composition: colormapped maps, TrueType labels, legends.
+#include "viz/figure.h"
+
+#include <stb_truetype.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "core/error.h"
+
+namespace difflens::viz {
+namespace {
+
+const stbtt_fontinfo* font_info(const std::vector<unsigned char>& info) {
+  return reinterpret_cast<const stbtt_fontinfo*>(info.data());
+}
+
+// UTF-8 → code points; an invalid or truncated sequence becomes U+FFFD and decoding goes on.
+std::vector<int> code_points(const std::string& s) {
+  std::vector<int> out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    int cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+    bool ok = len > 0 && i + static_cast<size_t>(len) <= s.size();
+    for (int k = 1; ok && k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      ok = (cc & 0xc0) == 0x80;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if (!ok) {
+      out.push_back(0xfffd);
+      ++i;
+      continue;
+    }
+    out.push_back(cp);
+    i += static_cast<size_t>(len);
+  }
+  return out;
+}
+
+// Coverage mask of a line of text: width × line height, 0..255.
+struct Mask {
+  int width = 0, height = 0;
+  std::vector<unsigned char> a;
+};
+
+// Pen advance of a line: glyph advances plus kerning.
+float advance(const stbtt_fontinfo* f, const std::vector<int>& cps, float scale) {
+  float w = 0;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    int adv, lsb;
+    stbtt_GetCodepointHMetrics(f, cps[i], &adv, &lsb);
+    w += adv * scale;
+    if (i + 1 < cps.size()) w += scale * stbtt_GetCodepointKernAdvance(f, cps[i], cps[i + 1]);
+  }
+  return w;
+}
+
+Mask rasterize(const stbtt_fontinfo* f, const std::string& text, float px) {
+  const float scale = stbtt_ScaleForPixelHeight(f, px);
+  int ascent, descent, gap;
+  stbtt_GetFontVMetrics(f, &ascent, &descent, &gap);
+  const int baseline = static_cast<int>(std::lround(ascent * scale));
+  const std::vector<int> cps = code_points(text);
+  const float width = advance(f, cps, scale);
+  Mask m;
+  m.width = static_cast<int>(std::ceil(width)) + 1;
+  m.height = static_cast<int>(std::ceil(px));
+  m.a.assign(static_cast<size_t>(m.width) * m.height, 0);
+  float x = 0;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    int adv, lsb, x0, y0, x1, y1;
+    stbtt_GetCodepointHMetrics(f, cps[i], &adv, &lsb);
+    stbtt_GetCodepointBitmapBox(f, cps[i], scale, scale, &x0, &y0, &x1, &y1);
+    const int gw = x1 - x0, gh = y1 - y0;
+    if (gw > 0 && gh > 0) {
+      std::vector<unsigned char> glyph(static_cast<size_t>(gw) * gh);
+      stbtt_MakeCodepointBitmap(f, glyph.data(), gw, gh, gw, scale, scale, cps[i]);
+      const int ox = static_cast<int>(std::lround(x)) + x0, oy = baseline + y0;
+      for (int gy = 0; gy < gh; ++gy)
+        for (int gx = 0; gx < gw; ++gx) {
+          const int tx = ox + gx, ty = oy + gy;
+          if (tx < 0 || ty < 0 || tx >= m.width || ty >= m.height) continue;
+          unsigned char& d = m.a[static_cast<size_t>(ty) * m.width + tx];
+          d = std::max(d, glyph[static_cast<size_t>(gy) * gw + gx]);
+        }
+    }
+    x += adv * scale;
+    if (i + 1 < cps.size()) x += scale * stbtt_GetCodepointKernAdvance(f, cps[i], cps[i + 1]);
+  }
+  return m;
+}
+
+void blend(Image& img, int x, int y, Rgb8 c, unsigned char a) {
+  if (a == 0 || x < 0 || y < 0 || x >= img.width || y >= img.height) return;
+  uint8_t* p = &img.rgb[(static_cast<size_t>(y) * img.width + x) * 3];
+  const int k = a;
+  p[0] = static_cast<uint8_t>((p[0] * (255 - k) + c.r * k + 127) / 255);
+  p[1] = static_cast<uint8_t>((p[1] * (255 - k) + c.g * k + 127) / 255);
+  p[2] = static_cast<uint8_t>((p[2] * (255 - k) + c.b * k + 127) / 255);
+}
+
+std::string format_tick(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+// A label no wider than `max_px`: cut with an ellipsis.
+std::string fit(const FigureFont& font, const std::string& s, float px, int max_px) {
+  if (font.text_width(s, px) <= max_px) return s;
+  const std::vector<int> cps = code_points(s);
+  std::string out;
+  for (int cp : cps) {
+    std::string next = out;
+    // Re-encode the code point (U+FFFD stays U+FFFD).
+    if (cp < 0x80) {
+      next += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      next += static_cast<char>(0xc0 | (cp >> 6));
+      next += static_cast<char>(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      next += static_cast<char>(0xe0 | (cp >> 12));
+      next += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      next += static_cast<char>(0x80 | (cp & 0x3f));
+    } else {
+      next += static_cast<char>(0xf0 | (cp >> 18));
+      next += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+      next += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      next += static_cast<char>(0x80 | (cp & 0x3f));
+    }
+    if (font.text_width(next + "\u2026", px) > max_px) break;
+    out = next;
+  }
+  return out + "\u2026";
+}
+
+}  // namespace
+
+Image::Image(int w, int h, Rgb8 background) : width(w), height(h) {
+  if (w <= 0 || h <= 0) throw Error("image: size must be positive");
+  rgb.resize(static_cast<size_t>(w) * h * 3);
+  for (size_t i = 0; i < rgb.size(); i += 3) {
+    rgb[i] = background.r;
+    rgb[i + 1] = background.g;
+    rgb[i + 2] = background.b;
+  }
+}
+
+Rgb8 Image::at(int x, int y) const {
+  const uint8_t* p = &rgb[(static_cast<size_t>(y) * width + x) * 3];
+  return {p[0], p[1], p[2]};
+}
+
+void Image::fill(int x, int y, int w, int h, Rgb8 c) {
+  for (int yy = std::max(0, y); yy < std::min(height, y + h); ++yy)
+    for (int xx = std::max(0, x); xx < std::min(width, x + w); ++xx) {
+      uint8_t* p = &rgb[(static_cast<size_t>(yy) * width + xx) * 3];
+      p[0] = c.r;
+      p[1] = c.g;
+      p[2] = c.b;
+    }
+}
+
+void Image::blit(const Image& src, int x, int y) {
+  for (int yy = 0; yy < src.height; ++yy) {
+    const int ty = y + yy;
+    if (ty < 0 || ty >= height) continue;
+    for (int xx = 0; xx < src.width; ++xx) {
+      const int tx = x + xx;
+      if (tx < 0 || tx >= width) continue;
+      std::copy_n(&src.rgb[(static_cast<size_t>(yy) * src.width + xx) * 3], 3,
+                  &rgb[(static_cast<size_t>(ty) * width + tx) * 3]);
+    }
+  }
+}
+
+FigureFont::FigureFont(const std::filesystem::path& ttf) {
+  std::ifstream in(ttf, std::ios::binary);
+  if (!in) throw Error(ttf.string() + ": cannot open the font file");
+  data_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  info_.resize(sizeof(stbtt_fontinfo));
+  auto* f = reinterpret_cast<stbtt_fontinfo*>(info_.data());
+  const int offset = data_.size() >= 12 ? stbtt_GetFontOffsetForIndex(data_.data(), 0) : -1;
+  if (offset < 0 || !stbtt_InitFont(f, data_.data(), offset))
+    throw Error(ttf.string() + ": not a TrueType font");
+}
+
+std::filesystem::path find_system_font() {
+  for (const char* f :
+       {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"})
+    if (std::filesystem::exists(f)) return f;
+  return {};
+}
+
+const FigureFont& FigureFont::standard() {
+  static const FigureFont font = [] {
+    const auto path = find_system_font();
+    if (path.empty())
+      throw Error("no figure font: install fonts-dejavu-core (DejaVuSans.ttf is looked up in "
+                  "/usr/share/fonts/truetype/dejavu)");
+    return FigureFont(path);
+  }();
+  return font;
+}
+
+int FigureFont::text_width(const std::string& utf8, float px) const {
+  const stbtt_fontinfo* f = font_info(info_);
+  return static_cast<int>(std::ceil(advance(f, code_points(utf8), stbtt_ScaleForPixelHeight(f, px))));
+}
+
+void FigureFont::draw(Image& img, int x, int y, const std::string& utf8, float px, Rgb8 color,
+                      bool vertical) const {
+  const Mask m = rasterize(font_info(info_), utf8, px);
+  for (int my = 0; my < m.height; ++my)
+    for (int mx = 0; mx < m.width; ++mx) {
+      const unsigned char a = m.a[static_cast<size_t>(my) * m.width + mx];
+      if (vertical)  // text column mx runs upwards from y; line row my runs rightwards from x
+        blend(img, x + my, y - mx, color, a);
+      else
+        blend(img, x + mx, y + my, color, a);
+    }
+}
+
+Image colorize_map(const float* data, int64_t rows, int64_t cols, const MapRegion& region_in, int size,
+                   Pooling pooling, const HeatmapStyle& style, bool causal) {
+  if (size < 1) throw Error("map image: size must be positive");
+  const MapRegion region = region_in.rows > 0 ? region_in : MapRegion{0, 0, rows, cols};
+  const PooledMap p = pool_region(data, rows, cols, region, size, size, pooling, causal);
+  const Colormap& cmap = style.range.diverging ? diverging_colormap() : sequential_colormap();
+  Image img(size, size, style.masked);
+  std::vector<int64_t> col_of(static_cast<size_t>(size));
+  for (int x = 0; x < size; ++x)  // pixel centre → cell, as GL_NEAREST samples it
+    col_of[static_cast<size_t>(x)] =
+        std::min<int64_t>(p.cols - 1, static_cast<int64_t>((x + 0.5) / size * static_cast<double>(p.cols)));
+  for (int y = 0; y < size; ++y) {
+    const int64_t r =
+        std::min<int64_t>(p.rows - 1, static_cast<int64_t>((y + 0.5) / size * static_cast<double>(p.rows)));
+    for (int x = 0; x < size; ++x) {
+      const float v = p.at(r, col_of[static_cast<size_t>(x)]);
+      if (std::isnan(v)) continue;
+      const Rgb8 c = cmap.at(colormap_coordinate(v, style.range, style.scale));
+      uint8_t* px = &img.rgb[(static_cast<size_t>(y) * size + x) * 3];
+      px[0] = c.r;
+      px[1] = c.g;
+      px[2] = c.b;
+    }
+  }
+  return img;
+}
+
+double value_at_coordinate(double t, const ValueRange& range, ValueScale scale) {
+  t = std::clamp(t, 0.0, 1.0);
+  const double sign = range.diverging ? (t < 0.5 ? -1.0 : 1.0) : 1.0;
+  const double f = range.diverging ? std::fabs(t - 0.5) * 2 : t;
+  double x = f;
+  if (scale == ValueScale::Sqrt) x = f * f;
+  if (scale == ValueScale::Log) x = std::pow(10.0, f * kLogDecades - kLogDecades);
+  return sign * x * range.hi;
+}
+
+Image render_head_figure(const HeadFigure& fig, const FigureFont& font, HeadFigureLayout* layout) {
+  if (fig.panels.empty()) throw Error("figure: no maps to draw");
+  if (fig.panel_size < 64 || fig.panel_size > 8192)
+    throw Error("figure: the map size must be between 64 and 8192 pixels");
+  const int64_t T = static_cast<int64_t>(fig.tokens.size());
+  if (T == 0) throw Error("figure: no tokens");
+  for (const auto& p : fig.panels)
+    if (!p.data) throw Error("figure: a panel has no data");
+  const MapRegion region = fig.region.rows > 0 ? fig.region : MapRegion{0, 0, T, T};
+  if (region.row0 < 0 || region.col0 < 0 || region.row0 + region.rows > T || region.col0 + region.cols > T)
+    throw Error("figure: the region lies outside the map");
+
+  const int P = fig.panel_size;
+  const Rgb8 ink{20, 20, 20}, grey{110, 110, 110}, white{255, 255, 255};
+  const float title_px = std::clamp(P / 22.0f, 14.0f, 64.0f);
+  const float sub_px = std::clamp(P / 28.0f, 12.0f, 48.0f);
+  // Labels as large as a cell allows (every token labelled down to 9-pixel cells), at most P/40.
+  const double min_cell = static_cast<double>(P) / static_cast<double>(std::max(region.rows, region.cols));
+  const float label_px = std::clamp(std::min(P / 40.0f, static_cast<float>(min_cell * 0.8)), 9.0f, 28.0f);
+  const int margin = std::max(8, P / 32), gap = std::max(12, P / 16);
+  const int label_cap = P / 3;  // longest label box, pixels
+  // Every stride-th token is labelled so labels never overlap.
+  auto stride_for = [&](int64_t span) {
+    const double cell = static_cast<double>(P) / static_cast<double>(span);
+    return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(label_px * 1.15 / cell)));
+  };
+  const int64_t row_stride = stride_for(region.rows), col_stride = stride_for(region.cols);
+  auto labels = [&](int64_t first, int64_t count, int64_t stride) {
+    std::vector<std::pair<int64_t, std::string>> out;
+    for (int64_t i = first; i < first + count; i += stride)
+      out.push_back({i, fit(font, fig.tokens[static_cast<size_t>(i)], label_px, label_cap)});
+    return out;
+  };
+  const auto row_labels = labels(region.row0, region.rows, row_stride);
+  const auto col_labels = labels(region.col0, region.cols, col_stride);
+  int row_label_w = 0, col_label_h = 0;
+  for (const auto& [i, s] : row_labels) row_label_w = std::max(row_label_w, font.text_width(s, label_px));
+  for (const auto& [i, s] : col_labels) col_label_h = std::max(col_label_h, font.text_width(s, label_px));
+  row_label_w += static_cast<int>(label_px / 2);
+  col_label_h += static_cast<int>(label_px / 2);
+
+  const int legend_h = std::max(8, P / 24);
+  const int n = static_cast<int>(fig.panels.size());
+  const int left = margin + row_label_w;
+  const int width = left + n * P + (n - 1) * gap + margin;
+  const int title_h = static_cast<int>(title_px * 1.6f), sub_h = static_cast<int>(sub_px * 1.5f);
+  const int map_top = margin + title_h + sub_h;
+  const int legend_top = map_top + P + col_label_h + static_cast<int>(label_px / 2);
+  const int height = legend_top + legend_h + static_cast<int>(label_px * 1.8f) + margin;
+  Image img(width, height, white);
+  font.draw(img, margin, margin, fig.title, title_px, ink);
+
+  const double cell_y = static_cast<double>(P) / static_cast<double>(region.rows);
+  const double cell_x = static_cast<double>(P) / static_cast<double>(region.cols);
+  for (const auto& [i, s] : row_labels) {  // queries, right-aligned against the first map
+    const int cy = map_top + static_cast<int>((static_cast<double>(i - region.row0) + 0.5) * cell_y);
+    font.draw(img, left - static_cast<int>(label_px / 3) - font.text_width(s, label_px),
+              cy - static_cast<int>(label_px / 2), s, label_px, ink);
+  }
+  for (int k = 0; k < n; ++k) {
+    const FigurePanel& panel = fig.panels[static_cast<size_t>(k)];
+    const int x0 = left + k * (P + gap);
+    font.draw(img, x0, margin + title_h, panel.title, sub_px, ink);
+    img.blit(colorize_map(panel.data, T, T, region, P, fig.pooling, panel.style), x0, map_top);
+    if (layout) {
+      layout->maps.push_back({x0, map_top});
+      layout->legend_top = legend_top;
+    }
+    for (const auto& [i, s] : col_labels) {  // keys, vertical, under the map
+      const int cx = x0 + static_cast<int>((static_cast<double>(i - region.col0) + 0.5) * cell_x);
+      font.draw(img, cx - static_cast<int>(label_px / 2), map_top + P + static_cast<int>(label_px / 3) +
+                                                               font.text_width(s, label_px),
+                s, label_px, ink, true);
+    }
+    // Legend: the ramp, then ticks at 0, ¼, ½, ¾, 1 of it labelled with the values they stand for.
+    const Colormap& cmap = panel.style.range.diverging ? diverging_colormap() : sequential_colormap();
+    for (int x = 0; x < P; ++x) img.fill(x0 + x, legend_top, 1, legend_h, cmap.at((x + 0.5) / P));
+    std::vector<std::pair<int, int>> taken;  // label extents: the ends first, then the inner ticks
+    for (int t : {0, 4, 2, 1, 3}) {
+      const double pos = t / 4.0;
+      std::string s = format_tick(value_at_coordinate(pos, panel.style.range, panel.style.scale));
+      if (panel.style.scale == ValueScale::Log) {
+        if (!panel.style.range.diverging && t == 0) s = "\u2264" + s;  // the low end holds all below it
+        if (panel.style.range.diverging && t == 2) s = "0";
+      }
+      const int tx = x0 + static_cast<int>(pos * (P - 1));
+      const int w = font.text_width(s, label_px);
+      const int lx = std::clamp(tx - w / 2, x0, x0 + P - w);
+      const int pad = static_cast<int>(label_px / 2);
+      if (std::any_of(taken.begin(), taken.end(),
+                      [&](const auto& e) { return lx < e.second + pad && lx + w + pad > e.first; }))
+        continue;  // would collide with a label already placed
+      taken.push_back({lx, lx + w});
+      img.fill(tx, legend_top + legend_h, 1, static_cast<int>(label_px / 3), grey);
+      font.draw(img, lx, legend_top + legend_h + static_cast<int>(label_px / 3), s, label_px, ink);
+    }
+  }
+  return img;
+}
+
+}  // namespace difflens::viz

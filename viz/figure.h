@@ -1,0 +1,85 @@
+// Figures composed on the CPU (no GL, so they render headless and in tests): maps colormapped exactly as
+// the GL shader does, token labels on both axes, titles and colour legends with numbered ticks, drawn
+// with a TrueType font through stb_truetype. Used for "export head view" and for paper figures.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "viz/colormap.h"
+#include "viz/heatmap_renderer.h"
+#include "viz/map_view.h"
+
+namespace difflens::viz {
+
+// RGB8 raster, rows top first.
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;
+  Image() = default;
+  Image(int w, int h, Rgb8 background);
+  Rgb8 at(int x, int y) const;
+  void fill(int x, int y, int w, int h, Rgb8 c);  // clipped to the image
+  void blit(const Image& src, int x, int y);      // clipped to the image
+};
+
+// A TrueType font for figures. Text is UTF-8; invalid bytes draw as U+FFFD, missing glyphs as the font's
+// placeholder box.
+class FigureFont {
+ public:
+  explicit FigureFont(const std::filesystem::path& ttf);  // throws Error naming the file
+  // DejaVu Sans from the system (fonts-dejavu-core); throws Error saying what to install when absent.
+  static const FigureFont& standard();
+  int text_width(const std::string& utf8, float px) const;
+  // Draws with the top of the line box at y. `vertical`: rotated 90° counter-clockwise (reads bottom to
+  // top), with the end of the text at y and its line box spanning [x, x + px).
+  void draw(Image& img, int x, int y, const std::string& utf8, float px, Rgb8 color,
+            bool vertical = false) const;
+
+ private:
+  std::vector<unsigned char> data_;
+  std::vector<unsigned char> info_;  // stbtt_fontinfo, kept opaque here
+};
+
+// The first system font found of the ones DiffLens uses (DejaVu Sans), or empty.
+std::filesystem::path find_system_font();
+
+// Colours `region` of a rows × cols map into a size × size image: pooled (max or mean) when the region is
+// larger than the image, each cell an exact block of pixels otherwise — the same pixels the GL path draws.
+Image colorize_map(const float* data, int64_t rows, int64_t cols, const MapRegion& region, int size,
+                   Pooling pooling, const HeatmapStyle& style, bool causal = true);
+
+// The value at colormap position t in [0, 1] (the inverse of colormap_coordinate, for legend ticks).
+double value_at_coordinate(double t, const ValueRange& range, ValueScale scale);
+
+struct FigurePanel {
+  std::string title;  // e.g. "A1 (softmax 1)"
+  const float* data = nullptr;  // T × T, row-major
+  HeatmapStyle style;           // range, scale, masked colour
+};
+
+// A head view: panels side by side sharing their token axes (queries down the left, keys under each
+// panel), a title line, and a legend with ticks under each panel.
+struct HeadFigure {
+  std::string title;
+  std::vector<FigurePanel> panels;
+  std::vector<std::string> tokens;  // T labels
+  MapRegion region;                 // rows == 0: the whole map
+  int panel_size = 512;             // pixels per map side
+  Pooling pooling = Pooling::Max;
+};
+
+// Where render_head_figure put things (pixels): each map's top-left corner; maps are panel_size square.
+struct HeadFigureLayout {
+  std::vector<std::pair<int, int>> maps;
+  int legend_top = 0;
+};
+
+// Throws Error for an empty figure, a panel without data, no tokens, a region outside the map or a panel
+// size outside 64..8192.
+Image render_head_figure(const HeadFigure& figure, const FigureFont& font = FigureFont::standard(),
+                         HeadFigureLayout* layout = nullptr);
+
+}  // namespace difflens::viz
