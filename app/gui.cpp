@@ -49,7 +49,7 @@ struct ViewState {
   // `span` tokens starting at (row0, col0). span 0 = the whole map.
   double zoom_row0 = 0, zoom_col0 = 0, zoom_span = 0;
   std::string export_dir = "difflens-exports";
-  float maps_fraction = 0.55f;  // share of the height below the token strip given to the head view
+  float maps_fraction = 0.6f;  // share of the height below the token strip given to the head view
 };
 
 struct PromptState {
@@ -781,6 +781,7 @@ int run_gui(const GuiOptions& opt) {
     lecture_font = io.Fonts->AddFontFromFileTTF(font.c_str(), 26.0f * opt.font_scale, nullptr, ranges);
   }
   ImGui::StyleColorsLight();
+  ImGui::GetStyle().ScaleAllSizes(opt.font_scale);  // padding, spacing, grab sizes follow the font (HiDPI)
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 330 core");
 
@@ -809,6 +810,7 @@ int run_gui(const GuiOptions& opt) {
     HeadView head_views[kSlots];
     ModelView model_views[kSlots];
     int frames_since_result = -1;
+    std::vector<double> first_frame_ms, steady_ms;  // headless frame timing
     bool export_pending = opt.export_all;
     bool simulated_edit = false;  // headless Ctrl+E, once the first result is on screen
 
@@ -818,6 +820,7 @@ int run_gui(const GuiOptions& opt) {
         glfwWaitEventsTimeout(0.03);
       else
         glfwWaitEventsTimeout(0.5);
+      const double frame_start = now_seconds();  // the frame's own work, not the wait for events
 
       // The one point per frame where results reach the UI.
       if (auto r = worker.take_result()) {
@@ -950,7 +953,19 @@ int run_gui(const GuiOptions& opt) {
           }
           if (ImGui::BeginTabItem("Model view", nullptr,
                                   opt.open_model_view ? ImGuiTabItemFlags_SetSelected : 0)) {
-            const float thumb = std::clamp(ImGui::GetContentRegionAvail().y / 5.0f, 32.0f, 96.0f);
+            // Thumbnails as large as the tab allows: every layer's row fits the height, both grids the width.
+            int rows = 1, cols = 0;
+            for (int s = 0; s < kSlots; ++s)
+              if (const auto& t = state.shown->traces[s]) {
+                rows = std::max(rows, static_cast<int>(t->layers.size()));
+                cols += static_cast<int>(t->config.map_heads());
+              }
+            const ImVec2 room = ImGui::GetContentRegionAvail();
+            const float pad = ImGui::GetStyle().ItemSpacing.x;
+            const float thumb = std::clamp(
+                std::min((room.y - 2 * ImGui::GetTextLineHeightWithSpacing()) / rows - pad,
+                         (room.x - 3 * ImGui::GetFontSize()) / std::max(1, cols) - pad),
+                24.0f, 320.0f);
             for (int s = 0; s < kSlots; ++s) {
               if (s) ImGui::SameLine(0, 3 * ImGui::GetFontSize());
               ImGui::BeginGroup();
@@ -1000,6 +1015,11 @@ int run_gui(const GuiOptions& opt) {
                 .string();
         state.message = write_screenshot(path, w, h) ? "wrote " + path : "could not write " + path;
       }
+      if (frames_since_result >= 0 && !opt.screenshot.empty()) {  // headless: frame cost incl. GPU work
+        glFinish();
+        const double ms = 1000.0 * (now_seconds() - frame_start);
+        (frames_since_result == 0 ? first_frame_ms : steady_ms).push_back(ms);
+      }
       if (frames_since_result >= 0 && ++frames_since_result > opt.exit_after_frames) {
         if (!write_screenshot(opt.screenshot, w, h)) {
           std::fprintf(stderr, "difflens: cannot write %s\n", opt.screenshot.c_str());
@@ -1009,6 +1029,14 @@ int run_gui(const GuiOptions& opt) {
           std::printf(
               "wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
               opt.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
+          if (!steady_ms.empty()) {
+            double sum = 0, worst = 0;
+            for (double m : steady_ms) sum += m, worst = std::max(worst, m);
+            std::printf("frame time: first frame with new maps %.1f ms; then mean %.1f ms, max %.1f ms over %zu "
+                        "frames\n",
+                        first_frame_ms.empty() ? 0.0 : first_frame_ms[0], sum / steady_ms.size(), worst,
+                        steady_ms.size());
+          }
         }
         glfwSetWindowShouldClose(window, 1);
       }

@@ -13,7 +13,7 @@ struct GuiOptions {
   int exit_after_frames = 0;  // ...and this many further frames, then exit (0: run until closed)
   int width = 1600, height = 1000;
   float font_scale = 1.0f;
-  float maps_fraction = 0.55f;   // share of the height below the token strip for the head view
+  float maps_fraction = 0.6f;    // share of the height below the token strip for the head view
   bool lecture = false;          // start with the large lecture font
   int threads = 0;               // inference threads (0: LibTorch default)
   bool open_outliers = false;    // start on the Outliers tab (headless screenshots of that panel)
