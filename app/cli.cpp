@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "app/cli_args.h"
+#include "app/figures.h"
 #include "app/gui.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -19,6 +20,8 @@
 #include "core/trace.h"
 #include "core/trace_io.h"
 #include "core/train.h"
+#include "viz/export.h"
+#include "viz/figure.h"
 
 #include <csignal>
 
@@ -60,6 +63,10 @@ commands:
              [--device auto|cpu|cuda] [--episode-fraction 0.5] [--drill-fraction 0] [--answer-weight 1]
              [--names single-token|original]   (these four set the config's last phase)
              Resumes from DIR when a saved state is there; Ctrl-C saves.
+  render     draw one head of a trace bundle with token labels and legends, PNG or SVG
+             --trace DIR --out F.png|F.svg [--layer 0] [--head 0] [--map all|A1|A2|A] [--size 1024]
+             [--scale linear|sqrt|log] [--pooling max|mean] [--clamp 99.5] [--per-map-scale]
+             [--zoom ROW,COL,N] [--max-cells 256 (SVG cells per side)]
   bench      median prompt->Trace time of a matched pair, all maps kept
              [--lengths 128,512,2048] [--repeats 5] [--threads 2] [--hidden 256] [--layers 4]
              [--heads 4] [--vocab 4096] [--models DIFF_DIR,BASELINE_DIR] [--no-maps] [--no-stats]
@@ -287,6 +294,50 @@ std::string bundled_model(const char* name) {
   return candidates.empty() ? name : candidates.back().string();
 }
 
+int cmd_render(const Args& a) {
+  a.reject_unknown({"trace", "layer", "head", "map", "out", "size", "scale", "pooling", "clamp", "per-map-scale",
+                    "zoom", "max-cells"});
+  const std::string out = a.require("out");
+  const std::string ext = std::filesystem::path(out).extension().string();
+  if (ext != ".png" && ext != ".svg") throw Error("--out must end in .png or .svg");
+  const Trace trace = read_trace_bundle(a.require("trace"));
+  app::FigureOptions o;
+  o.size = a.get_int("size", 1024);
+  const std::string scale = a.get("scale", "sqrt");
+  if (scale == "linear") o.scale = viz::ValueScale::Linear;
+  else if (scale == "sqrt") o.scale = viz::ValueScale::Sqrt;
+  else if (scale == "log") o.scale = viz::ValueScale::Log;
+  else throw Error("--scale must be linear, sqrt or log");
+  const std::string pooling = a.get("pooling", "max");
+  if (pooling != "max" && pooling != "mean") throw Error("--pooling must be max or mean");
+  o.pooling = pooling == "max" ? viz::Pooling::Max : viz::Pooling::Mean;
+  if (a.has("clamp")) {
+    o.clamp_percentile = std::stod(a.get("clamp"));
+    if (!(o.clamp_percentile > 0 && o.clamp_percentile <= 100)) throw Error("--clamp must be in (0, 100]");
+  }
+  o.shared_scale = !a.has("per-map-scale");
+  const std::string map = a.get("map", "all");
+  if (map != "all") o.only = map;
+  const std::vector<int> zoom = a.get_int_list("zoom");
+  if (!zoom.empty()) {
+    if (zoom.size() != 3) throw Error("--zoom expects ROW,COL,N");
+    o.region = {zoom[0], zoom[1], zoom[2], zoom[2]};
+    if (zoom[2] < 1) throw Error("--zoom: N must be at least 1");
+  }
+  const viz::HeadFigure fig = app::head_figure(trace, a.get_int("layer", 0), a.get_int("head", 0), o);
+  if (ext == ".svg") {
+    const std::string svg = viz::head_figure_svg(fig, viz::FigureFont::standard(), a.get_int("max-cells", 256));
+    std::ofstream f(out, std::ios::binary | std::ios::trunc);
+    if (!f || !(f << svg)) throw Error(out + ": cannot write");
+    std::printf("wrote %s (%zu panels, %.1f KB)\n", out.c_str(), fig.panels.size(), svg.size() / 1024.0);
+  } else {
+    const viz::Image img = viz::render_head_figure(fig);
+    viz::write_png(out, img.rgb, img.width, img.height);
+    std::printf("wrote %s (%zu panels, %dx%d)\n", out.c_str(), fig.panels.size(), img.width, img.height);
+  }
+  return 0;
+}
+
 int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
                     "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
@@ -443,6 +494,7 @@ int run(int argc, char** argv) {
   if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
   if (cmd == "generate") return cmd_generate(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
+  if (cmd == "render") return cmd_render(Args(argc, argv, 2, {"per-map-scale"}));
   if (cmd == "train") return cmd_train(Args(argc, argv, 2, {"fresh"}));
   if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {"no-maps", "no-stats"}));
   throw Error("unknown command '" + cmd + "' (commands: capture, init-pair, generate, info, train, bench)");

@@ -21,6 +21,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "app/figures.h"
 #include "app/inference_worker.h"
 #include "core/metrics.h"
 #include "viz/export.h"
@@ -385,23 +386,11 @@ class ModelView {
 // Maps of the selected layer/head of one slot's trace; empty when the trace kept none.
 std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t request, int slot) {
   std::vector<MapSpec> out;
-  if (layer < 0 || layer >= static_cast<int>(t.layers.size())) return out;
-  const LayerTrace& l = t.layers[static_cast<size_t>(layer)];
-  auto it = std::find(l.heads.begin(), l.heads.end(), head);
-  if (it == l.heads.end()) return out;
-  const int64_t T = t.length(), h = it - l.heads.begin();
   const uint64_t base = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
                         (static_cast<uint64_t>(layer) << 12) ^ (static_cast<uint64_t>(head) << 4);
-  auto ptr = [&](const FloatArray& a) { return a.data.data() + h * T * T; };
-  if (t.config.is_diff()) {
-    out.push_back({"A1 (softmax 1)", "A1", ptr(l.a1), T, false, base + 1});
-    out.push_back({"A2 (softmax 2)", "A2", ptr(l.a2), T, false, base + 2});
-    char title[64];
-    std::snprintf(title, sizeof title, "A1 - %.3f A2", l.lambda);
-    out.push_back({title, "A", ptr(l.a), T, true, base + 3});
-  } else {
-    out.push_back({"A (softmax)", "A", ptr(l.a), T, false, base + 4});
-  }
+  uint64_t k = t.config.is_diff() ? 1 : 4;  // map versions: A1, A2, A = 1, 2, 3; baseline A = 4
+  for (const HeadMap& m : head_maps(t, layer, head))
+    out.push_back({m.title, m.export_name, m.data, m.T, m.diverging, base + k++});
   return out;
 }
 

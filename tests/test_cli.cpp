@@ -162,3 +162,49 @@ TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
   CHECK(bad.status == 1);
   CHECK(bad.out.find("at least 320x240") != std::string::npos);
 }
+
+TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, and refuses bad requests",
+          "[cli][figure]") {
+  test::ScratchDir dir("clirender");
+  const std::string models = (dir / "m").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status == 0);
+  const std::string trace = (dir / "t").string();
+  REQUIRE(run("capture --model " + models + "/diff --prompt 'a cat sat' --out " + trace, dir).status == 0);
+  Result r = run("render --trace " + trace + " --layer 1 --head 1 --size 200 --out " + (dir / "h.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("3 panels") != std::string::npos);
+  int w = 0, h = 0, n = 0;
+  unsigned char* px = stbi_load((dir / "h.png").c_str(), &w, &h, &n, 3);
+  REQUIRE(px);
+  stbi_image_free(px);
+  CHECK(w > 3 * 200);  // three 200-pixel maps, labels and gaps
+  CHECK(h > 200);
+  r = run("render --trace " + trace + " --layer 0 --head 0 --map A2 --scale log --out " + (dir / "a2.svg").string(),
+          dir);
+  REQUIRE(r.status == 0);
+  const std::string svg = test::read_all(dir / "a2.svg");
+  CHECK(svg.find("A2 (softmax 2)") != std::string::npos);
+  CHECK(svg.find("A1 (softmax 1)") == std::string::npos);
+  const Trace t = read_trace_bundle(trace);
+  size_t cells = 0;
+  for (size_t p = svg.find("class=\"cell\""); p != std::string::npos; p = svg.find("class=\"cell\"", p + 1)) ++cells;
+  CHECK(cells == static_cast<size_t>(t.length() * t.length()));
+  const std::string base = "render --trace " + trace + " --out " + (dir / "x.png").string();
+  const std::pair<std::string, std::string> bad[] = {
+      {base + " --layer 5", "layer 5 does not exist (the trace has 2 layers)"},
+      {base + " --head 7", "head 7 of layer 0 has no maps in this trace (kept heads: 0,1)"},
+      {base + " --map B", "map B does not exist for a diff model"},
+      {base + " --size 10", "between 64 and 8192"},
+      {base + " --zoom 0,0,99", "outside the map"},
+      {base + " --scale cubic", "--scale must be linear, sqrt or log"},
+      {"render --trace " + trace + " --out x.jpg", "--out must end in .png or .svg"},
+      {"render --trace /nonexistent --out x.png", "cannot open"},
+  };
+  for (const auto& [args, message] : bad) {
+    const Result b = run(args, dir);
+    INFO(args << "\n" << b.out);
+    CHECK(b.status == 1);
+    CHECK(b.out.find(message) != std::string::npos);
+  }
+}

@@ -182,3 +182,97 @@ TEST_CASE("figure: many tokens are labelled sparsely and long labels are cut", "
   }
   CHECK(lit_rows == 256);
 }
+
+namespace {
+
+// A strict little XML well-formedness check for what head_figure_svg writes: one prolog, balanced and
+// properly nested elements, quoted attributes, and no raw '<' or stray '&' in text. Returns "" or why not.
+std::string xml_problem(const std::string& x) {
+  std::vector<std::string> open;
+  size_t i = 0;
+  if (x.rfind("<?xml ", 0) != 0) return "no XML prolog";
+  i = x.find("?>") + 2;
+  while (i < x.size()) {
+    const size_t lt = x.find('<', i);
+    const std::string text = x.substr(i, lt == std::string::npos ? std::string::npos : lt - i);
+    for (size_t a = text.find('&'); a != std::string::npos; a = text.find('&', a + 1)) {
+      const size_t semi = text.find(';', a);
+      const std::string ent = text.substr(a, semi == std::string::npos ? 0 : semi - a + 1);
+      if (ent != "&amp;" && ent != "&lt;" && ent != "&gt;" && ent != "&quot;") return "bad entity in text";
+    }
+    if (lt == std::string::npos) break;
+    const size_t gt = x.find('>', lt);
+    if (gt == std::string::npos) return "unterminated tag";
+    std::string tag = x.substr(lt + 1, gt - lt - 1);
+    if (tag.find('<') != std::string::npos) return "'<' inside a tag";
+    size_t quotes = 0;
+    for (char c : tag) quotes += c == '"';
+    if (quotes % 2) return "unbalanced quotes in <" + tag + ">";
+    if (tag[0] == '/') {
+      if (open.empty() || open.back() != tag.substr(1)) return "mismatched </" + tag.substr(1) + ">";
+      open.pop_back();
+    } else if (tag.back() != '/') {
+      open.push_back(tag.substr(0, tag.find_first_of(" \n")));
+    }
+    i = gt + 1;
+  }
+  return open.empty() ? "" : "unclosed <" + open.back() + ">";
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("figure: SVG export is well-formed XML with one coloured cell per map entry", "[viz][figure][svg]") {
+  const FigureFont* font = system_font();
+  const int64_t T = 5;
+  std::vector<float> a1(T * T, 0), diff(T * T, 0);
+  for (int64_t q = 0; q < T; ++q)
+    for (int64_t k = 0; k <= q; ++k) {
+      a1[q * T + k] = 1.0f / static_cast<float>(q + 1);
+      diff[q * T + k] = k == q ? 0.5f : -0.1f;
+    }
+  HeadFigure fig;
+  fig.title = "L0 H0 <A & B>";
+  fig.tokens = {"<s>", "a&b", "\"q\"", "\x01", "\xc3"};  // markup characters, a control byte, broken UTF-8
+  HeatmapStyle seq, div;
+  seq.range = {1.0, false};
+  div.range = {0.5, true};
+  fig.panels = {{"A1", a1.data(), seq}, {"A1 - 0.5 A2", diff.data(), div}};
+  fig.panel_size = 100;
+  const std::string svg = head_figure_svg(fig, *font);
+  INFO(svg.substr(0, 400));
+  CHECK(xml_problem(svg).empty());
+  CHECK(xml_problem("<?xml version=\"1.0\"?><svg><g></svg>") == "mismatched </svg>");  // the checker works
+  CHECK(count(svg, "class=\"cell\"") == 2 * T * T);
+  CHECK(count(svg, "<g class=\"map\"") == 2);
+  CHECK(svg.find("&lt;A &amp; B&gt;") != std::string::npos);
+  CHECK(svg.find("a&amp;b") != std::string::npos);
+  CHECK(svg.find("\x01") == std::string::npos);
+  CHECK(svg.find("\xef\xbf\xbd") != std::string::npos);  // U+FFFD stands in for the broken bytes
+  // Cell colours: A1[4][0] = 0.2 on the sequential ramp; a masked future cell; diff's diagonal at +0.5.
+  auto cell_fill = [&](size_t panel, int64_t r, int64_t c) {
+    size_t g = svg.find("<g class=\"map\" data-panel=\"" + std::to_string(panel) + "\"");
+    size_t p = svg.find("class=\"cell\"", g);
+    for (int64_t k = 0; k < r * T + c; ++k) p = svg.find("class=\"cell\"", p + 1);
+    const size_t f = svg.find("fill=\"#", p) + 6;
+    return svg.substr(f, 7);
+  };
+  auto hex = [](Rgb8 c) {
+    char b[8];
+    std::snprintf(b, sizeof b, "#%02x%02x%02x", c.r, c.g, c.b);
+    return std::string(b);
+  };
+  CHECK(cell_fill(0, 4, 0) == hex(sequential_colormap().at(0.2)));
+  CHECK(cell_fill(0, 0, 3) == hex(seq.masked));
+  CHECK(cell_fill(1, 2, 2) == hex(diverging_colormap().at(1.0)));
+  CHECK(cell_fill(1, 3, 1) == hex(diverging_colormap().at(0.5 - 0.5 * 0.2)));
+  // Large maps are pooled to max_cells per side.
+  const std::string pooled = head_figure_svg(fig, *font, 3);
+  CHECK(count(pooled, "class=\"cell\"") == 2 * 3 * 3);
+  CHECK(xml_problem(pooled).empty());
+}

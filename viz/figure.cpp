@@ -42,6 +42,47 @@ std::vector<int> code_points(const std::string& s) {
   return out;
 }
 
+void append_utf8(std::string& out, int cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+// Text for an XML document: escaped, with invalid UTF-8, surrogates and the control characters XML 1.0
+// forbids replaced by U+FFFD.
+std::string xml_text(const std::string& s) {
+  std::string out;
+  for (int cp : code_points(s)) {
+    if ((cp < 0x20 && cp != '\t' && cp != '\n') || (cp >= 0xd800 && cp < 0xe000) || cp == 0xfffe || cp == 0xffff ||
+        cp > 0x10ffff)
+      cp = 0xfffd;
+    if (cp == '&') out += "&amp;";
+    else if (cp == '<') out += "&lt;";
+    else if (cp == '>') out += "&gt;";
+    else if (cp == '"') out += "&quot;";
+    else append_utf8(out, cp);
+  }
+  return out;
+}
+
+std::string hex(Rgb8 c) {
+  char b[8];
+  std::snprintf(b, sizeof b, "#%02x%02x%02x", c.r, c.g, c.b);
+  return b;
+}
+
 // Coverage mask of a line of text: width × line height, 0..255.
 struct Mask {
   int width = 0, height = 0;
@@ -117,22 +158,7 @@ std::string fit(const FigureFont& font, const std::string& s, float px, int max_
   std::string out;
   for (int cp : cps) {
     std::string next = out;
-    // Re-encode the code point (U+FFFD stays U+FFFD).
-    if (cp < 0x80) {
-      next += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      next += static_cast<char>(0xc0 | (cp >> 6));
-      next += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      next += static_cast<char>(0xe0 | (cp >> 12));
-      next += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      next += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      next += static_cast<char>(0xf0 | (cp >> 18));
-      next += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      next += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      next += static_cast<char>(0x80 | (cp & 0x3f));
-    }
+    append_utf8(next, cp);
     if (font.text_width(next + "\u2026", px) > max_px) break;
     out = next;
   }
@@ -208,6 +234,18 @@ const FigureFont& FigureFont::standard() {
   return font;
 }
 
+float FigureFont::ascent(float px) const {
+  const stbtt_fontinfo* f = font_info(info_);
+  int ascent, descent, gap;
+  stbtt_GetFontVMetrics(f, &ascent, &descent, &gap);
+  return static_cast<float>(std::lround(ascent * stbtt_ScaleForPixelHeight(f, px)));
+}
+
+float FigureFont::em_size(float px) const {
+  const stbtt_fontinfo* f = font_info(info_);
+  return stbtt_ScaleForPixelHeight(f, px) / stbtt_ScaleForMappingEmToPixels(f, 1.0f);
+}
+
 int FigureFont::text_width(const std::string& utf8, float px) const {
   const stbtt_fontinfo* f = font_info(info_);
   return static_cast<int>(std::ceil(advance(f, code_points(utf8), stbtt_ScaleForPixelHeight(f, px))));
@@ -263,7 +301,7 @@ double value_at_coordinate(double t, const ValueRange& range, ValueScale scale) 
   return sign * x * range.hi;
 }
 
-Image render_head_figure(const HeadFigure& fig, const FigureFont& font, HeadFigureLayout* layout) {
+FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   if (fig.panels.empty()) throw Error("figure: no maps to draw");
   if (fig.panel_size < 64 || fig.panel_size > 8192)
     throw Error("figure: the map size must be between 64 and 8192 pixels");
@@ -275,8 +313,10 @@ Image render_head_figure(const HeadFigure& fig, const FigureFont& font, HeadFigu
   if (region.row0 < 0 || region.col0 < 0 || region.row0 + region.rows > T || region.col0 + region.cols > T)
     throw Error("figure: the region lies outside the map");
 
+  FigureScene sc;
+  sc.region = region;
   const int P = fig.panel_size;
-  const Rgb8 ink{20, 20, 20}, grey{110, 110, 110}, white{255, 255, 255};
+  const Rgb8 ink{20, 20, 20}, grey{110, 110, 110};
   const float title_px = std::clamp(P / 22.0f, 14.0f, 64.0f);
   const float sub_px = std::clamp(P / 28.0f, 12.0f, 48.0f);
   // Labels as large as a cell allows (every token labelled down to 9-pixel cells), at most P/40.
@@ -307,39 +347,33 @@ Image render_head_figure(const HeadFigure& fig, const FigureFont& font, HeadFigu
   const int legend_h = std::max(8, P / 24);
   const int n = static_cast<int>(fig.panels.size());
   const int left = margin + row_label_w;
-  const int width = left + n * P + (n - 1) * gap + margin;
+  sc.width = left + n * P + (n - 1) * gap + margin;
   const int title_h = static_cast<int>(title_px * 1.6f), sub_h = static_cast<int>(sub_px * 1.5f);
   const int map_top = margin + title_h + sub_h;
-  const int legend_top = map_top + P + col_label_h + static_cast<int>(label_px / 2);
-  const int height = legend_top + legend_h + static_cast<int>(label_px * 1.8f) + margin;
-  Image img(width, height, white);
-  font.draw(img, margin, margin, fig.title, title_px, ink);
+  sc.legend_top = map_top + P + col_label_h + static_cast<int>(label_px / 2);
+  sc.height = sc.legend_top + legend_h + static_cast<int>(label_px * 1.8f) + margin;
+  sc.texts.push_back({margin, margin, fig.title, title_px, ink, false});
 
   const double cell_y = static_cast<double>(P) / static_cast<double>(region.rows);
   const double cell_x = static_cast<double>(P) / static_cast<double>(region.cols);
   for (const auto& [i, s] : row_labels) {  // queries, right-aligned against the first map
     const int cy = map_top + static_cast<int>((static_cast<double>(i - region.row0) + 0.5) * cell_y);
-    font.draw(img, left - static_cast<int>(label_px / 3) - font.text_width(s, label_px),
-              cy - static_cast<int>(label_px / 2), s, label_px, ink);
+    sc.texts.push_back({left - static_cast<int>(label_px / 3) - font.text_width(s, label_px),
+                        cy - static_cast<int>(label_px / 2), s, label_px, ink, false});
   }
   for (int k = 0; k < n; ++k) {
     const FigurePanel& panel = fig.panels[static_cast<size_t>(k)];
     const int x0 = left + k * (P + gap);
-    font.draw(img, x0, margin + title_h, panel.title, sub_px, ink);
-    img.blit(colorize_map(panel.data, T, T, region, P, fig.pooling, panel.style), x0, map_top);
-    if (layout) {
-      layout->maps.push_back({x0, map_top});
-      layout->legend_top = legend_top;
-    }
+    sc.texts.push_back({x0, margin + title_h, panel.title, sub_px, ink, false});
+    sc.maps.push_back({x0, map_top, P, static_cast<size_t>(k)});
     for (const auto& [i, s] : col_labels) {  // keys, vertical, under the map
       const int cx = x0 + static_cast<int>((static_cast<double>(i - region.col0) + 0.5) * cell_x);
-      font.draw(img, cx - static_cast<int>(label_px / 2), map_top + P + static_cast<int>(label_px / 3) +
-                                                               font.text_width(s, label_px),
-                s, label_px, ink, true);
+      sc.texts.push_back({cx - static_cast<int>(label_px / 2),
+                          map_top + P + static_cast<int>(label_px / 3) + font.text_width(s, label_px), s, label_px,
+                          ink, true});
     }
     // Legend: the ramp, then ticks at 0, ¼, ½, ¾, 1 of it labelled with the values they stand for.
-    const Colormap& cmap = panel.style.range.diverging ? diverging_colormap() : sequential_colormap();
-    for (int x = 0; x < P; ++x) img.fill(x0 + x, legend_top, 1, legend_h, cmap.at((x + 0.5) / P));
+    sc.ramps.push_back({x0, sc.legend_top, P, legend_h, panel.style.range.diverging});
     std::vector<std::pair<int, int>> taken;  // label extents: the ends first, then the inner ticks
     for (int t : {0, 4, 2, 1, 3}) {
       const double pos = t / 4.0;
@@ -356,11 +390,104 @@ Image render_head_figure(const HeadFigure& fig, const FigureFont& font, HeadFigu
                       [&](const auto& e) { return lx < e.second + pad && lx + w + pad > e.first; }))
         continue;  // would collide with a label already placed
       taken.push_back({lx, lx + w});
-      img.fill(tx, legend_top + legend_h, 1, static_cast<int>(label_px / 3), grey);
-      font.draw(img, lx, legend_top + legend_h + static_cast<int>(label_px / 3), s, label_px, ink);
+      sc.rects.push_back({tx, sc.legend_top + legend_h, 1, static_cast<int>(label_px / 3), grey});
+      sc.texts.push_back({lx, sc.legend_top + legend_h + static_cast<int>(label_px / 3), s, label_px, ink, false});
     }
   }
+  return sc;
+}
+
+Image render_head_figure(const HeadFigure& fig, const FigureFont& font, HeadFigureLayout* layout) {
+  const FigureScene sc = layout_head_figure(fig, font);
+  const int64_t T = static_cast<int64_t>(fig.tokens.size());
+  Image img(sc.width, sc.height, {255, 255, 255});
+  for (const auto& m : sc.maps) {
+    const FigurePanel& panel = fig.panels[m.panel];
+    img.blit(colorize_map(panel.data, T, T, sc.region, m.size, fig.pooling, panel.style), m.x, m.y);
+    if (layout) layout->maps.push_back({m.x, m.y});
+  }
+  if (layout) layout->legend_top = sc.legend_top;
+  for (const auto& r : sc.ramps) {
+    const Colormap& cmap = r.diverging ? diverging_colormap() : sequential_colormap();
+    for (int x = 0; x < r.w; ++x) img.fill(r.x + x, r.y, 1, r.h, cmap.at((x + 0.5) / r.w));
+  }
+  for (const auto& r : sc.rects) img.fill(r.x, r.y, r.w, r.h, r.color);
+  for (const auto& t : sc.texts) font.draw(img, t.x, t.y, t.text, t.px, t.color, t.vertical);
   return img;
+}
+
+std::string head_figure_svg(const HeadFigure& fig, const FigureFont& font, int max_cells) {
+  if (max_cells < 1) throw Error("figure: max_cells must be positive");
+  const FigureScene sc = layout_head_figure(fig, font);
+  const int64_t T = static_cast<int64_t>(fig.tokens.size());
+  std::string o;
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
+                "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+                "font-family=\"DejaVu Sans, Verdana, sans-serif\" xml:space=\"preserve\" style=\"white-space:pre\">\n",
+                sc.width, sc.height, sc.width, sc.height);
+  o += b;
+  o += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n<defs>\n";
+  for (const bool diverging : {false, true}) {  // legend ramps as gradients, 33 stops
+    const Colormap& cmap = diverging ? diverging_colormap() : sequential_colormap();
+    o += std::string("<linearGradient id=\"") + (diverging ? "diverging" : "sequential") + "\">";
+    for (int i = 0; i <= 32; ++i) {
+      std::snprintf(b, sizeof b, "<stop offset=\"%.4f\" stop-color=\"%s\"/>", i / 32.0,
+                    hex(cmap.at(i / 32.0)).c_str());
+      o += b;
+    }
+    o += "</linearGradient>\n";
+  }
+  o += "</defs>\n";
+  for (const auto& m : sc.maps) {
+    const FigurePanel& panel = fig.panels[m.panel];
+    const int cells = std::min(m.size, max_cells);
+    const PooledMap p = pool_region(panel.data, T, T, sc.region, cells, cells, fig.pooling, true);
+    const Colormap& cmap = panel.style.range.diverging ? diverging_colormap() : sequential_colormap();
+    const double cw = static_cast<double>(m.size) / static_cast<double>(p.cols);
+    const double ch = static_cast<double>(m.size) / static_cast<double>(p.rows);
+    std::snprintf(b, sizeof b,
+                  "<g class=\"map\" data-panel=\"%zu\" data-rows=\"%lld\" data-cols=\"%lld\" "
+                  "transform=\"translate(%d,%d)\" shape-rendering=\"crispEdges\">\n",
+                  m.panel, static_cast<long long>(p.rows), static_cast<long long>(p.cols), m.x, m.y);
+    o += b;
+    for (int64_t r = 0; r < p.rows; ++r)
+      for (int64_t c = 0; c < p.cols; ++c) {
+        const float v = p.at(r, c);
+        const Rgb8 col =
+            std::isnan(v) ? panel.style.masked : cmap.at(colormap_coordinate(v, panel.style.range, panel.style.scale));
+        std::snprintf(b, sizeof b,
+                      "<rect class=\"cell\" x=\"%.3f\" y=\"%.3f\" width=\"%.3f\" height=\"%.3f\" fill=\"%s\"/>\n",
+                      c * cw, r * ch, cw, ch, hex(col).c_str());
+        o += b;
+      }
+    o += "</g>\n";
+  }
+  for (const auto& r : sc.ramps) {
+    std::snprintf(b, sizeof b, "<rect class=\"legend\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"url(#%s)\"/>\n",
+                  r.x, r.y, r.w, r.h, r.diverging ? "diverging" : "sequential");
+    o += b;
+  }
+  for (const auto& r : sc.rects) {
+    std::snprintf(b, sizeof b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", r.x, r.y,
+                  r.w, r.h, hex(r.color).c_str());
+    o += b;
+  }
+  for (const auto& t : sc.texts) {
+    const float base = font.ascent(t.px);
+    if (t.vertical)
+      std::snprintf(b, sizeof b, "<text transform=\"translate(%.1f,%d) rotate(-90)\" font-size=\"%.2f\" fill=\"%s\">",
+                    t.x + base, t.y, font.em_size(t.px), hex(t.color).c_str());
+    else
+      std::snprintf(b, sizeof b, "<text x=\"%d\" y=\"%.1f\" font-size=\"%.2f\" fill=\"%s\">", t.x, t.y + base,
+                    font.em_size(t.px), hex(t.color).c_str());
+    o += b;
+    o += xml_text(t.text);
+    o += "</text>\n";
+  }
+  o += "</svg>\n";
+  return o;
 }
 
 }  // namespace difflens::viz

@@ -41,10 +41,22 @@ class FigureFont {
  private:
   std::vector<unsigned char> data_;
   std::vector<unsigned char> info_;  // stbtt_fontinfo, kept opaque here
+
+ public:
+  // Distance from the top of the line box to the baseline at `px` (for SVG text anchors).
+  float ascent(float px) const;
+  // The em size (CSS/SVG font-size) of text drawn at line height `px`.
+  float em_size(float px) const;
 };
 
 // The first system font found of the ones DiffLens uses (DejaVu Sans), or empty.
 std::filesystem::path find_system_font();
+
+// The figure as SVG (vector: one <rect class="cell"> per displayed cell, cells pooled like the PNG to at
+// most `max_cells` per side; labels and tick numbers as <text>; legends as gradients). Text is escaped
+// for XML; invalid UTF-8 becomes U+FFFD.
+struct HeadFigure;
+std::string head_figure_svg(const HeadFigure& figure, const FigureFont& font, int max_cells = 256);
 
 // Colours `region` of a rows × cols map into a size × size image: pooled (max or mean) when the region is
 // larger than the image, each cell an exact block of pixels otherwise — the same pixels the GL path draws.
@@ -71,14 +83,47 @@ struct HeadFigure {
   Pooling pooling = Pooling::Max;
 };
 
+// A figure as a display list in pixels, shared by the PNG and SVG writers so both put every label, map
+// and legend in the same place. Text positions follow FigureFont::draw.
+struct FigureScene {
+  struct Text {
+    int x = 0, y = 0;
+    std::string text;
+    float px = 12;
+    Rgb8 color;
+    bool vertical = false;
+  };
+  struct Rect {
+    int x = 0, y = 0, w = 0, h = 0;
+    Rgb8 color;
+  };
+  struct Map {
+    int x = 0, y = 0, size = 0;
+    size_t panel = 0;
+  };
+  struct Ramp {
+    int x = 0, y = 0, w = 0, h = 0;
+    bool diverging = false;
+  };
+  int width = 0, height = 0, legend_top = 0;
+  MapRegion region;
+  std::vector<Text> texts;
+  std::vector<Rect> rects;
+  std::vector<Map> maps;
+  std::vector<Ramp> ramps;
+};
+
+// Throws Error for an empty figure, a panel without data, no tokens, a region outside the map or a panel
+// size outside 64..8192.
+FigureScene layout_head_figure(const HeadFigure& figure, const FigureFont& font);
+
 // Where render_head_figure put things (pixels): each map's top-left corner; maps are panel_size square.
 struct HeadFigureLayout {
   std::vector<std::pair<int, int>> maps;
   int legend_top = 0;
 };
 
-// Throws Error for an empty figure, a panel without data, no tokens, a region outside the map or a panel
-// size outside 64..8192.
+// The figure as a PNG-ready raster; errors as layout_head_figure.
 Image render_head_figure(const HeadFigure& figure, const FigureFont& font = FigureFont::standard(),
                          HeadFigureLayout* layout = nullptr);
 

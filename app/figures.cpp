@@ -1,0 +1,76 @@
+// Head maps and head figures from traces.
+#include "app/figures.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace difflens::app {
+
+std::vector<HeadMap> head_maps(const Trace& t, int layer, int head) {
+  std::vector<HeadMap> out;
+  if (layer < 0 || layer >= static_cast<int>(t.layers.size())) return out;
+  const LayerTrace& l = t.layers[static_cast<size_t>(layer)];
+  auto it = std::find(l.heads.begin(), l.heads.end(), head);
+  if (it == l.heads.end() || l.a.empty()) return out;
+  const int64_t T = t.length(), h = it - l.heads.begin();
+  auto ptr = [&](const FloatArray& a) { return a.data.data() + h * T * T; };
+  if (t.config.is_diff()) {
+    char title[64];
+    std::snprintf(title, sizeof title, "A1 - %.3f A2", l.lambda);
+    out.push_back({"A1 (softmax 1)", "A1", ptr(l.a1), T, false});
+    out.push_back({"A2 (softmax 2)", "A2", ptr(l.a2), T, false});
+    out.push_back({title, "A", ptr(l.a), T, true});
+  } else {
+    out.push_back({"A (softmax)", "A", ptr(l.a), T, false});
+  }
+  return out;
+}
+
+viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOptions& o) {
+  const int layers = static_cast<int>(t.layers.size());
+  if (layer < 0 || layer >= layers)
+    throw Error("layer " + std::to_string(layer) + " does not exist (the trace has " + std::to_string(layers) +
+                " layers)");
+  std::vector<HeadMap> maps = head_maps(t, layer, head);
+  if (maps.empty()) {
+    const auto& kept = t.layers[static_cast<size_t>(layer)].heads;
+    std::string list;
+    for (int h : kept) list += (list.empty() ? "" : ",") + std::to_string(h);
+    throw Error("head " + std::to_string(head) + " of layer " + std::to_string(layer) +
+                " has no maps in this trace (kept heads: " + (list.empty() ? "none" : list) + ")");
+  }
+  if (!o.only.empty()) {
+    const auto keep = std::find_if(maps.begin(), maps.end(), [&](const HeadMap& m) { return m.export_name == o.only; });
+    if (keep == maps.end())
+      throw Error("map " + o.only + " does not exist for a " + to_string(t.config.attention) +
+                  " model (" + (t.config.is_diff() ? "A1, A2 or A" : "A") + ")");
+    maps = {*keep};
+  }
+  const int64_t T = t.length();
+  std::vector<const float*> sequential;
+  for (const auto& m : maps)
+    if (!m.diverging) sequential.push_back(m.data);
+  const viz::ValueRange shared =
+      viz::value_range(sequential, T, T, o.clamp_percentile, false, true);  // hi = 1 when empty
+  viz::HeadFigure fig;
+  fig.tokens = t.tokens;
+  fig.region = o.region;
+  fig.panel_size = o.size;
+  fig.pooling = o.pooling;
+  fig.title = (t.config.name.empty() ? std::string(to_string(t.config.attention)) : t.config.name) +
+              "   layer " + std::to_string(layer) + "   head " + std::to_string(head) + "   " +
+              std::to_string(T) + " tokens";
+  for (const auto& m : maps) {
+    viz::HeatmapStyle style;
+    style.scale = o.scale;
+    style.range = m.diverging || !o.shared_scale
+                      ? viz::value_range({m.data}, T, T, o.clamp_percentile, m.diverging, true)
+                      : shared;
+    fig.panels.push_back({m.title, m.data, style});
+  }
+  return fig;
+}
+
+}  // namespace difflens::app
