@@ -14,9 +14,11 @@
 #include "app/cli_args.h"
 #include "app/figures.h"
 #include "app/gui.h"
+#include "app/needle_report.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/model.h"
+#include "core/needle.h"
 #include "core/trace.h"
 #include "core/trace_io.h"
 #include "core/train.h"
@@ -63,6 +65,11 @@ commands:
              [--device auto|cpu|cuda] [--episode-fraction 0.5] [--drill-fraction 0] [--answer-weight 1]
              [--names single-token|original]   (these four set the config's last phase)
              Resumes from DIR when a saved state is there; Ctrl-C saves.
+  needle     needle-in-a-haystack sweep: accuracy, attention to answer and noise per model and cell
+             --out DIR [--models DIR1,DIR2 (default: the bundled pair)] [--lengths 256,512]
+             [--depths 0,25,50,75,100 (%)] [--needles 1,2,4] [--queried 1,2] [--seeds 3]
+             [--haystack FILE (default assets/haystack.txt)] [--names single-token|original]
+             Writes needle.json, needle.csv, tables.md and PNG heatmaps; Ctrl-C stops.
   render     draw one head of a trace bundle with token labels and legends, PNG or SVG
              --trace DIR --out F.png|F.svg [--layer 0] [--head 0] [--map all|A1|A2|A] [--size 1024]
              [--scale linear|sqrt|log] [--pooling max|mean] [--clamp 99.5] [--per-map-scale]
@@ -275,24 +282,26 @@ int cmd_bench(const Args& a) {
   return 0;
 }
 
-// The bundled models: beside the source tree this binary was built from, or installed next to it.
-std::string bundled_model(const char* name) {
+// A bundled asset (e.g. "models/diff-small", "haystack.txt"): beside the source tree this binary was built
+// from, or installed next to it. Returns the last candidate when none exists (its error names it).
+std::string bundled_asset(const std::string& relative) {
   std::vector<std::filesystem::path> candidates;
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) {
     const std::filesystem::path dir =
         std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
-    candidates.push_back(dir / "../share/difflens/models" / name);
+    candidates.push_back(dir / "../share/difflens" / relative);
   }
 #ifdef DIFFLENS_SOURCE_DIR
-  candidates.push_back(std::filesystem::path(DIFFLENS_SOURCE_DIR) / "assets/models" / name);
+  candidates.push_back(std::filesystem::path(DIFFLENS_SOURCE_DIR) / "assets" / relative);
 #endif
   for (const auto& c : candidates)
-    if (std::filesystem::exists(c / "model.safetensors"))
-      return std::filesystem::weakly_canonical(c).string();
-  return candidates.empty() ? name : candidates.back().string();
+    if (std::filesystem::exists(c)) return std::filesystem::weakly_canonical(c).string();
+  return candidates.empty() ? relative : candidates.back().string();
 }
+
+std::string bundled_model(const char* name) { return bundled_asset(std::string("models/") + name); }
 
 int cmd_render(const Args& a) {
   a.reject_unknown({"trace", "layer", "head", "map", "out", "size", "scale", "pooling", "clamp", "per-map-scale",
@@ -478,6 +487,96 @@ int cmd_train(const Args& a) {
   return 0;
 }
 
+std::vector<double> parse_doubles(const std::string& text, const char* flag) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      out.push_back(std::stod(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw Error(std::string("--") + flag + " expects comma-separated numbers, got '" + item + "'");
+    }
+  }
+  if (out.empty()) throw Error(std::string("--") + flag + " is empty");
+  return out;
+}
+
+int cmd_needle(const Args& a) {
+  a.reject_unknown({"models", "lengths", "depths", "needles", "queried", "seeds", "out", "haystack", "threads",
+                    "names", "device"});
+  apply_threads(a);
+  std::vector<std::string> dirs;
+  {
+    std::stringstream ss(a.get("models", bundled_model("diff-small") + "," + bundled_model("baseline-small")));
+    for (std::string d; std::getline(ss, d, ',');)
+      if (!d.empty()) dirs.push_back(d);
+  }
+  if (dirs.empty()) throw Error("--models expects one or more model directories, comma-separated");
+  std::vector<int64_t> lengths;
+  for (double L : parse_doubles(a.get("lengths", "256,512"), "lengths")) {
+    if (L < 64 || L != std::floor(L)) throw Error("--lengths: each length must be an integer of at least 64");
+    lengths.push_back(static_cast<int64_t>(L));
+  }
+  std::vector<double> depths;
+  for (double d : parse_doubles(a.get("depths", "0,25,50,75,100"), "depths")) {
+    if (d < 0 || d > 100) throw Error("--depths are percentages in [0, 100]");
+    depths.push_back(d / 100.0);
+  }
+  std::vector<std::pair<int, int>> nr;
+  for (double n : parse_doubles(a.get("needles", "1"), "needles"))
+    for (double r : parse_doubles(a.get("queried", "1"), "queried"))
+      if (r >= 1 && r <= n && n <= 16) nr.push_back({static_cast<int>(n), static_cast<int>(r)});
+  if (nr.empty()) throw Error("--needles/--queried: no combination with 1 <= queried <= needles <= 16");
+  const int seeds = a.get_int("seeds", 3);
+  if (seeds < 1) throw Error("--seeds must be at least 1");
+  const std::string out = a.require("out");
+  const NameSet names = parse_name_set(a.get("names", "single-token"));
+  const std::string hay_text = read_file(a.get("haystack", bundled_asset("haystack.txt")));
+
+  std::signal(SIGINT, on_interrupt);
+  std::vector<std::vector<NeedleRun>> results;
+  std::vector<std::string> model_names;
+  const size_t total = dirs.size() * lengths.size() * depths.size() * nr.size() * static_cast<size_t>(seeds);
+  size_t done = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const std::string& dir : dirs) {
+    const Model model = Model::load(dir, parse_device(a.get("device", "auto")));
+    if (!model.tokenizer().can_encode())
+      throw Error(dir + ": this model has no text tokenizer, so it cannot read a haystack");
+    const Haystack hay(hay_text, model.tokenizer());
+    const EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval, names);
+    model_names.push_back(model.config().name.empty() ? dir : model.config().name);
+    results.emplace_back();
+    for (int64_t L : lengths) {
+      if (L > model.config().max_position_embeddings)
+        throw Error(dir + ": length " + std::to_string(L) + " exceeds the model's " +
+                    std::to_string(model.config().max_position_embeddings) + " positions");
+      for (const auto& [n, r] : nr)
+        for (double d : depths)
+          for (int s = 0; s < seeds; ++s) {
+            if (g_stop) throw Error("stopped by Ctrl-C: nothing written");
+            NeedleRun run = run_needle(model, builder, {L, d, n, r}, static_cast<uint64_t>(s) + 1, &g_stop);
+            ++done;
+            const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            std::fprintf(stderr,
+                         "\r[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  answer %.3f noise %.3f"
+                         "  ETA %.0f s   ",
+                         done, total, model_names.back().c_str(), static_cast<long long>(L), d * 100, n, r, s + 1,
+                         run.answered, run.asked, run.attention.mean.answer, run.attention.mean.noise,
+                         el / static_cast<double>(done) * static_cast<double>(total - done));
+            results.back().push_back(std::move(run));
+          }
+    }
+  }
+  std::fprintf(stderr, "\n");
+  const std::string tables = app::write_needle_report(out, model_names, results);
+  std::printf("%s\nwrote %s/needle.json, needle.csv, tables.md and PNG heatmaps\n", tables.c_str(), out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -494,6 +593,7 @@ int run(int argc, char** argv) {
   if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
   if (cmd == "generate") return cmd_generate(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
+  if (cmd == "needle") return cmd_needle(Args(argc, argv, 2, {}));
   if (cmd == "render") return cmd_render(Args(argc, argv, 2, {"per-map-scale"}));
   if (cmd == "train") return cmd_train(Args(argc, argv, 2, {"fresh"}));
   if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {"no-maps", "no-stats"}));

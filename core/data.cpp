@@ -2,6 +2,7 @@
 #include "core/data.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <numeric>
 
@@ -151,8 +152,15 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return depths[a] < depths[b]; });
   std::vector<int> queried(order.begin(), order.end());
-  std::shuffle(queried.begin(), queried.end(), rng);
-  queried.resize(static_cast<size_t>(spec.queried));
+  if (spec.ask.empty()) {
+    std::shuffle(queried.begin(), queried.end(), rng);
+    queried.resize(static_cast<size_t>(spec.queried));
+  } else {
+    if (static_cast<int>(spec.ask.size()) != spec.queried) throw Error("episode: give one index per question");
+    for (int i : spec.ask)
+      if (i < 0 || i >= spec.needles) throw Error("episode: asked needle " + std::to_string(i) + " does not exist");
+    queried = spec.ask;
+  }
 
   int64_t fixed = 1;  // BOS
   for (const auto& n : needles)
@@ -182,10 +190,25 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
     // Needle j goes before haystack sentence round(depth·|hay|).
     std::string text;
     std::vector<std::pair<size_t, size_t>> needle_chars(needles.size()), code_chars(needles.size());
+    // Sentence boundary k (0..|hay|) each needle goes before.
+    std::vector<int64_t> cum(hay.size() + 1, 0);
+    for (size_t k = 0; k < hay.size(); ++k) cum[k + 1] = cum[k] + haystack_.tokens(hay[k]);
+    std::vector<size_t> boundary(needles.size());
+    for (size_t j = 0; j < needles.size(); ++j) {
+      if (!spec.depth_by_tokens) {
+        boundary[j] = static_cast<size_t>(std::lround(depths[j] * static_cast<double>(hay.size())));
+        continue;
+      }
+      const double target = depths[j] * static_cast<double>(cum.back());
+      size_t best = 0;
+      for (size_t k = 1; k < cum.size(); ++k)
+        if (std::fabs(static_cast<double>(cum[k]) - target) < std::fabs(static_cast<double>(cum[best]) - target))
+          best = k;
+      boundary[j] = best;
+    }
     size_t next = 0;
     auto put_needles_before = [&](size_t pos) {
-      while (next < order.size() &&
-             static_cast<size_t>(std::lround(depths[order[next]] * hay.size())) <= pos) {
+      while (next < order.size() && boundary[static_cast<size_t>(order[next])] <= pos) {
         const Needle& n = needles[order[next]];
         if (!text.empty()) text += ' ';
         const size_t b = text.size();
@@ -287,6 +310,7 @@ TrainingRow TrainingData::episode_row(int64_t length, std::mt19937_64& rng, bool
       spec.needles = std::uniform_int_distribution<int>(1, spec.context_tokens >= 160 ? 4 : 2)(rng);
     }
     spec.queried = spec.needles;
+    spec.depth_by_tokens = false;  // as the bundled pair was trained
     Episode ep;
     try {
       ep = episodes_.build(spec, rng);

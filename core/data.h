@@ -55,6 +55,10 @@ struct EpisodeSpec {
   std::vector<double> depths;    // one per needle in [0, 1]; empty = uniform random
   bool final_answer = true;      // include the last answer's code (false: prompt ends before it)
   int64_t haystack_tokens = -1;  // >= 0: exactly this much haystack budget instead of filling the context
+  std::vector<int> ask;          // which needles (indices into depths) to ask, in order; empty = R at random
+  // true: a depth is a fraction of the haystack's tokens (the sentence boundary nearest to it); false: a
+  // fraction of its sentences (how the bundled pair's training data was built; kept for reproducibility).
+  bool depth_by_tokens = true;
 };
 
 // Sentences of natural text with their token counts, used as haystack material.

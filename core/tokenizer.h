@@ -43,6 +43,7 @@ class Tokenizer {
   int64_t bos_id() const { return bos_id_; }
   int64_t eos_id() const { return eos_id_; }
   bool is_sentencepiece() const { return spm_ != nullptr; }
+  bool can_encode() const { return can_encode_; }  // false for ids-only tokenizers
 
  private:
   struct Spm;

@@ -415,6 +415,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
         EpisodeSpec es;
         es.context_tokens = L;
         es.depths = {static_cast<double>(e % 5) / 4.0};
+        es.depth_by_tokens = false;  // the placement the bundled pair's logs were measured with
         eval_episodes[p.mix.names][L].push_back(eval_builder.build(es, rng));
       }
   }

@@ -28,6 +28,17 @@ Result run(const std::string& args, const test::ScratchDir& dir) {
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log)};
 }
 
+// Each command must fail with status 1 and print its message.
+template <typename Cases>
+void expect_failures(const Cases& cases, const test::ScratchDir& dir) {
+  for (const auto& [args, message] : cases) {
+    const Result r = run(args, dir);
+    INFO(args << "\n" << r.out);
+    CHECK(r.status == 1);
+    CHECK(r.out.find(message) != std::string::npos);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("cli: init-pair then capture writes a readable trace bundle", "[cli]") {
@@ -90,12 +101,9 @@ TEST_CASE("cli: bad input gives a message and a non-zero status, never a crash",
       {"frobnicate", "unknown command 'frobnicate'"},
       {"capture --model", "needs a value"},
   };
-  for (const auto& c : cases) {
-    const Result r = run(c.args, dir);
-    INFO(c.args << "\n" << r.out);
-    CHECK(r.status == 1);
-    CHECK(r.out.find(c.message) != std::string::npos);
-  }
+  std::vector<std::pair<std::string, std::string>> failing;
+  for (const auto& c : cases) failing.push_back({c.args, c.message});
+  expect_failures(failing, dir);
   // A prompt longer than the model's context is refused with the numbers.
   test::write_all(dir / "long.txt", std::string(5000, 'a'));
   const Result r = run("capture" + model + " --prompt-file " + (dir / "long.txt").string(), dir);
@@ -201,10 +209,34 @@ TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, an
       {"render --trace " + trace + " --out x.jpg", "--out must end in .png or .svg"},
       {"render --trace /nonexistent --out x.png", "cannot open"},
   };
-  for (const auto& [args, message] : bad) {
-    const Result b = run(args, dir);
-    INFO(args << "\n" << b.out);
-    CHECK(b.status == 1);
-    CHECK(b.out.find(message) != std::string::npos);
-  }
+  expect_failures(bad, dir);
+}
+
+TEST_CASE("cli: needle sweeps a pair end to end and refuses bad grids", "[cli][needle][lab]") {
+  test::ScratchDir dir("clineedle");
+  const std::string models = (dir / "m").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  const std::string pair = " --models " + models + "/diff," + models + "/baseline";
+  const std::string out = (dir / "lab").string();
+  Result r = run("needle" + pair + " --lengths 160,200 --depths 0,100 --needles 1,2 --queried 1 --seeds 2 --out " + out,
+                 dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("## Multi-needle accuracy") != std::string::npos);
+  const std::string csv = test::read_all(dir / "lab/needle.csv");
+  size_t rows = 0;
+  for (char c : csv) rows += c == '\n';
+  CHECK(rows == 1 + 2 * (2 * 2 * 2));  // header + 2 models × 2 lengths × 2 depths × 2 (N, R) cells
+  CHECK(std::filesystem::exists(dir / "lab/tables.md"));
+  const std::pair<std::string, std::string> bad[] = {
+      {"needle" + pair + " --out x --lengths 10", "at least 64"},
+      {"needle" + pair + " --out x --lengths 1e9", "exceeds the model's"},
+      {"needle" + pair + " --out x --depths 150", "percentages in [0, 100]"},
+      {"needle" + pair + " --out x --depths a,b", "comma-separated numbers"},
+      {"needle" + pair + " --out x --needles 1 --queried 2", "no combination"},
+      {"needle" + pair + " --out x --seeds 0", "at least 1"},
+      {"needle --models /nonexistent --out x", "not a model directory"},
+      {"needle" + pair + " --out x --haystack /nonexistent", "cannot open"},
+  };
+  expect_failures(bad, dir);
 }

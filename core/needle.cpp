@@ -1,0 +1,85 @@
+// Needle episodes, greedy answers and attention readouts.
+#include "core/needle.h"
+
+#include <chrono>
+#include <map>
+#include <tuple>
+
+#include "core/error.h"
+
+namespace difflens {
+
+Episode needle_episode(const EpisodeBuilder& builder, const NeedleCell& cell, uint64_t seed) {
+  if (cell.queried < 1 || cell.queried > cell.needles)
+    throw Error("needle lab: need 1 <= queried <= needles");
+  if (cell.depth > 1) throw Error("needle lab: depths lie in [0, 1] (or < 0 for random)");
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(cell.length) * 131 +
+                      static_cast<uint64_t>(cell.needles) * 7 + static_cast<uint64_t>(cell.queried));
+  EpisodeSpec spec;
+  spec.context_tokens = cell.length;
+  spec.needles = cell.needles;
+  spec.queried = cell.queried;
+  // The asked needles (the first R) sit at the cell's depth, the others at random depths.
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int i = 0; i < cell.needles; ++i) spec.depths.push_back(cell.depth >= 0 && i < cell.queried ? cell.depth : u(rng));
+  for (int i = 0; i < cell.queried; ++i) spec.ask.push_back(i);
+  return builder.build(spec, rng);
+}
+
+NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const NeedleCell& cell, uint64_t seed,
+                     const std::atomic<bool>* cancel) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Episode ep = needle_episode(builder, cell, seed);
+  NeedleRun run;
+  run.cell = cell;
+  run.seed = seed;
+  run.tokens = static_cast<int64_t>(ep.ids.size());
+  const Tokenizer& tok = model.tokenizer();
+  for (size_t q = 0; q < ep.answer_spans.size(); ++q) {
+    const Span a = ep.answer_spans[q];
+    const std::vector<int64_t> prompt(ep.ids.begin(), ep.ids.begin() + a.begin);
+    const std::vector<int64_t> truth(ep.ids.begin() + a.begin, ep.ids.begin() + a.end);
+    const std::vector<int64_t> reply = model.generate(prompt, static_cast<int>(truth.size()), 0.0);
+    run.replies.push_back(tok.decode(reply));
+    run.truths.push_back(tok.decode(truth));
+    run.answered += reply == truth;
+    ++run.asked;
+    if (cancel && cancel->load()) throw Cancelled();
+  }
+  // Attention while reading the last question, towards the code of the needle it asks about.
+  const Span last_q = ep.question_spans.back();
+  const Span code = ep.needle_code_spans[static_cast<size_t>(ep.queried.back())];
+  const std::vector<int64_t> prompt(ep.ids.begin(), ep.ids.begin() + ep.answer_spans.back().begin);
+  CaptureOptions opt;
+  opt.logit_stats = false;
+  opt.next_token_top_k = 1;
+  const Trace trace = model.capture(prompt, opt, cancel);
+  run.attention = attention_noise(trace, {code.begin, code.end}, {last_q.begin, last_q.end});
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return run;
+}
+
+std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs) {
+  std::map<std::tuple<int64_t, double, int, int>, NeedleCellSummary> cells;
+  std::map<std::tuple<int64_t, double, int, int>, int> asked, answered;
+  for (const NeedleRun& r : runs) {
+    const auto key = std::make_tuple(r.cell.length, r.cell.depth, r.cell.needles, r.cell.queried);
+    NeedleCellSummary& s = cells[key];
+    s.cell = r.cell;
+    ++s.runs;
+    s.attention.answer += r.attention.mean.answer;
+    s.attention.noise += r.attention.mean.noise;
+    asked[key] += r.asked;
+    answered[key] += r.answered;
+  }
+  std::vector<NeedleCellSummary> out;
+  for (auto& [key, s] : cells) {
+    s.attention.answer /= s.runs;
+    s.attention.noise /= s.runs;
+    s.accuracy = asked[key] ? static_cast<double>(answered[key]) / asked[key] : 0.0;
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace difflens

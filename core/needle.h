@@ -1,0 +1,57 @@
+// Needle-in-a-haystack lab: builds retrieval episodes at chosen lengths and depths, asks a model for the
+// codes (greedy) and measures where its attention goes while it reads the question. LibTorch-free: runs
+// through Model's public interface, so it works for any model DiffLens can load.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/data.h"
+#include "core/metrics.h"
+#include "core/model.h"
+
+namespace difflens {
+
+struct NeedleCell {
+  int64_t length = 256;  // context tokens (haystack + needles + questions)
+  double depth = 0.5;    // where the queried needles sit, 0..1 of the haystack; < 0: uniform random
+  int needles = 1;       // N
+  int queried = 1;       // R ≤ N
+};
+
+// One episode run on one model.
+struct NeedleRun {
+  NeedleCell cell;
+  uint64_t seed = 0;
+  int64_t tokens = 0;
+  int answered = 0, asked = 0;    // questions whose whole code the model produced greedily
+  std::vector<std::string> replies;  // what the model produced for each question (decoded)
+  std::vector<std::string> truths;   // the codes asked
+  // Attention while reading the LAST question: to the asked needle's code (the answer span) vs to
+  // everything but that code and the question (kAttentionShareDefinition), per layer and averaged.
+  NoiseReadout attention;
+  double seconds = 0;
+};
+
+// The episode of (cell, seed): the same on every machine and for every model with the same tokenizer.
+// Queried needles sit at `depth`; the others (N > R) at uniform random depths.
+Episode needle_episode(const EpisodeBuilder& builder, const NeedleCell& cell, uint64_t seed);
+
+// Runs one episode: a capture of the prompt up to the last question (maps of every layer and head)
+// for the attention readout, and greedy decoding of each code with earlier answers given.
+NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const NeedleCell& cell, uint64_t seed,
+                     const std::atomic<bool>* cancel = nullptr);
+
+struct NeedleCellSummary {
+  NeedleCell cell;
+  int runs = 0;
+  double accuracy = 0;  // answered / asked over the seeds
+  AttentionShare attention;  // mean over seeds (layers and heads averaged)
+};
+
+std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs);
+
+}  // namespace difflens

@@ -1,0 +1,110 @@
+// Needle lab: episodes put the asked needles at the requested depth, a run's numbers are consistent with
+// what the model produced, summaries average correctly, and the report and CLI write what they promise.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "app/needle_report.h"
+#include "core/model.h"
+#include "core/needle.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+namespace {
+
+const std::filesystem::path kAssets = DIFFLENS_SOURCE_DIR "/assets";
+
+struct Lab {
+  Tokenizer tok = Tokenizer::bytes(259);
+  std::string text = test::read_all(kAssets / "haystack.txt").substr(0, 60000);
+  Haystack hay{text, tok};
+  EpisodeBuilder builder{hay, tok, NeedleSplit::Eval};
+};
+
+}  // namespace
+
+TEST_CASE("needle lab: asked needles sit at the requested depth, others anywhere", "[needle][lab]") {
+  const Lab lab;
+  for (const double depth : {0.0, 0.5, 1.0}) {
+    const Episode e = needle_episode(lab.builder, {2000, depth, 3, 2}, 7);
+    INFO("depth " << depth);
+    REQUIRE(e.needles.size() == 3);
+    REQUIRE(e.queried.size() == 2);
+    CHECK(static_cast<int64_t>(e.ids.size()) <= 2000);
+    const double hay_end = static_cast<double>(e.question_spans.front().begin);
+    for (int q : e.queried) {  // both asked needles at the depth
+      const double at = static_cast<double>(e.needle_spans[static_cast<size_t>(q)].begin) / hay_end;
+      CHECK(std::fabs(at - depth) < 0.1);
+      CHECK(e.depths[static_cast<size_t>(q)] == depth);
+    }
+  }
+  // The same cell and seed give the same episode; another seed another one.
+  CHECK(needle_episode(lab.builder, {300, 0.5, 1, 1}, 3).ids == needle_episode(lab.builder, {300, 0.5, 1, 1}, 3).ids);
+  CHECK(needle_episode(lab.builder, {300, 0.5, 1, 1}, 3).ids != needle_episode(lab.builder, {300, 0.5, 1, 1}, 4).ids);
+  CHECK_THROWS_WITH(needle_episode(lab.builder, {300, 0.5, 1, 2}, 1), Catch::Contains("queried <= needles"));
+  CHECK_THROWS_WITH(needle_episode(lab.builder, {300, 1.5, 1, 1}, 1), Catch::Contains("depths lie in [0, 1]"));
+}
+
+TEST_CASE("needle lab: a run reports what the model answered and where it looked", "[needle][lab]") {
+  const Lab lab;
+  const Model m = Model::random(test::tiny_config(AttentionKind::Diff), 5);
+  const NeedleRun r = run_needle(m, lab.builder, {256, 0.25, 2, 2}, 1);
+  CHECK(r.asked == 2);
+  REQUIRE(r.replies.size() == 2);
+  REQUIRE(r.truths.size() == 2);
+  int same = 0;
+  for (size_t q = 0; q < 2; ++q) {
+    CHECK(r.truths[q].size() == 4);  // four digits
+    same += r.replies[q] == r.truths[q];
+  }
+  CHECK(r.answered == same);
+  REQUIRE(r.attention.per_layer.size() == 2);  // both layers, all heads
+  for (const auto& l : r.attention.per_layer) {
+    CHECK(std::isfinite(l.answer));
+    CHECK(std::fabs(l.answer) + std::fabs(l.noise) <= 1.0 + 1e-9);  // shares of Σ|A|
+  }
+  CHECK(r.attention.mean.answer ==
+        Approx((r.attention.per_layer[0].answer + r.attention.per_layer[1].answer) / 2));
+}
+
+TEST_CASE("needle lab: summaries average seeds and count questions", "[needle][lab]") {
+  std::vector<NeedleRun> runs(3);
+  for (size_t i = 0; i < 3; ++i) {
+    runs[i].cell = {128, i < 2 ? 0.5 : 1.0, 2, 2};
+    runs[i].asked = 2;
+    runs[i].answered = static_cast<int>(i);  // 0, 1 | 2
+    runs[i].attention.mean = {0.1 * static_cast<double>(i + 1), 0.5};
+  }
+  const auto s = summarize(runs);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].cell.depth == 0.5);
+  CHECK(s[0].runs == 2);
+  CHECK(s[0].accuracy == Approx(0.25));  // 1 of 4 questions
+  CHECK(s[0].attention.answer == Approx(0.15));
+  CHECK(s[1].accuracy == Approx(1.0));
+}
+
+TEST_CASE("needle lab: the report writes JSON, CSV, tables and heatmaps", "[needle][lab][export]") {
+  test::ScratchDir dir("needlereport");
+  std::vector<NeedleRun> runs(2);
+  runs[0].cell = {128, 0.0, 1, 1};
+  runs[1].cell = {256, 0.0, 1, 1};
+  for (auto& r : runs) {
+    r.asked = 1;
+    r.answered = 1;
+    r.attention.layers = {0};
+    r.attention.per_layer = {{0.2, 0.3}};
+    r.attention.mean = {0.2, 0.3};
+  }
+  const std::string md = app::write_needle_report(dir / "out", {"m1"}, {runs});
+  CHECK(md.find("| m1 | 0.200 / 0.300 | 1.00 |") != std::string::npos);
+  const auto j = nlohmann::json::parse(test::read_all(dir / "out/needle.json"));
+  CHECK(j["models"][0]["runs"].size() == 2);
+  CHECK(j["models"][0]["cells"][1]["length"] == 256);
+  CHECK(test::read_all(dir / "out/needle.csv").find("m1,128,0,1,1,1,1,0.2,0.3") != std::string::npos);
+  CHECK(std::filesystem::file_size(dir / "out/m1-accuracy-N1R1.png") > 500);
+  CHECK(std::filesystem::file_size(dir / "out/m1-attention-N1R1.png") > 500);
+}
