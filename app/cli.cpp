@@ -15,10 +15,12 @@
 #include "app/figures.h"
 #include "app/gui.h"
 #include "app/needle_report.h"
+#include "app/outlier_report.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/model.h"
 #include "core/needle.h"
+#include "core/outliers.h"
 #include "core/trace.h"
 #include "core/trace_io.h"
 #include "core/train.h"
@@ -70,6 +72,9 @@ commands:
              [--depths 0,25,50,75,100 (%)] [--needles 1,2,4] [--queried 1,2] [--seeds 3]
              [--haystack FILE (default assets/haystack.txt)] [--names single-token|original]
              Writes needle.json, needle.csv, tables.md and PNG heatmaps; Ctrl-C stops.
+  outliers   the paper's Table 5 over a whole text: k-th largest |attention logit| and |hidden state|
+             --out DIR [--models DIR1,DIR2] [--text-file F (default assets/haystack.txt)]
+             [--window 512] [--max-windows 0 (all)]   Writes tables.md, JSON, CSV, histogram PNGs.
   render     draw one head of a trace bundle with token labels and legends, PNG or SVG
              --trace DIR --out F.png|F.svg [--layer 0] [--head 0] [--map all|A1|A2|A] [--size 1024]
              [--scale linear|sqrt|log] [--pooling max|mean] [--clamp 99.5] [--per-map-scale]
@@ -504,6 +509,41 @@ std::vector<double> parse_doubles(const std::string& text, const char* flag) {
   return out;
 }
 
+int cmd_outliers(const Args& a) {
+  a.reject_unknown({"models", "text-file", "out", "window", "max-windows", "threads", "device"});
+  apply_threads(a);
+  std::vector<std::string> dirs;
+  {
+    std::stringstream ss(a.get("models", bundled_model("diff-small") + "," + bundled_model("baseline-small")));
+    for (std::string d; std::getline(ss, d, ',');)
+      if (!d.empty()) dirs.push_back(d);
+  }
+  if (dirs.empty()) throw Error("--models expects one or more model directories, comma-separated");
+  const std::string out = a.require("out");
+  const std::string text = read_file(a.get("text-file", bundled_asset("haystack.txt")));
+  const int window = a.get_int("window", 512), max_windows = a.get_int("max-windows", 0);
+  if (max_windows < 0) throw Error("--max-windows must be 0 (all) or more");
+  std::signal(SIGINT, on_interrupt);
+  std::vector<std::string> names;
+  std::vector<OutlierStats> stats;
+  for (const std::string& dir : dirs) {
+    const Model model = Model::load(dir, parse_device(a.get("device", "auto")));
+    names.push_back(model.config().name.empty() ? dir : model.config().name);
+    stats.push_back(measure_outliers(
+        model, text, window, max_windows,
+        [&](int64_t done, int64_t total) {
+          std::fprintf(stderr, "\r%s: window %lld/%lld   ", names.back().c_str(), static_cast<long long>(done),
+                       static_cast<long long>(total));
+        },
+        &g_stop));
+    std::fprintf(stderr, "\n");
+  }
+  const std::string md = app::write_outlier_report(out, names, stats);
+  std::printf("%s\nwrote %s/tables.md, outliers.json, outliers.csv, logits.png, hidden.png\n", md.c_str(),
+              out.c_str());
+  return 0;
+}
+
 int cmd_needle(const Args& a) {
   a.reject_unknown({"models", "lengths", "depths", "needles", "queried", "seeds", "out", "haystack", "threads",
                     "names", "device"});
@@ -593,6 +633,7 @@ int run(int argc, char** argv) {
   if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
   if (cmd == "generate") return cmd_generate(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
+  if (cmd == "outliers") return cmd_outliers(Args(argc, argv, 2, {}));
   if (cmd == "needle") return cmd_needle(Args(argc, argv, 2, {}));
   if (cmd == "render") return cmd_render(Args(argc, argv, 2, {"per-map-scale"}));
   if (cmd == "train") return cmd_train(Args(argc, argv, 2, {"fresh"}));

@@ -240,3 +240,27 @@ TEST_CASE("cli: needle sweeps a pair end to end and refuses bad grids", "[cli][n
   };
   expect_failures(bad, dir);
 }
+
+TEST_CASE("cli: outliers measures a pair over a text file and refuses bad input", "[cli][outliers][lab]") {
+  test::ScratchDir dir("clioutliers");
+  const std::string models = (dir / "m").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  test::write_all(dir / "text.txt", std::string(1000, 'q'));
+  const std::string base = "outliers --models " + models + "/diff," + models + "/baseline --text-file " +
+                           (dir / "text.txt").string();
+  Result r = run(base + " --window 200 --out " + (dir / "o").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("| attention logits | diff (untrained") != std::string::npos);
+  CHECK(r.out.find("1006 tokens in 6 windows") != std::string::npos);  // 199 text tokens per window
+  CHECK(std::filesystem::exists(dir / "o/hidden.png"));
+  test::write_all(dir / "empty.txt", "");
+  const std::pair<std::string, std::string> bad[] = {
+      {base + " --out x --window 1", "at least 2 tokens"},
+      {base + " --out x --max-windows -1", "0 (all) or more"},
+      {"outliers --models " + models + "/diff --text-file " + (dir / "empty.txt").string() + " --out x",
+       "the text is empty"},
+      {"outliers --models " + models + "/diff --text-file /nonexistent --out x", "cannot open"},
+  };
+  expect_failures(bad, dir);
+}

@@ -416,6 +416,136 @@ Image render_head_figure(const HeadFigure& fig, const FigureFont& font, HeadFigu
   return img;
 }
 
+Image render_grid_figure(const GridFigure& g, const FigureFont& font) {
+  const size_t R = g.row_labels.size(), C = g.col_labels.size();
+  if (R == 0 || C == 0 || g.values.size() != R * C)
+    throw Error("grid figure: " + std::to_string(g.values.size()) + " values for " + std::to_string(R) + " x " +
+                std::to_string(C) + " labels");
+  if (g.cell < 16 || g.cell > 512) throw Error("grid figure: the cell size must be between 16 and 512 pixels");
+  if (!(g.hi > g.lo)) throw Error("grid figure: hi must be above lo");
+  const Rgb8 ink{20, 20, 20}, white{255, 255, 255};
+  const float px = std::clamp(g.cell / 4.5f, 9.0f, 40.0f), title_px = px * 1.3f;
+  const int margin = static_cast<int>(px);
+  int row_w = font.text_width(g.row_title, px);
+  for (const auto& l : g.row_labels) row_w = std::max(row_w, font.text_width(l, px));
+  const int left = margin + row_w + margin;
+  // Title, column title, column labels, then the grid.
+  const int top = margin + static_cast<int>(title_px * 1.6f) + static_cast<int>(px * 1.5f) + static_cast<int>(px * 1.5f);
+  const int grid_w = static_cast<int>(C) * g.cell, grid_h = static_cast<int>(R) * g.cell;
+  const int legend_top = top + grid_h + static_cast<int>(px * 1.8f);
+  Image img(std::max(left + grid_w + margin, margin + font.text_width(g.title, title_px) + margin),
+            legend_top + static_cast<int>(px * 0.8f) + static_cast<int>(px * 1.6f) + margin, white);
+  font.draw(img, margin, margin, g.title, title_px, ink);
+  font.draw(img, left, margin + static_cast<int>(title_px * 1.6f), g.col_title, px, ink);
+  font.draw(img, margin, top - static_cast<int>(px * 1.3f), g.row_title, px, ink);
+  const Colormap& cmap = sequential_colormap();
+  for (size_t r = 0; r < R; ++r) {
+    const int y = top + static_cast<int>(r) * g.cell;
+    font.draw(img, left - margin / 2 - font.text_width(g.row_labels[r], px), y + (g.cell - static_cast<int>(px)) / 2,
+              g.row_labels[r], px, ink);
+    for (size_t c = 0; c < C; ++c) {
+      const int x = left + static_cast<int>(c) * g.cell;
+      const double v = g.values[r * C + c];
+      char b[64];
+      if (std::isnan(v)) {
+        img.fill(x, y, g.cell - 1, g.cell - 1, {236, 236, 236});
+        std::snprintf(b, sizeof b, "n/a");
+      } else {
+        const Rgb8 col = cmap.at((v - g.lo) / (g.hi - g.lo));
+        img.fill(x, y, g.cell - 1, g.cell - 1, col);
+        std::snprintf(b, sizeof b, g.format.c_str(), v);
+      }
+      const bool dark = !std::isnan(v) && oklab_lightness(cmap.at((v - g.lo) / (g.hi - g.lo))) < 0.6;
+      font.draw(img, x + (g.cell - font.text_width(b, px)) / 2, y + (g.cell - static_cast<int>(px)) / 2, b, px,
+                dark ? white : ink);
+    }
+  }
+  for (size_t c = 0; c < C; ++c)  // column labels above the grid
+    font.draw(img, left + static_cast<int>(c) * g.cell + (g.cell - font.text_width(g.col_labels[c], px)) / 2,
+              top - static_cast<int>(px * 1.3f), g.col_labels[c], px, ink);
+  // Legend: the ramp from lo to hi under the grid.
+  const int lh = static_cast<int>(px * 0.8f);
+  for (int x = 0; x < grid_w; ++x) img.fill(left + x, legend_top, 1, lh, cmap.at((x + 0.5) / grid_w));
+  char lo[32], hi[32];
+  std::snprintf(lo, sizeof lo, g.format.c_str(), g.lo);
+  std::snprintf(hi, sizeof hi, g.format.c_str(), g.hi);
+  font.draw(img, left, legend_top + lh + 2, lo, px, ink);
+  font.draw(img, left + grid_w - font.text_width(hi, px), legend_top + lh + 2, hi, px, ink);
+  return img;
+}
+
+Image render_histogram_figure(const HistogramFigure& h, const FigureFont& font) {
+  if (h.width < 200 || h.height < 200 || h.width > 8192 || h.height > 8192)
+    throw Error("histogram figure: the size must be between 200 and 8192 pixels");
+  if (h.series.empty()) throw Error("histogram figure: no series");
+  const size_t bins = h.series[0].counts.size();
+  size_t first = bins, last = 0;
+  double top = 0;
+  for (const auto& s : h.series) {
+    if (s.counts.size() != bins) throw Error("histogram figure: the series have different bin counts");
+    for (size_t b = 0; b < bins; ++b)
+      if (s.counts[b] > 0) first = std::min(first, b), last = std::max(last, b), top = std::max(top, s.counts[b]);
+  }
+  if (first > last) throw Error("histogram figure: every series is empty");
+  // Whole decades around the data.
+  const double lo = std::floor(h.x0 + static_cast<double>(first) * h.bin_width);
+  const double hi = std::ceil(h.x0 + static_cast<double>(last + 1) * h.bin_width);
+  const double ytop = std::ceil(std::log10(top)) + (std::log10(top) == std::ceil(std::log10(top)) ? 1 : 0);
+  const Rgb8 ink{20, 20, 20}, grid{225, 225, 225}, white{255, 255, 255};
+  const float px = std::clamp(h.height / 36.0f, 10.0f, 40.0f);
+  const int left = static_cast<int>(px * 4.5f), right = static_cast<int>(px * 1.5f);
+  const int top_margin = static_cast<int>(px * 2.6f), bottom = static_cast<int>(px * 3.6f);
+  const int pw = h.width - left - right, ph = h.height - top_margin - bottom;
+  if (pw < 50 || ph < 50) throw Error("histogram figure: too small for its labels");
+  Image img(h.width, h.height, white);
+  font.draw(img, left, static_cast<int>(px * 0.5f), h.title, px * 1.2f, ink);
+  auto X = [&](double lg) { return left + static_cast<int>((lg - lo) / (hi - lo) * pw); };
+  auto Y = [&](double count) {  // log10(count + 1) so that single counts show
+    return top_margin + ph - static_cast<int>(std::log10(count + 1) / (ytop + 0.05) * ph);
+  };
+  for (double d = lo; d <= hi + 1e-9; d += 1) {  // decade grid and labels
+    img.fill(X(d), top_margin, 1, ph, grid);
+    char b[32];
+    std::snprintf(b, sizeof b, "1e%+.0f", d);
+    font.draw(img, X(d) - font.text_width(b, px) / 2, top_margin + ph + static_cast<int>(px * 0.4f), b, px, ink);
+  }
+  for (int e = 0; e <= static_cast<int>(ytop); ++e) {
+    const int y = Y(std::pow(10.0, e) - 1);
+    img.fill(left, y, pw, 1, grid);
+    char b[32];
+    std::snprintf(b, sizeof b, e == 0 ? "0" : "1e%d", e);
+    font.draw(img, left - static_cast<int>(px * 0.4f) - font.text_width(b, px), y - static_cast<int>(px / 2), b, px, ink);
+  }
+  img.fill(left, top_margin + ph, pw, 1, ink);
+  img.fill(left, top_margin, 1, ph, ink);
+  font.draw(img, left + (pw - font.text_width(h.x_label, px)) / 2, top_margin + ph + static_cast<int>(px * 1.8f),
+            h.x_label, px, ink);
+  font.draw(img, static_cast<int>(px * 0.3f), top_margin + ph / 2 + font.text_width("count", px) / 2, "count", px, ink,
+            true);
+  // Step lines, two pixels thick.
+  for (const auto& s : h.series) {
+    int prev_y = Y(0);
+    for (size_t b = 0; b < bins; ++b) {
+      const double l0 = h.x0 + static_cast<double>(b) * h.bin_width;
+      if (l0 + h.bin_width < lo || l0 > hi) continue;
+      const int x0 = X(l0), x1 = X(l0 + h.bin_width), y = Y(s.counts[b]);
+      img.fill(x0, std::min(prev_y, y), 2, std::abs(prev_y - y) + 2, s.color);
+      img.fill(x0, y, std::max(1, x1 - x0) + 1, 2, s.color);
+      prev_y = y;
+    }
+  }
+  // Legend, top right.
+  int ly = top_margin + static_cast<int>(px * 0.5f);
+  for (const auto& s : h.series) {
+    const int w = font.text_width(s.name, px);
+    const int lx = left + pw - w - static_cast<int>(px * 2.5f);
+    img.fill(lx, ly + static_cast<int>(px / 2), static_cast<int>(px * 1.6f), 3, s.color);
+    font.draw(img, lx + static_cast<int>(px * 2.0f), ly, s.name, px, ink);
+    ly += static_cast<int>(px * 1.4f);
+  }
+  return img;
+}
+
 std::string head_figure_svg(const HeadFigure& fig, const FigureFont& font, int max_cells) {
   if (max_cells < 1) throw Error("figure: max_cells must be positive");
   const FigureScene sc = layout_head_figure(fig, font);

@@ -127,4 +127,39 @@ struct HeadFigureLayout {
 Image render_head_figure(const HeadFigure& figure, const FigureFont& font = FigureFont::standard(),
                          HeadFigureLayout* layout = nullptr);
 
+// A table of numbers as a heatmap with the value printed in each cell (e.g. needle accuracy by depth ×
+// length): rows top to bottom, columns left to right, sequential colormap over [lo, hi].
+struct GridFigure {
+  std::string title;
+  std::string row_title, col_title;  // axis names, e.g. "depth", "context length"
+  std::vector<std::string> row_labels, col_labels;
+  std::vector<double> values;  // rows × cols, row-major; NaN cells are drawn empty ("n/a")
+  double lo = 0, hi = 1;
+  int cell = 72;            // pixels per cell side
+  std::string format = "%.2f";
+};
+
+// Throws Error when the values do not match the labels or the cell size is outside 16..512.
+Image render_grid_figure(const GridFigure& figure, const FigureFont& font = FigureFont::standard());
+
+// Histograms of |values| on a log10 axis, several series overlaid as step lines with log-scaled counts
+// (the paper's outlier view): bin b of every series covers [10^(x0 + b·w), 10^(x0 + (b+1)·w)).
+struct HistogramSeries {
+  std::string name;
+  Rgb8 color;
+  std::vector<double> counts;
+};
+
+struct HistogramFigure {
+  std::string title;
+  std::string x_label = "|value|";
+  double x0 = -8, bin_width = 1.0 / 64;  // log10 of the first bin's lower edge; bin width in decades
+  std::vector<HistogramSeries> series;
+  int width = 1000, height = 520;
+};
+
+// The x axis spans the decades where some series has counts. Throws Error when no series has any count,
+// the series differ in length, or the size is outside 200..8192.
+Image render_histogram_figure(const HistogramFigure& figure, const FigureFont& font = FigureFont::standard());
+
 }  // namespace difflens::viz

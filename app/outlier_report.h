@@ -1,0 +1,18 @@
+// Writes an outlier measurement: tables.md (the paper's Table 5 layout, the paper's 3B numbers beside),
+// outliers.json and outliers.csv (pooled and per layer), and logits.png / hidden.png histograms with all
+// models overlaid on the same axes.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/outliers.h"
+
+namespace difflens::app {
+
+// Returns the markdown it wrote. Throws Error when `out` is not writable.
+std::string write_outlier_report(const std::filesystem::path& out, const std::vector<std::string>& models,
+                                 const std::vector<OutlierStats>& stats);
+
+}  // namespace difflens::app
