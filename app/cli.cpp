@@ -509,16 +509,20 @@ std::vector<double> parse_doubles(const std::string& text, const char* flag) {
   return out;
 }
 
+// --models DIR1,DIR2,... (default: the bundled pair).
+std::vector<std::string> model_dirs(const Args& a) {
+  std::vector<std::string> dirs;
+  std::stringstream ss(a.get("models", bundled_model("diff-small") + "," + bundled_model("baseline-small")));
+  for (std::string d; std::getline(ss, d, ',');)
+    if (!d.empty()) dirs.push_back(d);
+  if (dirs.empty()) throw Error("--models expects one or more model directories, comma-separated");
+  return dirs;
+}
+
 int cmd_outliers(const Args& a) {
   a.reject_unknown({"models", "text-file", "out", "window", "max-windows", "threads", "device"});
   apply_threads(a);
-  std::vector<std::string> dirs;
-  {
-    std::stringstream ss(a.get("models", bundled_model("diff-small") + "," + bundled_model("baseline-small")));
-    for (std::string d; std::getline(ss, d, ',');)
-      if (!d.empty()) dirs.push_back(d);
-  }
-  if (dirs.empty()) throw Error("--models expects one or more model directories, comma-separated");
+  const std::vector<std::string> dirs = model_dirs(a);
   const std::string out = a.require("out");
   const std::string text = read_file(a.get("text-file", bundled_asset("haystack.txt")));
   const int window = a.get_int("window", 512), max_windows = a.get_int("max-windows", 0);
@@ -548,13 +552,7 @@ int cmd_needle(const Args& a) {
   a.reject_unknown({"models", "lengths", "depths", "needles", "queried", "seeds", "out", "haystack", "threads",
                     "names", "device"});
   apply_threads(a);
-  std::vector<std::string> dirs;
-  {
-    std::stringstream ss(a.get("models", bundled_model("diff-small") + "," + bundled_model("baseline-small")));
-    for (std::string d; std::getline(ss, d, ',');)
-      if (!d.empty()) dirs.push_back(d);
-  }
-  if (dirs.empty()) throw Error("--models expects one or more model directories, comma-separated");
+  const std::vector<std::string> dirs = model_dirs(a);
   std::vector<int64_t> lengths;
   for (double L : parse_doubles(a.get("lengths", "256,512"), "lengths")) {
     if (L < 64 || L != std::floor(L)) throw Error("--lengths: each length must be an integer of at least 64");
