@@ -21,6 +21,7 @@
 #include "core/model.h"
 #include "core/needle.h"
 #include "core/outliers.h"
+#include "core/metrics.h"
 #include "core/trace.h"
 #include "core/trace_io.h"
 #include "core/train.h"
@@ -75,6 +76,9 @@ commands:
   outliers   the paper's Table 5 over a whole text: k-th largest |attention logit| and |hidden state|
              --out DIR [--models DIR1,DIR2] [--text-file F (default assets/haystack.txt)]
              [--window 512] [--max-windows 0 (all)]   Writes tables.md, JSON, CSV, histogram PNGs.
+  quantize   how far attention maps move when the logits are absmax-quantized (per head, dynamic)
+             (--prompt TEXT | --prompt-file F) [--models DIR1,DIR2] [--bits 8,6,4]
+             [--needle-seeds K --needle-length 256 (needle accuracy at each width)] [--out DIR]
   render     draw one head of a trace bundle with token labels and legends, PNG or SVG
              --trace DIR --out F.png|F.svg [--layer 0] [--head 0] [--map all|A1|A2|A] [--size 1024]
              [--scale linear|sqrt|log] [--pooling max|mean] [--clamp 99.5] [--per-map-scale]
@@ -548,6 +552,79 @@ int cmd_outliers(const Args& a) {
   return 0;
 }
 
+int cmd_quantize(const Args& a) {
+  a.reject_unknown({"models", "prompt", "prompt-file", "bits", "needle-length", "needle-seeds", "out", "threads",
+                    "device", "haystack"});
+  apply_threads(a);
+  const std::vector<std::string> dirs = model_dirs(a);
+  std::vector<int> bits;
+  for (double b : parse_doubles(a.get("bits", "8,6,4"), "bits")) {
+    if (b != std::floor(b) || b < 2 || b > 32) throw Error("--bits: each must be an integer from 2 to 32");
+    bits.push_back(static_cast<int>(b));
+  }
+  const int needle_seeds = a.get_int("needle-seeds", 0);
+  const int needle_length = a.get_int("needle-length", 256);
+  if (needle_seeds < 0) throw Error("--needle-seeds must be 0 (no needle runs) or more");
+  const std::string hay_text = needle_seeds > 0 ? read_file(a.get("haystack", bundled_asset("haystack.txt"))) : "";
+  std::string md = "# Attention-logit quantization (absmax, per head, dynamic)\n\n| model | bits | max abs dA | "
+                   "mean abs dA | top-1 agreement |";
+  if (needle_seeds > 0) md += " needle accuracy (" + std::to_string(needle_length) + " tokens) |";
+  md += "\n|---|---|---|---|---|" + std::string(needle_seeds > 0 ? "---|" : "") + "\n";
+  std::signal(SIGINT, on_interrupt);
+  for (const std::string& dir : dirs) {
+    Model model = Model::load(dir, parse_device(a.get("device", "auto")));
+    const std::string name = model.config().name.empty() ? dir : model.config().name;
+    const std::vector<int64_t> ids = prompt_ids(a, model);
+    CaptureOptions opt;
+    opt.logit_stats = false;
+    const Trace exact = model.capture(ids, opt, &g_stop);
+    auto needle_accuracy = [&]() {
+      const Haystack hay(hay_text, model.tokenizer());
+      const EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval);
+      int answered = 0, asked = 0;
+      for (double depth : {0.0, 0.25, 0.5, 0.75, 1.0})
+        for (int s = 1; s <= needle_seeds; ++s) {
+          const NeedleRun r = run_needle(model, builder, {needle_length, depth, 1, 1}, static_cast<uint64_t>(s), &g_stop);
+          answered += r.answered;
+          asked += r.asked;
+        }
+      return static_cast<double>(answered) / std::max(1, asked);
+    };
+    char b[256];
+    if (needle_seeds > 0) {
+      std::snprintf(b, sizeof b, "| %s | exact | 0 | 0 | 1.000 | %.2f |\n", name.c_str(), needle_accuracy());
+      md += b;
+    }
+    for (int q : bits) {
+      model.set_logit_bits(q);
+      const Trace t = model.capture(ids, opt, &g_stop);
+      const MapDrift d = map_drift(exact, t);
+      std::snprintf(b, sizeof b, "| %s | %d | %.4f | %.6f | %.3f |", name.c_str(), q, d.max_abs, d.mean_abs,
+                    d.top1_agreement);
+      md += b;
+      if (needle_seeds > 0) {
+        std::snprintf(b, sizeof b, " %.2f |", needle_accuracy());
+        md += b;
+      }
+      md += "\n";
+      std::fprintf(stderr, "%s: %d bits done\n", name.c_str(), q);
+    }
+    model.set_logit_bits(0);
+  }
+  md += "\ndA: the change of A (DIFF: A1 - lambda A2; baseline: its softmax map) over every layer, head and "
+        "causal entry of the prompt; top-1 agreement: query rows whose most-attended key stays the same. "
+        "Paper (Fig. 8, 3B): 4-bit DIFF behaves about like 6-bit Transformer.\n";
+  std::printf("%s", md.c_str());
+  if (a.has("out")) {
+    std::filesystem::create_directories(a.get("out"));
+    const std::string f = (std::filesystem::path(a.get("out")) / "quantize.md").string();
+    std::ofstream o(f, std::ios::trunc);
+    if (!(o << md)) throw Error(f + ": cannot write");
+    std::printf("wrote %s\n", f.c_str());
+  }
+  return 0;
+}
+
 int cmd_needle(const Args& a) {
   a.reject_unknown({"models", "lengths", "depths", "needles", "queried", "seeds", "out", "haystack", "threads",
                     "names", "device"});
@@ -632,6 +709,7 @@ int run(int argc, char** argv) {
   if (cmd == "generate") return cmd_generate(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
   if (cmd == "outliers") return cmd_outliers(Args(argc, argv, 2, {}));
+  if (cmd == "quantize") return cmd_quantize(Args(argc, argv, 2, {}));
   if (cmd == "needle") return cmd_needle(Args(argc, argv, 2, {}));
   if (cmd == "render") return cmd_render(Args(argc, argv, 2, {"per-map-scale"}));
   if (cmd == "train") return cmd_train(Args(argc, argv, 2, {"fresh"}));

@@ -1,6 +1,7 @@
 // Attention to answer / attention noise.
 #include "core/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -67,6 +68,40 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
     r.mean.noise += s.noise / static_cast<double>(r.per_layer.size());
   }
   return r;
+}
+
+MapDrift map_drift(const Trace& ref, const Trace& other) {
+  const int64_t T = ref.length();
+  if (other.length() != T || other.layers.size() != ref.layers.size())
+    throw Error("map drift: the traces have different lengths or layers");
+  MapDrift d;
+  double sum = 0;
+  int64_t entries = 0, agree = 0;
+  for (size_t l = 0; l < ref.layers.size(); ++l) {
+    const LayerTrace &a = ref.layers[l], &b = other.layers[l];
+    if (a.heads != b.heads) throw Error("map drift: the traces kept different heads");
+    if (a.a.empty() || b.a.empty()) continue;
+    for (size_t h = 0; h < a.heads.size(); ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        const float* ra = a.a.data.data() + (static_cast<int64_t>(h) * T + i) * T;
+        const float* rb = b.a.data.data() + (static_cast<int64_t>(h) * T + i) * T;
+        int64_t arg_a = 0, arg_b = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const double diff = std::fabs(static_cast<double>(ra[j]) - rb[j]);
+          d.max_abs = std::max(d.max_abs, diff);
+          sum += diff;
+          ++entries;
+          if (ra[j] > ra[arg_a]) arg_a = j;
+          if (rb[j] > rb[arg_b]) arg_b = j;
+        }
+        agree += arg_a == arg_b;
+        ++d.rows;
+      }
+  }
+  if (d.rows == 0) throw Error("map drift: the traces kept no attention maps");
+  d.mean_abs = sum / static_cast<double>(entries);
+  d.top1_agreement = static_cast<double>(agree) / static_cast<double>(d.rows);
+  return d;
 }
 
 }  // namespace difflens

@@ -39,6 +39,17 @@ struct NoiseReadout {
 // kept no maps.
 NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question);
 
+// How far the maps of one capture moved from another's of the same prompt (e.g. quantized logits vs
+// exact): over every kept layer, head and causal entry of A (DIFF: A1 − λA2), the largest and mean |ΔA|,
+// and the fraction of query rows whose most-attended key is the same. Throws Error when the traces do
+// not match (length, layers or kept heads) or kept no maps.
+struct MapDrift {
+  double max_abs = 0, mean_abs = 0;
+  double top1_agreement = 0;
+  int64_t rows = 0;
+};
+MapDrift map_drift(const Trace& reference, const Trace& other);
+
 extern const char* const kAttentionShareDefinition;  // the definition above, for the UI and exports
 
 }  // namespace difflens

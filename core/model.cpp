@@ -279,6 +279,15 @@ std::string Model::device_name() const {
   return impl_->device.str();
 }
 
+void Model::set_logit_bits(int bits) {
+  if (bits < 0 || bits > 32) throw Error("logit quantization: bits must be between 2 and 32 (0: off)");
+  if (bits == 1) throw Error("logit quantization: 1 bit leaves no level but zero; use 2 or more");
+  impl_->logit_bits = bits;
+  for (auto& layer : impl_->net->model->layer_ptrs) layer->set_logit_bits(bits);
+}
+
+int Model::logit_bits() const { return impl_->logit_bits; }
+
 int64_t Model::parameter_count() const {
   int64_t n = 0;
   for (const auto& p : impl_->net->parameters()) n += p.numel();
@@ -382,6 +391,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
       trace.next_token.push_back({id, impl_->tokenizer.piece(id), pv[j]});
     }
   }
+  trace.logit_bits = impl_->logit_bits;
   trace.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return trace;
 }

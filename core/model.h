@@ -79,6 +79,12 @@ class Model {
   std::vector<int64_t> generate(const std::vector<int64_t>& ids, int max_new, double temperature = 0.0,
                                 int top_k = 40, uint64_t seed = 1) const;
 
+  // Absmax-quantizes every attention logit to `bits` (per head, dynamic) before the softmax in every
+  // later forward (capture, generate, probes), as the paper's quantization study does; 0 turns it off.
+  // Throws Error for 1 or more than 32 bits.
+  void set_logit_bits(int bits);
+  int logit_bits() const;
+
   // Runs only layer `layer`'s attention on a given input x ([T, E] row-major, i.e. what the attention
   // sees after input_layernorm) at positions 0..T-1. Returns all maps, logits and λ in a LayerTrace and
   // the attention block's output (before the residual add) in `output` ([T, E]). For tests and probes.

@@ -16,6 +16,7 @@ struct Model::Impl {
   std::filesystem::path path;
   at::Device device{at::kCPU};
   nn::CausalLm net{nullptr};
+  int logit_bits = 0;  // attention-logit quantization applied to every forward (0: exact)
 
   Impl(const ModelConfig& c, const Tokenizer& tok, at::Device dev) : config(c), tokenizer(tok), device(dev) {
     tune_allocator();

@@ -80,6 +80,17 @@ struct AttentionResult {
   double lambda_init = 0;
 };
 
+// Absmax quantization of attention logits to `bits` (the paper's Fig. 8 setting), per head and dynamic:
+// s = max |l| over the head's causal entries / (2^(bits−1) − 1), l ↦ round(l / s) · s. bits ≤ 0 or ≥ 32
+// leaves the logits exact. logits [B, H, T, T], future [T, T].
+inline Tensor quantize_logits(const Tensor& logits, const Tensor& future, int bits) {
+  if (bits <= 0 || bits >= 32) return logits;
+  const double levels = std::pow(2.0, bits - 1) - 1;
+  const Tensor amax = logits.masked_fill(future, 0).abs().amax({-2, -1}, true).clamp_min(1e-30);  // [B, H, 1, 1]
+  const Tensor step = amax / levels;
+  return at::round(logits / step) * step;
+}
+
 inline Tensor causal_softmax(const Tensor& logits, const Tensor& future) {
   return at::softmax(logits.masked_fill(future, -std::numeric_limits<float>::infinity()), -1, at::kFloat);
 }
@@ -107,14 +118,15 @@ struct BaselineAttentionImpl : torch::nn::Module {
       v = v.repeat_interleave(H / Hkv, 1);
     }
     AttentionResult r;
-    r.l1 = at::matmul(q, k.transpose(-2, -1));          // [B, H, T, T]
-    r.a = causal_softmax(r.l1, future);                 // [B, H, T, T]
+    r.l1 = quantize_logits(at::matmul(q, k.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
+    r.a = causal_softmax(r.l1, future);                                               // [B, H, T, T]
     Tensor o = at::matmul(r.a.to(v.scalar_type()), v);  // [B, H, T, d]
     r.out = o_proj(o.transpose(1, 2).reshape({B, T, H * d}));
     return r;
   }
 
   ModelConfig c;
+  int logit_bits = 0;  // quantize the logits before the softmax (0: exact)
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
 TORCH_MODULE(BaselineAttention);
@@ -173,8 +185,8 @@ struct DiffAttentionImpl : torch::nn::Module {
     r.lambda_exp1 = at::exp((lambda_q1.to(at::kFloat) * lambda_k1.to(at::kFloat)).sum());
     r.lambda_exp2 = at::exp((lambda_q2.to(at::kFloat) * lambda_k2.to(at::kFloat)).sum());
     r.lambda = r.lambda_exp1 - r.lambda_exp2 + lambda_init;
-    r.l1 = at::matmul(q1, k1.transpose(-2, -1));  // [B, H, T, T]
-    r.l2 = at::matmul(q2, k2.transpose(-2, -1));  // [B, H, T, T]
+    r.l1 = quantize_logits(at::matmul(q1, k1.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
+    r.l2 = quantize_logits(at::matmul(q2, k2.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
     r.a1 = causal_softmax(r.l1, future);
     r.a2 = causal_softmax(r.l2, future);
     r.a = r.a1 - r.lambda * r.a2;                       // rows sum to 1 - λ
@@ -186,6 +198,7 @@ struct DiffAttentionImpl : torch::nn::Module {
 
   ModelConfig c;
   double lambda_init;
+  int logit_bits = 0;  // quantize both components' logits before their softmaxes (0: exact)
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Tensor lambda_q1, lambda_k1, lambda_q2, lambda_k2;
   RmsNorm subln{nullptr};
@@ -213,6 +226,10 @@ struct DecoderLayerImpl : torch::nn::Module {
     input_layernorm = register_module("input_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
     post_attention_layernorm =
         register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+  }
+  void set_logit_bits(int bits) {
+    if (diff_attn) diff_attn->logit_bits = bits;
+    if (base_attn) base_attn->logit_bits = bits;
   }
   AttentionResult attend(const Tensor& x, const Rope& rope, const Tensor& future) {
     return diff_attn ? diff_attn->forward(x, rope, future) : base_attn->forward(x, rope, future);

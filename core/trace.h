@@ -83,6 +83,7 @@ struct Trace {
   std::vector<LayerTrace> layers;
   std::vector<TokenProbability> next_token;  // top-k of the distribution after the last token
   double elapsed_ms = 0;                     // wall time of the capture
+  int logit_bits = 0;                        // attention logits quantized to this many bits (0: exact)
 
   int64_t length() const { return static_cast<int64_t>(token_ids.size()); }
   // Bytes held by this trace (buffers, histograms, strings).

@@ -85,6 +85,7 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
   j["token_ids"] = trace.token_ids;
   j["tokens"] = trace.tokens;
   j["elapsed_ms"] = trace.elapsed_ms;
+  if (trace.logit_bits) j["logit_bits"] = trace.logit_bits;
   json layers = json::array();
   for (const auto& l : trace.layers) {
     json jl;
@@ -149,6 +150,7 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
     t.token_ids = j.at("token_ids").get<std::vector<int64_t>>();
     t.tokens = j.at("tokens").get<std::vector<std::string>>();
     t.elapsed_ms = j.value("elapsed_ms", 0.0);
+    t.logit_bits = j.value("logit_bits", 0);
     if (t.tokens.size() != t.token_ids.size())
       throw FormatError(jpath.string() + ": " + std::to_string(t.tokens.size()) + " token strings for " +
                         std::to_string(t.token_ids.size()) + " token ids");

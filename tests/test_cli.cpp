@@ -264,3 +264,23 @@ TEST_CASE("cli: outliers measures a pair over a text file and refuses bad input"
   };
   expect_failures(bad, dir);
 }
+
+TEST_CASE("cli: quantize reports map drift per width and refuses bad widths", "[cli][quantize]") {
+  test::ScratchDir dir("cliquant");
+  const std::string models = (dir / "m").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  const std::string base = "quantize --models " + models + "/diff," + models + "/baseline --prompt 'the cat sat on it'";
+  Result r = run(base + " --bits 8,3 --out " + (dir / "q").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("| diff (untrained, seed 1) | 8 |") != std::string::npos);
+  CHECK(r.out.find("| baseline (untrained, seed 1) | 3 |") != std::string::npos);
+  CHECK(std::filesystem::exists(dir / "q/quantize.md"));
+  const std::pair<std::string, std::string> bad[] = {
+      {base + " --bits 1", "integer from 2 to 32"},
+      {base + " --bits 4.5", "integer from 2 to 32"},
+      {base + " --needle-seeds -1", "0 (no needle runs) or more"},
+      {"quantize --models " + models + "/diff", "give exactly one of --prompt"},
+  };
+  expect_failures(bad, dir);
+}
