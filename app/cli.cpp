@@ -47,6 +47,7 @@ GUI options:
   --tab overview|models|noise|outliers   which bottom panel is open
   --export-all          export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E
   --export-dir DIR      export folder     --maps-height F   share of the height for the maps (0.2-0.85)
+  --logit-bits 8|6|4    show both models with absmax-quantized attention logits (0: exact)
   --zoom R,C,N          head view zoomed to N tokens from query R, key C (wheel zooms, drag pans)
   --query I             selected query token (start of the question)   --answer B,E   answer span
 
@@ -359,7 +360,7 @@ int cmd_render(const Args& a) {
 int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
                     "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
-                    "maps-height"});
+                    "maps-height", "logit-bits"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -371,9 +372,10 @@ int cmd_gui(const Args& a) {
     o.models[0] = bundled_model("diff-small");
     o.models[1] = bundled_model("baseline-small");
   }
+  // A needle the bundled pair never saw in training (held-out name, code a multiple of 7).
   o.prompt = a.get("prompt",
-                   "The secret code of Mira is 4821. The river was high that spring. "
-                   "What is the secret code of Mira? The secret code of Mira is");
+                   "The secret code of Rachel is 4823. The river was high that spring. "
+                   "Q: What is the secret code of Rachel?\nA: The secret code of Rachel is");
   const std::vector<int> sel = a.get_int_list("select");
   if (!sel.empty()) {
     if (sel.size() != 2) throw Error("--select expects LAYER,HEAD");
@@ -395,6 +397,9 @@ int cmd_gui(const Args& a) {
     if (o.width < 320 || o.height < 240) throw Error("--size: the window must be at least 320x240");
   }
   if (a.has("font-scale")) o.font_scale = std::stof(a.get("font-scale"));
+  o.logit_bits = a.get_int("logit-bits", 0);
+  if (o.logit_bits != 0 && o.logit_bits != 8 && o.logit_bits != 6 && o.logit_bits != 4)
+    throw Error("--logit-bits must be 0 (exact), 8, 6 or 4");
   if (a.has("maps-height")) {
     o.maps_fraction = std::stof(a.get("maps-height"));
     if (!(o.maps_fraction >= 0.2f && o.maps_fraction <= 0.85f))

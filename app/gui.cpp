@@ -51,7 +51,10 @@ struct ViewState {
   double zoom_row0 = 0, zoom_col0 = 0, zoom_span = 0;
   std::string export_dir = "difflens-exports";
   float maps_fraction = 0.6f;  // share of the height below the token strip given to the head view
+  int quantization = 0;        // attention logits: 0 exact, 1: 8 bits, 2: 6 bits, 3: 4 bits
 };
+
+constexpr int kQuantizationBits[] = {0, 8, 6, 4};
 
 struct PromptState {
   std::string text;
@@ -714,6 +717,14 @@ void draw_controls(GuiState& state, int layers, int heads[kSlots]) {
   ImGui::SameLine();
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 8);
   ImGui::SliderFloat("clamp %", &v.clamp_percentile, 90.0f, 100.0f, "%.1f");
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 8);
+  if (ImGui::Combo("logits", &v.quantization, "exact\0" "8-bit\0" "6-bit\0" "4-bit\0")) {
+    state.prompt.pending = true;  // re-run both models with the new width
+    state.prompt.last_edit = 0;
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Absmax-quantize every attention logit (per head, dynamic) before the softmax,\n"
+                      "as in the paper's quantization study; both models re-run.");
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 16);
   ImGui::InputText("export folder", &v.export_dir);
   ImGui::SameLine();
@@ -793,6 +804,8 @@ int run_gui(const GuiOptions& opt) {
     state.view.zoom_span = opt.zoom[2];
     if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
     state.view.maps_fraction = opt.maps_fraction;
+    for (int k = 0; k < 4; ++k)
+      if (kQuantizationBits[k] == opt.logit_bits) state.view.quantization = k;
     state.selection.answer_begin = opt.answer_begin;
     state.selection.answer_end = opt.answer_end;
     if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
@@ -827,7 +840,9 @@ int run_gui(const GuiOptions& opt) {
       }
       state.status = worker.status();
       if (state.prompt.pending && now_seconds() - state.prompt.last_edit > kDebounceSeconds) {
-        worker.run(state.prompt.text);
+        CaptureOptions capture;
+        capture.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
+        worker.run(state.prompt.text, capture);
         state.prompt.pending = false;
         state.edited_at = state.prompt.last_edit;
       }
@@ -894,6 +909,10 @@ int run_gui(const GuiOptions& opt) {
             ImGui::Text("%s  layer %d  head %d  (%lld tokens)",
                         t->config.name.empty() ? to_string(t->config.attention) : t->config.name.c_str(),
                         state.view.layer, state.view.head[s], static_cast<long long>(t->length()));
+            if (t->logit_bits > 0) {
+              ImGui::SameLine();
+              ImGui::TextColored(ImVec4(0.75f, 0.35f, 0.0f, 1), "logits quantized to %d bits", t->logit_bits);
+            }
             head_views[s].set_subject(
                 t->config.name.empty() ? to_string(t->config.attention) : t->config.name, state.view.layer,
                 state.view.head[s]);

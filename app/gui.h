@@ -13,6 +13,7 @@ struct GuiOptions {
   int exit_after_frames = 0;  // ...and this many further frames, then exit (0: run until closed)
   int width = 1600, height = 1000;
   float font_scale = 1.0f;
+  int logit_bits = 0;            // attention-logit quantization shown at start (0, 8, 6 or 4)
   float maps_fraction = 0.6f;    // share of the height below the token strip for the head view
   bool lecture = false;          // start with the large lecture font
   int threads = 0;               // inference threads (0: LibTorch default)

@@ -279,11 +279,16 @@ std::string Model::device_name() const {
   return impl_->device.str();
 }
 
+// Every attention module quantizes its logits to `bits` from now on (0: exact).
+void Model::Impl::apply_logit_bits(int bits) {
+  logit_bits = bits;
+  for (auto& layer : net->model->layer_ptrs) layer->set_logit_bits(bits);
+}
+
 void Model::set_logit_bits(int bits) {
   if (bits < 0 || bits > 32) throw Error("logit quantization: bits must be between 2 and 32 (0: off)");
   if (bits == 1) throw Error("logit quantization: 1 bit leaves no level but zero; use 2 or more");
-  impl_->logit_bits = bits;
-  for (auto& layer : impl_->net->model->layer_ptrs) layer->set_logit_bits(bits);
+  impl_->apply_logit_bits(bits);
 }
 
 int Model::logit_bits() const { return impl_->logit_bits; }
@@ -307,6 +312,15 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     if (id < 0 || id >= c.vocab_size)
       throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " +
                   std::to_string(c.vocab_size) + ")");
+  // A per-capture quantization width, restored afterwards (also when the capture throws).
+  if (options.logit_bits == 1 || options.logit_bits > 32)
+    throw Error("logit quantization: bits must be between 2 and 32 (0: off)");
+  struct BitsGuard {
+    Model::Impl& impl;
+    int saved;
+    ~BitsGuard() { impl.apply_logit_bits(saved); }
+  } bits_guard{*impl_, impl_->logit_bits};
+  if (options.logit_bits >= 0) impl_->apply_logit_bits(options.logit_bits);
   const int64_t heads_total = c.map_heads();
   for (int h : options.heads)
     if (h < 0 || h >= heads_total)

@@ -37,6 +37,7 @@ struct CaptureOptions {
   bool keep_hidden = false;  // full hidden state [T, E] per layer
   bool logit_stats = true;   // top-k / median / histogram of |logits| (O(T²) extra work)
   int next_token_top_k = 10;
+  int logit_bits = -1;  // quantize attention logits for this capture (0: exact; -1: the model's setting)
 };
 
 struct NamedTensor {

@@ -43,6 +43,7 @@ struct Model::Impl {
   }
 
   void to_device() { net->to(device); }
+  void apply_logit_bits(int bits);  // model.cpp
 };
 
 struct ModelAccess {

@@ -122,3 +122,22 @@ TEST_CASE("quantize: map drift measures |dA| and top-1 agreement over causal ent
   shorter.token_ids = {1};
   CHECK_THROWS_WITH(map_drift(a, shorter), Catch::Contains("different lengths"));
 }
+
+TEST_CASE("quantize: a capture's own width applies to that capture only", "[quantize]") {
+  Model m = Model::random(test::tiny_config(AttentionKind::Diff), 2);
+  const std::vector<int64_t> ids = test::random_ids(12, 259, 5);
+  const Trace exact = m.capture(ids);
+  CaptureOptions four;
+  four.logit_bits = 4;
+  const Trace q = m.capture(ids, four);
+  CHECK(q.logit_bits == 4);
+  CHECK(exact.logit_bits == 0);
+  CHECK(m.logit_bits() == 0);  // restored
+  CHECK(q.layers[1].a.data != exact.layers[1].a.data);
+  m.set_logit_bits(4);
+  CHECK(m.capture(ids).layers[1].a.data == q.layers[1].a.data);
+  CaptureOptions bad;
+  bad.logit_bits = 1;
+  CHECK_THROWS_WITH(m.capture(ids, bad), Catch::Contains("between 2 and 32"));
+  CHECK(m.logit_bits() == 4);
+}
