@@ -89,6 +89,8 @@ struct GuiState {
   double edited_at = 0;          // the last keystroke of the prompt now running
   double edit_to_screen_ms = 0;  // that keystroke → both maps drawn (debounce + inference + upload)
   bool export_all = false;       // Ctrl+E: export every map of the head view this frame
+  float strip_height = 0;        // the token chips' full height last frame (the strip scrolls beyond ~4 lines)
+  int strip_scrolled_to = -1;    // the query the strip last scrolled to
 };
 
 std::string file_safe(std::string s) {
@@ -401,9 +403,13 @@ std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t reque
 void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
   ImGui::TextUnformatted("Tokens (click: query / question start, hover: key, right-drag: answer span)");
   if (!ImGui::IsMouseDown(ImGuiMouseButton_Right)) state.selection.answer_anchor = -1;
-  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
   ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(2, 2));
   ImGui::PushStyleVar(ImGuiStyleVar_FramePadding, ImVec2(3, 1));
+  // Long prompts: at most about four lines of chips, scrolling, so the maps keep their room.
+  const float line = ImGui::GetFrameHeight() + 2;
+  const float height = std::min(state.strip_height > 0 ? state.strip_height : line, 4.5f * line) + 4;
+  ImGui::BeginChild("##tokenstrip", ImVec2(0, height), false);
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const std::string label = tokens[i] + "##tok" + std::to_string(i);
     const float w = ImGui::CalcTextSize(tokens[i].c_str()).x + 6;
@@ -420,6 +426,10 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
                                            : answer ? ImVec4(0.45f, 0.8f, 0.45f, 1)
                                                     : ImVec4(0.86f, 0.88f, 0.92f, 1));
     if (ImGui::Button(label.c_str())) state.selection.query = ii;
+    if (query && state.strip_scrolled_to != ii) {  // keep the selected query in sight
+      ImGui::SetScrollHereY(0.5f);
+      state.strip_scrolled_to = ii;
+    }
     if (ImGui::IsItemHovered()) {
       state.selection.hovered_next = ii;
       if (ImGui::IsMouseClicked(ImGuiMouseButton_Right)) state.selection.answer_anchor = ii;
@@ -430,6 +440,8 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
     }
     ImGui::PopStyleColor();
   }
+  state.strip_height = ImGui::GetCursorPosY();
+  ImGui::EndChild();
   ImGui::PopStyleVar(2);
 }
 
