@@ -48,6 +48,8 @@ GUI options:
   --export-all          export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E
   --export-dir DIR      export folder     --maps-height F   share of the height for the maps (0.2-0.85)
   --logit-bits 8|6|4    show both models with absmax-quantized attention logits (0: exact)
+  --needle T,D,N,R,S    start with a held-out needle prompt (T tokens, depth D %, N needles, R asked,
+                        seed S), question and answer marked: the Attention noise tab measures it
   --zoom R,C,N          head view zoomed to N tokens from query R, key C (wheel zooms, drag pans)
   --query I             selected query token (start of the question)   --answer B,E   answer span
 
@@ -360,7 +362,7 @@ int cmd_render(const Args& a) {
 int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
                     "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
-                    "maps-height", "logit-bits"});
+                    "maps-height", "logit-bits", "needle"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -397,6 +399,14 @@ int cmd_gui(const Args& a) {
     if (o.width < 320 || o.height < 240) throw Error("--size: the window must be at least 320x240");
   }
   if (a.has("font-scale")) o.font_scale = std::stof(a.get("font-scale"));
+  o.haystack = bundled_asset("haystack.txt");
+  o.needle = a.get_int_list("needle");
+  if (!o.needle.empty()) {
+    const auto& n = o.needle;
+    if (n.size() != 5 || n[0] < 64 || n[1] < 0 || n[1] > 100 || n[2] < 1 || n[2] > 6 || n[3] < 1 || n[3] > n[2])
+      throw Error("--needle expects TOKENS,DEPTH%,NEEDLES,ASKED,SEED with TOKENS >= 64, DEPTH in 0..100 and "
+                  "1 <= ASKED <= NEEDLES <= 6");
+  }
   o.logit_bits = a.get_int("logit-bits", 0);
   if (o.logit_bits != 0 && o.logit_bits != 8 && o.logit_bits != 6 && o.logit_bits != 4)
     throw Error("--logit-bits must be 0 (exact), 8, 6 or 4");

@@ -16,14 +16,19 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <unordered_map>
 
 #include "app/figures.h"
 #include "app/inference_worker.h"
+#include "core/data.h"
+#include "core/error.h"
 #include "core/metrics.h"
+#include "core/needle.h"
 #include "viz/export.h"
 #include "viz/figure.h"
 #include "viz/heatmap_view.h"
@@ -89,6 +94,15 @@ struct GuiState {
   double edited_at = 0;          // the last keystroke of the prompt now running
   double edit_to_screen_ms = 0;  // that keystroke → both maps drawn (debounce + inference + upload)
   bool export_all = false;       // Ctrl+E: export every map of the head view this frame
+  // Needle builder (Attention noise tab): the episode it built last and the haystack it reads.
+  struct Needle {
+    int length = 256, depth_pct = 50, needles = 1, asked = 1, seed = 1;
+    std::string haystack_path;
+    std::string built;  // description of the last built episode, or why building failed
+    std::string tokenizer_path;          // the tokenizer the cached haystack was counted with
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::unique_ptr<Haystack> haystack;
+  } needle;
   float strip_height = 0;        // the token chips' full height last frame (the strip scrolls beyond ~4 lines)
   int strip_scrolled_to = -1;    // the query the strip last scrolled to
 };
@@ -620,6 +634,73 @@ void draw_outlier_panel(const RunResult& r, int& layer_choice) {
 }
 
 // Attention to the marked answer vs attention noise, per layer and averaged, for both models.
+// Builds a held-out needle episode with the left model's tokenizer, puts it (up to the answer) into the
+// prompt and marks the question and the asked needle's code, so the readout below measures retrieval.
+void build_needle_prompt(GuiState& state, const std::string& model_dir) {
+  GuiState::Needle& n = state.needle;
+  try {
+    const std::filesystem::path tok_path = std::filesystem::path(model_dir) / "tokenizer.model";
+    if (!std::filesystem::exists(tok_path))
+      throw Error("the needle builder needs a SentencePiece model in a slot (" + tok_path.string() + " is missing)");
+    if (!n.haystack || n.tokenizer_path != tok_path.string()) {  // count the haystack once per tokenizer
+      std::ifstream in(n.haystack_path, std::ios::binary);
+      if (!in) throw Error(n.haystack_path + ": cannot open the haystack text");
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      n.tokenizer = std::make_unique<Tokenizer>(Tokenizer::sentencepiece(tok_path));
+      n.haystack = std::make_unique<Haystack>(text, *n.tokenizer);
+      n.tokenizer_path = tok_path.string();
+    }
+    const EpisodeBuilder builder(*n.haystack, *n.tokenizer, NeedleSplit::Eval);
+    n.asked = std::clamp(n.asked, 1, n.needles);
+    Episode ep = needle_episode(builder, {n.length, n.depth_pct / 100.0, n.needles, n.asked},
+                                static_cast<uint64_t>(std::max(1, n.seed)));
+    const Span code = ep.needle_code_spans[static_cast<size_t>(ep.queried.back())];
+    const Span question = ep.question_spans.back();
+    const Needle& asked = ep.needles[static_cast<size_t>(ep.queried.back())];
+    ep.text.resize(ep.text.size() - asked.code.size() - 1);  // up to "... is " : the model answers next
+    state.prompt.text = ep.text;
+    state.prompt.pending = true;
+    state.prompt.last_edit = 0;
+    state.selection.query = static_cast<int>(question.begin);
+    state.selection.answer_begin = static_cast<int>(code.begin);
+    state.selection.answer_end = static_cast<int>(code.end);
+    n.built = "built a " + std::to_string(n.tokenizer->encode(ep.text, true).ids.size()) + "-token prompt: asked " +
+              asked.name + " -> " + asked.code + " (answer span = its code, tokens " + std::to_string(code.begin) +
+              "-" + std::to_string(code.end - 1) + "); a model that retrieves continues with \" " + asked.code +
+              "\" (next-token panel)";
+  } catch (const std::exception& e) {
+    n.built = std::string("could not build: ") + e.what();
+  }
+}
+
+void draw_needle_builder(GuiState& state) {
+  GuiState::Needle& n = state.needle;
+  const float w = ImGui::GetFontSize() * 6;
+  ImGui::TextUnformatted("Needle builder (held-out names and codes):");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputInt("tokens", &n.length, 64, 256);
+  n.length = std::clamp(n.length, 64, 8192);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::SliderInt("depth %", &n.depth_pct, 0, 100);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::SliderInt("needles", &n.needles, 1, 6);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::SliderInt("asked", &n.asked, 1, n.needles);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputInt("seed", &n.seed);
+  ImGui::SameLine();
+  if (ImGui::Button("Build prompt"))
+    build_needle_prompt(state, state.status.slots[0].path.empty() ? state.status.slots[1].path
+                                                                  : state.status.slots[0].path);
+  if (!n.built.empty()) ImGui::TextDisabled("%s", n.built.c_str());
+  ImGui::Separator();
+}
+
 void draw_noise_panel(const GuiState& state, const RunResult& r) {
   const SelectionState& sel = state.selection;
   ImGui::TextWrapped("%s.", kAttentionShareDefinition);
@@ -816,15 +897,27 @@ int run_gui(const GuiOptions& opt) {
     state.view.zoom_span = opt.zoom[2];
     if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
     state.view.maps_fraction = opt.maps_fraction;
-    for (int k = 0; k < 4; ++k)
-      if (kQuantizationBits[k] == opt.logit_bits) state.view.quantization = k;
+    state.needle.haystack_path = opt.haystack;
     state.selection.answer_begin = opt.answer_begin;
     state.selection.answer_end = opt.answer_end;
+    if (opt.needle.size() == 5) {  // headless needle prompt (validated by the CLI)
+      state.needle.length = opt.needle[0];
+      state.needle.depth_pct = opt.needle[1];
+      state.needle.needles = opt.needle[2];
+      state.needle.asked = opt.needle[3];
+      state.needle.seed = opt.needle[4];
+      build_needle_prompt(state, opt.models[0]);
+      if (state.needle.built.rfind("could not", 0) == 0)
+        std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
+    }
+    for (int k = 0; k < 4; ++k)
+      if (kQuantizationBits[k] == opt.logit_bits) state.view.quantization = k;
     if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
     HeadView head_views[kSlots];
     ModelView model_views[kSlots];
     int frames_since_result = -1;
     std::vector<double> first_frame_ms, steady_ms;  // headless frame timing
+    bool first_panels = true;
     bool export_pending = opt.export_all;
     bool simulated_edit = false;  // headless Ctrl+E, once the first result is on screen
 
@@ -972,7 +1065,7 @@ int run_gui(const GuiOptions& opt) {
             ImGui::EndTabItem();
           }
           if (ImGui::BeginTabItem("Model view", nullptr,
-                                  opt.open_model_view ? ImGuiTabItemFlags_SetSelected : 0)) {
+                                  opt.open_model_view && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
             // Thumbnails as large as the tab allows: every layer's row fits the height, both grids the width.
             int rows = 1, cols = 0;
             for (int s = 0; s < kSlots; ++s)
@@ -996,16 +1089,18 @@ int run_gui(const GuiOptions& opt) {
             ImGui::EndTabItem();
           }
           if (ImGui::BeginTabItem("Attention noise", nullptr,
-                                  opt.open_noise ? ImGuiTabItemFlags_SetSelected : 0)) {
+                                  opt.open_noise && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
+            draw_needle_builder(state);
             draw_noise_panel(state, *state.shown);
             ImGui::EndTabItem();
           }
           if (ImGui::BeginTabItem("Outliers", nullptr,
-                                  opt.open_outliers ? ImGuiTabItemFlags_SetSelected : 0)) {
+                                  opt.open_outliers && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
             draw_outlier_panel(*state.shown, state.view.outlier_layer);
             ImGui::EndTabItem();
           }
           ImGui::EndTabBar();
+          first_panels = false;  // --tab selects a tab once; the user's clicks rule after that
         }
         ImGui::EndChild();
       }

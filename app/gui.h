@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace difflens::app {
 
@@ -13,6 +14,8 @@ struct GuiOptions {
   int exit_after_frames = 0;  // ...and this many further frames, then exit (0: run until closed)
   int width = 1600, height = 1000;
   float font_scale = 1.0f;
+  std::string haystack;           // held-out text for the needle builder (assets/haystack.txt)
+  std::vector<int> needle;       // headless: build a needle prompt at start: LENGTH,DEPTH%,N,R,SEED
   int logit_bits = 0;            // attention-logit quantization shown at start (0, 8, 6 or 4)
   float maps_fraction = 0.6f;    // share of the height below the token strip for the head view
   bool lecture = false;          // start with the large lecture font

@@ -165,10 +165,29 @@ TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
   REQUIRE(cols == t.length());
   for (int64_t i = 0; i < rows * cols; ++i)
     REQUIRE(a2[static_cast<size_t>(i)] == Approx(t.layers[1].a2.data[static_cast<size_t>(i)]).margin(1e-6));
+  // The export wrote the labelled head views too.
+  for (const char* f : {"diff-small-L1-H0-headview.png", "baseline-small-L1-H0-headview.png"})
+    CHECK(std::filesystem::file_size(std::filesystem::path(exports) / f) > 20000);
   // Bad GUI options are refused before any window opens.
-  const Result bad = run("--size 10x10 --screenshot x.png", dir);
-  CHECK(bad.status == 1);
-  CHECK(bad.out.find("at least 320x240") != std::string::npos);
+  const std::pair<std::string, std::string> bad[] = {
+      {"--size 10x10 --screenshot x.png", "at least 320x240"},
+      {"--needle 256,50,2,3,1 --screenshot x.png", "1 <= ASKED <= NEEDLES <= 6"},
+      {"--logit-bits 5 --screenshot x.png", "--logit-bits must be 0 (exact), 8, 6 or 4"},
+      {"--maps-height 0.99 --screenshot x.png", "between 0.2 and 0.85"},
+  };
+  expect_failures(bad, dir);
+}
+
+TEST_CASE("gui: a needle prompt marks question and answer, and quantized logits run headless", "[gui][cli][needle]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guineedle");
+  const Result r = run("--needle 200,25,2,1,4 --tab noise --logit-bits 6 --size 1280x800 --exit-after-frames 2 "
+                       "--threads 1 --screenshot " + (dir / "n.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("tokens: both models") != std::string::npos);
+  CHECK(r.out.find("could not build") == std::string::npos);
+  CHECK(std::filesystem::file_size(dir / "n.png") > 20000);
 }
 
 TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, and refuses bad requests",
