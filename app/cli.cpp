@@ -645,23 +645,23 @@ int cmd_needle(const Args& a) {
                     "names", "device"});
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
-  std::vector<int64_t> lengths;
+  NeedleSweep sweep;
+  sweep.lengths.clear();
   for (double L : parse_doubles(a.get("lengths", "256,512"), "lengths")) {
-    if (L < 64 || L != std::floor(L)) throw Error("--lengths: each length must be an integer of at least 64");
-    lengths.push_back(static_cast<int64_t>(L));
+    if (L != std::floor(L)) throw Error("--lengths: each length must be an integer of at least 64");
+    sweep.lengths.push_back(static_cast<int64_t>(L));
   }
-  std::vector<double> depths;
-  for (double d : parse_doubles(a.get("depths", "0,25,50,75,100"), "depths")) {
-    if (d < 0 || d > 100) throw Error("--depths are percentages in [0, 100]");
-    depths.push_back(d / 100.0);
-  }
-  std::vector<std::pair<int, int>> nr;
+  sweep.depths.clear();
+  for (double d : parse_doubles(a.get("depths", "0,25,50,75,100"), "depths")) sweep.depths.push_back(d / 100.0);
+  sweep.needles_queried.clear();
   for (double n : parse_doubles(a.get("needles", "1"), "needles"))
     for (double r : parse_doubles(a.get("queried", "1"), "queried"))
-      if (r >= 1 && r <= n && n <= 16) nr.push_back({static_cast<int>(n), static_cast<int>(r)});
-  if (nr.empty()) throw Error("--needles/--queried: no combination with 1 <= queried <= needles <= 16");
-  const int seeds = a.get_int("seeds", 3);
-  if (seeds < 1) throw Error("--seeds must be at least 1");
+      if (r >= 1 && r <= n && n <= 16) sweep.needles_queried.push_back({static_cast<int>(n), static_cast<int>(r)});
+  if (sweep.needles_queried.empty())
+    throw Error("--needles/--queried: no combination with 1 <= queried <= needles <= 16");
+  sweep.seeds = a.get_int("seeds", 3);
+  validate(sweep);
+  const std::vector<NeedleJob> jobs = expand(sweep);
   const std::string out = a.require("out");
   const NameSet names = parse_name_set(a.get("names", "single-token"));
   const std::string hay_text = read_file(a.get("haystack", bundled_asset("haystack.txt")));
@@ -669,36 +669,35 @@ int cmd_needle(const Args& a) {
   std::signal(SIGINT, on_interrupt);
   std::vector<std::vector<NeedleRun>> results;
   std::vector<std::string> model_names;
-  const size_t total = dirs.size() * lengths.size() * depths.size() * nr.size() * static_cast<size_t>(seeds);
+  const size_t total = dirs.size() * jobs.size();
   size_t done = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (const std::string& dir : dirs) {
     const Model model = Model::load(dir, parse_device(a.get("device", "auto")));
     if (!model.tokenizer().can_encode())
       throw Error(dir + ": this model has no text tokenizer, so it cannot read a haystack");
+    try {
+      validate(sweep, model.config().max_position_embeddings);
+    } catch (const Error& e) {
+      throw Error(dir + ": " + e.what());
+    }
     const Haystack hay(hay_text, model.tokenizer());
     const EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval, names);
     model_names.push_back(model.config().name.empty() ? dir : model.config().name);
     results.emplace_back();
-    for (int64_t L : lengths) {
-      if (L > model.config().max_position_embeddings)
-        throw Error(dir + ": length " + std::to_string(L) + " exceeds the model's " +
-                    std::to_string(model.config().max_position_embeddings) + " positions");
-      for (const auto& [n, r] : nr)
-        for (double d : depths)
-          for (int s = 0; s < seeds; ++s) {
-            if (g_stop) throw Error("stopped by Ctrl-C: nothing written");
-            NeedleRun run = run_needle(model, builder, {L, d, n, r}, static_cast<uint64_t>(s) + 1, &g_stop);
-            ++done;
-            const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            std::fprintf(stderr,
-                         "\r[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  answer %.3f noise %.3f"
-                         "  ETA %.0f s   ",
-                         done, total, model_names.back().c_str(), static_cast<long long>(L), d * 100, n, r, s + 1,
-                         run.answered, run.asked, run.attention.mean.answer, run.attention.mean.noise,
-                         el / static_cast<double>(done) * static_cast<double>(total - done));
-            results.back().push_back(std::move(run));
-          }
+    for (const NeedleJob& job : jobs) {
+      if (g_stop) throw Error("stopped by Ctrl-C: nothing written");
+      NeedleRun run = run_needle(model, builder, job.cell, job.seed, &g_stop);
+      ++done;
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr,
+                   "\r[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  answer %.3f noise %.3f"
+                   "  ETA %.0f s   ",
+                   done, total, model_names.back().c_str(), static_cast<long long>(job.cell.length),
+                   job.cell.depth * 100, job.cell.needles, job.cell.queried, static_cast<int>(job.seed), run.answered,
+                   run.asked, run.attention.mean.answer, run.attention.mean.noise,
+                   el / static_cast<double>(done) * static_cast<double>(total - done));
+      results.back().push_back(std::move(run));
     }
   }
   std::fprintf(stderr, "\n");

@@ -1,8 +1,11 @@
 // InferenceWorker: job queue, latest-wins runs, cancellation, model loading on the owning thread.
 #include "app/inference_worker.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 #include "core/trace_io.h"
@@ -81,7 +84,188 @@ WorkerStatus InferenceWorker::status() const {
 
 void InferenceWorker::wait_idle() const {
   std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [this] { return stopping_ || (loads_.empty() && !pending_run_ && !status_.busy); });
+  cv_.wait(lock, [this] {
+    return stopping_ || (loads_.empty() && !pending_run_ && !status_.busy && !pending_sweep_ && !sweep_active_);
+  });
+}
+
+uint64_t InferenceWorker::start_sweep(const SweepRequest& request) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    id = next_request_++;
+    pending_sweep_ = request;                // replaces the sweep in progress, if any
+    if (sweep_in_episode_) cancel_ = true;
+    sweep_ = SweepProgress{};
+    sweep_.id = id;
+    sweep_.request = request;
+    sweep_.running = true;
+    sweep_.current = "waiting for the worker";
+    sweep_.version = ++sweep_version_;
+  }
+  cv_.notify_all();
+  return id;
+}
+
+void InferenceWorker::cancel_sweep() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pending_sweep_) {  // not started yet: nothing ran (a replaced sweep's plan goes too)
+      pending_sweep_.reset();
+      end_sweep("", true);
+    } else if (sweep_active_) {
+      sweep_stop_ = true;
+      if (sweep_in_episode_) cancel_ = true;  // only the sweep's episode runs now: interrupt it
+    }
+  }
+  cv_.notify_all();
+}
+
+std::optional<SweepProgress> InferenceWorker::sweep_progress(uint64_t seen_version) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (seen_version != 0 && sweep_.version == seen_version) return std::nullopt;
+  return sweep_;
+}
+
+void InferenceWorker::drop_sweep_plan() {
+  sweep_active_ = false;
+  sweep_stop_ = false;
+  sweep_jobs_.clear();
+  sweep_slots_.clear();
+  sweep_next_ = 0;
+  for (auto& b : sweep_builders_) b.reset();
+  for (auto& h : sweep_haystacks_) h.reset();
+}
+
+void InferenceWorker::end_sweep(const std::string& error, bool cancelled) {
+  drop_sweep_plan();
+  sweep_.running = false;
+  sweep_.cancelled = cancelled;
+  sweep_.finished = !cancelled && error.empty();
+  if (!error.empty()) sweep_.error = sweep_.error.empty() ? error : sweep_.error + "; " + error;
+  sweep_.current.clear();
+  sweep_.version = ++sweep_version_;
+}
+
+// Reads the haystack and prepares one episode builder per runnable slot (tokenizing the haystack is
+// model work: done unlocked). A sweep already running is replaced.
+void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
+  drop_sweep_plan();
+  const SweepRequest req = *pending_sweep_;
+  pending_sweep_.reset();
+  const uint64_t id = sweep_.id;
+  sweep_active_ = true;  // preparing counts: cancel_sweep() stops it
+  status_.activity = "needle sweep: preparing";
+  lock.unlock();
+  std::string error;
+  std::vector<std::string> slot_notes;
+  std::vector<int> slots;
+  std::array<std::string, kSlots> names;
+  std::array<std::unique_ptr<Haystack>, kSlots> haystacks;
+  std::array<std::unique_ptr<EpisodeBuilder>, kSlots> builders;
+  std::vector<NeedleJob> jobs;
+  try {
+    jobs = expand(req.sweep);
+    std::ifstream in(req.haystack_path, std::ios::binary);
+    if (!in) throw Error(req.haystack_path + ": cannot open the haystack text");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (size_t s = 0; s < kSlots; ++s) {
+      const Model* m = models_[s].get();
+      const std::string side = s == 0 ? "left slot" : "right slot";
+      if (!m) {
+        slot_notes.push_back(side + ": no model loaded");
+        continue;
+      }
+      if (!m->tokenizer().can_encode()) {
+        slot_notes.push_back(side + ": its model has no text tokenizer");
+        continue;
+      }
+      try {
+        validate(req.sweep, m->config().max_position_embeddings);
+        haystacks[s] = std::make_unique<Haystack>(text, m->tokenizer());
+        builders[s] = std::make_unique<EpisodeBuilder>(*haystacks[s], m->tokenizer(), NeedleSplit::Eval, req.names);
+        // One episode per length and (N, R) now, so a grid the haystack or the context cannot hold
+        // fails here, not halfway.
+        for (int64_t L : req.sweep.lengths)
+          for (const auto& [n, r] : req.sweep.needles_queried)
+            (void)needle_episode(*builders[s], {L, req.sweep.depths.front(), n, r}, 1);
+      } catch (const std::exception& e) {
+        slot_notes.push_back(side + ": " + e.what());
+        builders[s].reset();
+        haystacks[s].reset();
+        continue;
+      }
+      names[s] = m->config().name.empty() ? to_string(m->config().attention) : m->config().name;
+      slots.push_back(static_cast<int>(s));
+    }
+    if (slots.empty()) throw Error("no slot can run the sweep");
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  lock.lock();
+  if (sweep_.id != id) return;  // replaced meanwhile: the new request waits in pending_sweep_
+  for (const auto& n : slot_notes) sweep_.error += (sweep_.error.empty() ? "" : "; ") + n;
+  sweep_.models = names;
+  if (!error.empty() || sweep_stop_) {
+    end_sweep(error, sweep_stop_);
+    return;
+  }
+  sweep_jobs_ = std::move(jobs);
+  sweep_slots_ = std::move(slots);
+  sweep_haystacks_ = std::move(haystacks);
+  sweep_builders_ = std::move(builders);
+  sweep_.total = sweep_jobs_.size() * sweep_slots_.size();
+  sweep_.current.clear();
+  sweep_.version = ++sweep_version_;
+}
+
+// Runs the next episode; a prompt run or a cancel that interrupts it leaves the step to be redone.
+void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
+  if (sweep_stop_) {
+    end_sweep("", true);
+    return;
+  }
+  const size_t steps = sweep_jobs_.size() * sweep_slots_.size();
+  if (sweep_next_ >= steps) {
+    end_sweep("", false);
+    return;
+  }
+  const uint64_t id = sweep_.id;
+  const NeedleJob job = sweep_jobs_[sweep_next_ / sweep_slots_.size()];
+  const size_t slot = static_cast<size_t>(sweep_slots_[sweep_next_ % sweep_slots_.size()]);
+  char what[200];
+  std::snprintf(what, sizeof what, "%s: %lld tokens, depth %.0f%%, N=%d R=%d, seed %llu",
+                sweep_.models[slot].c_str(), static_cast<long long>(job.cell.length), job.cell.depth * 100,
+                job.cell.needles, job.cell.queried, static_cast<unsigned long long>(job.seed));
+  sweep_.current = what;
+  sweep_.version = ++sweep_version_;
+  status_.activity = "needle sweep " + std::to_string(sweep_.done + 1) + "/" + std::to_string(sweep_.total) +
+                     ": " + what;
+  sweep_in_episode_ = true;
+  cancel_ = false;
+  lock.unlock();
+  std::optional<NeedleRun> run;
+  std::string error;
+  try {
+    run = run_needle(*models_[slot], *sweep_builders_[slot], job.cell, job.seed, &cancel_);
+  } catch (const Cancelled&) {
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  lock.lock();
+  sweep_in_episode_ = false;
+  if (sweep_.id != id) return;  // a new sweep was requested meanwhile
+  if (!error.empty()) {
+    end_sweep(sweep_.models[slot] + ": " + error, false);
+    return;
+  }
+  if (!run) return;  // interrupted: the prompt run or the cancel is handled next, the step stays
+  sweep_.seconds += run->seconds;
+  sweep_.runs[slot].push_back(std::move(*run));
+  ++sweep_.done;
+  ++sweep_next_;
+  sweep_.version = ++sweep_version_;
+  if (sweep_next_ == steps) end_sweep("", false);
 }
 
 void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& lock) {
@@ -96,6 +280,9 @@ void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& 
   lock.lock();
   SlotInfo& info = status_.slots[static_cast<size_t>(job.slot)];
   info.error = error;
+  if (model && sweep_active_ &&
+      std::find(sweep_slots_.begin(), sweep_slots_.end(), job.slot) != sweep_slots_.end())
+    end_sweep("stopped: the model in the " + std::string(job.slot == 0 ? "left" : "right") + " slot changed", true);
   if (model) {
     info.path = job.dir;
     info.description = describe(*model);
@@ -111,10 +298,16 @@ void InferenceWorker::loop() {
                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [this] { return stopping_ || !loads_.empty() || pending_run_; });
+    cv_.wait(lock,
+             [this] { return stopping_ || !loads_.empty() || pending_run_ || pending_sweep_ || sweep_active_; });
     if (stopping_) return;
     status_.busy = true;
-    if (!loads_.empty()) {  // loads first: a run queued after a load must see the new model
+    if (loads_.empty() && !pending_run_) {  // sweeps only when nothing else waits
+      if (pending_sweep_)
+        begin_sweep(lock);
+      else
+        sweep_step(lock);
+    } else if (!loads_.empty()) {  // loads first: a run queued after a load must see the new model
       const Load job = loads_.front();
       loads_.pop_front();
       status_.activity = "loading " + job.dir;

@@ -17,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/data.h"
 #include "core/model.h"
+#include "core/needle.h"
 #include "core/trace.h"
 
 namespace difflens::app {
@@ -47,6 +49,29 @@ struct WorkerStatus {
   std::array<SlotInfo, kSlots> slots;
 };
 
+// A needle-in-a-haystack sweep run by the worker on both slots, one episode at a time: prompt runs go
+// first (the sweep pauses for them and redoes the episode they interrupted), so the app stays live.
+struct SweepRequest {
+  NeedleSweep sweep;
+  std::string haystack_path;  // plain text, read on the worker thread
+  NameSet names = NameSet::SingleToken;
+};
+
+struct SweepProgress {
+  uint64_t id = 0;  // 0: no sweep yet
+  SweepRequest request;
+  bool running = false;    // queued or running
+  bool finished = false;   // every episode of every runnable slot done
+  bool cancelled = false;  // stopped by cancel_sweep() or by a model change
+  size_t done = 0, total = 0;  // episodes over both slots
+  double seconds = 0;          // time spent on episodes so far
+  std::string current;         // the episode now running
+  std::string error;           // why the sweep (or a slot) could not run
+  std::array<std::string, kSlots> models;  // model names ("" for a slot that does not take part)
+  std::array<std::vector<NeedleRun>, kSlots> runs;
+  uint64_t version = 0;  // grows with every change
+};
+
 class InferenceWorker {
  public:
   // `wake` is called from the worker thread whenever something finished (e.g. glfwPostEmptyEvent).
@@ -65,7 +90,14 @@ class InferenceWorker {
   // The newest finished run not yet taken (older ones are dropped), or nothing.
   std::optional<RunResult> take_result();
   WorkerStatus status() const;
-  // Blocks until the queue is empty and nothing runs (tests and headless mode).
+  // Starts a needle sweep over the models loaded now (replacing any sweep in progress); returns its id.
+  // The request is checked on the worker thread: problems end the sweep with SweepProgress::error.
+  uint64_t start_sweep(const SweepRequest& request);
+  // Stops the sweep in progress between (or inside) episodes; its finished episodes stay available.
+  void cancel_sweep();
+  // The sweep's state if it changed since `seen_version` (0 = always), else nothing.
+  std::optional<SweepProgress> sweep_progress(uint64_t seen_version = 0) const;
+  // Blocks until the queue is empty and nothing runs, sweeps included (tests and headless mode).
   void wait_idle() const;
 
  private:
@@ -73,6 +105,11 @@ class InferenceWorker {
   struct Load;
   // Loads a model into its slot; called with `lock` held, returns with it held.
   void load_model(const Load& job, std::unique_lock<std::mutex>& lock);
+  // Sweep steps, called with `lock` held; they unlock around model work and return with it held.
+  void begin_sweep(std::unique_lock<std::mutex>& lock);
+  void sweep_step(std::unique_lock<std::mutex>& lock);
+  void end_sweep(const std::string& error, bool cancelled);  // publishes the end of sweep_
+  void drop_sweep_plan();                                     // forgets the private plan only
 
   struct Load {
     int slot;
@@ -91,6 +128,18 @@ class InferenceWorker {
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};
   std::array<std::unique_ptr<Model>, kSlots> models_;  // worker thread only
+  // Sweep: the request waiting to start, the public progress, and the worker's private plan.
+  std::optional<SweepRequest> pending_sweep_;
+  SweepProgress sweep_;
+  uint64_t sweep_version_ = 0;
+  bool sweep_active_ = false;       // started on the worker, episodes left
+  bool sweep_in_episode_ = false;   // an episode runs now (cancel_sweep interrupts it)
+  bool sweep_stop_ = false;         // cancel_sweep() asked
+  std::vector<NeedleJob> sweep_jobs_;
+  std::vector<int> sweep_slots_;    // the slots taking part
+  size_t sweep_next_ = 0;           // next step: job = next / slots, slot = next % slots
+  std::array<std::unique_ptr<Haystack>, kSlots> sweep_haystacks_;  // worker thread only, with the builders
+  std::array<std::unique_ptr<EpisodeBuilder>, kSlots> sweep_builders_;
   std::thread thread_;
 };
 

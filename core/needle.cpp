@@ -82,4 +82,36 @@ std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs) {
   return out;
 }
 
+void validate(const NeedleSweep& sweep, int64_t max_positions) {
+  if (sweep.lengths.empty()) throw Error("needle sweep: no context lengths");
+  if (sweep.depths.empty()) throw Error("needle sweep: no depths");
+  if (sweep.needles_queried.empty()) throw Error("needle sweep: no (needles, queried) combination");
+  for (int64_t L : sweep.lengths) {
+    if (L < 64) throw Error("needle sweep: context length " + std::to_string(L) + " must be at least 64 tokens");
+    if (max_positions > 0 && L > max_positions)
+      throw Error("needle sweep: context length " + std::to_string(L) + " exceeds the model's " +
+                  std::to_string(max_positions) + " positions");
+  }
+  for (double d : sweep.depths)
+    if (!(d >= 0 && d <= 1)) throw Error("needle sweep: depths are percentages in [0, 100]");
+  for (const auto& [n, r] : sweep.needles_queried)
+    if (n < 1 || n > 16 || r < 1 || r > n)
+      throw Error("needle sweep: need 1 <= queried <= needles <= 16 (got N=" + std::to_string(n) +
+                  ", R=" + std::to_string(r) + ")");
+  if (sweep.seeds < 1) throw Error("needle sweep: seeds must be at least 1");
+  const double episodes = static_cast<double>(sweep.lengths.size()) * static_cast<double>(sweep.depths.size()) *
+                          static_cast<double>(sweep.needles_queried.size()) * sweep.seeds;
+  if (episodes > 100000) throw Error("needle sweep: more than 100,000 episodes per model; shrink the grid");
+}
+
+std::vector<NeedleJob> expand(const NeedleSweep& sweep) {
+  validate(sweep);
+  std::vector<NeedleJob> jobs;
+  for (int64_t L : sweep.lengths)
+    for (const auto& [n, r] : sweep.needles_queried)
+      for (double d : sweep.depths)
+        for (int s = 1; s <= sweep.seeds; ++s) jobs.push_back({{L, d, n, r}, static_cast<uint64_t>(s)});
+  return jobs;
+}
+
 }  // namespace difflens

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/data.h"
@@ -53,5 +54,24 @@ struct NeedleCellSummary {
 };
 
 std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs);
+
+// A sweep: every length × (N, R) × depth cell, `seeds` episodes each (seeds 1..K). The CLI and the app's
+// lab tab expand it the same way, so both produce the same episodes in the same order.
+struct NeedleSweep {
+  std::vector<int64_t> lengths{256, 512};
+  std::vector<double> depths{0, 0.25, 0.5, 0.75, 1};  // 0..1
+  std::vector<std::pair<int, int>> needles_queried{{1, 1}};  // (N, R)
+  int seeds = 3;
+};
+
+struct NeedleJob {
+  NeedleCell cell;
+  uint64_t seed = 1;
+};
+
+// Throws Error naming the offending field: lengths < 64 or over `max_positions` (when > 0), depths outside
+// [0, 1], R outside 1..N, N over 16, seeds < 1, an empty list, or more than 100,000 episodes.
+void validate(const NeedleSweep& sweep, int64_t max_positions = 0);
+std::vector<NeedleJob> expand(const NeedleSweep& sweep);
 
 }  // namespace difflens

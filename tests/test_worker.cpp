@@ -118,3 +118,155 @@ TEST_CASE("worker opens trace bundles into a slot and reports broken ones", "[wo
   REQUIRE(r);
   CHECK(r->errors[0].find("is this a trace bundle directory") != std::string::npos);
 }
+
+namespace {
+
+const std::string kHaystack = DIFFLENS_SOURCE_DIR "/assets/haystack.txt";
+
+SweepRequest small_sweep(std::vector<int64_t> lengths, int seeds) {
+  SweepRequest req;
+  req.sweep.lengths = std::move(lengths);
+  req.sweep.depths = {0.0, 1.0};
+  req.sweep.needles_queried = {{1, 1}};
+  req.sweep.seeds = seeds;
+  req.haystack_path = kHaystack;
+  return req;
+}
+
+// Polls until `done` holds (the sweep runs on the worker; wait_idle would wait for all of it).
+template <class F>
+bool eventually(F done, int seconds = 60) {
+  for (int i = 0; i < seconds * 100; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("worker: a needle sweep runs both slots, episode for episode like a direct run", "[worker][needle][lab]") {
+  PairOnDisk pair;
+  InferenceWorker w({}, 1);
+  w.load(0, (pair.dir / "diff").string());
+  w.load(1, (pair.dir / "baseline").string());
+  const uint64_t id = w.start_sweep(small_sweep({160, 200}, 2));
+  w.wait_idle();
+  const auto p = w.sweep_progress();
+  REQUIRE(p);
+  CHECK(p->id == id);
+  INFO(p->error);
+  CHECK(p->finished);
+  CHECK_FALSE(p->running);
+  CHECK_FALSE(p->cancelled);
+  CHECK(p->error.empty());
+  CHECK(p->total == 16);  // 2 lengths × 2 depths × 2 seeds, both slots
+  CHECK(p->done == 16);
+  CHECK(p->models[0] == "diff");
+  CHECK(p->models[1] == "baseline");
+  CHECK_FALSE(w.sweep_progress(p->version));  // nothing new since
+  // The same episodes in the same order (lengths, then depths, then seeds) as the CLI's expansion, with
+  // the same answers and attention readouts as running them directly.
+  const std::string text = test::read_all(kHaystack);
+  const std::vector<NeedleJob> jobs = expand(small_sweep({160, 200}, 2).sweep);
+  for (size_t s = 0; s < 2; ++s) {
+    const Model m = Model::load(pair.dir / (s == 0 ? "diff" : "baseline"));
+    const Haystack hay(text, m.tokenizer());
+    const EpisodeBuilder builder(hay, m.tokenizer(), NeedleSplit::Eval);
+    REQUIRE(p->runs[s].size() == jobs.size());
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const NeedleRun direct = run_needle(m, builder, jobs[j].cell, jobs[j].seed);
+      const NeedleRun& got = p->runs[s][j];
+      CHECK(got.cell.length == jobs[j].cell.length);
+      CHECK(got.cell.depth == jobs[j].cell.depth);
+      CHECK(got.seed == jobs[j].seed);
+      CHECK(got.tokens == direct.tokens);
+      CHECK(got.truths == direct.truths);
+      CHECK(got.replies == direct.replies);
+      CHECK(got.attention.mean.answer == Approx(direct.attention.mean.answer).margin(1e-6));
+      CHECK(got.attention.mean.noise == Approx(direct.attention.mean.noise).margin(1e-6));
+    }
+  }
+}
+
+TEST_CASE("worker: prompts run during a sweep, cancel stops it, finished episodes stay", "[worker][needle][lab]") {
+  PairOnDisk pair;
+  InferenceWorker w({}, 1);
+  w.load(0, (pair.dir / "diff").string());
+  w.load(1, (pair.dir / "baseline").string());
+  w.wait_idle();
+  w.start_sweep(small_sweep({384, 448, 512}, 20));  // 240 episodes: minutes of work
+  REQUIRE(eventually([&] { return w.sweep_progress()->done >= 1; }));
+  // A prompt typed meanwhile comes back long before the sweep ends.
+  const uint64_t id = w.run("typed during a sweep");
+  std::optional<RunResult> r;
+  REQUIRE(eventually([&] { return (r = w.take_result()).has_value(); }));
+  CHECK(r->request == id);
+  CHECK(r->traces[0]);
+  CHECK(r->traces[1]);
+  auto p = w.sweep_progress();
+  CHECK(p->running);
+  CHECK(p->done < p->total);
+  w.cancel_sweep();
+  REQUIRE(eventually([&] { return !w.sweep_progress()->running; }));
+  p = w.sweep_progress();
+  CHECK(p->cancelled);
+  CHECK_FALSE(p->finished);
+  CHECK(p->done < 240);
+  CHECK(p->runs[0].size() + p->runs[1].size() == p->done);
+  CHECK(p->runs[0].size() >= p->runs[1].size());  // the slots take turns, left first
+  CHECK(p->runs[0].size() - p->runs[1].size() <= 1);
+  w.wait_idle();  // returns: nothing left to do
+  // A new sweep replaces a running one; a model change stops a sweep.
+  w.start_sweep(small_sweep({512}, 20));
+  REQUIRE(eventually([&] { return w.sweep_progress()->done >= 1; }));
+  const uint64_t second = w.start_sweep(small_sweep({160}, 1));
+  w.wait_idle();
+  p = w.sweep_progress();
+  CHECK(p->id == second);
+  CHECK(p->finished);
+  CHECK(p->done == 4);
+  w.start_sweep(small_sweep({512}, 20));
+  REQUIRE(eventually([&] { return w.sweep_progress()->done >= 1; }));
+  w.load(1, (pair.dir / "diff").string());
+  w.wait_idle();
+  p = w.sweep_progress();
+  CHECK(p->cancelled);
+  CHECK(p->error.find("model in the right slot changed") != std::string::npos);
+}
+
+TEST_CASE("worker: sweeps that cannot run say why", "[worker][needle][lab]") {
+  PairOnDisk pair;
+  InferenceWorker w({}, 1);
+  SweepRequest req = small_sweep({160}, 1);
+  w.start_sweep(req);  // no models yet
+  w.wait_idle();
+  auto p = w.sweep_progress();
+  CHECK_FALSE(p->finished);
+  CHECK(p->error.find("left slot: no model loaded") != std::string::npos);
+  CHECK(p->error.find("no slot can run the sweep") != std::string::npos);
+  w.load(0, (pair.dir / "diff").string());
+  w.load(1, (pair.dir / "baseline").string());
+  req.haystack_path = (pair.dir / "missing.txt").string();
+  w.start_sweep(req);
+  w.wait_idle();
+  CHECK(w.sweep_progress()->error.find("cannot open the haystack") != std::string::npos);
+  req = small_sweep({1024}, 1);  // longer than the models' 512 positions
+  w.start_sweep(req);
+  w.wait_idle();
+  p = w.sweep_progress();
+  CHECK(p->error.find("exceeds the model's 512 positions") != std::string::npos);
+  CHECK(p->done == 0);
+  req = small_sweep({160}, 0);
+  w.start_sweep(req);
+  w.wait_idle();
+  CHECK(w.sweep_progress()->error.find("seeds must be at least 1") != std::string::npos);
+  req = small_sweep({80}, 1);  // too short for a needle and its question in bytes
+  w.start_sweep(req);
+  w.wait_idle();
+  CHECK(w.sweep_progress()->error.find("cannot hold 1 needles") != std::string::npos);
+  w.cancel_sweep();  // nothing running: harmless
+  w.run("still fine");
+  w.wait_idle();
+  CHECK(w.take_result());
+}
