@@ -75,7 +75,8 @@ commands:
              --out DIR [--models DIR1,DIR2 (default: the bundled pair)] [--lengths 256,512]
              [--depths 0,25,50,75,100 (%)] [--needles 1,2,4] [--queried 1,2] [--seeds 3]
              [--haystack FILE (default assets/haystack.txt)] [--names single-token|original]
-             Writes needle.json, needle.csv, tables.md and PNG heatmaps; Ctrl-C stops.
+             [--cell 72 (heatmap PNG pixels per cell)]
+             Writes needle.json, needle.csv, tables.md and PNG + SVG heatmaps; Ctrl-C stops.
   outliers   the paper's Table 5 over a whole text: k-th largest |attention logit| and |hidden state|
              --out DIR [--models DIR1,DIR2] [--text-file F (default assets/haystack.txt)]
              [--window 512] [--max-windows 0 (all)]   Writes tables.md, JSON, CSV, histogram PNGs.
@@ -642,7 +643,9 @@ int cmd_quantize(const Args& a) {
 
 int cmd_needle(const Args& a) {
   a.reject_unknown({"models", "lengths", "depths", "needles", "queried", "seeds", "out", "haystack", "threads",
-                    "names", "device"});
+                    "names", "device", "cell"});
+  const int cell = a.get_int("cell", 72);
+  if (cell < 16 || cell > 512) throw Error("--cell: heatmap cells are 16 to 512 pixels");
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
   NeedleSweep sweep;
@@ -701,8 +704,8 @@ int cmd_needle(const Args& a) {
     }
   }
   std::fprintf(stderr, "\n");
-  const std::string tables = app::write_needle_report(out, model_names, results);
-  std::printf("%s\nwrote %s/needle.json, needle.csv, tables.md and PNG heatmaps\n", tables.c_str(), out.c_str());
+  const std::string tables = app::write_needle_report(out, model_names, results, cell);
+  std::printf("%s\nwrote %s/needle.json, needle.csv, tables.md and PNG + SVG heatmaps\n", tables.c_str(), out.c_str());
   return 0;
 }
 

@@ -42,7 +42,8 @@ std::string pct(double depth) { return depth < 0 ? "random" : fmt("%.0f%%", dept
 }  // namespace
 
 std::string write_needle_report(const std::filesystem::path& out, const std::vector<std::string>& models,
-                                const std::vector<std::vector<NeedleRun>>& runs) {
+                                const std::vector<std::vector<NeedleRun>>& runs, int cell) {
+  if (models.size() != runs.size()) throw Error("needle report: one list of runs per model");
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec) throw Error(out.string() + ": cannot create the folder (" + ec.message() + ")");
@@ -191,6 +192,7 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
           }
         g.lo = 0;
         g.hi = 1;
+        g.cell = cell;
         if (!accuracy) {  // attention shares are small for small models (and DIFF's can be < 0): span them
           double top = 0, bottom = 0;
           for (double v : g.values)
@@ -201,10 +203,11 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
         }
         const viz::Image img = viz::render_grid_figure(g);
         std::string file = models[m] + (accuracy ? "-accuracy" : "-attention") + "-N" + std::to_string(nr.first) +
-                           "R" + std::to_string(nr.second) + ".png";
+                           "R" + std::to_string(nr.second);
         for (char& ch : file)
           if (ch == '/' || ch == ' ') ch = '_';
-        viz::write_png(out / file, img.rgb, img.width, img.height);
+        viz::write_png(out / (file + ".png"), img.rgb, img.width, img.height);
+        open_out(out / (file + ".svg")) << viz::grid_figure_svg(g);
       }
   return md;
 }

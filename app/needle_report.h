@@ -1,6 +1,7 @@
 // Writes a needle sweep's results: needle.json (every run), needle.csv (one row per model and cell),
 // tables.md (the paper's Table 3 layout and the multi-needle table, with the paper's numbers beside) and
-// PNG heatmaps of accuracy and attention to answer (depth × length) per model.
+// heatmaps of accuracy and attention to answer (depth × length) per model, each as PNG (`cell` pixels per
+// cell: the resolution) and SVG.
 #pragma once
 
 #include <filesystem>
@@ -13,6 +14,6 @@ namespace difflens::app {
 
 // Returns the markdown tables it wrote (also printed by the CLI). Throws Error when `out` is not writable.
 std::string write_needle_report(const std::filesystem::path& out, const std::vector<std::string>& models,
-                                const std::vector<std::vector<NeedleRun>>& runs);
+                                const std::vector<std::vector<NeedleRun>>& runs, int cell = 72);
 
 }  // namespace difflens::app

@@ -254,6 +254,7 @@ TEST_CASE("cli: needle sweeps a pair end to end and refuses bad grids", "[cli][n
       {"needle" + pair + " --out x --depths a,b", "comma-separated numbers"},
       {"needle" + pair + " --out x --needles 1 --queried 2", "no combination"},
       {"needle" + pair + " --out x --seeds 0", "at least 1"},
+      {"needle" + pair + " --out x --cell 5", "16 to 512 pixels"},
       {"needle --models /nonexistent --out x", "not a model directory"},
       {"needle" + pair + " --out x --haystack /nonexistent", "cannot open"},
   };

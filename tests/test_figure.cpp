@@ -276,3 +276,53 @@ TEST_CASE("figure: SVG export is well-formed XML with one coloured cell per map 
   CHECK(count(pooled, "class=\"cell\"") == 2 * 3 * 3);
   CHECK(xml_problem(pooled).empty());
 }
+
+TEST_CASE("figure: a grid figure's SVG has one cell per value, coloured and labelled like its PNG",
+          "[viz][figure][svg]") {
+  const FigureFont* font = system_font();
+  GridFigure g;
+  g.title = "acc <N=1 & R=1>";
+  g.row_title = "depth";
+  g.col_title = "context length";
+  g.row_labels = {"0%", "50%", "100%"};
+  g.col_labels = {"128", "256"};
+  g.values = {0.0, 0.25, 1.0, std::nan(""), 0.5, 0.75};
+  g.cell = 40;
+  const std::string svg = grid_figure_svg(g, *font);
+  INFO(svg.substr(0, 400));
+  CHECK(xml_problem(svg).empty());
+  CHECK(count(svg, "class=\"cell\"") == 6);
+  CHECK(count(svg, "class=\"legend\"") == 1);
+  CHECK(svg.find("acc &lt;N=1 &amp; R=1&gt;") != std::string::npos);
+  CHECK(svg.find(">0.25</text>") != std::string::npos);
+  CHECK(svg.find(">n/a</text>") != std::string::npos);
+  // The k-th cell (row-major) carries the colour of its value; the PNG paints the same colour there.
+  auto fill = [&](int k) {
+    size_t p = svg.find("class=\"cell\"");
+    for (int i = 0; i < k; ++i) p = svg.find("class=\"cell\"", p + 1);
+    return svg.substr(svg.find("fill=\"#", p) + 6, 7);
+  };
+  auto hex = [](Rgb8 c) {
+    char b[8];
+    std::snprintf(b, sizeof b, "#%02x%02x%02x", c.r, c.g, c.b);
+    return std::string(b);
+  };
+  CHECK(fill(0) == hex(sequential_colormap().at(0.0)));
+  CHECK(fill(1) == hex(sequential_colormap().at(0.25)));
+  CHECK(fill(2) == hex(sequential_colormap().at(1.0)));
+  CHECK(fill(3) == "#ececec");
+  const FigureScene sc = layout_grid_figure(g, *font);
+  const Image img = render_grid_figure(g, *font);
+  CHECK(img.width == sc.width);
+  CHECK(img.height == sc.height);
+  int cells = 0;
+  for (const auto& r : sc.rects) {
+    if (!r.cell) continue;
+    ++cells;
+    const Rgb8 px = img.at(r.x + 1, r.y + 1);  // a corner pixel, away from the centred number
+    CHECK(hex(px) == hex(r.color));
+  }
+  CHECK(cells == 6);
+  g.values.pop_back();
+  CHECK_THROWS_WITH(grid_figure_svg(g, *font), Catch::Contains("5 values for 3 x 2 labels"));
+}

@@ -107,4 +107,20 @@ TEST_CASE("needle lab: the report writes JSON, CSV, tables and heatmaps", "[need
   CHECK(test::read_all(dir / "out/needle.csv").find("m1,128,0,1,1,1,1,0.2,0.3") != std::string::npos);
   CHECK(std::filesystem::file_size(dir / "out/m1-accuracy-N1R1.png") > 500);
   CHECK(std::filesystem::file_size(dir / "out/m1-attention-N1R1.png") > 500);
+  const std::string svg = test::read_all(dir / "out/m1-accuracy-N1R1.svg");
+  size_t cells = 0;
+  for (size_t p = svg.find("class=\"cell\""); p != std::string::npos; p = svg.find("class=\"cell\"", p + 1)) ++cells;
+  CHECK(cells == 2);  // one depth × two lengths
+  CHECK(svg.find(">1.00</text>") != std::string::npos);
+  // The cell size sets the PNG resolution.
+  const std::string small = test::read_all(dir / "out/m1-accuracy-N1R1.png");
+  app::write_needle_report(dir / "big", {"m1"}, {runs}, 200);
+  auto png_width = [](const std::string& png) {  // IHDR width, big-endian at byte 16
+    return (static_cast<unsigned char>(png[16]) << 24) | (static_cast<unsigned char>(png[17]) << 16) |
+           (static_cast<unsigned char>(png[18]) << 8) | static_cast<unsigned char>(png[19]);
+  };
+  REQUIRE(small.size() > 24);
+  CHECK(png_width(test::read_all(dir / "big/m1-accuracy-N1R1.png")) > png_width(small) + 2 * (200 - 72));
+  CHECK_THROWS_WITH(app::write_needle_report(dir / "bad", {"m1"}, {runs}, 4), Catch::Contains("between 16 and 512"));
+  CHECK_THROWS_WITH(app::write_needle_report(dir / "bad", {"m1", "m2"}, {runs}), Catch::Contains("one list of runs"));
 }

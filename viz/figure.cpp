@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include "core/error.h"
@@ -301,6 +302,69 @@ double value_at_coordinate(double t, const ValueRange& range, ValueScale scale) 
   return sign * x * range.hi;
 }
 
+namespace {
+
+// Ramps, rectangles and texts of a scene onto an image (maps are drawn by the caller first).
+void paint_scene(Image& img, const FigureScene& sc, const FigureFont& font) {
+  for (const auto& r : sc.ramps) {
+    const Colormap& cmap = r.diverging ? diverging_colormap() : sequential_colormap();
+    for (int x = 0; x < r.w; ++x) img.fill(r.x + x, r.y, 1, r.h, cmap.at((x + 0.5) / r.w));
+  }
+  for (const auto& r : sc.rects) img.fill(r.x, r.y, r.w, r.h, r.color);
+  for (const auto& t : sc.texts) font.draw(img, t.x, t.y, t.text, t.px, t.color, t.vertical);
+}
+
+// The same scene as SVG; `maps` appends the map groups (drawn under the legends, rectangles and texts).
+std::string scene_svg(const FigureScene& sc, const FigureFont& font, const std::function<void(std::string&)>& maps) {
+  std::string o;
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
+                "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+                "font-family=\"DejaVu Sans, Verdana, sans-serif\" xml:space=\"preserve\" style=\"white-space:pre\">\n",
+                sc.width, sc.height, sc.width, sc.height);
+  o += b;
+  o += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n<defs>\n";
+  for (const bool diverging : {false, true}) {  // legend ramps as gradients, 33 stops
+    const Colormap& cmap = diverging ? diverging_colormap() : sequential_colormap();
+    o += std::string("<linearGradient id=\"") + (diverging ? "diverging" : "sequential") + "\">";
+    for (int i = 0; i <= 32; ++i) {
+      std::snprintf(b, sizeof b, "<stop offset=\"%.4f\" stop-color=\"%s\"/>", i / 32.0,
+                    hex(cmap.at(i / 32.0)).c_str());
+      o += b;
+    }
+    o += "</linearGradient>\n";
+  }
+  o += "</defs>\n";
+  maps(o);
+  for (const auto& r : sc.ramps) {
+    std::snprintf(b, sizeof b, "<rect class=\"legend\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"url(#%s)\"/>\n",
+                  r.x, r.y, r.w, r.h, r.diverging ? "diverging" : "sequential");
+    o += b;
+  }
+  for (const auto& r : sc.rects) {
+    std::snprintf(b, sizeof b, "<rect%s x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n",
+                  r.cell ? " class=\"cell\"" : "", r.x, r.y, r.w, r.h, hex(r.color).c_str());
+    o += b;
+  }
+  for (const auto& t : sc.texts) {
+    const float base = font.ascent(t.px);
+    if (t.vertical)
+      std::snprintf(b, sizeof b, "<text transform=\"translate(%.1f,%d) rotate(-90)\" font-size=\"%.2f\" fill=\"%s\">",
+                    t.x + base, t.y, font.em_size(t.px), hex(t.color).c_str());
+    else
+      std::snprintf(b, sizeof b, "<text x=\"%d\" y=\"%.1f\" font-size=\"%.2f\" fill=\"%s\">", t.x, t.y + base,
+                    font.em_size(t.px), hex(t.color).c_str());
+    o += b;
+    o += xml_text(t.text);
+    o += "</text>\n";
+  }
+  o += "</svg>\n";
+  return o;
+}
+
+}  // namespace
+
 FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   if (fig.panels.empty()) throw Error("figure: no maps to draw");
   if (fig.panel_size < 64 || fig.panel_size > 8192)
@@ -407,16 +471,11 @@ Image render_head_figure(const HeadFigure& fig, const FigureFont& font, HeadFigu
     if (layout) layout->maps.push_back({m.x, m.y});
   }
   if (layout) layout->legend_top = sc.legend_top;
-  for (const auto& r : sc.ramps) {
-    const Colormap& cmap = r.diverging ? diverging_colormap() : sequential_colormap();
-    for (int x = 0; x < r.w; ++x) img.fill(r.x + x, r.y, 1, r.h, cmap.at((x + 0.5) / r.w));
-  }
-  for (const auto& r : sc.rects) img.fill(r.x, r.y, r.w, r.h, r.color);
-  for (const auto& t : sc.texts) font.draw(img, t.x, t.y, t.text, t.px, t.color, t.vertical);
+  paint_scene(img, sc, font);
   return img;
 }
 
-Image render_grid_figure(const GridFigure& g, const FigureFont& font) {
+FigureScene layout_grid_figure(const GridFigure& g, const FigureFont& font) {
   const size_t R = g.row_labels.size(), C = g.col_labels.size();
   if (R == 0 || C == 0 || g.values.size() != R * C)
     throw Error("grid figure: " + std::to_string(g.values.size()) + " values for " + std::to_string(R) + " x " +
@@ -432,46 +491,65 @@ Image render_grid_figure(const GridFigure& g, const FigureFont& font) {
   // Title, column title, column labels, then the grid.
   const int top = margin + static_cast<int>(title_px * 1.6f) + static_cast<int>(px * 1.5f) + static_cast<int>(px * 1.5f);
   const int grid_w = static_cast<int>(C) * g.cell, grid_h = static_cast<int>(R) * g.cell;
-  const int legend_top = top + grid_h + static_cast<int>(px * 1.8f);
-  Image img(std::max(left + grid_w + margin, margin + font.text_width(g.title, title_px) + margin),
-            legend_top + static_cast<int>(px * 0.8f) + static_cast<int>(px * 1.6f) + margin, white);
-  font.draw(img, margin, margin, g.title, title_px, ink);
-  font.draw(img, left, margin + static_cast<int>(title_px * 1.6f), g.col_title, px, ink);
-  font.draw(img, margin, top - static_cast<int>(px * 1.3f), g.row_title, px, ink);
+  FigureScene sc;
+  sc.legend_top = top + grid_h + static_cast<int>(px * 1.8f);
+  sc.width = std::max(left + grid_w + margin, margin + font.text_width(g.title, title_px) + margin);
+  sc.height = sc.legend_top + static_cast<int>(px * 0.8f) + static_cast<int>(px * 1.6f) + margin;
+  auto text = [&](int x, int y, const std::string& t, float size, Rgb8 c) {
+    FigureScene::Text tx;
+    tx.x = x, tx.y = y, tx.text = t, tx.px = size, tx.color = c;
+    sc.texts.push_back(tx);
+  };
+  text(margin, margin, g.title, title_px, ink);
+  text(left, margin + static_cast<int>(title_px * 1.6f), g.col_title, px, ink);
+  text(margin, top - static_cast<int>(px * 1.3f), g.row_title, px, ink);
   const Colormap& cmap = sequential_colormap();
   for (size_t r = 0; r < R; ++r) {
     const int y = top + static_cast<int>(r) * g.cell;
-    font.draw(img, left - margin / 2 - font.text_width(g.row_labels[r], px), y + (g.cell - static_cast<int>(px)) / 2,
-              g.row_labels[r], px, ink);
+    text(left - margin / 2 - font.text_width(g.row_labels[r], px), y + (g.cell - static_cast<int>(px)) / 2,
+         g.row_labels[r], px, ink);
     for (size_t c = 0; c < C; ++c) {
       const int x = left + static_cast<int>(c) * g.cell;
       const double v = g.values[r * C + c];
       char b[64];
+      FigureScene::Rect cell;
+      cell.x = x, cell.y = y, cell.w = g.cell - 1, cell.h = g.cell - 1, cell.cell = true;
       if (std::isnan(v)) {
-        img.fill(x, y, g.cell - 1, g.cell - 1, {236, 236, 236});
+        cell.color = {236, 236, 236};
         std::snprintf(b, sizeof b, "n/a");
       } else {
-        const Rgb8 col = cmap.at((v - g.lo) / (g.hi - g.lo));
-        img.fill(x, y, g.cell - 1, g.cell - 1, col);
+        cell.color = cmap.at((v - g.lo) / (g.hi - g.lo));
         std::snprintf(b, sizeof b, g.format.c_str(), v);
       }
-      const bool dark = !std::isnan(v) && oklab_lightness(cmap.at((v - g.lo) / (g.hi - g.lo))) < 0.6;
-      font.draw(img, x + (g.cell - font.text_width(b, px)) / 2, y + (g.cell - static_cast<int>(px)) / 2, b, px,
-                dark ? white : ink);
+      sc.rects.push_back(cell);
+      const bool dark = !std::isnan(v) && oklab_lightness(cell.color) < 0.6;
+      text(x + (g.cell - font.text_width(b, px)) / 2, y + (g.cell - static_cast<int>(px)) / 2, b, px,
+           dark ? white : ink);
     }
   }
   for (size_t c = 0; c < C; ++c)  // column labels above the grid
-    font.draw(img, left + static_cast<int>(c) * g.cell + (g.cell - font.text_width(g.col_labels[c], px)) / 2,
-              top - static_cast<int>(px * 1.3f), g.col_labels[c], px, ink);
+    text(left + static_cast<int>(c) * g.cell + (g.cell - font.text_width(g.col_labels[c], px)) / 2,
+         top - static_cast<int>(px * 1.3f), g.col_labels[c], px, ink);
   // Legend: the ramp from lo to hi under the grid.
   const int lh = static_cast<int>(px * 0.8f);
-  for (int x = 0; x < grid_w; ++x) img.fill(left + x, legend_top, 1, lh, cmap.at((x + 0.5) / grid_w));
+  sc.ramps.push_back({left, sc.legend_top, grid_w, lh, false});
   char lo[32], hi[32];
   std::snprintf(lo, sizeof lo, g.format.c_str(), g.lo);
   std::snprintf(hi, sizeof hi, g.format.c_str(), g.hi);
-  font.draw(img, left, legend_top + lh + 2, lo, px, ink);
-  font.draw(img, left + grid_w - font.text_width(hi, px), legend_top + lh + 2, hi, px, ink);
+  text(left, sc.legend_top + lh + 2, lo, px, ink);
+  text(left + grid_w - font.text_width(hi, px), sc.legend_top + lh + 2, hi, px, ink);
+  return sc;
+}
+
+Image render_grid_figure(const GridFigure& g, const FigureFont& font) {
+  const FigureScene sc = layout_grid_figure(g, font);
+  Image img(sc.width, sc.height, {255, 255, 255});
+  paint_scene(img, sc, font);
   return img;
+}
+
+std::string grid_figure_svg(const GridFigure& g, const FigureFont& font) {
+  return scene_svg(layout_grid_figure(g, font), font, [](std::string&) {});
 }
 
 Image render_histogram_figure(const HistogramFigure& h, const FigureFont& font) {
@@ -550,74 +628,33 @@ std::string head_figure_svg(const HeadFigure& fig, const FigureFont& font, int m
   if (max_cells < 1) throw Error("figure: max_cells must be positive");
   const FigureScene sc = layout_head_figure(fig, font);
   const int64_t T = static_cast<int64_t>(fig.tokens.size());
-  std::string o;
-  char b[256];
-  std::snprintf(b, sizeof b,
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
-                "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-                "font-family=\"DejaVu Sans, Verdana, sans-serif\" xml:space=\"preserve\" style=\"white-space:pre\">\n",
-                sc.width, sc.height, sc.width, sc.height);
-  o += b;
-  o += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n<defs>\n";
-  for (const bool diverging : {false, true}) {  // legend ramps as gradients, 33 stops
-    const Colormap& cmap = diverging ? diverging_colormap() : sequential_colormap();
-    o += std::string("<linearGradient id=\"") + (diverging ? "diverging" : "sequential") + "\">";
-    for (int i = 0; i <= 32; ++i) {
-      std::snprintf(b, sizeof b, "<stop offset=\"%.4f\" stop-color=\"%s\"/>", i / 32.0,
-                    hex(cmap.at(i / 32.0)).c_str());
+  return scene_svg(sc, font, [&](std::string& o) {
+    char b[256];
+    for (const auto& m : sc.maps) {
+      const FigurePanel& panel = fig.panels[m.panel];
+      const int cells = std::min(m.size, max_cells);
+      const PooledMap p = pool_region(panel.data, T, T, sc.region, cells, cells, fig.pooling, true);
+      const Colormap& cmap = panel.style.range.diverging ? diverging_colormap() : sequential_colormap();
+      const double cw = static_cast<double>(m.size) / static_cast<double>(p.cols);
+      const double ch = static_cast<double>(m.size) / static_cast<double>(p.rows);
+      std::snprintf(b, sizeof b,
+                    "<g class=\"map\" data-panel=\"%zu\" data-rows=\"%lld\" data-cols=\"%lld\" "
+                    "transform=\"translate(%d,%d)\" shape-rendering=\"crispEdges\">\n",
+                    m.panel, static_cast<long long>(p.rows), static_cast<long long>(p.cols), m.x, m.y);
       o += b;
+      for (int64_t r = 0; r < p.rows; ++r)
+        for (int64_t c = 0; c < p.cols; ++c) {
+          const float v = p.at(r, c);
+          const Rgb8 col = std::isnan(v) ? panel.style.masked
+                                         : cmap.at(colormap_coordinate(v, panel.style.range, panel.style.scale));
+          std::snprintf(b, sizeof b,
+                        "<rect class=\"cell\" x=\"%.3f\" y=\"%.3f\" width=\"%.3f\" height=\"%.3f\" fill=\"%s\"/>\n",
+                        c * cw, r * ch, cw, ch, hex(col).c_str());
+          o += b;
+        }
+      o += "</g>\n";
     }
-    o += "</linearGradient>\n";
-  }
-  o += "</defs>\n";
-  for (const auto& m : sc.maps) {
-    const FigurePanel& panel = fig.panels[m.panel];
-    const int cells = std::min(m.size, max_cells);
-    const PooledMap p = pool_region(panel.data, T, T, sc.region, cells, cells, fig.pooling, true);
-    const Colormap& cmap = panel.style.range.diverging ? diverging_colormap() : sequential_colormap();
-    const double cw = static_cast<double>(m.size) / static_cast<double>(p.cols);
-    const double ch = static_cast<double>(m.size) / static_cast<double>(p.rows);
-    std::snprintf(b, sizeof b,
-                  "<g class=\"map\" data-panel=\"%zu\" data-rows=\"%lld\" data-cols=\"%lld\" "
-                  "transform=\"translate(%d,%d)\" shape-rendering=\"crispEdges\">\n",
-                  m.panel, static_cast<long long>(p.rows), static_cast<long long>(p.cols), m.x, m.y);
-    o += b;
-    for (int64_t r = 0; r < p.rows; ++r)
-      for (int64_t c = 0; c < p.cols; ++c) {
-        const float v = p.at(r, c);
-        const Rgb8 col =
-            std::isnan(v) ? panel.style.masked : cmap.at(colormap_coordinate(v, panel.style.range, panel.style.scale));
-        std::snprintf(b, sizeof b,
-                      "<rect class=\"cell\" x=\"%.3f\" y=\"%.3f\" width=\"%.3f\" height=\"%.3f\" fill=\"%s\"/>\n",
-                      c * cw, r * ch, cw, ch, hex(col).c_str());
-        o += b;
-      }
-    o += "</g>\n";
-  }
-  for (const auto& r : sc.ramps) {
-    std::snprintf(b, sizeof b, "<rect class=\"legend\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"url(#%s)\"/>\n",
-                  r.x, r.y, r.w, r.h, r.diverging ? "diverging" : "sequential");
-    o += b;
-  }
-  for (const auto& r : sc.rects) {
-    std::snprintf(b, sizeof b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", r.x, r.y,
-                  r.w, r.h, hex(r.color).c_str());
-    o += b;
-  }
-  for (const auto& t : sc.texts) {
-    const float base = font.ascent(t.px);
-    if (t.vertical)
-      std::snprintf(b, sizeof b, "<text transform=\"translate(%.1f,%d) rotate(-90)\" font-size=\"%.2f\" fill=\"%s\">",
-                    t.x + base, t.y, font.em_size(t.px), hex(t.color).c_str());
-    else
-      std::snprintf(b, sizeof b, "<text x=\"%d\" y=\"%.1f\" font-size=\"%.2f\" fill=\"%s\">", t.x, t.y + base,
-                    font.em_size(t.px), hex(t.color).c_str());
-    o += b;
-    o += xml_text(t.text);
-    o += "</text>\n";
-  }
-  o += "</svg>\n";
-  return o;
+  });
 }
 
 }  // namespace difflens::viz

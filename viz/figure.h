@@ -96,6 +96,7 @@ struct FigureScene {
   struct Rect {
     int x = 0, y = 0, w = 0, h = 0;
     Rgb8 color;
+    bool cell = false;  // a data cell (SVG class "cell"), not decoration
   };
   struct Map {
     int x = 0, y = 0, size = 0;
@@ -140,7 +141,10 @@ struct GridFigure {
 };
 
 // Throws Error when the values do not match the labels or the cell size is outside 16..512.
+FigureScene layout_grid_figure(const GridFigure& figure, const FigureFont& font);
 Image render_grid_figure(const GridFigure& figure, const FigureFont& font = FigureFont::standard());
+// The same figure as SVG: one <rect class="cell"> per value, its number as text, the legend as a gradient.
+std::string grid_figure_svg(const GridFigure& figure, const FigureFont& font = FigureFont::standard());
 
 // Histograms of |values| on a log10 axis, several series overlaid as step lines with log-scaled counts
 // (the paper's outlier view): bin b of every series covers [10^(x0 + b·w), 10^(x0 + (b+1)·w)).
