@@ -44,12 +44,15 @@ GUI options:
   --screenshot F.png    write the window to F.png once both maps are shown, then exit
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
   --size WxH            window size (default 1600x1000)   --font-scale X (HiDPI)   --lecture   --threads N
-  --tab overview|models|noise|outliers   which bottom panel is open
+  --tab overview|models|noise|lab|outliers   which bottom panel is open
   --export-all          export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E
   --export-dir DIR      export folder     --maps-height F   share of the height for the maps (0.2-0.85)
   --logit-bits 8|6|4    show both models with absmax-quantized attention logits (0: exact)
   --needle T,D,N,R,S    start with a held-out needle prompt (T tokens, depth D %, N needles, R asked,
                         seed S), question and answer marked: the Attention noise tab measures it
+  --lab-lengths 128,256 --lab-depths 0,50,100 --lab-needles 1 --lab-queried 1 --lab-seeds 3
+                        the Needle lab tab's sweep grid; --lab-run starts it (a screenshot waits for it)
+  --haystack FILE       haystack text for the needle builder and lab (default assets/haystack.txt)
   --zoom R,C,N          head view zoomed to N tokens from query R, key C (wheel zooms, drag pans)
   --query I             selected query token (start of the question)   --answer B,E   answer span
 
@@ -363,7 +366,8 @@ int cmd_render(const Args& a) {
 int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
                     "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
-                    "maps-height", "logit-bits", "needle"});
+                    "maps-height", "logit-bits", "needle", "lab-lengths", "lab-depths", "lab-needles", "lab-queried",
+                    "lab-seeds", "lab-run", "haystack"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -400,7 +404,15 @@ int cmd_gui(const Args& a) {
     if (o.width < 320 || o.height < 240) throw Error("--size: the window must be at least 320x240");
   }
   if (a.has("font-scale")) o.font_scale = std::stof(a.get("font-scale"));
-  o.haystack = bundled_asset("haystack.txt");
+  o.haystack = a.get("haystack", bundled_asset("haystack.txt"));
+  o.lab_lengths = a.get("lab-lengths", o.lab_lengths);
+  o.lab_depths = a.get("lab-depths", o.lab_depths);
+  o.lab_needles = a.get("lab-needles", o.lab_needles);
+  o.lab_queried = a.get("lab-queried", o.lab_queried);
+  o.lab_seeds = a.get_int("lab-seeds", o.lab_seeds);
+  o.lab_run = a.has("lab-run");
+  if (o.lab_run)  // refuse a bad grid before a window opens
+    (void)parse_needle_sweep(o.lab_lengths, o.lab_depths, o.lab_needles, o.lab_queried, o.lab_seeds);
   o.needle = a.get_int_list("needle");
   if (!o.needle.empty()) {
     const auto& n = o.needle;
@@ -419,9 +431,10 @@ int cmd_gui(const Args& a) {
   o.threads = a.get_int("threads", 0);
   if (a.has("tab")) {
     const std::string tab = a.get("tab");
-    if (tab != "outliers" && tab != "overview" && tab != "noise" && tab != "models")
-      throw Error("--tab must be overview, models, noise or outliers");
+    if (tab != "outliers" && tab != "overview" && tab != "noise" && tab != "models" && tab != "lab")
+      throw Error("--tab must be overview, models, noise, lab or outliers");
     o.open_outliers = tab == "outliers";
+    o.open_lab = tab == "lab";
     o.open_noise = tab == "noise";
     o.open_model_view = tab == "models";
   }
@@ -648,22 +661,8 @@ int cmd_needle(const Args& a) {
   if (cell < 16 || cell > 512) throw Error("--cell: heatmap cells are 16 to 512 pixels");
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
-  NeedleSweep sweep;
-  sweep.lengths.clear();
-  for (double L : parse_doubles(a.get("lengths", "256,512"), "lengths")) {
-    if (L != std::floor(L)) throw Error("--lengths: each length must be an integer of at least 64");
-    sweep.lengths.push_back(static_cast<int64_t>(L));
-  }
-  sweep.depths.clear();
-  for (double d : parse_doubles(a.get("depths", "0,25,50,75,100"), "depths")) sweep.depths.push_back(d / 100.0);
-  sweep.needles_queried.clear();
-  for (double n : parse_doubles(a.get("needles", "1"), "needles"))
-    for (double r : parse_doubles(a.get("queried", "1"), "queried"))
-      if (r >= 1 && r <= n && n <= 16) sweep.needles_queried.push_back({static_cast<int>(n), static_cast<int>(r)});
-  if (sweep.needles_queried.empty())
-    throw Error("--needles/--queried: no combination with 1 <= queried <= needles <= 16");
-  sweep.seeds = a.get_int("seeds", 3);
-  validate(sweep);
+  const NeedleSweep sweep = parse_needle_sweep(a.get("lengths", "256,512"), a.get("depths", "0,25,50,75,100"),
+                                               a.get("needles", "1"), a.get("queried", "1"), a.get_int("seeds", 3));
   const std::vector<NeedleJob> jobs = expand(sweep);
   const std::string out = a.require("out");
   const NameSet names = parse_name_set(a.get("names", "single-token"));
@@ -718,7 +717,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0)
-    return cmd_gui(Args(argc, argv, 1, {"export-all", "lecture"}));
+    return cmd_gui(Args(argc, argv, 1, {"export-all", "lecture", "lab-run"}));
   const std::string cmd = argv[1];
   if (cmd == "capture")
     return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));

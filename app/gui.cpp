@@ -25,6 +25,7 @@
 
 #include "app/figures.h"
 #include "app/inference_worker.h"
+#include "app/needle_report.h"
 #include "core/data.h"
 #include "core/error.h"
 #include "core/metrics.h"
@@ -103,6 +104,16 @@ struct GuiState {
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<Haystack> haystack;
   } needle;
+  // Needle lab tab: the sweep grid as typed, the worker's last progress and its per-cell summaries.
+  struct Lab {
+    std::string lengths, depths, needles, queried;
+    int seeds = 3;
+    int names = 0;  // 0: single-token held-out names, 1: the original multi-piece ones
+    int cell_px = 72;  // export resolution of the heatmaps (pixels per cell)
+    std::string form_error, message;
+    std::optional<SweepProgress> progress;
+    std::vector<NeedleCellSummary> cells[kSlots];
+  } lab;
   float strip_height = 0;        // the token chips' full height last frame (the strip scrolls beyond ~4 lines)
   int strip_scrolled_to = -1;    // the query the strip last scrolled to
 };
@@ -762,6 +773,292 @@ void draw_noise_panel(const GuiState& state, const RunResult& r) {
   }
 }
 
+// --- needle lab ----------------------------------------------------------------------------------------
+
+void start_lab_sweep(GuiState& state, InferenceWorker& worker) {
+  GuiState::Lab& lab = state.lab;
+  try {
+    SweepRequest req;
+    req.sweep = parse_needle_sweep(lab.lengths, lab.depths, lab.needles, lab.queried, lab.seeds);
+    req.haystack_path = state.needle.haystack_path;
+    req.names = lab.names == 0 ? NameSet::SingleToken : NameSet::Original;
+    worker.start_sweep(req);
+    lab.form_error.clear();
+    lab.message.clear();
+  } catch (const std::exception& e) {
+    lab.form_error = e.what();
+  }
+}
+
+// Takes the worker's sweep progress when it changed (the lab's one point per frame).
+void poll_lab(GuiState& state, const InferenceWorker& worker) {
+  GuiState::Lab& lab = state.lab;
+  auto p = worker.sweep_progress(lab.progress ? lab.progress->version : 0);
+  if (!p || p->id == 0) return;
+  for (int s = 0; s < kSlots; ++s) lab.cells[s] = summarize(p->runs[static_cast<size_t>(s)]);
+  lab.progress = std::move(p);
+}
+
+ImU32 colormap_u32(double t) {
+  const viz::Rgb8 c = viz::sequential_colormap().at(t);
+  return IM_COL32(c.r, c.g, c.b, 255);
+}
+
+std::string depth_label(double d) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%.0f%%", d * 100);
+  return b;
+}
+
+// A depth × length grid of one model's cells for one (N, R), coloured over [lo, hi], values printed when
+// they fit; hovering a cell tells its numbers.
+void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vector<NeedleCellSummary>& cells,
+                   std::pair<int, int> nr, bool accuracy, double lo, double hi, float cell) {
+  ImGui::BeginGroup();
+  ImGui::TextUnformatted(title);
+  const float label_w = ImGui::CalcTextSize("100%").x + ImGui::GetStyle().ItemSpacing.x;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  ImVec2 p = ImGui::GetCursorScreenPos();
+  for (size_t c = 0; c < sweep.lengths.size(); ++c) {  // length labels above the columns
+    const std::string l = std::to_string(sweep.lengths[c]);
+    const float w = ImGui::CalcTextSize(l.c_str()).x;
+    dl->AddText(ImVec2(p.x + label_w + cell * (static_cast<float>(c) + 0.5f) - w / 2, p.y), ImGui::GetColorU32(ImGuiCol_Text),
+                l.c_str());
+  }
+  p.y += ImGui::GetTextLineHeightWithSpacing();
+  for (size_t r = 0; r < sweep.depths.size(); ++r) {
+    const float y = p.y + cell * static_cast<float>(r);
+    const std::string dlabel = depth_label(sweep.depths[r]);
+    dl->AddText(ImVec2(p.x, y + (cell - ImGui::GetTextLineHeight()) / 2), ImGui::GetColorU32(ImGuiCol_Text),
+                dlabel.c_str());
+    for (size_t c = 0; c < sweep.lengths.size(); ++c) {
+      const ImVec2 a(p.x + label_w + cell * static_cast<float>(c), y), b(a.x + cell - 1, a.y + cell - 1);
+      const NeedleCellSummary* found = nullptr;
+      for (const auto& cs : cells)
+        if (cs.cell.length == sweep.lengths[c] && cs.cell.depth == sweep.depths[r] && cs.cell.needles == nr.first &&
+            cs.cell.queried == nr.second)
+          found = &cs;
+      if (!found) {
+        dl->AddRectFilled(a, b, IM_COL32(236, 236, 236, 255));
+        continue;
+      }
+      const double v = accuracy ? found->accuracy : found->attention.answer;
+      const double t = std::clamp((v - lo) / (hi - lo), 0.0, 1.0);
+      dl->AddRectFilled(a, b, colormap_u32(t));
+      char txt[32];
+      std::snprintf(txt, sizeof txt, accuracy ? "%.2f" : "%.3f", v);
+      const ImVec2 ts = ImGui::CalcTextSize(txt);
+      if (ts.x < cell - 2) {
+        const bool dark = viz::oklab_lightness(viz::sequential_colormap().at(t)) < 0.6;
+        dl->AddText(ImVec2(a.x + (cell - ts.x) / 2, a.y + (cell - ts.y) / 2),
+                    dark ? IM_COL32(255, 255, 255, 255) : IM_COL32(20, 20, 20, 255), txt);
+      }
+      if (ImGui::IsMouseHoveringRect(a, b))
+        ImGui::SetTooltip("%lld tokens, depth %s, N=%d R=%d\n%d episodes: accuracy %.2f\n"
+                          "attention to answer %.3f, attention noise %.3f",
+                          static_cast<long long>(found->cell.length), depth_label(found->cell.depth).c_str(),
+                          nr.first, nr.second, found->runs, found->accuracy, found->attention.answer,
+                          found->attention.noise);
+    }
+  }
+  ImGui::Dummy(ImVec2(label_w + cell * static_cast<float>(sweep.lengths.size()),
+                      ImGui::GetTextLineHeightWithSpacing() + cell * static_cast<float>(sweep.depths.size())));
+  ImGui::EndGroup();
+}
+
+void export_lab(GuiState& state) {
+  GuiState::Lab& lab = state.lab;
+  const SweepProgress& p = *lab.progress;
+  try {
+    std::vector<std::string> names;
+    std::vector<std::vector<NeedleRun>> runs;
+    const bool same = p.models[0] == p.models[1];  // e.g. one model in both slots: tell the files apart
+    for (size_t s = 0; s < kSlots; ++s)
+      if (!p.models[s].empty()) {
+        names.push_back(p.models[s] + (same ? (s == 0 ? "-left" : "-right") : ""));
+        runs.push_back(p.runs[s]);
+      }
+    const std::filesystem::path dir =
+        std::filesystem::path(state.view.export_dir) / ("needle-lab-" + std::to_string(p.id));
+    write_needle_report(dir, names, runs, std::clamp(lab.cell_px, 16, 512));
+    lab.message = "exported " + dir.string() + " (needle.json, needle.csv, tables.md, PNG + SVG heatmaps)";
+  } catch (const std::exception& e) {
+    lab.message = std::string("export failed: ") + e.what();
+  }
+  state.message = lab.message;
+}
+
+void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
+  GuiState::Lab& lab = state.lab;
+  const float w = ImGui::GetFontSize() * 9;
+  ImGui::TextUnformatted("Sweep:");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputText("lengths (tokens)", &lab.lengths);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputText("depths (%)", &lab.depths);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w * 0.5f);
+  ImGui::InputText("needles N", &lab.needles);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w * 0.5f);
+  ImGui::InputText("asked R", &lab.queried);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w * 0.6f);
+  ImGui::InputInt("seeds", &lab.seeds);
+  lab.seeds = std::clamp(lab.seeds, 1, 1000);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w * 1.4f);
+  ImGui::Combo("names", &lab.names, "held-out single-token\0held-out original\0");
+  ImGui::SetNextItemWidth(w * 3);
+  ImGui::InputText("haystack text file", &state.needle.haystack_path);
+  ImGui::SameLine();
+  const bool running = lab.progress && lab.progress->running;
+  if (ImGui::Button(running ? "Restart sweep" : "Run sweep")) start_lab_sweep(state, worker);
+  ImGui::SameLine();
+  if (!running) ImGui::BeginDisabled();
+  if (ImGui::Button("Cancel")) worker.cancel_sweep();
+  if (!running) ImGui::EndDisabled();
+  ImGui::SameLine();
+  const bool have_runs = lab.progress && lab.progress->done > 0;
+  if (!have_runs) ImGui::BeginDisabled();
+  if (ImGui::Button("Export results")) export_lab(state);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w * 0.6f);
+  ImGui::InputInt("px per cell", &lab.cell_px, 8, 32);
+  lab.cell_px = std::clamp(lab.cell_px, 16, 512);
+  if (!have_runs) ImGui::EndDisabled();
+  if (!lab.form_error.empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", lab.form_error.c_str());
+  if (!lab.progress) {
+    ImGui::TextWrapped(
+        "Runs every length x depth x (N, R) cell on both models with held-out names, codes and haystack text; "
+        "typing a prompt meanwhile pauses the sweep. Accuracy: the whole code produced greedily.");
+    return;
+  }
+  const SweepProgress& p = *lab.progress;
+  char overlay[320];
+  const double eta = p.done > 0 && p.running ? p.seconds / static_cast<double>(p.done) *
+                                                   static_cast<double>(p.total - p.done)
+                                             : 0;
+  std::snprintf(overlay, sizeof overlay, "%zu/%zu episodes%s%s%s", p.done, p.total,
+                p.running ? (" - " + p.current).c_str() : p.cancelled ? " - cancelled" : p.finished ? " - done" : "",
+                p.running && p.done > 0 ? (" - ETA " + std::to_string(static_cast<int>(eta + 0.5)) + " s").c_str() : "",
+                "");
+  ImGui::ProgressBar(p.total ? static_cast<float>(p.done) / static_cast<float>(p.total) : 0.0f, ImVec2(-1, 0),
+                     overlay);
+  if (!p.error.empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", p.error.c_str());
+  if (!lab.message.empty()) ImGui::TextDisabled("%s", lab.message.c_str());
+  if (p.done == 0) return;
+  ImGui::TextWrapped("%s. Answer span: the code of the needle the last question asks about; query rows: that "
+                     "question's tokens.",
+                     kAttentionShareDefinition);
+  const NeedleSweep& sweep = p.request.sweep;
+  std::vector<int> slots;
+  for (int s = 0; s < kSlots; ++s)
+    if (!p.models[static_cast<size_t>(s)].empty()) slots.push_back(s);
+  const float avail = ImGui::GetContentRegionAvail().x;
+  const float label_w = ImGui::CalcTextSize("100%").x + 2 * ImGui::GetStyle().ItemSpacing.x;
+  const float grids = 2.0f * static_cast<float>(slots.size());
+  // Cells as large as the width allows, up to 3.5 em, and short enough that the tables below stay in view.
+  const float by_width = (avail - grids * label_w - grids * ImGui::GetFontSize()) /
+                         (grids * static_cast<float>(sweep.lengths.size()));
+  const float by_height = 0.5f * ImGui::GetContentRegionAvail().y / static_cast<float>(sweep.depths.size());
+  // ...but never narrower than a value or a length label (the tab scrolls instead).
+  float min_cell = ImGui::CalcTextSize("-0.000").x;
+  for (int64_t L : sweep.lengths) min_cell = std::max(min_cell, ImGui::CalcTextSize(std::to_string(L).c_str()).x);
+  min_cell += ImGui::GetFontSize() * 0.5f;
+  const float cell = std::max(min_cell, std::min({by_width, by_height, ImGui::GetFontSize() * 3.5f}));
+  for (const auto& nr : sweep.needles_queried) {
+    // Attention to answer: one range for both models so their colours compare (DIFF's can be < 0).
+    double lo = 0, hi = 0;
+    for (int s : slots)
+      for (const auto& c : lab.cells[s])
+        if (c.cell.needles == nr.first && c.cell.queried == nr.second)
+          lo = std::min(lo, c.attention.answer), hi = std::max(hi, c.attention.answer);
+    if (!(hi > lo)) hi = lo + 1;
+    ImGui::Text("N=%d needles, R=%d asked: rows = depth of the asked needle, columns = context length", nr.first,
+                nr.second);
+    bool first = true;
+    for (int s : slots) {
+      const std::string& name = p.models[static_cast<size_t>(s)];
+      for (const bool accuracy : {true, false}) {
+        if (!first) ImGui::SameLine(0, ImGui::GetFontSize());
+        first = false;
+        ImGui::PushID(s * 2 + (accuracy ? 0 : 1) + 16 * nr.first + 256 * nr.second);
+        draw_lab_grid((name + (accuracy ? ": accuracy" : ": attention to answer")).c_str(), sweep, lab.cells[s], nr,
+                      accuracy, accuracy ? 0.0 : lo, accuracy ? 1.0 : hi, cell);
+        ImGui::PopID();
+      }
+    }
+    ImGui::TextDisabled("accuracy colours span 0..1; attention to answer spans %.3f..%.3f for both models", lo, hi);
+  }
+  // The paper's Table 3 layout: attention to answer / noise by depth, per length and model.
+  for (const auto& nr : sweep.needles_queried) {
+    ImGui::Text("Attention to answer / attention noise by depth (N=%d, R=%d)", nr.first, nr.second);
+    const int cols = 2 + static_cast<int>(sweep.depths.size()) + 1;
+    ImGui::PushID(nr.first * 64 + nr.second);
+    if (ImGui::BeginTable("table3", cols, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+      ImGui::TableSetupColumn("model");
+      ImGui::TableSetupColumn("tokens");
+      for (double d : sweep.depths) ImGui::TableSetupColumn(depth_label(d).c_str());
+      ImGui::TableSetupColumn("accuracy");
+      ImGui::TableHeadersRow();
+      for (int64_t L : sweep.lengths)
+        for (int s : slots) {
+          ImGui::TableNextRow();
+          ImGui::TableNextColumn();
+          ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+          ImGui::TableNextColumn();
+          ImGui::Text("%lld", static_cast<long long>(L));
+          double acc = 0;
+          int n = 0;
+          for (double d : sweep.depths) {
+            ImGui::TableNextColumn();
+            for (const auto& c : lab.cells[s])
+              if (c.cell.length == L && c.cell.depth == d && c.cell.needles == nr.first && c.cell.queried == nr.second) {
+                ImGui::Text("%.3f / %.3f", c.attention.answer, c.attention.noise);
+                acc += c.accuracy;
+                ++n;
+              }
+          }
+          ImGui::TableNextColumn();
+          if (n) ImGui::Text("%.2f", acc / n);
+        }
+      ImGui::EndTable();
+    }
+    ImGui::PopID();
+  }
+  if (sweep.needles_queried.size() > 1 &&
+      ImGui::BeginTable("multi", 1 + static_cast<int>(sweep.needles_queried.size()),
+                        ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::TableSetupColumn("accuracy (mean over lengths, depths, seeds)");
+    std::vector<std::string> heads;
+    for (const auto& nr : sweep.needles_queried)
+      heads.push_back("N=" + std::to_string(nr.first) + " R=" + std::to_string(nr.second));
+    for (const auto& h : heads) ImGui::TableSetupColumn(h.c_str());
+    ImGui::TableHeadersRow();
+    for (int s : slots) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+      for (const auto& nr : sweep.needles_queried) {
+        ImGui::TableNextColumn();
+        double acc = 0;
+        int n = 0;
+        for (const auto& c : lab.cells[s])
+          if (c.cell.needles == nr.first && c.cell.queried == nr.second) acc += c.accuracy, ++n;
+        if (n) ImGui::Text("%.2f", acc / n);
+      }
+    }
+    ImGui::EndTable();
+  }
+  ImGui::TextDisabled(
+      "Paper (Ye et al., ICLR 2025, Table 3; 3B models, 4K context): attention to answer by depth 0/25/50/75/100 %%: "
+      "Transformer .03 .03 .03 .07 .09, DIFF .27 .30 .31 .32 .40; noise: Transformer .51 .54 .52 .49 .49, DIFF .01 "
+      ".02 .02 .02 .01.");
+}
+
 void draw_model_slots(GuiState& state, InferenceWorker& worker) {
   for (int s = 0; s < kSlots; ++s) {
     ImGui::PushID(s);
@@ -898,6 +1195,12 @@ int run_gui(const GuiOptions& opt) {
     if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
     state.view.maps_fraction = opt.maps_fraction;
     state.needle.haystack_path = opt.haystack;
+    state.lab.lengths = opt.lab_lengths;
+    state.lab.depths = opt.lab_depths;
+    state.lab.needles = opt.lab_needles;
+    state.lab.queried = opt.lab_queried;
+    state.lab.seeds = opt.lab_seeds;
+    if (opt.lab_run) start_lab_sweep(state, worker);
     state.selection.answer_begin = opt.answer_begin;
     state.selection.answer_end = opt.answer_end;
     if (opt.needle.size() == 5) {  // headless needle prompt (validated by the CLI)
@@ -920,6 +1223,7 @@ int run_gui(const GuiOptions& opt) {
     bool first_panels = true;
     bool export_pending = opt.export_all;
     bool simulated_edit = false;  // headless Ctrl+E, once the first result is on screen
+    bool result_ready = false;    // headless: the simulated edit's result arrived
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result; wake up for the debounce deadline.
@@ -941,9 +1245,23 @@ int run_gui(const GuiOptions& opt) {
           continue;
         }
         if (state.edited_at > 0) state.edit_to_screen_ms = 1000.0 * (now_seconds() - state.edited_at);
-        if (frames_since_result < 0 && !opt.screenshot.empty()) frames_since_result = 0;
+        if (!opt.screenshot.empty()) result_ready = true;
       }
       state.status = worker.status();
+      poll_lab(state, worker);
+      if (frames_since_result < 0 && result_ready &&
+          (!opt.lab_run || (state.lab.progress && !state.lab.progress->running))) {
+        frames_since_result = 0;  // headless: the screenshot waits for the first result (and --lab-run's sweep)
+        if (opt.lab_run) {
+          const SweepProgress& p = *state.lab.progress;
+          std::printf("needle lab: %zu/%zu episodes%s%s\n", p.done, p.total, p.finished ? "" : " (not finished) ",
+                      p.error.c_str());
+          if (opt.export_all && p.done > 0) {
+            export_lab(state);
+            std::printf("%s\n", state.lab.message.c_str());
+          }
+        }
+      }
       if (state.prompt.pending && now_seconds() - state.prompt.last_edit > kDebounceSeconds) {
         CaptureOptions capture;
         capture.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
@@ -1092,6 +1410,11 @@ int run_gui(const GuiOptions& opt) {
                                   opt.open_noise && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
             draw_needle_builder(state);
             draw_noise_panel(state, *state.shown);
+            ImGui::EndTabItem();
+          }
+          if (ImGui::BeginTabItem("Needle lab", nullptr,
+                                  opt.open_lab && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
+            draw_lab_panel(state, worker);
             ImGui::EndTabItem();
           }
           if (ImGui::BeginTabItem("Outliers", nullptr,

@@ -23,6 +23,11 @@ struct GuiOptions {
   bool open_outliers = false;    // start on the Outliers tab (headless screenshots of that panel)
   bool open_noise = false;       // start on the Attention noise tab
   bool open_model_view = false;  // start on the Model view tab
+  bool open_lab = false;         // start on the Needle lab tab
+  // Needle lab sweep grid (as typed in the tab); lab_run starts it at launch (the screenshot waits for it).
+  std::string lab_lengths = "128,256,512", lab_depths = "0,25,50,75,100", lab_needles = "1", lab_queried = "1";
+  int lab_seeds = 3;
+  bool lab_run = false;
   std::string export_dir;        // export folder (default ./difflens-exports)
   bool export_all = false;       // headless Ctrl+E: export every shown map once results arrive
   int zoom[3] = {0, 0, 0};       // initial head-view zoom: first row, first column, span (0: whole map)

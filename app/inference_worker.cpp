@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -134,7 +135,6 @@ void InferenceWorker::drop_sweep_plan() {
   sweep_slots_.clear();
   sweep_next_ = 0;
   for (auto& b : sweep_builders_) b.reset();
-  for (auto& h : sweep_haystacks_) h.reset();
 }
 
 void InferenceWorker::end_sweep(const std::string& error, bool cancelled) {
@@ -161,7 +161,7 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
   std::vector<std::string> slot_notes;
   std::vector<int> slots;
   std::array<std::string, kSlots> names;
-  std::array<std::unique_ptr<Haystack>, kSlots> haystacks;
+  std::array<CountedHaystack, kSlots> haystacks = sweep_haystacks_;
   std::array<std::unique_ptr<EpisodeBuilder>, kSlots> builders;
   std::vector<NeedleJob> jobs;
   try {
@@ -169,6 +169,10 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
     std::ifstream in(req.haystack_path, std::ios::binary);
     if (!in) throw Error(req.haystack_path + ": cannot open the haystack text");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::error_code ec;
+    const std::string file_key =
+        req.haystack_path + "|" + std::to_string(std::filesystem::file_size(req.haystack_path, ec)) + "|" +
+        std::to_string(std::filesystem::last_write_time(req.haystack_path, ec).time_since_epoch().count());
     for (size_t s = 0; s < kSlots; ++s) {
       const Model* m = models_[s].get();
       const std::string side = s == 0 ? "left slot" : "right slot";
@@ -182,8 +186,14 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
       }
       try {
         validate(req.sweep, m->config().max_position_embeddings);
-        haystacks[s] = std::make_unique<Haystack>(text, m->tokenizer());
-        builders[s] = std::make_unique<EpisodeBuilder>(*haystacks[s], m->tokenizer(), NeedleSplit::Eval, req.names);
+        CountedHaystack& h = haystacks[s];
+        if (!h.haystack || h.path != file_key || h.model_generation != model_generation_[s]) {
+          h.haystack.reset();  // a broken file must not leave the old text in place
+          h.haystack = std::make_shared<const Haystack>(text, m->tokenizer());
+          h.path = file_key;
+          h.model_generation = model_generation_[s];
+        }
+        builders[s] = std::make_unique<EpisodeBuilder>(*h.haystack, m->tokenizer(), NeedleSplit::Eval, req.names);
         // One episode per length and (N, R) now, so a grid the haystack or the context cannot hold
         // fails here, not halfway.
         for (int64_t L : req.sweep.lengths)
@@ -192,7 +202,6 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
       } catch (const std::exception& e) {
         slot_notes.push_back(side + ": " + e.what());
         builders[s].reset();
-        haystacks[s].reset();
         continue;
       }
       names[s] = m->config().name.empty() ? to_string(m->config().attention) : m->config().name;
@@ -203,6 +212,7 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
     error = e.what();
   }
   lock.lock();
+  sweep_haystacks_ = haystacks;  // counted once, kept for the next sweep
   if (sweep_.id != id) return;  // replaced meanwhile: the new request waits in pending_sweep_
   for (const auto& n : slot_notes) sweep_.error += (sweep_.error.empty() ? "" : "; ") + n;
   sweep_.models = names;
@@ -212,7 +222,6 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
   }
   sweep_jobs_ = std::move(jobs);
   sweep_slots_ = std::move(slots);
-  sweep_haystacks_ = std::move(haystacks);
   sweep_builders_ = std::move(builders);
   sweep_.total = sweep_jobs_.size() * sweep_slots_.size();
   sweep_.current.clear();
@@ -284,6 +293,7 @@ void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& 
       std::find(sweep_slots_.begin(), sweep_slots_.end(), job.slot) != sweep_slots_.end())
     end_sweep("stopped: the model in the " + std::string(job.slot == 0 ? "left" : "right") + " slot changed", true);
   if (model) {
+    ++model_generation_[static_cast<size_t>(job.slot)];
     info.path = job.dir;
     info.description = describe(*model);
     info.loaded = true;

@@ -138,7 +138,15 @@ class InferenceWorker {
   std::vector<NeedleJob> sweep_jobs_;
   std::vector<int> sweep_slots_;    // the slots taking part
   size_t sweep_next_ = 0;           // next step: job = next / slots, slot = next % slots
-  std::array<std::unique_ptr<Haystack>, kSlots> sweep_haystacks_;  // worker thread only, with the builders
+  // Haystacks counted with each slot's tokenizer, kept across sweeps (counting 300 KB takes ~0.5 s) until
+  // the slot's model or the haystack file changes. Worker thread only, like the builders.
+  struct CountedHaystack {
+    std::string path;
+    uint64_t model_generation = 0;
+    std::shared_ptr<const Haystack> haystack;
+  };
+  std::array<CountedHaystack, kSlots> sweep_haystacks_;
+  std::array<uint64_t, kSlots> model_generation_{};  // grows with every model loaded into the slot
   std::array<std::unique_ptr<EpisodeBuilder>, kSlots> sweep_builders_;
   std::thread thread_;
 };

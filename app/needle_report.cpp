@@ -2,6 +2,7 @@
 #include "app/needle_report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -35,6 +36,20 @@ std::string csv_field(const std::string& s) {
   std::string q = "\"";
   for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
   return q + "\"";
+}
+
+// A model name as part of a file name: letters, digits, '-' and '.' kept, runs of anything else as one '_'.
+std::string file_name(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const bool keep = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+    if (keep)
+      out += c;
+    else if (!out.empty() && out.back() != '_')
+      out += '_';
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out.empty() ? "model" : out;
 }
 
 std::string pct(double depth) { return depth < 0 ? "random" : fmt("%.0f%%", depth * 100); }
@@ -202,10 +217,8 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
           g.format = "%.3f";
         }
         const viz::Image img = viz::render_grid_figure(g);
-        std::string file = models[m] + (accuracy ? "-accuracy" : "-attention") + "-N" + std::to_string(nr.first) +
-                           "R" + std::to_string(nr.second);
-        for (char& ch : file)
-          if (ch == '/' || ch == ' ') ch = '_';
+        const std::string file = file_name(models[m]) + (accuracy ? "-accuracy" : "-attention") + "-N" +
+                                 std::to_string(nr.first) + "R" + std::to_string(nr.second);
         viz::write_png(out / (file + ".png"), img.rgb, img.width, img.height);
         open_out(out / (file + ".svg")) << viz::grid_figure_svg(g);
       }

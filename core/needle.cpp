@@ -1,7 +1,9 @@
 // Needle episodes, greedy answers and attention readouts.
 #include "core/needle.h"
 
+#include <cctype>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -112,6 +114,57 @@ std::vector<NeedleJob> expand(const NeedleSweep& sweep) {
       for (double d : sweep.depths)
         for (int s = 1; s <= sweep.seeds; ++s) jobs.push_back({{L, d, n, r}, static_cast<uint64_t>(s)});
   return jobs;
+}
+
+namespace {
+
+std::vector<double> numbers(const std::string& text, const char* field) {
+  std::vector<double> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.erase(item.begin());
+    while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.pop_back();
+    try {
+      size_t used = 0;
+      const double v = std::stod(item, &used);
+      if (used != item.size() || !std::isfinite(v)) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw Error(std::string(field) + " expects comma-separated numbers, got '" + item + "'");
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+NeedleSweep parse_needle_sweep(const std::string& lengths, const std::string& depths_percent,
+                               const std::string& needles, const std::string& queried, int seeds) {
+  NeedleSweep sweep;
+  sweep.lengths.clear();
+  for (double L : numbers(lengths, "lengths")) {
+    if (L != std::floor(L) || L < 64 || L > 1e9) throw Error("lengths: each length must be an integer of at least 64");
+    sweep.lengths.push_back(static_cast<int64_t>(L));
+  }
+  sweep.depths.clear();
+  for (double d : numbers(depths_percent, "depths")) {
+    if (d < 0 || d > 100) throw Error("depths are percentages in [0, 100]");
+    sweep.depths.push_back(d / 100.0);
+  }
+  sweep.needles_queried.clear();
+  for (double n : numbers(needles, "needles"))
+    for (double r : numbers(queried, "queried"))
+      if (r >= 1 && r <= n && n <= 16 && n == std::floor(n) && r == std::floor(r))
+        sweep.needles_queried.push_back({static_cast<int>(n), static_cast<int>(r)});
+  if (sweep.needles_queried.empty())
+    throw Error("needles/queried: no combination with 1 <= queried <= needles <= 16 (whole numbers)");
+  sweep.seeds = seeds;
+  validate(sweep);
+  return sweep;
 }
 
 }  // namespace difflens

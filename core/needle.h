@@ -74,4 +74,9 @@ struct NeedleJob {
 void validate(const NeedleSweep& sweep, int64_t max_positions = 0);
 std::vector<NeedleJob> expand(const NeedleSweep& sweep);
 
+// A sweep from text fields as a user types them: "128,256" tokens, "0,50,100" percent, needles "1,2,4"
+// and queried "1,2" (every combination with R <= N), seeds. Throws Error naming the field; validated.
+NeedleSweep parse_needle_sweep(const std::string& lengths, const std::string& depths_percent,
+                               const std::string& needles, const std::string& queried, int seeds);
+
 }  // namespace difflens

@@ -304,3 +304,49 @@ TEST_CASE("cli: quantize reports map drift per width and refuses bad widths", "[
   };
   expect_failures(bad, dir);
 }
+
+TEST_CASE("gui: the needle lab sweeps headless and exports the same numbers as the needle command",
+          "[gui][cli][needle][lab]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guilab");
+  const std::string models = (dir / "m").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  const std::string pair = " --models " + models + "/diff," + models + "/baseline";
+  const std::string grid = " --lengths 160,200 --depths 0,100 --needles 1,2 --queried 1 --seeds 2";
+  Result r = run(pair + " --tab lab --lab-run --lab-lengths 160,200 --lab-depths 0,100 --lab-needles 1,2 "
+                 "--lab-queried 1 --lab-seeds 2 --export-all --export-dir " + (dir / "gui").string() +
+                 " --size 1280x800 --exit-after-frames 2 --threads 1 --screenshot " + (dir / "lab.png").string(),
+                 dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("needle lab: 32/32 episodes") != std::string::npos);  // 2 × 2 × 2 cells × 2 seeds × 2 models
+  CHECK(std::filesystem::file_size(dir / "lab.png") > 20000);
+  std::filesystem::path exported;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "gui"))
+    if (e.path().filename().string().rfind("needle-lab-", 0) == 0) exported = e.path();
+  REQUIRE(!exported.empty());
+  for (const char* f : {"needle.json", "tables.md", "diff_untrained_seed_1-accuracy-N2R1.png",
+                        "baseline_untrained_seed_1-attention-N1R1.svg"}) {
+    INFO(f);
+    CHECK(std::filesystem::exists(exported / f));
+  }
+  r = run("needle" + pair + grid + " --threads 1 --out " + (dir / "cli").string(), dir);
+  REQUIRE(r.status == 0);
+  // Same cells, same numbers: compare needle.csv without the model-name column (the CLI names a model by
+  // its directory, the app by its kind).
+  auto numbers = [](const std::string& csv) {
+    std::vector<std::string> rows;
+    size_t start = csv.find('\n') + 1;
+    while (start < csv.size()) {
+      const size_t end = csv.find('\n', start);
+      const std::string line = csv.substr(start, end - start);
+      rows.push_back(line.substr(line.find(',') + 1));
+      start = end + 1;
+    }
+    return rows;
+  };
+  const auto from_gui = numbers(test::read_all(exported / "needle.csv"));
+  const auto from_cli = numbers(test::read_all(dir / "cli/needle.csv"));
+  CHECK(from_gui.size() == 16);
+  CHECK(from_gui == from_cli);
+}

@@ -124,3 +124,37 @@ TEST_CASE("needle lab: the report writes JSON, CSV, tables and heatmaps", "[need
   CHECK_THROWS_WITH(app::write_needle_report(dir / "bad", {"m1"}, {runs}, 4), Catch::Contains("between 16 and 512"));
   CHECK_THROWS_WITH(app::write_needle_report(dir / "bad", {"m1", "m2"}, {runs}), Catch::Contains("one list of runs"));
 }
+
+TEST_CASE("needle lab: sweeps parse from typed fields and expand in a fixed order", "[needle][lab]") {
+  const NeedleSweep s = parse_needle_sweep("128, 256", "0,50 ,100", "1,2,4", "1,2", 2);
+  CHECK(s.lengths == std::vector<int64_t>{128, 256});
+  CHECK(s.depths == std::vector<double>{0.0, 0.5, 1.0});
+  // Every (N, R) with R <= N: (1,1), (2,1), (2,2), (4,1), (4,2).
+  CHECK(s.needles_queried == std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {2, 2}, {4, 1}, {4, 2}});
+  const std::vector<NeedleJob> jobs = expand(s);
+  REQUIRE(jobs.size() == 2 * 3 * 5 * 2);
+  CHECK(jobs[0].cell.length == 128);
+  CHECK(jobs[0].seed == 1);
+  CHECK(jobs[1].seed == 2);  // seeds vary fastest, then depths, then (N, R), then lengths
+  CHECK(jobs[2].cell.depth == 0.5);
+  CHECK(jobs[6].cell.needles == 2);
+  CHECK(jobs[30].cell.length == 256);
+  const std::pair<const char*, const char*> bad[] = {
+      {"lengths", "each length must be an integer of at least 64"},
+      {"depths", "percentages in [0, 100]"},
+      {"needles", "no combination"},
+      {"text", "comma-separated numbers, got 'x'"},
+      {"empty", "comma-separated numbers, got ''"},
+      {"seeds", "seeds must be at least 1"},
+      {"huge", "more than 100,000 episodes"},
+  };
+  for (const auto& [what, message] : bad) {
+    INFO(what);
+    const std::string w = what;
+    CHECK_THROWS_WITH(parse_needle_sweep(w == "lengths" ? "32" : w == "text" ? "128,x" : w == "empty" ? "" : "128",
+                                         w == "depths" ? "150" : w == "huge" ? "0,1,2,3,4,5,6,7,8,9" : "50",
+                                         w == "needles" ? "1" : "1", w == "needles" ? "2" : "1",
+                                         w == "seeds" ? 0 : w == "huge" ? 20000 : 1),
+                      Catch::Contains(message));
+  }
+}
