@@ -79,6 +79,8 @@ commands:
              [--depths 0,25,50,75,100 (%)] [--needles 1,2,4] [--queried 1,2] [--seeds 3]
              [--haystack FILE (default assets/haystack.txt)] [--names single-token|original]
              [--cell 72 (heatmap PNG pixels per cell)]
+             [--needle-template "The secret code of {name} is {code}."]
+             [--question-template "Q: What is the secret code of {name}?\nA: The secret code of {name} is"]
              Writes needle.json, needle.csv, tables.md and PNG + SVG heatmaps; Ctrl-C stops.
   outliers   the paper's Table 5 over a whole text: k-th largest |attention logit| and |hidden state|
              --out DIR [--models DIR1,DIR2] [--text-file F (default assets/haystack.txt)]
@@ -525,6 +527,20 @@ int cmd_train(const Args& a) {
   return 0;
 }
 
+// "\n" typed in a shell argument becomes a newline (templates put the answer on its own line).
+std::string unescape_newlines(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size() && s[i + 1] == 'n') {
+      out += '\n';
+      ++i;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 std::vector<double> parse_doubles(const std::string& text, const char* flag) {
   std::vector<double> out;
   std::stringstream ss(text);
@@ -656,7 +672,7 @@ int cmd_quantize(const Args& a) {
 
 int cmd_needle(const Args& a) {
   a.reject_unknown({"models", "lengths", "depths", "needles", "queried", "seeds", "out", "haystack", "threads",
-                    "names", "device", "cell"});
+                    "names", "device", "cell", "needle-template", "question-template"});
   const int cell = a.get_int("cell", 72);
   if (cell < 16 || cell > 512) throw Error("--cell: heatmap cells are 16 to 512 pixels");
   apply_threads(a);
@@ -666,6 +682,10 @@ int cmd_needle(const Args& a) {
   const std::vector<NeedleJob> jobs = expand(sweep);
   const std::string out = a.require("out");
   const NameSet names = parse_name_set(a.get("names", "single-token"));
+  NeedleTemplate wording;
+  wording.needle = unescape_newlines(a.get("needle-template", wording.needle));
+  wording.question = unescape_newlines(a.get("question-template", wording.question));
+  wording.validate();
   const std::string hay_text = read_file(a.get("haystack", bundled_asset("haystack.txt")));
 
   std::signal(SIGINT, on_interrupt);
@@ -684,7 +704,7 @@ int cmd_needle(const Args& a) {
       throw Error(dir + ": " + e.what());
     }
     const Haystack hay(hay_text, model.tokenizer());
-    const EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval, names);
+    const EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval, names, wording);
     model_names.push_back(model.config().name.empty() ? dir : model.config().name);
     results.emplace_back();
     for (const NeedleJob& job : jobs) {

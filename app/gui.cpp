@@ -99,6 +99,7 @@ struct GuiState {
   struct Needle {
     int length = 256, depth_pct = 50, needles = 1, asked = 1, seed = 1;
     std::string haystack_path;
+    NeedleTemplate wording;  // needle and question sentences (builder and lab)
     std::string built;  // description of the last built episode, or why building failed
     std::string tokenizer_path;          // the tokenizer the cached haystack was counted with
     std::unique_ptr<Tokenizer> tokenizer;
@@ -661,7 +662,7 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir) {
       n.haystack = std::make_unique<Haystack>(text, *n.tokenizer);
       n.tokenizer_path = tok_path.string();
     }
-    const EpisodeBuilder builder(*n.haystack, *n.tokenizer, NeedleSplit::Eval);
+    const EpisodeBuilder builder(*n.haystack, *n.tokenizer, NeedleSplit::Eval, NameSet::SingleToken, n.wording);
     n.asked = std::clamp(n.asked, 1, n.needles);
     Episode ep = needle_episode(builder, {n.length, n.depth_pct / 100.0, n.needles, n.asked},
                                 static_cast<uint64_t>(std::max(1, n.seed)));
@@ -782,6 +783,8 @@ void start_lab_sweep(GuiState& state, InferenceWorker& worker) {
     req.sweep = parse_needle_sweep(lab.lengths, lab.depths, lab.needles, lab.queried, lab.seeds);
     req.haystack_path = state.needle.haystack_path;
     req.names = lab.names == 0 ? NameSet::SingleToken : NameSet::Original;
+    req.wording = state.needle.wording;
+    req.wording.validate();
     worker.start_sweep(req);
     lab.form_error.clear();
     lab.message.clear();
@@ -913,6 +916,23 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   ImGui::Combo("names", &lab.names, "held-out single-token\0held-out original\0");
   ImGui::SetNextItemWidth(w * 3);
   ImGui::InputText("haystack text file", &state.needle.haystack_path);
+  ImGui::SameLine();
+  if (ImGui::Button("Wording...")) ImGui::OpenPopup("wording");
+  if (ImGui::BeginPopup("wording")) {
+    NeedleTemplate& t = state.needle.wording;
+    ImGui::TextUnformatted("{name} and {code} are filled in; the answer \" <code>.\" follows the question.");
+    ImGui::SetNextItemWidth(w * 4);
+    ImGui::InputText("needle", &t.needle);
+    ImGui::InputTextMultiline("question", &t.question, ImVec2(w * 4, ImGui::GetTextLineHeight() * 3));
+    if (ImGui::Button("Trained wording")) t = NeedleTemplate{};
+    try {
+      t.validate();
+    } catch (const std::exception& e) {
+      ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", e.what());
+    }
+    ImGui::TextDisabled("The bundled pair was trained on the default wording only.");
+    ImGui::EndPopup();
+  }
   ImGui::SameLine();
   const bool running = lab.progress && lab.progress->running;
   if (ImGui::Button(running ? "Restart sweep" : "Run sweep")) start_lab_sweep(state, worker);

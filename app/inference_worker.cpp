@@ -193,7 +193,8 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
           h.path = file_key;
           h.model_generation = model_generation_[s];
         }
-        builders[s] = std::make_unique<EpisodeBuilder>(*h.haystack, m->tokenizer(), NeedleSplit::Eval, req.names);
+        builders[s] =
+            std::make_unique<EpisodeBuilder>(*h.haystack, m->tokenizer(), NeedleSplit::Eval, req.names, req.wording);
         // One episode per length and (N, R) now, so a grid the haystack or the context cannot hold
         // fails here, not halfway.
         for (int64_t L : req.sweep.lengths)

@@ -55,6 +55,7 @@ struct SweepRequest {
   NeedleSweep sweep;
   std::string haystack_path;  // plain text, read on the worker thread
   NameSet names = NameSet::SingleToken;
+  NeedleTemplate wording;  // needle and question sentences
 };
 
 struct SweepProgress {

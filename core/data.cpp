@@ -105,17 +105,59 @@ Haystack::Haystack(const std::string& text, const Tokenizer& tokenizer) {
     tokens_.push_back(static_cast<int64_t>(tokenizer.encode(s, false).ids.size()));
 }
 
+namespace {
+
+size_t occurrences(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + what.size())) ++n;
+  return n;
+}
+
+// Replaces {name} and {code}; `code_at` receives where the code starts in the result (npos if absent).
+std::string fill(const std::string& t, const Needle& n, size_t* code_at = nullptr) {
+  std::string out;
+  if (code_at) *code_at = std::string::npos;
+  for (size_t i = 0; i < t.size();) {
+    if (t.compare(i, 6, "{name}") == 0) {
+      out += n.name;
+      i += 6;
+    } else if (t.compare(i, 6, "{code}") == 0) {
+      if (code_at) *code_at = out.size();
+      out += n.code;
+      i += 6;
+    } else {
+      out += t[i++];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void NeedleTemplate::validate() const {
+  for (const auto& [field, text] : {std::pair<const char*, const std::string&>{"needle", needle}, {"question", question}}) {
+    size_t known = occurrences(text, "{name}") + occurrences(text, "{code}");
+    if (occurrences(text, "{") != known)
+      throw Error(std::string("needle template: the ") + field + " may only use {name} and {code}");
+    if (text.find_first_not_of(" \t\n") == std::string::npos)
+      throw Error(std::string("needle template: the ") + field + " is empty");
+  }
+  if (occurrences(needle, "{code}") != 1) throw Error("needle template: the needle must hold {code} exactly once");
+  if (occurrences(needle, "{name}") < 1) throw Error("needle template: the needle must name the person ({name})");
+  if (occurrences(question, "{name}") < 1) throw Error("needle template: the question must hold {name}");
+  if (occurrences(question, "{code}") != 0)
+    throw Error("needle template: the question must not hold {code} (the answer follows it)");
+}
+
 EpisodeBuilder::EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split,
-                               NameSet names)
-    : haystack_(haystack), tokenizer_(tokenizer), split_(split), names_(names) {}
-
-std::string EpisodeBuilder::needle_sentence(const Needle& n) {
-  return "The secret code of " + n.name + " is " + n.code + ".";
+                               NameSet names, NeedleTemplate wording)
+    : haystack_(haystack), tokenizer_(tokenizer), split_(split), names_(names), wording_(std::move(wording)) {
+  wording_.validate();
 }
 
-std::string EpisodeBuilder::question(const Needle& n) {
-  return "Q: What is the secret code of " + n.name + "?\nA: The secret code of " + n.name + " is";
-}
+std::string EpisodeBuilder::needle_sentence(const Needle& n) const { return fill(wording_.needle, n); }
+
+std::string EpisodeBuilder::question(const Needle& n) const { return fill(wording_.question, n); }
 
 Needle EpisodeBuilder::random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken) const {
   const auto& names = needle_names(split_, names_);
@@ -212,10 +254,10 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
         const Needle& n = needles[order[next]];
         if (!text.empty()) text += ' ';
         const size_t b = text.size();
-        text += needle_sentence(n);
+        size_t code_at = 0;
+        text += fill(wording_.needle, n, &code_at);
         needle_chars[order[next]] = {b, text.size()};
-        const size_t cb = b + needle_sentence(n).size() - 5;  // "dddd."
-        code_chars[order[next]] = {cb, cb + 4};
+        code_chars[order[next]] = {b + code_at, b + code_at + n.code.size()};
         ++next;
       }
     };

@@ -75,16 +75,28 @@ class Haystack {
   std::vector<int64_t> tokens_;
 };
 
+// The wording of needles and questions. "{name}" and "{code}" are replaced by the needle's name and
+// four-digit code. The needle holds {code} exactly once; the question holds {name} and no {code}: the
+// answer " <code>." follows it. The defaults are the sentences the bundled pair was trained on.
+struct NeedleTemplate {
+  std::string needle = "The secret code of {name} is {code}.";
+  std::string question = "Q: What is the secret code of {name}?\nA: The secret code of {name} is";
+  // Throws Error saying what is wrong (missing or repeated placeholder, unknown "{...}").
+  void validate() const;
+};
+
 class EpisodeBuilder {
  public:
+  // Throws Error for a template that does not validate.
   EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split,
-                 NameSet names = NameSet::SingleToken);
+                 NameSet names = NameSet::SingleToken, NeedleTemplate wording = {});
   // Builds an episode whose token count is at most spec.context_tokens (and close to it).
   // Throws Error when the spec cannot be met (e.g. R > N or a context too short for the questions).
   Episode build(const EpisodeSpec& spec, std::mt19937_64& rng) const;
 
-  static std::string needle_sentence(const Needle& n);
-  static std::string question(const Needle& n);  // ends with "...of <name> is"; the code follows
+  std::string needle_sentence(const Needle& n) const;
+  std::string question(const Needle& n) const;  // the code follows after a space
+  const NeedleTemplate& wording() const { return wording_; }
 
  private:
   Needle random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken) const;
@@ -92,6 +104,7 @@ class EpisodeBuilder {
   const Tokenizer& tokenizer_;
   NeedleSplit split_;
   NameSet names_;
+  NeedleTemplate wording_;
 };
 
 // Names available to a split (disjoint between Train and Eval).

@@ -247,6 +247,14 @@ TEST_CASE("cli: needle sweeps a pair end to end and refuses bad grids", "[cli][n
   for (char c : csv) rows += c == '\n';
   CHECK(rows == 1 + 2 * (2 * 2 * 2));  // header + 2 models × 2 lengths × 2 depths × 2 (N, R) cells
   CHECK(std::filesystem::exists(dir / "lab/tables.md"));
+  // Own wording: the needle and question sentences change, the sweep runs the same way.
+  r = run("needle" + pair + " --lengths 200 --depths 50 --seeds 1 --out " + (dir / "own").string() +
+              " --needle-template \"Keep in mind: {name} uses PIN {code}.\" --question-template "
+              "\"Which PIN does {name} use?\\nPIN:\"",
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(test::read_all(dir / "own/needle.csv").find(",200,0.5,1,1,1,") != std::string::npos);
   const std::pair<std::string, std::string> bad[] = {
       {"needle" + pair + " --out x --lengths 10", "at least 64"},
       {"needle" + pair + " --out x --lengths 1e9", "exceeds the model's"},
@@ -255,6 +263,7 @@ TEST_CASE("cli: needle sweeps a pair end to end and refuses bad grids", "[cli][n
       {"needle" + pair + " --out x --needles 1 --queried 2", "no combination"},
       {"needle" + pair + " --out x --seeds 0", "at least 1"},
       {"needle" + pair + " --out x --cell 5", "16 to 512 pixels"},
+      {"needle" + pair + " --out x --needle-template 'no placeholders'", "{code} exactly once"},
       {"needle --models /nonexistent --out x", "not a model directory"},
       {"needle" + pair + " --out x --haystack /nonexistent", "cannot open"},
   };

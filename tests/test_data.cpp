@@ -73,14 +73,14 @@ TEST_CASE("episode places needles at the requested depths with exact spans", "[d
   CHECK(middle < 0.7);
   CHECK(e.needle_spans[2].end >= hay_end - 2);  // depth 1: last thing before the questions
   for (size_t i = 0; i < 3; ++i) {
-    CHECK(span_text(tok, e, e.needle_spans[i]) == EpisodeBuilder::needle_sentence(e.needles[i]));
+    CHECK(span_text(tok, e, e.needle_spans[i]) == b.needle_sentence(e.needles[i]));
     CHECK(span_text(tok, e, e.needle_code_spans[i]) == e.needles[i].code);
     CHECK(code_in_split(std::stoi(e.needles[i].code), NeedleSplit::Eval));
   }
   REQUIRE(e.queried.size() == 2);
   for (size_t q = 0; q < 2; ++q) {
     const Needle& n = e.needles[static_cast<size_t>(e.queried[q])];
-    CHECK(span_text(tok, e, e.question_spans[q]) == EpisodeBuilder::question(n));
+    CHECK(span_text(tok, e, e.question_spans[q]) == b.question(n));
     CHECK(span_text(tok, e, e.answer_spans[q]) == n.code);
     CHECK(e.answer_spans[q].begin == e.question_spans[q].end + 1);  // one space between
   }
@@ -202,4 +202,53 @@ TEST_CASE("drill rows are dense and mark every answer token", "[data][train]") {
   CHECK(plain.row(256, rng).answers.empty());
   CHECK_THROWS_WITH(TrainingData(stream, h, tok, DataMix{0.7, 0.5, NameSet::Original}),
                     Catch::Contains("sum to at most 1"));
+}
+
+TEST_CASE("needle templates: the default is the trained wording, a custom one keeps exact spans",
+          "[data][needle]") {
+  const Fixture f;
+  const EpisodeBuilder standard(f.hay, f.tok, NeedleSplit::Eval);
+  const Needle n{"Rachel", "4823"};
+  // The bundled pair was trained on exactly these strings.
+  CHECK(standard.needle_sentence(n) == "The secret code of Rachel is 4823.");
+  CHECK(standard.question(n) == "Q: What is the secret code of Rachel?\nA: The secret code of Rachel is");
+
+  NeedleTemplate t;
+  t.needle = "Remember: {name}'s PIN is {code}, not 0000 ({name}).";
+  t.question = "Question: what is {name}'s PIN?\nAnswer:";
+  const EpisodeBuilder custom(f.hay, f.tok, NeedleSplit::Eval, NameSet::SingleToken, t);
+  CHECK(custom.needle_sentence(n) == "Remember: Rachel's PIN is 4823, not 0000 (Rachel).");
+  std::mt19937_64 rng(9);
+  EpisodeSpec s;
+  s.context_tokens = 500;
+  s.needles = 2;
+  s.queried = 2;
+  s.depths = {0.25, 0.75};
+  const Episode e = custom.build(s, rng);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(span_text(f.tok, e, e.needle_spans[i]) == custom.needle_sentence(e.needles[i]));
+    CHECK(span_text(f.tok, e, e.needle_code_spans[i]) == e.needles[i].code);  // the code mid-sentence
+  }
+  for (size_t q = 0; q < 2; ++q) {
+    const Needle& asked = e.needles[static_cast<size_t>(e.queried[q])];
+    CHECK(span_text(f.tok, e, e.question_spans[q]) == custom.question(asked));
+    CHECK(span_text(f.tok, e, e.answer_spans[q]) == asked.code);
+  }
+  CHECK(e.text.find("Remember: ") != std::string::npos);
+  CHECK(e.text.find("secret code") == std::string::npos);
+
+  const std::pair<NeedleTemplate, const char*> bad[] = {
+      {{"{name} has no code.", "What of {name}?"}, "{code} exactly once"},
+      {{"{name}: {code}, {code}.", "What of {name}?"}, "{code} exactly once"},
+      {{"Someone's code is {code}.", "What of {name}?"}, "must name the person"},
+      {{"{name}: {code}.", "What is the code?"}, "question must hold {name}"},
+      {{"{name}: {code}.", "{name} is {code}"}, "must not hold {code}"},
+      {{"{name}: {code} {date}.", "What of {name}?"}, "only use {name} and {code}"},
+      {{"{name}: {code}.", "  \n"}, "question is empty"},
+  };
+  for (const auto& [tmpl, message] : bad) {
+    INFO(tmpl.needle << " / " << tmpl.question);
+    CHECK_THROWS_WITH(EpisodeBuilder(f.hay, f.tok, NeedleSplit::Eval, NameSet::SingleToken, tmpl),
+                      Catch::Contains(message));
+  }
 }
