@@ -78,7 +78,7 @@ commands:
              --out DIR [--models DIR1,DIR2 (default: the bundled pair)] [--lengths 256,512]
              [--depths 0,25,50,75,100 (%)] [--needles 1,2,4] [--queried 1,2] [--seeds 3]
              [--haystack FILE (default assets/haystack.txt)] [--names single-token|original]
-             [--cell 72 (heatmap PNG pixels per cell)]
+             [--cell 72 (heatmap PNG pixels per cell)] [--logit-bits 8|6|4 (quantized attention logits)]
              [--needle-template "The secret code of {name} is {code}."]
              [--question-template "Q: What is the secret code of {name}?\nA: The secret code of {name} is"]
              Writes needle.json, needle.csv, tables.md and PNG + SVG heatmaps; Ctrl-C stops.
@@ -672,7 +672,10 @@ int cmd_quantize(const Args& a) {
 
 int cmd_needle(const Args& a) {
   a.reject_unknown({"models", "lengths", "depths", "needles", "queried", "seeds", "out", "haystack", "threads",
-                    "names", "device", "cell", "needle-template", "question-template"});
+                    "names", "device", "cell", "needle-template", "question-template", "logit-bits"});
+  const int logit_bits = a.get_int("logit-bits", 0);
+  if (logit_bits != 0 && (logit_bits < 2 || logit_bits > 16))
+    throw Error("--logit-bits takes 2 to 16 bits (0: exact)");
   const int cell = a.get_int("cell", 72);
   if (cell < 16 || cell > 512) throw Error("--cell: heatmap cells are 16 to 512 pixels");
   apply_threads(a);
@@ -695,9 +698,10 @@ int cmd_needle(const Args& a) {
   size_t done = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (const std::string& dir : dirs) {
-    const Model model = Model::load(dir, parse_device(a.get("device", "auto")));
+    Model model = Model::load(dir, parse_device(a.get("device", "auto")));
     if (!model.tokenizer().can_encode())
       throw Error(dir + ": this model has no text tokenizer, so it cannot read a haystack");
+    model.set_logit_bits(logit_bits);
     try {
       validate(sweep, model.config().max_position_embeddings);
     } catch (const Error& e) {
@@ -705,7 +709,8 @@ int cmd_needle(const Args& a) {
     }
     const Haystack hay(hay_text, model.tokenizer());
     const EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval, names, wording);
-    model_names.push_back(model.config().name.empty() ? dir : model.config().name);
+    model_names.push_back((model.config().name.empty() ? dir : model.config().name) +
+                          (logit_bits > 0 ? " (logits " + std::to_string(logit_bits) + "-bit)" : ""));
     results.emplace_back();
     for (const NeedleJob& job : jobs) {
       if (g_stop) throw Error("stopped by Ctrl-C: nothing written");

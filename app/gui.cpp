@@ -785,6 +785,7 @@ void start_lab_sweep(GuiState& state, InferenceWorker& worker) {
     req.names = lab.names == 0 ? NameSet::SingleToken : NameSet::Original;
     req.wording = state.needle.wording;
     req.wording.validate();
+    req.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
     worker.start_sweep(req);
     lab.form_error.clear();
     lab.message.clear();
@@ -953,7 +954,8 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   if (!lab.progress) {
     ImGui::TextWrapped(
         "Runs every length x depth x (N, R) cell on both models with held-out names, codes and haystack text; "
-        "typing a prompt meanwhile pauses the sweep. Accuracy: the whole code produced greedily.");
+        "typing a prompt meanwhile pauses the sweep. Accuracy: the whole code produced greedily. The sweep uses "
+        "the logits menu above: exact, or attention logits quantized to 8/6/4 bits.");
     return;
   }
   const SweepProgress& p = *lab.progress;
@@ -1073,10 +1075,62 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
     }
     ImGui::EndTable();
   }
-  ImGui::TextDisabled(
+  // Every episode: what each model answered, right or not, and where it looked.
+  size_t episodes = 0;
+  for (int s : slots) episodes += p.runs[static_cast<size_t>(s)].size();
+  if (ImGui::CollapsingHeader(("Episodes (" + std::to_string(episodes) + ")").c_str(), ImGuiTreeNodeFlags_DefaultOpen) &&
+      ImGui::BeginTable("episodes", 9,
+                        ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_ScrollY |
+                            ImGuiTableFlags_RowBg,
+                        ImVec2(0, ImGui::GetTextLineHeightWithSpacing() * 12))) {
+    ImGui::TableSetupScrollFreeze(0, 1);
+    for (const char* h : {"model", "tokens", "depth", "N", "R", "seed", "asked -> answered", "answer", "noise"})
+      ImGui::TableSetupColumn(h);
+    ImGui::TableHeadersRow();
+    std::vector<std::pair<int, size_t>> rows;
+    for (int s : slots)
+      for (size_t k = 0; k < p.runs[static_cast<size_t>(s)].size(); ++k) rows.push_back({s, k});
+    ImGuiListClipper clipper;
+    clipper.Begin(static_cast<int>(rows.size()));
+    while (clipper.Step())
+      for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
+        const auto [s, k] = rows[static_cast<size_t>(i)];
+        const NeedleRun& run = p.runs[static_cast<size_t>(s)][k];
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%lld", static_cast<long long>(run.tokens));
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(depth_label(run.cell.depth).c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%d", run.cell.needles);
+        ImGui::TableNextColumn();
+        ImGui::Text("%d", run.cell.queried);
+        ImGui::TableNextColumn();
+        ImGui::Text("%llu", static_cast<unsigned long long>(run.seed));
+        ImGui::TableNextColumn();
+        std::string qa;
+        for (size_t q = 0; q < run.truths.size() && q < run.replies.size(); ++q)
+          qa += (q ? "; " : "") + run.truths[q] + " -> " + run.replies[q] +
+                (run.truths[q] == run.replies[q] ? " (right)" : " (wrong)");
+        if (run.answered == run.asked)
+          ImGui::TextColored(ImVec4(0.1f, 0.55f, 0.1f, 1), "%s", qa.c_str());
+        else
+          ImGui::TextUnformatted(qa.c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%.3f", run.attention.mean.answer);
+        ImGui::TableNextColumn();
+        ImGui::Text("%.3f", run.attention.mean.noise);
+      }
+    ImGui::EndTable();
+  }
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped(
       "Paper (Ye et al., ICLR 2025, Table 3; 3B models, 4K context): attention to answer by depth 0/25/50/75/100 %%: "
       "Transformer .03 .03 .03 .07 .09, DIFF .27 .30 .31 .32 .40; noise: Transformer .51 .54 .52 .49 .49, DIFF .01 "
       ".02 .02 .02 .01.");
+  ImGui::PopStyleColor();
 }
 
 void draw_model_slots(GuiState& state, InferenceWorker& worker) {
@@ -1220,7 +1274,6 @@ int run_gui(const GuiOptions& opt) {
     state.lab.needles = opt.lab_needles;
     state.lab.queried = opt.lab_queried;
     state.lab.seeds = opt.lab_seeds;
-    if (opt.lab_run) start_lab_sweep(state, worker);
     state.selection.answer_begin = opt.answer_begin;
     state.selection.answer_end = opt.answer_end;
     if (opt.needle.size() == 5) {  // headless needle prompt (validated by the CLI)
@@ -1236,6 +1289,7 @@ int run_gui(const GuiOptions& opt) {
     for (int k = 0; k < 4; ++k)
       if (kQuantizationBits[k] == opt.logit_bits) state.view.quantization = k;
     if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
+    if (opt.lab_run) start_lab_sweep(state, worker);  // after the logits setting it uses
     HeadView head_views[kSlots];
     ModelView model_views[kSlots];
     int frames_since_result = -1;

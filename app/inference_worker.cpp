@@ -166,6 +166,8 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
   std::vector<NeedleJob> jobs;
   try {
     jobs = expand(req.sweep);
+    if (req.logit_bits != 0 && (req.logit_bits < 2 || req.logit_bits > 16))
+      throw Error("logit quantization takes 2 to 16 bits (0: exact)");
     std::ifstream in(req.haystack_path, std::ios::binary);
     if (!in) throw Error(req.haystack_path + ": cannot open the haystack text");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -206,6 +208,7 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
         continue;
       }
       names[s] = m->config().name.empty() ? to_string(m->config().attention) : m->config().name;
+      if (req.logit_bits > 0) names[s] += " (logits " + std::to_string(req.logit_bits) + "-bit)";
       slots.push_back(static_cast<int>(s));
     }
     if (slots.empty()) throw Error("no slot can run the sweep");
@@ -253,15 +256,18 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
                      ": " + what;
   sweep_in_episode_ = true;
   cancel_ = false;
+  const int bits = sweep_.request.logit_bits;
   lock.unlock();
   std::optional<NeedleRun> run;
   std::string error;
   try {
+    models_[slot]->set_logit_bits(bits);  // only for this episode: prompt runs between episodes see exact logits
     run = run_needle(*models_[slot], *sweep_builders_[slot], job.cell, job.seed, &cancel_);
   } catch (const Cancelled&) {
   } catch (const std::exception& e) {
     error = e.what();
   }
+  models_[slot]->set_logit_bits(0);
   lock.lock();
   sweep_in_episode_ = false;
   if (sweep_.id != id) return;  // a new sweep was requested meanwhile

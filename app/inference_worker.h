@@ -56,6 +56,7 @@ struct SweepRequest {
   std::string haystack_path;  // plain text, read on the worker thread
   NameSet names = NameSet::SingleToken;
   NeedleTemplate wording;  // needle and question sentences
+  int logit_bits = 0;      // absmax-quantize attention logits to 8/6/4 bits during the sweep (0: exact)
 };
 
 struct SweepProgress {

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "app/inference_worker.h"
@@ -269,4 +270,47 @@ TEST_CASE("worker: sweeps that cannot run say why", "[worker][needle][lab]") {
   w.run("still fine");
   w.wait_idle();
   CHECK(w.take_result());
+}
+
+TEST_CASE("worker: a sweep with quantized logits matches direct quantized runs and leaves prompts exact",
+          "[worker][needle][lab][quantize]") {
+  PairOnDisk pair;
+  InferenceWorker w({}, 1);
+  w.load(0, (pair.dir / "diff").string());
+  SweepRequest req = small_sweep({160}, 2);
+  req.logit_bits = 4;
+  w.start_sweep(req);
+  w.wait_idle();
+  const auto p = w.sweep_progress();
+  INFO(p->error);
+  REQUIRE(p->finished);
+  CHECK(p->models[0] == "diff (logits 4-bit)");
+  CHECK(p->runs[1].empty());  // no right model: the left one runs alone
+  Model m = Model::load(pair.dir / "diff");
+  const Haystack hay(test::read_all(kHaystack), m.tokenizer());
+  const EpisodeBuilder builder(hay, m.tokenizer(), NeedleSplit::Eval);
+  const std::vector<NeedleJob> jobs = expand(req.sweep);
+  REQUIRE(p->runs[0].size() == jobs.size());
+  bool differs_from_exact = false;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    m.set_logit_bits(4);
+    const NeedleRun quantized = run_needle(m, builder, jobs[j].cell, jobs[j].seed);
+    m.set_logit_bits(0);
+    const NeedleRun exact = run_needle(m, builder, jobs[j].cell, jobs[j].seed);
+    CHECK(p->runs[0][j].replies == quantized.replies);
+    CHECK(p->runs[0][j].attention.mean.noise == Approx(quantized.attention.mean.noise).margin(1e-6));
+    differs_from_exact |= std::fabs(exact.attention.mean.noise - quantized.attention.mean.noise) > 1e-6;
+  }
+  CHECK(differs_from_exact);
+  // A prompt run after the sweep uses exact logits again.
+  w.run("after the sweep");
+  w.wait_idle();
+  const auto r = w.take_result();
+  REQUIRE(r);
+  REQUIRE(r->traces[0]);
+  CHECK(r->traces[0]->logit_bits == 0);
+  req.logit_bits = 1;
+  w.start_sweep(req);
+  w.wait_idle();
+  CHECK(w.sweep_progress()->error.find("2 to 16 bits") != std::string::npos);
 }
