@@ -674,8 +674,8 @@ int cmd_needle(const Args& a) {
   a.reject_unknown({"models", "lengths", "depths", "needles", "queried", "seeds", "out", "haystack", "threads",
                     "names", "device", "cell", "needle-template", "question-template", "logit-bits"});
   const int logit_bits = a.get_int("logit-bits", 0);
-  if (logit_bits != 0 && (logit_bits < 2 || logit_bits > 16))
-    throw Error("--logit-bits takes 2 to 16 bits (0: exact)");
+  if (logit_bits != 0 && (logit_bits < 2 || logit_bits > 32))
+    throw Error("--logit-bits takes 2 to 32 bits (0: exact)");
   const int cell = a.get_int("cell", 72);
   if (cell < 16 || cell > 512) throw Error("--cell: heatmap cells are 16 to 512 pixels");
   apply_threads(a);

@@ -81,6 +81,7 @@ struct SelectionState {
   int answer_begin = -1;  // answer span [begin, end) marked by right-dragging on the token strip
   int answer_end = -1;
   int answer_anchor = -1;  // where the current right-drag started
+  std::vector<std::pair<int, int>> needles;  // needle sentences [begin, end) placed by the needle builder
 };
 
 struct GuiState {
@@ -427,7 +428,10 @@ std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t reque
 
 // The prompt's tokens as chips: hover marks the key in every map, click selects the query token.
 void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
-  ImGui::TextUnformatted("Tokens (click: query / question start, hover: key, right-drag: answer span)");
+  ImGui::TextUnformatted(state.selection.needles.empty()
+                             ? "Tokens (click: query / question start, hover: key, right-drag: answer span)"
+                             : "Tokens (click: query / question start, hover: key, right-drag: answer span; "
+                               "yellow: needle sentences, green: the asked code)");
   if (!ImGui::IsMouseDown(ImGuiMouseButton_Right)) state.selection.answer_anchor = -1;
   ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(2, 2));
   ImGui::PushStyleVar(ImGuiStyleVar_FramePadding, ImVec2(3, 1));
@@ -447,9 +451,12 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
     const bool query = ii == state.selection.query;
     const bool key = ii == state.selection.hovered_key;
     const bool answer = ii >= state.selection.answer_begin && ii < state.selection.answer_end;
+    const bool needle = std::any_of(state.selection.needles.begin(), state.selection.needles.end(),
+                                    [&](const std::pair<int, int>& n) { return ii >= n.first && ii < n.second; });
     ImGui::PushStyleColor(ImGuiCol_Button, query    ? ImVec4(1.0f, 0.62f, 0.2f, 1)
                                            : key    ? ImVec4(1.0f, 0.6f, 0.85f, 1)
                                            : answer ? ImVec4(0.45f, 0.8f, 0.45f, 1)
+                                           : needle ? ImVec4(0.98f, 0.88f, 0.5f, 1)
                                                     : ImVec4(0.86f, 0.88f, 0.92f, 1));
     if (ImGui::Button(label.c_str())) state.selection.query = ii;
     if (query && state.strip_scrolled_to != ii) {  // keep the selected query in sight
@@ -489,8 +496,9 @@ void draw_row_view(const GuiState& state, const Trace& t, int head) {
   char overlay[160];
   std::snprintf(overlay, sizeof overlay, "%s, query %d '%s': %s over keys 0..%d", t.config.name.c_str(), q,
                 t.tokens[static_cast<size_t>(q)].c_str(), t.config.is_diff() ? "A1 - lambda A2" : "A", q);
-  ImGui::PlotHistogram(("##row" + t.config.name).c_str(), row, q + 1, 0, overlay, lo, hi > lo ? hi : lo + 1,
-                       ImVec2(ImGui::GetContentRegionAvail().x, ImGui::GetTextLineHeight() * 4.5f));
+  ImGui::TextUnformatted(overlay);  // above the bars, not over them
+  ImGui::PlotHistogram(("##row" + t.config.name).c_str(), row, q + 1, 0, nullptr, lo, hi > lo ? hi : lo + 1,
+                       ImVec2(ImGui::GetContentRegionAvail().x, ImGui::GetTextLineHeight() * 3.5f));
 }
 
 // λ per layer of a DIFF trace: the chart and the numbers (λ = exp1 - exp2 + λ_init).
@@ -676,6 +684,9 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir) {
     state.selection.query = static_cast<int>(question.begin);
     state.selection.answer_begin = static_cast<int>(code.begin);
     state.selection.answer_end = static_cast<int>(code.end);
+    state.selection.needles.clear();
+    for (const Span& sp : ep.needle_spans)
+      state.selection.needles.push_back({static_cast<int>(sp.begin), static_cast<int>(sp.end)});
     n.built = "built a " + std::to_string(n.tokenizer->encode(ep.text, true).ids.size()) + "-token prompt: asked " +
               asked.name + " -> " + asked.code + " (answer span = its code, tokens " + std::to_string(code.begin) +
               "-" + std::to_string(code.end - 1) + "); a model that retrieves continues with \" " + asked.code +
@@ -1360,6 +1371,7 @@ int run_gui(const GuiOptions& opt) {
       if (ImGui::InputTextMultiline("##prompt", &state.prompt.text,
                                     ImVec2(-1, ImGui::GetTextLineHeight() * 4))) {
         state.prompt.pending = true;
+        state.selection.needles.clear();  // the builder's spans no longer match the text
         state.prompt.last_edit = now_seconds();
       }
       int layers = 0, heads[kSlots] = {0, 0};

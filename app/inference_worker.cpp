@@ -166,8 +166,8 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
   std::vector<NeedleJob> jobs;
   try {
     jobs = expand(req.sweep);
-    if (req.logit_bits != 0 && (req.logit_bits < 2 || req.logit_bits > 16))
-      throw Error("logit quantization takes 2 to 16 bits (0: exact)");
+    if (req.logit_bits != 0 && (req.logit_bits < 2 || req.logit_bits > 32))
+      throw Error("logit quantization takes 2 to 32 bits (0: exact)");
     std::ifstream in(req.haystack_path, std::ios::binary);
     if (!in) throw Error(req.haystack_path + ": cannot open the haystack text");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -312,5 +312,5 @@ TEST_CASE("worker: a sweep with quantized logits matches direct quantized runs a
   req.logit_bits = 1;
   w.start_sweep(req);
   w.wait_idle();
-  CHECK(w.sweep_progress()->error.find("2 to 16 bits") != std::string::npos);
+  CHECK(w.sweep_progress()->error.find("2 to 32 bits") != std::string::npos);
 }
