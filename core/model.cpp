@@ -350,6 +350,14 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   const Rope rope(T, c.head_dim, c.rope_theta, c.rope_style, dev);
   Tensor future =
       at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(dev)).triu(1);  // key j > query i
+  if (options.stats_from < 0 || options.stats_from >= T)
+    throw Error("capture: statistics from position " + std::to_string(options.stats_from) + " of a " +
+                std::to_string(T) + "-token prompt");
+  // Cells left out of the logit statistics: the causal future, and rows before stats_from.
+  Tensor stats_skip = future;
+  if (options.stats_from > 0)
+    stats_skip = future.logical_or(
+        at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev)).lt(options.stats_from).unsqueeze(1).expand({T, T}));
 
   Tensor id_tensor = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).to(dev);
   Tensor h = impl_->net->model->embed_tokens(id_tensor.unsqueeze(0));  // [1, T, E]
@@ -382,14 +390,14 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     if (options.logit_stats) {
       // Causal entries of every head (DIFF: both components pooled).
       lt.logit_stats =
-          r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, future) : value_stats({r.l1[0]}, future);
+          r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, stats_skip) : value_stats({r.l1[0]}, stats_skip);
     }
     if (options.keep_logits) {
       lt.logits1 = to_array(r.l1[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
       if (r.l2.defined())
         lt.logits2 = to_array(r.l2[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
     }
-    lt.hidden_stats = value_stats({h[0]});
+    lt.hidden_stats = value_stats({h[0].slice(0, options.stats_from)});
     if (options.keep_hidden) lt.hidden = to_array(h[0]);
     trace.layers.push_back(std::move(lt));
   }

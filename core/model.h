@@ -38,6 +38,9 @@ struct CaptureOptions {
   bool logit_stats = true;   // top-k / median / histogram of |logits| (O(T²) extra work)
   int next_token_top_k = 10;
   int logit_bits = -1;  // quantize attention logits for this capture (0: exact; -1: the model's setting)
+  // Statistics (logit_stats, hidden_stats) leave out query positions before this one: a text read in
+  // windows that each start with BOS counts BOS's identical state once, not once per window.
+  int64_t stats_from = 0;
 };
 
 struct NamedTensor {

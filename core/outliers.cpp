@@ -33,6 +33,7 @@ OutlierStats measure_outliers(const Model& model, const std::string& text, int64
     if (bos) chunk.push_back(tok.bos_id());
     const size_t b = static_cast<size_t>(w * body), e = std::min(ids.size(), b + static_cast<size_t>(body));
     chunk.insert(chunk.end(), ids.begin() + static_cast<std::ptrdiff_t>(b), ids.begin() + static_cast<std::ptrdiff_t>(e));
+    opt.stats_from = bos && w > 0 ? 1 : 0;  // BOS's state is the same in every window: count it once
     const Trace t = model.capture(chunk, opt, cancel);
     for (size_t l = 0; l < L && l < t.layers.size(); ++l) {
       out.logits_per_layer[l].merge(t.layers[l].logit_stats);

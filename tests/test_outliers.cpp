@@ -2,6 +2,9 @@
 // they pool, the report writes the paper's Table 5 layout, and bad input is refused.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "app/outlier_report.h"
 #include "core/error.h"
 #include "core/model.h"
@@ -39,6 +42,14 @@ TEST_CASE("outliers: windows cover the text and pooled stats equal the captures'
   CHECK(one.logits.top_k(1) == all[0]);
   CHECK(one.logits.top_k(10) == all[9]);
   CHECK(one.logits.count == t.layers[0].logit_stats.count + t.layers[1].logit_stats.count);
+  // BOS starts every window with the same state: only the first window counts it. Three windows of 100
+  // (BOS + 99) count 253 - 2 hidden positions per layer; logits lose BOS's one causal entry per head and
+  // component in windows 2 and 3.
+  const int64_t E = m.config().hidden_size, H = m.config().map_heads();
+  CHECK(s.hidden_per_layer[0].count == (253 - 2) * E);
+  int64_t causal = 0;
+  for (int64_t T : {100, 100, 53}) causal += T * (T + 1) / 2;
+  CHECK(s.logits_per_layer[0].count == (causal - 2) * H * 2);  // DIFF: two components
   // --max-windows stops early.
   CHECK(measure_outliers(m, text, 100, 2).windows == 2);
   CHECK_THROWS_WITH(measure_outliers(m, "", 100, 0), Catch::Contains("the text is empty"));
@@ -85,4 +96,39 @@ TEST_CASE("histogram figure: series drawn in their colours, empty input refused"
   CHECK_THROWS_WITH(viz::render_histogram_figure(h), Catch::Contains("every series is empty"));
   h.series[1].counts.resize(3);
   CHECK_THROWS_WITH(viz::render_histogram_figure(h), Catch::Contains("different bin counts"));
+}
+
+TEST_CASE("capture: statistics can start after the first positions, maps stay whole", "[outliers][capture]") {
+  const Model m = Model::random(test::tiny_config(AttentionKind::Baseline), 4);
+  const std::vector<int64_t> ids = test::random_ids(12, 259, 2);
+  CaptureOptions all, later;
+  all.keep_hidden = true;
+  all.keep_logits = true;
+  later.stats_from = 3;
+  later.keep_hidden = true;
+  const Trace a = m.capture(ids, all), b = m.capture(ids, later);
+  const int64_t T = 12, E = m.config().hidden_size, H = m.config().map_heads();
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    CHECK(a.layers[l].hidden_stats.count == T * E);
+    CHECK(b.layers[l].hidden_stats.count == (T - 3) * E);
+    CHECK(b.layers[l].logit_stats.count == (T * (T + 1) / 2 - 6) * H);  // rows 0..2 hold 1 + 2 + 3 entries
+    CHECK(b.layers[l].a.data == a.layers[l].a.data);
+    // The largest |hidden| from position 3 on, by hand.
+    float top = 0, top_all = 0;
+    for (int64_t i = 0; i < T * E; ++i) {
+      top_all = std::max(top_all, std::fabs(a.layers[l].hidden.data[static_cast<size_t>(i)]));
+      if (i >= 3 * E) top = std::max(top, std::fabs(a.layers[l].hidden.data[static_cast<size_t>(i)]));
+    }
+    CHECK(b.layers[l].hidden_stats.top[0] == top);
+    CHECK(a.layers[l].hidden_stats.top[0] == top_all);
+    // ... and of |logits| over causal entries of rows >= 3.
+    float ltop = 0;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t q = 3; q < T; ++q)
+        for (int64_t k = 0; k <= q; ++k)
+          ltop = std::max(ltop, std::fabs(a.layers[l].logits1.data[static_cast<size_t>((h * T + q) * T + k)]));
+    CHECK(b.layers[l].logit_stats.top[0] == ltop);
+  }
+  later.stats_from = 12;
+  CHECK_THROWS_WITH(m.capture(ids, later), Catch::Contains("statistics from position 12 of a 12-token prompt"));
 }
