@@ -19,6 +19,8 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/model.h"
+#include "core/checkpoint.h"
+#include "core/layout.h"
 #include "core/needle.h"
 #include "core/outliers.h"
 #include "core/metrics.h"
@@ -66,7 +68,12 @@ commands:
              [--seed 1]   (writes DIR/diff and DIR/baseline)
   generate   continue a prompt   --model DIR --prompt TEXT [--tokens 40] [--temperature 0.8]
              [--top-k 40] [--seed 1] [--samples 1]   (temperature 0 = greedy)
-  info       print a checkpoint's configuration and parameter count   --model DIR
+  info       print a checkpoint's configuration, architecture, dtype and parameter count   --model DIR
+             (DiffLens's own directories and Hugging Face Llama, Mistral and DiffLlama ones)
+  convert    rewrite a checkpoint   --from DIR --to NEW_DIR [--format native|official|hf] [--dtype f32|bf16|f16]
+             native: DiffLens format, layout kept; official: adjacent DIFF components, interleaved RoPE;
+             hf: DiffLlamaForCausalLM / LlamaForCausalLM that transformers reads (exact: the DIFF norm
+             weight is folded into o_proj)
   train      train a matched DIFF + baseline pair on the prepared corpus (scripts/prepare-corpus)
              --corpus DIR --out DIR [--config train.json] [--steps N] [--seq-len 512] [--batch 8]
              [--lr 2e-3] [--warmup 100] [--hidden 128] [--layers 4] [--heads 4] [--seed 1]
@@ -202,8 +209,60 @@ int cmd_info(const Args& a) {
   a.reject_unknown({"model", "device"});
   const Model m = Model::load(a.require("model"), parse_device(a.get("device", "cpu")));
   std::cout << config_to_json_text(m.config());
-  std::printf("parameters: %lld\ndevice: %s\n", static_cast<long long>(m.parameter_count()),
-              m.device_name().c_str());
+  const ModelConfig& c = m.config();
+  std::printf("architecture: %s\nattention: %s%s\nparameters: %lld\nweights on disk: %s (in memory: F32, %s)\n"
+              "device: %s\n",
+              c.architecture.c_str(), to_string(c.attention),
+              c.is_diff() ? (c.diff_pairing == DiffPairing::Adjacent ? " (official layout: adjacent components)"
+                                                                     : " (DiffLlama layout: components in halves)")
+                          : "",
+              static_cast<long long>(m.parameter_count()), m.source_dtype().c_str(),
+              human_bytes(Model::weight_memory_bytes(c)).c_str(), m.device_name().c_str());
+  if (!m.tokenizer_note().empty()) std::printf("tokenizer: %s\n", m.tokenizer_note().c_str());
+  return 0;
+}
+
+// Rewrites a checkpoint: DiffLens's own format (layout kept, or the official DIFF layout), or a Hugging
+// Face directory (DiffLlama / Llama) that other tools read.
+int cmd_convert(const Args& a) {
+  a.reject_unknown({"from", "to", "format", "dtype"});
+  const std::string from = a.require("from"), to = a.require("to");
+  const std::string format = a.get("format", "native");
+  const std::string dtype_name = a.get("dtype", "f32");
+  const DType dtype = dtype_name == "f32"    ? DType::F32
+                      : dtype_name == "f16"  ? DType::F16
+                      : dtype_name == "bf16" ? DType::BF16
+                                             : throw Error("--dtype must be f32, f16 or bf16");
+  if (std::filesystem::exists(to) && !std::filesystem::is_empty(to))
+    throw Error(to + ": exists and is not empty (choose a new folder)");
+  const Model m = Model::load(from, DeviceChoice::Cpu);
+  if (format == "hf") {
+    for (const std::string& note : save_hf(m, to, dtype)) std::printf("note: %s\n", note.c_str());
+    std::printf("wrote %s (%s, %s)\n", to.c_str(), hf_layout(m.config()).architecture.c_str(), dtype_name.c_str());
+    return 0;
+  }
+  if (format != "native" && format != "official") throw Error("--format must be native, official or hf");
+  if (dtype != DType::F32) throw Error("the native format stores F32 weights (--dtype f32)");
+  ModelConfig target = format == "official" ? official_layout(m.config()) : m.config();
+  target.architecture = "difflens";
+  const Model out = Model::from_tensors(target, convert_layout(m.config(), m.tensors(), target));
+  out.save(to);
+  std::error_code ec;
+  if (m.tokenizer().is_sentencepiece()) {
+    ModelConfig saved = target;
+    saved.tokenizer = TokenizerKind::SentencePiece;
+    save_config(saved, std::filesystem::path(to) / "config.json");
+    std::filesystem::copy_file(std::filesystem::path(from) / "tokenizer.model", std::filesystem::path(to) / "tokenizer.model",
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) throw Error(to + "/tokenizer.model: cannot copy (" + ec.message() + ")");
+  } else if (!m.tokenizer().can_encode() || target.tokenizer == TokenizerKind::ByteLevelBpe) {
+    std::printf("note: no tokenizer carried over (%s)\n",
+                m.tokenizer_note().empty() ? "none usable" : m.tokenizer_note().c_str());
+  }
+  std::printf("wrote %s (DiffLens format, %s layout)\n", to.c_str(),
+              !target.is_diff() ? (target.rope_style == RopeStyle::Half ? "rotate-half" : "interleaved")
+              : target.diff_pairing == DiffPairing::Adjacent ? "official DIFF"
+                                                              : "DiffLlama");
   return 0;
 }
 
@@ -749,6 +808,7 @@ int run(int argc, char** argv) {
   if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
   if (cmd == "generate") return cmd_generate(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
+  if (cmd == "convert") return cmd_convert(Args(argc, argv, 2, {}));
   if (cmd == "outliers") return cmd_outliers(Args(argc, argv, 2, {}));
   if (cmd == "quantize") return cmd_quantize(Args(argc, argv, 2, {}));
   if (cmd == "needle") return cmd_needle(Args(argc, argv, 2, {}));

@@ -52,10 +52,146 @@ std::string get_string(const json& j, const char* key, const std::string& source
   return it->get<std::string>();
 }
 
+RopeScaling read_rope_scaling(const json& j, const std::string& src) {
+  RopeScaling r;
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return r;
+  if (!it->is_object()) fail(src, "'rope_scaling' must be an object or null");
+  std::string type = get_string(*it, "rope_type", src, "");
+  if (type.empty()) type = get_string(*it, "type", src, "default");
+  if (type == "default") return r;
+  if (type == "linear") {
+    r.kind = RopeScaling::Kind::Linear;
+  } else if (type == "llama3") {
+    r.kind = RopeScaling::Kind::Llama3;
+    r.low_freq_factor = get_double(*it, "low_freq_factor", src, 1.0);
+    r.high_freq_factor = get_double(*it, "high_freq_factor", src, 4.0);
+    r.original_max_position_embeddings = get_int(*it, "original_max_position_embeddings", src, false, 8192);
+  } else {
+    fail(src, "rope_scaling type '" + type + "' is not supported (DiffLens computes 'linear' and 'llama3')");
+  }
+  r.factor = get_double(*it, "factor", src, 1.0);
+  return r;
+}
+
+void write_rope_scaling(json& j, const RopeScaling& r) {
+  if (r.kind == RopeScaling::Kind::None) return;
+  json s;
+  s["rope_type"] = r.kind == RopeScaling::Kind::Linear ? "linear" : "llama3";
+  s["factor"] = r.factor;
+  if (r.kind == RopeScaling::Kind::Llama3) {
+    s["low_freq_factor"] = r.low_freq_factor;
+    s["high_freq_factor"] = r.high_freq_factor;
+    s["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  }
+  j["rope_scaling"] = s;
+}
+
+// A token id that Hugging Face configs give as an integer, a list (first one counts) or null (absent).
+int64_t token_id(const json& j, const char* key, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return -1;
+  if (it->is_array()) {
+    if (it->empty()) return -1;
+    if (!(*it)[0].is_number_integer()) fail(src, std::string("'") + key + "' must hold integers");
+    return (*it)[0].get<int64_t>();
+  }
+  if (!it->is_number_integer()) fail(src, std::string("'") + key + "' must be an integer, a list or null");
+  return it->get<int64_t>();
+}
+
+// A Hugging Face config.json (Llama family or DiffLlama) in DiffLens terms.
+ModelConfig config_from_hf(const json& j, const std::string& src) {
+  std::string arch;
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
+    arch = (*it)[0].get<std::string>();
+  const std::string model_type = get_string(j, "model_type", src, "");
+  if (arch.empty())
+    arch = model_type == "llama"       ? "LlamaForCausalLM"
+           : model_type == "mistral"   ? "MistralForCausalLM"
+           : model_type == "diffllama" ? "DiffLlamaForCausalLM"
+                                       : model_type;
+  if (arch != "LlamaForCausalLM" && arch != "MistralForCausalLM" && arch != "DiffLlamaForCausalLM")
+    fail(src, "architecture '" + arch +
+                  "' is not supported: DiffLens reads LlamaForCausalLM, MistralForCausalLM and "
+                  "DiffLlamaForCausalLM checkpoints (and its own format)");
+  const std::string act = get_string(j, "hidden_act", src, "silu");
+  if (act != "silu") fail(src, "hidden_act '" + act + "' is not supported (SwiGLU with silu only)");
+  if (get_bool(j, "attention_bias", src, false))
+    fail(src, "attention_bias: biases in the attention projections are not supported");
+  if (get_bool(j, "mlp_bias", src, false)) fail(src, "mlp_bias: biases in the MLP are not supported");
+  if (get_double(j, "partial_rotary_factor", src, 1.0) != 1.0)
+    fail(src, "partial_rotary_factor other than 1 is not supported");
+  ModelConfig c;
+  c.architecture = arch;
+  c.attention = arch == "DiffLlamaForCausalLM" ? AttentionKind::Diff : AttentionKind::Baseline;
+  c.hidden_size = get_int(j, "hidden_size", src, true, 0);
+  c.num_hidden_layers = get_int(j, "num_hidden_layers", src, true, 0);
+  c.num_attention_heads = get_int(j, "num_attention_heads", src, true, 0);
+  c.num_key_value_heads = get_int(j, "num_key_value_heads", src, false, c.num_attention_heads);
+  c.head_dim = get_int(j, "head_dim", src, false, c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  c.intermediate_size = get_int(j, "intermediate_size", src, true, 0);
+  c.vocab_size = get_int(j, "vocab_size", src, true, 0);
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false, 2048);
+  c.rope_theta = get_double(j, "rope_theta", src, 10000.0);
+  c.rope_scaling = read_rope_scaling(j, src);
+  c.rope_style = RopeStyle::Half;  // transformers' rotate_half
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", src, 1e-6);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, false);
+  c.bos_token_id = token_id(j, "bos_token_id", src);
+  c.eos_token_id = token_id(j, "eos_token_id", src);
+  if (arch == "MistralForCausalLM") {
+    auto it = j.find("sliding_window");
+    if (it != j.end() && !it->is_null()) {
+      if (!it->is_number_integer()) fail(src, "'sliding_window' must be an integer or null");
+      c.sliding_window = it->get<int64_t>();
+    }
+  }
+  if (c.is_diff()) {  // DiffLlama: components in halves, weightless per-head norm with the model's eps
+    c.diff_pairing = DiffPairing::Half;
+    c.subln_weight = false;
+    c.subln_eps = c.rms_norm_eps;
+    if (c.num_key_value_heads % 2 != 0)
+      fail(src, "DiffLlama with an odd number of key/value heads (" + std::to_string(c.num_key_value_heads) +
+                    ") is not supported: both components of a head would share one key head");
+  }
+  c.tokenizer = TokenizerKind::SentencePiece;  // refined by the files in the directory when loading
+  c.name = get_string(j, "_name_or_path", src, "");
+  c.validate(src);
+  return c;
+}
+
 }  // namespace
 
 const char* to_string(AttentionKind kind) {
   return kind == AttentionKind::Diff ? "diff" : "baseline";
+}
+
+std::vector<double> rope_inv_freq(const ModelConfig& c) {
+  const int64_t d = c.head_dim;
+  std::vector<double> f(static_cast<size_t>(d / 2));
+  for (int64_t i = 0; i < d / 2; ++i)
+    f[static_cast<size_t>(i)] = std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.kind == RopeScaling::Kind::Linear) {
+    for (double& x : f) x /= s.factor;
+  } else if (s.kind == RopeScaling::Kind::Llama3) {
+    // Wavelengths longer than the original context / low_freq_factor are slowed by `factor`, shorter than
+    // original / high_freq_factor kept; in between, a linear blend in (original / wavelength).
+    const double pi = std::acos(-1.0);
+    const double original = static_cast<double>(s.original_max_position_embeddings);
+    const double low_wavelen = original / s.low_freq_factor, high_wavelen = original / s.high_freq_factor;
+    for (double& x : f) {
+      const double wavelen = 2 * pi / x;
+      if (wavelen > low_wavelen) {
+        x /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double t = (original / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        x = (1 - t) * x / s.factor + t * x;
+      }
+    }
+  }
+  return f;
 }
 
 double lambda_init(int64_t layer) {
@@ -89,12 +225,20 @@ void ModelConfig::validate(const std::string& src) const {
       fail(src, "DIFF heads must be a multiple of DIFF key/value heads");
   }
   if (!(rope_theta > 0)) fail(src, "'rope_theta' must be positive");
+  if (rope_scaling.kind != RopeScaling::Kind::None && !(rope_scaling.factor > 0))
+    fail(src, "'rope_scaling.factor' must be positive");
+  if (rope_scaling.kind == RopeScaling::Kind::Llama3 &&
+      (!(rope_scaling.low_freq_factor > 0) || !(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor) ||
+       rope_scaling.original_max_position_embeddings <= 0))
+    fail(src, "llama3 rope_scaling needs 0 < low_freq_factor < high_freq_factor and a positive "
+              "original_max_position_embeddings");
+  if (sliding_window < 0) fail(src, "'sliding_window' must be 0 (off) or positive");
   if (!(rms_norm_eps > 0) || !(subln_eps > 0)) fail(src, "norm epsilons must be positive");
   if (tokenizer == TokenizerKind::Bytes && vocab_size < 259)
     fail(src, "a byte-tokenizer model needs vocab_size >= 259 (3 specials + 256 bytes), got " +
                   std::to_string(vocab_size));
-  if (bos_token_id < 0 || bos_token_id >= vocab_size || eos_token_id < 0 || eos_token_id >= vocab_size)
-    fail(src, "bos/eos token ids must lie inside the vocabulary");
+  if (bos_token_id < -1 || bos_token_id >= vocab_size || eos_token_id < -1 || eos_token_id >= vocab_size)
+    fail(src, "bos/eos token ids must lie inside the vocabulary (or be absent)");
 }
 
 int64_t parameter_count(const ModelConfig& c) {
@@ -117,6 +261,8 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
     fail(src, std::string("not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) fail(src, "top level must be a JSON object");
+  if (!j.contains("difflens_format") && (j.contains("architectures") || j.contains("model_type")))
+    return config_from_hf(j, src);
   ModelConfig c;
   const std::string attention = get_string(j, "attention", src, "baseline");
   if (attention == "diff")
@@ -135,6 +281,8 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
   c.vocab_size = get_int(j, "vocab_size", src, true, 0);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false, 4096);
   c.rope_theta = get_double(j, "rope_theta", src, 10000.0);
+  c.rope_scaling = read_rope_scaling(j, src);
+  c.sliding_window = get_int(j, "sliding_window", src, false, 0);
   const std::string rope = get_string(j, "rope_style", src, "interleaved");
   if (rope == "interleaved")
     c.rope_style = RopeStyle::Interleaved;
@@ -160,8 +308,10 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
     c.tokenizer = TokenizerKind::Bytes;
   else if (tok == "sentencepiece")
     c.tokenizer = TokenizerKind::SentencePiece;
+  else if (tok == "byte-level-bpe")
+    c.tokenizer = TokenizerKind::ByteLevelBpe;
   else
-    fail(src, "'tokenizer' must be \"bytes\" or \"sentencepiece\", got \"" + tok + "\"");
+    fail(src, "'tokenizer' must be \"bytes\", \"sentencepiece\" or \"byte-level-bpe\", got \"" + tok + "\"");
   c.name = get_string(j, "name", src, "");
   c.validate(src);
   return c;
@@ -181,6 +331,8 @@ std::string config_to_json_text(const ModelConfig& c) {
   j["vocab_size"] = c.vocab_size;
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rope_theta"] = c.rope_theta;
+  write_rope_scaling(j, c.rope_scaling);
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   j["rope_style"] = c.rope_style == RopeStyle::Interleaved ? "interleaved" : "half";
   if (c.is_diff()) {
     j["diff_pairing"] = c.diff_pairing == DiffPairing::Adjacent ? "adjacent" : "half";
@@ -191,7 +343,9 @@ std::string config_to_json_text(const ModelConfig& c) {
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["bos_token_id"] = c.bos_token_id;
   j["eos_token_id"] = c.eos_token_id;
-  j["tokenizer"] = c.tokenizer == TokenizerKind::Bytes ? "bytes" : "sentencepiece";
+  j["tokenizer"] = c.tokenizer == TokenizerKind::Bytes           ? "bytes"
+                   : c.tokenizer == TokenizerKind::SentencePiece ? "sentencepiece"
+                                                                 : "byte-level-bpe";
   return j.dump(2) + "\n";
 }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace difflens {
 
@@ -17,7 +18,17 @@ enum class RopeStyle { Interleaved, Half };
 // Adjacent: sub-head 2h is component 1 of head h, 2h+1 is component 2, v_proj is [Hkv, 2d] (official).
 // Half: sub-head h is component 1, h + H is component 2, V_h = concat(v_h, v_{h+Hkv}) (DiffLlama).
 enum class DiffPairing { Adjacent, Half };
-enum class TokenizerKind { Bytes, SentencePiece };
+enum class TokenizerKind { Bytes, SentencePiece, ByteLevelBpe };
+
+// Rotary frequency scaling as Hugging Face configs declare it ("rope_scaling"): none, "linear" (every
+// frequency divided by factor) or "llama3" (long wavelengths divided by factor, short ones kept, a smooth
+// blend between). Other kinds are refused when the config is read.
+struct RopeScaling {
+  enum class Kind { None, Linear, Llama3 } kind = Kind::None;
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;   // llama3
+  int64_t original_max_position_embeddings = 8192;        // llama3
+};
 
 // Dimensions follow the Hugging Face Llama convention: `num_attention_heads` counts d-wide query
 // sub-heads, so a DIFF model with H differential heads has num_attention_heads = 2H, and its matched
@@ -33,6 +44,7 @@ struct ModelConfig {
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 4096;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
   RopeStyle rope_style = RopeStyle::Interleaved;
   DiffPairing diff_pairing = DiffPairing::Adjacent;
   bool subln_weight = true;  // DIFF per-head RMSNorm has a learned [2d] weight (DiffLlama: false)
@@ -42,7 +54,11 @@ struct ModelConfig {
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;
   TokenizerKind tokenizer = TokenizerKind::Bytes;
+  int64_t sliding_window = 0;  // > 0: a query sees only the last `sliding_window` keys (Mistral); 0: all
   std::string name;  // free text shown in the UI
+  // Where the checkpoint came from: "difflens" for the native format, else the Hugging Face
+  // architecture (LlamaForCausalLM, MistralForCausalLM, DiffLlamaForCausalLM).
+  std::string architecture = "difflens";
 
   bool is_diff() const { return attention == AttentionKind::Diff; }
   // Number of heads whose maps are shown: H for DIFF, 2H for the baseline.
@@ -53,12 +69,18 @@ struct ModelConfig {
   void validate(const std::string& source = "config") const;
 };
 
+// The d/2 rotary inverse frequencies θ^(-2i/d), scaled as config.rope_scaling says.
+std::vector<double> rope_inv_freq(const ModelConfig& config);
+
 // lambda_init(l) = 0.8 - 0.6 * exp(-0.3 * l), l counted from 0.
 double lambda_init(int64_t layer);
 
 // Exact parameter count a model with this config has (embeddings, lm_head unless tied, all layers).
 int64_t parameter_count(const ModelConfig& config);
 
+// Reads a DiffLens config.json, or a Hugging Face one (LlamaForCausalLM, MistralForCausalLM,
+// DiffLlamaForCausalLM) translated into the same fields; anything else gets a ConfigError saying what
+// is unsupported.
 ModelConfig config_from_json_text(const std::string& text, const std::string& source_name);
 std::string config_to_json_text(const ModelConfig& config);
 ModelConfig load_config(const std::filesystem::path& file);

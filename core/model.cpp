@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/model_impl.h"
+#include "core/checkpoint.h"
 #include "core/safetensors.h"
 
 namespace difflens {
@@ -216,32 +217,81 @@ Model Model::from_tensors(const ModelConfig& config, const std::vector<NamedTens
   return Model(std::move(impl));
 }
 
-Model Model::load(const std::filesystem::path& dir, DeviceChoice device) {
+uint64_t Model::weight_memory_bytes(const ModelConfig& config) {
+  return static_cast<uint64_t>(difflens::parameter_count(config)) * sizeof(float);
+}
+
+namespace {
+
+// A Hugging Face directory's tokenizer: SentencePiece (tokenizer.model) when present, else what the
+// directory offers; `note` says why text cannot be encoded when no usable tokenizer is there.
+Tokenizer hf_tokenizer(const std::filesystem::path& dir, ModelConfig& config, std::string& note) {
+  if (std::filesystem::exists(dir / "tokenizer.model")) {
+    Tokenizer t = Tokenizer::sentencepiece(dir / "tokenizer.model");
+    if (t.vocab_size() > config.vocab_size)
+      throw Error((dir / "tokenizer.model").string() + ": has " + std::to_string(t.vocab_size()) +
+                  " pieces, more than the model's vocab_size " + std::to_string(config.vocab_size));
+    config.tokenizer = TokenizerKind::SentencePiece;
+    return t;
+  }
+  config.tokenizer = TokenizerKind::ByteLevelBpe;
+  note = std::filesystem::exists(dir / "tokenizer.json")
+             ? "tokenizer.json (byte-level BPE) is not read yet: give token ids (capture --token-ids)"
+             : "no tokenizer.model or tokenizer.json in the directory: give token ids";
+  return Tokenizer::without_files(config);
+}
+
+}  // namespace
+
+Model Model::load(const std::filesystem::path& dir, DeviceChoice device,
+                  const std::function<void(int64_t, int64_t)>& progress, const std::atomic<bool>* cancel) {
   if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a model directory");
-  const ModelConfig config = load_config(dir / "config.json");
-  Tokenizer tokenizer = Tokenizer::for_model(dir, config);
-  const std::filesystem::path weights = dir / "model.safetensors";
-  SafetensorsFile file(weights);
+  ModelConfig config = load_config(dir / "config.json");
+  const bool hf = config.architecture != "difflens";
+  std::string note;
+  Tokenizer tokenizer = hf ? hf_tokenizer(dir, config, note) : Tokenizer::for_model(dir, config);
+  if (!hf && config.tokenizer == TokenizerKind::ByteLevelBpe)
+    note = "byte-level BPE tokenizers are not read yet: give token ids (capture --token-ids)";
+  if (config.name.empty()) config.name = std::filesystem::absolute(dir).lexically_normal().filename().string();
+  if (config.name.empty()) config.name = dir.string();
+  const CheckpointFiles files(dir);
+  // The weights live as F32 in memory: refuse before allocating what the machine does not have.
+  const uint64_t need = weight_memory_bytes(config), have = available_memory_bytes();
+  if (have > 0 && need > have)
+    throw Error(dir.string() + ": the weights need " + human_bytes(need) + " of memory as F32 (" +
+                human_bytes(files.bytes()) + " on disk as " + files.dtype_summary() + "), only " +
+                human_bytes(have) + " is available");
   auto impl = std::make_unique<Impl>(config, tokenizer, resolve_device(device));
   impl->path = dir;
+  impl->source_dtype = files.dtype_summary();
+  impl->tokenizer_note = note;
   const auto known = impl->named();
-  for (const auto& t : file.tensors()) {
-    if (known.count(t.name)) continue;
-    if (t.name == "lm_head.weight" && config.tie_word_embeddings) continue;  // saved tied copy
-    if (t.name.find("rotary_emb.inv_freq") != std::string::npos) continue;   // recomputed from config
-    throw FormatError(weights.string() + ": unexpected tensor '" + t.name + "' (config.json says a " +
-                      to_string(config.attention) + " model with " +
-                      std::to_string(config.num_hidden_layers) + " layers)");
+  for (const std::string& name : files.names()) {
+    if (known.count(name)) continue;
+    if (name == "lm_head.weight" && config.tie_word_embeddings) continue;  // saved tied copy
+    if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;   // recomputed from config
+    throw FormatError(files.describe_source(name) + ": unexpected tensor '" + name + "' (config.json says a " +
+                      to_string(config.attention) + " model with " + std::to_string(config.num_hidden_layers) +
+                      " layers)");
   }
+  const int64_t total = static_cast<int64_t>(known.size());
+  int64_t done = 0;
   impl->bind([&](const std::string& name, const std::vector<int64_t>& expected) {
-    const TensorInfo* t = file.find(name);
-    if (!t)
-      throw FormatError(weights.string() + ": tensor '" + name + "' is missing (config.json says a " +
-                        to_string(config.attention) + " model)");
-    if (t->shape != expected)
-      throw FormatError(weights.string() + ": tensor '" + name + "' is " + shape_string(t->shape) +
+    if (cancel && cancel->load()) throw Cancelled();
+    const CheckpointFiles::Entry* e = files.find(name);
+    if (!e)
+      throw FormatError(dir.string() + ": tensor '" + name + "' is missing (config.json says a " +
+                        to_string(config.attention) + " model" +
+                        (config.is_diff() && config.subln_weight && name.find("subln") != std::string::npos
+                             ? " with a per-head norm weight"
+                             : "") +
+                        ")");
+    if (e->info->shape != expected)
+      throw FormatError(e->file->path().string() + ": tensor '" + name + "' is " + shape_string(e->info->shape) +
                         ", config expects " + shape_string(expected));
-    return file.read_f32(*t);
+    std::vector<float> data = e->file->read_f32(*e->info);
+    if (progress) progress(++done, total);
+    return data;
   });
   impl->to_device();
   return Model(std::move(impl));
@@ -268,6 +318,12 @@ std::vector<NamedTensor> Model::tensors() const {
 
 const ModelConfig& Model::config() const {
   return impl_->config;
+}
+const std::string& Model::source_dtype() const {
+  return impl_->source_dtype;
+}
+const std::string& Model::tokenizer_note() const {
+  return impl_->tokenizer_note;
 }
 const Tokenizer& Model::tokenizer() const {
   return impl_->tokenizer;
@@ -347,9 +403,8 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   const std::set<int> keep_layers(options.layers.begin(), options.layers.end());
   Tensor head_index = at::tensor(keep_heads, at::TensorOptions().dtype(at::kLong)).to(dev);
 
-  const Rope rope(T, c.head_dim, c.rope_theta, c.rope_style, dev);
-  Tensor future =
-      at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(dev)).triu(1);  // key j > query i
+  const Rope rope(T, c, dev);
+  Tensor future = nn::masked_keys(T, c, dev);  // key j > query i, and beyond a sliding window
   if (options.stats_from < 0 || options.stats_from >= T)
     throw Error("capture: statistics from position " + std::to_string(options.stats_from) + " of a " +
                 std::to_string(T) + "-token prompt");
@@ -456,8 +511,8 @@ LayerTrace Model::attention_probe(int layer, const std::vector<float>& x, int64_
   Tensor xt = at::from_blob(copy.data(), {1, T, c.hidden_size}, at::TensorOptions().dtype(at::kFloat))
                   .to(dev)
                   .clone();
-  const Rope rope(T, c.head_dim, c.rope_theta, c.rope_style, dev);
-  Tensor future = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(dev)).triu(1);
+  const Rope rope(T, c, dev);
+  Tensor future = nn::masked_keys(T, c, dev);
   AttentionResult r = impl_->net->model->layer_ptrs[layer]->attend(xt, rope, future);
   LayerTrace lt;
   lt.index = layer;

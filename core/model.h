@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,9 +52,16 @@ struct NamedTensor {
 
 class Model {
  public:
-  // Loads config.json + model.safetensors from `dir`. Throws ConfigError / FormatError naming the file,
-  // the tensor and the expected shape.
-  static Model load(const std::filesystem::path& dir, DeviceChoice device = DeviceChoice::Auto);
+  // Loads a checkpoint directory: DiffLens's own (config.json + model.safetensors) or a Hugging Face one
+  // (LlamaForCausalLM, MistralForCausalLM, DiffLlamaForCausalLM; one file or shards with
+  // model.safetensors.index.json; F32/F16/BF16, kept as F32 in memory). Throws ConfigError / FormatError
+  // naming the file, the tensor and the expected shape; Error when the weights would not fit in the memory
+  // available. `progress(done, total)` is called per tensor; `cancel` is polled between tensors (Cancelled).
+  static Model load(const std::filesystem::path& dir, DeviceChoice device = DeviceChoice::Auto,
+                    const std::function<void(int64_t, int64_t)>& progress = {},
+                    const std::atomic<bool>* cancel = nullptr);
+  // Bytes of memory a model with this config needs for its F32 weights.
+  static uint64_t weight_memory_bytes(const ModelConfig& config);
   // Seeded random initialisation (the same seed gives the same weights on every machine).
   static Model random(const ModelConfig& config, uint64_t seed, DeviceChoice device = DeviceChoice::Cpu);
   // Builds a model from named F32 tensors (Hugging Face Llama names); every parameter must be given.
@@ -72,6 +80,10 @@ class Model {
   const std::filesystem::path& path() const;  // empty for models not loaded from disk
   int64_t parameter_count() const;            // counted from the live parameters
   std::string device_name() const;
+  // The checkpoint's weight dtype(s) on disk ("BF16", "F32"); "F32" for models built in memory.
+  const std::string& source_dtype() const;
+  // Why the model cannot encode text, when it cannot (e.g. a tokenizer kind not available); else "".
+  const std::string& tokenizer_note() const;
 
   // One forward pass over `ids` (1 ≤ T ≤ max_position_embeddings). `cancel` is polled between layers;
   // when it turns true the capture throws Cancelled.

@@ -17,6 +17,8 @@ struct Model::Impl {
   at::Device device{at::kCPU};
   nn::CausalLm net{nullptr};
   int logit_bits = 0;  // attention-logit quantization applied to every forward (0: exact)
+  std::string source_dtype = "F32";
+  std::string tokenizer_note;
 
   Impl(const ModelConfig& c, const Tokenizer& tok, at::Device dev) : config(c), tokenizer(tok), device(dev) {
     tune_allocator();

@@ -41,15 +41,17 @@ struct ProjectionImpl : torch::nn::Module {
 };
 TORCH_MODULE(Projection);
 
-// Rotary tables for positions 0..T-1: angle[t, i] = t · θ^(-2i/d), i < d/2.
+// Rotary tables for positions 0..T-1: angle[t, i] = t · inv_freq[i], i < d/2 (θ^(-2i/d) unless scaled).
 struct Rope {
   Tensor cos, sin;  // [T, d/2]
   RopeStyle style = RopeStyle::Interleaved;
 
-  Rope(int64_t T, int64_t d, double theta, RopeStyle style, const at::Device& device) : style(style) {
+  // Frequencies from the config: θ, head_dim and rope_scaling (rope_inv_freq).
+  Rope(int64_t T, const ModelConfig& c, const at::Device& device) : style(c.rope_style) {
     auto opts = at::TensorOptions().dtype(at::kDouble);
-    Tensor inv_freq = at::pow(theta, -at::arange(0, d, 2, opts) / static_cast<double>(d));  // [d/2]
-    Tensor angle = at::outer(at::arange(T, opts), inv_freq);                                // [T, d/2]
+    const std::vector<double> f = rope_inv_freq(c);
+    Tensor inv_freq = at::tensor(f, opts);                    // [d/2]
+    Tensor angle = at::outer(at::arange(T, opts), inv_freq);  // [T, d/2]
     cos = angle.cos().to(at::kFloat).to(device);
     sin = angle.sin().to(at::kFloat).to(device);
   }
@@ -89,6 +91,15 @@ inline Tensor quantize_logits(const Tensor& logits, const Tensor& future, int bi
   const Tensor amax = logits.masked_fill(future, 0).abs().amax({-2, -1}, true).clamp_min(1e-30);  // [B, H, 1, 1]
   const Tensor step = amax / levels;
   return at::round(logits / step) * step;
+}
+
+// Keys a query may not see, [T, T] bool: the future (key j > query i) and, with a sliding window of W
+// (Mistral), keys at least W positions back (j <= i - W).
+inline Tensor masked_keys(int64_t T, const ModelConfig& c, const at::Device& device) {
+  Tensor ones = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device));
+  Tensor m = ones.triu(1);
+  if (c.sliding_window > 0 && c.sliding_window < T) m = m.logical_or(ones.tril(-c.sliding_window));
+  return m;
 }
 
 inline Tensor causal_softmax(const Tensor& logits, const Tensor& future) {
@@ -284,8 +295,8 @@ struct CausalLmImpl : torch::nn::Module {
   // ids [B, T] → logits [B, T, V]: the training and evaluation path (nothing captured).
   Tensor forward(const Tensor& ids) {
     const int64_t T = ids.size(1);
-    const Rope rope(T, c.head_dim, c.rope_theta, c.rope_style, ids.device());
-    const Tensor future = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(ids.device())).triu(1);
+    const Rope rope(T, c, ids.device());
+    const Tensor future = masked_keys(T, c, ids.device());
     Tensor h = model->embed_tokens(ids);  // [B, T, E]
     for (auto& layer : model->layer_ptrs) {
       AttentionResult r;

@@ -95,6 +95,14 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
+uint16_t float_to_bfloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
 float bfloat16_to_float(uint16_t b) {
   const uint32_t bits = static_cast<uint32_t>(b) << 16;
   float f;
@@ -311,8 +319,9 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
       numel *= static_cast<uint64_t>(s);
     }
     if (numel > 0 && !t.data) throw FormatError(path.string() + ": tensor '" + t.name + "' has no data");
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + numel * 4}}};
-    offset += numel * 4;
+    const uint64_t bytes = numel * dtype_size(t.dtype);
+    header[t.name] = {{"dtype", to_string(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string h = header.dump();
   while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // keep the data buffer 8-byte aligned
@@ -328,7 +337,15 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
     for (const auto& t : tensors) {
       uint64_t numel = 1;
       for (int64_t s : t.shape) numel *= static_cast<uint64_t>(s);
-      if (numel) out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(numel * 4));
+      if (!numel) continue;
+      if (t.dtype == DType::F32) {
+        out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(numel * 4));
+        continue;
+      }
+      std::vector<uint16_t> half(numel);
+      for (uint64_t i = 0; i < numel; ++i)
+        half[i] = t.dtype == DType::F16 ? float_to_half(t.data[i]) : float_to_bfloat16(t.data[i]);
+      out.write(reinterpret_cast<const char*>(half.data()), static_cast<std::streamsize>(numel * 2));
     }
     out.flush();
     if (!out) throw Error(tmp.string() + ": write failed (disk full?)");

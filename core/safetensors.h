@@ -64,15 +64,17 @@ struct TensorToWrite {
   std::string name;
   std::vector<int64_t> shape;
   const float* data = nullptr;
+  DType dtype = DType::F32;  // stored as; F16/BF16 round to nearest even
 };
 
-// Writes F32 tensors in the given order. Throws FormatError on duplicate names or shape/data mismatch
+// Writes tensors in the given order. Throws FormatError on duplicate names or shape/data mismatch
 // and Error when the file cannot be written.
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 float half_to_float(uint16_t h);
 float bfloat16_to_float(uint16_t b);
-uint16_t float_to_half(float f);  // round to nearest even; used by tests and converters
+uint16_t float_to_half(float f);      // round to nearest even; used by tests and converters
+uint16_t float_to_bfloat16(float f);  // round to nearest even (NaN stays NaN)
 
 }  // namespace difflens

@@ -158,6 +158,8 @@ Tokenizer Tokenizer::for_model(const std::filesystem::path& dir, const ModelConf
                     " pieces but config.json says vocab_size " + std::to_string(config.vocab_size));
       return t;
     }
+    case TokenizerKind::ByteLevelBpe:  // tokenizer.json is not read yet: ids only
+      return without_files(config);
   }
   throw Error("unknown tokenizer kind");
 }

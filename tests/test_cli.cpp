@@ -359,3 +359,37 @@ TEST_CASE("gui: the needle lab sweeps headless and exports the same numbers as t
   CHECK(from_gui.size() == 16);
   CHECK(from_gui == from_cli);
 }
+
+TEST_CASE("cli: convert writes Hugging Face and official-layout checkpoints with the same maps", "[cli][convert][hf]") {
+  test::ScratchDir dir("cliconvert");
+  const std::string models = (dir / "m").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status == 0);
+  Result r = run("convert --from " + models + "/diff --to " + (dir / "hf").string() + " --format hf", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("DiffLlamaForCausalLM") != std::string::npos);
+  CHECK(r.out.find("folded into o_proj") != std::string::npos);
+  r = run("info --model " + (dir / "hf").string(), dir);
+  CHECK(r.out.find("architecture: DiffLlamaForCausalLM") != std::string::npos);
+  CHECK(r.out.find("components in halves") != std::string::npos);
+  r = run("convert --from " + (dir / "hf").string() + " --to " + (dir / "official").string() + " --format official", dir);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("official DIFF layout") != std::string::npos);
+  const Model a = Model::load(models + "/diff"), b = Model::load(dir / "hf"), c = Model::load(dir / "official");
+  const std::vector<int64_t> ids = {1, 80, 81, 82, 83, 84, 85, 86};
+  const Trace ta = a.capture(ids), tb = b.capture(ids), tc = c.capture(ids);
+  for (size_t l = 0; l < ta.layers.size(); ++l)
+    for (size_t i = 0; i < ta.layers[l].a.data.size(); ++i) {
+      REQUIRE(tb.layers[l].a.data[i] == Approx(ta.layers[l].a.data[i]).margin(1e-5));
+      REQUIRE(tc.layers[l].a.data[i] == Approx(ta.layers[l].a.data[i]).margin(1e-5));
+    }
+  CHECK(tc.next_token[0].id == ta.next_token[0].id);
+  const std::pair<std::string, std::string> bad[] = {
+      {"convert --from " + models + "/diff --to " + (dir / "hf").string(), "exists and is not empty"},
+      {"convert --from " + models + "/diff --to " + (dir / "x").string() + " --format onnx", "--format must be"},
+      {"convert --from " + models + "/diff --to " + (dir / "y").string() + " --dtype f8", "--dtype must be"},
+      {"convert --from " + models + "/diff --to " + (dir / "z").string() + " --dtype bf16", "stores F32"},
+      {"convert --from /nonexistent --to " + (dir / "w").string(), "not a model directory"},
+  };
+  expect_failures(bad, dir);
+}

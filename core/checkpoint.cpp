@@ -1,0 +1,130 @@
+// Single-file and sharded safetensors checkpoints.
+#include "core/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace difflens {
+
+CheckpointFiles::CheckpointFiles(const std::filesystem::path& dir) {
+  const std::filesystem::path single = dir / "model.safetensors";
+  const std::filesystem::path index = dir / "model.safetensors.index.json";
+  std::map<std::string, std::string> expected_file;  // tensor -> shard named by the index
+  if (std::filesystem::exists(single)) {
+    files_.push_back(std::make_unique<SafetensorsFile>(single));
+  } else if (std::filesystem::exists(index)) {
+    std::ifstream in(index, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(ss.str());
+    } catch (const nlohmann::json::parse_error& e) {
+      throw FormatError(index.string() + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      throw FormatError(index.string() + ": no \"weight_map\" object");
+    std::set<std::string> shard_names;
+    for (const auto& [tensor, file] : j["weight_map"].items()) {
+      if (!file.is_string()) throw FormatError(index.string() + ": weight_map[\"" + tensor + "\"] is not a file name");
+      const std::string f = file.get<std::string>();
+      if (f.empty() || f.find('/') != std::string::npos || f.find("..") != std::string::npos)
+        throw FormatError(index.string() + ": shard name '" + f + "' must be a plain file name in the directory");
+      expected_file[tensor] = f;
+      shard_names.insert(f);
+    }
+    if (shard_names.empty()) throw FormatError(index.string() + ": the weight_map is empty");
+    for (const std::string& f : shard_names) {
+      if (!std::filesystem::exists(dir / f))
+        throw FormatError(index.string() + ": shard " + f + " is missing from " + dir.string());
+      files_.push_back(std::make_unique<SafetensorsFile>(dir / f));
+    }
+  } else {
+    std::string hint;
+    for (const char* bin : {"pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt"})
+      if (std::filesystem::exists(dir / bin)) hint = std::string(" (found ") + bin + ": PyTorch pickles are not read; save the model as safetensors)";
+    throw FormatError(dir.string() + ": no model.safetensors or model.safetensors.index.json" + hint);
+  }
+  for (const auto& f : files_)
+    for (const TensorInfo& t : f->tensors()) {
+      if (entries_.count(t.name))
+        throw FormatError(f->path().string() + ": tensor '" + t.name + "' is also in " +
+                          entries_[t.name].file->path().filename().string());
+      if (!expected_file.empty()) {
+        auto it = expected_file.find(t.name);
+        if (it == expected_file.end())
+          throw FormatError(f->path().string() + ": tensor '" + t.name + "' is not listed in the index");
+        if (it->second != f->path().filename().string())
+          throw FormatError(f->path().string() + ": tensor '" + t.name + "' should be in " + it->second +
+                            " according to the index");
+      }
+      entries_[t.name] = {f.get(), &t};
+    }
+  for (const auto& [tensor, file] : expected_file)
+    if (!entries_.count(tensor))
+      throw FormatError(index.string() + ": tensor '" + tensor + "' is listed for " + file + " but not in it");
+}
+
+const CheckpointFiles::Entry* CheckpointFiles::find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> CheckpointFiles::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, e] : entries_) out.push_back(name);
+  return out;
+}
+
+std::string CheckpointFiles::dtype_summary() const {
+  std::map<std::string, uint64_t> by;
+  for (const auto& [name, e] : entries_) by[to_string(e.info->dtype)] += e.info->end - e.info->begin;
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (const auto& [d, b] : by) order.push_back({b, d});
+  std::sort(order.rbegin(), order.rend());
+  std::string s;
+  for (const auto& [b, d] : order) s += (s.empty() ? "" : "+") + d;
+  return s.empty() ? "none" : s;
+}
+
+uint64_t CheckpointFiles::bytes() const {
+  uint64_t b = 0;
+  for (const auto& [name, e] : entries_) b += e.info->end - e.info->begin;
+  return b;
+}
+
+std::string CheckpointFiles::describe_source(const std::string& name) const {
+  const Entry* e = find(name);
+  return e ? e->file->path().string() : "(no file)";
+}
+
+uint64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+std::string human_bytes(uint64_t bytes) {
+  char b[32];
+  const double v = static_cast<double>(bytes);
+  if (v >= 1e9)
+    std::snprintf(b, sizeof b, "%.1f GB", v / 1e9);
+  else if (v >= 1e6)
+    std::snprintf(b, sizeof b, "%.0f MB", v / 1e6);
+  else
+    std::snprintf(b, sizeof b, "%.0f KB", v / 1e3);
+  return b;
+}
+
+}  // namespace difflens

@@ -1,0 +1,46 @@
+// The weight files of a checkpoint directory: one model.safetensors, or Hugging Face shards listed by
+// model.safetensors.index.json. Memory-mapped, read tensor by tensor. No LibTorch here.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+
+namespace difflens {
+
+class CheckpointFiles {
+ public:
+  // Opens the weights of `dir`. Throws FormatError naming the file when the index is broken, a shard is
+  // missing, a tensor is listed twice or lives elsewhere than its index says; a directory without
+  // safetensors weights gets a message saying so (PyTorch .bin files are not read).
+  explicit CheckpointFiles(const std::filesystem::path& dir);
+
+  struct Entry {
+    const SafetensorsFile* file;
+    const TensorInfo* info;
+  };
+  const Entry* find(const std::string& name) const;  // nullptr when absent
+  std::vector<std::string> names() const;
+  size_t shards() const { return files_.size(); }
+  // "BF16", "F32", or e.g. "BF16+F32" when mixed (largest share first).
+  std::string dtype_summary() const;
+  uint64_t bytes() const;  // tensor bytes on disk
+  std::string describe_source(const std::string& name) const;  // "DIR/model-00002-of-00002.safetensors"
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Entry> entries_;
+};
+
+// Bytes of memory the kernel says are available now (MemAvailable), or 0 when unknown.
+uint64_t available_memory_bytes();
+
+// "1.2 GB", "830 MB", "12 KB".
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace difflens

@@ -1,0 +1,488 @@
+// Hugging Face checkpoints: tiny random Llama, Mistral and DiffLlama directories written here (config.json
+// in the HF form, BF16 shards with an index, tied embeddings), loaded by Model::load and checked against a
+// reference forward written out below in plain loops, literally following the transformers modeling code's
+// semantics (rotate-half RoPE, repeat_kv GQA, DiffLlama's chunk/cat of V and weightless group norm) — not
+// our tensor code. Layout conversions must keep every map.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint.h"
+#include "core/error.h"
+#include "core/layout.h"
+#include "core/model.h"
+#include "core/safetensors.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+namespace {
+
+struct HfSpec {
+  std::string arch = "LlamaForCausalLM";
+  int64_t hidden = 32, layers = 2, heads = 8, kv_heads = 4, head_dim = 4, inter = 40, vocab = 300;
+  bool tied = false;
+  int64_t sliding_window = 0;
+  double theta = 500.0;
+  DType dtype = DType::BF16;
+  int shards = 2;
+  nlohmann::json rope_scaling = nullptr;
+};
+
+nlohmann::json hf_config_json(const HfSpec& s) {
+  nlohmann::json j;
+  j["architectures"] = {s.arch};
+  j["model_type"] = s.arch == "DiffLlamaForCausalLM" ? "diffllama" : s.arch == "MistralForCausalLM" ? "mistral" : "llama";
+  j["hidden_size"] = s.hidden;
+  j["num_hidden_layers"] = s.layers;
+  j["num_attention_heads"] = s.heads;
+  j["num_key_value_heads"] = s.kv_heads;
+  j["head_dim"] = s.head_dim;
+  j["intermediate_size"] = s.inter;
+  j["vocab_size"] = s.vocab;
+  j["max_position_embeddings"] = 128;
+  j["rms_norm_eps"] = 1e-5;
+  j["rope_theta"] = s.theta;
+  j["rope_scaling"] = s.rope_scaling;
+  j["tie_word_embeddings"] = s.tied;
+  j["hidden_act"] = "silu";
+  j["bos_token_id"] = 1;
+  j["eos_token_id"] = {2, 3};
+  j["torch_dtype"] = "bfloat16";
+  if (s.arch == "MistralForCausalLM") j["sliding_window"] = s.sliding_window > 0 ? nlohmann::json(s.sliding_window) : nlohmann::json(nullptr);
+  if (s.arch == "DiffLlamaForCausalLM") j["lambda_std_dev"] = 0.1;
+  return j;
+}
+
+// Writes a seeded random checkpoint of `s` in the Hugging Face layout into `dir`.
+void write_hf(const HfSpec& s, const std::filesystem::path& dir, uint64_t seed) {
+  std::filesystem::create_directories(dir);
+  const std::string cfg_text = hf_config_json(s).dump(2);
+  test::write_all(dir / "config.json", cfg_text);
+  const ModelConfig c = config_from_json_text(cfg_text, "hf");
+  std::vector<NamedTensor> tensors = Model::random(c, seed).tensors();
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> noise(1.0f, 0.2f);
+  for (auto& t : tensors)  // norms away from 1, so a dropped norm weight would show
+    if (t.name.find("norm.weight") != std::string::npos)
+      for (float& v : t.data) v = noise(rng);
+  nlohmann::json index;
+  const size_t per = (tensors.size() + static_cast<size_t>(s.shards) - 1) / static_cast<size_t>(s.shards);
+  for (int k = 0; k < s.shards; ++k) {
+    std::vector<TensorToWrite> w;
+    const std::string file = s.shards == 1 ? "model.safetensors"
+                                           : "model-0000" + std::to_string(k + 1) + "-of-0000" + std::to_string(s.shards) + ".safetensors";
+    for (size_t i = static_cast<size_t>(k) * per; i < std::min(tensors.size(), (static_cast<size_t>(k) + 1) * per); ++i) {
+      // LayerNorm weights in F32 as some exports keep them; everything else in the spec's dtype.
+      const DType dt = tensors[i].name.find("norm") != std::string::npos ? DType::F32 : s.dtype;
+      w.push_back({tensors[i].name, tensors[i].shape, tensors[i].data.data(), dt});
+      index["weight_map"][tensors[i].name] = file;
+    }
+    write_safetensors(dir / file, w, {{"format", "pt"}});
+  }
+  if (s.shards > 1) test::write_all(dir / "model.safetensors.index.json", index.dump(2));
+}
+
+// --- the reference forward ----------------------------------------------------------------------------
+
+using Mat = std::vector<std::vector<double>>;
+
+struct RefOut {
+  std::vector<Mat> maps;  // per layer: [sub-head][T*T] flattened as Mat rows = sub-heads
+  std::vector<std::vector<Mat>> probs;  // probs[layer][sub-head] = T x T
+  std::vector<double> last_logits;
+};
+
+Mat matmul_t(const Mat& x, const std::vector<float>& w, int64_t out, int64_t in) {  // x [T, in] · wᵀ
+  Mat y(x.size(), std::vector<double>(static_cast<size_t>(out), 0.0));
+  for (size_t t = 0; t < x.size(); ++t)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = 0;
+      for (int64_t i = 0; i < in; ++i) s += x[t][static_cast<size_t>(i)] * w[static_cast<size_t>(o * in + i)];
+      y[t][static_cast<size_t>(o)] = s;
+    }
+  return y;
+}
+
+Mat rms(const Mat& x, const std::vector<float>* w, double eps) {
+  Mat y = x;
+  for (auto& row : y) {
+    double ms = 0;
+    for (double v : row) ms += v * v;
+    ms /= static_cast<double>(row.size());
+    for (size_t i = 0; i < row.size(); ++i) row[i] = row[i] / std::sqrt(ms + eps) * (w ? (*w)[i] : 1.0);
+  }
+  return y;
+}
+
+RefOut reference(const std::map<std::string, std::vector<float>>& W, const HfSpec& s, const ModelConfig& c,
+                 const std::vector<int64_t>& ids) {
+  const int64_t T = static_cast<int64_t>(ids.size()), E = s.hidden, d = s.head_dim, nh = s.heads, nkv = s.kv_heads;
+  const bool diff = s.arch == "DiffLlamaForCausalLM";
+  const std::vector<double> inv = rope_inv_freq(c);
+  auto w = [&](const std::string& n) -> const std::vector<float>& { return W.at(n); };
+  Mat x(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t e = 0; e < E; ++e) x[t].push_back(w("model.embed_tokens.weight")[static_cast<size_t>(ids[t] * E + e)]);
+  RefOut out;
+  auto rope = [&](Mat& m, int64_t heads) {  // rotate-half on each d-wide sub-head
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < d / 2; ++i) {
+          const double a = static_cast<double>(t) * inv[static_cast<size_t>(i)];
+          double& x0 = m[t][static_cast<size_t>(h * d + i)];
+          double& x1 = m[t][static_cast<size_t>(h * d + i + d / 2)];
+          const double n0 = x0 * std::cos(a) - x1 * std::sin(a), n1 = x1 * std::cos(a) + x0 * std::sin(a);
+          x0 = n0;
+          x1 = n1;
+        }
+  };
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const Mat hn = rms(x, &w(p + "input_layernorm.weight"), 1e-5);
+    Mat q = matmul_t(hn, w(p + "self_attn.q_proj.weight"), nh * d, E);
+    Mat k = matmul_t(hn, w(p + "self_attn.k_proj.weight"), nkv * d, E);
+    const Mat v = matmul_t(hn, w(p + "self_attn.v_proj.weight"), nkv * d, E);
+    rope(q, nh);
+    rope(k, nkv);
+    const int64_t g = nh / nkv;  // repeat_kv: sub-head s reads kv head s / g
+    std::vector<Mat> P(static_cast<size_t>(nh), Mat(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(T), 0.0)));
+    for (int64_t sh = 0; sh < nh; ++sh)
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> sc(static_cast<size_t>(T), -INFINITY);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          if (s.sliding_window > 0 && i - j >= s.sliding_window) continue;
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += q[i][static_cast<size_t>(sh * d + e)] * k[j][static_cast<size_t>((sh / g) * d + e)];
+          sc[j] = dot / std::sqrt(static_cast<double>(d));
+          mx = std::max(mx, sc[j]);
+        }
+        double z = 0;
+        for (int64_t j = 0; j < T; ++j) z += std::isinf(sc[j]) ? 0 : std::exp(sc[j] - mx);
+        for (int64_t j = 0; j < T; ++j) P[sh][i][j] = std::isinf(sc[j]) ? 0 : std::exp(sc[j] - mx) / z;
+      }
+    out.probs.push_back(P);
+    Mat attn(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(nh * d), 0.0));
+    if (!diff) {
+      for (int64_t sh = 0; sh < nh; ++sh)
+        for (int64_t i = 0; i < T; ++i)
+          for (int64_t e = 0; e < d; ++e) {
+            double acc = 0;
+            for (int64_t j = 0; j < T; ++j) acc += P[sh][i][j] * v[j][static_cast<size_t>((sh / g) * d + e)];
+            attn[i][static_cast<size_t>(sh * d + e)] = acc;
+          }
+    } else {
+      // value_states = cat(chunk(repeat_kv(v), 2, heads), -1): pair p's V = [v_rep[p], v_rep[p + nh/2]];
+      // out1 = heads [0, nh/2), out2 = heads [nh/2, nh), both with pair p's V; o = out1 - λ out2.
+      const int64_t half = nh / 2;
+      auto dotv = [&](const std::string& a, const std::string& b) {
+        double sdot = 0;
+        for (int64_t e = 0; e < d; ++e) sdot += w(p + a)[static_cast<size_t>(e)] * w(p + b)[static_cast<size_t>(e)];
+        return sdot;
+      };
+      const double linit = 0.8 - 0.6 * std::exp(-0.3 * static_cast<double>(l));
+      const double lambda = std::exp(dotv("self_attn.lambda_q1", "self_attn.lambda_k1")) -
+                            std::exp(dotv("self_attn.lambda_q2", "self_attn.lambda_k2")) + linit;
+      for (int64_t pr = 0; pr < half; ++pr)
+        for (int64_t i = 0; i < T; ++i) {
+          std::vector<double> o(static_cast<size_t>(2 * d), 0.0);
+          for (int64_t e = 0; e < 2 * d; ++e) {
+            const int64_t src = e < d ? pr : pr + half;  // which repeated sub-head's v
+            const int64_t col = (src / g) * d + (e % d);
+            double a1 = 0, a2 = 0;
+            for (int64_t j = 0; j < T; ++j) {
+              a1 += P[pr][i][j] * v[j][static_cast<size_t>(col)];
+              a2 += P[pr + half][i][j] * v[j][static_cast<size_t>(col)];
+            }
+            o[static_cast<size_t>(e)] = a1 - lambda * a2;
+          }
+          const Mat on = rms(Mat{o}, nullptr, 1e-5);  // weightless RMSNorm over 2d
+          for (int64_t e = 0; e < 2 * d; ++e) attn[i][static_cast<size_t>(pr * 2 * d + e)] = (1 - linit) * on[0][static_cast<size_t>(e)];
+        }
+    }
+    const Mat ao = matmul_t(attn, w(p + "self_attn.o_proj.weight"), E, nh * d);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < E; ++e) x[t][e] += ao[t][e];
+    const Mat h2 = rms(x, &w(p + "post_attention_layernorm.weight"), 1e-5);
+    const Mat gate = matmul_t(h2, w(p + "mlp.gate_proj.weight"), s.inter, E);
+    const Mat up = matmul_t(h2, w(p + "mlp.up_proj.weight"), s.inter, E);
+    Mat act = gate;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t f = 0; f < s.inter; ++f) {
+        const double gv = gate[t][f];
+        act[t][f] = gv / (1 + std::exp(-gv)) * up[t][f];
+      }
+    const Mat down = matmul_t(act, w(p + "mlp.down_proj.weight"), E, s.inter);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < E; ++e) x[t][e] += down[t][e];
+  }
+  const Mat fin = rms(Mat{x.back()}, &w("model.norm.weight"), 1e-5);
+  out.last_logits = matmul_t(fin, s.tied ? w("model.embed_tokens.weight") : w("lm_head.weight"), s.vocab, E)[0];
+  return out;
+}
+
+std::map<std::string, std::vector<float>> by_name(const Model& m) {
+  std::map<std::string, std::vector<float>> out;
+  for (auto& t : m.tensors()) out[t.name] = t.data;
+  return out;
+}
+
+// Our capture against the reference: every softmax map (DIFF: A1 = sub-head p, A2 = sub-head p + nh/2)
+// and the next-token probabilities.
+void check_against_reference(const Model& m, const HfSpec& s, const std::vector<int64_t>& ids) {
+  const RefOut ref = reference(by_name(m), s, m.config(), ids);
+  CaptureOptions opt;
+  opt.next_token_top_k = 5;
+  const Trace t = m.capture(ids, opt);
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const bool diff = m.config().is_diff();
+  double worst = 0;
+  for (size_t l = 0; l < t.layers.size(); ++l) {
+    const LayerTrace& lt = t.layers[l];
+    const int64_t heads = diff ? s.heads / 2 : s.heads;
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+          const size_t at = static_cast<size_t>((h * T + i) * T + j);
+          if (diff) {
+            worst = std::max(worst, std::fabs(lt.a1.data[at] - ref.probs[l][static_cast<size_t>(h)][i][j]));
+            worst = std::max(worst, std::fabs(lt.a2.data[at] - ref.probs[l][static_cast<size_t>(h + s.heads / 2)][i][j]));
+          } else {
+            worst = std::max(worst, std::fabs(lt.a.data[at] - ref.probs[l][static_cast<size_t>(h)][i][j]));
+          }
+        }
+  }
+  INFO("largest map difference " << worst);
+  CHECK(worst < 2e-5);
+  double mx = -INFINITY, z = 0;
+  for (double v : ref.last_logits) mx = std::max(mx, v);
+  for (double v : ref.last_logits) z += std::exp(v - mx);
+  REQUIRE(t.next_token.size() == 5);
+  for (const auto& tp : t.next_token) {
+    const double expected = std::exp(ref.last_logits[static_cast<size_t>(tp.id)] - mx) / z;
+    CHECK(tp.probability == Approx(expected).margin(2e-5));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hf: a Llama checkpoint (GQA, two BF16 shards, index) matches the reference forward", "[hf][checkpoint]") {
+  test::ScratchDir dir("hfllama");
+  HfSpec s;
+  write_hf(s, dir / "m", 3);
+  const Model m = Model::load(dir / "m");
+  CHECK(m.config().architecture == "LlamaForCausalLM");
+  CHECK(m.config().attention == AttentionKind::Baseline);
+  CHECK(m.config().rope_style == RopeStyle::Half);
+  CHECK(m.config().eos_token_id == 2);  // the first of a list
+  CHECK(m.source_dtype() == "BF16+F32");
+  CHECK(m.config().name == "m");
+  CHECK_FALSE(m.tokenizer().can_encode());
+  CHECK(m.tokenizer_note().find("no tokenizer.model or tokenizer.json") != std::string::npos);
+  // Weights are the BF16 values exactly.
+  const SafetensorsFile shard(dir / "m/model-00001-of-00002.safetensors");
+  const TensorInfo& embed = shard.at("model.embed_tokens.weight");
+  CHECK(embed.dtype == DType::BF16);
+  CHECK(by_name(m).at("model.embed_tokens.weight") == shard.read_f32(embed));
+  check_against_reference(m, s, {1, 17, 200, 45, 45, 9, 280, 3, 77, 120});
+}
+
+TEST_CASE("hf: tied embeddings, F16, one file and llama3 rope scaling", "[hf][checkpoint]") {
+  test::ScratchDir dir("hftied");
+  HfSpec s;
+  s.tied = true;
+  s.dtype = DType::F16;
+  s.shards = 1;
+  s.rope_scaling = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                    {"original_max_position_embeddings", 16}};
+  write_hf(s, dir / "m", 4);
+  const Model m = Model::load(dir / "m");
+  CHECK(m.config().tie_word_embeddings);
+  CHECK(m.config().rope_scaling.kind == RopeScaling::Kind::Llama3);
+  CHECK_FALSE(by_name(m).count("lm_head.weight"));
+  check_against_reference(m, s, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22});
+}
+
+TEST_CASE("hf: Mistral's sliding window hides keys beyond it", "[hf][checkpoint]") {
+  test::ScratchDir dir("hfmistral");
+  HfSpec s;
+  s.arch = "MistralForCausalLM";
+  s.sliding_window = 4;
+  write_hf(s, dir / "m", 5);
+  const Model m = Model::load(dir / "m");
+  CHECK(m.config().sliding_window == 4);
+  const std::vector<int64_t> ids = {1, 50, 51, 52, 53, 54, 55, 56, 57};
+  check_against_reference(m, s, ids);
+  const Trace t = m.capture(ids);
+  const int64_t T = 9;
+  for (int64_t i = 0; i < T; ++i) {
+    double row = 0;
+    for (int64_t j = 0; j < T; ++j) {
+      const float a = t.layers[0].a.data[static_cast<size_t>(i * T + j)];
+      row += a;
+      if (j > i || i - j >= 4) CHECK(a == 0.0f);
+    }
+    CHECK(row == Approx(1.0).margin(1e-5));
+  }
+}
+
+TEST_CASE("hf: a DiffLlama checkpoint matches the literal DiffLlama forward", "[hf][checkpoint][attention]") {
+  test::ScratchDir dir("hfdiff");
+  HfSpec s;
+  s.arch = "DiffLlamaForCausalLM";
+  write_hf(s, dir / "m", 6);
+  const Model m = Model::load(dir / "m");
+  const ModelConfig& c = m.config();
+  CHECK(c.is_diff());
+  CHECK(c.diff_pairing == DiffPairing::Half);
+  CHECK(c.rope_style == RopeStyle::Half);
+  CHECK_FALSE(c.subln_weight);
+  CHECK(c.map_heads() == 4);
+  check_against_reference(m, s, {1, 40, 41, 99, 42, 43, 250, 44, 45, 46, 47});
+}
+
+TEST_CASE("hf: layout conversions keep every map, and our DIFF exports exactly as DiffLlama", "[hf][checkpoint][convert]") {
+  test::ScratchDir dir("hfconvert");
+  HfSpec s;
+  s.arch = "DiffLlamaForCausalLM";
+  write_hf(s, dir / "m", 7);
+  const Model hf = Model::load(dir / "m");
+  const std::vector<int64_t> ids = {1, 9, 8, 7, 6, 5, 4, 3, 200, 201, 202, 203};
+  auto same_maps = [&](const Model& a, const Model& b) {
+    const Trace ta = a.capture(ids), tb = b.capture(ids);
+    float worst = 0;
+    for (size_t l = 0; l < ta.layers.size(); ++l)
+      for (auto member : {&LayerTrace::a1, &LayerTrace::a2, &LayerTrace::a})
+        for (size_t i = 0; i < (ta.layers[l].*member).data.size(); ++i)
+          worst = std::max(worst, std::fabs((ta.layers[l].*member).data[i] - (tb.layers[l].*member).data[i]));
+    INFO("largest map difference " << worst);
+    CHECK(worst < 1e-5f);
+    for (size_t k = 0; k < ta.next_token.size(); ++k) {
+      CHECK(ta.next_token[k].id == tb.next_token[k].id);
+      CHECK(ta.next_token[k].probability == Approx(tb.next_token[k].probability).margin(1e-5));
+    }
+  };
+  // DiffLlama -> official layout (adjacent components, interleaved rotary pairs): a real permutation.
+  const ModelConfig off = official_layout(hf.config());
+  const std::vector<NamedTensor> permuted = convert_layout(hf.config(), hf.tensors(), off);
+  const Model native = Model::from_tensors(off, permuted);
+  CHECK(native.config().diff_pairing == DiffPairing::Adjacent);
+  CHECK(permuted[0].data.size() == hf.tensors()[0].data.size());
+  bool moved = false;
+  for (size_t i = 0; i < permuted.size(); ++i)
+    if (permuted[i].name.find("q_proj") != std::string::npos) moved |= permuted[i].data != hf.tensors()[i].data;
+  CHECK(moved);
+  same_maps(hf, native);
+  // A DIFF model with a learned per-head norm weight (ours) -> DiffLlama on disk -> loaded back: the
+  // weight is folded into o_proj, the maps and outputs are the same.
+  ModelConfig ours = test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1);
+  std::vector<NamedTensor> t = Model::random(ours, 8).tensors();
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(1.0f, 0.3f);
+  for (auto& x : t)
+    if (x.name.find("subln") != std::string::npos)
+      for (float& v : x.data) v = nd(rng);
+  const Model mine = Model::from_tensors(ours, t);
+  const std::vector<std::string> notes = save_hf(mine, dir / "exported");
+  CHECK(notes.size() == 2);  // no tokenizer file; the norm weight folded
+  const Model back = Model::load(dir / "exported");
+  CHECK(back.config().architecture == "DiffLlamaForCausalLM");
+  CHECK(back.config().diff_pairing == DiffPairing::Half);
+  same_maps(mine, back);
+  // A config that differs in more than the layout is refused.
+  ModelConfig other = off;
+  other.hidden_size = 64;
+  CHECK_THROWS_WITH(convert_layout(hf.config(), hf.tensors(), other), Catch::Contains("more than the layout"));
+  ModelConfig eps = ours;
+  eps.subln_eps = 1e-6;
+  CHECK_THROWS_WITH(hf_layout(eps), Catch::Contains("would not be exact"));
+}
+
+TEST_CASE("hf: rope scaling frequencies, hand-computed", "[hf][config]") {
+  ModelConfig c = test::tiny_config(AttentionKind::Baseline);
+  c.head_dim = 8;
+  c.rope_theta = 10000;
+  std::vector<double> f = rope_inv_freq(c);
+  REQUIRE(f.size() == 4);
+  CHECK(f[1] == Approx(0.1));
+  CHECK(f[3] == Approx(0.001));
+  c.rope_scaling.kind = RopeScaling::Kind::Linear;
+  c.rope_scaling.factor = 4;
+  f = rope_inv_freq(c);
+  CHECK(f[0] == Approx(0.25));
+  CHECK(f[2] == Approx(0.0025));
+  // llama3, original context 1024, factor 8, low 1, high 4: wavelengths 6.28 and 62.8 (< 256) stay;
+  // 6283 (> 1024) is divided by 8; 628.3 blends with t = (1024/628.3 - 1) / 3 = 0.20992.
+  c.rope_scaling.kind = RopeScaling::Kind::Llama3;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.low_freq_factor = 1;
+  c.rope_scaling.high_freq_factor = 4;
+  c.rope_scaling.original_max_position_embeddings = 1024;
+  f = rope_inv_freq(c);
+  CHECK(f[0] == Approx(1.0));
+  CHECK(f[1] == Approx(0.1));
+  CHECK(f[2] == Approx(0.0030868).epsilon(1e-4));
+  CHECK(f[3] == Approx(0.000125));
+}
+
+TEST_CASE("hf: what cannot be read says why", "[hf][config][checkpoint]") {
+  HfSpec s;
+  auto cfg_error = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = hf_config_json(s);
+    edit(j);
+    try {
+      config_from_json_text(j.dump(), "config.json");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  CHECK_THAT(cfg_error([](auto& j) { j["architectures"] = {"GPT2LMHeadModel"}; }),
+             Catch::Contains("architecture 'GPT2LMHeadModel' is not supported"));
+  CHECK_THAT(cfg_error([](auto& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; }),
+             Catch::Contains("rope_scaling type 'yarn' is not supported"));
+  CHECK_THAT(cfg_error([](auto& j) { j["attention_bias"] = true; }), Catch::Contains("attention_bias"));
+  CHECK_THAT(cfg_error([](auto& j) { j["hidden_act"] = "gelu"; }), Catch::Contains("hidden_act 'gelu'"));
+  CHECK_THAT(cfg_error([](auto& j) { j.erase("hidden_size"); }), Catch::Contains("missing field 'hidden_size'"));
+  CHECK_THAT(cfg_error([](auto& j) {
+               j["architectures"] = {"DiffLlamaForCausalLM"};
+               j["num_key_value_heads"] = 1;
+             }),
+             Catch::Contains("odd number of key/value heads"));
+  CHECK(cfg_error([](auto& j) { j.erase("architectures"); }) == "(accepted)");  // model_type is enough
+
+  test::ScratchDir dir("hfbad");
+  write_hf(s, dir / "m", 9);
+  SECTION("a shard is missing") {
+    std::filesystem::remove(dir / "m/model-00002-of-00002.safetensors");
+    CHECK_THROWS_WITH(Model::load(dir / "m"), Catch::Contains("shard model-00002-of-00002.safetensors is missing"));
+  }
+  SECTION("the index names the wrong shard") {
+    auto j = nlohmann::json::parse(test::read_all(dir / "m/model.safetensors.index.json"));
+    j["weight_map"]["model.norm.weight"] = j["weight_map"]["model.norm.weight"] == "model-00001-of-00002.safetensors"
+                                               ? "model-00002-of-00002.safetensors"
+                                               : "model-00001-of-00002.safetensors";
+    test::write_all(dir / "m/model.safetensors.index.json", j.dump());
+    CHECK_THROWS_WITH(Model::load(dir / "m"), Catch::Contains("'model.norm.weight' should be in"));
+  }
+  SECTION("only PyTorch pickles") {
+    std::filesystem::remove(dir / "m/model.safetensors.index.json");
+    test::write_all(dir / "m/pytorch_model.bin", "x");
+    CHECK_THROWS_WITH(Model::load(dir / "m"), Catch::Contains("PyTorch pickles are not read"));
+  }
+  SECTION("more memory than the machine has") {
+    auto j = hf_config_json(s);
+    j["hidden_size"] = 1 << 16;
+    j["intermediate_size"] = 1 << 18;
+    j["num_hidden_layers"] = 400;
+    j["head_dim"] = 64;
+    j["num_attention_heads"] = 1024;
+    j["num_key_value_heads"] = 1024;
+    test::write_all(dir / "m/config.json", j.dump());
+    CHECK_THROWS_WITH(Model::load(dir / "m"), Catch::Contains("of memory as F32") && Catch::Contains("is available"));
+  }
+}
