@@ -73,4 +73,26 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
   return fig;
 }
 
+std::vector<int> parse_index_filter(const std::string& text, int n) {
+  std::vector<int> out;
+  if (text.find_first_not_of(" ,") == std::string::npos) {
+    for (int i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  std::vector<bool> on(static_cast<size_t>(std::max(0, n)), false);
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string part = text.substr(start, end - start);
+    int a = -1, b = -1;
+    if (std::sscanf(part.c_str(), " %d - %d", &a, &b) == 2 || (std::sscanf(part.c_str(), " %d", &a) == 1 && (b = a) >= 0))
+      for (int i = std::max(0, a); i <= std::min(b, n - 1); ++i) on[static_cast<size_t>(i)] = true;
+    start = end + 1;
+  }
+  for (int i = 0; i < n; ++i)
+    if (on[static_cast<size_t>(i)]) out.push_back(i);
+  return out;
+}
+
 }  // namespace difflens::app

@@ -34,4 +34,8 @@ struct FigureOptions {
 // Throws Error naming what is missing (layer, head, map, kept maps) or wrong (region, size).
 viz::HeadFigure head_figure(const Trace& trace, int layer, int head, const FigureOptions& options);
 
+// Model-view filters: "0-3,7" -> the listed indices below n, sorted; empty text -> all of 0..n-1.
+// Parts that are not numbers or ranges are ignored.
+std::vector<int> parse_index_filter(const std::string& text, int n);
+
 }  // namespace difflens::app

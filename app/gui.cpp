@@ -58,6 +58,7 @@ struct ViewState {
   std::string export_dir = "difflens-exports";
   float maps_fraction = 0.6f;  // share of the height below the token strip given to the head view
   int quantization = 0;        // attention logits: 0 exact, 1: 8 bits, 2: 6 bits, 3: 4 bits
+  std::string layer_filter, head_filter;  // model view: "0-3,7"; empty = all
 };
 
 constexpr int kQuantizationBits[] = {0, 8, 6, 4};
@@ -368,13 +369,34 @@ class HeadView {
 // Layers × heads grid of one model's maps (A1 − λA2 for DIFF, A for the baseline): click selects.
 class ModelView {
  public:
+  // Rows = the layers passing the filter, each led by a one-line summary (λ for DIFF, the largest
+  // |attention logit| and |hidden state|); columns = the heads passing the filter. Only thumbnails in
+  // view are rendered, so models with many layers and heads scroll without uploading every map.
   void draw(GuiState& state, const Trace& t, int slot, uint64_t request, const viz::HeatmapRenderer& renderer,
             float thumb) {
     const int64_t T = t.length();
     ImGui::Text("%s: layers (rows) x heads (columns), %s", t.config.name.c_str(),
                 t.config.is_diff() ? "A1 - lambda A2" : "softmax A");
-    for (const LayerTrace& l : t.layers) {
+    const std::vector<int> layers = parse_index_filter(state.view.layer_filter, static_cast<int>(t.layers.size()));
+    const std::vector<int> heads = parse_index_filter(state.view.head_filter, static_cast<int>(t.config.map_heads()));
+    const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
+    for (int li : layers) {
+      const LayerTrace& l = t.layers[static_cast<size_t>(li)];
       if (l.a.empty()) continue;
+      const double top_logit = l.logit_stats.top.empty() ? 0.0 : l.logit_stats.top[0];
+      const double top_hidden = l.hidden_stats.top.empty() ? 0.0 : l.hidden_stats.top[0];
+      ImGui::BeginGroup();
+      if (t.config.is_diff())
+        ImGui::Text("L%d  lambda %.3f", l.index, l.lambda);
+      else
+        ImGui::Text("L%d", l.index);
+      ImGui::TextDisabled("%.3g / %.3g", top_logit, top_hidden);
+      ImGui::EndGroup();
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip("layer %d%s\nlargest |attention logit| %.4g\nlargest |hidden state| %.4g", l.index,
+                          t.config.is_diff() ? (" lambda " + std::to_string(l.lambda)).c_str() : "", top_logit,
+                          top_hidden);
+      ImGui::SameLine(label_w);
       const uint64_t layer_version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
                                      (static_cast<uint64_t>(l.index) << 12) ^ 0x7;
       const float pct = state.view.clamp_percentile;
@@ -382,8 +404,15 @@ class ModelView {
         return viz::value_range({l.a.data.data()}, T * static_cast<int64_t>(l.heads.size()), T, pct,
                                 t.config.is_diff(), false);
       });
+      bool first = true;
       for (size_t h = 0; h < l.heads.size(); ++h) {
-        if (h) ImGui::SameLine();
+        if (!std::binary_search(heads.begin(), heads.end(), l.heads[h])) continue;
+        if (!first) ImGui::SameLine();
+        first = false;
+        if (!ImGui::IsRectVisible(ImVec2(thumb, thumb))) {  // scrolled away: keep the space, skip the work
+          ImGui::Dummy(ImVec2(thumb, thumb));
+          continue;
+        }
         viz::HeatmapStyle style;
         style.range = range;
         style.scale = static_cast<viz::ValueScale>(state.view.scale);
@@ -407,6 +436,7 @@ class ModelView {
           state.view.head[slot] = l.heads[h];
         }
       }
+      if (first) ImGui::NewLine();
     }
   }
 
@@ -1164,10 +1194,21 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
     ImGui::SameLine();
     if (ImGui::Button("Open trace bundle")) worker.open_bundle(s, state.slots[s].bundle_field);
     ImGui::SameLine();
-    if (!info.error.empty())
-      ImGui::TextColored(ImVec4(0.9f, 0.3f, 0.3f, 1), "%s", info.error.c_str());
-    else
-      ImGui::TextDisabled("%s", info.loaded ? info.description.c_str() : "(loading)");
+    const bool loading_here = state.status.load_fraction >= 0 &&
+                              state.status.activity.find("loading " + state.slots[s].path_field) == 0;
+    if (loading_here) {
+      ImGui::ProgressBar(static_cast<float>(state.status.load_fraction), ImVec2(ImGui::GetFontSize() * 10, 0));
+      ImGui::SameLine();
+      if (ImGui::Button("Cancel loading")) worker.cancel_load();
+      ImGui::SameLine();
+    }
+    // Wrapped: Hugging Face descriptions (architecture, dtype, tokenizer notes) can be long.
+    ImGui::PushStyleColor(ImGuiCol_Text, info.error.empty() ? ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled)
+                                                            : ImVec4(0.9f, 0.3f, 0.3f, 1));
+    ImGui::TextWrapped("%s", !info.error.empty() ? info.error.c_str()
+                             : info.loaded       ? info.description.c_str()
+                                                 : "(loading)");
+    ImGui::PopStyleColor();
     ImGui::PopID();
   }
 }
@@ -1470,19 +1511,32 @@ int run_gui(const GuiOptions& opt) {
           }
           if (ImGui::BeginTabItem("Model view", nullptr,
                                   opt.open_model_view && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
-            // Thumbnails as large as the tab allows: every layer's row fits the height, both grids the width.
+            const float fw = ImGui::GetFontSize() * 8;
+            ImGui::SetNextItemWidth(fw);
+            ImGui::InputTextWithHint("layers", "all, or 0-3,7", &state.view.layer_filter);
+            ImGui::SameLine();
+            ImGui::SetNextItemWidth(fw);
+            ImGui::InputTextWithHint("heads", "all, or 0-3,7", &state.view.head_filter);
+            ImGui::SameLine();
+            ImGui::TextDisabled("(scrolls when the grid is larger than the tab)");
+            // Thumbnails as large as the tab allows: every shown layer's row fits the height, both grids the
+            // width; at least 32 px (the grid scrolls beyond that).
             int rows = 1, cols = 0;
             for (int s = 0; s < kSlots; ++s)
               if (const auto& t = state.shown->traces[s]) {
-                rows = std::max(rows, static_cast<int>(t->layers.size()));
-                cols += static_cast<int>(t->config.map_heads());
+                rows = std::max(rows, static_cast<int>(
+                                          parse_index_filter(state.view.layer_filter, static_cast<int>(t->layers.size())).size()));
+                cols += static_cast<int>(
+                    parse_index_filter(state.view.head_filter, static_cast<int>(t->config.map_heads())).size());
               }
+            ImGui::BeginChild("modelgrid", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
             const ImVec2 room = ImGui::GetContentRegionAvail();
             const float pad = ImGui::GetStyle().ItemSpacing.x;
+            const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
             const float thumb = std::clamp(
                 std::min((room.y - 2 * ImGui::GetTextLineHeightWithSpacing()) / rows - pad,
-                         (room.x - 3 * ImGui::GetFontSize()) / std::max(1, cols) - pad),
-                24.0f, 320.0f);
+                         (room.x - 3 * ImGui::GetFontSize() - kSlots * label_w) / std::max(1, cols) - pad),
+                32.0f, 320.0f);
             for (int s = 0; s < kSlots; ++s) {
               if (s) ImGui::SameLine(0, 3 * ImGui::GetFontSize());
               ImGui::BeginGroup();
@@ -1490,6 +1544,7 @@ int run_gui(const GuiOptions& opt) {
                 model_views[s].draw(state, *t, s, state.shown->request, renderer, thumb);
               ImGui::EndGroup();
             }
+            ImGui::EndChild();
             ImGui::EndTabItem();
           }
           if (ImGui::BeginTabItem("Attention noise", nullptr,

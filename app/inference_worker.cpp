@@ -16,11 +16,16 @@ namespace {
 
 std::string describe(const Model& m) {
   const ModelConfig& c = m.config();
-  char buf[256];
+  char buf[512];
   std::snprintf(buf, sizeof buf, "%s, %lld layers x %lld heads, %.2f M params, %s", to_string(c.attention),
                 static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.map_heads()),
                 static_cast<double>(m.parameter_count()) / 1e6, m.device_name().c_str());
-  return buf;
+  std::string d = buf;
+  if (c.architecture != "difflens") d += ", " + c.architecture;
+  if (c.is_diff() && c.diff_pairing == DiffPairing::Half) d += " (components in halves)";
+  if (m.source_dtype() != "F32") d += ", " + m.source_dtype() + " weights (F32 in memory)";
+  if (!m.tokenizer_note().empty()) d += "; " + m.tokenizer_note();
+  return d;
 }
 
 }  // namespace
@@ -107,6 +112,8 @@ uint64_t InferenceWorker::start_sweep(const SweepRequest& request) {
   cv_.notify_all();
   return id;
 }
+
+void InferenceWorker::cancel_load() { load_cancel_ = true; }
 
 void InferenceWorker::cancel_sweep() {
   {
@@ -285,15 +292,26 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
 }
 
 void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& lock) {
+  load_cancel_ = false;
   lock.unlock();
   std::unique_ptr<Model> model;
   std::string error;
   try {
-    model = std::make_unique<Model>(Model::load(job.dir));
+    model = std::make_unique<Model>(Model::load(
+        job.dir, DeviceChoice::Auto,
+        [&](int64_t done, int64_t total) {
+          std::lock_guard<std::mutex> guard(mutex_);
+          status_.activity = "loading " + job.dir + ": " + std::to_string(done) + "/" + std::to_string(total) + " tensors";
+          status_.load_fraction = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 0;
+        },
+        &load_cancel_));
+  } catch (const Cancelled&) {
+    error = "loading " + job.dir + " was cancelled; the slot keeps its model";
   } catch (const std::exception& e) {
     error = e.what();
   }
   lock.lock();
+  status_.load_fraction = -1;
   SlotInfo& info = status_.slots[static_cast<size_t>(job.slot)];
   info.error = error;
   if (model && sweep_active_ &&

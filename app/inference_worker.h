@@ -46,6 +46,7 @@ struct WorkerStatus {
   bool busy = false;
   std::string activity;  // "running 256 tokens", "loading assets/models/diff-small", "idle"
   double last_run_ms = 0;
+  double load_fraction = -1;  // a model load's progress 0..1 while one runs, else -1
   std::array<SlotInfo, kSlots> slots;
 };
 
@@ -84,6 +85,8 @@ class InferenceWorker {
 
   // Queues a model load; on failure the slot keeps its previous model and reports the error.
   void load(int slot, const std::string& dir);
+  // Stops a model load in progress between tensors (the slot keeps its previous model).
+  void cancel_load();
   // Queues reading a trace bundle (difflens capture --out DIR) into `slot`: it is delivered as a result of
   // its own (the other slot empty) and shown until the next run; errors are reported in that result.
   void open_bundle(int slot, const std::string& dir);
@@ -129,6 +132,7 @@ class InferenceWorker {
   uint64_t next_request_ = 1;
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};
+  std::atomic<bool> load_cancel_{false};
   std::array<std::unique_ptr<Model>, kSlots> models_;  // worker thread only
   // Sweep: the request waiting to start, the public progress, and the worker's private plan.
   std::optional<SweepRequest> pending_sweep_;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/inference_worker.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/layout.h"
@@ -485,4 +486,28 @@ TEST_CASE("hf: what cannot be read says why", "[hf][config][checkpoint]") {
     test::write_all(dir / "m/config.json", j.dump());
     CHECK_THROWS_WITH(Model::load(dir / "m"), Catch::Contains("of memory as F32") && Catch::Contains("is available"));
   }
+}
+
+TEST_CASE("hf: loading reports progress per tensor and stops when cancelled", "[hf][checkpoint][worker]") {
+  test::ScratchDir dir("hfprogress");
+  HfSpec s;
+  s.arch = "DiffLlamaForCausalLM";
+  write_hf(s, dir / "m", 10);
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  const Model m = Model::load(dir / "m", DeviceChoice::Cpu, [&](int64_t done, int64_t total) { calls.push_back({done, total}); });
+  REQUIRE(!calls.empty());
+  CHECK(calls.back().first == calls.back().second);
+  CHECK(static_cast<size_t>(calls.back().second) == m.tensors().size());
+  std::atomic<bool> stop{true};
+  CHECK_THROWS_AS(Model::load(dir / "m", DeviceChoice::Cpu, {}, &stop), Cancelled);
+  // The app's slot line says what was loaded.
+  app::InferenceWorker w({}, 1);
+  w.load(0, (dir / "m").string());
+  w.wait_idle();
+  const app::WorkerStatus st = w.status();
+  INFO(st.slots[0].description << st.slots[0].error);
+  CHECK(st.slots[0].description.find("diff, 2 layers x 4 heads") == 0);
+  CHECK(st.slots[0].description.find("DiffLlamaForCausalLM (components in halves), BF16+F32 weights") != std::string::npos);
+  CHECK(st.slots[0].description.find("give token ids") != std::string::npos);
+  CHECK(st.load_fraction == -1);
 }
