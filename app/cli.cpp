@@ -248,14 +248,14 @@ int cmd_convert(const Args& a) {
   const Model out = Model::from_tensors(target, convert_layout(m.config(), m.tensors(), target));
   out.save(to);
   std::error_code ec;
-  if (m.tokenizer().is_sentencepiece()) {
-    ModelConfig saved = target;
-    saved.tokenizer = TokenizerKind::SentencePiece;
-    save_config(saved, std::filesystem::path(to) / "config.json");
-    std::filesystem::copy_file(std::filesystem::path(from) / "tokenizer.model", std::filesystem::path(to) / "tokenizer.model",
+  const char* tok_file = m.tokenizer().is_sentencepiece()   ? "tokenizer.model"
+                         : m.tokenizer().is_byte_level_bpe() ? "tokenizer.json"
+                                                             : nullptr;
+  if (tok_file) {
+    std::filesystem::copy_file(std::filesystem::path(from) / tok_file, std::filesystem::path(to) / tok_file,
                                std::filesystem::copy_options::overwrite_existing, ec);
-    if (ec) throw Error(to + "/tokenizer.model: cannot copy (" + ec.message() + ")");
-  } else if (!m.tokenizer().can_encode() || target.tokenizer == TokenizerKind::ByteLevelBpe) {
+    if (ec) throw Error(to + "/" + tok_file + ": cannot copy (" + ec.message() + ")");
+  } else if (!m.tokenizer().can_encode() || target.tokenizer != TokenizerKind::Bytes) {
     std::printf("note: no tokenizer carried over (%s)\n",
                 m.tokenizer_note().empty() ? "none usable" : m.tokenizer_note().c_str());
   }

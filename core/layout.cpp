@@ -173,10 +173,12 @@ std::vector<std::string> save_hf(const Model& model, const std::filesystem::path
   cfg << j.dump(2) << "\n";
   if (!cfg) throw Error((dir / "config.json").string() + ": write failed");
   std::vector<std::string> notes;
-  const std::filesystem::path spm = model.path() / "tokenizer.model";
-  if (model.tokenizer().is_sentencepiece() && std::filesystem::exists(spm)) {
-    std::filesystem::copy_file(spm, dir / "tokenizer.model", std::filesystem::copy_options::overwrite_existing, ec);
-    if (ec) throw Error((dir / "tokenizer.model").string() + ": cannot copy (" + ec.message() + ")");
+  const char* file = model.tokenizer().is_sentencepiece()   ? "tokenizer.model"
+                     : model.tokenizer().is_byte_level_bpe() ? "tokenizer.json"
+                                                             : nullptr;
+  if (file && std::filesystem::exists(model.path() / file)) {
+    std::filesystem::copy_file(model.path() / file, dir / file, std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) throw Error((dir / file).string() + ": cannot copy (" + ec.message() + ")");
   } else {
     notes.push_back("no tokenizer file written: this model's tokenizer has no Hugging Face form");
   }

@@ -235,9 +235,19 @@ Tokenizer hf_tokenizer(const std::filesystem::path& dir, ModelConfig& config, st
     return t;
   }
   config.tokenizer = TokenizerKind::ByteLevelBpe;
-  note = std::filesystem::exists(dir / "tokenizer.json")
-             ? "tokenizer.json (byte-level BPE) is not read yet: give token ids (capture --token-ids)"
-             : "no tokenizer.model or tokenizer.json in the directory: give token ids";
+  if (std::filesystem::exists(dir / "tokenizer.json")) {
+    try {
+      Tokenizer t = Tokenizer::byte_level_bpe(dir / "tokenizer.json", config.bos_token_id, config.eos_token_id);
+      if (t.vocab_size() > config.vocab_size)
+        throw Error("it has " + std::to_string(t.vocab_size()) + " tokens, more than the model's vocab_size " +
+                    std::to_string(config.vocab_size));
+      return t;
+    } catch (const std::exception& e) {  // the weights are still worth exploring with token ids
+      note = std::string("tokenizer not usable (") + e.what() + "): give token ids";
+      return Tokenizer::without_files(config);
+    }
+  }
+  note = "no tokenizer.model or tokenizer.json in the directory: give token ids";
   return Tokenizer::without_files(config);
 }
 
@@ -249,9 +259,18 @@ Model Model::load(const std::filesystem::path& dir, DeviceChoice device,
   ModelConfig config = load_config(dir / "config.json");
   const bool hf = config.architecture != "difflens";
   std::string note;
-  Tokenizer tokenizer = hf ? hf_tokenizer(dir, config, note) : Tokenizer::for_model(dir, config);
-  if (!hf && config.tokenizer == TokenizerKind::ByteLevelBpe)
-    note = "byte-level BPE tokenizers are not read yet: give token ids (capture --token-ids)";
+  Tokenizer tokenizer = Tokenizer::without_files(config);
+  if (hf) {
+    tokenizer = hf_tokenizer(dir, config, note);
+  } else if (config.tokenizer == TokenizerKind::ByteLevelBpe) {
+    try {  // as for Hugging Face directories: an unusable tokenizer.json leaves token ids
+      tokenizer = Tokenizer::for_model(dir, config);
+    } catch (const std::exception& e) {
+      note = std::string("tokenizer not usable (") + e.what() + "): give token ids";
+    }
+  } else {
+    tokenizer = Tokenizer::for_model(dir, config);
+  }
   if (config.name.empty()) config.name = std::filesystem::absolute(dir).lexically_normal().filename().string();
   if (config.name.empty()) config.name = dir.string();
   const CheckpointFiles files(dir);

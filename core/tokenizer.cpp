@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "core/bpe.h"
 #include "core/error.h"
 #include "core/spm_module.h"
 
@@ -130,6 +131,16 @@ Tokenizer Tokenizer::sentencepiece(const std::filesystem::path& model_file) {
   return t;
 }
 
+Tokenizer Tokenizer::byte_level_bpe(const std::filesystem::path& file, int64_t bos_id, int64_t eos_id) {
+  if (!std::filesystem::exists(file)) throw Error(file.string() + ": tokenizer file not found");
+  Tokenizer t;
+  t.bpe_ = ByteLevelBpe::load(file);
+  t.vocab_size_ = t.bpe_->vocab_size();
+  t.bos_id_ = bos_id < t.vocab_size_ ? bos_id : -1;
+  t.eos_id_ = eos_id < t.vocab_size_ ? eos_id : -1;
+  return t;
+}
+
 Tokenizer Tokenizer::bytes(int64_t vocab_size) {
   if (vocab_size < kByteOffset + 256)
     throw Error("byte tokenizer needs a vocabulary of at least 259 ids, the model has " +
@@ -158,8 +169,13 @@ Tokenizer Tokenizer::for_model(const std::filesystem::path& dir, const ModelConf
                     " pieces but config.json says vocab_size " + std::to_string(config.vocab_size));
       return t;
     }
-    case TokenizerKind::ByteLevelBpe:  // tokenizer.json is not read yet: ids only
-      return without_files(config);
+    case TokenizerKind::ByteLevelBpe: {
+      Tokenizer t = byte_level_bpe(dir / "tokenizer.json", config.bos_token_id, config.eos_token_id);
+      if (t.vocab_size() > config.vocab_size)
+        throw Error((dir / "tokenizer.json").string() + ": has " + std::to_string(t.vocab_size()) +
+                    " tokens, more than the model's vocab_size " + std::to_string(config.vocab_size));
+      return t;
+    }
   }
   throw Error("unknown tokenizer kind");
 }
@@ -219,6 +235,14 @@ Encoding Tokenizer::encode(const std::string& text, bool add_bos) const {
     }
     return e;
   }
+  if (bpe_) {
+    for (const ByteLevelBpe::Token& t : bpe_->encode(text)) {
+      e.ids.push_back(t.id);
+      e.pieces.push_back(piece(t.id));
+      e.offsets.push_back({t.begin, t.end});
+    }
+    return e;
+  }
   e.ids.reserve(text.size() + 1);
   for (size_t i = 0; i < text.size(); ++i) {
     const int64_t id = kByteOffset + static_cast<unsigned char>(text[i]);
@@ -250,6 +274,7 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
     if (len < 0) throw Error("decode failed");
     return buf.substr(0, static_cast<size_t>(len));
   }
+  if (bpe_) return bpe_->decode(ids);
   for (int64_t id : ids)
     if (id >= kByteOffset && id < kByteOffset + 256) out.push_back(static_cast<char>(id - kByteOffset));
   return out;
@@ -259,6 +284,30 @@ std::string Tokenizer::piece(int64_t id) const {
   if (spm_)
     return id >= 0 && id < vocab_size_ ? spm_->pieces[static_cast<size_t>(id)]
                                        : "<" + std::to_string(id) + ">";
+  if (bpe_) {  // the token's bytes, spaces as "▁" (like SentencePiece pieces), broken UTF-8 as <0xNN>
+    const std::string b = bpe_->token_bytes(id);
+    if (b.empty()) return "<" + std::to_string(id) + ">";
+    std::string out;
+    for (size_t i = 0; i < b.size();) {
+      const unsigned char c = static_cast<unsigned char>(b[i]);
+      const size_t len = c < 0x80 ? 1 : c >= 0xF0 && c < 0xF8 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+      bool ok = len > 0 && i + len <= b.size();
+      for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(b[i + k]) & 0xC0) == 0x80;
+      if (ok && c == ' ') {
+        out += "\xe2\x96\x81";
+      } else if (ok && c >= 0x20 && c != 0x7f) {
+        out += b.substr(i, len);
+      } else {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "<0x%02X>", c);
+        out += hex;
+        i += 1;
+        continue;
+      }
+      i += len;
+    }
+    return out;
+  }
   if (!can_encode_) return "<" + std::to_string(id) + ">";
   if (id == 0) return "<unk>";
   if (id == 1) return "<s>";

@@ -15,6 +15,8 @@
 
 namespace difflens {
 
+class ByteLevelBpe;
+
 struct Encoding {
   std::vector<int64_t> ids;
   std::vector<std::string> pieces;                 // display text of each token
@@ -29,6 +31,9 @@ class Tokenizer {
   static Tokenizer without_files(const ModelConfig& config);
   // Loads a SentencePiece model file. Throws Error when the file or the SentencePiece module is missing.
   static Tokenizer sentencepiece(const std::filesystem::path& model_file);
+  // A Hugging Face byte-level BPE tokenizer.json (Llama 3, DiffLlama). BOS/EOS come from the model's
+  // config (-1: none). Throws Error naming the file and what it does not support.
+  static Tokenizer byte_level_bpe(const std::filesystem::path& tokenizer_json, int64_t bos_id, int64_t eos_id);
   // The tokenizer a checkpoint directory declares in its config. Throws Error when it cannot be loaded.
   static Tokenizer for_model(const std::filesystem::path& dir, const ModelConfig& config);
 
@@ -43,11 +48,13 @@ class Tokenizer {
   int64_t bos_id() const { return bos_id_; }
   int64_t eos_id() const { return eos_id_; }
   bool is_sentencepiece() const { return spm_ != nullptr; }
+  bool is_byte_level_bpe() const { return bpe_ != nullptr; }
   bool can_encode() const { return can_encode_; }  // false for ids-only tokenizers
 
  private:
   struct Spm;
   std::shared_ptr<const Spm> spm_;
+  std::shared_ptr<const ByteLevelBpe> bpe_;
   bool can_encode_ = true;
   int64_t vocab_size_ = 0;
   int64_t bos_id_ = 1;

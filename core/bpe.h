@@ -1,0 +1,59 @@
+// Byte-level BPE as Hugging Face `tokenizer.json` files describe it (Llama 3, DiffLlama checkpoints,
+// GPT-2 style): added tokens matched first, a regex pre-tokenizer (PCRE2 with Unicode properties), the
+// GPT-2 byte-to-character mapping, then merges by rank. No LibTorch here; thread-safe once built.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace difflens {
+
+class ByteLevelBpe {
+ public:
+  // Reads tokenizer.json. Throws Error naming the file and what is unsupported: a model other than BPE,
+  // a normalizer, byte fallback, a pre-tokenizer other than Split(regex) / ByteLevel in a Sequence, a
+  // regex PCRE2 cannot compile.
+  static std::shared_ptr<const ByteLevelBpe> load(const std::filesystem::path& tokenizer_json);
+  // The same from the file's text (tests build small tokenizers in memory).
+  static std::shared_ptr<const ByteLevelBpe> from_json(const std::string& text, const std::string& source);
+  ~ByteLevelBpe();
+
+  struct Token {
+    int64_t id;
+    size_t begin, end;  // bytes of the input it covers
+  };
+  // Any byte string is accepted: invalid UTF-8 is split by the regex engine's byte-wise fallback and
+  // still mapped byte by byte, so every input byte lands in exactly one token.
+  std::vector<Token> encode(const std::string& text) const;
+  // Concatenates the tokens' bytes (added tokens as their text).
+  std::string decode(const std::vector<int64_t>& ids) const;
+  // The token's bytes for display ("Ġthe" -> " the"); "" for unknown ids.
+  std::string token_bytes(int64_t id) const;
+  int64_t vocab_size() const { return vocab_size_; }
+  int64_t id_of(const std::string& token) const;  // -1 when absent (token in byte-mapped form)
+
+ private:
+  ByteLevelBpe() = default;
+  void encode_word(const std::string& text, size_t begin, size_t end, std::vector<Token>& out) const;
+  void pretokenize(const std::string& text, size_t begin, size_t end, std::vector<Token>& out) const;
+
+  std::unordered_map<std::string, int64_t> vocab_;  // byte-mapped token -> id
+  std::vector<std::string> id_to_bytes_;            // id -> raw bytes
+  std::map<std::pair<std::string, std::string>, int64_t> ranks_;
+  std::vector<std::pair<std::string, int64_t>> added_;  // content -> id, longest first
+  bool added_first_[256] = {};                          // bytes an added token can start with
+  struct Regex;
+  std::vector<std::unique_ptr<Regex>> splits_;  // applied in order (Split pre-tokenizers, ByteLevel's)
+  bool add_prefix_space_ = false;
+  bool ignore_merges_ = false;
+  int64_t unk_id_ = -1;
+  int64_t vocab_size_ = 0;
+};
+
+}  // namespace difflens
