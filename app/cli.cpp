@@ -136,12 +136,43 @@ std::string mb(size_t bytes) {
   return buf;
 }
 
+std::atomic<bool> g_stop{false};
+
+void on_interrupt(int) {
+  g_stop = true;
+}
+
+// Model::load with a progress line on stderr for checkpoints that take a while (over ~50 tensors) and
+// Ctrl-C to stop; the previous handler comes back afterwards.
+Model load_model(const std::string& dir, DeviceChoice device) {
+  auto previous = std::signal(SIGINT, on_interrupt);
+  bool shown = false;
+  try {
+    Model m = Model::load(dir, device, [&](int64_t done, int64_t total) {
+      if (total < 50) return;
+      std::fprintf(stderr, "\rloading %s: %lld/%lld tensors", dir.c_str(), static_cast<long long>(done),
+                   static_cast<long long>(total));
+      shown = true;
+    }, &g_stop);
+    if (shown) std::fprintf(stderr, "\n");
+    std::signal(SIGINT, previous);
+    return m;
+  } catch (const Cancelled&) {
+    std::signal(SIGINT, previous);
+    throw Error("loading " + dir + " stopped by Ctrl-C");
+  } catch (...) {
+    if (shown) std::fprintf(stderr, "\n");
+    std::signal(SIGINT, previous);
+    throw;
+  }
+}
+
 int cmd_capture(const Args& a) {
   a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps",
                     "keep-logits", "keep-hidden", "top-k", "no-bos", "device", "threads"});
   apply_threads(a);
   const std::string out = a.require("out");
-  Model model = Model::load(a.require("model"), parse_device(a.get("device", "auto")));
+  Model model = load_model(a.require("model"), parse_device(a.get("device", "auto")));
   const std::vector<int64_t> ids = prompt_ids(a, model);
   CaptureOptions opt;
   opt.keep_maps = !a.has("no-maps");
@@ -207,7 +238,7 @@ int cmd_init_pair(const Args& a) {
 
 int cmd_info(const Args& a) {
   a.reject_unknown({"model", "device"});
-  const Model m = Model::load(a.require("model"), parse_device(a.get("device", "cpu")));
+  const Model m = load_model(a.require("model"), parse_device(a.get("device", "cpu")));
   std::cout << config_to_json_text(m.config());
   const ModelConfig& c = m.config();
   std::printf("architecture: %s\nattention: %s%s\nparameters: %lld\nweights on disk: %s (in memory: F32, %s)\n"
@@ -235,7 +266,7 @@ int cmd_convert(const Args& a) {
                                              : throw Error("--dtype must be f32, f16 or bf16");
   if (std::filesystem::exists(to) && !std::filesystem::is_empty(to))
     throw Error(to + ": exists and is not empty (choose a new folder)");
-  const Model m = Model::load(from, DeviceChoice::Cpu);
+  const Model m = load_model(from, DeviceChoice::Cpu);
   if (format == "hf") {
     for (const std::string& note : save_hf(m, to, dtype)) std::printf("note: %s\n", note.c_str());
     std::printf("wrote %s (%s, %s)\n", to.c_str(), hf_layout(m.config()).architecture.c_str(), dtype_name.c_str());
@@ -270,7 +301,7 @@ int cmd_generate(const Args& a) {
   a.reject_unknown(
       {"model", "prompt", "tokens", "temperature", "top-k", "seed", "samples", "threads", "device"});
   apply_threads(a);
-  const Model m = Model::load(a.require("model"), parse_device(a.get("device", "auto")));
+  const Model m = load_model(a.require("model"), parse_device(a.get("device", "auto")));
   const std::string prompt = a.require("prompt");
   const auto ids = m.tokenizer().encode(prompt, true).ids;
   double temperature = 0.8;
@@ -313,8 +344,8 @@ int cmd_bench(const Args& a) {
     const std::string list = a.get("models");
     const size_t comma = list.find(',');
     if (comma == std::string::npos) throw Error("--models expects DIFF_DIR,BASELINE_DIR");
-    models.push_back(Model::load(list.substr(0, comma), DeviceChoice::Cpu));
-    models.push_back(Model::load(list.substr(comma + 1), DeviceChoice::Cpu));
+    models.push_back(load_model(list.substr(0, comma), DeviceChoice::Cpu));
+    models.push_back(load_model(list.substr(comma + 1), DeviceChoice::Cpu));
   } else {
     PairSpec spec = pair_spec(a);
     spec.max_position_embeddings = std::max<int64_t>(4096, *std::max_element(lengths.begin(), lengths.end()));
@@ -519,11 +550,7 @@ int cmd_gui(const Args& a) {
   return app::run_gui(o);
 }
 
-std::atomic<bool> g_stop{false};
 
-void on_interrupt(int) {
-  g_stop = true;
-}
 
 int cmd_train(const Args& a) {
   a.reject_unknown({"config",     "corpus",   "out",    "steps",   "seq-len",
@@ -639,7 +666,7 @@ int cmd_outliers(const Args& a) {
   std::vector<std::string> names;
   std::vector<OutlierStats> stats;
   for (const std::string& dir : dirs) {
-    const Model model = Model::load(dir, parse_device(a.get("device", "auto")));
+    const Model model = load_model(dir, parse_device(a.get("device", "auto")));
     names.push_back(model.config().name.empty() ? dir : model.config().name);
     stats.push_back(measure_outliers(
         model, text, window, max_windows,
@@ -676,7 +703,7 @@ int cmd_quantize(const Args& a) {
   md += "\n|---|---|---|---|---|" + std::string(needle_seeds > 0 ? "---|" : "") + "\n";
   std::signal(SIGINT, on_interrupt);
   for (const std::string& dir : dirs) {
-    Model model = Model::load(dir, parse_device(a.get("device", "auto")));
+    Model model = load_model(dir, parse_device(a.get("device", "auto")));
     const std::string name = model.config().name.empty() ? dir : model.config().name;
     const std::vector<int64_t> ids = prompt_ids(a, model);
     CaptureOptions opt;
@@ -757,7 +784,7 @@ int cmd_needle(const Args& a) {
   size_t done = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (const std::string& dir : dirs) {
-    Model model = Model::load(dir, parse_device(a.get("device", "auto")));
+    Model model = load_model(dir, parse_device(a.get("device", "auto")));
     if (!model.tokenizer().can_encode())
       throw Error(dir + ": this model has no text tokenizer, so it cannot read a haystack");
     model.set_logit_bits(logit_bits);
