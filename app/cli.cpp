@@ -142,14 +142,14 @@ void on_interrupt(int) {
   g_stop = true;
 }
 
-// Model::load with a progress line on stderr for checkpoints that take a while (over ~50 tensors) and
+// Model::load with a progress line on a terminal's stderr for checkpoints with over 50 tensors, and
 // Ctrl-C to stop; the previous handler comes back afterwards.
 Model load_model(const std::string& dir, DeviceChoice device) {
   auto previous = std::signal(SIGINT, on_interrupt);
   bool shown = false;
   try {
     Model m = Model::load(dir, device, [&](int64_t done, int64_t total) {
-      if (total < 50) return;
+      if (total < 50 || !isatty(2)) return;  // a live line for people, nothing for logs
       std::fprintf(stderr, "\rloading %s: %lld/%lld tensors", dir.c_str(), static_cast<long long>(done),
                    static_cast<long long>(total));
       shown = true;
@@ -241,14 +241,14 @@ int cmd_info(const Args& a) {
   const Model m = load_model(a.require("model"), parse_device(a.get("device", "cpu")));
   std::cout << config_to_json_text(m.config());
   const ModelConfig& c = m.config();
-  std::printf("architecture: %s\nattention: %s%s\nparameters: %lld\nweights on disk: %s (in memory: F32, %s)\n"
+  std::printf("architecture: %s\nattention: %s%s\nparameters: %lld\nweights on disk: %s (in memory: %s, %s)\n"
               "device: %s\n",
               c.architecture.c_str(), to_string(c.attention),
               c.is_diff() ? (c.diff_pairing == DiffPairing::Adjacent ? " (official layout: adjacent components)"
                                                                      : " (DiffLlama layout: components in halves)")
                           : "",
-              static_cast<long long>(m.parameter_count()), m.source_dtype().c_str(),
-              human_bytes(Model::weight_memory_bytes(c)).c_str(), m.device_name().c_str());
+              static_cast<long long>(m.parameter_count()), m.source_dtype().c_str(), m.weight_storage().c_str(),
+              human_bytes(Model::weight_memory_bytes(c, m.weight_storage() != "F32")).c_str(), m.device_name().c_str());
   if (!m.tokenizer_note().empty()) std::printf("tokenizer: %s\n", m.tokenizer_note().c_str());
   return 0;
 }

@@ -23,7 +23,8 @@ std::string describe(const Model& m) {
   std::string d = buf;
   if (c.architecture != "difflens") d += ", " + c.architecture;
   if (c.is_diff() && c.diff_pairing == DiffPairing::Half) d += " (components in halves)";
-  if (m.source_dtype() != "F32") d += ", " + m.source_dtype() + " weights (F32 in memory)";
+  if (m.source_dtype() != "F32")
+    d += ", " + m.source_dtype() + " weights (" + m.weight_storage() + " in memory, F32 arithmetic)";
   if (!m.tokenizer_note().empty()) d += "; " + m.tokenizer_note();
   return d;
 }

@@ -217,8 +217,14 @@ Model Model::from_tensors(const ModelConfig& config, const std::vector<NamedTens
   return Model(std::move(impl));
 }
 
-uint64_t Model::weight_memory_bytes(const ModelConfig& config) {
-  return static_cast<uint64_t>(difflens::parameter_count(config)) * sizeof(float);
+uint64_t Model::weight_memory_bytes(const ModelConfig& config, bool half_storage) {
+  const uint64_t n = static_cast<uint64_t>(difflens::parameter_count(config));
+  if (!half_storage) return n * sizeof(float);
+  // Norms and λ stay F32; everything else (projections, embeddings) 2 bytes.
+  const int64_t per_layer = 2 * config.hidden_size +
+                            (config.is_diff() ? 4 * config.head_dim + (config.subln_weight ? 2 * config.head_dim : 0) : 0);
+  const uint64_t small = static_cast<uint64_t>(config.num_hidden_layers * per_layer + config.hidden_size);
+  return (n - small) * 2 + small * 4;
 }
 
 namespace {
@@ -274,13 +280,17 @@ Model Model::load(const std::filesystem::path& dir, DeviceChoice device,
   if (config.name.empty()) config.name = std::filesystem::absolute(dir).lexically_normal().filename().string();
   if (config.name.empty()) config.name = dir.string();
   const CheckpointFiles files(dir);
-  // The weights live as F32 in memory: refuse before allocating what the machine does not have.
-  const uint64_t need = weight_memory_bytes(config), have = available_memory_bytes();
+  // Half-precision checkpoints stay half precision in memory (converted per matrix as the forward pass
+  // reaches it); F32 ones stay F32. Refuse before allocating what the machine does not have.
+  const std::string dtypes = files.dtype_summary();
+  const bool half = dtypes.rfind("BF16", 0) == 0 || dtypes.rfind("F16", 0) == 0;
+  const at::ScalarType storage = dtypes.rfind("BF16", 0) == 0 ? at::kBFloat16 : half ? at::kHalf : at::kFloat;
+  const uint64_t need = weight_memory_bytes(config, half), have = available_memory_bytes();
   if (have > 0 && need > have)
-    throw Error(dir.string() + ": the weights need " + human_bytes(need) + " of memory as F32 (" +
-                human_bytes(files.bytes()) + " on disk as " + files.dtype_summary() + "), only " +
-                human_bytes(have) + " is available");
-  auto impl = std::make_unique<Impl>(config, tokenizer, resolve_device(device));
+    throw Error(dir.string() + ": the weights need " + human_bytes(need) + " of memory as " +
+                (half ? dtypes.substr(0, dtypes.find('+')) : std::string("F32")) + " (" + human_bytes(files.bytes()) +
+                " on disk as " + dtypes + "), only " + human_bytes(have) + " is available");
+  auto impl = std::make_unique<Impl>(config, tokenizer, resolve_device(device), storage);
   impl->path = dir;
   impl->source_dtype = files.dtype_summary();
   impl->tokenizer_note = note;
@@ -340,6 +350,11 @@ const ModelConfig& Model::config() const {
 }
 const std::string& Model::source_dtype() const {
   return impl_->source_dtype;
+}
+std::string Model::weight_storage() const {
+  return impl_->net->model->embed_tokens->weight.scalar_type() == at::kBFloat16 ? "BF16"
+         : impl_->net->model->embed_tokens->weight.scalar_type() == at::kHalf   ? "F16"
+                                                                                 : "F32";
 }
 const std::string& Model::tokenizer_note() const {
   return impl_->tokenizer_note;

@@ -54,14 +54,16 @@ class Model {
  public:
   // Loads a checkpoint directory: DiffLens's own (config.json + model.safetensors) or a Hugging Face one
   // (LlamaForCausalLM, MistralForCausalLM, DiffLlamaForCausalLM; one file or shards with
-  // model.safetensors.index.json; F32/F16/BF16, kept as F32 in memory). Throws ConfigError / FormatError
+  // model.safetensors.index.json; F32/F16/BF16: half-precision weights stay half in memory and are
+  // converted to F32 one matrix at a time as the forward pass uses them). Throws ConfigError / FormatError
   // naming the file, the tensor and the expected shape; Error when the weights would not fit in the memory
   // available. `progress(done, total)` is called per tensor; `cancel` is polled between tensors (Cancelled).
   static Model load(const std::filesystem::path& dir, DeviceChoice device = DeviceChoice::Auto,
                     const std::function<void(int64_t, int64_t)>& progress = {},
                     const std::atomic<bool>* cancel = nullptr);
-  // Bytes of memory a model with this config needs for its F32 weights.
-  static uint64_t weight_memory_bytes(const ModelConfig& config);
+  // Bytes of memory a model with this config needs for its weights: F32, or (half_storage) F16/BF16
+  // projections and embeddings with F32 norms and λ.
+  static uint64_t weight_memory_bytes(const ModelConfig& config, bool half_storage = false);
   // Seeded random initialisation (the same seed gives the same weights on every machine).
   static Model random(const ModelConfig& config, uint64_t seed, DeviceChoice device = DeviceChoice::Cpu);
   // Builds a model from named F32 tensors (Hugging Face Llama names); every parameter must be given.
@@ -82,6 +84,8 @@ class Model {
   std::string device_name() const;
   // The checkpoint's weight dtype(s) on disk ("BF16", "F32"); "F32" for models built in memory.
   const std::string& source_dtype() const;
+  // How projection and embedding weights are held in memory: "F32", "BF16" or "F16".
+  std::string weight_storage() const;
   // Why the model cannot encode text, when it cannot (e.g. a tokenizer kind not available); else "".
   const std::string& tokenizer_note() const;
 

@@ -20,8 +20,11 @@ struct Model::Impl {
   std::string source_dtype = "F32";
   std::string tokenizer_note;
 
-  Impl(const ModelConfig& c, const Tokenizer& tok, at::Device dev) : config(c), tokenizer(tok), device(dev) {
+  // `storage`: the dtype of projection and embedding weights (F32, or a half-precision checkpoint's own).
+  Impl(const ModelConfig& c, const Tokenizer& tok, at::Device dev, at::ScalarType storage = at::kFloat)
+      : config(c), tokenizer(tok), device(dev) {
     tune_allocator();
+    const nn::WeightStorage scope(storage);
     net = nn::CausalLm(c);
     net->eval();
   }
@@ -40,7 +43,7 @@ struct Model::Impl {
       std::vector<int64_t> expected(param.sizes().begin(), param.sizes().end());
       std::vector<float> data = source(name, expected);
       at::Tensor t = at::from_blob(data.data(), expected, at::TensorOptions().dtype(at::kFloat));
-      param.copy_(t);
+      param.copy_(t);  // rounds to the parameter's dtype (exact for values read from that dtype)
     }
   }
 

@@ -33,10 +33,26 @@ struct RmsNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
+// The dtype projection and embedding weights are stored in, chosen while a model is being built
+// (WeightStorage): F32, or a half-precision checkpoint's own F16/BF16, converted to the activations' dtype
+// one matrix at a time as the forward pass reaches it (half the memory; the arithmetic stays F32).
+inline thread_local at::ScalarType g_weight_storage = at::kFloat;
+struct WeightStorage {
+  explicit WeightStorage(at::ScalarType t) : previous(g_weight_storage) { g_weight_storage = t; }
+  ~WeightStorage() { g_weight_storage = previous; }
+  at::ScalarType previous;
+};
+
+inline Tensor as_compute(const Tensor& w, const Tensor& like) {
+  return w.scalar_type() == like.scalar_type() ? w : w.to(like.scalar_type());
+}
+
 // Bias-free linear layer holding a [out, in] weight, named like Hugging Face's nn.Linear.
 struct ProjectionImpl : torch::nn::Module {
-  ProjectionImpl(int64_t in, int64_t out) { weight = register_parameter("weight", at::empty({out, in})); }
-  Tensor forward(const Tensor& x) { return at::linear(x, weight); }
+  ProjectionImpl(int64_t in, int64_t out) {
+    weight = register_parameter("weight", at::empty({out, in}, at::TensorOptions().dtype(g_weight_storage)));
+  }
+  Tensor forward(const Tensor& x) { return at::linear(x, as_compute(weight, x)); }
   Tensor weight;
 };
 TORCH_MODULE(Projection);
@@ -260,10 +276,10 @@ TORCH_MODULE(DecoderLayer);
 
 struct TokenEmbeddingImpl : torch::nn::Module {
   TokenEmbeddingImpl(int64_t vocab, int64_t E) {
-    weight = register_parameter("weight", at::empty({vocab, E}));
+    weight = register_parameter("weight", at::empty({vocab, E}, at::TensorOptions().dtype(g_weight_storage)));
   }
   Tensor forward(const Tensor& ids) {
-    return weight.index_select(0, ids.flatten()).view({ids.size(0), ids.size(1), -1});
+    return weight.index_select(0, ids.flatten()).view({ids.size(0), ids.size(1), -1}).to(at::kFloat);
   }
   Tensor weight;
 };
@@ -305,7 +321,7 @@ struct CausalLmImpl : torch::nn::Module {
     return unembed(model->norm(h));
   }
   Tensor unembed(const Tensor& h) {
-    return lm_head ? lm_head(h) : at::linear(h, model->embed_tokens->weight);
+    return lm_head ? lm_head(h) : at::linear(h, as_compute(model->embed_tokens->weight, h));
   }
   ModelConfig c;
   Transformer model{nullptr};

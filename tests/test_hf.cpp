@@ -281,6 +281,11 @@ TEST_CASE("hf: a Llama checkpoint (GQA, two BF16 shards, index) matches the refe
   CHECK(m.config().rope_style == RopeStyle::Half);
   CHECK(m.config().eos_token_id == 2);  // the first of a list
   CHECK(m.source_dtype() == "BF16+F32");
+  CHECK(m.weight_storage() == "BF16");  // half precision stays half in memory
+  const ModelConfig& mc = m.config();
+  const uint64_t small = static_cast<uint64_t>(mc.num_hidden_layers * 2 * mc.hidden_size + mc.hidden_size);
+  CHECK(Model::weight_memory_bytes(mc, true) == (static_cast<uint64_t>(parameter_count(mc)) - small) * 2 + small * 4);
+  CHECK(Model::weight_memory_bytes(mc) == static_cast<uint64_t>(parameter_count(mc)) * 4);
   CHECK(m.config().name == "m");
   CHECK_FALSE(m.tokenizer().can_encode());
   CHECK(m.tokenizer_note().find("no tokenizer.model or tokenizer.json") != std::string::npos);
@@ -484,7 +489,7 @@ TEST_CASE("hf: what cannot be read says why", "[hf][config][checkpoint]") {
     j["num_attention_heads"] = 1024;
     j["num_key_value_heads"] = 1024;
     test::write_all(dir / "m/config.json", j.dump());
-    CHECK_THROWS_WITH(Model::load(dir / "m"), Catch::Contains("of memory as F32") && Catch::Contains("is available"));
+    CHECK_THROWS_WITH(Model::load(dir / "m"), Catch::Contains("of memory as BF16") && Catch::Contains("is available"));
   }
 }
 
@@ -507,7 +512,7 @@ TEST_CASE("hf: loading reports progress per tensor and stops when cancelled", "[
   const app::WorkerStatus st = w.status();
   INFO(st.slots[0].description << st.slots[0].error);
   CHECK(st.slots[0].description.find("diff, 2 layers x 4 heads") == 0);
-  CHECK(st.slots[0].description.find("DiffLlamaForCausalLM (components in halves), BF16+F32 weights") != std::string::npos);
+  CHECK(st.slots[0].description.find("DiffLlamaForCausalLM (components in halves), BF16+F32 weights (BF16 in memory") != std::string::npos);
   CHECK(st.slots[0].description.find("give token ids") != std::string::npos);
   CHECK(st.load_fraction == -1);
 }
