@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/tiles.h"
 
 namespace difflens {
 
@@ -14,8 +15,12 @@ const char* const kAttentionShareDefinition =
     "A = A1 - lambda*A2 for DIFF, the softmax map for the baseline; averaged over the question's tokens i, "
     "then over heads and layers";
 
-AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& rows,
-                               TokenSpan answer, TokenSpan question) {
+namespace {
+
+// `row_of(i)` returns query row i (at least i + 1 keys long).
+template <typename RowOf>
+AttentionShare share_of_rows(RowOf&& row_of, int64_t T, const std::vector<int64_t>& rows, TokenSpan answer,
+                             TokenSpan question) {
   auto valid = [T](TokenSpan s) { return s.begin >= 0 && s.begin <= s.end && s.end <= T; };
   if (!valid(answer) || !valid(question))
     throw Error("attention metrics: a span lies outside the " + std::to_string(T) + " tokens");
@@ -24,7 +29,7 @@ AttentionShare attention_share(const float* map, int64_t T, const std::vector<in
   for (int64_t i : rows) {
     if (i < 0 || i >= T)
       throw Error("attention metrics: query row " + std::to_string(i) + " is outside the map");
-    const float* row = map + i * T;
+    const float* row = row_of(i);
     double total = 0, ans = 0, noise = 0;
     for (int64_t j = 0; j <= i; ++j) {
       total += std::fabs(row[j]);
@@ -43,20 +48,41 @@ AttentionShare attention_share(const float* map, int64_t T, const std::vector<in
   return mean;
 }
 
+}  // namespace
+
+AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& rows,
+                               TokenSpan answer, TokenSpan question) {
+  return share_of_rows([&](int64_t i) { return map + i * T; }, T, rows, answer, question);
+}
+
 NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question) {
   const int64_t T = trace.length();
   std::vector<int64_t> rows;
   for (int64_t i = question.begin; i < question.end; ++i) rows.push_back(i);
   NoiseReadout r;
   for (const LayerTrace& l : trace.layers) {
-    if (l.heads.empty() || l.a.empty()) continue;
+    const bool from_tiles = !l.q1.empty();  // a long-prompt trace: the question's rows, recomputed exactly
+    if (!from_tiles && (l.heads.empty() || l.a.empty())) continue;
+    std::vector<int> which = l.heads;
+    if (from_tiles && which.empty())
+      for (int h = 0; h < trace.config.map_heads(); ++h) which.push_back(h);
     std::vector<AttentionShare> heads;
     AttentionShare layer_mean;
-    for (size_t h = 0; h < l.heads.size(); ++h) {
-      heads.push_back(
-          attention_share(l.a.data.data() + static_cast<int64_t>(h) * T * T, T, rows, answer, question));
-      layer_mean.answer += heads.back().answer / static_cast<double>(l.heads.size());
-      layer_mean.noise += heads.back().noise / static_cast<double>(l.heads.size());
+    for (size_t h = 0; h < which.size(); ++h) {
+      if (from_tiles) {
+        if (question.begin < 0 || question.end > T || question.begin >= question.end)
+          throw Error("attention metrics: a span lies outside the " + std::to_string(T) + " tokens");
+        // The tile holds rows [question.begin, question.end) of a map whose other rows are never read.
+        const AttentionTile tile = attention_tile(trace, l.index, which[h], question.begin,
+                                                  question.end - question.begin, 0, T);
+        heads.push_back(share_of_rows([&](int64_t i) { return tile.a.data() + (i - question.begin) * T; }, T,
+                                      rows, answer, question));
+      } else {
+        heads.push_back(
+            attention_share(l.a.data.data() + static_cast<int64_t>(h) * T * T, T, rows, answer, question));
+      }
+      layer_mean.answer += heads.back().answer / static_cast<double>(which.size());
+      layer_mean.noise += heads.back().noise / static_cast<double>(which.size());
     }
     r.layers.push_back(l.index);
     r.per_head.push_back(std::move(heads));

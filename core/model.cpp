@@ -133,6 +133,136 @@ at::Device resolve_device(DeviceChoice choice) {
   return torch::cuda::is_available() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
 }
 
+// Bins of a pooled map (viz::pool_region's): cell r covers rows/columns [r·T/P, (r+1)·T/P); `count` holds
+// each cell's number of causal entries (key <= query).
+struct PoolGrid {
+  int64_t T = 0, P = 0;
+  std::vector<int64_t> bin;    // token -> cell index
+  std::vector<int64_t> count;  // [P, P]
+  PoolGrid(int64_t T_, int64_t P_) : T(T_), P(P_) {
+    if (P == 0) return;
+    bin.resize(static_cast<size_t>(T));
+    for (int64_t r = 0; r < P; ++r)
+      for (int64_t i = r * T / P; i < (r + 1) * T / P; ++i) bin[static_cast<size_t>(i)] = r;
+    count.assign(static_cast<size_t>(P * P), 0);
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t r = bin[static_cast<size_t>(i)];
+      for (int64_t cc = 0; cc <= r; ++cc) {
+        const int64_t c0 = cc * T / P, c1 = std::min((cc + 1) * T / P, i + 1);
+        count[static_cast<size_t>(r * P + cc)] += c1 - c0;
+      }
+    }
+  }
+};
+
+// One layer of a long-prompt capture: attention in blocks of query rows; each kept head's maps pooled
+// (mean and largest-magnitude entry per cell), exact statistics, each row's log-sum-exp, and the rotated
+// queries and keys, so that any tile can be recomputed exactly later.
+LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn::Rope& rope, const ModelConfig& c,
+                                int index, const std::vector<int64_t>& keep_heads, const PoolGrid& grid,
+                                const CaptureOptions& options, const std::atomic<bool>* cancel) {
+  const int64_t T = grid.T, P = grid.P, H = c.map_heads();
+  const bool diff = c.is_diff();
+  const int64_t maps = diff ? 3 : 1;
+  // Rows per block: the block's logits and maps (2 + 3 tensors for DIFF, 2 for the baseline) within ~24 MB
+  // (statistics and pooling make a few temporary copies of a block).
+  const int64_t per_row = H * T * 4 * (diff ? 5 : 2);
+  const int64_t block_rows = std::clamp<int64_t>((int64_t{24} << 20) / std::max<int64_t>(per_row, 1), 16, T);
+  const size_t nh = keep_heads.size();
+  const size_t cells = static_cast<size_t>(P * P);
+  std::vector<std::vector<float>> sum(nh * static_cast<size_t>(maps), std::vector<float>(cells, 0.0f));
+  std::vector<std::vector<float>> best(nh * static_cast<size_t>(maps), std::vector<float>(cells, 0.0f));
+  Tensor lse1 = at::empty({H, T}), lse2 = diff ? at::empty({H, T}) : Tensor();
+  ValueStats stats;
+  bool have_stats = false;
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(h.device());
+  nn::AttentionInputs in;
+  h = layer.forward_blocked(h, rope, c, block_rows, in, [&](const nn::DecoderLayerImpl::Block& b) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
+    lse1.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l1, -1).to(at::kCPU));
+    if (diff) lse2.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l2, -1).to(at::kCPU));
+    if (options.logit_stats && b.row0 + b.rows > options.stats_from) {
+      // Hidden keys are -inf; rows before stats_from are left out too.
+      Tensor skip = b.l1.isinf();
+      if (options.stats_from > b.row0)
+        skip = skip.logical_or(at::arange(b.row0, b.row0 + b.rows, opts).lt(options.stats_from).view({1, b.rows, 1}));
+      ValueStats s = diff ? value_stats({b.l1, b.l2}, skip) : value_stats({b.l1}, skip);
+      if (!have_stats)
+        stats = std::move(s);
+      else
+        stats.merge(s);
+      have_stats = true;
+    }
+    if (nh == 0) return;
+    const Tensor* src[3] = {diff ? &b.a1 : &b.a, diff ? &b.a2 : nullptr, diff ? &b.a : nullptr};
+    std::vector<Tensor> cpu;
+    for (int64_t m = 0; m < maps; ++m) cpu.push_back(src[m]->to(at::kCPU, at::kFloat).contiguous());
+    const int64_t K = b.row0 + b.rows;
+    at::parallel_for(0, static_cast<int64_t>(nh) * maps, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t job = lo; job < hi; ++job) {
+        const int64_t k = job / maps, m = job % maps;
+        const float* a = cpu[static_cast<size_t>(m)].data_ptr<float>() + keep_heads[static_cast<size_t>(k)] * b.rows * K;
+        float* su = sum[static_cast<size_t>(job)].data();
+        float* be = best[static_cast<size_t>(job)].data();
+        for (int64_t i = 0; i < b.rows; ++i) {
+          const int64_t q = b.row0 + i;
+          const int64_t base = grid.bin[static_cast<size_t>(q)] * P;
+          const float* row = a + i * K;
+          for (int64_t j = 0; j <= q; ++j) {
+            const float v = row[j];
+            const size_t cell = static_cast<size_t>(base + grid.bin[static_cast<size_t>(j)]);
+            su[cell] += v;
+            if (std::fabs(v) > std::fabs(be[cell])) be[cell] = v;
+          }
+        }
+      }
+    });
+  });
+  LayerTrace lt;
+  lt.index = index;
+  lt.pooled = P;
+  if (diff) {
+    lt.lambda = in.lambda.item<double>();
+    lt.lambda_exp1 = in.lambda_exp1.item<double>();
+    lt.lambda_exp2 = in.lambda_exp2.item<double>();
+    lt.lambda_init = in.lambda_init;
+  }
+  if (have_stats) lt.logit_stats = std::move(stats);
+  lt.hidden_stats = value_stats({h[0].slice(0, options.stats_from)});
+  if (options.keep_hidden) lt.hidden = to_array(h[0]);
+  lt.q1 = to_array(in.q1[0]);
+  lt.k1 = to_array(in.k1[0]);
+  lt.lse1 = to_array(lse1);
+  if (diff) {
+    lt.q2 = to_array(in.q2[0]);
+    lt.k2 = to_array(in.k2[0]);
+    lt.lse2 = to_array(lse2);
+  }
+  if (nh > 0) {
+    lt.heads.assign(keep_heads.begin(), keep_heads.end());
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    FloatArray* means[3] = {diff ? &lt.a1_mean : &lt.a_mean, &lt.a2_mean, &lt.a_mean};
+    FloatArray* maxes[3] = {diff ? &lt.a1_max : &lt.a_max, &lt.a2_max, &lt.a_max};
+    for (int64_t m = 0; m < maps; ++m) {
+      FloatArray& mean = *means[m];
+      FloatArray& mx = *maxes[m];
+      mean.shape = mx.shape = {static_cast<int64_t>(nh), P, P};
+      mean.data.resize(nh * cells);
+      mx.data.resize(nh * cells);
+      for (size_t k = 0; k < nh; ++k) {
+        const size_t job = k * static_cast<size_t>(maps) + static_cast<size_t>(m);
+        for (size_t cell = 0; cell < cells; ++cell) {
+          const int64_t n = grid.count[cell];
+          mean.data[k * cells + cell] = n > 0 ? static_cast<float>(sum[job][cell] / static_cast<double>(n)) : nan;
+          mx.data[k * cells + cell] = n > 0 ? best[job][cell] : nan;
+        }
+      }
+    }
+  }
+  return lt;
+}
+
+
 }  // namespace
 
 void tune_allocator() {
@@ -438,21 +568,49 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   Tensor head_index = at::tensor(keep_heads, at::TensorOptions().dtype(at::kLong)).to(dev);
 
   const Rope rope(T, c, dev);
-  Tensor future = nn::masked_keys(T, c, dev);  // key j > query i, and beyond a sliding window
   if (options.stats_from < 0 || options.stats_from >= T)
     throw Error("capture: statistics from position " + std::to_string(options.stats_from) + " of a " +
                 std::to_string(T) + "-token prompt");
-  // Cells left out of the logit statistics: the causal future, and rows before stats_from.
-  Tensor stats_skip = future;
-  if (options.stats_from > 0)
-    stats_skip = future.logical_or(
-        at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev)).lt(options.stats_from).unsqueeze(1).expand({T, T}));
+  // Long prompts: pooled maps when the exact ones would not fit the budget.
+  const int64_t maps_per_head = c.is_diff() ? 3 : 1;
+  const int64_t kept_layers = options.keep_maps ? (keep_layers.empty() ? c.num_hidden_layers
+                                                                        : static_cast<int64_t>(keep_layers.size()))
+                                                : 0;
+  const double exact_bytes = static_cast<double>(kept_layers) * static_cast<double>(keep_heads.size()) *
+                             static_cast<double>(maps_per_head) * static_cast<double>(T) * static_cast<double>(T) * 4.0;
+  int64_t pooled = 0;
+  if (options.pooled_budget_bytes > 0 && exact_bytes > static_cast<double>(options.pooled_budget_bytes)) {
+    if (impl_->logit_bits > 0) throw Error("long-prompt capture does not combine with logit quantization");
+    const double maps = std::max<double>(1.0, static_cast<double>(kept_layers) * static_cast<double>(keep_heads.size()) *
+                                                  static_cast<double>(maps_per_head) * 2.0);
+    pooled = std::max<int64_t>(1, static_cast<int64_t>(std::sqrt(static_cast<double>(options.pooled_budget_bytes) / (maps * 4.0))));
+    if (pooled >= T) pooled = 0;  // the budget holds every entry after all
+    if (options.keep_logits) throw Error("full logits (--keep-logits) do not fit a long-prompt capture");
+  }
+  // Masks are T x T: built only for exact captures.
+  Tensor future, stats_skip;
+  if (pooled == 0) {
+    future = nn::masked_keys(T, c, dev);  // key j > query i, and beyond a sliding window
+    // Cells left out of the logit statistics: the causal future, and rows before stats_from.
+    stats_skip = future;
+    if (options.stats_from > 0)
+      stats_skip = future.logical_or(
+          at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev)).lt(options.stats_from).unsqueeze(1).expand({T, T}));
+  }
+  trace.pooled_budget = pooled > 0 ? options.pooled_budget_bytes : 0;
+  PoolGrid grid(T, pooled);
 
   Tensor id_tensor = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).to(dev);
   Tensor h = impl_->net->model->embed_tokens(id_tensor.unsqueeze(0));  // [1, T, E]
   auto& layers = impl_->net->model->layer_ptrs;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
+    if (pooled > 0) {
+      const bool keep = options.keep_maps && (keep_layers.empty() || keep_layers.count(static_cast<int>(i)));
+      trace.layers.push_back(capture_layer_pooled(*layers[i], h, rope, c, static_cast<int>(i), keep ? keep_heads : std::vector<int64_t>{},
+                                                  grid, options, cancel));
+      continue;
+    }
     AttentionResult r;
     h = layers[i]->forward(h, rope, future, r);
     LayerTrace lt;

@@ -42,6 +42,11 @@ struct CaptureOptions {
   // Statistics (logit_stats, hidden_stats) leave out query positions before this one: a text read in
   // windows that each start with BOS counts BOS's identical state once, not once per window.
   int64_t stats_from = 0;
+  // > 0: long-prompt mode. When the full maps would take more than this many bytes, attention is computed
+  // in blocks of query rows (memory O(T · block)) and each kept head keeps pooled maps (mean and max) sized
+  // so that all of them fit this budget, plus the queries, keys and row log-sum-exps that recompute any
+  // tile exactly. Statistics and next-token stay exact (pooled medians are histogram estimates).
+  size_t pooled_budget_bytes = 0;
 };
 
 struct NamedTensor {

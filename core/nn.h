@@ -98,6 +98,16 @@ struct AttentionResult {
   double lambda_init = 0;
 };
 
+// What a blocked (long-prompt) capture needs of one attention block: rotated queries (scaled by
+// d^-1/2) and keys, values, and λ. Keys and values are not repeated over GQA groups.
+struct AttentionInputs {
+  Tensor q1, q2;  // [B, H, T, d] (q2: DIFF only)
+  Tensor k1, k2;  // [B, Hkv, T, d]
+  Tensor v;       // [B, Hkv, T, dv] (DIFF: dv = 2d)
+  Tensor lambda, lambda_exp1, lambda_exp2;
+  double lambda_init = 0;
+};
+
 // Absmax quantization of attention logits to `bits` (the paper's Fig. 8 setting), per head and dynamic:
 // s = max |l| over the head's causal entries / (2^(bits−1) − 1), l ↦ round(l / s) · s. bits ≤ 0 or ≥ 32
 // leaves the logits exact. logits [B, H, T, T], future [T, T].
@@ -150,6 +160,20 @@ struct BaselineAttentionImpl : torch::nn::Module {
     Tensor o = at::matmul(r.a.to(v.scalar_type()), v);  // [B, H, T, d]
     r.out = o_proj(o.transpose(1, 2).reshape({B, T, H * d}));
     return r;
+  }
+
+  AttentionInputs inputs(const Tensor& x, const Rope& rope) {
+    const int64_t B = x.size(0), T = x.size(1), d = c.head_dim;
+    AttentionInputs in;
+    in.q1 = rope.apply(q_proj(x).view({B, T, c.num_attention_heads, d}).transpose(1, 2)) *
+            (1.0 / std::sqrt(static_cast<double>(d)));
+    in.k1 = rope.apply(k_proj(x).view({B, T, c.num_key_value_heads, d}).transpose(1, 2));
+    in.v = v_proj(x).view({B, T, c.num_key_value_heads, d}).transpose(1, 2);
+    return in;
+  }
+  // o [B, H, T, d] (the heads' outputs) -> [B, T, E]
+  Tensor output(const Tensor& o) {
+    return o_proj(o.transpose(1, 2).reshape({o.size(0), o.size(2), c.num_attention_heads * c.head_dim}));
   }
 
   ModelConfig c;
@@ -223,6 +247,35 @@ struct DiffAttentionImpl : torch::nn::Module {
     return r;
   }
 
+  AttentionInputs inputs(const Tensor& x, const Rope& rope) {
+    const int64_t B = x.size(0), T = x.size(1), d = c.head_dim;
+    const int64_t H = c.num_attention_heads / 2, Hkv = c.num_key_value_heads / 2;
+    AttentionInputs in;
+    auto [q1, q2] = components(q_proj(x), H);
+    auto [k1, k2] = components(k_proj(x), Hkv);
+    if (c.diff_pairing == DiffPairing::Adjacent) {
+      in.v = v_proj(x).view({B, T, Hkv, 2 * d}).transpose(1, 2);
+    } else {
+      auto [v1, v2] = components(v_proj(x), Hkv);
+      in.v = at::cat({v1, v2}, -1);
+    }
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    in.q1 = rope.apply(q1) * scale;
+    in.q2 = rope.apply(q2) * scale;
+    in.k1 = rope.apply(k1);
+    in.k2 = rope.apply(k2);
+    in.lambda_init = lambda_init;
+    in.lambda_exp1 = at::exp((lambda_q1.to(at::kFloat) * lambda_k1.to(at::kFloat)).sum());
+    in.lambda_exp2 = at::exp((lambda_q2.to(at::kFloat) * lambda_k2.to(at::kFloat)).sum());
+    in.lambda = in.lambda_exp1 - in.lambda_exp2 + lambda_init;
+    return in;
+  }
+  // o [B, H, T, 2d] = (A1 - λA2)·V per head -> [B, T, E]
+  Tensor output(const Tensor& o) {
+    const Tensor n = rms_norm(o, subln ? subln->weight : Tensor(), c.subln_eps) * (1.0 - lambda_init);
+    return o_proj(n.transpose(1, 2).reshape({o.size(0), o.size(2), (c.num_attention_heads / 2) * 2 * c.head_dim}));
+  }
+
   ModelConfig c;
   double lambda_init;
   int logit_bits = 0;  // quantize both components' logits before their softmaxes (0: exact)
@@ -261,6 +314,55 @@ struct DecoderLayerImpl : torch::nn::Module {
   AttentionResult attend(const Tensor& x, const Rope& rope, const Tensor& future) {
     return diff_attn ? diff_attn->forward(x, rope, future) : base_attn->forward(x, rope, future);
   }
+  // One block of query rows of a blocked forward: rows [row0, row0 + rows) against keys [0, row0 + rows).
+  struct Block {
+    int64_t row0 = 0, rows = 0;
+    Tensor l1, l2;     // [H, rows, keys] scaled logits, hidden keys -inf (l2: DIFF)
+    Tensor a1, a2, a;  // [H, rows, keys] (baseline: a only)
+  };
+  // The layer over h [1, T, E] with attention computed `block_rows` query rows at a time (memory
+  // O(T · block) instead of O(T²)); `visit(block)` sees every block, `in` receives the inputs.
+  template <typename Visit>
+  Tensor forward_blocked(const Tensor& h, const Rope& rope, const ModelConfig& c, int64_t block_rows,
+                         AttentionInputs& in, Visit&& visit) {
+    const Tensor x = input_layernorm(h);
+    in = diff_attn ? diff_attn->inputs(x, rope) : base_attn->inputs(x, rope);
+    const int64_t T = h.size(1);
+    const int64_t H = c.map_heads(), g = H / in.k1.size(1);
+    const Tensor k1 = g > 1 ? in.k1.repeat_interleave(g, 1) : in.k1;
+    const Tensor k2 = in.k2.defined() ? (g > 1 ? in.k2.repeat_interleave(g, 1) : in.k2) : Tensor();
+    const Tensor v = g > 1 ? in.v.repeat_interleave(g, 1) : in.v;
+    Tensor o = at::empty({1, H, T, v.size(-1)}, v.options());
+    const auto opts = at::TensorOptions().dtype(at::kLong).device(h.device());
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
+      Block b;
+      b.row0 = r0;
+      b.rows = std::min(block_rows, T - r0);
+      const int64_t K = r0 + b.rows;
+      const Tensor rows = at::arange(r0, K, opts).unsqueeze(1), cols = at::arange(K, opts).unsqueeze(0);
+      Tensor hidden = cols.gt(rows);
+      if (c.sliding_window > 0) hidden = hidden.logical_or(cols.le(rows - c.sliding_window));
+      auto logits = [&](const Tensor& q, const Tensor& k) {
+        return at::matmul(q[0].narrow(1, r0, b.rows), k[0].narrow(1, 0, K).transpose(-2, -1)).masked_fill(hidden, neg_inf);
+      };
+      b.l1 = logits(in.q1, k1);
+      if (diff_attn) {
+        b.l2 = logits(in.q2, k2);
+        b.a1 = at::softmax(b.l1, -1, at::kFloat);
+        b.a2 = at::softmax(b.l2, -1, at::kFloat);
+        b.a = b.a1 - in.lambda * b.a2;
+      } else {
+        b.a = at::softmax(b.l1, -1, at::kFloat);
+      }
+      o[0].narrow(1, r0, b.rows).copy_(at::matmul(b.a.to(v.scalar_type()), v[0].narrow(1, 0, K)));
+      visit(b);
+    }
+    const Tensor out = diff_attn ? diff_attn->output(o) : base_attn->output(o);
+    const Tensor y = h + out;
+    return y + mlp(post_attention_layernorm(y));
+  }
+
   // h: [B, T, E] → [B, T, E]; the attention details stay in `r`.
   Tensor forward(const Tensor& h, const Rope& rope, const Tensor& future, AttentionResult& r) {
     r = attend(input_layernorm(h), rope, future);

@@ -67,6 +67,17 @@ struct LayerTrace {
   // |hidden state| at this layer's output (after attention + FFN and residuals).
   ValueStats hidden_stats;
   FloatArray hidden;  // optional [T, E]
+
+  // Long prompts (CaptureOptions::pooled_budget_bytes): instead of a1/a2/a, pooled maps of `pooled` x
+  // `pooled` cells per kept head, [heads.size(), P, P]; cell (r, c) covers query rows
+  // [r·T/P, (r+1)·T/P) and key columns [c·T/P, (c+1)·T/P) (integer division, as viz::pool_region) and
+  // holds the causal entries' mean, or the entry of largest magnitude (max). Cells with no causal entry
+  // are NaN. Exact tiles at full resolution come back from attention_tile() (core/tiles.h), which needs
+  // the queries, keys and each row's log-sum-exp kept below.
+  int64_t pooled = 0;  // P; 0: the maps above are exact
+  FloatArray a1_mean, a1_max, a2_mean, a2_max, a_mean, a_max;
+  FloatArray q1, k1, q2, k2;  // rotated, q scaled by d^-1/2: q [map_heads, T, d], k [kv heads, T, d]
+  FloatArray lse1, lse2;      // log-sum-exp of each row's logits [map_heads, T]
 };
 
 struct TokenProbability {
@@ -84,6 +95,7 @@ struct Trace {
   std::vector<TokenProbability> next_token;  // top-k of the distribution after the last token
   double elapsed_ms = 0;                     // wall time of the capture
   int logit_bits = 0;                        // attention logits quantized to this many bits (0: exact)
+  size_t pooled_budget = 0;                  // the budget pooled maps were sized for (0: exact maps)
 
   int64_t length() const { return static_cast<int64_t>(token_ids.size()); }
   // Bytes held by this trace (buffers, histograms, strings).

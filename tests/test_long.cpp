@@ -1,0 +1,176 @@
+// Long prompts: the blocked capture's pooled maps equal pooling of the exact maps, tiles recomputed from
+// queries, keys and row log-sum-exps equal the exact map, statistics / metrics / next token stay exact,
+// and the memory of a long capture stays within the budget instead of O(T²).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "core/metrics.h"
+#include "core/model.h"
+#include "core/tiles.h"
+#include "helpers.h"
+#include "viz/map_view.h"
+
+using namespace difflens;
+
+namespace {
+
+// Bytes the kept pooled maps take (what the budget is about).
+size_t pooled_bytes(const Trace& t) {
+  size_t b = 0;
+  for (const auto& l : t.layers)
+    for (const FloatArray* a : {&l.a1_mean, &l.a1_max, &l.a2_mean, &l.a2_max, &l.a_mean, &l.a_max}) b += a->bytes();
+  return b;
+}
+
+int64_t rss_kb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == field) {
+      int64_t kb = 0;
+      in >> kb;
+      return kb;
+    }
+    std::getline(in, key);
+  }
+  return -1;
+}
+
+ModelConfig windowed(ModelConfig c, int64_t w) {
+  c.sliding_window = w;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("long prompts: pooled maps are the pooling of the exact maps", "[long][capture]") {
+  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
+                               test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 1),
+                               windowed(test::tiny_config(AttentionKind::Baseline, 32, 1, 2, 2), 20)}) {
+    INFO(to_string(c.attention) << " window " << c.sliding_window);
+    const Model m = Model::random(c, 21);
+    const std::vector<int64_t> ids = test::random_ids(150, c.vocab_size, 4);
+    const Trace exact = m.capture(ids);
+    const int64_t maps = c.is_diff() ? 3 : 1, heads = c.map_heads(), layers = c.num_hidden_layers;
+    const int64_t P = 37;  // budget for exactly 37 x 37 cells per map (mean and max)
+    CaptureOptions o;
+    o.pooled_budget_bytes = static_cast<size_t>(layers * heads * maps * 2 * 4 * P * P);
+    const Trace pooled = m.capture(ids, o);
+    CHECK(pooled.pooled_budget == o.pooled_budget_bytes);
+    CHECK(pooled_bytes(pooled) <= o.pooled_budget_bytes);
+    for (size_t l = 0; l < exact.layers.size(); ++l) {
+      const LayerTrace &e = exact.layers[l], &p = pooled.layers[l];
+      REQUIRE(p.pooled == P);
+      CHECK(p.a.empty());  // no full maps
+      const std::vector<std::pair<const FloatArray*, std::pair<const FloatArray*, const FloatArray*>>> kinds =
+          c.is_diff() ? std::vector<std::pair<const FloatArray*, std::pair<const FloatArray*, const FloatArray*>>>{
+                            {&e.a1, {&p.a1_mean, &p.a1_max}}, {&e.a2, {&p.a2_mean, &p.a2_max}}, {&e.a, {&p.a_mean, &p.a_max}}}
+                      : std::vector<std::pair<const FloatArray*, std::pair<const FloatArray*, const FloatArray*>>>{
+                            {&e.a, {&p.a_mean, &p.a_max}}};
+      double worst_mean = 0, worst_max = 0;
+      int nan_cells = 0;
+      for (const auto& [full, pm] : kinds)
+        for (int64_t h = 0; h < heads; ++h) {
+          const float* map = full->data.data() + h * 150 * 150;
+          const viz::MapRegion all{0, 0, 150, 150};
+          const viz::PooledMap mean = viz::pool_region(map, 150, 150, all, P, P, viz::Pooling::Mean, true);
+          const viz::PooledMap mx = viz::pool_region(map, 150, 150, all, P, P, viz::Pooling::Max, true);
+          for (int64_t cell = 0; cell < P * P; ++cell) {
+            const float a = pm.first->data[static_cast<size_t>(h * P * P + cell)];
+            const float b = pm.second->data[static_cast<size_t>(h * P * P + cell)];
+            if (std::isnan(mean.values[static_cast<size_t>(cell)])) {
+              CHECK(std::isnan(a));
+              CHECK(std::isnan(b));
+              ++nan_cells;
+              continue;
+            }
+            worst_mean = std::max(worst_mean, static_cast<double>(std::fabs(a - mean.values[static_cast<size_t>(cell)])));
+            worst_max = std::max(worst_max, static_cast<double>(std::fabs(b - mx.values[static_cast<size_t>(cell)])));
+          }
+        }
+      INFO("largest differences: mean " << worst_mean << ", max " << worst_max);
+      CHECK(worst_mean < 1e-6);
+      CHECK(worst_max < 1e-6);
+      CHECK(nan_cells > 0);  // the future triangle has no entries
+      // Statistics: exact top-k and counts; λ and hidden states unchanged.
+      CHECK(p.logit_stats.count == e.logit_stats.count);
+      for (int k : {1, 2, 10, 100}) CHECK(p.logit_stats.top_k(k) == Approx(e.logit_stats.top_k(k)).margin(1e-5));
+      CHECK(p.hidden_stats.top_k(1) == Approx(e.hidden_stats.top_k(1)).margin(1e-5));
+      CHECK(p.lambda == Approx(e.lambda));
+    }
+    REQUIRE(pooled.next_token.size() == exact.next_token.size());
+    CHECK(pooled.next_token[0].id == exact.next_token[0].id);
+    CHECK(pooled.next_token[0].probability == Approx(exact.next_token[0].probability).margin(1e-5));
+  }
+}
+
+TEST_CASE("long prompts: a recomputed tile equals the same region of the exact map", "[long][capture]") {
+  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
+                               windowed(test::tiny_config(AttentionKind::Diff, 32, 1, 2, 2), 30),
+                               test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 1)}) {
+    const Model m = Model::random(c, 5);
+    const int64_t T = 200;
+    const std::vector<int64_t> ids = test::random_ids(static_cast<size_t>(T), c.vocab_size, 9);
+    const Trace exact = m.capture(ids);
+    CaptureOptions o;
+    o.pooled_budget_bytes = 4096;  // tiny: pooled mode for sure
+    const Trace pooled = m.capture(ids, o);
+    REQUIRE(pooled.layers[0].pooled > 0);
+    std::mt19937 rng(3);
+    double worst = 0;
+    for (int round = 0; round < 20; ++round) {
+      const int layer = static_cast<int>(rng() % static_cast<unsigned>(c.num_hidden_layers));
+      const int head = static_cast<int>(rng() % static_cast<unsigned>(c.map_heads()));
+      const int64_t r0 = rng() % 150, c0 = rng() % 150, rows = 1 + rng() % 50, cols = 1 + rng() % 50;
+      CHECK(tile_available(pooled, layer, head));
+      const AttentionTile a = attention_tile(pooled, layer, head, r0, rows, c0, cols);
+      const AttentionTile b = attention_tile(exact, layer, head, r0, rows, c0, cols);  // copied from the maps
+      for (size_t x = 0; x < a.a.size(); ++x) worst = std::max(worst, static_cast<double>(std::fabs(a.a[x] - b.a[x])));
+      if (c.is_diff())
+        for (size_t x = 0; x < a.a1.size(); ++x) worst = std::max(worst, static_cast<double>(std::fabs(a.a1[x] - b.a1[x])));
+    }
+    INFO("largest tile difference " << worst);
+    CHECK(worst < 1e-6);
+    // Attention to answer / noise from tiles equals the exact readout.
+    const NoiseReadout ne = attention_noise(exact, {40, 44}, {190, 200});
+    const NoiseReadout np = attention_noise(pooled, {40, 44}, {190, 200});
+    CHECK(np.mean.answer == Approx(ne.mean.answer).margin(1e-6));
+    CHECK(np.mean.noise == Approx(ne.mean.noise).margin(1e-6));
+    CHECK_THROWS_WITH(attention_tile(pooled, 0, 0, 190, 20, 0, 5), Catch::Contains("outside the 200-token map"));
+    CHECK_THROWS_WITH(attention_tile(pooled, 9, 0, 0, 1, 0, 1), Catch::Contains("layer 9 is not in the trace"));
+  }
+}
+
+TEST_CASE("long prompts: memory stays within the budget instead of growing with T squared", "[long][capture][memory]") {
+  const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1);
+  ModelConfig big = c;
+  big.max_position_embeddings = 4096;
+  const Model m = Model::random(big, 8);
+  const int64_t T = 4096;
+  const std::vector<int64_t> ids = test::random_ids(static_cast<size_t>(T), c.vocab_size, 1);
+  CaptureOptions o;
+  o.pooled_budget_bytes = size_t{16} << 20;
+  // Exact maps would be 2 layers x 2 heads x 3 maps x T² floats = 805 MB.
+  {
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "5";  // reset the peak-RSS mark
+  }
+  const int64_t before = rss_kb("VmRSS:");
+  const Trace t = m.capture(ids, o);
+  const int64_t peak = rss_kb("VmHWM:");
+  INFO("RSS before " << before << " KB, peak " << peak << " KB, pooled maps " << pooled_bytes(t) << " bytes, P = "
+                     << t.layers[0].pooled);
+  CHECK(pooled_bytes(t) <= o.pooled_budget_bytes);
+  CHECK(t.layers[0].pooled > 100);
+  if (before > 0 && peak > 0) CHECK(peak - before < 200 * 1024);  // < 200 MB where exact maps need 805 MB
+  // Quantized logits and full logits need the whole map: refused.
+  CaptureOptions q = o;
+  q.logit_bits = 4;
+  CHECK_THROWS_WITH(m.capture(ids, q), Catch::Contains("does not combine with logit quantization"));
+  CaptureOptions l = o;
+  l.keep_logits = true;
+  CHECK_THROWS_WITH(m.capture(ids, l), Catch::Contains("do not fit a long-prompt capture"));
+}
