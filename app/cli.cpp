@@ -63,6 +63,7 @@ commands:
              --model DIR  (--prompt TEXT | --prompt-file F | --token-ids 1,2,3)  --out DIR
              [--layers 0,1] [--heads 0,3] [--no-maps] [--keep-logits] [--keep-hidden] [--top-k N]
              [--no-bos] [--device auto|cpu|cuda] [--threads N]
+             [--pooled-budget MB (long prompts: pooled maps within MB, exact tiles recomputable)]
   init-pair  write a seeded, untrained, parameter-matched DIFF + baseline pair
              --out DIR  [--hidden 256] [--layers 4] [--heads 4] [--kv-heads H] [--vocab 4096]
              [--seed 1]   (writes DIR/diff and DIR/baseline)
@@ -102,6 +103,7 @@ commands:
   bench      median prompt->Trace time of a matched pair, all maps kept
              [--lengths 128,512,2048] [--repeats 5] [--threads 2] [--hidden 256] [--layers 4]
              [--heads 4] [--vocab 4096] [--models DIFF_DIR,BASELINE_DIR] [--no-maps] [--no-stats]
+             [--pooled-budget MB]   (prints the peak resident memory after each row)
 
   --layers/--heads choose whose maps are kept (statistics are kept for all); --keep-logits and
   --keep-hidden add the full pre-softmax logits and hidden states to the bundle.
@@ -167,8 +169,36 @@ Model load_model(const std::string& dir, DeviceChoice device) {
   }
 }
 
+// --pooled-budget MB (long-prompt capture; 0: exact maps at any length).
+size_t pooled_budget(const Args& a) {
+  if (!a.has("pooled-budget")) return 0;
+  double mbs = 0;
+  try {
+    mbs = std::stod(a.get("pooled-budget"));
+  } catch (const std::exception&) {
+    throw Error("--pooled-budget expects megabytes, e.g. 256");
+  }
+  if (!(mbs >= 0) || mbs > 1e6) throw Error("--pooled-budget expects megabytes between 0 and 1e6");
+  return static_cast<size_t>(mbs * 1024 * 1024);
+}
+
+// Peak resident memory of this process so far (VmHWM), in KB; 0 when unknown.
+int64_t peak_rss_kb() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "VmHWM:") {
+      int64_t kb = 0;
+      in >> kb;
+      return kb;
+    }
+    std::getline(in, key);
+  }
+  return 0;
+}
+
 int cmd_capture(const Args& a) {
-  a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps",
+  a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps", "pooled-budget",
                     "keep-logits", "keep-hidden", "top-k", "no-bos", "device", "threads"});
   apply_threads(a);
   const std::string out = a.require("out");
@@ -176,6 +206,7 @@ int cmd_capture(const Args& a) {
   const std::vector<int64_t> ids = prompt_ids(a, model);
   CaptureOptions opt;
   opt.keep_maps = !a.has("no-maps");
+  opt.pooled_budget_bytes = pooled_budget(a);
   opt.layers = a.get_int_list("layers");
   opt.heads = a.get_int_list("heads");
   opt.keep_logits = a.has("keep-logits");
@@ -330,10 +361,11 @@ double median(std::vector<double> v) {
 
 int cmd_bench(const Args& a) {
   a.reject_unknown({"lengths", "repeats", "threads", "hidden", "layers", "heads", "kv-heads", "vocab",
-                    "models", "no-maps", "no-stats"});
+                    "models", "no-maps", "no-stats", "pooled-budget"});
   CaptureOptions opt;
   opt.keep_maps = !a.has("no-maps");
   opt.logit_stats = !a.has("no-stats");
+  opt.pooled_budget_bytes = pooled_budget(a);
   set_num_threads(a.get_int("threads", 2));
   std::vector<int> lengths = a.get_int_list("lengths");
   if (lengths.empty()) lengths = {128, 512, 2048};
@@ -362,7 +394,11 @@ int cmd_bench(const Args& a) {
       static_cast<long long>(models[1].config().map_heads()), static_cast<long long>(c0.vocab_size),
       num_threads(), repeats, opt.keep_maps ? "all maps kept" : "no maps kept",
       opt.logit_stats ? "logit statistics" : "no logit statistics");
-  std::printf("%-9s %6s %12s %12s %12s\n", "model", "T", "median ms", "min ms", "trace");
+  if (opt.pooled_budget_bytes)
+    std::printf("long prompts: pooled maps within %s per model once the exact maps would exceed it\n",
+                mb(opt.pooled_budget_bytes).c_str());
+  std::printf("%-9s %6s %12s %12s %12s %8s %12s\n", "model", "T", "median ms", "min ms", "trace", "pooled",
+              "peak RSS");
   for (int T : lengths) {
     std::vector<int64_t> ids(static_cast<size_t>(T));
     for (int i = 0; i < T; ++i) ids[i] = 3 + (i * 7919) % (c0.vocab_size - 3);  // deterministic pseudo-text
@@ -375,15 +411,19 @@ int cmd_bench(const Args& a) {
       m.capture(ids, opt);  // warm-up
       std::vector<double> ms;
       size_t bytes = 0;
+      int64_t pooled_cells = 0;
       for (int r = 0; r < repeats; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
         const Trace t = m.capture(ids, opt);
         ms.push_back(
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         bytes = t.byte_size();
+        pooled_cells = t.layers.empty() ? 0 : t.layers[0].pooled;
       }
-      std::printf("%-9s %6d %12.1f %12.1f %12s\n", to_string(m.config().attention), T, median(ms),
-                  *std::min_element(ms.begin(), ms.end()), mb(bytes).c_str());
+      std::printf("%-9s %6d %12.1f %12.1f %12s %8s %12s\n", to_string(m.config().attention), T, median(ms),
+                  *std::min_element(ms.begin(), ms.end()), mb(bytes).c_str(),
+                  pooled_cells > 0 ? (std::to_string(pooled_cells) + "^2").c_str() : "exact",
+                  mb(static_cast<size_t>(peak_rss_kb()) * 1024).c_str());
       std::fflush(stdout);
     }
   }

@@ -86,6 +86,7 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
   j["tokens"] = trace.tokens;
   j["elapsed_ms"] = trace.elapsed_ms;
   if (trace.logit_bits) j["logit_bits"] = trace.logit_bits;
+  if (trace.pooled_budget) j["pooled_budget"] = trace.pooled_budget;
   json layers = json::array();
   for (const auto& l : trace.layers) {
     json jl;
@@ -100,6 +101,7 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
     jl["hidden_stats"] = stats_to_json(l.hidden_stats);
     jl["has_logits"] = !l.logits1.empty();
     jl["has_hidden"] = !l.hidden.empty();
+    if (l.pooled > 0) jl["pooled"] = l.pooled;
     layers.push_back(jl);
   }
   j["layers"] = layers;
@@ -117,6 +119,19 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
     add_array(tensors, p + "logits1", l.logits1);
     add_array(tensors, p + "logits2", l.logits2);
     add_array(tensors, p + "hidden", l.hidden);
+    // Long-prompt traces: pooled maps and what recomputes exact tiles.
+    add_array(tensors, p + "A1.mean", l.a1_mean);
+    add_array(tensors, p + "A1.max", l.a1_max);
+    add_array(tensors, p + "A2.mean", l.a2_mean);
+    add_array(tensors, p + "A2.max", l.a2_max);
+    add_array(tensors, p + "A.mean", l.a_mean);
+    add_array(tensors, p + "A.max", l.a_max);
+    add_array(tensors, p + "q1", l.q1);
+    add_array(tensors, p + "k1", l.k1);
+    add_array(tensors, p + "q2", l.q2);
+    add_array(tensors, p + "k2", l.k2);
+    add_array(tensors, p + "lse1", l.lse1);
+    add_array(tensors, p + "lse2", l.lse2);
   }
   write_safetensors(dir / "maps.safetensors", tensors, {{"format", "difflens-trace"}});
   std::ofstream out(dir / "trace.json", std::ios::binary | std::ios::trunc);
@@ -151,6 +166,7 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
     t.tokens = j.at("tokens").get<std::vector<std::string>>();
     t.elapsed_ms = j.value("elapsed_ms", 0.0);
     t.logit_bits = j.value("logit_bits", 0);
+    t.pooled_budget = j.value("pooled_budget", size_t{0});
     if (t.tokens.size() != t.token_ids.size())
       throw FormatError(jpath.string() + ": " + std::to_string(t.tokens.size()) + " token strings for " +
                         std::to_string(t.token_ids.size()) + " token ids");
@@ -179,15 +195,41 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
       l.logit_stats = stats_from_json(jl.at("logit_stats"), where);
       l.hidden_stats = stats_from_json(jl.at("hidden_stats"), where);
       const std::string p = "layers." + std::to_string(l.index) + ".";
-      const std::vector<int64_t> map_shape{static_cast<int64_t>(l.heads.size()), T, T};
-      l.a = read_array(maps, p + "A", map_shape);
-      if (t.config.is_diff()) {
-        l.a1 = read_array(maps, p + "A1", map_shape);
-        l.a2 = read_array(maps, p + "A2", map_shape);
+      l.pooled = jl.value("pooled", int64_t{0});
+      if (l.pooled < 0 || l.pooled >= T) throw FormatError(where + ": pooled size " + std::to_string(l.pooled) + " is invalid");
+      if (l.pooled > 0) {
+        const int64_t P = l.pooled, d = t.config.head_dim;
+        const int64_t Hkv = t.config.is_diff() ? t.config.num_key_value_heads / 2 : t.config.num_key_value_heads;
+        const std::vector<int64_t> pooled_shape{static_cast<int64_t>(l.heads.size()), P, P};
+        l.a_mean = read_array(maps, p + "A.mean", pooled_shape);
+        l.a_max = read_array(maps, p + "A.max", pooled_shape);
+        l.q1 = read_array(maps, p + "q1", {H, T, d});
+        l.k1 = read_array(maps, p + "k1", {Hkv, T, d});
+        l.lse1 = read_array(maps, p + "lse1", {H, T});
+        if (t.config.is_diff()) {
+          l.a1_mean = read_array(maps, p + "A1.mean", pooled_shape);
+          l.a1_max = read_array(maps, p + "A1.max", pooled_shape);
+          l.a2_mean = read_array(maps, p + "A2.mean", pooled_shape);
+          l.a2_max = read_array(maps, p + "A2.max", pooled_shape);
+          l.q2 = read_array(maps, p + "q2", {H, T, d});
+          l.k2 = read_array(maps, p + "k2", {Hkv, T, d});
+          l.lse2 = read_array(maps, p + "lse2", {H, T});
+        }
+        if (l.q1.empty() || l.k1.empty() || l.lse1.empty() ||
+            (!l.heads.empty() && (l.a_mean.empty() || l.a_max.empty())))
+          throw FormatError(maps.path().string() + ": pooled maps or queries/keys of layer " +
+                            std::to_string(l.index) + " are missing");
+      } else {
+        const std::vector<int64_t> map_shape{static_cast<int64_t>(l.heads.size()), T, T};
+        l.a = read_array(maps, p + "A", map_shape);
+        if (t.config.is_diff()) {
+          l.a1 = read_array(maps, p + "A1", map_shape);
+          l.a2 = read_array(maps, p + "A2", map_shape);
+        }
+        if (!l.heads.empty() && (l.a.empty() || (t.config.is_diff() && (l.a1.empty() || l.a2.empty()))))
+          throw FormatError(maps.path().string() + ": maps of layer " + std::to_string(l.index) +
+                            " are missing");
       }
-      if (!l.heads.empty() && (l.a.empty() || (t.config.is_diff() && (l.a1.empty() || l.a2.empty()))))
-        throw FormatError(maps.path().string() + ": maps of layer " + std::to_string(l.index) +
-                          " are missing");
       l.logits1 = read_array(maps, p + "logits1", {H, T, T});
       l.logits2 = read_array(maps, p + "logits2", {H, T, T});
       l.hidden = read_array(maps, p + "hidden", {T, E});

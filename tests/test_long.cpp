@@ -4,12 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <random>
 
 #include "core/metrics.h"
 #include "core/model.h"
 #include "core/tiles.h"
+#include "core/trace_io.h"
 #include "helpers.h"
 #include "viz/map_view.h"
 
@@ -173,4 +175,25 @@ TEST_CASE("long prompts: memory stays within the budget instead of growing with 
   CaptureOptions l = o;
   l.keep_logits = true;
   CHECK_THROWS_WITH(m.capture(ids, l), Catch::Contains("do not fit a long-prompt capture"));
+}
+
+TEST_CASE("long prompts: a pooled trace bundle round-trips with its tiles", "[long][bundle]") {
+  const Model m = Model::random(test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1), 12);
+  const std::vector<int64_t> ids = test::random_ids(120, 259, 2);
+  CaptureOptions o;
+  o.pooled_budget_bytes = 20000;
+  const Trace t = m.capture(ids, o);
+  REQUIRE(t.layers[1].pooled > 0);
+  test::ScratchDir dir("longbundle");
+  write_trace_bundle(t, dir / "b");
+  const Trace back = read_trace_bundle(dir / "b");
+  CHECK(back.pooled_budget == t.pooled_budget);
+  CHECK(back.layers[1].pooled == t.layers[1].pooled);
+  // Bit for bit (NaN cells included).
+  REQUIRE(back.layers[1].a1_max.data.size() == t.layers[1].a1_max.data.size());
+  CHECK(std::memcmp(back.layers[1].a1_max.data.data(), t.layers[1].a1_max.data.data(),
+                    t.layers[1].a1_max.bytes()) == 0);
+  CHECK(back.layers[1].a_mean.data.size() == t.layers[1].a_mean.data.size());
+  const AttentionTile a = attention_tile(t, 1, 1, 100, 20, 0, 120), b = attention_tile(back, 1, 1, 100, 20, 0, 120);
+  CHECK(a.a == b.a);
 }
