@@ -55,6 +55,8 @@ GUI options:
   --lab-lengths 128,256 --lab-depths 0,50,100 --lab-needles 1 --lab-queried 1 --lab-seeds 3
                         the Needle lab tab's sweep grid; --lab-run starts it (a screenshot waits for it)
   --haystack FILE       haystack text for the needle builder and lab (default assets/haystack.txt)
+  --pooled-budget MB    long prompts: pooled maps (mean/max) within MB per model once exact maps would not
+                        fit (default 256; 0: always exact); rows and tiles are recomputed exactly
   --zoom R,C,N          head view zoomed to N tokens from query R, key C (wheel zooms, drag pans)
   --query I             selected query token (start of the question)   --answer B,E   answer span
 
@@ -499,7 +501,7 @@ int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
                     "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
                     "maps-height", "logit-bits", "needle", "lab-lengths", "lab-depths", "lab-needles", "lab-queried",
-                    "lab-seeds", "lab-run", "haystack"});
+                    "lab-seeds", "lab-run", "haystack", "pooled-budget"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -561,6 +563,7 @@ int cmd_gui(const Args& a) {
       throw Error("--maps-height expects a fraction of the window between 0.2 and 0.85");
   }
   o.threads = a.get_int("threads", 0);
+  if (a.has("pooled-budget")) o.pooled_budget_mb = static_cast<double>(pooled_budget(a)) / (1024.0 * 1024.0);
   if (a.has("tab")) {
     const std::string tab = a.get("tab");
     if (tab != "outliers" && tab != "overview" && tab != "noise" && tab != "models" && tab != "lab")

@@ -8,12 +8,52 @@
 
 namespace difflens::app {
 
-std::vector<HeadMap> head_maps(const Trace& t, int layer, int head) {
+std::vector<int64_t> cell_starts(int64_t n, int64_t P) {
+  std::vector<int64_t> s(static_cast<size_t>(P + 1));
+  for (int64_t c = 0; c <= P; ++c) s[static_cast<size_t>(c)] = c * n / P;
+  return s;
+}
+
+int64_t cell_of(const std::vector<int64_t>& starts, int64_t t) {
+  const auto it = std::upper_bound(starts.begin(), starts.end() - 1, t);
+  return std::max<int64_t>(0, (it - starts.begin()) - 1);
+}
+
+std::vector<std::string> cell_labels(const std::vector<std::string>& tokens, int64_t P) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const std::vector<int64_t> s = cell_starts(n, P);
+  std::vector<std::string> out;
+  for (int64_t c = 0; c < P; ++c) {
+    const int64_t a = s[static_cast<size_t>(c)], b = s[static_cast<size_t>(c + 1)] - 1;
+    out.push_back(b > a ? std::to_string(a) + "-" + std::to_string(b) : std::to_string(a) + " " + tokens[static_cast<size_t>(a)]);
+  }
+  return out;
+}
+
+std::vector<HeadMap> head_maps(const Trace& t, int layer, int head, bool max_pooled) {
   std::vector<HeadMap> out;
   if (layer < 0 || layer >= static_cast<int>(t.layers.size())) return out;
   const LayerTrace& l = t.layers[static_cast<size_t>(layer)];
   auto it = std::find(l.heads.begin(), l.heads.end(), head);
-  if (it == l.heads.end() || l.a.empty()) return out;
+  if (it == l.heads.end()) return out;
+  if (l.pooled > 0) {
+    const int64_t P = l.pooled, h = it - l.heads.begin(), n = t.length();
+    auto ptr = [&](const FloatArray& mean, const FloatArray& mx) {
+      return (max_pooled ? mx : mean).data.data() + h * P * P;
+    };
+    const std::string how = max_pooled ? " [max]" : " [mean]";
+    if (t.config.is_diff()) {
+      char title[64];
+      std::snprintf(title, sizeof title, "A1 - %.3f A2", l.lambda);
+      out.push_back({"A1 (softmax 1)" + how, "A1", ptr(l.a1_mean, l.a1_max), P, false, n});
+      out.push_back({"A2 (softmax 2)" + how, "A2", ptr(l.a2_mean, l.a2_max), P, false, n});
+      out.push_back({title + how, "A", ptr(l.a_mean, l.a_max), P, true, n});
+    } else {
+      out.push_back({"A (softmax)" + how, "A", ptr(l.a_mean, l.a_max), P, false, n});
+    }
+    return out;
+  }
+  if (l.a.empty()) return out;
   const int64_t T = t.length(), h = it - l.heads.begin();
   auto ptr = [&](const FloatArray& a) { return a.data.data() + h * T * T; };
   if (t.config.is_diff()) {
@@ -55,7 +95,7 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
   const viz::ValueRange shared =
       viz::value_range(sequential, T, T, o.clamp_percentile, false, true);  // hi = 1 when empty
   viz::HeadFigure fig;
-  fig.tokens = t.tokens;
+  fig.tokens = maps[0].pooled_from > 0 ? cell_labels(t.tokens, maps[0].T) : t.tokens;
   fig.region = o.region;
   fig.panel_size = o.size;
   fig.pooling = o.pooling;

@@ -14,12 +14,21 @@ struct HeadMap {
   std::string title;        // "A1 (softmax 1)", "A1 - 0.549 A2", ...
   std::string export_name;  // A1, A2, A
   const float* data = nullptr;
-  int64_t T = 0;
+  int64_t T = 0;            // map side: tokens, or cells of a pooled map
   bool diverging = false;
+  int64_t pooled_from = 0;  // > 0: a pooled map over this many tokens (cell c: tokens [c*n/T, (c+1)*n/T))
 };
 
-// Empty when the layer or head is out of range or its maps were not kept.
-std::vector<HeadMap> head_maps(const Trace& trace, int layer, int head);
+// Empty when the layer or head is out of range or its maps were not kept. Long-prompt traces give their
+// pooled maps: the mean per cell, or (max_pooled) the entry of largest magnitude.
+std::vector<HeadMap> head_maps(const Trace& trace, int layer, int head, bool max_pooled = false);
+
+// The first token of each cell of a P-cell pooled axis over n tokens, and n at the end (P + 1 values).
+std::vector<int64_t> cell_starts(int64_t n, int64_t P);
+// The cell holding token t (cell_starts as given).
+int64_t cell_of(const std::vector<int64_t>& starts, int64_t t);
+// Axis labels of a P-cell pooled axis: "first-last" token indices (a one-token cell: its index and text).
+std::vector<std::string> cell_labels(const std::vector<std::string>& tokens, int64_t P);
 
 struct FigureOptions {
   int size = 1024;                               // pixels per map side

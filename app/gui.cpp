@@ -11,6 +11,7 @@
 #include <stb_image_write.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/needle.h"
+#include "core/tiles.h"
 #include "viz/export.h"
 #include "viz/figure.h"
 #include "viz/heatmap_view.h"
@@ -117,6 +119,13 @@ struct GuiState {
     std::optional<SweepProgress> progress;
     std::vector<NeedleCellSummary> cells[kSlots];
   } lab;
+  // Attention-noise readouts of the result on screen for the current selection.
+  struct NoiseCache {
+    std::array<int64_t, 4> key{-1, -1, -1, -1};  // request, query, answer begin, answer end
+    std::optional<NoiseReadout> readouts[kSlots];
+    std::string errors[kSlots];
+  } noise_cache;
+  size_t pooled_budget = size_t{256} << 20;  // long prompts: pooled maps within this many bytes per model
   float strip_height = 0;        // the token chips' full height last frame (the strip scrolls beyond ~4 lines)
   int strip_scrolled_to = -1;    // the query the strip last scrolled to
 };
@@ -156,9 +165,10 @@ struct MapSpec {
   std::string title;
   std::string export_name;  // A1, A2, A
   const float* data = nullptr;
-  int64_t T = 0;
+  int64_t T = 0;  // map side (tokens, or cells of a pooled map)
   bool diverging = false;
   uint64_t version = 0;
+  int64_t pooled_from = 0;  // > 0: a pooled map over this many tokens
 };
 
 // Draws a horizontal colour legend with its numeric ends under a map.
@@ -225,9 +235,21 @@ class HeadView {
     layer_ = layer;
     head_ = head;
   }
-  void draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& tokens,
+  void draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& token_text,
             const viz::HeatmapRenderer& renderer, float side) {
     if (maps.empty()) return;
+    // Pooled maps (long prompts): the axes are cells of several tokens; selection and hover stay in tokens.
+    const int64_t pooled_from = maps[0].pooled_from;
+    const std::vector<int64_t> starts = pooled_from > 0 ? cell_starts(pooled_from, maps[0].T) : std::vector<int64_t>{};
+    const std::vector<std::string> cell_text = pooled_from > 0 ? cell_labels(token_text, maps[0].T) : std::vector<std::string>{};
+    const std::vector<std::string>& tokens = pooled_from > 0 ? cell_text : token_text;
+    auto to_map = [&](int t) -> int64_t { return pooled_from > 0 ? cell_of(starts, t) : t; };
+    auto to_token = [&](int64_t m) -> int { return static_cast<int>(pooled_from > 0 ? starts[static_cast<size_t>(m)] : m); };
+    if (pooled_from > 0)
+      ImGui::TextDisabled("long prompt: %lld tokens pooled to %lld x %lld cells (%s per cell; pooling menu). "
+                          "Hover a cell for its token range.",
+                          static_cast<long long>(pooled_from), static_cast<long long>(maps[0].T),
+                          static_cast<long long>(maps[0].T), state.view.pooling == 0 ? "largest entry" : "mean");
     // Value ranges: sequential maps share one range when asked; the difference map has its own
     // symmetric range (it is on another scale: it can be negative).
     std::vector<const float*> shared;
@@ -275,12 +297,12 @@ class HeadView {
       ImDrawList* dl = ImGui::GetWindowDrawList();
       dl->PushClipRect(origin, ImVec2(origin.x + side, origin.y + side), true);
       const float cell = side / static_cast<float>(span);
-      const int q_sel = state.selection.query;
+      const int64_t q_sel = state.selection.query >= 0 ? to_map(state.selection.query) : -1;
       if (q_sel >= r0 && q_sel < r0 + span)
         dl->AddRect(ImVec2(origin.x, origin.y + cell * (q_sel - r0)),
                     ImVec2(origin.x + side, origin.y + cell * (q_sel - r0 + 1)), IM_COL32(255, 140, 0, 255),
                     0, 0, 1.5f);
-      const int k_hov = state.selection.hovered_key;
+      const int64_t k_hov = state.selection.hovered_key >= 0 ? to_map(state.selection.hovered_key) : -1;
       if (k_hov >= c0 && k_hov < c0 + span)
         dl->AddRect(ImVec2(origin.x + cell * (k_hov - c0), origin.y),
                     ImVec2(origin.x + cell * (k_hov - c0 + 1), origin.y + side), IM_COL32(255, 0, 160, 200),
@@ -292,7 +314,7 @@ class HeadView {
         const double fx = (mouse.x - origin.x) / side, fy = (mouse.y - origin.y) / side;  // 0..1 in the view
         const int64_t q = std::clamp<int64_t>(r0 + static_cast<int64_t>(fy * span), 0, T - 1);
         const int64_t k = std::clamp<int64_t>(c0 + static_cast<int64_t>(fx * span), 0, T - 1);
-        state.selection.hovered_next = static_cast<int>(k);
+        state.selection.hovered_next = to_token(k);
         if (io.MouseWheel != 0) {  // zoom around the cursor
           const double new_span =
               std::clamp(v.zoom_span * std::pow(0.8, io.MouseWheel), std::min(8.0, double(T)), double(T));
@@ -306,21 +328,26 @@ class HeadView {
         } else if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
                    ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).x == 0 &&
                    ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).y == 0) {
-          state.selection.query = static_cast<int>(q);
+          state.selection.query = to_token(q);
         }
         if (ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) v.zoom_span = 0;  // reset
         ImGui::BeginTooltip();
-        ImGui::Text("query %lld  %s", static_cast<long long>(q),
-                    q < static_cast<int64_t>(tokens.size()) ? tokens[q].c_str() : "");
-        ImGui::Text("key   %lld  %s", static_cast<long long>(k),
-                    k < static_cast<int64_t>(tokens.size()) ? tokens[k].c_str() : "");
+        if (pooled_from > 0) {
+          ImGui::Text("queries %s", tokens[static_cast<size_t>(q)].c_str());
+          ImGui::Text("keys    %s", tokens[static_cast<size_t>(k)].c_str());
+        } else {
+          ImGui::Text("query %lld  %s", static_cast<long long>(q),
+                      q < static_cast<int64_t>(tokens.size()) ? tokens[q].c_str() : "");
+          ImGui::Text("key   %lld  %s", static_cast<long long>(k),
+                      k < static_cast<int64_t>(tokens.size()) ? tokens[k].c_str() : "");
+        }
         if (k > q)
           ImGui::TextUnformatted("masked (future key)");
         else
           for (const auto& other : maps) ImGui::Text("%s = %.5f", other.title.c_str(), other.data[q * T + k]);
         if (span < T)
-          ImGui::TextDisabled("zoom: rows %lld-%lld (double-click resets)", static_cast<long long>(r0),
-                              static_cast<long long>(r0 + span - 1));
+          ImGui::TextDisabled("zoom: %s %lld-%lld (double-click resets)", pooled_from > 0 ? "cells" : "rows",
+                              static_cast<long long>(r0), static_cast<long long>(r0 + span - 1));
         ImGui::EndTooltip();
       }
       draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, style.scale,
@@ -382,7 +409,11 @@ class ModelView {
     const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
     for (int li : layers) {
       const LayerTrace& l = t.layers[static_cast<size_t>(li)];
-      if (l.a.empty()) continue;
+      // Exact maps, or a long prompt's pooled ones (mean or largest entry, as the pooling menu says).
+      const bool pooled = l.pooled > 0;
+      const FloatArray& grid = !pooled ? l.a : state.view.pooling == 0 ? l.a_max : l.a_mean;
+      const int64_t side = pooled ? l.pooled : T;
+      if (grid.empty()) continue;
       const double top_logit = l.logit_stats.top.empty() ? 0.0 : l.logit_stats.top[0];
       const double top_hidden = l.hidden_stats.top.empty() ? 0.0 : l.hidden_stats.top[0];
       ImGui::BeginGroup();
@@ -398,10 +429,11 @@ class ModelView {
                           top_hidden);
       ImGui::SameLine(label_w);
       const uint64_t layer_version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
-                                     (static_cast<uint64_t>(l.index) << 12) ^ 0x7;
+                                     (static_cast<uint64_t>(l.index) << 12) ^ 0x7 ^
+                                     (pooled && state.view.pooling == 0 ? (uint64_t{1} << 60) : 0);
       const float pct = state.view.clamp_percentile;
       const viz::ValueRange range = ranges_.get({layer_version}, pct, t.config.is_diff(), [&] {
-        return viz::value_range({l.a.data.data()}, T * static_cast<int64_t>(l.heads.size()), T, pct,
+        return viz::value_range({grid.data.data()}, side * static_cast<int64_t>(l.heads.size()), side, pct,
                                 t.config.is_diff(), false);
       });
       bool first = true;
@@ -419,8 +451,9 @@ class ModelView {
         viz::HeatmapView& v = views_[{l.index, l.heads[h]}];
         const uint64_t version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
                                  (static_cast<uint64_t>(l.index) << 12) ^
-                                 (static_cast<uint64_t>(l.heads[h]) << 4) ^ 0x9;
-        v.update({l.a.data.data() + static_cast<int64_t>(h) * T * T, T, T, version, true, {}},
+                                 (static_cast<uint64_t>(l.heads[h]) << 4) ^ 0x9 ^
+                                 (pooled && state.view.pooling == 0 ? (uint64_t{1} << 60) : 0);
+        v.update({grid.data.data() + static_cast<int64_t>(h) * side * side, side, side, version, true, {}},
                  static_cast<int>(thumb), static_cast<int>(thumb),
                  static_cast<viz::Pooling>(state.view.pooling), style, renderer);
         const ImVec2 p = ImGui::GetCursorScreenPos();
@@ -446,13 +479,14 @@ class ModelView {
 };
 
 // Maps of the selected layer/head of one slot's trace; empty when the trace kept none.
-std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t request, int slot) {
+std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t request, int slot, bool max_pooled) {
   std::vector<MapSpec> out;
   const uint64_t base = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
-                        (static_cast<uint64_t>(layer) << 12) ^ (static_cast<uint64_t>(head) << 4);
+                        (static_cast<uint64_t>(layer) << 12) ^ (static_cast<uint64_t>(head) << 4) ^
+                        (max_pooled ? (uint64_t{1} << 60) : 0);  // pooled traces: mean and max are two maps
   uint64_t k = t.config.is_diff() ? 1 : 4;  // map versions: A1, A2, A = 1, 2, 3; baseline A = 4
-  for (const HeadMap& m : head_maps(t, layer, head))
-    out.push_back({m.title, m.export_name, m.data, m.T, m.diverging, base + k++});
+  for (const HeadMap& m : head_maps(t, layer, head, max_pooled))
+    out.push_back({m.title, m.export_name, m.data, m.T, m.diverging, base + k++, m.pooled_from});
   return out;
 }
 
@@ -514,10 +548,13 @@ void draw_row_view(const GuiState& state, const Trace& t, int head) {
   if (layer < 0 || layer >= static_cast<int>(t.layers.size())) return;
   const LayerTrace& l = t.layers[static_cast<size_t>(layer)];
   auto it = std::find(l.heads.begin(), l.heads.end(), head);
-  if (it == l.heads.end() || l.a.empty()) return;
+  if (it == l.heads.end() || (l.a.empty() && l.pooled == 0)) return;
   const int64_t T = t.length(), h = it - l.heads.begin();
   const int q = std::clamp(state.selection.query, 0, static_cast<int>(T) - 1);
-  const float* row = l.a.data.data() + (h * T + q) * T;
+  // Long prompts keep no full rows: the selected row is recomputed exactly (one 1 x T tile).
+  std::vector<float> tile_row;
+  if (l.pooled > 0) tile_row = attention_tile(t, layer, head, q, 1, 0, T).a;
+  const float* row = l.pooled > 0 ? tile_row.data() : l.a.data.data() + (h * T + q) * T;
   float lo = 0, hi = 0;
   for (int j = 0; j <= q; ++j) {
     lo = std::min(lo, row[j]);
@@ -754,7 +791,7 @@ void draw_needle_builder(GuiState& state) {
   ImGui::Separator();
 }
 
-void draw_noise_panel(const GuiState& state, const RunResult& r) {
+void draw_noise_panel(GuiState& state, const RunResult& r) {
   const SelectionState& sel = state.selection;
   ImGui::TextWrapped("%s.", kAttentionShareDefinition);
   ImGui::TextDisabled(
@@ -774,22 +811,41 @@ void draw_noise_panel(const GuiState& state, const RunResult& r) {
       ImGui::TableSetupColumn((n + " noise").c_str());
     }
     ImGui::TableHeadersRow();
-    std::optional<NoiseReadout> readouts[kSlots];
-    std::string errors[kSlots];
-    size_t rows = 0;
-    for (int s = 0; s < kSlots; ++s) {
-      const auto& t = r.traces[s];
-      if (!t) continue;
-      const int64_t T = t->length();
-      const TokenSpan answer{std::min<int64_t>(sel.answer_begin, T), std::min<int64_t>(sel.answer_end, T)};
-      const TokenSpan question{std::clamp<int64_t>(sel.query, 0, T - 1), T};
-      try {
-        readouts[s] = attention_noise(*t, answer, question);
-        rows = std::max(rows, readouts[s]->layers.size());
-      } catch (const std::exception& e) {
-        errors[s] = e.what();
+    // Computed once per result and selection (long prompts recompute the question's rows from tiles).
+    GuiState::NoiseCache& cache = state.noise_cache;
+    const std::array<int64_t, 4> key{static_cast<int64_t>(r.request), sel.query, sel.answer_begin, sel.answer_end};
+    if (cache.key != key) {
+      cache.key = key;
+      for (int s = 0; s < kSlots; ++s) {
+        cache.readouts[s].reset();
+        cache.errors[s].clear();
+        const auto& t = r.traces[s];
+        if (!t) continue;
+        const int64_t T = t->length();
+        const TokenSpan answer{std::min<int64_t>(sel.answer_begin, T), std::min<int64_t>(sel.answer_end, T)};
+        const TokenSpan question{std::clamp<int64_t>(sel.query, 0, T - 1), T};
+        const bool tiles = !t->layers.empty() && t->layers[0].pooled > 0;
+        const double work = static_cast<double>(question.end - question.begin) * static_cast<double>(T) *
+                            static_cast<double>(t->config.num_hidden_layers * t->config.num_attention_heads *
+                                                t->config.head_dim);
+        if (tiles && work > 4e8) {
+          cache.errors[s] = "the question spans " + std::to_string(question.end - question.begin) +
+                            " tokens of a long prompt: select a later query token (the question start) to "
+                            "measure it";
+          continue;
+        }
+        try {
+          cache.readouts[s] = attention_noise(*t, answer, question);
+        } catch (const std::exception& e) {
+          cache.errors[s] = e.what();
+        }
       }
     }
+    const std::optional<NoiseReadout>* readouts = cache.readouts;
+    const std::string* errors = cache.errors;
+    size_t rows = 0;
+    for (int s = 0; s < kSlots; ++s)
+      if (readouts[s]) rows = std::max(rows, readouts[s]->layers.size());
     for (size_t i = 0; i <= rows; ++i) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
@@ -1321,6 +1377,7 @@ int run_gui(const GuiOptions& opt) {
     if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
     state.view.maps_fraction = opt.maps_fraction;
     state.needle.haystack_path = opt.haystack;
+    state.pooled_budget = opt.pooled_budget_mb > 0 ? static_cast<size_t>(opt.pooled_budget_mb * 1024 * 1024) : 0;
     state.lab.lengths = opt.lab_lengths;
     state.lab.depths = opt.lab_depths;
     state.lab.needles = opt.lab_needles;
@@ -1391,6 +1448,8 @@ int run_gui(const GuiOptions& opt) {
       if (state.prompt.pending && now_seconds() - state.prompt.last_edit > kDebounceSeconds) {
         CaptureOptions capture;
         capture.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
+        // Long prompts switch to pooled maps (quantization needs whole maps: off above the budget).
+        capture.pooled_budget_bytes = capture.logit_bits > 0 ? 0 : state.pooled_budget;
         worker.run(state.prompt.text, capture);
         state.prompt.pending = false;
         state.edited_at = state.prompt.last_edit;
@@ -1467,7 +1526,8 @@ int run_gui(const GuiOptions& opt) {
                 t->config.name.empty() ? to_string(t->config.attention) : t->config.name, state.view.layer,
                 state.view.head[s]);
             head_views[s].draw(state,
-                               maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s),
+                               maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s,
+                                       state.view.pooling == 0),
                                t->tokens, renderer, side);
           }
           ImGui::EndGroup();
