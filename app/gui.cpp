@@ -19,6 +19,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
+#include <future>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -228,12 +230,61 @@ class RangeCache {
   std::unordered_map<uint64_t, viz::ValueRange> cache_;
 };
 
+// Exact tiles of long-prompt maps, computed off the UI thread from the trace's queries, keys and row
+// log-sum-exps (no model needed): the latest request wins, one computation at a time.
+class TileService {
+ public:
+  struct Key {
+    const Trace* trace = nullptr;
+    int layer = -1, head = -1;
+    int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;
+    bool operator==(const Key& o) const {
+      return trace == o.trace && layer == o.layer && head == o.head && row0 == o.row0 && rows == o.rows &&
+             col0 == o.col0 && cols == o.cols;
+    }
+  };
+  // The tile for `key` when it is ready; otherwise starts (or queues) it and returns nullptr.
+  const AttentionTile* get(const std::shared_ptr<const Trace>& trace, const Key& key) {
+    if (running_.valid() && running_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      try {
+        done_ = std::make_pair(running_key_, running_.get());
+        ++generation_;
+        error_.clear();
+      } catch (const std::exception& e) {
+        done_.reset();
+        error_ = e.what();
+      }
+    }
+    if (done_ && done_->first == key) return &done_->second;
+    if (!running_.valid()) {
+      running_key_ = key;
+      running_ = std::async(std::launch::async, [trace, key] {
+        return attention_tile(*trace, key.layer, key.head, key.row0, key.rows, key.col0, key.cols);
+      });
+    }
+    return nullptr;
+  }
+  const std::string& error() const { return error_; }
+  uint64_t generation() const { return generation_; }  // grows with every finished tile
+  ~TileService() {
+    if (running_.valid()) running_.wait();
+  }
+
+ private:
+  std::future<AttentionTile> running_;
+  Key running_key_;
+  std::optional<std::pair<Key, AttentionTile>> done_;
+  std::string error_;
+  uint64_t generation_ = 0;
+};
+
 class HeadView {
  public:
-  void set_subject(const std::string& model, int layer, int head) {
+  void set_subject(const std::string& model, int layer, int head, std::shared_ptr<const Trace> trace = {}) {
     model_name_ = model;
     layer_ = layer;
     head_ = head;
+    trace_ = std::move(trace);
   }
   void draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& token_text,
             const viz::HeatmapRenderer& renderer, float side) {
@@ -265,6 +316,52 @@ class HeadView {
         {shared_versions, 1}, pct, false, [&] { return viz::value_range(shared, T, T, pct, false, true); });
     viz::HeadFigure figure;  // the same maps, styles and zoom, for "Export head view"
     figure.tokens = tokens;
+    // Zoomed into a long prompt's pooled map far enough (at most kTileTokens per side): the exact values of
+    // the visible tokens, recomputed off the UI thread, replace the pooled cells.
+    const AttentionTile* tile = nullptr;
+    if (pooled_from > 0 && trace_) {
+      ViewState& v = state.view;
+      const int64_t P = maps[0].T;
+      // The visible tokens (the zoom is kept in tokens).
+      (void)P;
+      const int64_t n = pooled_from;
+      const int64_t tspan = std::clamp<int64_t>(std::llround(v.zoom_span > 0 ? v.zoom_span : double(n)), 1, n);
+      const int64_t tr0 = std::clamp<int64_t>(std::llround(v.zoom_row0), 0, n - tspan), tr1 = tr0 + tspan;
+      const int64_t tc0 = std::clamp<int64_t>(std::llround(v.zoom_col0), 0, n - tspan), tc1 = tc0 + tspan;
+      constexpr int64_t kTileTokens = 1024;
+      if (tr1 - tr0 <= kTileTokens && tc1 - tc0 <= kTileTokens) {
+        tile = tiles_.get(trace_, {trace_.get(), layer_, head_, tr0, tr1 - tr0, tc0, tc1 - tc0});
+        if (!tile)
+          ImGui::TextDisabled("computing the exact values of tokens %lld-%lld x %lld-%lld ...", static_cast<long long>(tr0),
+                              static_cast<long long>(tr1 - 1), static_cast<long long>(tc0), static_cast<long long>(tc1 - 1));
+        else
+          ImGui::TextColored(ImVec4(0.1f, 0.5f, 0.1f, 1), "exact values: query tokens %lld-%lld, key tokens %lld-%lld",
+                             static_cast<long long>(tr0), static_cast<long long>(tr1 - 1), static_cast<long long>(tc0),
+                             static_cast<long long>(tc1 - 1));
+        if (!tiles_.error().empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", tiles_.error().c_str());
+      } else {
+        ImGui::TextDisabled("zoom in to %lld tokens or fewer per side for exact values", static_cast<long long>(kTileTokens));
+      }
+    }
+    // A new tile (or none) means new textures and ranges.
+    const uint64_t tile_state = tile ? tiles_.generation() * 2 + 1 : 0;
+    if (tile_state != last_tile_state_) {
+      last_tile_state_ = tile_state;
+      ++tile_version_;
+    }
+    // The tile's maps with hidden keys as NaN (drawn masked), in the order of `maps`.
+    std::vector<std::vector<float>> tile_maps;
+    if (tile) {
+      const std::vector<float>* parts[3] = {&tile->a1, &tile->a2, &tile->a};
+      for (size_t i = 0; i < maps.size(); ++i) {
+        const std::vector<float>& src = maps.size() == 1 ? tile->a : *parts[i];
+        std::vector<float> m = src;
+        for (int64_t r = 0; r < tile->rows; ++r)
+          for (int64_t c = 0; c < tile->cols; ++c)
+            if (tile->col0 + c > tile->row0 + r) m[static_cast<size_t>(r * tile->cols + c)] = std::nanf("");
+        tile_maps.push_back(std::move(m));
+      }
+    }
     for (size_t i = 0; i < maps.size(); ++i) {
       const MapSpec& m = maps[i];
       if (i) ImGui::SameLine();
@@ -277,20 +374,39 @@ class HeadView {
               ? ranges_.get({m.version, 2}, pct, m.diverging,
                             [&] { return viz::value_range({m.data}, T, T, pct, m.diverging, true); })
               : shared_range;
+      if (tile) {  // the exact tile gets the colour range of its own values (the pooled map's is far wider)
+        std::vector<const float*> group;
+        if (m.diverging || !state.view.shared_scale) {
+          group.push_back(tile_maps[i].data());
+        } else {
+          for (size_t j = 0; j < maps.size(); ++j)
+            if (!maps[j].diverging) group.push_back(tile_maps[j].data());
+        }
+        style.range = ranges_.get({tile_version_ * 16 + (m.diverging || !state.view.shared_scale ? i : 15), 3}, pct,
+                                  m.diverging, [&] {
+                                    return viz::value_range(group, tile->rows, tile->cols, pct, m.diverging, false);
+                                  });
+      }
       viz::HeatmapView& view = views_[i];
       const int px = std::max(16, static_cast<int>(side));
       ViewState& v = state.view;
-      if (v.zoom_span <= 0 || v.zoom_span > T)
-        v.zoom_span = static_cast<double>(T), v.zoom_row0 = v.zoom_col0 = 0;
-      const int64_t span = std::max<int64_t>(1, static_cast<int64_t>(std::llround(v.zoom_span)));
-      const int64_t r0 = std::clamp<int64_t>(std::llround(v.zoom_row0), 0, T - span);
-      const int64_t c0 = std::clamp<int64_t>(std::llround(v.zoom_col0), 0, T - span);
+      // The zoom lives in tokens (shared by both models); a pooled map converts it to its cells.
+      const double n_tokens = pooled_from > 0 ? static_cast<double>(pooled_from) : static_cast<double>(T);
+      const double u = static_cast<double>(T) / n_tokens;  // map units per token
+      if (v.zoom_span <= 0 || v.zoom_span > n_tokens) v.zoom_span = n_tokens, v.zoom_row0 = v.zoom_col0 = 0;
+      const int64_t span = std::clamp<int64_t>(std::llround(v.zoom_span * u), 1, T);
+      const int64_t r0 = std::clamp<int64_t>(std::llround(v.zoom_row0 * u), 0, T - span);
+      const int64_t c0 = std::clamp<int64_t>(std::llround(v.zoom_col0 * u), 0, T - span);
       view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, px, px,
                   static_cast<viz::Pooling>(v.pooling), style, renderer);
+      viz::HeatmapView& tview = tile_views_[i];
+      if (tile)
+        tview.update({tile_maps[i].data(), tile->rows, tile->cols, tile_version_ * 8 + i, false, {}}, px, px,
+                     static_cast<viz::Pooling>(v.pooling), style, renderer);
       figure.panels.push_back({m.title, m.data, style});
       figure.region = {r0, c0, span, span};
       const ImVec2 origin = ImGui::GetCursorScreenPos();
-      ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(view.target().texture())),
+      ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>((tile ? tview : view).target().texture())),
                    ImVec2(side, side), ImVec2(0, 1),
                    ImVec2(1, 0));  // the target is bottom-up: flip once, here
       // Linked selection: the selected query's row and the hovered key's column, in every map.
@@ -315,16 +431,16 @@ class HeadView {
         const int64_t q = std::clamp<int64_t>(r0 + static_cast<int64_t>(fy * span), 0, T - 1);
         const int64_t k = std::clamp<int64_t>(c0 + static_cast<int64_t>(fx * span), 0, T - 1);
         state.selection.hovered_next = to_token(k);
-        if (io.MouseWheel != 0) {  // zoom around the cursor
+        if (io.MouseWheel != 0) {  // zoom around the cursor (in tokens)
           const double new_span =
-              std::clamp(v.zoom_span * std::pow(0.8, io.MouseWheel), std::min(8.0, double(T)), double(T));
-          v.zoom_row0 = r0 + fy * span - fy * new_span;
-          v.zoom_col0 = c0 + fx * span - fx * new_span;
+              std::clamp(v.zoom_span * std::pow(0.8, io.MouseWheel), std::min(8.0, n_tokens), n_tokens);
+          v.zoom_row0 = (r0 + fy * span) / u - fy * new_span;
+          v.zoom_col0 = (c0 + fx * span) / u - fx * new_span;
           v.zoom_span = new_span;
         }
         if (ImGui::IsMouseDragging(ImGuiMouseButton_Left)) {  // pan
-          v.zoom_row0 = r0 - io.MouseDelta.y / side * span;
-          v.zoom_col0 = c0 - io.MouseDelta.x / side * span;
+          v.zoom_row0 = (r0 - io.MouseDelta.y / side * span) / u;
+          v.zoom_col0 = (c0 - io.MouseDelta.x / side * span) / u;
         } else if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
                    ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).x == 0 &&
                    ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).y == 0) {
@@ -332,6 +448,20 @@ class HeadView {
         }
         if (ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) v.zoom_span = 0;  // reset
         ImGui::BeginTooltip();
+        if (tile) {  // exact: the token under the cursor
+          const int64_t tq = std::clamp<int64_t>(tile->row0 + static_cast<int64_t>(fy * tile->rows), tile->row0, tile->row0 + tile->rows - 1);
+          const int64_t tk = std::clamp<int64_t>(tile->col0 + static_cast<int64_t>(fx * tile->cols), tile->col0, tile->col0 + tile->cols - 1);
+          state.selection.hovered_next = static_cast<int>(tk);
+          ImGui::Text("query %lld  %s", static_cast<long long>(tq), token_text[static_cast<size_t>(tq)].c_str());
+          ImGui::Text("key   %lld  %s", static_cast<long long>(tk), token_text[static_cast<size_t>(tk)].c_str());
+          if (tk > tq)
+            ImGui::TextUnformatted("masked (future key)");
+          else
+            for (size_t mi = 0; mi < maps.size(); ++mi)
+              ImGui::Text("%s = %.5f (exact)", maps[mi].title.c_str(),
+                          tile_maps[mi][static_cast<size_t>((tq - tile->row0) * tile->cols + (tk - tile->col0))]);
+          ImGui::EndTooltip();
+        } else {
         if (pooled_from > 0) {
           ImGui::Text("queries %s", tokens[static_cast<size_t>(q)].c_str());
           ImGui::Text("keys    %s", tokens[static_cast<size_t>(k)].c_str());
@@ -349,6 +479,7 @@ class HeadView {
           ImGui::TextDisabled("zoom: %s %lld-%lld (double-click resets)", pooled_from > 0 ? "cells" : "rows",
                               static_cast<long long>(r0), static_cast<long long>(r0 + span - 1));
         ImGui::EndTooltip();
+        }
       }
       draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, style.scale,
                   side);
@@ -388,9 +519,14 @@ class HeadView {
   }
 
   std::map<size_t, viz::HeatmapView> views_;
+  std::map<size_t, viz::HeatmapView> tile_views_;
   RangeCache ranges_;
   std::string model_name_;
   int layer_ = 0, head_ = 0;
+  std::shared_ptr<const Trace> trace_;
+  TileService tiles_;
+  uint64_t tile_version_ = 0;
+  uint64_t last_tile_state_ = 0;
 };
 
 // Layers × heads grid of one model's maps (A1 − λA2 for DIFF, A for the baseline): click selects.
@@ -1524,7 +1660,7 @@ int run_gui(const GuiOptions& opt) {
             }
             head_views[s].set_subject(
                 t->config.name.empty() ? to_string(t->config.attention) : t->config.name, state.view.layer,
-                state.view.head[s]);
+                state.view.head[s], t);
             head_views[s].draw(state,
                                maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s,
                                        state.view.pooling == 0),
