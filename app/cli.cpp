@@ -46,6 +46,7 @@ GUI options:
   --screenshot F.png    write the window to F.png once both maps are shown, then exit
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
   --size WxH            window size (default 1600x1000)   --font-scale X (HiDPI)   --lecture   --threads N
+  --device auto|cpu|cuda  where the models run (auto: CUDA when this LibTorch build has a GPU)
   --tab overview|models|noise|lab|outliers   which bottom panel is open
   --export-all          export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E
   --export-dir DIR      export folder     --maps-height F   share of the height for the maps (0.2-0.85)
@@ -501,7 +502,7 @@ int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
                     "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
                     "maps-height", "logit-bits", "needle", "lab-lengths", "lab-depths", "lab-needles", "lab-queried",
-                    "lab-seeds", "lab-run", "haystack", "pooled-budget"});
+                    "lab-seeds", "lab-run", "haystack", "pooled-budget", "device"});
   app::GuiOptions o;
   if (a.has("models")) {
     const std::string list = a.get("models");
@@ -563,6 +564,8 @@ int cmd_gui(const Args& a) {
       throw Error("--maps-height expects a fraction of the window between 0.2 and 0.85");
   }
   o.threads = a.get_int("threads", 0);
+  o.device = a.get("device", "auto");
+  (void)parse_device(o.device);  // refuse a typo before a window opens
   if (a.has("pooled-budget")) o.pooled_budget_mb = static_cast<double>(pooled_budget(a)) / (1024.0 * 1024.0);
   if (a.has("tab")) {
     const std::string tab = a.get("tab");

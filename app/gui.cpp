@@ -1498,6 +1498,7 @@ int run_gui(const GuiOptions& opt) {
     const viz::HeatmapRenderer renderer;
     InferenceWorker worker([] { glfwPostEmptyEvent(); }, opt.threads);
     GuiState state;
+    worker.set_device(parse_device(opt.device));
     for (int s = 0; s < kSlots; ++s) {
       state.slots[s].path_field = opt.models[s];
       if (!opt.models[s].empty()) worker.load(s, opt.models[s]);

@@ -20,6 +20,7 @@ struct GuiOptions {
   float maps_fraction = 0.6f;    // share of the height below the token strip for the head view
   bool lecture = false;          // start with the large lecture font
   int threads = 0;               // inference threads (0: LibTorch default)
+  std::string device = "auto";   // auto | cpu | cuda: where the models run
   double pooled_budget_mb = 256;  // long prompts: pooled maps within this budget per model (0: always exact)
   bool open_outliers = false;    // start on the Outliers tab (headless screenshots of that panel)
   bool open_noise = false;       // start on the Attention noise tab

@@ -116,6 +116,11 @@ uint64_t InferenceWorker::start_sweep(const SweepRequest& request) {
 
 void InferenceWorker::cancel_load() { load_cancel_ = true; }
 
+void InferenceWorker::set_device(DeviceChoice device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  device_ = device;
+}
+
 void InferenceWorker::cancel_sweep() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -294,12 +299,13 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
 
 void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& lock) {
   load_cancel_ = false;
+  const DeviceChoice device = device_;
   lock.unlock();
   std::unique_ptr<Model> model;
   std::string error;
   try {
     model = std::make_unique<Model>(Model::load(
-        job.dir, DeviceChoice::Auto,
+        job.dir, device,
         [&](int64_t done, int64_t total) {
           std::lock_guard<std::mutex> guard(mutex_);
           status_.activity = "loading " + job.dir + ": " + std::to_string(done) + "/" + std::to_string(total) + " tensors";

@@ -87,6 +87,8 @@ class InferenceWorker {
   void load(int slot, const std::string& dir);
   // Stops a model load in progress between tensors (the slot keeps its previous model).
   void cancel_load();
+  // Where later loads put their model (auto: CUDA when LibTorch has it, else the CPU).
+  void set_device(DeviceChoice device);
   // Queues reading a trace bundle (difflens capture --out DIR) into `slot`: it is delivered as a result of
   // its own (the other slot empty) and shown until the next run; errors are reported in that result.
   void open_bundle(int slot, const std::string& dir);
@@ -133,6 +135,7 @@ class InferenceWorker {
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};
   std::atomic<bool> load_cancel_{false};
+  DeviceChoice device_ = DeviceChoice::Auto;  // guarded by mutex_
   std::array<std::unique_ptr<Model>, kSlots> models_;  // worker thread only
   // Sweep: the request waiting to start, the public progress, and the worker's private plan.
   std::optional<SweepRequest> pending_sweep_;
