@@ -578,13 +578,21 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
                                                 : 0;
   const double exact_bytes = static_cast<double>(kept_layers) * static_cast<double>(keep_heads.size()) *
                              static_cast<double>(maps_per_head) * static_cast<double>(T) * static_cast<double>(T) * 4.0;
+  // One layer's attention computed whole (logits and maps of every head) would take this much at once.
+  const double transient = static_cast<double>(heads_total) * static_cast<double>(T) * static_cast<double>(T) *
+                           4.0 * (c.is_diff() ? 5.0 : 2.0);
   int64_t pooled = 0;
-  if (options.pooled_budget_bytes > 0 && exact_bytes > static_cast<double>(options.pooled_budget_bytes)) {
+  if (options.pooled_budget_bytes > 0 && (exact_bytes > static_cast<double>(options.pooled_budget_bytes) ||
+                                          transient > static_cast<double>(options.pooled_budget_bytes))) {
     if (impl_->logit_bits > 0) throw Error("long-prompt capture does not combine with logit quantization");
     const double maps = std::max<double>(1.0, static_cast<double>(kept_layers) * static_cast<double>(keep_heads.size()) *
                                                   static_cast<double>(maps_per_head) * 2.0);
     pooled = std::max<int64_t>(1, static_cast<int64_t>(std::sqrt(static_cast<double>(options.pooled_budget_bytes) / (maps * 4.0))));
-    if (pooled >= T) pooled = 0;  // the budget holds every entry after all
+    // No maps kept: blocked, with nothing pooled. Room for every entry: exact maps after all.
+    if (exact_bytes == 0)
+      pooled = 1;
+    else if (pooled >= T)
+      pooled = 0;
     if (options.keep_logits) throw Error("full logits (--keep-logits) do not fit a long-prompt capture");
   }
   // Masks are T x T: built only for exact captures.
@@ -674,7 +682,19 @@ std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_ne
   std::vector<int64_t> all = ids, out;
   for (int i = 0; i < max_new && static_cast<int64_t>(all.size()) < c.max_position_embeddings; ++i) {
     Tensor x = at::tensor(all, at::TensorOptions().dtype(at::kLong)).unsqueeze(0).to(impl_->device);
-    Tensor logits = impl_->net->forward(x)[0][-1].to(at::kCPU, at::kFloat);  // [V]
+    Tensor logits;  // [V] after the last token
+    const int64_t T = x.size(1);
+    if (T <= 1024) {
+      logits = impl_->net->forward(x)[0][-1].to(at::kCPU, at::kFloat);
+    } else {  // long contexts: attention in blocks of query rows, never a T x T tensor per layer
+      const nn::Rope rope(T, c, impl_->device);
+      Tensor h = impl_->net->model->embed_tokens(x);
+      for (auto& layer : impl_->net->model->layer_ptrs) {
+        nn::AttentionInputs in;
+        h = layer->forward_blocked(h, rope, c, 256, in, [](const nn::DecoderLayerImpl::Block&) {});
+      }
+      logits = impl_->net->unembed(impl_->net->model->norm(h[0][T - 1])).to(at::kCPU, at::kFloat);
+    }
     int64_t next;
     if (temperature <= 0) {
       next = logits.argmax().item<int64_t>();

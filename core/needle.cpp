@@ -55,6 +55,7 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
   CaptureOptions opt;
   opt.logit_stats = false;
   opt.next_token_top_k = 1;
+  opt.pooled_budget_bytes = size_t{256} << 20;  // long contexts: blocked capture, readout from exact tiles
   const Trace trace = model.capture(prompt, opt, cancel);
   run.attention = attention_noise(trace, {code.begin, code.end}, {last_q.begin, last_q.end});
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -197,3 +197,24 @@ TEST_CASE("long prompts: a pooled trace bundle round-trips with its tiles", "[lo
   const AttentionTile a = attention_tile(t, 1, 1, 100, 20, 0, 120), b = attention_tile(back, 1, 1, 100, 20, 0, 120);
   CHECK(a.a == b.a);
 }
+
+TEST_CASE("long prompts: generation past 1024 tokens runs blocked and agrees with the exact forward",
+          "[long][capture]") {
+  ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1);
+  c.max_position_embeddings = 2048;
+  const Model m = Model::random(c, 17);
+  const std::vector<int64_t> ids = test::random_ids(1100, c.vocab_size, 6);
+  const Trace exact = m.capture(ids);  // whole-map forward
+  const std::vector<int64_t> next = m.generate(ids, 1, 0.0);
+  REQUIRE(next.size() == 1);
+  CHECK(next[0] == exact.next_token[0].id);
+  // Without maps but with a budget, long captures run blocked too (no T x T at once).
+  CaptureOptions o;
+  o.keep_maps = false;
+  o.pooled_budget_bytes = 1 << 20;
+  const Trace nomaps = m.capture(ids, o);
+  CHECK(nomaps.layers[0].pooled == 1);
+  CHECK(nomaps.layers[0].heads.empty());
+  CHECK(nomaps.next_token[0].id == exact.next_token[0].id);
+  CHECK(nomaps.layers[1].logit_stats.top_k(1) == Approx(exact.layers[1].logit_stats.top_k(1)).margin(1e-5));
+}
