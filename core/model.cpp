@@ -53,19 +53,22 @@ FloatArray to_array(const Tensor& t) {
 // true (the causal future), without gathering the pool: every value gets its log10 bin in one vectorised
 // pass (skipped cells go to a discard bucket), bincount gives the histogram, and the exact top-k and
 // lower median are then read from the few values inside the bins where they must lie.
-ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Tensor()) {
+// `exact_median` false: the median is left to the histogram (blocks of a long capture, whose medians a
+// merge replaces by the histogram estimate anyway).
+ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Tensor(), bool exact_median = true) {
   constexpr int64_t kBelow = 0, kAbove = LogHistogram::kBins + 1, kDiscard = LogHistogram::kBins + 2;
   std::vector<Tensor> values, buckets;  // per part: |v| and its bucket (0 below, 1..kBins, kBins+1 above)
   std::vector<int64_t> counts(kDiscard + 1, 0);
   double sum = 0;
   for (const Tensor& p : parts) {
-    Tensor v = p.to(at::kFloat).abs();
-    v = at::where(at::isnan(v), at::zeros_like(v), v);  // NaN counts as "below" rather than poisoning
-    Tensor b = ((at::log10(v) - LogHistogram::kLogMin) * LogHistogram::kBinsPerDecade)
-                   .floor()
-                   .clamp(-1, LogHistogram::kBins)  // -inf (zeros) → -1, +inf → kBins
-                   .to(at::kShort) +
-               1;  // 1027 buckets fit int16: a quarter of int64's memory
+    // NaN counts as "below" rather than poisoning; infinities stay infinite.
+    Tensor v = at::nan_to_num(p.to(at::kFloat).abs(), 0.0, std::numeric_limits<double>::infinity(),
+                              std::numeric_limits<double>::infinity());
+    // bucket = floor((log10|v| - kLogMin) · kBinsPerDecade) + 1, clamped to [0, kBins + 1]: in place, one
+    // temporary (1027 buckets fit int16: a quarter of int64's memory).
+    Tensor b = at::log10(v);
+    b.sub_(LogHistogram::kLogMin).mul_(LogHistogram::kBinsPerDecade).floor_().clamp_(-1, LogHistogram::kBins);
+    b = b.to(at::kShort).add_(1);
     if (skip.defined()) {
       b.masked_fill_(skip, kDiscard);
       sum += v.masked_fill(skip, 0.0f).sum(at::kDouble).item<double>();
@@ -102,6 +105,10 @@ ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Te
     if ((above_count += counts[top_bucket]) >= k) break;
   s.top =
       to_vector(std::get<0>(at::topk(gather(top_bucket, kAbove), k, 0, /*largest=*/true, /*sorted=*/true)));
+  if (!exact_median) {
+    s.median = static_cast<float>(s.histogram.quantile(0.5));
+    return s;
+  }
   // Lower median: rank (n+1)/2 from the bottom, found inside its bucket.
   const int64_t rank = (n + 1) / 2;
   int64_t below_count = 0, median_bucket = kBelow;
@@ -186,7 +193,9 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
       Tensor skip = b.l1.isinf();
       if (options.stats_from > b.row0)
         skip = skip.logical_or(at::arange(b.row0, b.row0 + b.rows, opts).lt(options.stats_from).view({1, b.rows, 1}));
-      ValueStats s = diff ? value_stats({b.l1, b.l2}, skip) : value_stats({b.l1}, skip);
+      // A single block (short prompts) keeps the exact median; several merge into the histogram's.
+      const bool one_block = b.rows == T;
+      ValueStats s = diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
       if (!have_stats)
         stats = std::move(s);
       else
