@@ -1433,6 +1433,17 @@ void draw_controls(GuiState& state, int layers, int heads[kSlots]) {
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Absmax-quantize every attention logit (per head, dynamic) before the softmax,\n"
                       "as in the paper's quantization study; both models re-run.");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
+  int budget_mb = static_cast<int>(state.pooled_budget >> 20);
+  if (ImGui::InputInt("long-prompt MB", &budget_mb, 64, 256, ImGuiInputTextFlags_EnterReturnsTrue)) {
+    state.pooled_budget = static_cast<size_t>(std::clamp(budget_mb, 0, 65536)) << 20;
+    state.prompt.pending = true;  // re-run with the new budget
+    state.prompt.last_edit = 0;
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Prompts whose exact maps would need more than this per model are captured in blocks\n"
+                      "and kept as pooled maps of this size (0: always exact maps, memory grows with T^2).");
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 16);
   ImGui::InputText("export folder", &v.export_dir);
   ImGui::SameLine();
