@@ -128,6 +128,7 @@ struct GuiState {
     std::string errors[kSlots];
   } noise_cache;
   size_t pooled_budget = size_t{256} << 20;  // long prompts: pooled maps within this many bytes per model
+  bool exact_tile_shown[kSlots] = {false, false};  // last frame: a head view drew an exact tile (headless report)
   float strip_height = 0;        // the token chips' full height last frame (the strip scrolls beyond ~4 lines)
   int strip_scrolled_to = -1;    // the query the strip last scrolled to
 };
@@ -286,9 +287,10 @@ class HeadView {
     head_ = head;
     trace_ = std::move(trace);
   }
-  void draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& token_text,
+  // Returns whether an exact tile of a long prompt was drawn.
+  bool draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& token_text,
             const viz::HeatmapRenderer& renderer, float side) {
-    if (maps.empty()) return;
+    if (maps.empty()) return false;
     // Pooled maps (long prompts): the axes are cells of several tokens; selection and hover stay in tokens.
     const int64_t pooled_from = maps[0].pooled_from;
     const std::vector<int64_t> starts = pooled_from > 0 ? cell_starts(pooled_from, maps[0].T) : std::vector<int64_t>{};
@@ -492,6 +494,7 @@ class HeadView {
     }
     if (ImGui::SmallButton("Export head view (PNG with token labels and legends)") || state.export_all)
       export_head_figure(state, figure, static_cast<viz::Pooling>(state.view.pooling));
+    return tile != nullptr;
   }
 
  private:
@@ -1673,7 +1676,7 @@ int run_gui(const GuiOptions& opt) {
             head_views[s].set_subject(
                 t->config.name.empty() ? to_string(t->config.attention) : t->config.name, state.view.layer,
                 state.view.head[s], t);
-            head_views[s].draw(state,
+            state.exact_tile_shown[s] = head_views[s].draw(state,
                                maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s,
                                        state.view.pooling == 0),
                                t->tokens, renderer, side);
@@ -1816,6 +1819,13 @@ int run_gui(const GuiOptions& opt) {
           std::printf(
               "wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
               opt.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
+          for (int s = 0; s < kSlots; ++s) {  // long prompts: what was kept and what the head view shows
+            const auto& t = state.shown ? state.shown->traces[s] : nullptr;
+            if (t && !t->layers.empty() && t->layers[0].pooled > 0)
+              std::printf("%s: pooled %lld x %lld cells of %lld tokens; head view %s\n", t->config.name.c_str(),
+                          static_cast<long long>(t->layers[0].pooled), static_cast<long long>(t->layers[0].pooled),
+                          T, state.exact_tile_shown[s] ? "shows an exact tile" : "shows pooled cells");
+          }
           if (!steady_ms.empty()) {
             double sum = 0, worst = 0;
             for (double m : steady_ms) sum += m, worst = std::max(worst, m);

@@ -393,3 +393,28 @@ TEST_CASE("cli: convert writes Hugging Face and official-layout checkpoints with
   };
   expect_failures(bad, dir);
 }
+
+TEST_CASE("gui: a long prompt shows pooled maps and, zoomed in, an exact tile", "[gui][cli][long]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guilong");
+  const std::string models = (dir / "m").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status == 0);
+  std::string prompt;
+  for (int i = 0; i < 150; ++i) prompt += "abcdefghi ";  // 1500 bytes: 1501 tokens with BOS
+  const std::string common = " --models " + models + "/diff," + models + "/baseline --prompt '" + prompt +
+                             "' --pooled-budget 1 --size 1280x800 --exit-after-frames 30 --threads 1 --screenshot ";
+  Result r = run(common + (dir / "pooled.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("1501 tokens") != std::string::npos);
+  CHECK(r.out.find("diff (untrained, seed 1): pooled") != std::string::npos);
+  CHECK(r.out.find("head view shows pooled cells") != std::string::npos);
+  r = run(common + (dir / "tile.png").string() + " --zoom 1000,900,200", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  size_t tiles = 0;
+  for (size_t p = r.out.find("shows an exact tile"); p != std::string::npos; p = r.out.find("shows an exact tile", p + 1))
+    ++tiles;
+  CHECK(tiles == 2);  // both models, the same tokens
+  CHECK(std::filesystem::file_size(dir / "tile.png") > 20000);
+}
