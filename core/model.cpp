@@ -145,9 +145,12 @@ at::Device resolve_device(DeviceChoice choice) {
 struct PoolGrid {
   int64_t T = 0, P = 0;
   std::vector<int64_t> bin;    // token -> cell index
+  std::vector<int64_t> start;  // cell -> its first token (P + 1 values, the last = T)
   std::vector<int64_t> count;  // [P, P]
   PoolGrid(int64_t T_, int64_t P_) : T(T_), P(P_) {
     if (P == 0) return;
+    start.resize(static_cast<size_t>(P + 1));
+    for (int64_t r = 0; r <= P; ++r) start[static_cast<size_t>(r)] = r * T / P;
     bin.resize(static_cast<size_t>(T));
     for (int64_t r = 0; r < P; ++r)
       for (int64_t i = r * T / P; i < (r + 1) * T / P; ++i) bin[static_cast<size_t>(i)] = r;
@@ -215,13 +218,20 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
         float* be = best[static_cast<size_t>(job)].data();
         for (int64_t i = 0; i < b.rows; ++i) {
           const int64_t q = b.row0 + i;
-          const int64_t base = grid.bin[static_cast<size_t>(q)] * P;
+          const int64_t rb = grid.bin[static_cast<size_t>(q)];
           const float* row = a + i * K;
-          for (int64_t j = 0; j <= q; ++j) {
-            const float v = row[j];
-            const size_t cell = static_cast<size_t>(base + grid.bin[static_cast<size_t>(j)]);
-            su[cell] += v;
-            if (std::fabs(v) > std::fabs(be[cell])) be[cell] = v;
+          // One column cell at a time: a tight loop over its keys, then one update of the cell.
+          for (int64_t c = 0; c <= rb; ++c) {
+            const int64_t j0 = grid.start[static_cast<size_t>(c)];
+            const int64_t j1 = std::min(grid.start[static_cast<size_t>(c + 1)], q + 1);
+            float sum = 0, top = be[static_cast<size_t>(rb * P + c)];
+            for (int64_t j = j0; j < j1; ++j) {
+              const float v = row[j];
+              sum += v;
+              if (std::fabs(v) > std::fabs(top)) top = v;
+            }
+            su[static_cast<size_t>(rb * P + c)] += sum;
+            be[static_cast<size_t>(rb * P + c)] = top;
           }
         }
       }
