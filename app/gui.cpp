@@ -1560,9 +1560,13 @@ int run_gui(const GuiOptions& opt) {
     bool result_ready = false;    // headless: the simulated edit's result arrived
 
     while (!glfwWindowShouldClose(window)) {
-      // Sleep until input or a worker result; wake up for the debounce deadline.
-      if (state.prompt.pending || state.status.busy || frames_since_result >= 0)
+      // Sleep until input or a worker result (the worker posts an event when a job ends); wake up for the
+      // debounce deadline. While the models run, redraw only a few times a second for the status line:
+      // every frame costs CPU the inference could use (software GL especially).
+      if (state.prompt.pending || frames_since_result >= 0)
         glfwWaitEventsTimeout(0.03);
+      else if (state.status.busy)
+        glfwWaitEventsTimeout(0.25);
       else
         glfwWaitEventsTimeout(0.5);
       const double frame_start = now_seconds();  // the frame's own work, not the wait for events
