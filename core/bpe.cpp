@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <queue>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -112,8 +113,13 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
   const json& m = j["model"];
   if (m.value("type", std::string("BPE")) != "BPE")
     fail("tokenizer model '" + m.value("type", std::string()) + "' is not supported (byte-level BPE only)");
-  if (j.contains("normalizer") && !j["normalizer"].is_null())
-    fail("a normalizer (" + j["normalizer"].value("type", std::string("?")) + ") is not supported");
+  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+    const json& n = j["normalizer"];
+    const bool empty_sequence = n.is_object() && n.value("type", std::string()) == "Sequence" &&
+                                n.contains("normalizers") && n["normalizers"].is_array() && n["normalizers"].empty();
+    if (!empty_sequence)  // an empty Sequence changes nothing
+      fail("a normalizer (" + (n.is_object() ? n.value("type", std::string("?")) : std::string("?")) + ") is not supported");
+  }
   if (m.value("byte_fallback", false)) fail("BPE with byte_fallback (SentencePiece-style) is not supported; use tokenizer.model");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (m.contains(k) && !m[k].is_null() && !(m[k].is_string() && m[k].get<std::string>().empty()))
@@ -140,7 +146,12 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
       } else {
         fail("merges must be \"a b\" strings or [a, b] pairs");
       }
-      bpe->ranks_.emplace(p, rank++);
+      const auto a = bpe->vocab_.find(p.first), b = bpe->vocab_.find(p.second),
+                 ab = bpe->vocab_.find(p.first + p.second);
+      if (a == bpe->vocab_.end() || b == bpe->vocab_.end() || ab == bpe->vocab_.end())
+        fail("merge '" + p.first + " " + p.second + "' uses or makes a token that is not in the vocabulary");
+      // As in the reference library, a pair listed twice keeps its last rank.
+      bpe->merges_[pair_key(a->second, b->second)] = {rank++, ab->second};
     }
   }
   bpe->ignore_merges_ = m.value("ignore_merges", false);
@@ -150,22 +161,35 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
   }
   if (j.contains("added_tokens") && j["added_tokens"].is_array())
     for (const auto& a : j["added_tokens"]) {
-      if (!a.contains("id") || !a.contains("content") || !a["content"].is_string()) fail("an added token lacks id or content");
+      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || a["id"].get<int64_t>() < 0 ||
+          !a.contains("content") || !a["content"].is_string())
+        fail("an added token lacks a valid id or content");
       const std::string c = a["content"].get<std::string>();
       if (c.empty()) continue;
-      bpe->added_.push_back({c, a["id"].get<int64_t>()});
+      auto flag = [&](const char* k, bool fallback) { return a.contains(k) && a[k].is_boolean() ? a[k].get<bool>() : fallback; };
+      // The library's default: special tokens are matched in the raw text, others after normalization.
+      const bool normalized = flag("normalized", !flag("special", false));
+      bpe->added_[normalized].push_back(
+          {c, a["id"].get<int64_t>(), flag("single_word", false), flag("lstrip", false), flag("rstrip", false)});
       max_id = std::max(max_id, a["id"].get<int64_t>());
     }
-  std::stable_sort(bpe->added_.begin(), bpe->added_.end(),
-                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-  for (const auto& [c, id] : bpe->added_) bpe->added_first_[static_cast<unsigned char>(c[0])] = true;
+  for (int pass = 0; pass < 2; ++pass) {
+    std::stable_sort(bpe->added_[pass].begin(), bpe->added_[pass].end(),
+                     [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+    for (const Added& a : bpe->added_[pass]) bpe->added_first_[pass][static_cast<unsigned char>(a.content[0])] = true;
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = bpe->vocab_.find(byte_map().to_char[b]);
+    bpe->byte_ids_[b] = it == bpe->vocab_.end() ? -1 : it->second;
+  }
   bpe->vocab_size_ = max_id + 1;
   bpe->id_to_bytes_.assign(static_cast<size_t>(bpe->vocab_size_), "");
   for (const auto& [tok, id] : bpe->vocab_) bpe->id_to_bytes_[static_cast<size_t>(id)] = unmap(tok);
-  for (const auto& [c, id] : bpe->added_) bpe->id_to_bytes_[static_cast<size_t>(id)] = c;
+  for (const auto& list : bpe->added_)
+    for (const Added& a : list) bpe->id_to_bytes_[static_cast<size_t>(a.id)] = a.content;
 
   // Pre-tokenizers: Split (regex, Isolated) and ByteLevel, alone or in a Sequence.
-  auto add_regex = [&](const std::string& pattern) {
+  auto compile = [&](const std::string& pattern) {
     int err = 0;
     PCRE2_SIZE at = 0;
     auto r = std::make_unique<Regex>();
@@ -177,8 +201,12 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
       fail("the pre-tokenizer regex does not compile at offset " + std::to_string(at) + ": " +
            reinterpret_cast<const char*>(msg));
     }
-    bpe->splits_.push_back(std::move(r));
+    return r;
   };
+  auto add_regex = [&](const std::string& pattern) { bpe->splits_.push_back(compile(pattern)); };
+  // What the library's `\w` and `\s` (Rust regex, Unicode) mean for single_word / lstrip / rstrip.
+  bpe->word_char_ = compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])");
+  bpe->space_char_ = compile(R"([\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}])");
   bool byte_level = false;
   std::function<void(const json&)> pre = [&](const json& p) {
     if (p.is_null()) return;
@@ -251,92 +279,171 @@ void ByteLevelBpe::pretokenize(const std::string& text, size_t begin, size_t end
   for (const auto& [b, e] : pieces) encode_word(text, b, e, out);
 }
 
+// Applies the merges to one pre-tokenized word. Like the reference library: the lowest-ranked pair
+// anywhere in the word merges first (the leftmost among equals), using a heap of candidate pairs over a
+// linked list of symbols, so a long word (a run of CJK text, a base64 blob) costs O(n log n).
 void ByteLevelBpe::encode_word(const std::string& text, size_t begin, size_t end, std::vector<Token>& out) const {
   if (begin >= end) return;
   const ByteMap& bm = byte_map();
-  struct Sym {
-    std::string s;
-    size_t b, e;
-  };
-  std::vector<Sym> syms;
-  std::string whole;
-  for (size_t i = begin; i < end; ++i) {
-    syms.push_back({bm.to_char[static_cast<unsigned char>(text[i])], i, i + 1});
-    whole += syms.back().s;
-  }
   if (ignore_merges_) {
+    std::string whole;
+    for (size_t i = begin; i < end; ++i) whole += bm.to_char[static_cast<unsigned char>(text[i])];
     auto it = vocab_.find(whole);
     if (it != vocab_.end()) {
       out.push_back({it->second, begin, end});
       return;
     }
   }
-  for (;;) {  // merge every occurrence of the best-ranked pair, left to right
-    int64_t best = std::numeric_limits<int64_t>::max();
-    for (size_t i = 0; i + 1 < syms.size(); ++i) {
-      auto it = ranks_.find({syms[i].s, syms[i + 1].s});
-      if (it != ranks_.end()) best = std::min(best, it->second);
-    }
-    if (best == std::numeric_limits<int64_t>::max()) break;
-    std::vector<Sym> merged;
-    for (size_t i = 0; i < syms.size(); ++i) {
-      if (i + 1 < syms.size()) {
-        auto it = ranks_.find({syms[i].s, syms[i + 1].s});
-        if (it != ranks_.end() && it->second == best) {
-          merged.push_back({syms[i].s + syms[i + 1].s, syms[i].b, syms[i + 1].e});
-          ++i;
-          continue;
-        }
-      }
-      merged.push_back(syms[i]);
-    }
-    syms = std::move(merged);
+  struct Sym {
+    int64_t id;  // -1: a byte the vocabulary lacks
+    int64_t prev, next;
+    size_t b, e;
+  };
+  std::vector<Sym> syms;
+  syms.reserve(end - begin);
+  for (size_t i = begin; i < end; ++i) {
+    const int64_t n = static_cast<int64_t>(syms.size());
+    syms.push_back({byte_ids_[static_cast<unsigned char>(text[i])], n - 1, n + 1, i, i + 1});
   }
-  for (const Sym& s : syms) {
-    auto it = vocab_.find(s.s);
-    if (it != vocab_.end()) {
-      out.push_back({it->second, s.b, s.e});
+  syms.back().next = -1;
+  struct Candidate {
+    int64_t rank, pos, new_id;
+    bool operator<(const Candidate& o) const {  // std::priority_queue pops the largest: lowest rank, then leftmost
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  std::priority_queue<Candidate> queue;
+  auto consider = [&](int64_t left) {
+    const int64_t right = syms[static_cast<size_t>(left)].next;
+    if (right < 0) return;
+    const int64_t a = syms[static_cast<size_t>(left)].id, b = syms[static_cast<size_t>(right)].id;
+    if (a < 0 || b < 0) return;
+    auto it = merges_.find(pair_key(a, b));
+    if (it != merges_.end()) queue.push({it->second.first, left, it->second.second});
+  };
+  for (int64_t i = 0; i + 1 < static_cast<int64_t>(syms.size()); ++i) consider(i);
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    Sym& left = syms[static_cast<size_t>(top.pos)];
+    if (left.e == left.b || left.next < 0) continue;  // merged away, or now the last symbol
+    const Sym right = syms[static_cast<size_t>(left.next)];
+    if (left.id < 0 || right.id < 0) continue;
+    auto it = merges_.find(pair_key(left.id, right.id));
+    if (it == merges_.end() || it->second.second != top.new_id) continue;  // a stale candidate
+    syms[static_cast<size_t>(left.next)].e = syms[static_cast<size_t>(left.next)].b;  // removed
+    left.id = top.new_id;
+    left.e = right.e;
+    left.next = right.next;
+    if (right.next >= 0) syms[static_cast<size_t>(right.next)].prev = top.pos;
+    if (left.prev >= 0) consider(left.prev);
+    consider(top.pos);
+  }
+  for (int64_t i = 0; i >= 0; i = syms[static_cast<size_t>(i)].next) {
+    const Sym& s = syms[static_cast<size_t>(i)];
+    if (s.id >= 0) {
+      out.push_back({s.id, s.b, s.e});
     } else if (unk_id_ >= 0) {
       out.push_back({unk_id_, s.b, s.e});
     } else {
-      throw Error("tokenizer: '" + unmap(s.s) + "' is not in the vocabulary and there is no unknown token");
+      throw Error("tokenizer: the byte " + std::to_string(static_cast<unsigned char>(text[s.b])) +
+                  " is not in the vocabulary and there is no unknown token");
     }
   }
 }
 
+// Whether the character starting at byte `at` (before `limit`) is in the class `r`.
+bool ByteLevelBpe::char_is(const Regex& r, const std::string& text, size_t at, size_t limit) const {
+  if (at >= limit) return false;
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(r.code, nullptr);
+  const int rc = pcre2_match(r.code, reinterpret_cast<PCRE2_SPTR>(text.data()), limit, at, PCRE2_ANCHORED, md, nullptr);
+  pcre2_match_data_free(md);
+  return rc > 0;
+}
+
+// Start of the UTF-8 character that ends at byte `at` (not before `floor`).
+size_t ByteLevelBpe::char_before(const std::string& text, size_t at, size_t floor) const {
+  size_t b = at - 1;
+  while (b > floor && at - b < 4 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
+  return b;
+}
+
+// Splits [begin, end) at the added tokens of one list: leftmost-longest, non-overlapping matches; a
+// single_word match next to a word character is dropped (its text stays ordinary text); lstrip / rstrip
+// widen a match over the whitespace beside it. Unmatched stretches come out with id -1.
+void ByteLevelBpe::split_added(const std::string& text, size_t begin, size_t end, int pass,
+                               std::vector<Piece>& out) const {
+  const auto& list = added_[pass];
+  size_t done = begin;  // end of the last piece written
+  size_t i = begin;
+  while (i < end) {
+    const Added* hit = nullptr;
+    if (added_first_[pass][static_cast<unsigned char>(text[i])])
+      for (const Added& a : list)
+        if (a.content.size() <= end - i && text.compare(i, a.content.size(), a.content) == 0) {
+          hit = &a;
+          break;
+        }
+    if (!hit) {
+      ++i;
+      continue;
+    }
+    size_t start = i, stop = i + hit->content.size();
+    i = stop;  // the next match starts after this one, whether it is kept or not
+    if (hit->single_word) {
+      const bool word_before = start > begin && char_is(*word_char_, text, char_before(text, start, begin), end);
+      const bool word_after = stop < end && char_is(*word_char_, text, stop, end);
+      if (word_before || word_after) continue;
+    }
+    if (hit->lstrip) {
+      while (start > done) {
+        const size_t c = char_before(text, start, done);
+        if (!char_is(*space_char_, text, c, end)) break;
+        start = c;
+      }
+    }
+    if (hit->rstrip) {
+      while (stop < end && char_is(*space_char_, text, stop, end)) {
+        size_t next = stop + 1;
+        while (next < end && (static_cast<unsigned char>(text[next]) & 0xC0) == 0x80) ++next;
+        stop = next;
+      }
+    }
+    start = std::max(start, done);
+    if (start > done) out.push_back({-1, done, start});
+    out.push_back({hit->id, start, stop});
+    done = stop;
+    i = std::max(i, stop);
+  }
+  if (done < end) out.push_back({-1, done, end});
+}
+
 std::vector<ByteLevelBpe::Token> ByteLevelBpe::encode(const std::string& text) const {
+  std::vector<Piece> raw, pieces;
+  split_added(text, 0, text.size(), 0, raw);
+  for (const Piece& p : raw) {
+    if (p.id >= 0)
+      pieces.push_back(p);
+    else
+      split_added(text, p.begin, p.end, 1, pieces);
+  }
   std::vector<Token> out;
-  size_t seg = 0, i = 0;
-  auto flush = [&](size_t upto) {
-    if (upto <= seg) return;
-    if (add_prefix_space_ && text[seg] != ' ') {  // a space before the text, covering no input bytes
-      const std::string spaced = " " + text.substr(seg, upto - seg);
+  for (const Piece& p : pieces) {
+    if (p.id >= 0) {
+      out.push_back({p.id, p.begin, p.end});
+    } else if (add_prefix_space_ && text[p.begin] != ' ') {  // a space before the text, covering no input bytes
+      const std::string spaced = " " + text.substr(p.begin, p.end - p.begin);
       std::vector<Token> part;
       pretokenize(spaced, 0, spaced.size(), part);
       for (Token t : part) {
-        t.begin = t.begin == 0 ? seg : seg + t.begin - 1;
-        t.end = seg + t.end - 1;
+        t.begin = t.begin == 0 ? p.begin : p.begin + t.begin - 1;
+        t.end = p.begin + t.end - 1;
         out.push_back(t);
       }
     } else {
-      pretokenize(text, seg, upto, out);
+      pretokenize(text, p.begin, p.end, out);
     }
-  };
-  while (i < text.size()) {
-    bool hit = false;
-    if (added_first_[static_cast<unsigned char>(text[i])])
-      for (const auto& [content, id] : added_)
-      if (text.compare(i, content.size(), content) == 0) {
-        flush(i);
-        out.push_back({id, i, i + content.size()});
-        i += content.size();
-        seg = i;
-        hit = true;
-        break;
-      }
-    if (!hit) ++i;
   }
-  flush(text.size());
   return out;
 }
 

@@ -189,6 +189,18 @@ TEST_CASE("bpe: unsupported tokenizers are refused with the reason", "[tokenizer
                                                                     gpt2_pre()})}})),
              Catch::Contains("does not compile"));
   CHECK_THAT(refuse(json::parse("{\"model\": 3}")), Catch::Contains("no \"model\" object"));
+  j = small_tokenizer(gpt2_pre());
+  j["model"]["merges"].push_back("q z");  // "qz" is no token: the reference library refuses this file too
+  CHECK_THAT(refuse(j), Catch::Contains("merge 'q z' uses or makes a token that is not in the vocabulary"));
+  j = small_tokenizer(gpt2_pre());
+  j["added_tokens"] = json::array({{{"content", "<x>"}}});
+  CHECK_THAT(refuse(j), Catch::Contains("an added token lacks a valid id"));
+  // An empty normalizer Sequence (DeepSeek's files have one) changes nothing and is accepted.
+  j = small_tokenizer(gpt2_pre());
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};
+  CHECK(refuse(j) == "(accepted)");
+  j["normalizer"]["normalizers"].push_back({{"type", "NFC"}});
+  CHECK_THAT(refuse(j), Catch::Contains("a normalizer (Sequence) is not supported"));
   CHECK_THROWS_WITH(ByteLevelBpe::load("/nonexistent/tokenizer.json"), Catch::Contains("cannot open"));
 }
 
