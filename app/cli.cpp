@@ -72,6 +72,10 @@ commands:
              [--seed 1]   (writes DIR/diff and DIR/baseline)
   generate   continue a prompt   --model DIR --prompt TEXT [--tokens 40] [--temperature 0.8]
              [--top-k 40] [--seed 1] [--samples 1]   (temperature 0 = greedy)
+  tokenize   show the token ids, byte ranges and pieces a tokenizer gives a text
+             --tokenizer DIR|tokenizer.json|tokenizer.model  (--text TEXT | --input FILE)
+             [--lines (each line on its own)] [--format table|jsonl|ids] [--no-bos] [--bos ID]
+             (a model directory adds its BOS unless --no-bos; a bare tokenizer.json adds --bos ID if given)
   info       print a checkpoint's configuration, architecture, dtype and parameter count   --model DIR
              (DiffLens's own directories and Hugging Face Llama, Mistral and DiffLlama ones)
   convert    rewrite a checkpoint   --from DIR --to NEW_DIR [--format native|official|hf] [--dtype f32|bf16|f16]
@@ -865,6 +869,89 @@ int cmd_needle(const Args& a) {
   return 0;
 }
 
+// Shows how a tokenizer splits a text: ids, the bytes each token covers, pieces. `jsonl` is what
+// scripts/tokenizer-reference compares against the Hugging Face tokenizers library.
+std::string shown_piece(const std::string& piece) {
+  std::string out;
+  for (unsigned char c : piece) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", c);
+      out += buf;
+    } else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+int cmd_tokenize(const Args& a) {
+  a.reject_unknown({"tokenizer", "text", "input", "lines", "format", "no-bos", "bos"});
+  const std::filesystem::path where = a.require("tokenizer");
+  const std::string format = a.get("format", "table");
+  if (format != "table" && format != "jsonl" && format != "ids") throw Error("--format must be table, jsonl or ids");
+  if (a.has("text") == a.has("input")) throw Error("give exactly one of --text, --input");
+  if (a.has("bos") && (std::filesystem::is_directory(where) || where.extension() != ".json"))
+    throw Error("--bos is for a bare tokenizer.json (model directories and .model files have their own BOS)");
+  Tokenizer tok = Tokenizer::bytes(259);
+  bool add_bos = false;
+  if (std::filesystem::is_directory(where)) {
+    std::string note;
+    tok = Model::load_tokenizer(where, note);
+    if (!tok.can_encode()) throw Error(where.string() + ": " + note);
+    add_bos = !a.has("no-bos");
+  } else if (where.extension() == ".json") {
+    const int bos = a.get_int("bos", -1);
+    tok = Tokenizer::byte_level_bpe(where, bos, -1);
+    add_bos = bos >= 0 && !a.has("no-bos");
+  } else if (where.extension() == ".model") {
+    tok = Tokenizer::sentencepiece(where);
+    add_bos = !a.has("no-bos");
+  } else if (!std::filesystem::exists(where)) {
+    throw Error(where.string() + ": no such file or directory");
+  } else {
+    throw Error(where.string() + ": not a model directory, tokenizer.json or SentencePiece .model file");
+  }
+  const std::string text = a.has("text") ? a.get("text") : read_file(a.get("input"));
+  std::vector<std::string> texts;
+  if (a.has("lines")) {
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t nl = text.find('\n', start);
+      if (nl == std::string::npos) nl = text.size();
+      texts.push_back(text.substr(start, nl - start));
+      start = nl + 1;
+    }
+  } else {
+    texts.push_back(text);
+  }
+  size_t total = 0;
+  for (size_t t = 0; t < texts.size(); ++t) {
+    const Encoding e = tok.encode(texts[t], add_bos);
+    total += e.ids.size();
+    if (format == "jsonl") {
+      std::string line = "{\"ids\":[";
+      for (size_t i = 0; i < e.ids.size(); ++i) line += (i ? "," : "") + std::to_string(e.ids[i]);
+      line += "],\"offsets\":[";
+      for (size_t i = 0; i < e.offsets.size(); ++i)
+        line += (i ? ",[" : "[") + std::to_string(e.offsets[i].first) + "," + std::to_string(e.offsets[i].second) + "]";
+      std::printf("%s]}\n", line.c_str());
+    } else if (format == "ids") {
+      std::string line;
+      for (size_t i = 0; i < e.ids.size(); ++i) line += (i ? "," : "") + std::to_string(e.ids[i]);
+      std::printf("%s\n", line.c_str());
+    } else {
+      if (texts.size() > 1) std::printf("%s# line %zu: %zu tokens\n", t ? "\n" : "", t + 1, e.ids.size());
+      for (size_t i = 0; i < e.ids.size(); ++i)
+        std::printf("%6zu %8lld  [%zu, %zu)  %s\n", i, static_cast<long long>(e.ids[i]), e.offsets[i].first,
+                    e.offsets[i].second, shown_piece(tok.piece(e.ids[i])).c_str());
+    }
+  }
+  if (format == "table") std::printf("%zu tokens from %zu bytes\n", total, text.size());
+  return 0;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -881,6 +968,7 @@ int run(int argc, char** argv) {
   if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
   if (cmd == "generate") return cmd_generate(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
+  if (cmd == "tokenize") return cmd_tokenize(Args(argc, argv, 2, {"lines", "no-bos"}));
   if (cmd == "convert") return cmd_convert(Args(argc, argv, 2, {}));
   if (cmd == "outliers") return cmd_outliers(Args(argc, argv, 2, {}));
   if (cmd == "quantize") return cmd_quantize(Args(argc, argv, 2, {}));
@@ -888,7 +976,9 @@ int run(int argc, char** argv) {
   if (cmd == "render") return cmd_render(Args(argc, argv, 2, {"per-map-scale"}));
   if (cmd == "train") return cmd_train(Args(argc, argv, 2, {"fresh"}));
   if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {"no-maps", "no-stats"}));
-  throw Error("unknown command '" + cmd + "' (commands: capture, init-pair, generate, info, train, bench)");
+  throw Error("unknown command '" + cmd +
+              "' (commands: capture, init-pair, generate, info, tokenize, convert, outliers, quantize, needle, "
+              "render, train, bench; difflens --help shows their options)");
 }
 
 }  // namespace difflens::cli

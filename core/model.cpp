@@ -406,26 +406,34 @@ Tokenizer hf_tokenizer(const std::filesystem::path& dir, ModelConfig& config, st
   return Tokenizer::without_files(config);
 }
 
+// The tokenizer for a checkpoint directory (its config may be updated with the tokenizer kind found).
+Tokenizer directory_tokenizer(const std::filesystem::path& dir, ModelConfig& config, std::string& note) {
+  if (config.architecture != "difflens") return hf_tokenizer(dir, config, note);
+  if (config.tokenizer == TokenizerKind::ByteLevelBpe) {
+    try {  // as for Hugging Face directories: an unusable tokenizer.json leaves token ids
+      return Tokenizer::for_model(dir, config);
+    } catch (const std::exception& e) {
+      note = std::string("tokenizer not usable (") + e.what() + "): give token ids";
+      return Tokenizer::without_files(config);
+    }
+  }
+  return Tokenizer::for_model(dir, config);
+}
+
 }  // namespace
+
+Tokenizer Model::load_tokenizer(const std::filesystem::path& dir, std::string& note) {
+  if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a model directory");
+  ModelConfig config = load_config(dir / "config.json");
+  return directory_tokenizer(dir, config, note);
+}
 
 Model Model::load(const std::filesystem::path& dir, DeviceChoice device,
                   const std::function<void(int64_t, int64_t)>& progress, const std::atomic<bool>* cancel) {
   if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a model directory");
   ModelConfig config = load_config(dir / "config.json");
-  const bool hf = config.architecture != "difflens";
   std::string note;
-  Tokenizer tokenizer = Tokenizer::without_files(config);
-  if (hf) {
-    tokenizer = hf_tokenizer(dir, config, note);
-  } else if (config.tokenizer == TokenizerKind::ByteLevelBpe) {
-    try {  // as for Hugging Face directories: an unusable tokenizer.json leaves token ids
-      tokenizer = Tokenizer::for_model(dir, config);
-    } catch (const std::exception& e) {
-      note = std::string("tokenizer not usable (") + e.what() + "): give token ids";
-    }
-  } else {
-    tokenizer = Tokenizer::for_model(dir, config);
-  }
+  Tokenizer tokenizer = directory_tokenizer(dir, config, note);
   if (config.name.empty()) config.name = std::filesystem::absolute(dir).lexically_normal().filename().string();
   if (config.name.empty()) config.name = dir.string();
   const CheckpointFiles files(dir);

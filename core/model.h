@@ -66,6 +66,9 @@ class Model {
   static Model load(const std::filesystem::path& dir, DeviceChoice device = DeviceChoice::Auto,
                     const std::function<void(int64_t, int64_t)>& progress = {},
                     const std::atomic<bool>* cancel = nullptr);
+  // The tokenizer a checkpoint directory would get from load(), without reading its weights. `note` says
+  // why text cannot be encoded when the directory's tokenizer is missing or unusable (ids-only tokenizer).
+  static Tokenizer load_tokenizer(const std::filesystem::path& dir, std::string& note);
   // Bytes of memory a model with this config needs for its weights: F32, or (half_storage) F16/BF16
   // projections and embeddings with F32 norms and λ.
   static uint64_t weight_memory_bytes(const ModelConfig& config, bool half_storage = false);

@@ -418,3 +418,40 @@ TEST_CASE("gui: a long prompt shows pooled maps and, zoomed in, an exact tile", 
   CHECK(tiles == 2);  // both models, the same tokens
   CHECK(std::filesystem::file_size(dir / "tile.png") > 20000);
 }
+
+TEST_CASE("cli: tokenize prints ids and byte ranges for a tokenizer.json, a model directory, and refuses bad input",
+          "[cli][tokenizer]") {
+  test::ScratchDir dir("clitok");
+  const std::string tok = std::string(DIFFLENS_SOURCE_DIR) + "/tests/data/bpe/llama3-style.tokenizer.json";
+  // "a DiffLens" in the llama3-style test tokenizer: "a" (id 97, its byte) and the whole-word entry " DiffLens"
+  // (id 1456, after 256 bytes + 1200 merges), as the reference library gives them.
+  Result r = run("tokenize --tokenizer " + tok + " --text 'a DiffLens' --format jsonl", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out == "{\"ids\":[97,1456],\"offsets\":[[0,1],[1,10]]}\n");
+  // --bos adds the given id with an empty range; --lines encodes each line on its own.
+  test::write_all(dir / "two.txt", "a\n<|eot_id|>\n");
+  r = run("tokenize --tokenizer " + tok + " --input " + (dir / "two.txt").string() + " --lines --format ids --bos 1459", dir);
+  REQUIRE(r.status == 0);
+  CHECK(r.out == "1459,97\n1459,1461\n");
+  r = run("tokenize --tokenizer " + tok + " --text 'a DiffLens'", dir);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("     1     1456  [1, 10)") != std::string::npos);
+  CHECK(r.out.find("2 tokens from 10 bytes") != std::string::npos);
+  // A model directory uses its own tokenizer and BOS (the byte tokenizer here: id = 3 + byte, BOS 1).
+  REQUIRE(run("init-pair --out " + (dir / "m").string() + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  r = run("tokenize --tokenizer " + (dir / "m" / "diff").string() + " --text hi --format ids", dir);
+  CHECK(r.out == "1,107,108\n");
+  r = run("tokenize --tokenizer " + (dir / "m" / "diff").string() + " --text hi --format ids --no-bos", dir);
+  CHECK(r.out == "107,108\n");
+  const std::vector<std::pair<std::string, std::string>> failing = {
+      {"tokenize --tokenizer /nonexistent/tokenizer.json --text hi", "tokenizer file not found"},
+      {"tokenize --tokenizer /nonexistent --text hi", "no such file or directory"},
+      {"tokenize --tokenizer " + tok, "give exactly one of --text, --input"},
+      {"tokenize --tokenizer " + tok + " --text a --input b", "give exactly one of --text, --input"},
+      {"tokenize --tokenizer " + tok + " --text a --format xml", "--format must be table, jsonl or ids"},
+      {"tokenize --tokenizer " + (dir / "m" / "diff").string() + " --text a --bos 3", "--bos is for a bare tokenizer.json"},
+      {"tokenize --tokenizer " + (dir / "two.txt").string() + " --text a", "not a model directory, tokenizer.json"},
+  };
+  expect_failures(failing, dir);
+}
