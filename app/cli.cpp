@@ -597,7 +597,11 @@ int cmd_gui(const Args& a) {
     o.answer_begin = answer[0];
     o.answer_end = answer[1];
   }
+#ifdef DIFFLENS_GUI
   return app::run_gui(o);
+#else
+  throw Error("this difflens was built without the desktop app (DIFFLENS_GUI=OFF); the commands work: difflens --help");
+#endif
 }
 
 

@@ -9,6 +9,7 @@
 
 #include "helpers.h"
 #include "viz/heatmap_renderer.h"
+#include "viz/heatmap_view.h"
 
 using namespace difflens;
 using namespace difflens::viz;

@@ -1,4 +1,4 @@
-// NPY/CSV/PNG writers and offscreen map rendering.
+// NPY/CSV/PNG writers.
 #include "viz/export.h"
 
 #include <stb_image_write.h>
@@ -88,14 +88,6 @@ void write_csv(const std::filesystem::path& path, const float* data, int64_t row
 void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rgb, int width, int height) {
   if (!stbi_write_png(path.c_str(), width, height, 3, rgb.data(), width * 3))
     throw Error(path.string() + ": cannot write the PNG");
-}
-
-std::vector<uint8_t> render_map(const HeatmapRenderer& renderer, const MapSource& source, int size,
-                                Pooling pooling, const HeatmapStyle& style) {
-  if (size < 8 || size > 16384) throw Error("export size must be between 8 and 16384 pixels");
-  HeatmapView view;
-  view.update(source, size, size, pooling, style, renderer);
-  return view.target().read_rgb();
 }
 
 }  // namespace difflens::viz

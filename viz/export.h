@@ -1,5 +1,5 @@
-// Exports of maps: raw numbers (NPY, CSV with token labels) and images rendered from the data at a
-// chosen resolution (not grabbed from the screen). Errors are difflens::Error naming the file.
+// Exports of maps: raw numbers (NPY, CSV with token labels) and PNG files (no GL here; GL renders of a
+// map are render_map() in heatmap_view.h). Errors are difflens::Error naming the file.
 #pragma once
 
 #include <cstdint>
@@ -7,8 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "viz/heatmap_renderer.h"
-#include "viz/heatmap_view.h"
+#include "viz/map_view.h"
 
 namespace difflens::viz {
 
@@ -23,10 +22,5 @@ void write_csv(const std::filesystem::path& path, const float* data, int64_t row
 
 // RGB8 rows top first → PNG.
 void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rgb, int width, int height);
-
-// Renders `source` into a size×size image (GL; UI thread): pooled when the map is larger than the image,
-// each cell an exact block of pixels when it is smaller. Returns RGB8 rows, top first.
-std::vector<uint8_t> render_map(const HeatmapRenderer& renderer, const MapSource& source, int size,
-                                Pooling pooling, const HeatmapStyle& style);
 
 }  // namespace difflens::viz

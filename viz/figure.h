@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "viz/colormap.h"
-#include "viz/heatmap_renderer.h"
 #include "viz/map_view.h"
 
 namespace difflens::viz {

@@ -50,12 +50,6 @@ class RenderTarget {
   int width_ = 0, height_ = 0;
 };
 
-struct HeatmapStyle {
-  ValueRange range;
-  ValueScale scale = ValueScale::Linear;
-  Rgb8 masked{236, 236, 236};  // the causal future
-};
-
 class HeatmapRenderer {
  public:
   HeatmapRenderer();  // compiles the embedded shaders; throws std::runtime_error with the GL log

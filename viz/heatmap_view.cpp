@@ -1,6 +1,8 @@
 // Cached map rendering.
 #include "viz/heatmap_view.h"
 
+#include "core/error.h"
+
 namespace difflens::viz {
 
 void HeatmapView::update(const MapSource& src, int width, int height, Pooling pooling,
@@ -26,6 +28,14 @@ void HeatmapView::update(const MapSource& src, int width, int height, Pooling po
   target_.resize(width, height);
   renderer.draw(texture_, style_, target_);
   drawn_ = true;
+}
+
+std::vector<uint8_t> render_map(const HeatmapRenderer& renderer, const MapSource& source, int size,
+                                Pooling pooling, const HeatmapStyle& style) {
+  if (size < 8 || size > 16384) throw Error("export size must be between 8 and 16384 pixels");
+  HeatmapView view;
+  view.update(source, size, size, pooling, style, renderer);
+  return view.target().read_rgb();
 }
 
 }  // namespace difflens::viz

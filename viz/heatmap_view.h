@@ -8,14 +8,6 @@
 
 namespace difflens::viz {
 
-struct MapSource {
-  const float* data = nullptr;  // [rows, cols] row-major, owned by the caller's Trace
-  int64_t rows = 0, cols = 0;
-  uint64_t version = 0;  // changes whenever `data` holds a different map
-  bool causal = true;
-  MapRegion region;  // the visible part (zoom); rows == 0 means the whole map
-};
-
 class HeatmapView {
  public:
   // Makes the target hold `source` at width×height pixels. Maps larger than the target are pooled
@@ -36,5 +28,10 @@ class HeatmapView {
   HeatmapStyle style_;
   bool drawn_ = false;
 };
+
+// Renders `source` into a size×size image (GL; UI thread): pooled when the map is larger than the image,
+// each cell an exact block of pixels when it is smaller. Returns RGB8 rows, top first.
+std::vector<uint8_t> render_map(const HeatmapRenderer& renderer, const MapSource& source, int size,
+                                Pooling pooling, const HeatmapStyle& style);
 
 }  // namespace difflens::viz

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "viz/colormap.h"
+
 namespace difflens::viz {
 
 enum class Pooling { Max, Mean };
@@ -50,5 +52,21 @@ ValueRange value_range(const std::vector<const float*>& maps, int64_t rows, int6
 double colormap_coordinate(double value, const ValueRange& range, ValueScale scale);
 
 constexpr double kLogDecades = 4.0;
+
+// How values become colours: range, scale, and the colour of masked (causal-future) cells.
+struct HeatmapStyle {
+  ValueRange range;
+  ValueScale scale = ValueScale::Linear;
+  Rgb8 masked{236, 236, 236};  // the causal future
+};
+
+// A map as the caller holds it, for display or export.
+struct MapSource {
+  const float* data = nullptr;  // [rows, cols] row-major, owned by the caller's Trace
+  int64_t rows = 0, cols = 0;
+  uint64_t version = 0;  // changes whenever `data` holds a different map
+  bool causal = true;
+  MapRegion region;  // the visible part (zoom); rows == 0 means the whole map
+};
 
 }  // namespace difflens::viz
