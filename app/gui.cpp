@@ -27,6 +27,7 @@
 #include <unordered_map>
 
 #include "app/figures.h"
+#include "app/glyphs.h"
 #include "app/inference_worker.h"
 #include "app/needle_report.h"
 #include "core/data.h"
@@ -88,6 +89,54 @@ struct SelectionState {
   int answer_anchor = -1;  // where the current right-drag started
   std::vector<std::pair<int, int>> needles;  // needle sentences [begin, end) placed by the needle builder
 };
+
+// The UI fonts: DejaVu Sans with a fallback font merged in for the scripts it lacks, baked at two sizes
+// for the characters in the base ranges plus those the app has met (GlyphNeeds).
+struct UiFonts {
+  std::string main, fallback;  // font files ("" when none found: ImGui's built-in font)
+  float scale = 1.0f;
+  GlyphNeeds needs;
+  ImVector<ImWchar> ranges;    // must outlive the atlas build
+  ImFont* normal = nullptr;
+  ImFont* lecture = nullptr;
+  uint64_t seen_request = ~0ull;  // the last result whose tokens were checked
+};
+
+void build_fonts(UiFonts& f) {
+  ImGuiIO& io = ImGui::GetIO();
+  io.Fonts->Clear();
+  f.normal = f.lecture = nullptr;
+  if (f.main.empty()) return;  // ImGui's default font
+  ImFontGlyphRangesBuilder builder;
+  builder.AddRanges(reinterpret_cast<const ImWchar*>(kBaseGlyphRanges));
+  for (uint32_t cp : f.needs.codepoints()) builder.AddChar(static_cast<ImWchar>(cp));
+  f.ranges.clear();
+  builder.BuildRanges(&f.ranges);
+  auto add = [&](float px) {
+    ImFont* font = io.Fonts->AddFontFromFileTTF(f.main.c_str(), px, nullptr, f.ranges.Data);
+    if (font && !f.fallback.empty() && !f.needs.codepoints().empty()) {
+      ImFontConfig merge;
+      merge.MergeMode = true;  // only glyphs the main font lacks come from the fallback
+      io.Fonts->AddFontFromFileTTF(f.fallback.c_str(), px, &merge, f.ranges.Data);
+    }
+    return font;
+  };
+  f.normal = add(16.0f * f.scale);
+  f.lecture = add(26.0f * f.scale);
+  io.Fonts->Build();
+}
+
+// Records the characters of a result's token pieces and next-token texts; true when any was new.
+bool need_trace_glyphs(UiFonts& f, const RunResult& r) {
+  bool added = false;
+  for (const auto& t : r.traces) {
+    if (!t) continue;
+    for (const std::string& piece : t->tokens) added |= f.needs.add(piece);
+    for (const TokenProbability& p : t->next_token) added |= f.needs.add(p.text);
+    added |= f.needs.add(t->model_path) | f.needs.add(t->config.name);
+  }
+  return added;
+}
 
 struct GuiState {
   PromptState prompt;
@@ -1493,15 +1542,14 @@ int run_gui(const GuiOptions& opt) {
   ImGuiIO& io = ImGui::GetIO();
   io.IniFilename = nullptr;  // a fixed layout; nothing to persist yet
   io.Fonts->FontBuilderIO = ImGuiFreeType::GetBuilderForFreeType();
-  static const ImWchar ranges[] = {0x0020, 0x024F, 0x0370, 0x03FF, 0x2000, 0x206F, 0x2190, 0x21FF,
-                                   0x2200, 0x22FF, 0x2580, 0x259F, 0xFFFD, 0xFFFD, 0};
-  // Two sizes baked at start-up (crisp text in both): the normal one and the lecture one.
-  ImFont* normal_font = nullptr;
-  ImFont* lecture_font = nullptr;
-  if (const std::string font = viz::find_system_font().string(); !font.empty()) {
-    normal_font = io.Fonts->AddFontFromFileTTF(font.c_str(), 16.0f * opt.font_scale, nullptr, ranges);
-    lecture_font = io.Fonts->AddFontFromFileTTF(font.c_str(), 26.0f * opt.font_scale, nullptr, ranges);
-  }
+  // Two sizes baked (crisp text in both): the normal one and the lecture one; characters beyond the base
+  // ranges are added as prompts and tokens bring them (the atlas is rebuilt between frames).
+  UiFonts fonts;
+  fonts.main = viz::find_system_font().string();
+  fonts.fallback = viz::find_fallback_font().string();
+  fonts.scale = opt.font_scale;
+  fonts.needs.add(opt.prompt);
+  build_fonts(fonts);
   ImGui::StyleColorsLight();
   ImGui::GetStyle().ScaleAllSizes(opt.font_scale);  // padding, spacing, grab sizes follow the font (HiDPI)
   ImGui_ImplGlfw_InitForOpenGL(window, true);
@@ -1610,7 +1658,15 @@ int run_gui(const GuiOptions& opt) {
         state.edited_at = state.prompt.last_edit;
       }
 
-      if (normal_font && lecture_font) io.FontDefault = state.lecture ? lecture_font : normal_font;
+      // Characters the atlas lacks (new prompt text, a new trace's tokens): rebuild it before this frame.
+      const bool new_result = state.shown && state.shown->request != fonts.seen_request;
+      if (fonts.needs.add(state.prompt.text) | (new_result && need_trace_glyphs(fonts, *state.shown))) {
+        build_fonts(fonts);
+        ImGui_ImplOpenGL3_DestroyFontsTexture();
+        ImGui_ImplOpenGL3_CreateFontsTexture();
+      }
+      if (new_result) fonts.seen_request = state.shown->request;
+      if (fonts.normal && fonts.lecture) io.FontDefault = state.lecture ? fonts.lecture : fonts.normal;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       ImGui::NewFrame();

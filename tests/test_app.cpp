@@ -1,7 +1,10 @@
 // Plain app logic that needs no window: the model view's layer/head filters.
 #include <catch2/catch.hpp>
 
+#include <set>
+
 #include "app/figures.h"
+#include "app/glyphs.h"
 
 using difflens::app::parse_index_filter;
 
@@ -15,4 +18,17 @@ TEST_CASE("model view filters: ranges and lists, clipped to what exists", "[app]
   CHECK(parse_index_filter("x,2,-1", 6) == std::vector<int>{2});           // junk and negatives ignored
   CHECK(parse_index_filter("1,1,1", 4) == std::vector<int>{1});
   CHECK(parse_index_filter("9", 4).empty());
+}
+
+TEST_CASE("UI glyphs: characters outside the base ranges are collected once, bad bytes skipped", "[app][viz]") {
+  difflens::app::GlyphNeeds g;
+  CHECK_FALSE(g.add("Hello, λ — A1 − λA2 ≤ 1"));  // all in the base ranges
+  CHECK(g.codepoints().empty());
+  CHECK(g.add("Привет 差分"));  // Cyrillic and CJK
+  CHECK(g.codepoints() == std::set<uint32_t>{0x41F, 0x440, 0x438, 0x432, 0x435, 0x442, 0x5DEE, 0x5206});
+  CHECK_FALSE(g.add("вет差"));  // nothing new
+  // Emoji (beyond U+FFFF), invalid and truncated UTF-8, overlong forms and controls add nothing.
+  CHECK_FALSE(g.add("\xF0\x9F\xA4\x97 \xFF\xFE \xE5\xB7 \xC0\xAF \x01\x7F"));
+  CHECK_FALSE(g.add("\xE5\xB7\xAE"));  // 差 again
+  CHECK(g.codepoints().size() == 8);
 }

@@ -99,6 +99,32 @@ TEST_CASE("figure: text lands inside its box in both directions and broken UTF-8
   CHECK_THROWS_WITH(FigureFont("/nonexistent/font.ttf"), Catch::Contains("cannot open the font file"));
 }
 
+TEST_CASE("figure: characters DejaVu lacks come from the fallback font", "[viz][figure][text]") {
+  // scripts/install-deps installs fonts-droid-fallback: a missing fallback is a set-up failure.
+  INFO("no CJK fallback font found: install fonts-droid-fallback");
+  REQUIRE_FALSE(find_fallback_font().empty());
+  const FigureFont main_only(find_system_font());
+  const FigureFont fallback_only(find_fallback_font());
+  const FigureFont both(find_system_font(), find_fallback_font());
+  const std::string cjk = "\xE5\xB7\xAE\xE5\x88\x86";  // 差分
+  auto draw = [&](const FigureFont& f, const std::string& text) {
+    Image img(120, 30, {255, 255, 255});
+    f.draw(img, 2, 2, text, 20, {0, 0, 0});
+    return img;
+  };
+  // The CJK characters are drawn by the fallback: same width and the same pixels as the fallback alone;
+  // DejaVu by itself draws its placeholder boxes instead.
+  CHECK(both.text_width(cjk, 20) == fallback_only.text_width(cjk, 20));
+  CHECK(draw(both, cjk).rgb == draw(fallback_only, cjk).rgb);
+  CHECK(draw(both, cjk).rgb != draw(main_only, cjk).rgb);
+  // Latin text still comes from DejaVu.
+  CHECK(draw(both, "query").rgb == draw(main_only, "query").rgb);
+  const int sum = main_only.text_width("A", 20) + fallback_only.text_width(cjk, 20);  // each rounded up
+  CHECK(both.text_width("A" + cjk, 20) >= sum - 1);
+  CHECK(both.text_width("A" + cjk, 20) <= sum);
+  CHECK(inked(draw(both, cjk), 0, 0, 120, 30) > 40);
+}
+
 TEST_CASE("figure: a head figure places maps, labels and legends where its layout says", "[viz][figure]") {
   const FigureFont* font = system_font();
   // T = 6 causal maps: A1 uniform over the past, A2 on the first token, their difference.

@@ -90,31 +90,46 @@ struct Mask {
   std::vector<unsigned char> a;
 };
 
+// The fonts a line is drawn with: each character from the main font, or from the fallback when only
+// the fallback has it. Kerning applies between neighbours from the main font.
+struct Faces {
+  const stbtt_fontinfo* main;
+  const stbtt_fontinfo* fallback;  // may be null
+  const stbtt_fontinfo* for_char(int cp) const {
+    if (fallback && stbtt_FindGlyphIndex(main, cp) == 0 && stbtt_FindGlyphIndex(fallback, cp) != 0) return fallback;
+    return main;
+  }
+};
+
 // Pen advance of a line: glyph advances plus kerning.
-float advance(const stbtt_fontinfo* f, const std::vector<int>& cps, float scale) {
+float advance(const Faces& faces, const std::vector<int>& cps, float px) {
   float w = 0;
   for (size_t i = 0; i < cps.size(); ++i) {
+    const stbtt_fontinfo* f = faces.for_char(cps[i]);
+    const float scale = stbtt_ScaleForPixelHeight(f, px);
     int adv, lsb;
     stbtt_GetCodepointHMetrics(f, cps[i], &adv, &lsb);
     w += adv * scale;
-    if (i + 1 < cps.size()) w += scale * stbtt_GetCodepointKernAdvance(f, cps[i], cps[i + 1]);
+    if (i + 1 < cps.size() && f == faces.main && faces.for_char(cps[i + 1]) == faces.main)
+      w += scale * stbtt_GetCodepointKernAdvance(f, cps[i], cps[i + 1]);
   }
   return w;
 }
 
-Mask rasterize(const stbtt_fontinfo* f, const std::string& text, float px) {
-  const float scale = stbtt_ScaleForPixelHeight(f, px);
+Mask rasterize(const Faces& faces, const std::string& text, float px) {
   int ascent, descent, gap;
-  stbtt_GetFontVMetrics(f, &ascent, &descent, &gap);
-  const int baseline = static_cast<int>(std::lround(ascent * scale));
+  stbtt_GetFontVMetrics(faces.main, &ascent, &descent, &gap);
+  const int baseline = static_cast<int>(std::lround(ascent * stbtt_ScaleForPixelHeight(faces.main, px)));
   const std::vector<int> cps = code_points(text);
-  const float width = advance(f, cps, scale);
+  const float width = advance(faces, cps, px);
   Mask m;
   m.width = static_cast<int>(std::ceil(width)) + 1;
   m.height = static_cast<int>(std::ceil(px));
   m.a.assign(static_cast<size_t>(m.width) * m.height, 0);
   float x = 0;
   for (size_t i = 0; i < cps.size(); ++i) {
+    const stbtt_fontinfo* f = faces.for_char(cps[i]);
+    const float scale = stbtt_ScaleForPixelHeight(f, px);
     int adv, lsb, x0, y0, x1, y1;
     stbtt_GetCodepointHMetrics(f, cps[i], &adv, &lsb);
     stbtt_GetCodepointBitmapBox(f, cps[i], scale, scale, &x0, &y0, &x1, &y1);
@@ -132,7 +147,8 @@ Mask rasterize(const stbtt_fontinfo* f, const std::string& text, float px) {
         }
     }
     x += adv * scale;
-    if (i + 1 < cps.size()) x += scale * stbtt_GetCodepointKernAdvance(f, cps[i], cps[i + 1]);
+    if (i + 1 < cps.size() && f == faces.main && faces.for_char(cps[i + 1]) == faces.main)
+      x += scale * stbtt_GetCodepointKernAdvance(f, cps[i], cps[i + 1]);
   }
   return m;
 }
@@ -206,20 +222,36 @@ void Image::blit(const Image& src, int x, int y) {
   }
 }
 
-FigureFont::FigureFont(const std::filesystem::path& ttf) {
+namespace {
+
+void load_font(const std::filesystem::path& ttf, std::vector<unsigned char>& data, std::vector<unsigned char>& info) {
   std::ifstream in(ttf, std::ios::binary);
   if (!in) throw Error(ttf.string() + ": cannot open the font file");
-  data_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  info_.resize(sizeof(stbtt_fontinfo));
-  auto* f = reinterpret_cast<stbtt_fontinfo*>(info_.data());
-  const int offset = data_.size() >= 12 ? stbtt_GetFontOffsetForIndex(data_.data(), 0) : -1;
-  if (offset < 0 || !stbtt_InitFont(f, data_.data(), offset))
-    throw Error(ttf.string() + ": not a TrueType font");
+  data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  info.resize(sizeof(stbtt_fontinfo));
+  auto* f = reinterpret_cast<stbtt_fontinfo*>(info.data());
+  const int offset = data.size() >= 12 ? stbtt_GetFontOffsetForIndex(data.data(), 0) : -1;
+  if (offset < 0 || !stbtt_InitFont(f, data.data(), offset)) throw Error(ttf.string() + ": not a TrueType font");
+}
+
+}  // namespace
+
+FigureFont::FigureFont(const std::filesystem::path& ttf, const std::filesystem::path& fallback) {
+  load_font(ttf, data_, info_);
+  if (!fallback.empty()) load_font(fallback, fallback_data_, fallback_info_);
 }
 
 std::filesystem::path find_system_font() {
   for (const char* f :
        {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"})
+    if (std::filesystem::exists(f)) return f;
+  return {};
+}
+
+std::filesystem::path find_fallback_font() {
+  for (const char* f : {"/usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf",
+                        "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
+                        "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"})
     if (std::filesystem::exists(f)) return f;
   return {};
 }
@@ -230,7 +262,7 @@ const FigureFont& FigureFont::standard() {
     if (path.empty())
       throw Error("no figure font: install fonts-dejavu-core (DejaVuSans.ttf is looked up in "
                   "/usr/share/fonts/truetype/dejavu)");
-    return FigureFont(path);
+    return FigureFont(path, find_fallback_font());
   }();
   return font;
 }
@@ -248,13 +280,13 @@ float FigureFont::em_size(float px) const {
 }
 
 int FigureFont::text_width(const std::string& utf8, float px) const {
-  const stbtt_fontinfo* f = font_info(info_);
-  return static_cast<int>(std::ceil(advance(f, code_points(utf8), stbtt_ScaleForPixelHeight(f, px))));
+  const Faces faces{font_info(info_), fallback_info_.empty() ? nullptr : font_info(fallback_info_)};
+  return static_cast<int>(std::ceil(advance(faces, code_points(utf8), px)));
 }
 
 void FigureFont::draw(Image& img, int x, int y, const std::string& utf8, float px, Rgb8 color,
                       bool vertical) const {
-  const Mask m = rasterize(font_info(info_), utf8, px);
+  const Mask m = rasterize({font_info(info_), fallback_info_.empty() ? nullptr : font_info(fallback_info_)}, utf8, px);
   for (int my = 0; my < m.height; ++my)
     for (int mx = 0; mx < m.width; ++mx) {
       const unsigned char a = m.a[static_cast<size_t>(my) * m.width + mx];

@@ -24,12 +24,14 @@ struct Image {
   void blit(const Image& src, int x, int y);      // clipped to the image
 };
 
-// A TrueType font for figures. Text is UTF-8; invalid bytes draw as U+FFFD, missing glyphs as the font's
-// placeholder box.
+// A TrueType font for figures. Text is UTF-8; invalid bytes draw as U+FFFD; characters the font lacks
+// come from the fallback font when one is set and has them, else draw as the font's placeholder box.
 class FigureFont {
  public:
-  explicit FigureFont(const std::filesystem::path& ttf);  // throws Error naming the file
-  // DejaVu Sans from the system (fonts-dejavu-core); throws Error saying what to install when absent.
+  // Throws Error naming the file. `fallback` (optional) supplies the glyphs `ttf` lacks (CJK, ...).
+  explicit FigureFont(const std::filesystem::path& ttf, const std::filesystem::path& fallback = {});
+  // DejaVu Sans from the system (fonts-dejavu-core), with find_fallback_font() behind it when there is
+  // one; throws Error saying what to install when DejaVu is absent.
   static const FigureFont& standard();
   int text_width(const std::string& utf8, float px) const;
   // Draws with the top of the line box at y. `vertical`: rotated 90° counter-clockwise (reads bottom to
@@ -38,8 +40,8 @@ class FigureFont {
             bool vertical = false) const;
 
  private:
-  std::vector<unsigned char> data_;
-  std::vector<unsigned char> info_;  // stbtt_fontinfo, kept opaque here
+  std::vector<unsigned char> data_, fallback_data_;
+  std::vector<unsigned char> info_, fallback_info_;  // stbtt_fontinfo, kept opaque here (fallback: empty if none)
 
  public:
   // Distance from the top of the line box to the baseline at `px` (for SVG text anchors).
@@ -50,6 +52,9 @@ class FigureFont {
 
 // The first system font found of the ones DiffLens uses (DejaVu Sans), or empty.
 std::filesystem::path find_system_font();
+// A font with CJK and other scripts DejaVu lacks (fonts-droid-fallback, else Noto CJK or WenQuanYi when
+// installed); empty when none is.
+std::filesystem::path find_fallback_font();
 
 // The figure as SVG (vector: one <rect class="cell"> per displayed cell, cells pooled like the PNG to at
 // most `max_cells` per side; labels and tick numbers as <text>; legends as gradients). Text is escaped
