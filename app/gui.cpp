@@ -1460,7 +1460,8 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
 void draw_controls(GuiState& state, int layers, int heads[kSlots]) {
   ViewState& v = state.view;
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 10);
-  ImGui::SliderInt("layer", &v.layer, 0, std::max(0, layers - 1));
+  // -1 until a model answers: the last layer is shown then.
+  ImGui::SliderInt("layer", &v.layer, 0, std::max(0, layers - 1), v.layer < 0 ? "last" : "%d");
   for (int s = 0; s < kSlots; ++s) {
     ImGui::SameLine();
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 8);
@@ -1723,8 +1724,11 @@ int run_gui(const GuiOptions& opt) {
           const auto& t = state.shown->traces[s];
           if (s) ImGui::SameLine();
           ImGui::BeginGroup();
-          if (!t) {
-            ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", state.shown->errors[s].c_str());
+          if (!t && state.shown->errors[s].empty()) {
+            ImGui::TextDisabled("%s model: none loaded", s == 0 ? "left" : "right");
+          } else if (!t) {  // which side failed, then why
+            ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s model: %s", s == 0 ? "left" : "right",
+                               state.shown->errors[s].c_str());
           } else {
             ImGui::Text("%s  layer %d  head %d  (%lld tokens)",
                         t->config.name.empty() ? to_string(t->config.attention) : t->config.name.c_str(),
