@@ -516,3 +516,79 @@ TEST_CASE("hf: loading reports progress per tensor and stops when cancelled", "[
   CHECK(st.slots[0].description.find("give token ids") != std::string::npos);
   CHECK(st.load_fraction == -1);
 }
+
+TEST_CASE("hf: whole config.json files as transformers writes them give the published parameter counts",
+          "[hf][config]") {
+  // Every key transformers saves is present (most are ignored); the shapes must come out exactly, checked
+  // through the parameter counts the model cards publish: Llama 3.2 1B 1,235,814,400 (tied embeddings,
+  // llama3 rope scaling), TinyLlama 1.1B 1,100,048,384 (GQA 32/4), Mistral 7B v0.1 7,241,732,096.
+  const std::string llama32 = R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+    "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama", "num_attention_heads": 32,
+    "num_hidden_layers": 16, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})";
+  const ModelConfig l = config_from_json_text(llama32, "llama-3.2-1b/config.json");
+  CHECK(parameter_count(l) == 1235814400LL);
+  CHECK(l.rope_scaling.kind == RopeScaling::Kind::Llama3);
+  CHECK(l.rope_scaling.factor == 32.0);
+  CHECK(l.rope_theta == 500000.0);
+  CHECK(l.bos_token_id == 128000);
+  CHECK(l.max_position_embeddings == 131072);
+  CHECK(l.sliding_window == 0);
+  CHECK_FALSE(l.is_diff());
+
+  const std::string tinyllama = R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 5632,
+    "max_position_embeddings": 2048, "model_type": "llama", "num_attention_heads": 32,
+    "num_hidden_layers": 22, "num_key_value_heads": 4, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": null, "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.35.0", "use_cache": true, "vocab_size": 32000})";
+  const ModelConfig t = config_from_json_text(tinyllama, "tinyllama/config.json");
+  CHECK(parameter_count(t) == 1100048384LL);
+  CHECK(t.head_dim == 64);
+  CHECK(t.rope_scaling.kind == RopeScaling::Kind::None);
+
+  const std::string mistral = R"({
+    "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+    "sliding_window": 4096, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.34.0.dev0", "use_cache": true, "vocab_size": 32000})";
+  ModelConfig m = config_from_json_text(mistral, "mistral-7b-v0.1/config.json");
+  CHECK(parameter_count(m) == 7241732096LL);
+  CHECK(m.sliding_window == 4096);
+  CHECK(m.head_dim == 128);
+  // v0.2 and later: "sliding_window": null means no window.
+  nlohmann::json j = nlohmann::json::parse(mistral);
+  j["sliding_window"] = nullptr;
+  m = config_from_json_text(j.dump(), "mistral-7b-v0.3/config.json");
+  CHECK(m.sliding_window == 0);
+
+  // DiffLlama as transformers' DiffLlamaConfig saves it: components in halves, weightless group norm.
+  const std::string diffllama = R"({
+    "architectures": ["DiffLlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 1, "eos_token_id": 2, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 8192, "lambda_std_dev": 0.1,
+    "max_position_embeddings": 2048, "model_type": "diffllama", "num_attention_heads": 32,
+    "num_hidden_layers": 16, "num_key_value_heads": 32, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32",
+    "transformers_version": "4.48.0", "use_cache": true, "vocab_size": 32000})";
+  const ModelConfig d = config_from_json_text(diffllama, "diffllama/config.json");
+  CHECK(d.is_diff());
+  CHECK(d.diff_pairing == DiffPairing::Half);
+  CHECK(d.rope_style == RopeStyle::Half);
+  CHECK_FALSE(d.subln_weight);
+  CHECK(d.map_heads() == 16);  // 32 query sub-heads pair into 16 differential heads
+  // Llama's count plus the four λ vectors (head_dim each) per layer.
+  nlohmann::json as_llama = nlohmann::json::parse(diffllama);
+  as_llama["architectures"] = {"LlamaForCausalLM"};
+  as_llama["model_type"] = "llama";
+  CHECK(parameter_count(d) == parameter_count(config_from_json_text(as_llama.dump(), "llama")) + 16 * 4 * 64);
+}
