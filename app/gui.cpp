@@ -347,11 +347,17 @@ class HeadView {
     const std::vector<std::string>& tokens = pooled_from > 0 ? cell_text : token_text;
     auto to_map = [&](int t) -> int64_t { return pooled_from > 0 ? cell_of(starts, t) : t; };
     auto to_token = [&](int64_t m) -> int { return static_cast<int>(pooled_from > 0 ? starts[static_cast<size_t>(m)] : m); };
-    if (pooled_from > 0)
+    if (pooled_from > 0) {
       ImGui::TextDisabled("long prompt: %lld tokens pooled to %lld x %lld cells (%s per cell; pooling menu). "
                           "Hover a cell for its token range.",
                           static_cast<long long>(pooled_from), static_cast<long long>(maps[0].T),
                           static_cast<long long>(maps[0].T), state.view.pooling == 0 ? "largest entry" : "mean");
+      if (trace_) {  // what this model keeps for the prompt, so the budget setting can be judged
+        const Trace::KeptBytes k = trace_->kept_bytes();
+        ImGui::TextDisabled("kept: %.0f MB of pooled maps (budget %.0f MB) + %.0f MB of queries and keys for exact tiles",
+                            k.pooled_maps / 1048576.0, trace_->pooled_budget / 1048576.0, k.tile_inputs / 1048576.0);
+      }
+    }
     // Value ranges: sequential maps share one range when asked; the difference map has its own
     // symmetric range (it is on another scale: it can be negative).
     std::vector<const float*> shared;

@@ -88,6 +88,16 @@ size_t Trace::byte_size() const {
   return b;
 }
 
+Trace::KeptBytes Trace::kept_bytes() const {
+  KeptBytes k;
+  for (const auto& l : layers) {
+    for (const FloatArray* a : {&l.a1_mean, &l.a1_max, &l.a2_mean, &l.a2_max, &l.a_mean, &l.a_max})
+      k.pooled_maps += a->bytes();
+    for (const FloatArray* a : {&l.q1, &l.k1, &l.q2, &l.k2, &l.lse1, &l.lse2}) k.tile_inputs += a->bytes();
+  }
+  return k;
+}
+
 namespace {
 ValueStats pool(const Trace& trace, ValueStats LayerTrace::*member) {
   ValueStats out;

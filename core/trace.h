@@ -100,6 +100,12 @@ struct Trace {
   int64_t length() const { return static_cast<int64_t>(token_ids.size()); }
   // Bytes held by this trace (buffers, histograms, strings).
   size_t byte_size() const;
+  // A long prompt's kept data: its pooled maps (sized to the budget), and the rotated queries, keys and
+  // row log-sum-exps exact tiles are recomputed from (these grow with T, outside the budget).
+  struct KeptBytes {
+    size_t pooled_maps = 0, tile_inputs = 0;
+  };
+  KeptBytes kept_bytes() const;
 };
 
 // Pooled over all layers (exact top-k and mean; histogram median), as the paper pools Table 5.

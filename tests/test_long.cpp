@@ -168,6 +168,12 @@ TEST_CASE("long prompts: memory stays within the budget instead of growing with 
   CHECK(pooled_bytes(t) <= o.pooled_budget_bytes);
   CHECK(t.layers[0].pooled > 100);
   if (before > 0 && peak > 0) CHECK(peak - before < 200 * 1024);  // < 200 MB where exact maps need 805 MB
+  // What the app reports as kept: the pooled maps, and the tile inputs that grow with T (rotated q1, q2 per
+  // map head, k1, k2 per key head, two log-sum-exps per map head and row), 4 bytes each.
+  const Trace::KeptBytes kept = t.kept_bytes();
+  CHECK(kept.pooled_maps == pooled_bytes(t));
+  const int64_t H = big.map_heads(), kv = big.kv_groups(), d = big.head_dim, L = big.num_hidden_layers;
+  CHECK(kept.tile_inputs == static_cast<size_t>(L * 4 * (2 * H * T * d + 2 * kv * T * d + 2 * H * T)));
   // Quantized logits and full logits need the whole map: refused.
   CaptureOptions q = o;
   q.logit_bits = 4;
