@@ -147,6 +147,9 @@ struct GuiState {
   WorkerStatus status;
   std::string message;           // last export result or error, shown in the status line
   bool lecture = false;          // large font for lecture halls
+  DeviceChoice device = DeviceChoice::Auto;  // the device menu: where loads put the models
+  std::string device_message;                // what the last pick of that menu did, or why it was refused
+  bool cuda = false;                         // LibTorch has a usable CUDA device (asked once at start)
   double edited_at = 0;          // the last keystroke of the prompt now running
   double edit_to_screen_ms = 0;  // that keystroke → both maps drawn (debounce + inference + upload)
   bool export_all = false;       // Ctrl+E: export every map of the head view this frame
@@ -1463,6 +1466,42 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
   }
 }
 
+// Where both models run. Picking another device loads the loaded models again there (a sweep in
+// progress stops, as with any model load) and re-runs the prompt.
+void draw_device_menu(GuiState& state, InferenceWorker& worker) {
+  int pick = static_cast<int>(state.device);
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 5);
+  if (ImGui::Combo("device (both models)", &pick, "auto\0cpu\0cuda\0")) {
+    const auto to = static_cast<DeviceChoice>(pick);
+    const DeviceSwitch plan = plan_device_switch(state.device, to, state.cuda);
+    state.device_message = plan.message;
+    if (plan.accepted) {
+      state.device = to;
+      worker.set_device(to);
+    }
+    if (plan.reload) {
+      for (int s = 0; s < kSlots; ++s) {
+        // A loaded model again from where it came; a slot whose load failed (e.g. CUDA asked at start on
+        // a CPU-only build) tries its typed folder again.
+        const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
+        if (info.loaded && !info.path.empty())
+          worker.load(s, info.path);
+        else if (!info.error.empty() && !state.slots[s].path_field.empty())
+          worker.load(s, state.slots[s].path_field);
+      }
+      state.prompt.pending = true;
+      state.prompt.last_edit = 0;
+    }
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("auto: the GPU when LibTorch has CUDA, else the CPU. %s", state.cuda ? "CUDA is available."
+                                                                                          : "No CUDA here.");
+  if (!state.device_message.empty()) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("%s", state.device_message.c_str());
+  }
+}
+
 void draw_controls(GuiState& state, int layers, int heads[kSlots]) {
   ViewState& v = state.view;
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 10);
@@ -1567,7 +1606,9 @@ int run_gui(const GuiOptions& opt) {
     const viz::HeatmapRenderer renderer;
     InferenceWorker worker([] { glfwPostEmptyEvent(); }, opt.threads);
     GuiState state;
-    worker.set_device(parse_device(opt.device));
+    state.device = parse_device(opt.device);
+    state.cuda = cuda_available();
+    worker.set_device(state.device);
     for (int s = 0; s < kSlots; ++s) {
       state.slots[s].path_field = opt.models[s];
       if (!opt.models[s].empty()) worker.load(s, opt.models[s]);
@@ -1684,6 +1725,8 @@ int run_gui(const GuiOptions& opt) {
           ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoBringToFrontOnFocus);
       draw_model_slots(state, worker);
       ImGui::Checkbox("Lecture mode (large text)", &state.lecture);
+      ImGui::SameLine(0, ImGui::GetFontSize() * 2);
+      draw_device_menu(state, worker);
       ImGui::Separator();
       ImGui::TextUnformatted("Prompt");
       if (ImGui::InputTextMultiline("##prompt", &state.prompt.text,

@@ -31,6 +31,25 @@ std::string describe(const Model& m) {
 
 }  // namespace
 
+DeviceSwitch plan_device_switch(DeviceChoice from, DeviceChoice to, bool cuda) {
+  DeviceSwitch d;
+  if (to == DeviceChoice::Cuda && !cuda) {
+    d.accepted = false;
+    d.message = "CUDA is not available: this LibTorch build has no usable CUDA device (Debian's libtorch is "
+                "CPU-only); the models stay where they are";
+    return d;
+  }
+  const auto on_gpu = [cuda](DeviceChoice c) {
+    return c == DeviceChoice::Cuda || (c == DeviceChoice::Auto && cuda);
+  };
+  d.reload = on_gpu(from) != on_gpu(to);
+  if (d.reload)
+    d.message = on_gpu(to) ? "loading the models again on the GPU" : "loading the models again on the CPU";
+  else if (to == DeviceChoice::Auto)
+    d.message = cuda ? "auto: the GPU" : "auto: the CPU (no CUDA here)";
+  return d;
+}
+
 InferenceWorker::InferenceWorker(std::function<void()> wake, int threads)
     : wake_(std::move(wake)), threads_(threads) {
   status_.activity = "idle";

@@ -26,6 +26,15 @@ namespace difflens::app {
 
 constexpr int kSlots = 2;  // 0 = left (DIFF by default), 1 = right (baseline by default)
 
+// The app's device menu: what picking `to` does while the models were loaded for `from`, given whether
+// LibTorch has a usable CUDA device (`cuda`).
+struct DeviceSwitch {
+  bool accepted = true;  // false: the menu keeps `from` and shows `message`
+  bool reload = false;   // the loaded models go on another device: load them again
+  std::string message;   // shown beside the menu ("" when there is nothing to say)
+};
+DeviceSwitch plan_device_switch(DeviceChoice from, DeviceChoice to, bool cuda);
+
 struct SlotInfo {
   std::string path;         // directory it was loaded from
   std::string description;  // "diff, 4 layers x 4 heads, 1.84 M params, cpu"

@@ -100,6 +100,66 @@ TEST_CASE("worker: a broken model or prompt reports an error and the worker keep
   CHECK_THROWS(w.load(5, "x"));
 }
 
+TEST_CASE("device menu: which picks reload the models, which are refused", "[worker][device]") {
+  using D = DeviceChoice;
+  // Without CUDA: auto and cpu are the same device; cuda is refused and nothing changes.
+  DeviceSwitch p = plan_device_switch(D::Auto, D::Cpu, false);
+  CHECK(p.accepted);
+  CHECK_FALSE(p.reload);
+  p = plan_device_switch(D::Cpu, D::Auto, false);
+  CHECK(p.accepted);
+  CHECK_FALSE(p.reload);
+  CHECK(p.message == "auto: the CPU (no CUDA here)");
+  p = plan_device_switch(D::Auto, D::Cuda, false);
+  CHECK_FALSE(p.accepted);
+  CHECK_FALSE(p.reload);
+  CHECK(p.message.find("CUDA is not available") == 0);
+  // Started with --device cuda on a CPU-only build (every load failed): cpu loads them on the CPU.
+  p = plan_device_switch(D::Cuda, D::Cpu, false);
+  CHECK(p.accepted);
+  CHECK(p.reload);
+  CHECK(p.message == "loading the models again on the CPU");
+  // With CUDA: auto is the GPU, so auto <-> cuda keeps the models and auto/cuda <-> cpu moves them.
+  CHECK_FALSE(plan_device_switch(D::Auto, D::Cuda, true).reload);
+  CHECK_FALSE(plan_device_switch(D::Cuda, D::Auto, true).reload);
+  p = plan_device_switch(D::Auto, D::Cpu, true);
+  CHECK(p.reload);
+  CHECK(p.message == "loading the models again on the CPU");
+  p = plan_device_switch(D::Cpu, D::Cuda, true);
+  CHECK(p.accepted);
+  CHECK(p.reload);
+  CHECK(p.message == "loading the models again on the GPU");
+  CHECK_FALSE(plan_device_switch(D::Cpu, D::Cpu, true).reload);
+}
+
+TEST_CASE("worker: loads go where set_device says, a CUDA request without CUDA fails in the slot",
+          "[worker][device]") {
+  PairOnDisk pair;
+  InferenceWorker w({}, 1);
+  const std::string dir = (pair.dir / "diff").string();
+  w.set_device(DeviceChoice::Cuda);
+  w.load(0, dir);
+  w.wait_idle();
+  if (cuda_available()) {
+    REQUIRE(w.status().slots[0].loaded);
+    CHECK(w.status().slots[0].description.find("cuda") != std::string::npos);
+  } else {
+    CHECK_FALSE(w.status().slots[0].loaded);
+    CHECK(w.status().slots[0].error == "CUDA was requested but this LibTorch build has no usable CUDA device");
+  }
+  w.set_device(DeviceChoice::Cpu);  // what the menu does: set the device, load the folder again
+  w.load(0, dir);
+  w.wait_idle();
+  REQUIRE(w.status().slots[0].loaded);
+  CHECK(w.status().slots[0].error.empty());
+  CHECK(w.status().slots[0].description.find(", cpu") != std::string::npos);
+  w.run("on the CPU");
+  w.wait_idle();
+  const auto r = w.take_result();
+  REQUIRE(r);
+  CHECK(r->traces[0]);
+}
+
 TEST_CASE("worker opens trace bundles into a slot and reports broken ones", "[worker][bundle]") {
   PairOnDisk pair;
   const Model m = Model::load(pair.dir / "diff");
