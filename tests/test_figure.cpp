@@ -4,9 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <string>
 
 #include "core/error.h"
+#include "helpers.h"
 #include "viz/figure.h"
 
 using namespace difflens;
@@ -97,6 +102,38 @@ TEST_CASE("figure: text lands inside its box in both directions and broken UTF-8
   font->draw(bad, 0, 0, broken, 16, {0, 0, 0});
   CHECK(inked(bad, 0, 0, 100, 30) > 0);
   CHECK_THROWS_WITH(FigureFont("/nonexistent/font.ttf"), Catch::Contains("cannot open the font file"));
+}
+
+TEST_CASE("figure: fonts are looked up under DIFFLENS_FONT_DIR first, then in the system folders",
+          "[viz][figure][text]") {
+  const char* before = std::getenv("DIFFLENS_FONT_DIR");
+  const std::string saved = before ? before : "";
+  struct Restore {
+    bool had;
+    std::string value;
+    ~Restore() {
+      if (had) setenv("DIFFLENS_FONT_DIR", value.c_str(), 1);
+      else unsetenv("DIFFLENS_FONT_DIR");
+    }
+  } restore{before != nullptr, saved};
+  const std::filesystem::path font = find_system_font();  // wherever it is found now
+  REQUIRE_FALSE(font.empty());
+  unsetenv("DIFFLENS_FONT_DIR");
+  const std::filesystem::path system_main = find_system_font(), system_fallback = find_fallback_font();
+
+  test::ScratchDir dir("fonts");
+  std::filesystem::create_directories(dir / "truetype/dejavu");
+  std::filesystem::copy_file(font, dir / "truetype/dejavu/DejaVuSans.ttf");
+  std::ofstream(dir / "notes.txt") << "not a font";
+  setenv("DIFFLENS_FONT_DIR", dir.path().c_str(), 1);
+  CHECK(find_system_font() == dir / "truetype/dejavu/DejaVuSans.ttf");  // found in a subfolder
+  CHECK(find_fallback_font() == system_fallback);                      // not there: the system's
+  CHECK(FigureFont(find_system_font()).text_width("query", 16) == FigureFont(font).text_width("query", 16));
+
+  setenv("DIFFLENS_FONT_DIR", (dir / "missing").c_str(), 1);  // a folder that does not exist
+  CHECK(find_system_font() == system_main);
+  setenv("DIFFLENS_FONT_DIR", "", 1);  // empty: ignored
+  CHECK(find_system_font() == system_main);
 }
 
 TEST_CASE("figure: characters DejaVu lacks come from the fallback font", "[viz][figure][text]") {

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <iterator>
 
 #include "core/error.h"
@@ -241,19 +243,41 @@ FigureFont::FigureFont(const std::filesystem::path& ttf, const std::filesystem::
   if (!fallback.empty()) load_font(fallback, fallback_data_, fallback_info_);
 }
 
-std::filesystem::path find_system_font() {
-  for (const char* f :
-       {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"})
-    if (std::filesystem::exists(f)) return f;
+namespace {
+
+// The first of `names` under $DIFFLENS_FONT_DIR (searched recursively, in the order of `names`), then the
+// first of `system` that exists. Fonts unpacked somewhere else than /usr/share/fonts (a server without
+// Debian packages, another distribution) are found through that variable.
+std::filesystem::path find_font(std::initializer_list<const char*> names,
+                                std::initializer_list<const char*> system) {
+  namespace fs = std::filesystem;
+  if (const char* dir = std::getenv("DIFFLENS_FONT_DIR"); dir != nullptr && *dir != '\0') {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+         !ec && it != end; it.increment(ec))
+      if (it->is_regular_file(ec)) files.push_back(it->path());
+    for (const char* name : names)
+      for (const fs::path& f : files)
+        if (f.filename() == name) return f;
+  }
+  for (const char* f : system)
+    if (fs::exists(f)) return f;
   return {};
 }
 
+}  // namespace
+
+std::filesystem::path find_system_font() {
+  return find_font({"DejaVuSans.ttf"},
+                   {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"});
+}
+
 std::filesystem::path find_fallback_font() {
-  for (const char* f : {"/usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf",
-                        "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
-                        "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"})
-    if (std::filesystem::exists(f)) return f;
-  return {};
+  return find_font({"DroidSansFallbackFull.ttf", "NotoSansCJK-Regular.ttc", "wqy-microhei.ttc"},
+                   {"/usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf",
+                    "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
+                    "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"});
 }
 
 const FigureFont& FigureFont::standard() {
@@ -261,7 +285,7 @@ const FigureFont& FigureFont::standard() {
     const auto path = find_system_font();
     if (path.empty())
       throw Error("no figure font: install fonts-dejavu-core (DejaVuSans.ttf is looked up in "
-                  "/usr/share/fonts/truetype/dejavu)");
+                  "/usr/share/fonts/truetype/dejavu, and first under $DIFFLENS_FONT_DIR when that is set)");
     return FigureFont(path, find_fallback_font());
   }();
   return font;

@@ -50,10 +50,11 @@ class FigureFont {
   float em_size(float px) const;
 };
 
-// The first system font found of the ones DiffLens uses (DejaVu Sans), or empty.
+// The font DiffLens uses (DejaVu Sans), or empty: first under $DIFFLENS_FONT_DIR (recursively) when that
+// is set, then in the system's font folders.
 std::filesystem::path find_system_font();
 // A font with CJK and other scripts DejaVu lacks (fonts-droid-fallback, else Noto CJK or WenQuanYi when
-// installed); empty when none is.
+// installed; searched like find_system_font); empty when none is.
 std::filesystem::path find_fallback_font();
 
 // The figure as SVG (vector: one <rect class="cell"> per displayed cell, cells pooled like the PNG to at
