@@ -415,29 +415,23 @@ int cmd_bench(const Args& a) {
                     T, static_cast<long long>(m.config().max_position_embeddings));
         continue;
       }
-      std::vector<double> ms;
       size_t bytes = 0;
       int64_t pooled_cells = 0;
-      // The first run warms caches and the allocator (page faults of fresh buffers). That effect is
-      // small beside a run of over a minute (~1 s measured at 1K tokens), so such a run counts as the first
-      // timed one (a 64K prompt is not captured twice for nothing).
-      bool warm = false;
-      for (int r = 0; r < repeats; ++r) {
+      auto timed_capture = [&] {
         const auto t0 = std::chrono::steady_clock::now();
         const Trace t = m.capture(ids, opt);
         const double run_ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         bytes = t.byte_size();
         pooled_cells = t.layers.empty() ? 0 : t.layers[0].pooled;
-        if (!warm) {
-          warm = true;
-          if (run_ms < 60000.0) {
-            --r;  // a short warm-up run is discarded
-            continue;
-          }
-        }
-        ms.push_back(run_ms);
-      }
+        return run_ms;
+      };
+      // The first run warms caches and the allocator (page faults of fresh buffers). That effect is
+      // small beside a run of over a minute (~1 s measured at 1K tokens), so such a run counts as the first
+      // timed one (a 64K prompt is not captured twice for nothing); a shorter one is discarded.
+      std::vector<double> ms;
+      if (const double first = timed_capture(); first >= 60000.0) ms.push_back(first);
+      while (static_cast<int>(ms.size()) < repeats) ms.push_back(timed_capture());
       std::printf("%-9s %6d %12.1f %12.1f %12s %8s %12s\n", to_string(m.config().attention), T, median(ms),
                   *std::min_element(ms.begin(), ms.end()), mb(bytes).c_str(),
                   pooled_cells > 0 ? (std::to_string(pooled_cells) + "^2").c_str() : "exact",
