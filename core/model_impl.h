@@ -24,7 +24,7 @@ struct Model::Impl {
   Impl(const ModelConfig& c, const Tokenizer& tok, at::Device dev, at::ScalarType storage = at::kFloat)
       : config(c), tokenizer(tok), device(dev) {
     tune_allocator();
-    const nn::WeightStorage scope(storage);
+    const nn::ScopedDtype scope(nn::g_weight_storage, storage);
     net = nn::CausalLm(c);
     net->eval();
   }

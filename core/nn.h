@@ -33,18 +33,34 @@ struct RmsNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-// The dtype projection and embedding weights are stored in, chosen while a model is being built
-// (WeightStorage): F32, or a half-precision checkpoint's own F16/BF16, converted to the activations' dtype
-// one matrix at a time as the forward pass reaches it (half the memory; the arithmetic stays F32).
-inline thread_local at::ScalarType g_weight_storage = at::kFloat;
-struct WeightStorage {
-  explicit WeightStorage(at::ScalarType t) : previous(g_weight_storage) { g_weight_storage = t; }
-  ~WeightStorage() { g_weight_storage = previous; }
+// Sets one of the thread-local dtypes below for the lifetime of a scope.
+struct ScopedDtype {
+  ScopedDtype(at::ScalarType& slot, at::ScalarType t) : slot(slot), previous(slot) { slot = t; }
+  ~ScopedDtype() { slot = previous; }
+  ScopedDtype(const ScopedDtype&) = delete;
+  ScopedDtype& operator=(const ScopedDtype&) = delete;
+  at::ScalarType& slot;
   at::ScalarType previous;
 };
 
+// The dtype projection and embedding weights are stored in, set while a model is being built: F32, or a
+// half-precision checkpoint's own F16/BF16, converted to the activations' dtype one matrix at a time as the
+// forward pass reaches it (half the memory; the arithmetic stays F32).
+inline thread_local at::ScalarType g_weight_storage = at::kFloat;
+
 inline Tensor as_compute(const Tensor& w, const Tensor& like) {
   return w.scalar_type() == like.scalar_type() ? w : w.to(like.scalar_type());
+}
+
+// Mixed-precision training (train.cpp sets it on its own thread, bf16 on CUDA): while set, projections and
+// the two attention products multiply in this dtype and hand back F32; the weights (master copies),
+// softmax, norms, RoPE, λ and the loss stay F32. Capture never sets it.
+inline thread_local at::ScalarType g_matmul_dtype = at::kFloat;
+
+// a · b (at::matmul), in the matmul precision in force.
+inline Tensor product(const Tensor& a, const Tensor& b) {
+  if (g_matmul_dtype == at::kFloat) return at::matmul(a, b);
+  return at::matmul(a.to(g_matmul_dtype), b.to(g_matmul_dtype)).to(at::kFloat);
 }
 
 // Bias-free linear layer holding a [out, in] weight, named like Hugging Face's nn.Linear.
@@ -52,7 +68,11 @@ struct ProjectionImpl : torch::nn::Module {
   ProjectionImpl(int64_t in, int64_t out) {
     weight = register_parameter("weight", at::empty({out, in}, at::TensorOptions().dtype(g_weight_storage)));
   }
-  Tensor forward(const Tensor& x) { return at::linear(x, as_compute(weight, x)); }
+  Tensor forward(const Tensor& x) {
+    if (g_matmul_dtype != at::kFloat)
+      return at::linear(x.to(g_matmul_dtype), weight.to(g_matmul_dtype)).to(at::kFloat);
+    return at::linear(x, as_compute(weight, x));
+  }
   Tensor weight;
 };
 TORCH_MODULE(Projection);
@@ -114,7 +134,8 @@ struct AttentionInputs {
 inline Tensor quantize_logits(const Tensor& logits, const Tensor& future, int bits) {
   if (bits <= 0 || bits >= 32) return logits;
   const double levels = std::pow(2.0, bits - 1) - 1;
-  const Tensor amax = logits.masked_fill(future, 0).abs().amax({-2, -1}, true).clamp_min(1e-30);  // [B, H, 1, 1]
+  const Tensor amax =
+      logits.masked_fill(future, 0).abs().amax({-2, -1}, true).clamp_min(1e-30);  // [B, H, 1, 1]
   const Tensor step = amax / levels;
   return at::round(logits / step) * step;
 }
@@ -155,9 +176,9 @@ struct BaselineAttentionImpl : torch::nn::Module {
       v = v.repeat_interleave(H / Hkv, 1);
     }
     AttentionResult r;
-    r.l1 = quantize_logits(at::matmul(q, k.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
-    r.a = causal_softmax(r.l1, future);                                               // [B, H, T, T]
-    Tensor o = at::matmul(r.a.to(v.scalar_type()), v);  // [B, H, T, d]
+    r.l1 = quantize_logits(product(q, k.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
+    r.a = causal_softmax(r.l1, future);                                           // [B, H, T, T]
+    Tensor o = product(r.a.to(v.scalar_type()), v);                               // [B, H, T, d]
     r.out = o_proj(o.transpose(1, 2).reshape({B, T, H * d}));
     return r;
   }
@@ -236,12 +257,12 @@ struct DiffAttentionImpl : torch::nn::Module {
     r.lambda_exp1 = at::exp((lambda_q1.to(at::kFloat) * lambda_k1.to(at::kFloat)).sum());
     r.lambda_exp2 = at::exp((lambda_q2.to(at::kFloat) * lambda_k2.to(at::kFloat)).sum());
     r.lambda = r.lambda_exp1 - r.lambda_exp2 + lambda_init;
-    r.l1 = quantize_logits(at::matmul(q1, k1.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
-    r.l2 = quantize_logits(at::matmul(q2, k2.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
+    r.l1 = quantize_logits(product(q1, k1.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
+    r.l2 = quantize_logits(product(q2, k2.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
     r.a1 = causal_softmax(r.l1, future);
     r.a2 = causal_softmax(r.l2, future);
-    r.a = r.a1 - r.lambda * r.a2;                       // rows sum to 1 - λ
-    Tensor o = at::matmul(r.a.to(v.scalar_type()), v);  // [B, H, T, 2d]
+    r.a = r.a1 - r.lambda * r.a2;                    // rows sum to 1 - λ
+    Tensor o = product(r.a.to(v.scalar_type()), v);  // [B, H, T, 2d]
     o = rms_norm(o, subln ? subln->weight : Tensor(), c.subln_eps) * (1.0 - lambda_init);
     r.out = o_proj(o.transpose(1, 2).reshape({B, T, H * 2 * d}));
     return r;
@@ -273,7 +294,8 @@ struct DiffAttentionImpl : torch::nn::Module {
   // o [B, H, T, 2d] = (A1 - λA2)·V per head -> [B, T, E]
   Tensor output(const Tensor& o) {
     const Tensor n = rms_norm(o, subln ? subln->weight : Tensor(), c.subln_eps) * (1.0 - lambda_init);
-    return o_proj(n.transpose(1, 2).reshape({o.size(0), o.size(2), (c.num_attention_heads / 2) * 2 * c.head_dim}));
+    return o_proj(
+        n.transpose(1, 2).reshape({o.size(0), o.size(2), (c.num_attention_heads / 2) * 2 * c.head_dim}));
   }
 
   ModelConfig c;
@@ -344,7 +366,8 @@ struct DecoderLayerImpl : torch::nn::Module {
       Tensor hidden = cols.gt(rows);
       if (c.sliding_window > 0) hidden = hidden.logical_or(cols.le(rows - c.sliding_window));
       auto logits = [&](const Tensor& q, const Tensor& k) {
-        return at::matmul(q[0].narrow(1, r0, b.rows), k[0].narrow(1, 0, K).transpose(-2, -1)).masked_fill(hidden, neg_inf);
+        return at::matmul(q[0].narrow(1, r0, b.rows), k[0].narrow(1, 0, K).transpose(-2, -1))
+            .masked_fill(hidden, neg_inf);
       };
       b.l1 = logits(in.q1, k1);
       if (diff_attn) {

@@ -9,10 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -74,7 +78,8 @@ Tensor loss_weights(const std::vector<TrainingRow>& rows, double answer_weight, 
 
 struct Loss {
   Tensor objective;  // what is minimised (weighted when weights are given)
-  double mean = 0;   // plain mean next-token cross-entropy, for the logs
+  Tensor mean;       // 0-dim, detached: plain mean next-token cross-entropy, for the logs (read when logged,
+                     // so that a CUDA step does not wait for the device)
 };
 
 // Next-token cross-entropy of a [B, L+1] batch.
@@ -85,38 +90,114 @@ Loss lm_loss(nn::CausalLm& net, const Tensor& batch, const Tensor& weights = {})
   const Tensor targets = batch.narrow(1, 1, L).reshape({-1});
   if (!weights.defined()) {
     Tensor l = at::nll_loss(logp, targets);
-    return {l, l.item<double>()};
+    return {l, l.detach()};
   }
   Tensor per_token = at::nll_loss(logp, targets, {}, at::Reduction::None);
   const Tensor w = weights.reshape({-1});
-  return {(per_token * w).sum() / w.sum(), per_token.mean().item<double>()};
+  return {(per_token * w).sum() / w.sum(), per_token.mean().detach()};
 }
+
+// The rows of one training step, on the CPU: ids [B, L+1] and loss weights [B, L] (undefined when all 1).
+struct StepBatch {
+  Tensor ids, weights;
+};
+
+// Builds the batches of upcoming steps on worker threads while the models train on the current one
+// (on a GPU, one thread building a batch of 64 episode rows kept the device idle). A step's rows depend
+// only on (seed, step) (TrainingData's contract), so the batches are those a serial loop would build.
+// take() is called from one thread, for consecutive steps; the destructor stops and joins the workers.
+class BatchPrefetcher {
+ public:
+  using Build = std::function<StepBatch(int64_t step)>;
+  BatchPrefetcher(Build build, int64_t first, int64_t end, int workers, int depth)
+      : build_(std::move(build)), next_build_(first), next_take_(first), end_(end), depth_(depth) {
+    for (int i = 0; i < std::max(1, workers); ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~BatchPrefetcher() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  BatchPrefetcher(const BatchPrefetcher&) = delete;
+  BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
+
+  // Blocks until `step` is built; rethrows a worker's failure.
+  StepBatch take(int64_t step) {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return ready_.count(step) || error_; });
+    if (error_) std::rethrow_exception(error_);
+    StepBatch b = std::move(ready_[step]);
+    ready_.erase(step);
+    next_take_ = step + 1;
+    cv_.notify_all();
+    return b;
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      int64_t step;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] {
+          return stop_ || error_ || (next_build_ < end_ && next_build_ < next_take_ + depth_);
+        });
+        if (stop_ || error_) return;
+        step = next_build_++;
+      }
+      try {
+        StepBatch b = build_(step);
+        std::lock_guard<std::mutex> lock(m_);
+        ready_[step] = std::move(b);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(m_);
+        if (!error_) error_ = std::current_exception();
+      }
+      cv_.notify_all();
+    }
+  }
+
+  Build build_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  int64_t next_build_, next_take_, end_;
+  int depth_;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::map<int64_t, StepBatch> ready_;
+  std::vector<std::thread> threads_;
+};
 
 struct ModelState {
   std::string name;
   fs::path dir;
   Model model;
   std::map<std::string, Tensor> exp_avg, exp_avg_sq;  // AdamW moments by parameter name
-  double loss_sum = 0;
+  Tensor loss_sum;  // 0-dim on the training device: train losses since the last evaluation
   int64_t loss_count = 0;
-  double last_loss = 0;
+  Tensor last_loss;  // 0-dim: the last step's train loss
 };
-
 
 void adamw_step(ModelState& s, const TrainOptions& o, int64_t step, double lr) {
   at::NoGradGuard no_grad;
   auto params = ModelAccess::impl(s.model).named();
-  // Global-norm clipping.
-  double total = 0;
+  // Global-norm clipping. The factor stays a 0-dim device tensor: no host round trip per parameter.
+  std::vector<Tensor> squares;
   for (auto& [name, p] : params)
-    if (p.grad().defined()) total += p.grad().to(at::kDouble).pow(2).sum().item<double>();
-  const double norm = std::sqrt(total);
-  const double clip = (o.grad_clip > 0 && norm > o.grad_clip) ? o.grad_clip / (norm + 1e-6) : 1.0;
+    if (p.grad().defined()) squares.push_back(p.grad().to(at::kDouble).pow(2).sum());
+  Tensor clip;  // undefined: no clipping
+  if (o.grad_clip > 0 && !squares.empty()) {
+    const Tensor norm = at::stack(squares).sum().sqrt();
+    clip = at::where(norm > o.grad_clip, o.grad_clip / (norm + 1e-6), at::ones_like(norm)).to(at::kFloat);
+  }
   const double t = static_cast<double>(step + 1);
   const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
   for (auto& [name, p] : params) {
     if (!p.grad().defined()) continue;
-    Tensor g = p.grad() * clip;
+    Tensor g = clip.defined() ? p.grad() * clip : p.grad();
     Tensor& m = s.exp_avg[name];
     Tensor& v = s.exp_avg_sq[name];
     if (!m.defined()) {
@@ -157,6 +238,7 @@ void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_
                       {"steps", o.steps},
                       {"wall_seconds", wall_seconds},
                       {"threads", o.threads},
+                      {"precision", o.precision},
                       {"device", cuda_available() && o.device != "cpu" ? "cuda" : "cpu"}};
   std::ofstream(st / "state.json") << j.dump(2) << "\n";
 }
@@ -252,6 +334,32 @@ double learning_rate(const TrainOptions& o, int64_t step) {
   return peak * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + std::cos(M_PI * progress)));
 }
 
+TextLoss text_loss(const Model& model, const std::string& text, int64_t window, int64_t max_windows) {
+  if (window < 1) throw Error("text loss: the window must be at least 1 token");
+  const std::vector<int64_t> ids = encode_lines(text, model.tokenizer());
+  const int64_t n = static_cast<int64_t>(ids.size()) / (window + 1);
+  if (n == 0)
+    throw Error("text loss: the text has " + std::to_string(ids.size()) +
+                " tokens, fewer than one window of " + std::to_string(window + 1));
+  const int64_t windows = max_windows > 0 ? std::min(n, max_windows) : n;
+  auto& impl = ModelAccess::impl(model);
+  c10::InferenceMode guard;
+  const Tensor all = at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + windows * (window + 1)),
+                                at::TensorOptions().dtype(at::kLong))
+                         .view({windows, window + 1});  // [W, window + 1]
+  double sum = 0;
+  constexpr int64_t kRowsPerPass = 8;  // bounds the [rows, window, V] logits
+  for (int64_t w0 = 0; w0 < windows; w0 += kRowsPerPass) {
+    const Tensor batch = all.narrow(0, w0, std::min(kRowsPerPass, windows - w0)).to(impl.device);
+    sum += lm_loss(impl.net, batch).mean.item<double>() * static_cast<double>(batch.size(0) * window);
+  }
+  TextLoss r;
+  r.windows = windows;
+  r.tokens = windows * window;
+  r.nats_per_token = sum / static_cast<double>(r.tokens);
+  return r;
+}
+
 TrainOptions train_options_from_json(const fs::path& file) {
   TrainOptions o;
   nlohmann::json j;
@@ -313,6 +421,8 @@ TrainOptions train_options_from_json(const fs::path& file) {
     get("eval_episodes", o.eval_episodes);
     get("eval_lengths", o.eval_lengths);
     get("device", o.device);
+    get("precision", o.precision);
+    get("data_workers", o.data_workers);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(file.string() + ": a field has the wrong type (" + e.what() + ")");
   } catch (const ConfigError&) {
@@ -323,11 +433,22 @@ TrainOptions train_options_from_json(const fs::path& file) {
   return o;
 }
 
+namespace {
+// The dtype the training forward multiplies in (nn::g_matmul_dtype).
+at::ScalarType train_precision(const TrainOptions& o, const at::Device& dev) {
+  if (o.precision == "fp32") return at::kFloat;
+  if (o.precision == "bf16") return at::kBFloat16;
+  if (o.precision == "auto") return dev.is_cuda() ? at::kBFloat16 : at::kFloat;
+  throw Error("train: precision must be auto, fp32 or bf16 (got '" + o.precision + "')");
+}
+}  // namespace
+
 int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
                    const std::function<void(const TrainProgress&)>& progress) {
   if (o.steps <= 0 || o.batch <= 0 || o.seq_len < 16)
     throw Error("train: steps, batch and seq_len must be positive");
   if (!o.train_diff && !o.train_baseline) throw Error("train: nothing to train");
+  (void)train_precision(o, at::Device(at::kCPU));  // refuse a bad precision before any work
   if (o.phases.empty() || o.phases.front().from_step != 0)
     throw Error("train: the first training phase must start at step 0");
   for (size_t i = 1; i < o.phases.size(); ++i)
@@ -356,7 +477,8 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     while (k + 1 < o.phases.size() && o.phases[k + 1].from_step <= step) ++k;
     return k;
   };
-  const TrainingData val_data(encode_lines(val_text, tok), eval_hay, tok, DataMix{0.0, 0.0, NameSet::SingleToken});
+  const TrainingData val_data(encode_lines(val_text, tok), eval_hay, tok,
+                              DataMix{0.0, 0.0, NameSet::SingleToken});
 
   const at::Device dev = o.device == "cpu" ? at::Device(at::kCPU)
                          : (parse_device(o.device) == DeviceChoice::Cuda || cuda_available())
@@ -370,8 +492,8 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   for (int k = 0; k < 2; ++k) {
     if ((k == 0 && !o.train_diff) || (k == 1 && !o.train_baseline)) continue;
     const ModelConfig& cfg = k == 0 ? diff_cfg : base_cfg;
-    ModelState s{cfg.name, o.out_dir / cfg.name, Model::random(cfg, o.seed, DeviceChoice::Cpu), {}, {}, 0, 0,
-                 0};
+    ModelState s{cfg.name, o.out_dir / cfg.name, Model::random(cfg, o.seed, DeviceChoice::Cpu), {}, {}, {}, 0,
+                 {}};
     int64_t resumed_tokens = 0;
     const int64_t resumed = o.resume ? load_state(s, &resumed_tokens, &wall_before) : 0;
     if (!models.empty() && resumed != start)
@@ -427,10 +549,11 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
       double val = 0;
       {
         c10::InferenceMode guard;
-        for (const Tensor& b : val_batches) val += lm_loss(net, b).mean;
+        for (const Tensor& b : val_batches) val += lm_loss(net, b).mean.item<double>();
       }
       val /= static_cast<double>(val_batches.size());
-      const double train_loss = s.loss_count ? s.loss_sum / static_cast<double>(s.loss_count) : 0.0;
+      const double train_loss =
+          s.loss_count ? s.loss_sum.item<double>() / static_cast<double>(s.loss_count) : 0.0;
       std::ofstream(s.dir / "train_log.csv", std::ios::app)
           << step << "," << train_loss << "," << val << "," << tokens << "\n";
       // Evaluated with the names of the phase that produced these weights.
@@ -442,41 +565,69 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
       for (const auto& sc : scores) ev << "," << sc.exact;
       for (const auto& sc : scores) ev << "," << sc.digits;
       ev << "," << to_string(names) << "\n";
-      s.loss_sum = 0;
+      s.loss_sum = Tensor();
       s.loss_count = 0;
       net->train();
     }
   };
 
+  // Batches are built ahead on worker threads; on CUDA in pinned memory, copied without blocking.
+  const int workers = o.data_workers > 0 ? o.data_workers
+                      : dev.is_cuda()
+                          ? static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u))
+                          : 1;
+  BatchPrefetcher prefetch(
+      [&](int64_t step) {
+        std::mt19937_64 rng(o.seed * 1000003ull + static_cast<uint64_t>(step));
+        const size_t phase = phase_at(step);
+        std::vector<TrainingRow> rows;
+        for (int64_t r = 0; r < o.batch; ++r) rows.push_back(phase_data[phase].row(o.seq_len, rng));
+        const at::Device cpu(at::kCPU);
+        StepBatch b{batch_tensor(rows, cpu), loss_weights(rows, o.phases[phase].answer_weight, cpu)};
+        if (dev.is_cuda()) {
+          b.ids = b.ids.pin_memory();
+          if (b.weights.defined()) b.weights = b.weights.pin_memory();
+        }
+        return b;
+      },
+      start, o.steps, workers, 2 * workers + 1);
+  auto to_device = [&](const Tensor& t) {
+    return t.defined() ? t.to(at::TensorOptions().device(dev), /*non_blocking=*/dev.is_cuda()) : t;
+  };
+  const nn::ScopedDtype precision(nn::g_matmul_dtype, train_precision(o, dev));
+
   const auto t0 = std::chrono::steady_clock::now();
+  double last_report = -1;
   int64_t step = start;
   for (; step < o.steps; ++step) {
     if (stop && stop->load()) break;
-    std::mt19937_64 rng(o.seed * 1000003ull + static_cast<uint64_t>(step));
-    const size_t phase = phase_at(step);
-    std::vector<TrainingRow> rows;
-    for (int64_t r = 0; r < o.batch; ++r) rows.push_back(phase_data[phase].row(o.seq_len, rng));
-    const Tensor batch = batch_tensor(rows, dev);
-    const Tensor weights = loss_weights(rows, o.phases[phase].answer_weight, dev);
+    const StepBatch host = prefetch.take(step);
+    const Tensor batch = to_device(host.ids), weights = to_device(host.weights);
     const double lr = learning_rate(o, step);
-    TrainProgress p;
     for (auto& s : models) {
       auto& net = ModelAccess::impl(s.model).net;
       Loss loss = lm_loss(net, batch, weights);
       loss.objective.backward();
       adamw_step(s, o, step, lr);
       s.last_loss = loss.mean;
-      s.loss_sum += s.last_loss;
+      s.loss_sum = s.loss_sum.defined() ? s.loss_sum + loss.mean : loss.mean;
       ++s.loss_count;
-      (s.model.config().is_diff() ? p.loss_diff : p.loss_baseline) = s.last_loss;
     }
     tokens += o.batch * o.seq_len;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    TrainProgress p;
     p.step = step + 1;
     p.total = o.steps;
     p.tokens_per_second =
         static_cast<double>((step + 1 - start) * o.batch * o.seq_len) / std::max(secs, 1e-9);
     p.eta_seconds = secs / static_cast<double>(step + 1 - start) * static_cast<double>(o.steps - step - 1);
+    // Reading a loss waits for the device: only twice a second, every 50th step and the last.
+    p.has_loss = secs - last_report >= 0.5 || (step + 1) % 50 == 0 || step + 1 == o.steps;
+    if (p.has_loss) {
+      last_report = secs;
+      for (auto& s : models)
+        (s.model.config().is_diff() ? p.loss_diff : p.loss_baseline) = s.last_loss.item<double>();
+    }
     if (progress) progress(p);
     if ((step + 1) % o.eval_every == 0 || step + 1 == o.steps) evaluate(step + 1);
     if ((step + 1) % o.save_every == 0 || step + 1 == o.steps)

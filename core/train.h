@@ -14,6 +14,8 @@
 
 namespace difflens {
 
+class Model;
+
 // From `from_step` on, rows are drawn from `mix` and retrieval answer tokens weigh `answer_weight` in the
 // training loss (validation loss is never weighted). A phase with `lr` > 0 restarts the learning-rate
 // schedule: linear warm-up over `warmup` steps from its first step, then cosine decay that reaches
@@ -35,10 +37,10 @@ struct TrainOptions {
   int64_t steps = 2000;
   int64_t seq_len = 512;
   int64_t batch = 8;
-  double lr = 2e-3;            // the first phase's schedule (phases[0].lr, when set, takes precedence)
-  int64_t lr_horizon = 0;      // step where the first cosine ends (0: the last step)
-  double min_lr_ratio = 0.1;   // cosine decays to lr · ratio
-  int64_t warmup = 100;        // warm-up steps of every schedule (re)start
+  double lr = 2e-3;           // the first phase's schedule (phases[0].lr, when set, takes precedence)
+  int64_t lr_horizon = 0;     // step where the first cosine ends (0: the last step)
+  double min_lr_ratio = 0.1;  // cosine decays to lr · ratio
+  int64_t warmup = 100;       // warm-up steps of every schedule (re)start
   double weight_decay = 0.1;  // on matrices; not on norms or λ
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   double grad_clip = 1.0;
@@ -50,25 +52,44 @@ struct TrainOptions {
   int64_t eval_episodes = 40;  // per context length
   std::vector<int64_t> eval_lengths = {128, 256, 512};
   std::string device = "auto";
-  bool resume = true;  // continue from out_dir's train_state when present
+  // Matmul precision of the training forward/backward: "fp32", "bf16" (projections and attention products
+  // in bf16, everything else and the weights in fp32), or "auto" (bf16 on CUDA, fp32 on the CPU).
+  std::string precision = "auto";
+  int data_workers = 0;  // threads building batches ahead (0: 1 on the CPU, half the cores up to 8 on CUDA)
+  bool resume = true;    // continue from out_dir's train_state when present
 };
 
 struct TrainProgress {
   int64_t step = 0, total = 0;
-  double loss_diff = 0, loss_baseline = 0;  // last step's train loss (0 for a model not trained)
-  double tokens_per_second = 0;             // per model
+  // The step's train losses (0 for a model not trained), read only when has_loss: reading one waits for
+  // the device, so a CUDA run reads them about twice a second, at every 50th step and at the last.
+  bool has_loss = false;
+  double loss_diff = 0, loss_baseline = 0;
+  double tokens_per_second = 0;  // per model
   double eta_seconds = 0;
 };
 
 // The learning rate of step `step` (0-based) under the options' schedule and phases.
 double learning_rate(const TrainOptions& options, int64_t step);
 
+// Mean next-token cross-entropy of a model over a text, read the way training validates: the text's lines
+// tokenized (no BOS) and concatenated, then cut into consecutive windows of `window` + 1 tokens (the last,
+// shorter remainder is dropped); every target of every window counts once. `max_windows` > 0 reads only the
+// first that many. Throws Error when the text has fewer than `window` + 1 tokens.
+struct TextLoss {
+  double nats_per_token = 0;
+  int64_t tokens = 0;  // targets scored
+  int64_t windows = 0;
+};
+TextLoss text_loss(const Model& model, const std::string& text, int64_t window, int64_t max_windows = 0);
+
 // Reads a JSON training config (same keys as the command-line options); throws ConfigError.
 TrainOptions train_options_from_json(const std::filesystem::path& file);
 
 // Trains until `steps` or until `*stop` turns true (then saves and returns). Writes, per model,
 // config.json, model.safetensors, tokenizer.model, train_log.csv and eval_log.csv, plus
-// train_state/ for resuming. `progress` is called after every step. Returns the last step reached.
+// train_state/ for resuming. `progress` is called after every step (losses only when has_loss). Returns the
+// last step reached.
 int64_t train_pair(const TrainOptions& options, const std::atomic<bool>* stop,
                    const std::function<void(const TrainProgress&)>& progress);
 

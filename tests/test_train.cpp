@@ -2,6 +2,7 @@
 // to exactly the weights of an uninterrupted one, and the saved checkpoint reloads to identical logits.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <fstream>
 
 #include "core/model.h"
@@ -159,6 +160,101 @@ TEST_CASE("train: bad options are refused", "[train][errors]") {
   o.train_diff = true;
   o.phases.push_back(o.phases.front());  // a second phase also starting at step 0
   CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("increasing from_step"));
+  o.phases.pop_back();
+  o.precision = "fp16";
+  CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("precision must be auto, fp32 or bf16"));
+}
+
+namespace {
+double max_weight_difference(const std::filesystem::path& a_dir, const std::filesystem::path& b_dir) {
+  const auto a = Model::load(a_dir).tensors(), b = Model::load(b_dir).tensors();
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].data.size(); ++j)
+      d = std::max<double>(d, std::fabs(a[i].data[j] - b[i].data[j]));
+  return d;
+}
+}  // namespace
+
+TEST_CASE("train: batches built ahead by several workers are the serial ones", "[train]") {
+  test::ScratchDir dir("prefetch");
+  make_corpus(dir.path());
+  TrainOptions one = tiny(dir.path(), dir / "one", 12), four = tiny(dir.path(), dir / "four", 12);
+  TrainPhase drills;  // episode rows too: the rows whose building takes time
+  drills.from_step = 6;
+  drills.mix = DataMix{0.25, 0.5, NameSet::SingleToken};
+  one.phases.push_back(drills);
+  four.phases.push_back(drills);
+  one.data_workers = 1;
+  four.data_workers = 4;
+  train_pair(one, nullptr, nullptr);
+  train_pair(four, nullptr, nullptr);
+  for (const char* name : {"diff-small", "baseline-small"}) {
+    INFO(name);
+    CHECK(max_weight_difference(dir / "one" / name, dir / "four" / name) == 0.0);
+  }
+}
+
+TEST_CASE("train: bf16 matmuls train the same models in fp32 master weights", "[train]") {
+  test::ScratchDir dir("bf16");
+  make_corpus(dir.path());
+  TrainOptions fp32 = tiny(dir.path(), dir / "fp32", 40), bf16 = tiny(dir.path(), dir / "bf16", 40);
+  fp32.precision = "fp32";
+  bf16.precision = "bf16";
+  train_pair(fp32, nullptr, nullptr);
+  train_pair(bf16, nullptr, nullptr);
+  for (const char* name : {"diff-small", "baseline-small"}) {
+    INFO(name);
+    // bf16 products round: the weights move apart, a little.
+    const double d = max_weight_difference(dir / "fp32" / name, dir / "bf16" / name);
+    CHECK(d > 0);
+    CHECK(d < 0.05);
+    const auto v32 = column(dir / "fp32" / name / "train_log.csv", 2);
+    const auto v16 = column(dir / "bf16" / name / "train_log.csv", 2);
+    REQUIRE(v16.size() == 2);
+    CHECK(v16[1] < v16[0]);                        // it learns
+    CHECK(v16[1] == Approx(v32[1]).margin(0.05));  // as much as fp32 does
+    CHECK(test::read_all(dir / "bf16" / name / "train_state/state.json").find("\"precision\": \"bf16\"") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("text loss is the mean next-token cross-entropy of consecutive windows", "[train]") {
+  test::ScratchDir dir("textloss");
+  make_corpus(dir.path());
+  train_pair(tiny(dir.path(), dir / "out", 4), nullptr, nullptr);
+  const Model m = Model::load(dir / "out/diff-small");
+  const std::string text =
+      "The jury said it did find that many of the voters.\nThe secret code of Mary is 4821.";
+  std::vector<int64_t> ids;  // lines encoded without BOS, then concatenated
+  for (const char* line :
+       {"The jury said it did find that many of the voters.", "The secret code of Mary is 4821."}) {
+    const auto e = m.tokenizer().encode(line, false).ids;
+    ids.insert(ids.end(), e.begin(), e.end());
+  }
+  const int64_t window = 5;
+  const int64_t windows = static_cast<int64_t>(ids.size()) / (window + 1);
+  REQUIRE(windows >= 2);
+  // By hand: -log p(target | the window's earlier tokens), from the full next-token distribution.
+  CaptureOptions all;
+  all.next_token_top_k = 4096;
+  all.keep_maps = false;
+  double sum = 0;
+  for (int64_t w = 0; w < windows; ++w)
+    for (int64_t k = 1; k <= window; ++k) {
+      const auto begin = ids.begin() + w * (window + 1);
+      const Trace t = m.capture(std::vector<int64_t>(begin, begin + k), all);
+      for (const auto& p : t.next_token)
+        if (p.id == *(begin + k)) sum -= std::log(static_cast<double>(p.probability));
+    }
+  const TextLoss l = text_loss(m, text, window);
+  CHECK(l.windows == windows);
+  CHECK(l.tokens == windows * window);
+  CHECK(l.nats_per_token == Approx(sum / static_cast<double>(windows * window)).epsilon(1e-4));
+  const TextLoss first = text_loss(m, text, window, 1);
+  CHECK(first.windows == 1);
+  CHECK_THROWS_WITH(text_loss(m, "The jury", 50), Catch::Contains("fewer than one window of 51"));
 }
 
 TEST_CASE("train: a JSON config with phases inherits what a phase does not name", "[train][config]") {
@@ -184,11 +280,11 @@ TEST_CASE("train: a JSON config with phases inherits what a phase does not name"
   test::write_all(dir / "lr.json", R"({"steps": 300, "lr": 0.002, "warmup": 10, "lr_horizon": 200,
     "min_lr_ratio": 0.1, "phases": [{"from_step": 150, "lr": 0.001}]})");
   const TrainOptions s = train_options_from_json(dir / "lr.json");
-  CHECK(learning_rate(s, 0) == Approx(0.0002));     // warm-up: 1/10 of the peak
+  CHECK(learning_rate(s, 0) == Approx(0.0002));  // warm-up: 1/10 of the peak
   CHECK(learning_rate(s, 9) == Approx(0.002));
-  CHECK(learning_rate(s, 105) == Approx(0.0011));   // half-way through 10..200: (0.1 + 0.9 · 0.5) · peak
+  CHECK(learning_rate(s, 105) == Approx(0.0011));  // half-way through 10..200: (0.1 + 0.9 · 0.5) · peak
   CHECK(learning_rate(s, 149) < learning_rate(s, 105));
-  CHECK(learning_rate(s, 150) == Approx(0.0001));   // restart: 1/10 of the new peak
+  CHECK(learning_rate(s, 150) == Approx(0.0001));  // restart: 1/10 of the new peak
   CHECK(learning_rate(s, 159) == Approx(0.001));
   CHECK(learning_rate(s, 299) == Approx(0.0001).margin(1e-6));  // cosine to the last step
   test::write_all(dir / "bad.json", R"({"phases": [{"from_step": 0}]})");
