@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -51,8 +52,10 @@ GUI options:
   --export-all          export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E
   --export-dir DIR      export folder     --maps-height F   share of the height for the maps (0.2-0.85)
   --logit-bits 8|6|4    show both models with absmax-quantized attention logits (0: exact)
-  --needle T,D,N,R,S    start with a held-out needle prompt (T tokens, depth D %, N needles, R asked,
-                        seed S), question and answer marked: the Attention noise tab measures it
+  --needle T,D,N,R,S[,A]  start with a held-out needle prompt (T tokens, depth D %, N needles, R asked,
+                        seed S; A=1 the prompt ends with the asked code, 0 before it), question and answer
+                        marked, the heads that attend most to the answer selected. Without --prompt or
+                        --needle the app starts with --needle 256,50,1,1,1,1
   --lab-lengths 128,256 --lab-depths 0,50,100 --lab-needles 1 --lab-queried 1 --lab-seeds 3
                         the Needle lab tab's sweep grid; --lab-run starts it (a screenshot waits for it)
   --haystack FILE       haystack text for the needle builder and lab (default assets/haystack.txt)
@@ -88,6 +91,7 @@ commands:
              [--threads 2] [--eval-every 250] [--save-every 250] [--only diff|baseline] [--fresh]
              [--device auto|cpu|cuda] [--episode-fraction 0.5] [--drill-fraction 0] [--answer-weight 1]
              [--names single-token|original]   (these four set the config's last phase)
+             [--precision auto|fp32|bf16 (auto: bf16 matmuls on CUDA)] [--data-workers N (batches built ahead)]
              Resumes from DIR when a saved state is there; Ctrl-C saves.
   needle     needle-in-a-haystack sweep: accuracy, attention to answer and noise per model and cell
              --out DIR [--models DIR1,DIR2 (default: the bundled pair)] [--lengths 256,512]
@@ -103,6 +107,9 @@ commands:
   quantize   how far attention maps move when the logits are absmax-quantized (per head, dynamic)
              (--prompt TEXT | --prompt-file F) [--models DIR1,DIR2] [--bits 8,6,4]
              [--needle-seeds K --needle-length 256 (needle accuracy at each width)] [--out DIR]
+  loss       next-token cross-entropy (nats/token) and perplexity of models over a text, in consecutive
+             windows as training validates   --text-file F [--models DIR1,DIR2] [--window 512]
+             [--max-windows 0 (all)]
   render     draw one head of a trace bundle with token labels and legends, PNG or SVG
              --trace DIR --out F.png|F.svg [--layer 0] [--head 0] [--map all|A1|A2|A] [--size 1024]
              [--scale linear|sqrt|log] [--pooling max|mean] [--clamp 99.5] [--per-map-scale]
@@ -523,7 +530,8 @@ int cmd_gui(const Args& a) {
     o.models[0] = bundled_model("diff-small");
     o.models[1] = bundled_model("baseline-small");
   }
-  // A needle the bundled pair never saw in training (held-out name, code a multiple of 7).
+  // A needle the bundled pair never saw in training (held-out name, code a multiple of 7); used as it is
+  // when the left model has no SentencePiece tokenizer to build a whole needle episode with.
   o.prompt = a.get("prompt",
                    "The secret code of Rachel is 4823. The river was high that spring. "
                    "Q: What is the secret code of Rachel?\nA: The secret code of Rachel is");
@@ -560,9 +568,16 @@ int cmd_gui(const Args& a) {
   o.needle = a.get_int_list("needle");
   if (!o.needle.empty()) {
     const auto& n = o.needle;
-    if (n.size() != 5 || n[0] < 64 || n[1] < 0 || n[1] > 100 || n[2] < 1 || n[2] > 6 || n[3] < 1 || n[3] > n[2])
-      throw Error("--needle expects TOKENS,DEPTH%,NEEDLES,ASKED,SEED with TOKENS >= 64, DEPTH in 0..100 and "
-                  "1 <= ASKED <= NEEDLES <= 6");
+    if (n.size() < 5 || n.size() > 6 || n[0] < 64 || n[1] < 0 || n[1] > 100 || n[2] < 1 || n[2] > 6 ||
+        n[3] < 1 || n[3] > n[2] || (n.size() == 6 && n[5] != 0 && n[5] != 1))
+      throw Error(
+          "--needle expects TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER] with TOKENS >= 64, DEPTH in "
+          "0..100, 1 <= ASKED <= NEEDLES <= 6 and ANSWER 1 (the prompt ends with the code, the default) "
+          "or 0 (it stops before the code)");
+  } else if (!a.has("prompt") &&
+             std::filesystem::exists(std::filesystem::path(o.models[0]) / "tokenizer.model")) {
+    o.needle = {app::kDefaultNeedle.begin(),
+                app::kDefaultNeedle.end()};  // the first screen: a held-out needle episode
   }
   o.logit_bits = a.get_int("logit-bits", 0);
   if (o.logit_bits != 0 && o.logit_bits != 8 && o.logit_bits != 6 && o.logit_bits != 4)
@@ -605,18 +620,20 @@ int cmd_gui(const Args& a) {
 #ifdef DIFFLENS_GUI
   return app::run_gui(o);
 #else
-  throw Error("this difflens was built without the desktop app (DIFFLENS_GUI=OFF); the commands work: difflens --help");
+  throw Error(
+      "this difflens was built without the desktop app (DIFFLENS_GUI=OFF); the commands work: difflens "
+      "--help");
 #endif
 }
 
-
-
 int cmd_train(const Args& a) {
-  a.reject_unknown({"config",     "corpus",   "out",    "steps",   "seq-len",
-                    "batch",      "lr",       "warmup", "hidden",  "layers",
-                    "heads",      "kv-heads", "seed",   "threads", "eval-every",
-                    "save-every", "only",     "fresh",  "device",  "episode-fraction",
-                    "drill-fraction", "answer-weight", "names"});
+  a.reject_unknown({"config",         "corpus",        "out",        "steps",
+                    "seq-len",        "batch",         "lr",         "warmup",
+                    "hidden",         "layers",        "heads",      "kv-heads",
+                    "seed",           "threads",       "eval-every", "save-every",
+                    "only",           "fresh",         "device",     "episode-fraction",
+                    "drill-fraction", "answer-weight", "names",      "precision",
+                    "data-workers"});
   TrainOptions o = a.has("config") ? train_options_from_json(a.get("config")) : TrainOptions{};
   if (a.has("corpus")) o.corpus_dir = a.get("corpus");
   if (a.has("out")) o.out_dir = a.get("out");
@@ -635,6 +652,8 @@ int cmd_train(const Args& a) {
   o.eval_every = a.get_int("eval-every", static_cast<int>(o.eval_every));
   o.save_every = a.get_int("save-every", static_cast<int>(o.save_every));
   o.device = a.get("device", o.device);
+  o.precision = a.get("precision", o.precision);
+  o.data_workers = a.get_int("data-workers", o.data_workers);
   if (a.has("lr")) o.lr = std::stod(a.get("lr"));
   TrainPhase& last = o.phases.back();
   if (a.has("episode-fraction")) last.mix.episode_fraction = std::stod(a.get("episode-fraction"));
@@ -654,7 +673,7 @@ int cmd_train(const Args& a) {
   const int64_t reached = train_pair(o, &g_stop, [&](const TrainProgress& p) {
     const int width = 30, done = static_cast<int>(width * p.step / std::max<int64_t>(1, p.total));
     const int eta = static_cast<int>(p.eta_seconds);
-    if (!tty && p.step % 50 != 0 && p.step != p.total) return;
+    if (!p.has_loss || (!tty && p.step % 50 != 0 && p.step != p.total)) return;
     std::fprintf(stderr,
                  "%s[%.*s%*s] step %lld/%lld  loss diff %.3f baseline %.3f  %.0f tok/s  ETA %dh%02dm%02ds%s",
                  tty ? "\r" : "", done, "##############################", width - done, "",
@@ -739,6 +758,28 @@ int cmd_outliers(const Args& a) {
   const std::string md = app::write_outlier_report(out, names, stats);
   std::printf("%s\nwrote %s/tables.md, outliers.json, outliers.csv, logits.png, hidden.png\n", md.c_str(),
               out.c_str());
+  return 0;
+}
+
+int cmd_loss(const Args& a) {
+  a.reject_unknown({"models", "text-file", "window", "max-windows", "threads", "device"});
+  apply_threads(a);
+  const std::string file = a.require("text-file");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(file + ": cannot open the text");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const int window = a.get_int("window", 512), max_windows = a.get_int("max-windows", 0);
+  std::printf(
+      "next-token cross-entropy over %s (consecutive windows of %d tokens, no BOS, as training validates)\n",
+      file.c_str(), window);
+  std::printf("%-24s %10s %8s %12s %12s\n", "model", "tokens", "windows", "nats/token", "perplexity");
+  for (const std::string& dir : model_dirs(a)) {
+    const Model m = Model::load(dir, parse_device(a.get("device", "auto")));
+    const TextLoss l = text_loss(m, text, window, max_windows);
+    const std::string name = m.config().name.empty() ? dir : m.config().name;
+    std::printf("%-24s %10lld %8lld %12.4f %12.2f\n", name.c_str(), static_cast<long long>(l.tokens),
+                static_cast<long long>(l.windows), l.nats_per_token, std::exp(l.nats_per_token));
+  }
   return 0;
 }
 
@@ -981,6 +1022,7 @@ int run(int argc, char** argv) {
   if (cmd == "convert") return cmd_convert(Args(argc, argv, 2, {}));
   if (cmd == "outliers") return cmd_outliers(Args(argc, argv, 2, {}));
   if (cmd == "quantize") return cmd_quantize(Args(argc, argv, 2, {}));
+  if (cmd == "loss") return cmd_loss(Args(argc, argv, 2, {}));
   if (cmd == "needle") return cmd_needle(Args(argc, argv, 2, {}));
   if (cmd == "render") return cmd_render(Args(argc, argv, 2, {"per-map-scale"}));
   if (cmd == "train") return cmd_train(Args(argc, argv, 2, {"fresh"}));

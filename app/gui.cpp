@@ -145,21 +145,24 @@ struct GuiState {
   SlotState slots[kSlots];
   std::optional<RunResult> shown;  // the result on screen
   WorkerStatus status;
-  std::string message;           // last export result or error, shown in the status line
-  bool lecture = false;          // large font for lecture halls
+  std::string message;                       // last export result or error, shown in the status line
+  bool lecture = false;                      // large font for lecture halls
   DeviceChoice device = DeviceChoice::Auto;  // the device menu: where loads put the models
   std::string device_message;                // what the last pick of that menu did, or why it was refused
   bool cuda = false;                         // LibTorch has a usable CUDA device (asked once at start)
-  double edited_at = 0;          // the last keystroke of the prompt now running
+  double edited_at = 0;                      // the last keystroke of the prompt now running
   double edit_to_screen_ms = 0;  // that keystroke → both maps drawn (debounce + inference + upload)
   bool export_all = false;       // Ctrl+E: export every map of the head view this frame
   // Needle builder (Attention noise tab): the episode it built last and the haystack it reads.
   struct Needle {
     int length = 256, depth_pct = 50, needles = 1, asked = 1, seed = 1;
+    bool with_answer =
+        true;  // the prompt goes on through the asked code (its rows are where retrieval shows)
+    bool focus_pending = false;  // select the strongest answer head once the built prompt's result arrives
     std::string haystack_path;
-    NeedleTemplate wording;  // needle and question sentences (builder and lab)
-    std::string built;  // description of the last built episode, or why building failed
-    std::string tokenizer_path;          // the tokenizer the cached haystack was counted with
+    NeedleTemplate wording;      // needle and question sentences (builder and lab)
+    std::string built;           // description of the last built episode, or why building failed
+    std::string tokenizer_path;  // the tokenizer the cached haystack was counted with
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<Haystack> haystack;
   } needle;
@@ -940,21 +943,29 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir) {
                                 static_cast<uint64_t>(std::max(1, n.seed)));
     const Span code = ep.needle_code_spans[static_cast<size_t>(ep.queried.back())];
     const Span question = ep.question_spans.back();
+    const Span reply = ep.answer_spans.back();  // the asked code after the question
     const Needle& asked = ep.needles[static_cast<size_t>(ep.queried.back())];
-    ep.text.resize(ep.text.size() - asked.code.size() - 1);  // up to "... is " : the model answers next
+    // The episode ends "... is <code>.": keep the code (its rows read it from the needle), or stop before it
+    // so that the model answers next.
+    ep.text.resize(ep.text.size() - (n.with_answer ? 1 : asked.code.size() + 1));
     state.prompt.text = ep.text;
     state.prompt.pending = true;
     state.prompt.last_edit = 0;
-    state.selection.query = static_cast<int>(question.begin);
+    // With the code in the prompt, the query is the token whose next token is the code's first piece.
+    state.selection.query = static_cast<int>(n.with_answer ? reply.begin - 1 : question.begin);
+    n.focus_pending = true;
     state.selection.answer_begin = static_cast<int>(code.begin);
     state.selection.answer_end = static_cast<int>(code.end);
     state.selection.needles.clear();
     for (const Span& sp : ep.needle_spans)
       state.selection.needles.push_back({static_cast<int>(sp.begin), static_cast<int>(sp.end)});
-    n.built = "built a " + std::to_string(n.tokenizer->encode(ep.text, true).ids.size()) + "-token prompt: asked " +
-              asked.name + " -> " + asked.code + " (answer span = its code, tokens " + std::to_string(code.begin) +
-              "-" + std::to_string(code.end - 1) + "); a model that retrieves continues with \" " + asked.code +
-              "\" (next-token panel)";
+    n.built =
+        "built a " + std::to_string(n.tokenizer->encode(ep.text, true).ids.size()) + "-token prompt: asked " +
+        asked.name + " -> " + asked.code + " (answer span = the needle's code, tokens " +
+        std::to_string(code.begin) + "-" + std::to_string(code.end - 1) + "); " +
+        (n.with_answer ? "the prompt ends with the code: the rows from the selected query on are the tokens "
+                         "that produce it, so a retrieving head puts weight on the needle's code there"
+                       : "a model that retrieves continues with \" " + asked.code + "\" (next-token panel)");
   } catch (const std::exception& e) {
     n.built = std::string("could not build: ") + e.what();
   }
@@ -981,11 +992,76 @@ void draw_needle_builder(GuiState& state) {
   ImGui::SetNextItemWidth(w);
   ImGui::InputInt("seed", &n.seed);
   ImGui::SameLine();
+  ImGui::Checkbox("with the answer", &n.with_answer);
+  ImGui::SameLine();
   if (ImGui::Button("Build prompt"))
     build_needle_prompt(state, state.status.slots[0].path.empty() ? state.status.slots[1].path
                                                                   : state.status.slots[0].path);
   if (!n.built.empty()) ImGui::TextDisabled("%s", n.built.c_str());
   ImGui::Separator();
+}
+
+// Attention to the answer and noise for the current selection, computed once per result and selection
+// (long prompts recompute the question's rows from tiles).
+const GuiState::NoiseCache& refresh_noise_cache(GuiState& state, const RunResult& r) {
+  const SelectionState& sel = state.selection;
+  GuiState::NoiseCache& cache = state.noise_cache;
+  const std::array<int64_t, 4> key{static_cast<int64_t>(r.request), sel.query, sel.answer_begin,
+                                   sel.answer_end};
+  if (cache.key != key) {
+    cache.key = key;
+    for (int s = 0; s < kSlots; ++s) {
+      cache.readouts[s].reset();
+      cache.errors[s].clear();
+      const auto& t = r.traces[s];
+      if (!t) continue;
+      const int64_t T = t->length();
+      const TokenSpan answer{std::min<int64_t>(sel.answer_begin, T), std::min<int64_t>(sel.answer_end, T)};
+      const TokenSpan question{std::clamp<int64_t>(sel.query, 0, T - 1), T};
+      const bool tiles = !t->layers.empty() && t->layers[0].pooled > 0;
+      const double work = static_cast<double>(question.end - question.begin) * static_cast<double>(T) *
+                          static_cast<double>(t->config.num_hidden_layers * t->config.num_attention_heads *
+                                              t->config.head_dim);
+      if (tiles && work > 4e8) {
+        cache.errors[s] = "the question spans " + std::to_string(question.end - question.begin) +
+                          " tokens of a long prompt: select a later query token (the question start) to "
+                          "measure it";
+        continue;
+      }
+      try {
+        cache.readouts[s] = attention_noise(*t, answer, question);
+      } catch (const std::exception& e) {
+        cache.errors[s] = e.what();
+      }
+    }
+  }
+  return cache;
+}
+
+// Selects the layer and heads that attend most to the marked answer from the question's rows: the left
+// model's strongest head over all layers, then the right model's strongest head in that layer.
+void focus_answer_head(GuiState& state, const RunResult& r) {
+  if (state.selection.answer_begin < 0) return;
+  const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
+  const int lead = cache.readouts[0] ? 0 : 1;
+  if (!cache.readouts[lead]) return;
+  const auto best = strongest_answer_head(*cache.readouts[lead]);
+  if (!best) return;
+  state.view.layer = best->layer;
+  std::string what = "layer " + std::to_string(best->layer) + ": ";
+  for (int k = 0; k < kSlots; ++k) {
+    const int s = (lead + k) % kSlots;
+    if (!cache.readouts[s] || !r.traces[s]) continue;
+    const auto h = strongest_answer_head(*cache.readouts[s], best->layer);
+    if (!h) continue;
+    state.view.head[s] = h->head;
+    char share[32];
+    std::snprintf(share, sizeof share, "%.3f", h->share.answer);
+    const ModelConfig& c = r.traces[s]->config;
+    what += std::string(k ? ", " : "") + (c.name.empty() ? to_string(c.attention) : c.name) + " head " +
+            std::to_string(h->head) + " " + share;
+  }
+  state.message = what + " attention to the answer (the strongest heads; Attention noise tab)";
 }
 
 void draw_noise_panel(GuiState& state, const RunResult& r) {
@@ -997,6 +1073,7 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
     ImGui::TextUnformatted("Right-drag over the answer's tokens on the token strip to measure.");
     return;
   }
+  if (ImGui::Button("Show the heads that attend most to the answer")) focus_answer_head(state, r);
   if (ImGui::BeginTable("noise", 1 + 2 * kSlots, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
     ImGui::TableSetupColumn("layer");
     std::string heads[kSlots];
@@ -1008,36 +1085,7 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
       ImGui::TableSetupColumn((n + " noise").c_str());
     }
     ImGui::TableHeadersRow();
-    // Computed once per result and selection (long prompts recompute the question's rows from tiles).
-    GuiState::NoiseCache& cache = state.noise_cache;
-    const std::array<int64_t, 4> key{static_cast<int64_t>(r.request), sel.query, sel.answer_begin, sel.answer_end};
-    if (cache.key != key) {
-      cache.key = key;
-      for (int s = 0; s < kSlots; ++s) {
-        cache.readouts[s].reset();
-        cache.errors[s].clear();
-        const auto& t = r.traces[s];
-        if (!t) continue;
-        const int64_t T = t->length();
-        const TokenSpan answer{std::min<int64_t>(sel.answer_begin, T), std::min<int64_t>(sel.answer_end, T)};
-        const TokenSpan question{std::clamp<int64_t>(sel.query, 0, T - 1), T};
-        const bool tiles = !t->layers.empty() && t->layers[0].pooled > 0;
-        const double work = static_cast<double>(question.end - question.begin) * static_cast<double>(T) *
-                            static_cast<double>(t->config.num_hidden_layers * t->config.num_attention_heads *
-                                                t->config.head_dim);
-        if (tiles && work > 4e8) {
-          cache.errors[s] = "the question spans " + std::to_string(question.end - question.begin) +
-                            " tokens of a long prompt: select a later query token (the question start) to "
-                            "measure it";
-          continue;
-        }
-        try {
-          cache.readouts[s] = attention_noise(*t, answer, question);
-        } catch (const std::exception& e) {
-          cache.errors[s] = e.what();
-        }
-      }
-    }
+    const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
     const std::optional<NoiseReadout>* readouts = cache.readouts;
     const std::string* errors = cache.errors;
     size_t rows = 0;
@@ -1632,13 +1680,15 @@ int run_gui(const GuiOptions& opt) {
     state.lab.seeds = opt.lab_seeds;
     state.selection.answer_begin = opt.answer_begin;
     state.selection.answer_end = opt.answer_end;
-    if (opt.needle.size() == 5) {  // headless needle prompt (validated by the CLI)
+    if (opt.needle.size() >= 5) {  // a needle prompt at start (validated by the CLI)
       state.needle.length = opt.needle[0];
       state.needle.depth_pct = opt.needle[1];
       state.needle.needles = opt.needle[2];
       state.needle.asked = opt.needle[3];
       state.needle.seed = opt.needle[4];
+      if (opt.needle.size() == 6) state.needle.with_answer = opt.needle[5] != 0;
       build_needle_prompt(state, opt.models[0]);
+      if (opt.layer >= 0 || opt.head >= 0) state.needle.focus_pending = false;  // --select wins
       if (state.needle.built.rfind("could not", 0) == 0)
         std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
     }
@@ -1670,6 +1720,10 @@ int run_gui(const GuiOptions& opt) {
       // The one point per frame where results reach the UI.
       if (auto r = worker.take_result()) {
         state.shown = std::move(r);
+        if (state.needle.focus_pending && state.shown->prompt == state.prompt.text) {
+          state.needle.focus_pending = false;
+          focus_answer_head(state, *state.shown);
+        }
         // Headless screenshots time a real edit: the first result (models just loaded) triggers one
         // simulated keystroke, and the screenshot waits for the result of that edit.
         if (!opt.screenshot.empty() && !simulated_edit) {
@@ -1932,6 +1986,7 @@ int run_gui(const GuiOptions& opt) {
           std::printf(
               "wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
               opt.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
+          if (!state.message.empty()) std::printf("status line: %s\n", state.message.c_str());
           for (int s = 0; s < kSlots; ++s) {  // long prompts: what was kept and what the head view shows
             const auto& t = state.shown ? state.shown->traces[s] : nullptr;
             if (t && !t->layers.empty() && t->layers[0].pooled > 0)

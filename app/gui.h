@@ -1,10 +1,15 @@
 // The DiffLens desktop window (GLFW + OpenGL 3.3 core + Dear ImGui).
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
 namespace difflens::app {
+
+// The app's first screen when no prompt is given: a held-out needle episode of 256 tokens, the needle at
+// 50 % depth, one needle asked, seed 1, the prompt ending with the code (see --needle).
+inline constexpr std::array<int, 6> kDefaultNeedle = {256, 50, 1, 1, 1, 1};
 
 struct GuiOptions {
   std::string models[2];      // left (DIFF) and right (baseline) model directories
@@ -15,7 +20,7 @@ struct GuiOptions {
   int width = 1600, height = 1000;
   float font_scale = 1.0f;
   std::string haystack;           // held-out text for the needle builder (assets/haystack.txt)
-  std::vector<int> needle;       // headless: build a needle prompt at start: LENGTH,DEPTH%,N,R,SEED
+  std::vector<int> needle;       // build a needle prompt at start: LENGTH,DEPTH%,N,R,SEED[,WITH_ANSWER]
   int logit_bits = 0;            // attention-logit quantization shown at start (0, 8, 6 or 4)
   float maps_fraction = 0.6f;    // share of the height below the token strip for the head view
   bool lecture = false;          // start with the large lecture font

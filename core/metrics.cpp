@@ -86,6 +86,7 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
     }
     r.layers.push_back(l.index);
     r.per_head.push_back(std::move(heads));
+    r.heads.push_back(which);
     r.per_layer.push_back(layer_mean);
   }
   if (r.layers.empty()) throw Error("attention metrics: the trace kept no attention maps");
@@ -94,6 +95,17 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
     r.mean.noise += s.noise / static_cast<double>(r.per_layer.size());
   }
   return r;
+}
+
+std::optional<HeadShare> strongest_answer_head(const NoiseReadout& r, int layer) {
+  std::optional<HeadShare> best;
+  for (size_t l = 0; l < r.per_head.size(); ++l) {
+    if (layer >= 0 && r.layers[l] != layer) continue;
+    for (size_t h = 0; h < r.per_head[l].size(); ++h)
+      if (!best || r.per_head[l][h].answer > best->share.answer)
+        best = HeadShare{r.layers[l], r.heads[l][h], r.per_head[l][h]};
+  }
+  return best;
 }
 
 MapDrift map_drift(const Trace& ref, const Trace& other) {

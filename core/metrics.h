@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ AttentionShare attention_share(const float* map, int64_t T, const std::vector<in
 struct NoiseReadout {
   std::vector<int> layers;                            // layers whose maps the trace kept
   std::vector<std::vector<AttentionShare>> per_head;  // [layer][kept head]
+  std::vector<std::vector<int>> heads;                // [layer][kept head]: the head index it measured
   std::vector<AttentionShare> per_layer;              // mean over that layer's kept heads
   AttentionShare mean;                                // mean over layers (and heads)
 };
@@ -38,6 +40,14 @@ struct NoiseReadout {
 // Query rows are the question's tokens (question.begin .. question.end − 1). Throws Error when the trace
 // kept no maps.
 NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question);
+
+// The head whose attention to the answer is largest in a readout (restricted to `layer` when >= 0), e.g.
+// the retrieval head of a needle prompt. nullopt when the readout has no such head.
+struct HeadShare {
+  int layer = -1, head = -1;
+  AttentionShare share;
+};
+std::optional<HeadShare> strongest_answer_head(const NoiseReadout& readout, int layer = -1);
 
 // How far the maps of one capture moved from another's of the same prompt (e.g. quantized logits vs
 // exact): over every kept layer, head and causal entry of A (DIFF: A1 − λA2), the largest and mean |ΔA|,

@@ -190,6 +190,46 @@ TEST_CASE("gui: a needle prompt marks question and answer, and quantized logits 
   CHECK(std::filesystem::file_size(dir / "n.png") > 20000);
 }
 
+TEST_CASE("gui: with no prompt the app opens on a needle episode and shows the heads that attend to its code",
+          "[gui][cli][needle][bundled]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guifirst");
+  const Result r =
+      run("--size 1280x800 --exit-after-frames 1 --threads 1 --screenshot " + (dir / "f.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("could not build") == std::string::npos);
+  // "status line: layer L: diff-small head H 0.xyz, baseline-small head H' 0.xyz attention to the answer ..."
+  const size_t at = r.out.find("status line: layer ");
+  REQUIRE(at != std::string::npos);
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  auto share_of = [&](const std::string& model) {
+    const size_t m = line.find(model + " head ");
+    REQUIRE(m != std::string::npos);
+    const size_t value = line.find(' ', m + model.size() + 6) + 1;
+    return std::stod(line.substr(value));
+  };
+  // The shipped DIFF model's retrieval head puts most of its attention on the code; the baseline's
+  // strongest head in that layer does not.
+  CHECK(share_of("diff-small") > 0.3);
+  CHECK(share_of("baseline-small") < 0.1);
+  // --select wins over the automatic choice; a needle prompt that stops before the code still builds.
+  const Result sel =
+      run("--needle 256,50,1,1,1,0 --select 0,2 --size 1280x800 --exit-after-frames 1 --threads 1 "
+          "--screenshot " +
+              (dir / "g.png").string(),
+          dir);
+  INFO(sel.out);
+  REQUIRE(sel.status == 0);
+  CHECK(sel.out.find("status line: layer") == std::string::npos);
+  CHECK(sel.out.find("could not build") == std::string::npos);
+  const std::pair<std::string, std::string> bad[] = {
+      {"--needle 256,50,1,1,1,2 --screenshot x.png", "ANSWER 1"},
+      {"--needle 256,50,1,1,1,1,1 --screenshot x.png", "TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER]"},
+  };
+  expect_failures(bad, dir);
+}
+
 TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, and refuses bad requests",
           "[cli][figure]") {
   test::ScratchDir dir("clirender");

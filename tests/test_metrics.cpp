@@ -55,3 +55,34 @@ TEST_CASE("attention noise over a trace averages heads then layers", "[metrics]"
   CHECK_THROWS_WITH(attention_noise(m.capture({1, 2, 3}, none), {0, 1}, {1, 2}),
                     Catch::Contains("kept no attention maps"));
 }
+
+TEST_CASE("the strongest answer head names the layer and head index it measured", "[metrics]") {
+  NoiseReadout r;
+  r.layers = {0, 2};
+  r.heads = {{0, 1, 2}, {1, 3}};  // layer 2 kept heads 1 and 3 only
+  r.per_head = {{{0.10, 0.5}, {0.05, 0.6}, {0.20, 0.3}}, {{0.15, 0.4}, {0.62, 0.01}}};
+  const auto best = strongest_answer_head(r);
+  REQUIRE(best);
+  CHECK(best->layer == 2);
+  CHECK(best->head == 3);
+  CHECK(best->share.answer == Approx(0.62));
+  const auto in0 = strongest_answer_head(r, 0);
+  REQUIRE(in0);
+  CHECK(in0->layer == 0);
+  CHECK(in0->head == 2);
+  CHECK_FALSE(strongest_answer_head(r, 1));  // layer 1 was not kept
+  CHECK_FALSE(strongest_answer_head(NoiseReadout{}));
+
+  // On a capture that kept only some heads, the readout's head indices are the trace's.
+  const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2);
+  const Model m = Model::random(c, 81);
+  CaptureOptions some;
+  some.heads = {1};
+  const Trace t = m.capture(test::random_ids(10, c.vocab_size, 13), some);
+  const NoiseReadout rt = attention_noise(t, {2, 4}, {7, 10});
+  REQUIRE(rt.heads == std::vector<std::vector<int>>{{1}, {1}});
+  const auto bt = strongest_answer_head(rt);
+  REQUIRE(bt);
+  CHECK(bt->head == 1);
+  CHECK(bt->share.answer == Approx(std::max(rt.per_head[0][0].answer, rt.per_head[1][0].answer)));
+}
