@@ -2,7 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include "core/error.h"
+#include "core/metrics.h"
 #include "core/model.h"
+#include "core/needle.h"
 #include "core/tokenizer.h"
 #include "helpers.h"
 
@@ -29,6 +31,35 @@ TEST_CASE("bundled models load, are parameter-matched and share one tokenizer", 
   const Trace t = diff.capture(ids);
   CHECK(t.tokens[1] == "\xe2\x96\x81The");  // "▁The"
   CHECK(t.layers.size() == static_cast<size_t>(diff.config().num_hidden_layers));
+}
+
+TEST_CASE("bundled pair: DIFF retrieves held-out needles and attends to the code, the baseline does not",
+          "[bundled][needle]") {
+  const Model diff = Model::load(kModels / "diff-small", DeviceChoice::Cpu);
+  const Model base = Model::load(kModels / "baseline-small", DeviceChoice::Cpu);
+  const std::string text = test::read_all(std::filesystem::path(DIFFLENS_SOURCE_DIR) / "assets/haystack.txt");
+  const Haystack hay(text, diff.tokenizer());
+  const EpisodeBuilder builder(hay, diff.tokenizer(), NeedleSplit::Eval);
+  int answered[2] = {0, 0};
+  double strongest[2] = {0, 0};  // the largest answer share of any head, over the episodes
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    const Episode ep = needle_episode(builder, {256, 0.5, 1, 1}, seed);
+    // The rows that produce the code: from the token before its first digit to its last-but-one digit.
+    const Span code = ep.answer_spans.back(),
+               needle = ep.needle_code_spans[static_cast<size_t>(ep.queried[0])];
+    const std::vector<int64_t> ids(ep.ids.begin(), ep.ids.begin() + code.end - 1);
+    for (int k = 0; k < 2; ++k) {
+      const Model& m = k == 0 ? diff : base;
+      answered[k] += run_needle(m, builder, {256, 0.5, 1, 1}, seed).answered;
+      const NoiseReadout r = attention_noise(m.capture(ids), {needle.begin, needle.end},
+                                             {code.begin - 1, static_cast<int64_t>(ids.size())});
+      strongest[k] = std::max(strongest[k], strongest_answer_head(r)->share.answer);
+    }
+  }
+  CHECK(answered[0] >= 3);  // the needle lab: 1.00 at 256 tokens over 25 episodes
+  CHECK(answered[1] == 0);
+  CHECK(strongest[0] > 0.3);
+  CHECK(strongest[1] < 0.1);
 }
 
 TEST_CASE("SentencePiece tokenizer: round trip, byte offsets, specials", "[tokenizer][sentencepiece]") {
