@@ -70,6 +70,9 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
   j["definition"] = kAttentionShareDefinition;
   j["answer_span"] = "the code tokens of the needle the last question asks about";
   j["query_rows"] = "the tokens of the last question";
+  j["answering_rows"] =
+      "answering_*: the tokens whose next token is a code token of the last answer (the true code given); "
+      "keys of the question and of the answer so far are neither answer nor noise";
   for (size_t m = 0; m < models.size(); ++m) {
     nlohmann::json jm;
     jm["model"] = models[m];
@@ -92,7 +95,12 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
                             {"attention_to_answer", r.attention.mean.answer},
                             {"attention_noise", r.attention.mean.noise},
                             {"per_layer", layers},
+                            {"answering_to_answer", r.answering.mean.answer},
+                            {"answering_noise", r.answering.mean.noise},
                             {"seconds", r.seconds}});
+      if (const auto h = strongest_answer_head(r.answering))
+        jm["runs"].back()["answering_strongest_head"] = {
+            {"layer", h->layer}, {"head", h->head}, {"answer", h->share.answer}};
     }
     for (const auto& c : cells[m])
       jm["cells"].push_back({{"length", c.cell.length},
@@ -102,7 +110,10 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
                              {"runs", c.runs},
                              {"accuracy", c.accuracy},
                              {"attention_to_answer", c.attention.answer},
-                             {"attention_noise", c.attention.noise}});
+                             {"attention_noise", c.attention.noise},
+                             {"answering_to_answer", c.answering.answer},
+                             {"answering_noise", c.answering.noise},
+                             {"answering_strongest_head", c.answering_head}});
     j["models"].push_back(jm);
   }
   // Replies of a model that produced broken UTF-8 are kept with U+FFFD in their place.
@@ -111,12 +122,14 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
   // needle.csv: one row per model and cell.
   {
     std::ofstream csv = open_out(out / "needle.csv");
-    csv << "model,length,depth,needles,queried,runs,accuracy,attention_to_answer,attention_noise\n";
+    csv << "model,length,depth,needles,queried,runs,accuracy,attention_to_answer,attention_noise,"
+           "answering_to_answer,answering_noise,answering_strongest_head\n";
     for (size_t m = 0; m < models.size(); ++m)
       for (const auto& c : cells[m])
         csv << csv_field(models[m]) << "," << c.cell.length << "," << c.cell.depth << "," << c.cell.needles << ","
             << c.cell.queried << "," << c.runs << "," << c.accuracy << "," << c.attention.answer << ","
-            << c.attention.noise << "\n";
+            << c.attention.noise << "," << c.answering.answer << "," << c.answering.noise << ","
+            << c.answering_head << "\n";
   }
 
   // tables.md
@@ -163,6 +176,36 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
       }
       md += "\n";
     }
+  // While answering: mean over depths, per length.
+  md += "## Attention while answering: to answer / noise / strongest head (mean over depths and seeds)\n\n"
+        "Query rows: the tokens that produce the asked code (the true code given); the question and the answer "
+        "so far are neither answer nor noise. Strongest head: the attention to the answer of the head that gives "
+        "it the most, per episode.\n\n| model | N, R |";
+  for (int64_t L : lengths) md += " " + std::to_string(L) + " tokens |";
+  md += "\n|---|---|";
+  for (size_t k = 0; k < lengths.size(); ++k) md += "---|";
+  md += "\n";
+  for (size_t m = 0; m < models.size(); ++m)
+    for (const auto& nr : nrs) {
+      md += "| " + models[m] + " | " + std::to_string(nr.first) + ", " + std::to_string(nr.second) + " |";
+      for (int64_t L : lengths) {
+        AttentionShare sum;
+        double head = 0;
+        int n = 0;
+        for (double d : depths)
+          if (const auto* c = find(m, L, d, nr)) {
+            sum.answer += c->answering.answer;
+            sum.noise += c->answering.noise;
+            head += c->answering_head;
+            ++n;
+          }
+        md += n ? " " + fmt("%.3f", sum.answer / n) + " / " + fmt("%.3f", sum.noise / n) + " / " +
+                      fmt("%.2f", head / n) + " |"
+                : std::string(" – |");
+      }
+      md += "\n";
+    }
+  md += "\n";
   if (nrs.size() > 1) {
     md += "## Multi-needle accuracy (N needles, R asked; mean over lengths, depths and seeds)\n\n| model |";
     for (const auto& nr : nrs) md += " N=" + std::to_string(nr.first) + " R=" + std::to_string(nr.second) + " |";

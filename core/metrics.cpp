@@ -55,10 +55,11 @@ AttentionShare attention_share(const float* map, int64_t T, const std::vector<in
   return share_of_rows([&](int64_t i) { return map + i * T; }, T, rows, answer, question);
 }
 
-NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question) {
+NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question, TokenSpan row_span) {
   const int64_t T = trace.length();
+  if (row_span.end <= row_span.begin) row_span = question;
   std::vector<int64_t> rows;
-  for (int64_t i = question.begin; i < question.end; ++i) rows.push_back(i);
+  for (int64_t i = row_span.begin; i < row_span.end; ++i) rows.push_back(i);
   NoiseReadout r;
   for (const LayerTrace& l : trace.layers) {
     const bool from_tiles = !l.q1.empty();  // a long-prompt trace: the question's rows, recomputed exactly
@@ -70,12 +71,12 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
     AttentionShare layer_mean;
     for (size_t h = 0; h < which.size(); ++h) {
       if (from_tiles) {
-        if (question.begin < 0 || question.end > T || question.begin >= question.end)
+        if (row_span.begin < 0 || row_span.end > T || row_span.begin >= row_span.end)
           throw Error("attention metrics: a span lies outside the " + std::to_string(T) + " tokens");
-        // The tile holds rows [question.begin, question.end) of a map whose other rows are never read.
-        const AttentionTile tile = attention_tile(trace, l.index, which[h], question.begin,
-                                                  question.end - question.begin, 0, T);
-        heads.push_back(share_of_rows([&](int64_t i) { return tile.a.data() + (i - question.begin) * T; }, T,
+        // The tile holds the rows [row_span.begin, row_span.end) of a map whose other rows are never read.
+        const AttentionTile tile = attention_tile(trace, l.index, which[h], row_span.begin,
+                                                  row_span.end - row_span.begin, 0, T);
+        heads.push_back(share_of_rows([&](int64_t i) { return tile.a.data() + (i - row_span.begin) * T; }, T,
                                       rows, answer, question));
       } else {
         heads.push_back(

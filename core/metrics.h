@@ -37,9 +37,10 @@ struct NoiseReadout {
   AttentionShare mean;                                // mean over layers (and heads)
 };
 
-// Query rows are the question's tokens (question.begin .. question.end − 1). Throws Error when the trace
-// kept no maps.
-NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question);
+// Query rows are the question's tokens (question.begin .. question.end − 1), or `rows` when it is not
+// empty (e.g. the tokens that produce an answer, while the keys of the whole question stay out of the
+// noise). Throws Error when the trace kept no maps or a span lies outside it.
+NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question, TokenSpan rows = {});
 
 // The head whose attention to the answer is largest in a readout (restricted to `layer` when >= 0), e.g.
 // the retrieval head of a needle prompt. nullopt when the readout has no such head.

@@ -48,16 +48,20 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
     ++run.asked;
     if (cancel && cancel->load()) throw Cancelled();
   }
-  // Attention while reading the last question, towards the code of the needle it asks about.
-  const Span last_q = ep.question_spans.back();
+  // Attention while reading the last question and while answering it (the true code given), towards the
+  // code of the needle it asks about: one causal capture holds both (later tokens leave earlier rows as
+  // they are).
+  const Span last_q = ep.question_spans.back(), reply = ep.answer_spans.back();
   const Span code = ep.needle_code_spans[static_cast<size_t>(ep.queried.back())];
-  const std::vector<int64_t> prompt(ep.ids.begin(), ep.ids.begin() + ep.answer_spans.back().begin);
+  const std::vector<int64_t> ids(ep.ids.begin(), ep.ids.begin() + reply.end - 1);
   CaptureOptions opt;
   opt.logit_stats = false;
   opt.next_token_top_k = 1;
   opt.pooled_budget_bytes = size_t{256} << 20;  // long contexts: blocked capture, readout from exact tiles
-  const Trace trace = model.capture(prompt, opt, cancel);
+  const Trace trace = model.capture(ids, opt, cancel);
   run.attention = attention_noise(trace, {code.begin, code.end}, {last_q.begin, last_q.end});
+  run.answering = attention_noise(trace, {code.begin, code.end}, {last_q.begin, reply.end - 1},
+                                  {reply.begin - 1, reply.end - 1});
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return run;
 }
@@ -72,6 +76,9 @@ std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs) {
     ++s.runs;
     s.attention.answer += r.attention.mean.answer;
     s.attention.noise += r.attention.mean.noise;
+    s.answering.answer += r.answering.mean.answer;
+    s.answering.noise += r.answering.mean.noise;
+    if (const auto h = strongest_answer_head(r.answering)) s.answering_head += h->share.answer;
     asked[key] += r.asked;
     answered[key] += r.answered;
   }
@@ -79,6 +86,9 @@ std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs) {
   for (auto& [key, s] : cells) {
     s.attention.answer /= s.runs;
     s.attention.noise /= s.runs;
+    s.answering.answer /= s.runs;
+    s.answering.noise /= s.runs;
+    s.answering_head /= s.runs;
     s.accuracy = asked[key] ? static_cast<double>(answered[key]) / asked[key] : 0.0;
     out.push_back(s);
   }

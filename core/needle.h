@@ -34,6 +34,10 @@ struct NeedleRun {
   // Attention while reading the LAST question: to the asked needle's code (the answer span) vs to
   // everything but that code and the question (kAttentionShareDefinition), per layer and averaged.
   NoiseReadout attention;
+  // The same shares while ANSWERING it: the query rows are the tokens whose next token is a code token
+  // (the last question token or the space before the code, then the code's digits but the last), with
+  // the true code given; the question and the answer so far stay out of the noise.
+  NoiseReadout answering;
   double seconds = 0;
 };
 
@@ -51,6 +55,8 @@ struct NeedleCellSummary {
   int runs = 0;
   double accuracy = 0;  // answered / asked over the seeds
   AttentionShare attention;  // mean over seeds (layers and heads averaged)
+  AttentionShare answering;  // the same while answering (NeedleRun::answering)
+  double answering_head = 0;  // the strongest head's attention to the answer while answering, mean over seeds
 };
 
 std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs);

@@ -68,6 +68,20 @@ TEST_CASE("needle lab: a run reports what the model answered and where it looked
   }
   CHECK(r.attention.mean.answer ==
         Approx((r.attention.per_layer[0].answer + r.attention.per_layer[1].answer) / 2));
+  // While answering: the rows that produce the last code, the true code given, by hand for one head.
+  const Episode ep = needle_episode(lab.builder, {256, 0.25, 2, 2}, 1);
+  const Span reply = ep.answer_spans.back(), question = ep.question_spans.back();
+  const Span code = ep.needle_code_spans[static_cast<size_t>(ep.queried.back())];
+  const Trace t = m.capture(std::vector<int64_t>(ep.ids.begin(), ep.ids.begin() + reply.end - 1));
+  std::vector<int64_t> rows;
+  for (int64_t i = reply.begin - 1; i < reply.end - 1; ++i) rows.push_back(i);
+  REQUIRE(rows.size() == 4);  // the space before the code (its own piece here) and three digits
+  const int64_t T = t.length();
+  const AttentionShare h1 = attention_share(t.layers[1].a.data.data() + T * T, T, rows, {code.begin, code.end},
+                                            {question.begin, reply.end - 1});
+  REQUIRE(r.answering.per_head.size() == 2);
+  CHECK(r.answering.per_head[1][1].answer == Approx(h1.answer));
+  CHECK(r.answering.per_head[1][1].noise == Approx(h1.noise));
 }
 
 TEST_CASE("needle lab: summaries average seeds and count questions", "[needle][lab]") {
@@ -77,6 +91,10 @@ TEST_CASE("needle lab: summaries average seeds and count questions", "[needle][l
     runs[i].asked = 2;
     runs[i].answered = static_cast<int>(i);  // 0, 1 | 2
     runs[i].attention.mean = {0.1 * static_cast<double>(i + 1), 0.5};
+    runs[i].answering.layers = {2};
+    runs[i].answering.heads = {{0, 1}};
+    runs[i].answering.per_head = {{{0.1, 0.2}, {0.3 * static_cast<double>(i + 1), 0.1}}};
+    runs[i].answering.mean = {0.2, 0.3};
   }
   const auto s = summarize(runs);
   REQUIRE(s.size() == 2);
@@ -84,6 +102,9 @@ TEST_CASE("needle lab: summaries average seeds and count questions", "[needle][l
   CHECK(s[0].runs == 2);
   CHECK(s[0].accuracy == Approx(0.25));  // 1 of 4 questions
   CHECK(s[0].attention.answer == Approx(0.15));
+  CHECK(s[0].answering.noise == Approx(0.3));
+  CHECK(s[0].answering_head == Approx((0.3 + 0.6) / 2));  // head 1 is the strongest in both runs
+  CHECK(s[1].answering_head == Approx(0.9));
   CHECK(s[1].accuracy == Approx(1.0));
 }
 
@@ -98,13 +119,20 @@ TEST_CASE("needle lab: the report writes JSON, CSV, tables and heatmaps", "[need
     r.attention.layers = {0};
     r.attention.per_layer = {{0.2, 0.3}};
     r.attention.mean = {0.2, 0.3};
+    r.answering.layers = {0};
+    r.answering.heads = {{0}};
+    r.answering.per_head = {{{0.7, 0.05}}};
+    r.answering.mean = {0.7, 0.05};
   }
   const std::string md = app::write_needle_report(dir / "out", {"m1"}, {runs});
   CHECK(md.find("| m1 | 0.200 / 0.300 | 1.00 |") != std::string::npos);
+  CHECK(md.find("## Attention while answering") != std::string::npos);
+  CHECK(md.find("| m1 | 1, 1 | 0.700 / 0.050 / 0.70 | 0.700 / 0.050 / 0.70 |") != std::string::npos);
   const auto j = nlohmann::json::parse(test::read_all(dir / "out/needle.json"));
   CHECK(j["models"][0]["runs"].size() == 2);
   CHECK(j["models"][0]["cells"][1]["length"] == 256);
-  CHECK(test::read_all(dir / "out/needle.csv").find("m1,128,0,1,1,1,1,0.2,0.3") != std::string::npos);
+  CHECK(test::read_all(dir / "out/needle.csv").find("m1,128,0,1,1,1,1,0.2,0.3,0.7,0.05,0.7\n") != std::string::npos);
+  CHECK(j["models"][0]["runs"][0]["answering_strongest_head"]["answer"] == 0.7);
   CHECK(std::filesystem::file_size(dir / "out/m1-accuracy-N1R1.png") > 500);
   CHECK(std::filesystem::file_size(dir / "out/m1-attention-N1R1.png") > 500);
   const std::string svg = test::read_all(dir / "out/m1-accuracy-N1R1.svg");
