@@ -92,6 +92,7 @@ commands:
              [--device auto|cpu|cuda] [--episode-fraction 0.5] [--drill-fraction 0] [--answer-weight 1]
              [--names single-token|original]   (these four set the config's last phase)
              [--precision auto|fp32|bf16 (auto: bf16 matmuls on CUDA)] [--data-workers N (batches built ahead)]
+             [--max-seconds S (stop and save after S seconds; the same command resumes)]
              Resumes from DIR when a saved state is there; Ctrl-C saves.
   needle     needle-in-a-haystack sweep: accuracy, attention to answer and noise per model and cell
              --out DIR [--models DIR1,DIR2 (default: the bundled pair)] [--lengths 256,512]
@@ -633,7 +634,7 @@ int cmd_train(const Args& a) {
                     "seed",           "threads",       "eval-every", "save-every",
                     "only",           "fresh",         "device",     "episode-fraction",
                     "drill-fraction", "answer-weight", "names",      "precision",
-                    "data-workers"});
+                    "data-workers",   "max-seconds"});
   TrainOptions o = a.has("config") ? train_options_from_json(a.get("config")) : TrainOptions{};
   if (a.has("corpus")) o.corpus_dir = a.get("corpus");
   if (a.has("out")) o.out_dir = a.get("out");
@@ -654,6 +655,8 @@ int cmd_train(const Args& a) {
   o.device = a.get("device", o.device);
   o.precision = a.get("precision", o.precision);
   o.data_workers = a.get_int("data-workers", o.data_workers);
+  o.max_seconds = a.get_int("max-seconds", 0);
+  if (o.max_seconds < 0) throw Error("--max-seconds must be 0 (no limit) or a number of seconds");
   if (a.has("lr")) o.lr = std::stod(a.get("lr"));
   TrainPhase& last = o.phases.back();
   if (a.has("episode-fraction")) last.mix.episode_fraction = std::stod(a.get("episode-fraction"));
@@ -686,6 +689,12 @@ int cmd_train(const Args& a) {
     std::printf("interrupted: saved at step %lld in %s (run the same command to resume)\n",
                 static_cast<long long>(reached), o.out_dir.c_str());
     return 130;
+  }
+  if (reached < o.steps) {
+    std::printf("time limit (--max-seconds %.0f) reached: saved at step %lld of %lld in %s (run the same command "
+                "to resume)\n",
+                o.max_seconds, static_cast<long long>(reached), static_cast<long long>(o.steps), o.out_dir.c_str());
+    return 0;
   }
   std::printf("trained to step %lld: %s\n", static_cast<long long>(reached), o.out_dir.c_str());
   return 0;

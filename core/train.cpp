@@ -601,6 +601,9 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   int64_t step = start;
   for (; step < o.steps; ++step) {
     if (stop && stop->load()) break;
+    if (o.max_seconds > 0 && step > start &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= o.max_seconds)
+      break;
     const StepBatch host = prefetch.take(step);
     const Tensor batch = to_device(host.ids), weights = to_device(host.weights);
     const double lr = learning_rate(o, step);

@@ -56,6 +56,9 @@ struct TrainOptions {
   // in bf16, everything else and the weights in fp32), or "auto" (bf16 on CUDA, fp32 on the CPU).
   std::string precision = "auto";
   int data_workers = 0;  // threads building batches ahead (0: 1 on the CPU, half the cores up to 8 on CUDA)
+  // > 0: stop (saving the resumable state, as Ctrl-C does) once a step ends this many seconds after this
+  // run started, so that a machine lent for a fixed time returns a state to resume from.
+  double max_seconds = 0;
   bool resume = true;    // continue from out_dir's train_state when present
 };
 

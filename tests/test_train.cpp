@@ -59,6 +59,16 @@ std::vector<double> column(const std::filesystem::path& csv, int col) {
   return v;
 }
 
+double max_weight_difference(const std::filesystem::path& a_dir, const std::filesystem::path& b_dir) {
+  const auto a = Model::load(a_dir).tensors(), b = Model::load(b_dir).tensors();
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].data.size(); ++j)
+      d = std::max<double>(d, std::fabs(a[i].data[j] - b[i].data[j]));
+  return d;
+}
+
 }  // namespace
 
 TEST_CASE("train: both models' loss goes down and the logs are written", "[train]") {
@@ -107,16 +117,21 @@ TEST_CASE("train: a stopped run resumes to exactly the weights of an uninterrupt
   CHECK(train_pair(part, nullptr, nullptr) == 20);  // resumes from step 8
 
   for (const char* name : {"diff-small", "baseline-small"}) {
-    const auto a = Model::load(dir / "full" / name).tensors(), b = Model::load(dir / "part" / name).tensors();
-    REQUIRE(a.size() == b.size());
-    double max_diff = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-      for (size_t j = 0; j < a[i].data.size(); ++j)
-        max_diff = std::max<double>(max_diff, std::fabs(a[i].data[j] - b[i].data[j]));
     INFO(name);
-    CHECK(max_diff < 1e-5);
+    CHECK(max_weight_difference(dir / "full" / name, dir / "part" / name) < 1e-5);
   }
   CHECK(column(dir / "part/diff-small/train_log.csv", 0) == std::vector<double>{10, 20});
+  // A time limit stops after the step in progress and saves; runs under a limit resume one another to the
+  // same weights too (here a limit that every step exceeds: one step per run).
+  TrainOptions timed = with_phases(tiny(dir.path(), dir / "timed", 20));
+  timed.max_seconds = 1e-6;
+  for (int64_t expect = 1; expect <= 3; ++expect) CHECK(train_pair(timed, nullptr, nullptr) == expect);
+  timed.max_seconds = 0;
+  CHECK(train_pair(timed, nullptr, nullptr) == 20);
+  for (const char* name : {"diff-small", "baseline-small"}) {
+    INFO(name);
+    CHECK(max_weight_difference(dir / "full" / name, dir / "timed" / name) < 1e-5);
+  }
   // Each evaluation names the needle set of the phase that produced the weights; digit accuracy is a
   // fraction.
   const std::string log = test::read_all(dir / "full/diff-small/eval_log.csv");
@@ -165,17 +180,6 @@ TEST_CASE("train: bad options are refused", "[train][errors]") {
   CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("precision must be auto, fp32 or bf16"));
 }
 
-namespace {
-double max_weight_difference(const std::filesystem::path& a_dir, const std::filesystem::path& b_dir) {
-  const auto a = Model::load(a_dir).tensors(), b = Model::load(b_dir).tensors();
-  REQUIRE(a.size() == b.size());
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    for (size_t j = 0; j < a[i].data.size(); ++j)
-      d = std::max<double>(d, std::fabs(a[i].data[j] - b[i].data[j]));
-  return d;
-}
-}  // namespace
 
 TEST_CASE("train: batches built ahead by several workers are the serial ones", "[train]") {
   test::ScratchDir dir("prefetch");
