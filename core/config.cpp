@@ -1,6 +1,7 @@
 // config.json parsing, validation and the matched-pair factory.
 #include "core/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -52,26 +53,103 @@ std::string get_string(const json& j, const char* key, const std::string& source
   return it->get<std::string>();
 }
 
-RopeScaling read_rope_scaling(const json& j, const std::string& src) {
-  RopeScaling r;
-  auto it = j.find("rope_scaling");
-  if (it == j.end() || it->is_null()) return r;
-  if (!it->is_object()) fail(src, "'rope_scaling' must be an object or null");
-  std::string type = get_string(*it, "rope_type", src, "");
-  if (type.empty()) type = get_string(*it, "type", src, "default");
-  if (type == "default") return r;
-  if (type == "linear") {
-    r.kind = RopeScaling::Kind::Linear;
-  } else if (type == "llama3") {
-    r.kind = RopeScaling::Kind::Llama3;
-    r.low_freq_factor = get_double(*it, "low_freq_factor", src, 1.0);
-    r.high_freq_factor = get_double(*it, "high_freq_factor", src, 4.0);
-    r.original_max_position_embeddings = get_int(*it, "original_max_position_embeddings", src, false, 8192);
-  } else {
-    fail(src, "rope_scaling type '" + type + "' is not supported (DiffLens computes 'linear' and 'llama3')");
+// The scaling a rope object declares: `rope_scaling` (transformers < 5) or `rope_parameters` (>= 5, which
+// also holds rope_theta). A key DiffLens does not compute is refused by name, never ignored: each one
+// changes the rotary angles.
+RopeScaling read_rope_object(const json& o, const std::string& where, const std::string& src) {
+  std::string type = get_string(o, "rope_type", src, "");
+  if (type.empty()) type = get_string(o, "type", src, "default");
+  if (type != "default" && type != "linear" && type != "llama3")
+    fail(src, where + " type '" + type +
+                  "' is not supported (DiffLens computes 'default', 'linear' and 'llama3')");
+  static const char* const kKnown[] = {"rope_type",
+                                       "type",
+                                       "rope_theta",
+                                       "factor",
+                                       "low_freq_factor",
+                                       "high_freq_factor",
+                                       "original_max_position_embeddings"};
+  for (const auto& item : o.items()) {
+    const std::string& k = item.key();
+    if (k == "partial_rotary_factor") {
+      if (!item.value().is_number() || item.value().get<double>() != 1.0)
+        fail(src, where + ".partial_rotary_factor other than 1 is not supported");
+      continue;
+    }
+    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown))
+      fail(src, where + " has '" + k + "', which DiffLens does not compute for rope_type '" + type +
+                    "': refused rather than ignored, since it changes the rotary angles");
   }
-  r.factor = get_double(*it, "factor", src, 1.0);
+  // The numbers a scaling kind needs are required: a default would silently change the angles.
+  auto number = [&](const char* key) {
+    if (!o.contains(key) || !o[key].is_number())
+      fail(src, where + " (rope_type '" + type + "') needs a number '" + key + "'");
+    return o[key].get<double>();
+  };
+  RopeScaling r;
+  if (type == "default") return r;
+  r.kind = type == "linear" ? RopeScaling::Kind::Linear : RopeScaling::Kind::Llama3;
+  r.factor = number("factor");
+  if (r.kind == RopeScaling::Kind::Llama3) {
+    r.low_freq_factor = number("low_freq_factor");
+    r.high_freq_factor = number("high_freq_factor");
+    r.original_max_position_embeddings = static_cast<int64_t>(number("original_max_position_embeddings"));
+  }
   return r;
+}
+
+RopeScaling read_rope_scaling(const json& j, const std::string& src) {
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return {};
+  if (!it->is_object()) fail(src, "'rope_scaling' must be an object or null");
+  return read_rope_object(*it, "rope_scaling", src);
+}
+
+bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
+  return a.kind == b.kind && (a.kind == RopeScaling::Kind::None ||
+                              (a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+                               a.high_freq_factor == b.high_freq_factor &&
+                               a.original_max_position_embeddings == b.original_max_position_embeddings));
+}
+
+// θ and scaling of a Hugging Face config in either style: top-level rope_theta + rope_scaling
+// (transformers < 5) or one rope_parameters object (>= 5). Both present must agree.
+void read_hf_rope(const json& j, const std::string& src, ModelConfig& c) {
+  c.rope_theta = get_double(j, "rope_theta", src, 10000.0);
+  c.rope_scaling = read_rope_scaling(j, src);
+  auto it = j.find("rope_parameters");
+  if (it == j.end() || it->is_null()) return;
+  if (!it->is_object()) fail(src, "'rope_parameters' must be an object or null");
+  auto theta = it->find("rope_theta");
+  if (theta == it->end() || !theta->is_number())
+    fail(src, "rope_parameters has no numeric rope_theta (transformers 5 writes it there)");
+  const RopeScaling scaling = read_rope_object(*it, "rope_parameters", src);
+  if (j.contains("rope_theta") && !j["rope_theta"].is_null() &&
+      get_double(j, "rope_theta", src, 0) != theta->get<double>())
+    fail(src, "rope_theta " + j["rope_theta"].dump() + " and rope_parameters.rope_theta " + theta->dump() +
+                  " disagree");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null() && !same_scaling(c.rope_scaling, scaling))
+    fail(src, "rope_scaling and rope_parameters declare different rotary scalings");
+  c.rope_theta = theta->get<double>();
+  c.rope_scaling = scaling;
+}
+
+// Top-level keys that name rotary or attention settings and that DiffLens knows (reads, or knows to be
+// irrelevant to the maps): any other such key is refused rather than ignored.
+void refuse_unknown_attention_keys(const json& j, const std::string& src) {
+  static const char* const kKnown[] = {"rope_theta",         "rope_scaling",      "rope_parameters",
+                                       "attention_bias",     "attention_dropout", "num_attention_heads",
+                                       "num_key_value_heads"};
+  for (const auto& item : j.items()) {
+    const std::string& k = item.key();
+    if (k.empty() || k[0] == '_') continue;  // transformers' private bookkeeping
+    const bool about_attention = k.find("rope") != std::string::npos || k.find("attn") != std::string::npos ||
+                                 k.find("attention") != std::string::npos;
+    if (about_attention && std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown))
+      fail(src, "'" + k +
+                    "' is a rotary/attention setting DiffLens does not compute: refused rather than "
+                    "ignored, since it may change the maps");
+  }
 }
 
 void write_rope_scaling(json& j, const RopeScaling& r) {
@@ -133,8 +211,8 @@ ModelConfig config_from_hf(const json& j, const std::string& src) {
   c.intermediate_size = get_int(j, "intermediate_size", src, true, 0);
   c.vocab_size = get_int(j, "vocab_size", src, true, 0);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false, 2048);
-  c.rope_theta = get_double(j, "rope_theta", src, 10000.0);
-  c.rope_scaling = read_rope_scaling(j, src);
+  refuse_unknown_attention_keys(j, src);
+  read_hf_rope(j, src, c);
   c.rope_style = RopeStyle::Half;  // transformers' rotate_half
   c.rms_norm_eps = get_double(j, "rms_norm_eps", src, 1e-6);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, false);

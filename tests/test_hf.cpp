@@ -313,6 +313,118 @@ TEST_CASE("hf: tied embeddings, F16, one file and llama3 rope scaling", "[hf][ch
   check_against_reference(m, s, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22});
 }
 
+TEST_CASE("hf: transformers 5's rope_parameters give the maps of the same checkpoint in the old style",
+          "[hf][checkpoint][config]") {
+  // transformers >= 5 writes {"rope_parameters": {"rope_type": ..., "rope_theta": ..., "factor": ...}}
+  // instead of top-level rope_theta / rope_scaling. The same weights under either config must give the same
+  // maps.
+  test::ScratchDir dir("hfrope5");
+  HfSpec s;
+  s.theta = 500000.0;
+  s.shards = 1;
+  s.rope_scaling = {{"rope_type", "llama3"},
+                    {"factor", 8.0},
+                    {"low_freq_factor", 1.0},
+                    {"high_freq_factor", 4.0},
+                    {"original_max_position_embeddings", 16}};
+  write_hf(s, dir / "m", 6);
+  const std::vector<int64_t> ids = {1, 40, 41, 42, 7,  8,  9,  250, 251, 3,
+                                    3, 3,  60, 61, 62, 63, 64, 65,  66,  67};
+  const Model old_style = Model::load(dir / "m");
+  check_against_reference(old_style, s, ids);
+  nlohmann::json j = hf_config_json(s);
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = s.rope_scaling;
+  j["rope_parameters"]["rope_theta"] = 500000.0;
+  test::write_all(dir / "m/config.json", j.dump(2));
+  const Model new_style = Model::load(dir / "m");
+  CHECK(new_style.config().rope_theta == 500000.0);
+  CHECK(new_style.config().rope_scaling.kind == RopeScaling::Kind::Llama3);
+  CHECK(rope_inv_freq(new_style.config()) == rope_inv_freq(old_style.config()));
+  const Trace a = old_style.capture(ids), b = new_style.capture(ids);
+  for (size_t l = 0; l < a.layers.size(); ++l) REQUIRE(a.layers[l].a.data == b.layers[l].a.data);
+  // The default kind carries θ alone; a config may keep both styles when they agree.
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 250000.0}};
+  const ModelConfig d = config_from_json_text(j.dump(), "config.json");
+  CHECK(d.rope_theta == 250000.0);
+  CHECK(d.rope_scaling.kind == RopeScaling::Kind::None);
+  j["rope_theta"] = 250000.0;
+  CHECK(config_from_json_text(j.dump(), "config.json").rope_theta == 250000.0);
+}
+
+TEST_CASE("hf: rotary and attention settings DiffLens does not compute are refused by name",
+          "[hf][config][errors]") {
+  HfSpec s;
+  auto cfg_error = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = hf_config_json(s);
+    edit(j);
+    try {
+      config_from_json_text(j.dump(), "config.json");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const nlohmann::json llama3 = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                                 {"factor", 8.0},           {"low_freq_factor", 1.0},
+                                 {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  CHECK(cfg_error([&](auto& j) {
+          j.erase("rope_theta");
+          j["rope_parameters"] = llama3;
+        }) == "(accepted)");
+  CHECK_THAT(cfg_error([&](auto& j) { j["rope_parameters"] = llama3; }),  // top-level θ 500 vs 500000
+             Catch::Contains("rope_theta 500.0 and rope_parameters.rope_theta 500000.0 disagree"));
+  CHECK_THAT(cfg_error([&](auto& j) {
+               j.erase("rope_theta");
+               j["rope_parameters"] = {
+                   {"rope_type", "yarn"}, {"rope_theta", 1e4}, {"factor", 4.0}, {"beta_fast", 32}};
+             }),
+             Catch::Contains("rope_parameters type 'yarn' is not supported"));
+  CHECK_THAT(cfg_error([&](auto& j) {
+               j.erase("rope_theta");
+               auto p = llama3;
+               p["mscale"] = 1.0;
+               j["rope_parameters"] = p;
+             }),
+             Catch::Contains("rope_parameters has 'mscale'"));
+  CHECK_THAT(cfg_error([&](auto& j) {
+               j.erase("rope_theta");
+               auto p = llama3;
+               p.erase("low_freq_factor");
+               j["rope_parameters"] = p;
+             }),
+             Catch::Contains("needs a number 'low_freq_factor'"));
+  CHECK_THAT(cfg_error([&](auto& j) {
+               j["rope_parameters"] = {{"rope_type", "default"}};
+             }),
+             Catch::Contains("rope_parameters has no numeric rope_theta"));
+  CHECK_THAT(cfg_error([&](auto& j) {  // per-layer-type parameters (Gemma 3 style)
+               j.erase("rope_theta");
+               j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
+                                       {"rope_theta", 1e4}};
+             }),
+             Catch::Contains("rope_parameters has 'full_attention'"));
+  CHECK_THAT(cfg_error([&](auto& j) {
+               j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+               j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", j["rope_theta"]}};
+             }),
+             Catch::Contains("declare different rotary scalings"));
+  CHECK_THAT(cfg_error([](auto& j) {
+               j["rope_scaling"] = {{"rope_type", "linear"}};
+             }),
+             Catch::Contains("needs a number 'factor'"));
+  CHECK_THAT(
+      cfg_error([](auto& j) { j["attn_logit_softcapping"] = 50.0; }),
+      Catch::Contains("'attn_logit_softcapping' is a rotary/attention setting DiffLens does not compute"));
+  CHECK_THAT(cfg_error([](auto& j) { j["query_pre_attn_scalar"] = 256; }),
+             Catch::Contains("'query_pre_attn_scalar'"));
+  CHECK(cfg_error([](auto& j) {
+          j["attention_dropout"] = 0.0;
+          j["_attn_implementation"] = "eager";
+        }) == "(accepted)");
+}
+
 TEST_CASE("hf: Mistral's sliding window hides keys beyond it", "[hf][checkpoint]") {
   test::ScratchDir dir("hfmistral");
   HfSpec s;
