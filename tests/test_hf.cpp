@@ -59,6 +59,18 @@ nlohmann::json hf_config_json(const HfSpec& s) {
 }
 
 // Writes a seeded random checkpoint of `s` in the Hugging Face layout into `dir`.
+// The ConfigError message of the spec's config.json after `edit`, or "(accepted)".
+std::string config_error(const HfSpec& s, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = hf_config_json(s);
+  edit(j);
+  try {
+    config_from_json_text(j.dump(), "config.json");
+  } catch (const ConfigError& e) {
+    return std::string(e.what());
+  }
+  return std::string("(accepted)");
+}
+
 void write_hf(const HfSpec& s, const std::filesystem::path& dir, uint64_t seed) {
   std::filesystem::create_directories(dir);
   const std::string cfg_text = hf_config_json(s).dump(2);
@@ -356,16 +368,7 @@ TEST_CASE("hf: transformers 5's rope_parameters give the maps of the same checkp
 TEST_CASE("hf: rotary and attention settings DiffLens does not compute are refused by name",
           "[hf][config][errors]") {
   HfSpec s;
-  auto cfg_error = [&](const std::function<void(nlohmann::json&)>& edit) {
-    nlohmann::json j = hf_config_json(s);
-    edit(j);
-    try {
-      config_from_json_text(j.dump(), "config.json");
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(accepted)");
-  };
+  auto cfg_error = [&](const std::function<void(nlohmann::json&)>& edit) { return config_error(s, edit); };
   const nlohmann::json llama3 = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
                                  {"factor", 8.0},           {"low_freq_factor", 1.0},
                                  {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
@@ -549,16 +552,7 @@ TEST_CASE("hf: rope scaling frequencies, hand-computed", "[hf][config]") {
 
 TEST_CASE("hf: what cannot be read says why", "[hf][config][checkpoint]") {
   HfSpec s;
-  auto cfg_error = [&](const std::function<void(nlohmann::json&)>& edit) {
-    nlohmann::json j = hf_config_json(s);
-    edit(j);
-    try {
-      config_from_json_text(j.dump(), "config.json");
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(accepted)");
-  };
+  auto cfg_error = [&](const std::function<void(nlohmann::json&)>& edit) { return config_error(s, edit); };
   CHECK_THAT(cfg_error([](auto& j) { j["architectures"] = {"GPT2LMHeadModel"}; }),
              Catch::Contains("architecture 'GPT2LMHeadModel' is not supported"));
   CHECK_THAT(cfg_error([](auto& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; }),
