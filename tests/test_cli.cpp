@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdlib>
 #include <set>
+#include <sstream>
 
 #include <stb_image.h>
 
@@ -76,6 +77,61 @@ TEST_CASE("cli: init-pair then capture writes a readable trace bundle", "[cli]")
   r = run("info --model " + models + "/diff", dir);
   CHECK(r.status == 0);
   CHECK(r.out.find("\"attention\": \"diff\"") != std::string::npos);
+}
+
+namespace {
+// The shared libraries `binary` needs (DT_NEEDED), in the order the dynamic loader searches them.
+std::vector<std::string> needed_libraries(const std::string& binary, const test::ScratchDir& dir) {
+  const std::string log = (dir / "readelf.txt").string();
+  REQUIRE(std::system(("readelf -d '" + binary + "' > '" + log + "' 2>&1").c_str()) == 0);
+  std::vector<std::string> libs;
+  std::istringstream in(test::read_all(log));
+  for (std::string line; std::getline(in, line);)
+    if (line.find("(NEEDED)") != std::string::npos) {
+      const size_t a = line.find('['), b = line.find(']');
+      if (a != std::string::npos && b > a) libs.push_back(line.substr(a + 1, b - a - 1));
+    }
+  return libs;
+}
+}  // namespace
+
+TEST_CASE("build: the C++ runtime comes before LibTorch, so its symbols bind to libstdc++", "[build]") {
+  // PyTorch's libtorch.so exports its own copies of libstdc++ symbols (std::filesystem among them); an
+  // executable that lists libtorch first binds to those, and std::filesystem::remove_all crashed there.
+  test::ScratchDir dir("binding");
+  for (const std::string binary :
+       {std::string(DIFFLENS_EXE), std::filesystem::read_symlink("/proc/self/exe").string()}) {
+    INFO(binary);
+    const auto libs = needed_libraries(binary, dir);
+    const auto first = [&](const char* prefix) {
+      for (size_t i = 0; i < libs.size(); ++i)
+        if (libs[i].rfind(prefix, 0) == 0) return static_cast<int>(i);
+      return -1;
+    };
+    const int stdcxx = first("libstdc++"), torch = std::max(first("libtorch"), first("libc10"));
+    REQUIRE(stdcxx >= 0);
+    REQUIRE(torch >= 0);
+    CHECK(stdcxx < first("libtorch"));
+    CHECK(stdcxx < first("libc10"));
+  }
+  // And as the loader does it: no versioned C++ runtime reference of difflens binds into LibTorch.
+  const std::string log = (dir / "bindings.txt").string();
+  std::system(
+      ("LD_DEBUG=bindings " + std::string(DIFFLENS_EXE) + " --help > /dev/null 2> '" + log + "'").c_str());
+  std::istringstream in(test::read_all(log));
+  int bindings = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("binding file " + std::string(DIFFLENS_EXE)) == std::string::npos) continue;
+    ++bindings;
+    const size_t to = line.find(" to ");
+    const std::string target = line.substr(to + 4, line.find(": ", to) - to - 4);
+    const bool runtime_symbol =
+        line.find("[GLIBCXX_") != std::string::npos || line.find("[CXXABI_") != std::string::npos;
+    INFO(line);
+    CHECK_FALSE((runtime_symbol && (target.find("libtorch") != std::string::npos ||
+                                    target.find("libc10") != std::string::npos)));
+  }
+  CHECK(bindings > 100);  // the loader did report difflens's bindings
 }
 
 TEST_CASE("cli: bad input gives a message and a non-zero status, never a crash", "[cli][errors]") {
