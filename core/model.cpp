@@ -622,6 +622,30 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
       pooled = 0;
     if (options.keep_logits) throw Error("full logits (--keep-logits) do not fit a long-prompt capture");
   }
+  if (pooled == 0) {
+    // An exact capture holds every kept map twice for a while (the layer's tensors and the Trace's buffers
+    // they are copied into; measured on the bundled pair: peak RSS 1.9-3.3 x the kept maps), plus one
+    // layer's attention computed whole, kept logits and the T x T masks. Refuse, with the numbers, what the
+    // machine cannot hold rather than be killed half-way.
+    const double logits = options.keep_logits
+                              ? static_cast<double>(kept_layers) * static_cast<double>(heads_total) *
+                                    static_cast<double>(T) * static_cast<double>(T) * 4.0 *
+                                    (c.is_diff() ? 2.0 : 1.0)
+                              : 0.0;
+    const double need =
+        2.0 * exact_bytes + logits + transient + 2.0 * static_cast<double>(T) * static_cast<double>(T);
+    const uint64_t have = available_memory_bytes();
+    if (have > 0 && need > static_cast<double>(have))
+      throw Error(
+          "an exact capture of " + std::to_string(T) + " tokens would need about " +
+          human_bytes(static_cast<uint64_t>(need)) + " of memory (the kept maps, " +
+          human_bytes(static_cast<uint64_t>(exact_bytes)) + ", twice while they are copied, and " +
+          human_bytes(static_cast<uint64_t>(transient)) + " for one layer's attention), and " +
+          human_bytes(have) +
+          " is available: give a pooled budget (--pooled-budget MB; in the app the "
+          "long-prompt MB) to keep pooled maps with exact values on zoom, or keep fewer layers or heads "
+          "(--layers, --heads)");
+  }
   // Masks are T x T: built only for exact captures.
   Tensor future, stats_skip;
   if (pooled == 0) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/checkpoint.h"
 #include "core/metrics.h"
 #include "core/model.h"
 #include "core/tiles.h"
@@ -223,4 +224,24 @@ TEST_CASE("long prompts: generation past 1024 tokens runs blocked and agrees wit
   CHECK(nomaps.layers[0].heads.empty());
   CHECK(nomaps.next_token[0].id == exact.next_token[0].id);
   CHECK(nomaps.layers[1].logit_stats.top_k(1) == Approx(exact.layers[1].logit_stats.top_k(1)).margin(1e-5));
+}
+
+TEST_CASE("an exact capture the machine cannot hold is refused with the numbers, before any T x T buffer",
+          "[long][errors]") {
+  // 2 layers x 32 DIFF heads x 3 maps x 8192² x 4 bytes = 51.5 GB of kept maps.
+  ModelConfig c = test::tiny_config(AttentionKind::Diff, 128, 2, 32, 32);  // d = 2
+  c.max_position_embeddings = 8192;
+  const uint64_t have = available_memory_bytes();
+  if (have == 0 || have > (uint64_t{90} << 30)) test::skip("needs a machine with less than 90 GB available");
+  const Model m = Model::random(c, 3);
+  const std::vector<int64_t> ids(8192, 5);
+  CHECK_THROWS_WITH(m.capture(ids),
+                    Catch::Contains("an exact capture of 8192 tokens would need about") &&
+                        Catch::Contains("is available: give a pooled budget (--pooled-budget MB"));
+  // A prompt that fits is captured as before.
+  CaptureOptions one;
+  one.layers = {1};
+  one.heads = {0};
+  const Trace t = m.capture(std::vector<int64_t>(ids.begin(), ids.begin() + 512), one);
+  CHECK(t.layers[1].a.shape == std::vector<int64_t>{1, 512, 512});
 }
