@@ -172,6 +172,7 @@ struct GuiState {
     int seeds = 3;
     int names = 0;  // 0: single-token held-out names, 1: the original multi-piece ones
     int cell_px = 72;  // export resolution of the heatmaps (pixels per cell)
+    int attention_view = 1;  // second heatmap: 0 attention to answer reading the question, 1 strongest head answering
     std::string form_error, message;
     std::optional<SweepProgress> progress;
     std::vector<NeedleCellSummary> cells[kSlots];
@@ -1158,8 +1159,16 @@ std::string depth_label(double d) {
 
 // A depth × length grid of one model's cells for one (N, R), coloured over [lo, hi], values printed when
 // they fit; hovering a cell tells its numbers.
+// What a lab heatmap shows of a cell: its accuracy, the attention to the answer while the question is read,
+// or the strongest head's attention to the answer while the code is produced.
+enum class LabValue { Accuracy, QuestionAttention, AnsweringHead };
+double lab_value(const NeedleCellSummary& c, LabValue v) {
+  return v == LabValue::Accuracy ? c.accuracy : v == LabValue::QuestionAttention ? c.attention.answer : c.answering_head;
+}
+
 void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vector<NeedleCellSummary>& cells,
-                   std::pair<int, int> nr, bool accuracy, double lo, double hi, float cell) {
+                   std::pair<int, int> nr, LabValue value, double lo, double hi, float cell) {
+  const bool accuracy = value == LabValue::Accuracy;
   ImGui::BeginGroup();
   ImGui::TextUnformatted(title);
   const float label_w = ImGui::CalcTextSize("100%").x + ImGui::GetStyle().ItemSpacing.x;
@@ -1188,11 +1197,11 @@ void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vecto
         dl->AddRectFilled(a, b, IM_COL32(236, 236, 236, 255));
         continue;
       }
-      const double v = accuracy ? found->accuracy : found->attention.answer;
+      const double v = lab_value(*found, value);
       const double t = std::clamp((v - lo) / (hi - lo), 0.0, 1.0);
       dl->AddRectFilled(a, b, colormap_u32(t));
       char txt[32];
-      std::snprintf(txt, sizeof txt, accuracy ? "%.2f" : "%.3f", v);
+      std::snprintf(txt, sizeof txt, value == LabValue::QuestionAttention ? "%.3f" : "%.2f", v);
       const ImVec2 ts = ImGui::CalcTextSize(txt);
       if (ts.x < cell - 2) {
         const bool dark = viz::oklab_lightness(viz::sequential_colormap().at(t)) < 0.6;
@@ -1201,10 +1210,12 @@ void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vecto
       }
       if (ImGui::IsMouseHoveringRect(a, b))
         ImGui::SetTooltip("%lld tokens, depth %s, N=%d R=%d\n%d episodes: accuracy %.2f\n"
-                          "attention to answer %.3f, attention noise %.3f",
+                          "reading the question: attention to answer %.3f, attention noise %.3f\n"
+                          "while answering: to answer %.3f, noise %.3f, strongest head %.2f",
                           static_cast<long long>(found->cell.length), depth_label(found->cell.depth).c_str(),
                           nr.first, nr.second, found->runs, found->accuracy, found->attention.answer,
-                          found->attention.noise);
+                          found->attention.noise, found->answering.answer, found->answering.noise,
+                          found->answering_head);
     }
   }
   ImGui::Dummy(ImVec2(label_w + cell * static_cast<float>(sweep.lengths.size()),
@@ -1333,13 +1344,18 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   for (int64_t L : sweep.lengths) min_cell = std::max(min_cell, ImGui::CalcTextSize(std::to_string(L).c_str()).x);
   min_cell += ImGui::GetFontSize() * 0.5f;
   const float cell = std::max(min_cell, std::min({by_width, by_height, ImGui::GetFontSize() * 3.5f}));
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 22);
+  ImGui::Combo("second heatmap", &lab.attention_view,
+               "attention to answer (reading the question)\0strongest head (answering)\0");
+  const LabValue shown = lab.attention_view == 0 ? LabValue::QuestionAttention : LabValue::AnsweringHead;
+  const char* shown_name = shown == LabValue::QuestionAttention ? "attention to answer" : "strongest head answering";
   for (const auto& nr : sweep.needles_queried) {
-    // Attention to answer: one range for both models so their colours compare (DIFF's can be < 0).
+    // One range for both models so their colours compare (DIFF's attention to the answer can be < 0).
     double lo = 0, hi = 0;
     for (int s : slots)
       for (const auto& c : lab.cells[s])
         if (c.cell.needles == nr.first && c.cell.queried == nr.second)
-          lo = std::min(lo, c.attention.answer), hi = std::max(hi, c.attention.answer);
+          lo = std::min(lo, lab_value(c, shown)), hi = std::max(hi, lab_value(c, shown));
     if (!(hi > lo)) hi = lo + 1;
     ImGui::Text("N=%d needles, R=%d asked: rows = depth of the asked needle, columns = context length", nr.first,
                 nr.second);
@@ -1350,12 +1366,12 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
         if (!first) ImGui::SameLine(0, ImGui::GetFontSize());
         first = false;
         ImGui::PushID(s * 2 + (accuracy ? 0 : 1) + 16 * nr.first + 256 * nr.second);
-        draw_lab_grid((name + (accuracy ? ": accuracy" : ": attention to answer")).c_str(), sweep, lab.cells[s], nr,
-                      accuracy, accuracy ? 0.0 : lo, accuracy ? 1.0 : hi, cell);
+        draw_lab_grid((name + ": " + (accuracy ? "accuracy" : shown_name)).c_str(), sweep, lab.cells[s], nr,
+                      accuracy ? LabValue::Accuracy : shown, accuracy ? 0.0 : lo, accuracy ? 1.0 : hi, cell);
         ImGui::PopID();
       }
     }
-    ImGui::TextDisabled("accuracy colours span 0..1; attention to answer spans %.3f..%.3f for both models", lo, hi);
+    ImGui::TextDisabled("accuracy colours span 0..1; %s spans %.3f..%.3f for both models", shown_name, lo, hi);
   }
   // The paper's Table 3 layout: attention to answer / noise by depth, per length and model.
   for (const auto& nr : sweep.needles_queried) {
@@ -1392,6 +1408,44 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
       ImGui::EndTable();
     }
     ImGui::PopID();
+  }
+  // While answering (the rows that produce the code): mean over depths, per length, as `needle` tables it.
+  ImGui::TextUnformatted("While answering: to answer / noise / strongest head (mean over depths and seeds)");
+  ImGui::SameLine();
+  ImGui::TextDisabled("(?)");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Query rows: the tokens that produce the asked code, the true code given; the question and "
+                      "the answer so far are neither answer nor noise. Strongest head: the attention to the answer "
+                      "of the head that gives it the most, per episode.");
+  if (ImGui::BeginTable("answering", 2 + static_cast<int>(sweep.lengths.size()),
+                        ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::TableSetupColumn("model");
+    ImGui::TableSetupColumn("N, R");
+    for (int64_t L : sweep.lengths) ImGui::TableSetupColumn((std::to_string(L) + " tokens").c_str());
+    ImGui::TableHeadersRow();
+    for (int s : slots)
+      for (const auto& nr : sweep.needles_queried) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%d, %d", nr.first, nr.second);
+        for (int64_t L : sweep.lengths) {
+          ImGui::TableNextColumn();
+          AttentionShare sum;
+          double head = 0;
+          int n = 0;
+          for (const auto& c : lab.cells[s])
+            if (c.cell.length == L && c.cell.needles == nr.first && c.cell.queried == nr.second) {
+              sum.answer += c.answering.answer;
+              sum.noise += c.answering.noise;
+              head += c.answering_head;
+              ++n;
+            }
+          if (n) ImGui::Text("%.3f / %.3f / %.2f", sum.answer / n, sum.noise / n, head / n);
+        }
+      }
+    ImGui::EndTable();
   }
   if (sweep.needles_queried.size() > 1 &&
       ImGui::BeginTable("multi", 1 + static_cast<int>(sweep.needles_queried.size()),
