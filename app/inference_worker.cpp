@@ -235,7 +235,7 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
           for (const auto& [n, r] : req.sweep.needles_queried)
             (void)needle_episode(*builders[s], {L, req.sweep.depths.front(), n, r}, 1);
       } catch (const std::exception& e) {
-        slot_notes.push_back(side + ": " + e.what());
+        slot_notes.push_back(side + ": " + user_message(e));
         builders[s].reset();
         continue;
       }
@@ -245,7 +245,7 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
     }
     if (slots.empty()) throw Error("no slot can run the sweep");
   } catch (const std::exception& e) {
-    error = e.what();
+    error = user_message(e);
   }
   lock.lock();
   sweep_haystacks_ = haystacks;  // counted once, kept for the next sweep
@@ -297,7 +297,7 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
     run = run_needle(*models_[slot], *sweep_builders_[slot], job.cell, job.seed, &cancel_);
   } catch (const Cancelled&) {
   } catch (const std::exception& e) {
-    error = e.what();
+    error = user_message(e);
   }
   models_[slot]->set_logit_bits(0);
   lock.lock();
@@ -334,7 +334,7 @@ void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& 
   } catch (const Cancelled&) {
     error = "loading " + job.dir + " was cancelled; the slot keeps its model";
   } catch (const std::exception& e) {
-    error = e.what();
+    error = user_message(e);
   }
   lock.lock();
   status_.load_fraction = -1;
@@ -381,7 +381,7 @@ void InferenceWorker::loop() {
         try {
           r.traces[static_cast<size_t>(job.slot)] = std::make_shared<Trace>(read_trace_bundle(job.dir));
         } catch (const std::exception& e) {
-          r.errors[static_cast<size_t>(job.slot)] = e.what();
+          r.errors[static_cast<size_t>(job.slot)] = user_message(e);
         }
         r.errors[static_cast<size_t>(1 - job.slot)] = "(showing a trace bundle in the other slot)";
         lock.lock();
@@ -416,7 +416,7 @@ void InferenceWorker::loop() {
         } catch (const Cancelled&) {
           cancelled = true;
         } catch (const std::exception& e) {
-          r.errors[s] = e.what();
+          r.errors[s] = user_message(e);
         }
       }
       r.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

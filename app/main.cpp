@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "difflens: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "difflens: internal error: %s\n", e.what());
+    std::fprintf(stderr, "difflens: internal error: %s\n", difflens::user_message(e).c_str());
     return 3;
   }
 }

@@ -2,6 +2,7 @@
 // field and say what was expected. The app and CLI catch `difflens::Error` at their edge.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -29,5 +30,15 @@ class Cancelled : public Error {
  public:
   Cancelled() : Error("cancelled") {}
 };
+
+// What to show a user for any exception: its message without the C++ backtrace that LibTorch's c10::Error
+// appends ("Exception raised from ... (most recent call first):" and its frames).
+inline std::string user_message(const std::exception& e) {
+  std::string m = e.what();
+  const size_t at = m.find("Exception raised from ");
+  if (at != std::string::npos) m.erase(at);
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return m.empty() ? std::string("LibTorch error without a message") : m;
+}
 
 }  // namespace difflens

@@ -80,3 +80,18 @@ TEST_CASE("matched pair factory rejects widths that do not split into heads", "[
   s.diff_heads = 3;
   CHECK_THROWS_WITH(make_matched_pair(s), Catch::Contains("not divisible"));
 }
+
+TEST_CASE("messages shown to users drop LibTorch's C++ backtrace", "[errors]") {
+  // The layout of a c10::Error's what(): the message, then where it was raised and the frames.
+  const std::runtime_error oom(
+      "CUDA out of memory. Tried to allocate 32.00 GiB (GPU 0; 79.10 GiB total capacity; 60.02 GiB already "
+      "allocated)\nException raised from malloc at ../c10/cuda/CUDACachingAllocator.cpp:913 (most recent call "
+      "first):\nframe #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x3e (0x7f1c in libc10.so)\n"
+      "frame #1: <unknown function> + 0x2a3f (0x7f1d in libc10_cuda.so)\n");
+  CHECK(user_message(oom) ==
+        "CUDA out of memory. Tried to allocate 32.00 GiB (GPU 0; 79.10 GiB total capacity; 60.02 GiB already "
+        "allocated)");
+  CHECK(user_message(ConfigError("config.json: missing field 'hidden_size'")) ==
+        "config.json: missing field 'hidden_size'");
+  CHECK(user_message(std::runtime_error("Exception raised from nowhere")) == "LibTorch error without a message");
+}
