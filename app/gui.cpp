@@ -156,8 +156,7 @@ struct GuiState {
   // Needle builder (Attention noise tab): the episode it built last and the haystack it reads.
   struct Needle {
     int length = 256, depth_pct = 50, needles = 1, asked = 1, seed = 1;
-    bool with_answer =
-        true;  // the prompt goes on through the asked code (its rows are where retrieval shows)
+    bool with_answer = true;     // the prompt goes on through the asked code (where retrieval shows)
     bool focus_pending = false;  // select the strongest answer head once the built prompt's result arrives
     std::string haystack_path;
     NeedleTemplate wording;      // needle and question sentences (builder and lab)
