@@ -176,6 +176,13 @@ TEST_CASE("train: bad options are refused", "[train][errors]") {
   o.phases.push_back(o.phases.front());  // a second phase also starting at step 0
   CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("increasing from_step"));
   o.phases.pop_back();
+  // A batch the machine cannot hold is refused with the numbers before any step.
+  make_corpus(dir.path());
+  o.batch = 1000000;
+  CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr),
+                    Catch::Contains("train: a step of 1000000 rows of 64 tokens needs about") &&
+                        Catch::Contains("is available: lower --batch (about"));
+  o.batch = 4;
   o.precision = "fp16";
   CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("precision must be auto, fp32 or bf16"));
 }
