@@ -124,9 +124,9 @@ commands:
   --keep-hidden add the full pre-softmax logits and hidden states to the bundle.
 )";
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, const char* what = "prompt file") {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the prompt file");
+  if (!in) throw Error(path + ": cannot open the " + what);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -774,9 +774,7 @@ int cmd_loss(const Args& a) {
   a.reject_unknown({"models", "text-file", "window", "max-windows", "threads", "device"});
   apply_threads(a);
   const std::string file = a.require("text-file");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(file + ": cannot open the text");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_file(file, "text");
   const int window = a.get_int("window", 512), max_windows = a.get_int("max-windows", 0);
   std::printf(
       "next-token cross-entropy over %s (consecutive windows of %d tokens, no BOS, as training validates)\n",

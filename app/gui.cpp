@@ -1431,17 +1431,8 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
         ImGui::Text("%d, %d", nr.first, nr.second);
         for (int64_t L : sweep.lengths) {
           ImGui::TableNextColumn();
-          AttentionShare sum;
-          double head = 0;
-          int n = 0;
-          for (const auto& c : lab.cells[s])
-            if (c.cell.length == L && c.cell.needles == nr.first && c.cell.queried == nr.second) {
-              sum.answer += c.answering.answer;
-              sum.noise += c.answering.noise;
-              head += c.answering_head;
-              ++n;
-            }
-          if (n) ImGui::Text("%.3f / %.3f / %.2f", sum.answer / n, sum.noise / n, head / n);
+          const AnsweringMean a = answering_over_depths(lab.cells[s], L, nr.first, nr.second);
+          if (a.cells) ImGui::Text("%.3f / %.3f / %.2f", a.share.answer, a.share.noise, a.strongest_head);
         }
       }
     ImGui::EndTable();

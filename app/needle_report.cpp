@@ -189,19 +189,10 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
     for (const auto& nr : nrs) {
       md += "| " + models[m] + " | " + std::to_string(nr.first) + ", " + std::to_string(nr.second) + " |";
       for (int64_t L : lengths) {
-        AttentionShare sum;
-        double head = 0;
-        int n = 0;
-        for (double d : depths)
-          if (const auto* c = find(m, L, d, nr)) {
-            sum.answer += c->answering.answer;
-            sum.noise += c->answering.noise;
-            head += c->answering_head;
-            ++n;
-          }
-        md += n ? " " + fmt("%.3f", sum.answer / n) + " / " + fmt("%.3f", sum.noise / n) + " / " +
-                      fmt("%.2f", head / n) + " |"
-                : std::string(" – |");
+        const AnsweringMean a = answering_over_depths(cells[m], L, nr.first, nr.second);
+        md += a.cells ? " " + fmt("%.3f", a.share.answer) + " / " + fmt("%.3f", a.share.noise) + " / " +
+                            fmt("%.2f", a.strongest_head) + " |"
+                      : std::string(" – |");
       }
       md += "\n";
     }

@@ -95,6 +95,24 @@ std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs) {
   return out;
 }
 
+AnsweringMean answering_over_depths(const std::vector<NeedleCellSummary>& cells, int64_t length, int needles,
+                                    int queried) {
+  AnsweringMean m;
+  for (const auto& c : cells)
+    if (c.cell.length == length && c.cell.needles == needles && c.cell.queried == queried) {
+      m.share.answer += c.answering.answer;
+      m.share.noise += c.answering.noise;
+      m.strongest_head += c.answering_head;
+      ++m.cells;
+    }
+  if (m.cells > 0) {
+    m.share.answer /= m.cells;
+    m.share.noise /= m.cells;
+    m.strongest_head /= m.cells;
+  }
+  return m;
+}
+
 void validate(const NeedleSweep& sweep, int64_t max_positions) {
   if (sweep.lengths.empty()) throw Error("needle sweep: no context lengths");
   if (sweep.depths.empty()) throw Error("needle sweep: no depths");

@@ -61,6 +61,16 @@ struct NeedleCellSummary {
 
 std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs);
 
+// The while-answering readout of one context length and (N, R), averaged over its cells (the depths);
+// `cells` is 0 when the sweep has none.
+struct AnsweringMean {
+  AttentionShare share;
+  double strongest_head = 0;
+  int cells = 0;
+};
+AnsweringMean answering_over_depths(const std::vector<NeedleCellSummary>& cells, int64_t length, int needles,
+                                    int queried);
+
 // A sweep: every length × (N, R) × depth cell, `seeds` episodes each (seeds 1..K). The CLI and the app's
 // lab tab expand it the same way, so both produce the same episodes in the same order.
 struct NeedleSweep {
