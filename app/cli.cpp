@@ -118,7 +118,9 @@ commands:
   bench      median prompt->Trace time of a matched pair, all maps kept
              [--lengths 128,512,2048] [--repeats 5] [--threads 2] [--hidden 256] [--layers 4]
              [--heads 4] [--vocab 4096] [--models DIFF_DIR,BASELINE_DIR] [--no-maps] [--no-stats]
-             [--pooled-budget MB]   (prints the peak resident memory after each row)
+             [--pooled-budget MB] [--device cpu|cuda|auto] [--pooling auto|host|device]
+             (prints the peak resident memory after each row; long prompts' maps are pooled by the
+             host's loops, or by tensor operations on the model's device: auto = device on a GPU)
 
   --layers/--heads choose whose maps are kept (statistics are kept for all); --keep-logits and
   --keep-hidden add the full pre-softmax logits and hidden states to the bundle.
@@ -376,11 +378,19 @@ double median(std::vector<double> v) {
 
 int cmd_bench(const Args& a) {
   a.reject_unknown({"lengths", "repeats", "threads", "hidden", "layers", "heads", "kv-heads", "vocab",
-                    "models", "no-maps", "no-stats", "pooled-budget"});
+                    "models", "no-maps", "no-stats", "pooled-budget", "device", "pooling"});
+  const DeviceChoice device = parse_device(a.get("device", "cpu"));
   CaptureOptions opt;
   opt.keep_maps = !a.has("no-maps");
   opt.logit_stats = !a.has("no-stats");
   opt.pooled_budget_bytes = pooled_budget(a);
+  const std::string pooling = a.get("pooling", "auto");
+  if (pooling == "host")
+    opt.pooling = PoolingPath::Host;
+  else if (pooling == "device")
+    opt.pooling = PoolingPath::Device;
+  else if (pooling != "auto")
+    throw Error("--pooling must be auto, host or device, got '" + pooling + "'");
   set_num_threads(a.get_int("threads", 2));
   std::vector<int> lengths = a.get_int_list("lengths");
   if (lengths.empty()) lengths = {128, 512, 2048};
@@ -391,27 +401,31 @@ int cmd_bench(const Args& a) {
     const std::string list = a.get("models");
     const size_t comma = list.find(',');
     if (comma == std::string::npos) throw Error("--models expects DIFF_DIR,BASELINE_DIR");
-    models.push_back(load_model(list.substr(0, comma), DeviceChoice::Cpu));
-    models.push_back(load_model(list.substr(comma + 1), DeviceChoice::Cpu));
+    models.push_back(load_model(list.substr(0, comma), device));
+    models.push_back(load_model(list.substr(comma + 1), device));
   } else {
     PairSpec spec = pair_spec(a);
     spec.max_position_embeddings = std::max<int64_t>(4096, *std::max_element(lengths.begin(), lengths.end()));
     auto [d, b] = make_matched_pair(spec);
-    models.push_back(Model::random(d, 1));
-    models.push_back(Model::random(b, 1));
+    models.push_back(Model::random(d, 1, device));
+    models.push_back(Model::random(b, 1, device));
   }
   const ModelConfig& c0 = models[0].config();
   std::printf(
-      "bench: %lld layers, E=%lld, %lld DIFF heads / %lld baseline heads, vocab %lld, %d threads, "
+      "bench: %lld layers, E=%lld, %lld DIFF heads / %lld baseline heads, vocab %lld, %s, %d threads, "
       "median of %d runs (after one untimed warm-up run unless a run takes over 60 s), %s + %s\n",
       static_cast<long long>(c0.num_hidden_layers), static_cast<long long>(c0.hidden_size),
       static_cast<long long>(models[0].config().map_heads()),
       static_cast<long long>(models[1].config().map_heads()), static_cast<long long>(c0.vocab_size),
-      num_threads(), repeats, opt.keep_maps ? "all maps kept" : "no maps kept",
+      models[0].device_name().c_str(), num_threads(), repeats, opt.keep_maps ? "all maps kept" : "no maps kept",
       opt.logit_stats ? "logit statistics" : "no logit statistics");
   if (opt.pooled_budget_bytes)
-    std::printf("long prompts: pooled maps within %s per model once the exact maps would exceed it\n",
-                mb(opt.pooled_budget_bytes).c_str());
+    std::printf("long prompts: pooled maps within %s per model once the exact maps would exceed it, pooled %s\n",
+                mb(opt.pooled_budget_bytes).c_str(),
+                opt.pooling == PoolingPath::Host     ? "by the host's loops"
+                : opt.pooling == PoolingPath::Device ? "by tensor operations on the model's device"
+                : models[0].device_name() == "cpu"   ? "by the host's loops (auto)"
+                                                     : "on the GPU (auto)");
   std::printf("%-9s %6s %12s %12s %12s %8s %12s\n", "model", "T", "median ms", "min ms", "trace", "pooled",
               "peak RSS");
   for (int T : lengths) {

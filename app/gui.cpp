@@ -1167,7 +1167,6 @@ double lab_value(const NeedleCellSummary& c, LabValue v) {
 
 void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vector<NeedleCellSummary>& cells,
                    std::pair<int, int> nr, LabValue value, double lo, double hi, float cell) {
-  const bool accuracy = value == LabValue::Accuracy;
   ImGui::BeginGroup();
   ImGui::TextUnformatted(title);
   const float label_w = ImGui::CalcTextSize("100%").x + ImGui::GetStyle().ItemSpacing.x;

@@ -8,6 +8,7 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/cuda.h>
 
+#include <dlfcn.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -121,6 +122,61 @@ ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Te
   return s;
 }
 
+// The statistics of value_stats() accumulated block by block on the blocks' own device, read back once at
+// the end: bucket counts (histc over chunks of at most 2^24 values, whose float counts are exact), the sum
+// of |values| and the running top-k. Equal to merging value_stats() of each block (exact top-k, mean and
+// histogram; the median is the histogram's estimate), without a host round trip per block.
+class StreamingStats {
+ public:
+  void add(const Tensor& part, const Tensor& skip) {
+    constexpr int64_t kDiscard = LogHistogram::kBins + 2, kChunk = int64_t{1} << 24;
+    Tensor v = at::nan_to_num(part.to(at::kFloat).abs(), 0.0, std::numeric_limits<double>::infinity(),
+                              std::numeric_limits<double>::infinity());
+    // Bucket as value_stats(), as a float in the middle of its unit-wide histc bin: 0 below, 1..kBins,
+    // kBins + 1 above, kDiscard skipped.
+    Tensor b = at::log10(v);
+    b.sub_(LogHistogram::kLogMin).mul_(LogHistogram::kBinsPerDecade).floor_().clamp_(-1, LogHistogram::kBins);
+    b.add_(1.5).masked_fill_(skip, static_cast<double>(kDiscard) + 0.5);
+    const Tensor flat = b.flatten();
+    if (!counts_.defined()) {
+      counts_ = at::zeros({kDiscard + 1}, v.options().dtype(at::kDouble));
+      sum_ = at::zeros({}, v.options().dtype(at::kDouble));
+    }
+    for (int64_t at0 = 0; at0 < flat.numel(); at0 += kChunk)
+      counts_.add_(at::histc(flat.narrow(0, at0, std::min(kChunk, flat.numel() - at0)), kDiscard + 1, 0,
+                             static_cast<double>(kDiscard + 1)));
+    sum_.add_(v.masked_fill(skip, 0.0f).sum(at::kDouble));
+    // Skipped values enter the top-k as -1 and are dropped at the end (|values| are >= 0).
+    const Tensor candidates = v.masked_fill_(skip, -1.0f).flatten();
+    const int64_t k = std::min<int64_t>(ValueStats::kTopK, candidates.numel());
+    if (k == 0) return;
+    const Tensor t = std::get<0>(at::topk(candidates, k));
+    top_ = top_.defined() ? std::get<0>(at::topk(at::cat({top_, t}), std::min<int64_t>(ValueStats::kTopK, top_.numel() + k)))
+                          : t;
+  }
+
+  ValueStats finish() const {
+    ValueStats s;
+    if (!counts_.defined()) return s;
+    const std::vector<float> tops = top_.defined() ? to_vector(top_) : std::vector<float>{};
+    const Tensor c = counts_.to(at::kCPU).contiguous();
+    const double* cp = c.data_ptr<double>();
+    s.histogram.below = static_cast<uint64_t>(cp[0]);
+    for (int i = 0; i < LogHistogram::kBins; ++i) s.histogram.counts[i] = static_cast<uint64_t>(cp[i + 1]);
+    s.histogram.above = static_cast<uint64_t>(cp[LogHistogram::kBins + 1]);
+    s.count = s.histogram.total();
+    if (s.count == 0) return s;
+    s.mean = static_cast<float>(sum_.item<double>() / static_cast<double>(s.count));
+    for (float t : tops)
+      if (t >= 0 && s.top.size() < std::min<uint64_t>(ValueStats::kTopK, s.count)) s.top.push_back(t);
+    s.median = static_cast<float>(s.histogram.quantile(0.5));
+    return s;
+  }
+
+ private:
+  Tensor counts_, sum_, top_;
+};
+
 // glibc serves every block over 32 MB with a fresh mmap and unmaps it on free, so each [H, T, T] map
 // of a capture is page-faulted in anew: measured here at T=1024, 3.5-5.6 s per capture with more system
 // than user time, against 0.42 s when large blocks come from the heap and stay there. A 512 MB trim
@@ -165,6 +221,80 @@ struct PoolGrid {
   }
 };
 
+// Pooling of a blocked capture's maps with tensor operations on the maps' own device (the GPU path: the
+// maps never leave the device, and the pooled sums and largest-magnitude entries are read back once per
+// layer). Every cell's tokens are listed in a [P, W] table (W: the widest cell), short cells padded with
+// their own first token: a repeated entry cannot change a cell's largest magnitude, and a mask leaves it
+// out of the sums. A block's rows and keys are gathered through this table, clamped to the block's range,
+// which keeps every clamped slot inside its own cell (only the block's first and last cells are cut).
+class DevicePooler {
+ public:
+  DevicePooler(const PoolGrid& grid, int64_t heads, int64_t maps, bool signed_last, at::Device dev)
+      : grid_(grid), signed_last_(signed_last) {
+    int64_t W = 1;
+    for (int64_t c = 0; c < grid.P; ++c) W = std::max(W, grid.start[c + 1] - grid.start[c]);
+    std::vector<int64_t> slots(static_cast<size_t>(grid.P * W));
+    std::vector<uint8_t> own(slots.size());
+    for (int64_t c = 0; c < grid.P; ++c)
+      for (int64_t w = 0; w < W; ++w) {
+        const int64_t t = grid.start[c] + w;
+        const bool in = t < grid.start[c + 1];
+        slots[static_cast<size_t>(c * W + w)] = in ? t : grid.start[c];
+        own[static_cast<size_t>(c * W + w)] = in;
+      }
+    slots_ = at::tensor(slots, at::TensorOptions().dtype(at::kLong)).view({grid.P, W}).to(dev);
+    own_ = at::tensor(at::ArrayRef<uint8_t>(own), at::TensorOptions().dtype(at::kByte)).view({grid.P, W}).to(dev, at::kBool);
+    for (int64_t m = 0; m < maps; ++m) {
+      sum_.push_back(at::zeros({heads, grid.P, grid.P}, at::TensorOptions().device(dev)));
+      best_.push_back(at::zeros({heads, grid.P, grid.P}, at::TensorOptions().device(dev)));
+    }
+  }
+
+  // Adds map `m` of a block, a [heads, rows, keys] slice (query rows [row0, row0 + rows), keys [0, keys)).
+  // Entries of the causal future are 0 in the maps and change neither sums nor largest magnitudes.
+  void add(int64_t m, const Tensor& a, int64_t row0) {
+    const int64_t heads = a.size(0), rows = a.size(1), keys = a.size(2);
+    const bool may_be_negative = signed_last_ && m + 1 == static_cast<int64_t>(sum_.size());
+    auto [kc0, kslot, kown] = cells(0, keys);
+    auto [rc0, rslot, rown] = cells(row0, row0 + rows);
+    const int64_t kp = kslot.size(0), kw = kslot.size(1), rp = rslot.size(0), rw = rslot.size(1);
+    // Keys first: [heads, rows, kp, kw] -> per row and key cell.
+    const Tensor g = a.index_select(2, kslot.flatten()).view({heads, rows, kp, kw});
+    const Tensor colsum = (g * kown).sum(-1);  // [heads, rows, kp]
+    const Tensor colmax = g.amax(-1);
+    // Then rows: [heads, rp, rw, kp] -> per cell.
+    auto by_rows = [&](const Tensor& t) { return t.index_select(1, rslot.flatten()).view({heads, rp, rw, kp}); };
+    const Tensor cellsum = (by_rows(colsum) * rown.unsqueeze(-1)).sum(2);  // [heads, rp, kp]
+    Tensor top = by_rows(colmax).amax(2);
+    if (may_be_negative) {
+      const Tensor low = by_rows(g.amin(-1)).amin(2);
+      top = at::where(top.ge(low.neg()), top, low);  // ties of +x and -x: +x
+    }
+    sum_[static_cast<size_t>(m)].narrow(1, rc0, rp).narrow(2, kc0, kp).add_(cellsum);
+    Tensor best = best_[static_cast<size_t>(m)].narrow(1, rc0, rp).narrow(2, kc0, kp);
+    best.copy_(at::where(top.abs().gt(best.abs()), top, best));
+  }
+
+  // Sums and largest magnitudes of map m, [heads, P, P], on the host.
+  std::vector<float> sums(int64_t m) const { return to_vector(sum_[static_cast<size_t>(m)]); }
+  std::vector<float> bests(int64_t m) const { return to_vector(best_[static_cast<size_t>(m)]); }
+
+ private:
+  // The cells that tokens [t0, t1) touch: the first one, the slot table of those cells (token offsets from
+  // t0, clamped into [0, t1 - t0)) and which slots are the cells' own tokens inside the range.
+  std::tuple<int64_t, Tensor, Tensor> cells(int64_t t0, int64_t t1) const {
+    const int64_t c0 = grid_.bin[static_cast<size_t>(t0)], c1 = grid_.bin[static_cast<size_t>(t1 - 1)];
+    const Tensor s = slots_.narrow(0, c0, c1 - c0 + 1);
+    const Tensor own = own_.narrow(0, c0, c1 - c0 + 1).logical_and(s.ge(t0)).logical_and(s.lt(t1));
+    return {c0, s.clamp(t0, t1 - 1).sub_(t0), own};
+  }
+
+  const PoolGrid& grid_;
+  bool signed_last_;  // the last map (DIFF's A1 − λA2) can be negative
+  Tensor slots_, own_;
+  std::vector<Tensor> sum_, best_;
+};
+
 // One layer of a long-prompt capture: attention in blocks of query rows; each kept head's maps pooled
 // (mean and largest-magnitude entry per cell), exact statistics, each row's log-sum-exp, and the rotated
 // queries and keys, so that any tile can be recomputed exactly later.
@@ -174,23 +304,47 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
   const int64_t T = grid.T, P = grid.P, H = c.map_heads();
   const bool diff = c.is_diff();
   const int64_t maps = diff ? 3 : 1;
-  // Rows per block: the block's logits and maps (2 + 3 tensors for DIFF, 2 for the baseline) within ~24 MB
-  // (statistics and pooling make a few temporary copies of a block).
+  // Pooling on the maps' device (tensor operations, one read-back per layer) or on the host (the CPU's
+  // tight loops below, faster there): see CaptureOptions::pooling.
+  const bool on_device = options.pooling == PoolingPath::Device ||
+                         (options.pooling == PoolingPath::Auto && h.device().is_cuda());
+  // Rows per block: the block's logits and maps (2 + 3 tensors for DIFF, 2 for the baseline) within ~24 MB on
+  // the CPU (statistics and pooling make a few temporary copies of a block). On a GPU a 32nd of its memory,
+  // between 256 MB and 2 GB: each block costs a few dozen kernel launches, so fewer, larger blocks keep it
+  // busy (64K tokens of the bundled DIFF: ~400 rows per block, 160 blocks per layer on an 80 GB GPU).
   const int64_t per_row = H * T * 4 * (diff ? 5 : 2);
-  const int64_t block_rows = std::clamp<int64_t>((int64_t{24} << 20) / std::max<int64_t>(per_row, 1), 16, T);
+  int64_t block_bytes = int64_t{24} << 20;
+  if (h.device().is_cuda()) {
+    uint64_t free_bytes = 0, total_bytes = 0;
+    block_bytes = cuda_memory(free_bytes, total_bytes)
+                      ? std::clamp<int64_t>(static_cast<int64_t>(total_bytes / 32), int64_t{256} << 20, int64_t{2} << 30)
+                      : int64_t{512} << 20;
+  }
+  const int64_t block_rows =
+      options.block_rows > 0 ? std::min<int64_t>(options.block_rows, T)
+                             : std::clamp<int64_t>(block_bytes / std::max<int64_t>(per_row, 1), 16, T);
   const size_t nh = keep_heads.size();
   const size_t cells = static_cast<size_t>(P * P);
-  std::vector<std::vector<float>> sum(nh * static_cast<size_t>(maps), std::vector<float>(cells, 0.0f));
-  std::vector<std::vector<float>> best(nh * static_cast<size_t>(maps), std::vector<float>(cells, 0.0f));
-  Tensor lse1 = at::empty({H, T}), lse2 = diff ? at::empty({H, T}) : Tensor();
+  std::vector<std::vector<float>> sum(nh * static_cast<size_t>(maps), std::vector<float>(on_device ? 0 : cells, 0.0f));
+  std::vector<std::vector<float>> best(nh * static_cast<size_t>(maps), std::vector<float>(on_device ? 0 : cells, 0.0f));
+  const at::Device lse_device = on_device ? h.device() : at::Device(at::kCPU);
+  Tensor lse1 = at::empty({H, T}, at::TensorOptions().device(lse_device));
+  Tensor lse2 = diff ? at::empty({H, T}, at::TensorOptions().device(lse_device)) : Tensor();
   ValueStats stats;
+  StreamingStats streamed;
   bool have_stats = false;
   const auto opts = at::TensorOptions().dtype(at::kLong).device(h.device());
+  std::unique_ptr<DevicePooler> pooler;
+  Tensor head_index;
+  if (on_device && nh > 0) {
+    pooler = std::make_unique<DevicePooler>(grid, static_cast<int64_t>(nh), maps, diff, h.device());
+    if (static_cast<int64_t>(nh) != H) head_index = at::tensor(keep_heads, opts);
+  }
   nn::AttentionInputs in;
   h = layer.forward_blocked(h, rope, c, block_rows, in, [&](const nn::DecoderLayerImpl::Block& b) {
     if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
-    lse1.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l1, -1).to(at::kCPU));
-    if (diff) lse2.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l2, -1).to(at::kCPU));
+    lse1.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l1, -1));
+    if (diff) lse2.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l2, -1));
     if (options.logit_stats && b.row0 + b.rows > options.stats_from) {
       // Hidden keys are -inf; rows before stats_from are left out too.
       Tensor skip = b.l1.isinf();
@@ -198,15 +352,25 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
         skip = skip.logical_or(at::arange(b.row0, b.row0 + b.rows, opts).lt(options.stats_from).view({1, b.rows, 1}));
       // A single block (short prompts) keeps the exact median; several merge into the histogram's.
       const bool one_block = b.rows == T;
-      ValueStats s = diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
-      if (!have_stats)
-        stats = std::move(s);
-      else
-        stats.merge(s);
+      if (on_device && !one_block) {
+        streamed.add(b.l1, skip);
+        if (diff) streamed.add(b.l2, skip);
+      } else {
+        ValueStats s = diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
+        if (!have_stats)
+          stats = std::move(s);
+        else
+          stats.merge(s);
+      }
       have_stats = true;
     }
     if (nh == 0) return;
     const Tensor* src[3] = {diff ? &b.a1 : &b.a, diff ? &b.a2 : nullptr, diff ? &b.a : nullptr};
+    if (on_device) {
+      for (int64_t m = 0; m < maps; ++m)
+        pooler->add(m, head_index.defined() ? src[m]->index_select(0, head_index) : *src[m], b.row0);
+      return;
+    }
     std::vector<Tensor> cpu;
     for (int64_t m = 0; m < maps; ++m) cpu.push_back(src[m]->to(at::kCPU, at::kFloat).contiguous());
     const int64_t K = b.row0 + b.rows;
@@ -246,7 +410,7 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
     lt.lambda_exp2 = in.lambda_exp2.item<double>();
     lt.lambda_init = in.lambda_init;
   }
-  if (have_stats) lt.logit_stats = std::move(stats);
+  if (have_stats) lt.logit_stats = on_device && grid.T > block_rows ? streamed.finish() : std::move(stats);
   lt.hidden_stats = value_stats({h[0].slice(0, options.stats_from)});
   if (options.keep_hidden) lt.hidden = to_array(h[0]);
   lt.q1 = to_array(in.q1[0]);
@@ -259,6 +423,15 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
   }
   if (nh > 0) {
     lt.heads.assign(keep_heads.begin(), keep_heads.end());
+    if (pooler)  // one read-back per map: [heads, P, P] sums and largest magnitudes
+      for (int64_t m = 0; m < maps; ++m) {
+        const std::vector<float> su = pooler->sums(m), be = pooler->bests(m);
+        for (size_t k = 0; k < nh; ++k) {
+          const size_t job = k * static_cast<size_t>(maps) + static_cast<size_t>(m);
+          sum[job].assign(su.begin() + static_cast<std::ptrdiff_t>(k * cells), su.begin() + static_cast<std::ptrdiff_t>((k + 1) * cells));
+          best[job].assign(be.begin() + static_cast<std::ptrdiff_t>(k * cells), be.begin() + static_cast<std::ptrdiff_t>((k + 1) * cells));
+        }
+      }
     const float nan = std::numeric_limits<float>::quiet_NaN();
     FloatArray* means[3] = {diff ? &lt.a1_mean : &lt.a_mean, &lt.a2_mean, &lt.a_mean};
     FloatArray* maxes[3] = {diff ? &lt.a1_max : &lt.a_max, &lt.a2_max, &lt.a_max};
@@ -311,6 +484,19 @@ DeviceChoice parse_device(const std::string& text) {
 
 bool cuda_available() {
   return torch::cuda::is_available();
+}
+
+bool cuda_memory(uint64_t& free_bytes, uint64_t& total_bytes) {
+  free_bytes = total_bytes = 0;
+  if (!torch::cuda::is_available()) return false;
+  // cudaError_t cudaMemGetInfo(size_t*, size_t*) of the runtime LibTorch's CUDA library links (0: success).
+  using MemGetInfo = int (*)(size_t*, size_t*);
+  static const auto get_info = reinterpret_cast<MemGetInfo>(dlsym(RTLD_DEFAULT, "cudaMemGetInfo"));
+  size_t f = 0, t = 0;
+  if (!get_info || get_info(&f, &t) != 0 || t == 0) return false;
+  free_bytes = f;
+  total_bytes = t;
+  return true;
 }
 void set_num_threads(int threads) {
   at::set_num_threads(std::max(1, threads));
@@ -646,82 +832,120 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
           "long-prompt MB) to keep pooled maps with exact values on zoom, or keep fewer layers or heads "
           "(--layers, --heads)");
   }
-  // Masks are T x T: built only for exact captures.
-  Tensor future, stats_skip;
-  if (pooled == 0) {
-    future = nn::masked_keys(T, c, dev);  // key j > query i, and beyond a sliding window
-    // Cells left out of the logit statistics: the causal future, and rows before stats_from.
-    stats_skip = future;
-    if (options.stats_from > 0)
-      stats_skip = future.logical_or(
-          at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev)).lt(options.stats_from).unsqueeze(1).expand({T, T}));
+  // On a GPU, one layer's attention computed whole (exact captures) lives there, beside the weights; the kept
+  // maps are copied to the host as above. What can never fit the device is refused now; what does not fit
+  // its free memory at the moment surfaces as LibTorch's out-of-memory error, translated below.
+  const double device_need = transient + 2.0 * static_cast<double>(T) * static_cast<double>(T);
+  uint64_t device_free = 0, device_total = 0;
+  if (dev.is_cuda() && cuda_memory(device_free, device_total) && pooled == 0) {
+    double weights = 0;
+    for (const auto& p : impl_->net->parameters()) weights += static_cast<double>(p.numel() * p.element_size());
+    if (device_need + weights > static_cast<double>(device_total))
+      throw Error("an exact capture of " + std::to_string(T) + " tokens would need about " +
+                  human_bytes(static_cast<uint64_t>(device_need)) +
+                  " of GPU memory for one layer's attention beside the weights (" +
+                  human_bytes(static_cast<uint64_t>(weights)) + "), and the GPU has " + human_bytes(device_total) +
+                  ": give a pooled budget (--pooled-budget MB; in the app the long-prompt MB), or capture on the CPU");
   }
-  trace.pooled_budget = pooled > 0 ? options.pooled_budget_bytes : 0;
-  PoolGrid grid(T, pooled);
+  // The capture itself; a GPU's out-of-memory error is translated at the end of this function.
+  auto run = [&]() -> Trace {
+    // Masks are T x T: built only for exact captures.
+    Tensor future, stats_skip;
+    if (pooled == 0) {
+      future = nn::masked_keys(T, c, dev);  // key j > query i, and beyond a sliding window
+      // Cells left out of the logit statistics: the causal future, and rows before stats_from.
+      stats_skip = future;
+      if (options.stats_from > 0)
+        stats_skip = future.logical_or(at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev))
+                                           .lt(options.stats_from)
+                                           .unsqueeze(1)
+                                           .expand({T, T}));
+    }
+    trace.pooled_budget = pooled > 0 ? options.pooled_budget_bytes : 0;
+    PoolGrid grid(T, pooled);
 
-  Tensor id_tensor = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).to(dev);
-  Tensor h = impl_->net->model->embed_tokens(id_tensor.unsqueeze(0));  // [1, T, E]
-  auto& layers = impl_->net->model->layer_ptrs;
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
-    if (pooled > 0) {
-      const bool keep = options.keep_maps && (keep_layers.empty() || keep_layers.count(static_cast<int>(i)));
-      trace.layers.push_back(capture_layer_pooled(*layers[i], h, rope, c, static_cast<int>(i), keep ? keep_heads : std::vector<int64_t>{},
-                                                  grid, options, cancel));
-      continue;
-    }
-    AttentionResult r;
-    h = layers[i]->forward(h, rope, future, r);
-    LayerTrace lt;
-    lt.index = static_cast<int>(i);
-    if (c.is_diff()) {
-      lt.lambda = r.lambda.item<double>();
-      lt.lambda_exp1 = r.lambda_exp1.item<double>();
-      lt.lambda_exp2 = r.lambda_exp2.item<double>();
-      lt.lambda_init = r.lambda_init;
-    }
-    const bool keep = options.keep_maps && (keep_layers.empty() || keep_layers.count(static_cast<int>(i)));
-    if (keep) {
-      lt.heads.assign(keep_heads.begin(), keep_heads.end());
-      const bool all_heads = static_cast<int64_t>(keep_heads.size()) == heads_total;
-      auto kept = [&](const Tensor& maps) {
-        return to_array(all_heads ? maps[0] : maps[0].index_select(0, head_index));
-      };
-      lt.a = kept(r.a);
+    Tensor id_tensor = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).to(dev);
+    Tensor h = impl_->net->model->embed_tokens(id_tensor.unsqueeze(0));  // [1, T, E]
+    auto& layers = impl_->net->model->layer_ptrs;
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
+      if (pooled > 0) {
+        const bool keep =
+            options.keep_maps && (keep_layers.empty() || keep_layers.count(static_cast<int>(i)));
+        trace.layers.push_back(capture_layer_pooled(*layers[i], h, rope, c, static_cast<int>(i),
+                                                    keep ? keep_heads : std::vector<int64_t>{}, grid, options,
+                                                    cancel));
+        continue;
+      }
+      AttentionResult r;
+      h = layers[i]->forward(h, rope, future, r);
+      LayerTrace lt;
+      lt.index = static_cast<int>(i);
       if (c.is_diff()) {
-        lt.a1 = kept(r.a1);
-        lt.a2 = kept(r.a2);
+        lt.lambda = r.lambda.item<double>();
+        lt.lambda_exp1 = r.lambda_exp1.item<double>();
+        lt.lambda_exp2 = r.lambda_exp2.item<double>();
+        lt.lambda_init = r.lambda_init;
+      }
+      const bool keep = options.keep_maps && (keep_layers.empty() || keep_layers.count(static_cast<int>(i)));
+      if (keep) {
+        lt.heads.assign(keep_heads.begin(), keep_heads.end());
+        const bool all_heads = static_cast<int64_t>(keep_heads.size()) == heads_total;
+        auto kept = [&](const Tensor& maps) {
+          return to_array(all_heads ? maps[0] : maps[0].index_select(0, head_index));
+        };
+        lt.a = kept(r.a);
+        if (c.is_diff()) {
+          lt.a1 = kept(r.a1);
+          lt.a2 = kept(r.a2);
+        }
+      }
+      if (options.logit_stats) {
+        // Causal entries of every head (DIFF: both components pooled).
+        lt.logit_stats =
+            r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, stats_skip) : value_stats({r.l1[0]}, stats_skip);
+      }
+      if (options.keep_logits) {
+        lt.logits1 = to_array(r.l1[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
+        if (r.l2.defined())
+          lt.logits2 = to_array(r.l2[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
+      }
+      lt.hidden_stats = value_stats({h[0].slice(0, options.stats_from)});
+      if (options.keep_hidden) lt.hidden = to_array(h[0]);
+      trace.layers.push_back(std::move(lt));
+    }
+    Tensor last = impl_->net->model->norm(h[0][T - 1]);
+    Tensor probs = at::softmax(impl_->net->unembed(last).to(at::kFloat), -1);  // [vocab]
+    const int64_t k = std::min<int64_t>(std::max(options.next_token_top_k, 0), c.vocab_size);
+    if (k > 0) {
+      auto [p, idx] = at::topk(probs, k);
+      std::vector<float> pv = to_vector(p);
+      Tensor idx_cpu = idx.to(at::kCPU);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t id = idx_cpu[j].item<int64_t>();
+        trace.next_token.push_back({id, impl_->tokenizer.piece(id), pv[j]});
       }
     }
-    if (options.logit_stats) {
-      // Causal entries of every head (DIFF: both components pooled).
-      lt.logit_stats =
-          r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, stats_skip) : value_stats({r.l1[0]}, stats_skip);
-    }
-    if (options.keep_logits) {
-      lt.logits1 = to_array(r.l1[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
-      if (r.l2.defined())
-        lt.logits2 = to_array(r.l2[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
-    }
-    lt.hidden_stats = value_stats({h[0].slice(0, options.stats_from)});
-    if (options.keep_hidden) lt.hidden = to_array(h[0]);
-    trace.layers.push_back(std::move(lt));
+    trace.logit_bits = impl_->logit_bits;
+    trace.elapsed_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return std::move(trace);
+  };
+  try {
+    return run();
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    if (!dev.is_cuda() || what.find("out of memory") == std::string::npos) throw;
+    uint64_t now_free = 0, total = 0;
+    cuda_memory(now_free, total);
+    throw Error("the GPU ran out of memory capturing " + std::to_string(T) + " tokens" +
+                (pooled == 0 ? " (one layer's attention computed whole takes about " +
+                                   human_bytes(static_cast<uint64_t>(device_need)) + ")"
+                             : std::string(" (pooled, in blocks of query rows)")) +
+                (total > 0 ? "; " + human_bytes(now_free) + " of the GPU's " + human_bytes(total) + " is free now" : "") +
+                (pooled == 0 ? ": give a pooled budget (--pooled-budget MB; in the app the long-prompt MB)"
+                             : ": close other programs on the GPU or capture on the CPU"));
   }
-  Tensor last = impl_->net->model->norm(h[0][T - 1]);
-  Tensor probs = at::softmax(impl_->net->unembed(last).to(at::kFloat), -1);  // [vocab]
-  const int64_t k = std::min<int64_t>(std::max(options.next_token_top_k, 0), c.vocab_size);
-  if (k > 0) {
-    auto [p, idx] = at::topk(probs, k);
-    std::vector<float> pv = to_vector(p);
-    Tensor idx_cpu = idx.to(at::kCPU);
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t id = idx_cpu[j].item<int64_t>();
-      trace.next_token.push_back({id, impl_->tokenizer.piece(id), pv[j]});
-    }
-  }
-  trace.logit_bits = impl_->logit_bits;
-  trace.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return trace;
 }
 
 std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_new, double temperature,

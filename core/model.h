@@ -20,6 +20,10 @@ namespace difflens {
 enum class DeviceChoice { Auto, Cpu, Cuda };
 DeviceChoice parse_device(const std::string& text);  // "auto" | "cpu" | "cuda"; throws Error
 bool cuda_available();
+// Free and total bytes of the CUDA device LibTorch uses, read from the CUDA runtime it has loaded (the CPU
+// build links nothing of CUDA). False when there is none. Memory LibTorch holds in its cache for reuse
+// counts as used here.
+bool cuda_memory(uint64_t& free_bytes, uint64_t& total_bytes);
 // Intra-op threads for LibTorch work started FROM THE CALLING THREAD (OpenMP settings are per thread):
 // a worker thread must call it itself.
 void set_num_threads(int threads);
@@ -30,6 +34,8 @@ void tune_allocator();
 int num_threads();
 
 // What a capture keeps. Statistics are always computed; maps/logits/hidden are kept on request.
+enum class PoolingPath { Auto, Host, Device };
+
 struct CaptureOptions {
   bool keep_maps = true;
   std::vector<int> layers;   // layers whose maps are kept; empty = all
@@ -47,6 +53,11 @@ struct CaptureOptions {
   // so that all of them fit this budget, plus the queries, keys and row log-sum-exps that recompute any
   // tile exactly. Statistics and next-token stay exact (pooled medians are histogram estimates).
   size_t pooled_budget_bytes = 0;
+  // Long-prompt mode only: where the blocks' maps are pooled. Auto: on the GPU when the model is there
+  // (tensor operations; nothing leaves the device until the layer is done), else on the host. Both give
+  // the same cells; Device on a CPU model runs the GPU path's operations on the CPU (tests).
+  PoolingPath pooling = PoolingPath::Auto;
+  int64_t block_rows = 0;  // query rows per block (0: chosen from the memory a block takes)
 };
 
 struct NamedTensor {

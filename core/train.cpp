@@ -486,10 +486,11 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
                              ? at::Device(at::kCUDA, 0)
                              : at::Device(at::kCPU);
   const DeviceChoice choice = dev.is_cuda() ? DeviceChoice::Cuda : DeviceChoice::Cpu;
-  if (!dev.is_cuda()) {
+  {
     // One model's forward and backward keep every layer's attention maps (DIFF: both logits, both softmaxes
     // and A per head) and the logits; measured on the bundled shape: 205 MB per 512-token row, 0.55 GB
-    // besides (this estimate: 225 MB). Refuse a batch the machine cannot hold rather than be killed.
+    // besides (this estimate: 225 MB). Refuse a batch the machine (or the GPU, whose free memory is read
+    // before either model is there) cannot hold rather than be killed or run out of memory half-way.
     const auto per_row = [&](const ModelConfig& c) {
       const double T = static_cast<double>(o.seq_len), maps = c.is_diff() ? 5.0 : 2.0;
       return 2.5 * static_cast<double>(c.num_hidden_layers * c.map_heads()) * maps * T * T * 4.0 +
@@ -497,11 +498,15 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     };
     const double row = std::max(per_row(diff_cfg), per_row(base_cfg)), base = 0.6e9;
     const double need = base + row * static_cast<double>(o.batch);
-    const uint64_t have = available_memory_bytes();
+    uint64_t have = 0, total = 0;
+    if (!dev.is_cuda())
+      have = available_memory_bytes();
+    else if (!cuda_memory(have, total))
+      have = 0;  // no CUDA runtime to ask: not estimated
     if (have > 0 && need > static_cast<double>(have))
       throw Error(
           "train: a step of " + std::to_string(o.batch) + " rows of " + std::to_string(o.seq_len) +
-          " tokens needs about " + human_bytes(static_cast<uint64_t>(need)) + " of memory (" +
+          " tokens needs about " + human_bytes(static_cast<uint64_t>(need)) + (dev.is_cuda() ? " of GPU memory (" : " of memory (") +
           human_bytes(static_cast<uint64_t>(row)) +
           " per row for one model's attention maps and logits), "
           "and " +

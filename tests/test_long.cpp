@@ -110,6 +110,96 @@ TEST_CASE("long prompts: pooled maps are the pooling of the exact maps", "[long]
   }
 }
 
+// The GPU's pooling path (tensor operations on the maps' device, statistics accumulated there) run on the
+// CPU: block by block it must give the host loops' cells, and both the pooling of the exact maps.
+TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, block by block", "[long][capture]") {
+  // Random tiny models (GQA and a sliding window among them) and the bundled DIFF, whose A1 − λA2 has negative
+  // entries (random weights give near-uniform maps, where A1 − λA2 stays positive).
+  std::vector<Model> models;
+  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
+                               test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 1),
+                               windowed(test::tiny_config(AttentionKind::Diff, 32, 1, 4, 2), 20)})
+    models.push_back(Model::random(c, 33));
+  models.push_back(Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu));
+  for (size_t mi = 0; mi < models.size(); ++mi) {
+    const Model& m = models[mi];
+    const ModelConfig& c = m.config();
+    const bool bundled = mi + 1 == models.size();
+    const int64_t T = 150, heads = c.map_heads(), maps = c.is_diff() ? 3 : 1;
+    std::vector<int64_t> ids = test::random_ids(static_cast<size_t>(T), c.vocab_size, 9);
+    if (bundled) {
+      ids = m.tokenizer().encode(test::read_all(DIFFLENS_SOURCE_DIR "/assets/haystack.txt").substr(0, 2000), true).ids;
+      ids.resize(static_cast<size_t>(T));
+    }
+    const Trace exact = m.capture(ids);
+    for (const std::vector<int>& keep : {std::vector<int>{}, std::vector<int>{static_cast<int>(heads) - 1}})
+      for (const int64_t block : {int64_t{16}, int64_t{23}, T})
+        for (const int64_t stats_from : {int64_t{0}, int64_t{40}}) {
+          INFO((bundled ? "bundled " : "") << to_string(c.attention) << " window " << c.sliding_window << ", "
+                                      << keep.size() << " heads kept, "
+                                      << block << " rows per block, statistics from " << stats_from);
+          const int64_t P = 37;
+          const int64_t kept_heads = keep.empty() ? heads : 1;
+          CaptureOptions o;
+          o.pooled_budget_bytes = static_cast<size_t>(c.num_hidden_layers * kept_heads * maps * 2 * 4 * P * P);
+          o.heads = keep;
+          o.block_rows = block;
+          o.stats_from = stats_from;
+          o.pooling = PoolingPath::Host;
+          const Trace host = m.capture(ids, o);
+          o.pooling = PoolingPath::Device;
+          const Trace device = m.capture(ids, o);
+          for (size_t l = 0; l < host.layers.size(); ++l) {
+            const LayerTrace &a = host.layers[l], &b = device.layers[l], &e = exact.layers[l];
+            REQUIRE(b.pooled == P);
+            CHECK(b.heads == a.heads);
+            const std::vector<std::pair<const FloatArray*, const FloatArray*>> pairs = {
+                {&a.a1_mean, &b.a1_mean}, {&a.a1_max, &b.a1_max}, {&a.a2_mean, &b.a2_mean},
+                {&a.a2_max, &b.a2_max},   {&a.a_mean, &b.a_mean}, {&a.a_max, &b.a_max}};
+            for (const auto& [x, y] : pairs) {
+              REQUIRE(x->shape == y->shape);
+              REQUIRE(x->data.size() == y->data.size());
+              double worst = 0;
+              int nan_mismatch = 0;
+              for (size_t i = 0; i < x->data.size(); ++i) {
+                if (std::isnan(x->data[i]) != std::isnan(y->data[i])) ++nan_mismatch;
+                if (!std::isnan(x->data[i])) worst = std::max(worst, static_cast<double>(std::fabs(x->data[i] - y->data[i])));
+              }
+              CHECK(nan_mismatch == 0);
+              CHECK(worst < 1e-6);
+            }
+            // The bundled DIFF's A1 − λA2 has negative cells: the largest magnitude keeps its sign.
+            if (bundled) {
+              float lowest = 0;
+              for (float v : b.a_max.data)
+                if (!std::isnan(v)) lowest = std::min(lowest, v);
+              CHECK(lowest < 0);
+            }
+            // Tile inputs agree.
+            REQUIRE(a.lse1.data.size() == b.lse1.data.size());
+            for (size_t i = 0; i < a.lse1.data.size(); ++i) CHECK(a.lse1.data[i] == Approx(b.lse1.data[i]).margin(1e-5));
+            CHECK(b.lse2.data.size() == a.lse2.data.size());
+            // Statistics: exact counts, histogram, top-k and mean; a median that is the same estimate.
+            CHECK(b.logit_stats.count == a.logit_stats.count);
+            CHECK(b.logit_stats.histogram.counts == a.logit_stats.histogram.counts);
+            CHECK(b.logit_stats.histogram.below == a.logit_stats.histogram.below);
+            CHECK(b.logit_stats.histogram.above == a.logit_stats.histogram.above);
+            REQUIRE(b.logit_stats.top.size() == a.logit_stats.top.size());
+            for (size_t k = 0; k < a.logit_stats.top.size(); ++k)
+              CHECK(b.logit_stats.top[k] == Approx(a.logit_stats.top[k]).margin(1e-6));
+            CHECK(b.logit_stats.mean == Approx(a.logit_stats.mean).epsilon(1e-5));
+            CHECK(b.logit_stats.median == Approx(a.logit_stats.median).epsilon(1e-5));
+            if (stats_from == 0) {
+              CHECK(b.logit_stats.count == e.logit_stats.count);
+              CHECK(b.logit_stats.top_k(1) == Approx(e.logit_stats.top_k(1)).margin(1e-5));
+            }
+            CHECK(b.lambda == Approx(e.lambda));
+          }
+          CHECK(device.next_token[0].id == host.next_token[0].id);
+        }
+  }
+}
+
 TEST_CASE("long prompts: a recomputed tile equals the same region of the exact map", "[long][capture]") {
   for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
                                windowed(test::tiny_config(AttentionKind::Diff, 32, 1, 2, 2), 30),
