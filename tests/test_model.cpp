@@ -226,3 +226,38 @@ TEST_CASE("CUDA capture matches CPU", "[model][gpu]") {
     for (size_t i = 0; i < a.layers[l].a.data.size(); ++i)
       REQUIRE(a.layers[l].a.data[i] == Approx(b.layers[l].a.data[i]).margin(1e-5));
 }
+
+// A long capture on the GPU pools there (PoolingPath::Auto): it must give the CPU host loops' cells,
+// statistics and tile inputs, and the GPU's memory query must answer where CUDA runs.
+TEST_CASE("CUDA long capture pools on the GPU and matches the CPU's pooling", "[model][gpu][long]") {
+  if (!cuda_available()) test::skip("no CUDA device (this LibTorch build or this machine has no GPU)");
+  uint64_t free_bytes = 0, total_bytes = 0;
+  CHECK(cuda_memory(free_bytes, total_bytes));
+  CHECK(total_bytes >= free_bytes);
+  CHECK(total_bytes > (uint64_t{1} << 30));
+  for (const AttentionKind kind : {AttentionKind::Diff, AttentionKind::Baseline}) {
+    const ModelConfig c = test::tiny_config(kind, 64, 2, 4, 2);
+    const Model cpu = Model::random(c, 51, DeviceChoice::Cpu);
+    const Model gpu = Model::from_tensors(c, cpu.tensors(), DeviceChoice::Cuda);
+    const auto ids = test::random_ids(300, c.vocab_size, 8);
+    CaptureOptions o;
+    o.pooled_budget_bytes = 200000;
+    o.block_rows = 64;  // several blocks: the streamed statistics
+    const Trace a = cpu.capture(ids, o), b = gpu.capture(ids, o);
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+      const LayerTrace &x = a.layers[l], &y = b.layers[l];
+      REQUIRE(y.pooled == x.pooled);
+      REQUIRE(x.pooled > 0);
+      for (const auto& [p, q] : std::vector<std::pair<const FloatArray*, const FloatArray*>>{
+               {&x.a1_mean, &y.a1_mean}, {&x.a1_max, &y.a1_max}, {&x.a2_mean, &y.a2_mean},
+               {&x.a2_max, &y.a2_max}, {&x.a_mean, &y.a_mean}, {&x.a_max, &y.a_max}, {&x.lse1, &y.lse1}}) {
+        REQUIRE(p->data.size() == q->data.size());
+        for (size_t i = 0; i < p->data.size(); ++i)
+          if (!std::isnan(p->data[i])) REQUIRE(p->data[i] == Approx(q->data[i]).margin(1e-5));
+      }
+      CHECK(y.logit_stats.count == x.logit_stats.count);
+      CHECK(y.logit_stats.top_k(1) == Approx(x.logit_stats.top_k(1)).epsilon(1e-4));
+      CHECK(y.logit_stats.mean == Approx(x.logit_stats.mean).epsilon(1e-4));
+    }
+  }
+}
