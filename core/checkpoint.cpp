@@ -26,7 +26,7 @@ CheckpointFiles::CheckpointFiles(const std::filesystem::path& dir) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(ss.str());
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       throw FormatError(index.string() + ": not valid JSON (" + e.what() + ")");
     }
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())

@@ -335,7 +335,7 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail(src, std::string("not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) fail(src, "top level must be a JSON object");

@@ -173,7 +173,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     json header;
     try {
       header = json::parse(hbegin, hbegin + header_len, cb);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       fail(path, std::string("header is not valid JSON (") + e.what() + ")");
     }
     if (!duplicate.empty()) fail(path, "tensor '" + duplicate + "' appears twice in the header");

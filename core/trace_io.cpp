@@ -151,7 +151,7 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
   json j;
   try {
     j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw FormatError(jpath.string() + ": not valid JSON (" + e.what() + ")");
   }
   try {

@@ -248,7 +248,17 @@ void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_
 int64_t load_state(ModelState& s, int64_t* tokens, double* wall_seconds) {
   const fs::path st = s.dir / "train_state";
   if (!fs::exists(st / "state.json") || !fs::exists(s.dir / "model.safetensors")) return 0;
-  const auto j = nlohmann::json::parse(read_text(st / "state.json"));
+  int64_t saved_step = 0, saved_tokens = 0;
+  double saved_wall = 0;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_text(st / "state.json"));
+    saved_tokens = j.at("tokens_seen").get<int64_t>();
+    saved_step = j.at("step").get<int64_t>();
+    saved_wall = j.value("wall_seconds", 0.0);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error((st / "state.json").string() + ": not a training state this version can resume (" + e.what() +
+                "); start over with --fresh or remove " + st.string());
+  }
   s.model = Model::load(s.dir, DeviceChoice::Cpu);
   const SafetensorsFile f(st / "optimizer.safetensors");
   for (const auto& info : f.tensors()) {
@@ -258,9 +268,9 @@ int64_t load_state(ModelState& s, int64_t* tokens, double* wall_seconds) {
     Tensor t = at::from_blob(data.data(), info.shape, at::TensorOptions().dtype(at::kFloat)).clone();
     (first ? s.exp_avg : s.exp_avg_sq)[name] = t;
   }
-  *tokens = j.at("tokens_seen").get<int64_t>();
-  *wall_seconds = j.value("wall_seconds", 0.0);
-  return j.at("step").get<int64_t>();
+  *tokens = saved_tokens;
+  *wall_seconds = saved_wall;
+  return saved_step;
 }
 
 // Keeps the CSV rows with step <= `step` (so a resumed run continues the same file), or starts it.
@@ -274,7 +284,11 @@ void prepare_log(const fs::path& file, const std::string& header, int64_t step) 
       first = false;
       continue;
     }
-    if (!line.empty() && std::stoll(line.substr(0, line.find(','))) <= step) rows.push_back(line);
+    // A row whose step cannot be read (a line cut short by a crash) is dropped.
+    char* end = nullptr;
+    const std::string first_field = line.substr(0, line.find(','));
+    const long long row_step = std::strtoll(first_field.c_str(), &end, 10);
+    if (!first_field.empty() && end && *end == '\0' && row_step <= step) rows.push_back(line);
   }
   // Rows written before a column was added get empty fields for it.
   const auto columns = [](const std::string& l) { return std::count(l.begin(), l.end(), ',') + 1; };

@@ -230,3 +230,46 @@ TEST_CASE("bpe: a Hugging Face model with tokenizer.json reads text", "[tokenize
   CHECK_FALSE(ids_only.tokenizer().can_encode());
   CHECK(ids_only.tokenizer_note().find("WordPiece") != std::string::npos);
 }
+
+TEST_CASE("bpe: an lstrip added token takes only whitespace, also before invalid UTF-8", "[tokenizer][bpe]") {
+  // Found by tests/fuzz (prompt): with invalid UTF-8 later in the text, the whitespace test once took the
+  // letter before "<|end|>" for a space, and the added token swallowed it.
+  json j = small_tokenizer(gpt2_pre());
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"lstrip", true}}});
+  const auto t = ByteLevelBpe::from_json(j.dump(), "test");
+  for (const std::string& tail : {std::string(""), std::string("\xff "), std::string(" \xc3(")}) {
+    INFO("tail of " << tail.size() << " bytes");
+    const std::string text = "s <|end|>" + tail;
+    const auto toks = t->encode(text);
+    REQUIRE(toks.size() >= 2);
+    CHECK(toks[0].id == 's');  // the letter stays text
+    CHECK(toks[0].begin == 0);
+    CHECK(toks[0].end == 1);
+    CHECK(toks[1].id == 300);  // the added token covers the space before it (lstrip) and itself
+    CHECK(toks[1].begin == 1);
+    CHECK(toks[1].end == 9);
+    const auto glued = t->encode("s<|end|>" + tail);
+    REQUIRE(glued.size() >= 2);
+    CHECK(glued[0].end == 1);
+    CHECK(glued[1].begin == 1);
+  }
+}
+
+TEST_CASE("bpe: an rstrip added token takes whole whitespace characters, not a stray byte after them",
+          "[tokenizer][bpe]") {
+  // Found by tests/fuzz (prompt): "<|end|> \x80" once let the added token cover the continuation byte too.
+  json j = small_tokenizer(gpt2_pre());
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"rstrip", true}}});
+  const auto t = ByteLevelBpe::from_json(j.dump(), "test");
+  const std::string nbsp = "\xc2\xa0";  // U+00A0, whitespace of two bytes: taken whole
+  for (const auto& [text, covered] : std::vector<std::pair<std::string, size_t>>{
+           {"<|end|> \x80", 8}, {"<|end|>  x", 9}, {"<|end|>" + nbsp + "\x80", 9}, {"<|end|>\x80", 7}}) {
+    INFO(text.size() << " bytes");
+    const auto toks = t->encode(text);
+    REQUIRE(toks.size() >= 2);
+    CHECK(toks[0].id == 300);
+    CHECK(toks[0].begin == 0);
+    CHECK(toks[0].end == covered);
+    CHECK(toks[1].begin == covered);  // the rest is ordinary text
+  }
+}

@@ -1,0 +1,50 @@
+// Fuzz target: the prompt -> token path with arbitrary bytes (any script, control characters, invalid
+// UTF-8), through the byte-level BPE tokenizers of tests/data/bpe (GPT-2, Llama 3 and prefix-space
+// pre-tokenizer regexes) and the "ids:" prompt syntax. Every byte lands in exactly one token, in order, and
+// each token's bytes are the bytes it covers (with the space a prefix-space tokenizer adds).
+#include "core/bpe.h"
+#include "core/error.h"
+#include "core/tokenizer.h"
+#include "tests/fuzz/fuzz_common.h"
+
+#ifndef DIFFLENS_SOURCE_DIR
+#error "DIFFLENS_SOURCE_DIR must name the source tree (tests/data/bpe)"
+#endif
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace difflens;
+  static const std::vector<std::shared_ptr<const ByteLevelBpe>> tokenizers = [] {
+    std::vector<std::shared_ptr<const ByteLevelBpe>> t;
+    for (const char* name : {"gpt2-style", "llama3-style", "prefix-space"})
+      t.push_back(ByteLevelBpe::load(std::string(DIFFLENS_SOURCE_DIR "/tests/data/bpe/") + name + ".tokenizer.json"));
+    return t;
+  }();
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  for (const auto& bpe : tokenizers) {
+    const std::vector<ByteLevelBpe::Token> tokens = bpe->encode(text);
+    size_t at = 0;
+    for (const auto& t : tokens) {
+      FUZZ_CHECK(t.begin == at && t.end >= t.begin && t.end <= text.size());
+      FUZZ_CHECK(t.id >= 0 && t.id < bpe->vocab_size());
+      at = t.end;
+      // A token's bytes are the bytes it covers, after the space a prefix-space tokenizer puts in front of
+      // each piece of text (the whole prompt, and each run between added tokens): merged into the piece's
+      // first token, or a token of its own that covers no byte. An added token with lstrip/rstrip also
+      // covers the whitespace beside it.
+      const std::string bytes = bpe->token_bytes(t.id), covered = text.substr(t.begin, t.end - t.begin);
+      const size_t inside = bytes.empty() ? std::string::npos : covered.find(bytes);
+      const bool stripped =
+          inside != std::string::npos &&
+          (covered.substr(0, inside) + covered.substr(inside + bytes.size())).find_first_not_of(" \t\n\r\f\v") ==
+              std::string::npos;
+      FUZZ_CHECK(bytes == covered || bytes == " " + covered || stripped);
+    }
+    FUZZ_CHECK(at == text.size());
+  }
+  try {
+    for (int64_t id : parse_token_ids(text, 4096))
+      FUZZ_CHECK(id >= 0 && id < 4096);
+  } catch (const Error&) {
+  }
+  return 0;
+}
