@@ -44,6 +44,8 @@ usage: difflens [GUI options]        open the desktop app (bundled models by def
 GUI options:
   --models LEFT,RIGHT   model directories (default: the bundled diff-small, baseline-small)
   --prompt TEXT         initial prompt            --select LAYER,HEAD   initial layer and head
+  --prompt-file F       initial prompt from a file (any bytes)
+  --bundle DIR          open a trace bundle (capture --out) into the left slot at start, as its button does
   --screenshot F.png    write the window to F.png once both maps are shown, then exit
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
   --size WxH            window size (default 1600x1000)   --font-scale X (HiDPI)   --lecture   --threads N
@@ -533,8 +535,9 @@ int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
                     "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
                     "maps-height", "logit-bits", "needle", "lab-lengths", "lab-depths", "lab-needles", "lab-queried",
-                    "lab-seeds", "lab-run", "haystack", "pooled-budget", "device"});
+                    "lab-seeds", "lab-run", "haystack", "pooled-budget", "device", "prompt-file", "bundle"});
   app::GuiOptions o;
+  if (a.has("prompt") && a.has("prompt-file")) throw Error("give --prompt or --prompt-file, not both");
   if (a.has("models")) {
     const std::string list = a.get("models");
     const size_t comma = list.find(',');
@@ -547,9 +550,11 @@ int cmd_gui(const Args& a) {
   }
   // A needle the bundled pair never saw in training (held-out name, code a multiple of 7); used as it is
   // when the left model has no SentencePiece tokenizer to build a whole needle episode with.
-  o.prompt = a.get("prompt",
-                   "The secret code of Rachel is 4823. The river was high that spring. "
-                   "Q: What is the secret code of Rachel?\nA: The secret code of Rachel is");
+  o.prompt = a.has("prompt-file") ? read_file(a.get("prompt-file"))
+                                   : a.get("prompt",
+                                           "The secret code of Rachel is 4823. The river was high that spring. "
+                                           "Q: What is the secret code of Rachel?\nA: The secret code of Rachel is");
+  o.bundle = a.get("bundle");  // a trace bundle shown at start instead of running the prompt
   const std::vector<int> sel = a.get_int_list("select");
   if (!sel.empty()) {
     if (sel.size() != 2) throw Error("--select expects LAYER,HEAD");
@@ -570,7 +575,21 @@ int cmd_gui(const Args& a) {
     }
     if (o.width < 320 || o.height < 240) throw Error("--size: the window must be at least 320x240");
   }
-  if (a.has("font-scale")) o.font_scale = std::stof(a.get("font-scale"));
+  auto fraction = [&](const char* key, const char* expects) {
+    try {
+      size_t used = 0;
+      const std::string v = a.get(key);
+      const float f = std::stof(v, &used);
+      if (used != v.size()) throw std::invalid_argument(key);
+      return f;
+    } catch (const std::exception&) {
+      throw Error(std::string("--") + key + " expects " + expects);
+    }
+  };
+  if (a.has("font-scale")) {
+    o.font_scale = fraction("font-scale", "a scale between 0.5 and 4, e.g. 1.5");
+    if (!(o.font_scale >= 0.5f && o.font_scale <= 4.0f)) throw Error("--font-scale expects a scale between 0.5 and 4, e.g. 1.5");
+  }
   o.haystack = a.get("haystack", bundled_asset("haystack.txt"));
   o.lab_lengths = a.get("lab-lengths", o.lab_lengths);
   o.lab_depths = a.get("lab-depths", o.lab_depths);
@@ -589,7 +608,7 @@ int cmd_gui(const Args& a) {
           "--needle expects TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER] with TOKENS >= 64, DEPTH in "
           "0..100, 1 <= ASKED <= NEEDLES <= 6 and ANSWER 1 (the prompt ends with the code, the default) "
           "or 0 (it stops before the code)");
-  } else if (!a.has("prompt") &&
+  } else if (!a.has("prompt") && !a.has("prompt-file") && !a.has("bundle") &&
              std::filesystem::exists(std::filesystem::path(o.models[0]) / "tokenizer.model")) {
     o.needle = {app::kDefaultNeedle.begin(),
                 app::kDefaultNeedle.end()};  // the first screen: a held-out needle episode
@@ -598,7 +617,7 @@ int cmd_gui(const Args& a) {
   if (o.logit_bits != 0 && o.logit_bits != 8 && o.logit_bits != 6 && o.logit_bits != 4)
     throw Error("--logit-bits must be 0 (exact), 8, 6 or 4");
   if (a.has("maps-height")) {
-    o.maps_fraction = std::stof(a.get("maps-height"));
+    o.maps_fraction = fraction("maps-height", "a fraction of the window between 0.2 and 0.85");
     if (!(o.maps_fraction >= 0.2f && o.maps_fraction <= 0.85f))
       throw Error("--maps-height expects a fraction of the window between 0.2 and 0.85");
   }

@@ -1705,7 +1705,11 @@ int run_gui(const GuiOptions& opt) {
       if (!opt.models[s].empty()) worker.load(s, opt.models[s]);
     }
     state.prompt.text = opt.prompt;
-    state.prompt.pending = true;
+    state.prompt.pending = opt.bundle.empty();  // a bundle at start is shown instead of a run of the prompt
+    if (!opt.bundle.empty()) {
+      state.slots[0].bundle_field = opt.bundle;
+      worker.open_bundle(0, opt.bundle);
+    }
     state.view.layer = opt.layer;
     state.selection.query = opt.query;
     state.lecture = opt.lecture;
@@ -1768,8 +1772,9 @@ int run_gui(const GuiOptions& opt) {
           focus_answer_head(state, *state.shown);
         }
         // Headless screenshots time a real edit: the first result (models just loaded) triggers one
-        // simulated keystroke, and the screenshot waits for the result of that edit.
-        if (!opt.screenshot.empty() && !simulated_edit) {
+        // simulated keystroke, and the screenshot waits for the result of that edit. A bundle at start is
+        // shown as it is.
+        if (!opt.screenshot.empty() && !simulated_edit && opt.bundle.empty()) {
           simulated_edit = true;
           state.prompt.pending = true;
           state.prompt.last_edit = now_seconds();
@@ -2025,11 +2030,19 @@ int run_gui(const GuiOptions& opt) {
           std::fprintf(stderr, "difflens: cannot write %s\n", opt.screenshot.c_str());
           exit_status = 1;
         } else {
-          const long long T = state.shown && state.shown->traces[0] ? state.shown->traces[0]->length() : 0;
+          long long T = 0;  // the prompt's length in tokens, from whichever slot ran it
+          for (int s = kSlots - 1; s >= 0; --s)
+            if (state.shown && state.shown->traces[s]) T = state.shown->traces[s]->length();
           std::printf(
               "wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
               opt.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
           if (!state.message.empty()) std::printf("status line: %s\n", state.message.c_str());
+          for (int s = 0; s < kSlots; ++s) {  // what each slot shows instead of maps, if anything
+            const WorkerStatus st = worker.status();
+            if (!st.slots[s].error.empty()) std::printf("slot %d: %s\n", s, st.slots[s].error.c_str());
+            if (state.shown && !state.shown->errors[s].empty())
+              std::printf("slot %d run: %s\n", s, state.shown->errors[s].c_str());
+          }
           for (int s = 0; s < kSlots; ++s) {  // long prompts: what was kept and what the head view shows
             const auto& t = state.shown ? state.shown->traces[s] : nullptr;
             if (t && !t->layers.empty() && t->layers[0].pooled > 0)

@@ -13,6 +13,7 @@ inline constexpr std::array<int, 6> kDefaultNeedle = {256, 50, 1, 1, 1, 1};
 
 struct GuiOptions {
   std::string models[2];      // left (DIFF) and right (baseline) model directories
+  std::string bundle;         // a trace bundle opened into the left slot at start (no prompt is run)
   std::string prompt;         // initial prompt
   int layer = -1, head = -1;  // initial selection (-1: the last layer, head 0)
   std::string screenshot;     // headless: write the window to this PNG after the first result...

@@ -551,3 +551,68 @@ TEST_CASE("cli: tokenize prints ids and byte ranges for a tokenizer.json, a mode
   };
   expect_failures(failing, dir);
 }
+
+// Hostile input in the app (issue "Hostile input never crashes DiffLens"): each case opens the window
+// headless, shows a message in the slot (printed as "slot N: ..." / "slot N run: ...") or runs what can run,
+// keeps the other model and writes its screenshot with status 0.
+TEST_CASE("gui: corrupt models and bundles, a missing tokenizer and hostile prompts leave the app running",
+          "[gui][cli][errors]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guibad");
+  const std::filesystem::path models = DIFFLENS_SOURCE_DIR "/assets/models";
+  const std::string baseline = (models / "baseline-small").string();
+  // A model folder with a broken config.json and a truncated safetensors file.
+  std::filesystem::create_directories(dir / "corrupt");
+  test::write_all(dir / "corrupt/config.json", "{\"hidden_size\": 128, \"oops");
+  test::write_all(dir / "corrupt/model.safetensors", test::read_all(models / "diff-small/model.safetensors").substr(0, 1000));
+  // The bundled DIFF without its tokenizer.model.
+  std::filesystem::create_directories(dir / "notok");
+  for (const char* f : {"config.json", "model.safetensors"})
+    std::filesystem::copy_file(models / "diff-small" / f, dir / "notok" / f);
+  // Prompts: 100,000 characters, only control characters, invalid UTF-8.
+  std::string big;
+  const std::string hay = test::read_all(DIFFLENS_SOURCE_DIR "/assets/haystack.txt");
+  while (big.size() < 100000) big += hay;
+  big.resize(100000);
+  test::write_all(dir / "big.txt", big);
+  std::string control;
+  for (int i = 0; i < 20; ++i)
+    for (char c : {'\x01', '\x02', '\x07', '\x08', '\x0b', '\x0c', '\x1b', '\x1f', '\x7f'}) control += c;
+  test::write_all(dir / "control.txt", control);
+  test::write_all(dir / "utf8.txt", std::string("caf\xc3 \xff\xfe ok \xed\xa0\x80 \xf0\x9f\x98 fin \xc0\xaf"));
+  // Trace bundles: a broken trace.json, a folder that is not a bundle, and a good one.
+  std::filesystem::create_directories(dir / "badbundle");
+  test::write_all(dir / "badbundle/trace.json", "{\"format\": \"difflens-trace\", \"version\": 1}");
+  REQUIRE(run("capture --model " + (models / "diff-small").string() + " --prompt 'The code of Mira is 4821.' --out " +
+                  (dir / "good").string(),
+              dir)
+              .status == 0);
+
+  const std::string shot = " --size 1280x800 --exit-after-frames 2 --threads 1 --screenshot " + (dir / "x.png").string();
+  struct Case {
+    std::string args;
+    std::vector<std::string> expect;  // all of these in the output
+  };
+  const Case cases[] = {
+      {"--models " + (dir / "corrupt").string() + "," + baseline + " --prompt 'The secret code'",
+       {"slot 0: ", "config.json: not valid JSON", "slot 0 run: no model loaded", "; 5 tokens:"}},
+      {"--models " + (dir / "notok").string() + "," + baseline + " --prompt 'The secret code'",
+       {"slot 0: ", "tokenizer.model: tokenizer file not found", "; 5 tokens:"}},
+      {"--prompt-file " + (dir / "big.txt").string(),
+       {"slot 0 run: the prompt has", "this model supports at most 8192", "slot 1 run: the prompt has"}},
+      {"--prompt-file " + (dir / "control.txt").string(), {"; 1 tokens:"}},
+      {"--prompt-file " + (dir / "utf8.txt").string(), {"; 44 tokens:"}},
+      {"--bundle " + (dir / "badbundle").string(),
+       {"slot 0 run: ", "trace.json: missing or mistyped field", "key 'config' not found"}},
+      {"--bundle " + (dir / "nothing").string(), {"slot 0 run: ", "cannot open (is this a trace bundle directory?)"}},
+      {"--bundle " + (dir / "good").string(), {"; 14 tokens:", "slot 1 run: (showing a trace bundle in the other slot)"}},
+  };
+  for (const Case& c : cases) {
+    std::filesystem::remove(dir / "x.png");
+    const Result r = run(c.args + shot, dir);
+    INFO(c.args << "\n" << r.out);
+    CHECK(r.status == 0);
+    for (const std::string& e : c.expect) CHECK(r.out.find(e) != std::string::npos);
+    CHECK(std::filesystem::exists(dir / "x.png"));
+  }
+}
