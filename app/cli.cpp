@@ -131,6 +131,12 @@ commands:
 std::string read_file(const std::string& path, const char* what = "prompt file") {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open the " + what);
+  // Read whole: refuse a file that would take more than half the memory available.
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec), have = available_memory_bytes();
+  if (!ec && have > 0 && size > have / 2)
+    throw Error(path + ": the " + what + " is " + human_bytes(size) + ", more than half of the " + human_bytes(have) +
+                " of memory available");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

@@ -20,6 +20,14 @@ CheckpointFiles::CheckpointFiles(const std::filesystem::path& dir) {
   if (std::filesystem::exists(single)) {
     files_.push_back(std::make_unique<SafetensorsFile>(single));
   } else if (std::filesystem::exists(index)) {
+    // The index of a 405B-parameter checkpoint is about 100 KB: a far larger one is refused before its
+    // parse tree is built (10^7 entries would take gigabytes).
+    constexpr uintmax_t kMaxIndexBytes = uintmax_t{64} << 20;
+    std::error_code ec;
+    const uintmax_t index_bytes = std::filesystem::file_size(index, ec);
+    if (!ec && index_bytes > kMaxIndexBytes)
+      throw FormatError(index.string() + ": " + human_bytes(index_bytes) +
+                        " is not a shard index (those are under 1 MB; this reader takes up to 64 MB)");
     std::ifstream in(index, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
@@ -118,7 +126,9 @@ uint64_t available_memory_bytes() {
 std::string human_bytes(uint64_t bytes) {
   char b[32];
   const double v = static_cast<double>(bytes);
-  if (v >= 1e9)
+  if (v >= 1e12)
+    std::snprintf(b, sizeof b, "%.1f TB", v / 1e12);
+  else if (v >= 1e9)
     std::snprintf(b, sizeof b, "%.1f GB", v / 1e9);
   else if (v >= 1e6)
     std::snprintf(b, sizeof b, "%.0f MB", v / 1e6);

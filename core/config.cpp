@@ -288,6 +288,21 @@ void ModelConfig::validate(const std::string& src) const {
   positive(intermediate_size, "intermediate_size");
   positive(vocab_size, "vocab_size");
   positive(max_position_embeddings, "max_position_embeddings");
+  // Bounds far above any published model, so that parameter counts and memory estimates cannot overflow
+  // (a config that claims more is refused before anything is allocated).
+  auto at_most = [&](int64_t v, int64_t limit, const char* name) {
+    if (v > limit)
+      fail(src, std::string("'") + name + "' is " + std::to_string(v) + "; DiffLens reads models with at most " +
+                    std::to_string(limit));
+  };
+  at_most(hidden_size, int64_t{1} << 20, "hidden_size");
+  at_most(intermediate_size, int64_t{1} << 22, "intermediate_size");
+  at_most(num_hidden_layers, int64_t{1} << 12, "num_hidden_layers");
+  at_most(num_attention_heads, int64_t{1} << 12, "num_attention_heads");
+  at_most(num_key_value_heads, int64_t{1} << 12, "num_key_value_heads");
+  at_most(head_dim, int64_t{1} << 12, "head_dim");
+  at_most(vocab_size, int64_t{1} << 24, "vocab_size");
+  at_most(max_position_embeddings, int64_t{1} << 27, "max_position_embeddings");
   if (head_dim % 2 != 0)
     fail(src, "'head_dim' must be even for rotary embeddings, got " + std::to_string(head_dim));
   if (num_attention_heads % num_key_value_heads != 0)

@@ -505,8 +505,19 @@ int num_threads() {
   return at::get_num_threads();
 }
 
+namespace {
+// Refuses, before anything is allocated, a model whose F32 weights the machine cannot hold.
+void refuse_unless_weights_fit(const ModelConfig& config, const char* what) {
+  const uint64_t need = Model::weight_memory_bytes(config, false), have = available_memory_bytes();
+  if (have > 0 && need > have)
+    throw Error(std::string(what) + ": the weights (" + std::to_string(parameter_count(config)) + " parameters) need " +
+                human_bytes(need) + " of memory as F32, only " + human_bytes(have) + " is available");
+}
+}  // namespace
+
 Model Model::random(const ModelConfig& config, uint64_t seed, DeviceChoice device) {
   config.validate();
+  refuse_unless_weights_fit(config, "a random model");
   auto impl = std::make_unique<Impl>(config, Tokenizer::without_files(config), resolve_device(device));
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.num_hidden_layers));
@@ -531,6 +542,7 @@ Model Model::random(const ModelConfig& config, uint64_t seed, DeviceChoice devic
 Model Model::from_tensors(const ModelConfig& config, const std::vector<NamedTensor>& tensors,
                           DeviceChoice device) {
   config.validate();
+  refuse_unless_weights_fit(config, "a model from tensors");
   auto impl = std::make_unique<Impl>(config, Tokenizer::without_files(config), resolve_device(device));
   std::map<std::string, const NamedTensor*> by_name;
   for (const auto& t : tensors) by_name[t.name] = &t;

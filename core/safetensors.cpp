@@ -24,6 +24,8 @@ using nlohmann::json;
 
 // A header larger than this is not a real model header (HF caps it at 100 MB too).
 constexpr uint64_t kMaxHeaderBytes = 100ull * 1024 * 1024;
+// Nor one with more tensors than this (a 405B-parameter checkpoint has about 1,100).
+constexpr size_t kMaxTensors = 1000000;
 
 [[noreturn]] void fail(const std::filesystem::path& path, const std::string& what) {
   throw FormatError(path.string() + ": " + what);
@@ -160,13 +162,17 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     data_begin_ = map_ + 8 + header_len;
     const uint64_t data_size = map_size_ - 8 - header_len;
 
-    // Reject duplicate top-level names (nlohmann would silently keep the last one).
+    // Reject duplicate top-level names (nlohmann would silently keep the last one), and stop reading a
+    // header that lists more tensors than any checkpoint has before its parse tree takes gigabytes.
     std::set<std::string> seen;
     std::string duplicate;
     json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
       if (event == json::parse_event_t::key && depth == 1) {
         const std::string key = parsed.get<std::string>();
         if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+        if (seen.size() > kMaxTensors)
+          fail(path, "the header lists more than " + std::to_string(kMaxTensors) + " tensors (in its first " +
+                         std::to_string(header_len) + " bytes); no checkpoint has that many");
       }
       return true;
     };
@@ -206,7 +212,11 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
           fail(path, where + "shape has a negative or non-integer entry");
         const uint64_t dim = d.get<uint64_t>();
         if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / dim)
-          fail(path, where + "shape is too large");
+        {
+          std::string shown = sh->dump();
+          if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
+          fail(path, where + "shape " + shown + " has more than 2^60 elements (its product overflows)");
+        }
         numel *= dim;
         info.shape.push_back(static_cast<int64_t>(dim));
       }
@@ -288,7 +298,7 @@ std::vector<float> SafetensorsFile::read_f32(const TensorInfo& info) const {
   const uint8_t* p = data(info);
   switch (info.dtype) {
     case DType::F32:
-      std::memcpy(out.data(), p, n * 4);  // host is little-endian (x86-64, aarch64)
+      if (n > 0) std::memcpy(out.data(), p, n * 4);  // host is little-endian (x86-64, aarch64)
       break;
     case DType::F16:
       for (size_t i = 0; i < n; ++i)

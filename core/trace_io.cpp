@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 
@@ -175,6 +176,13 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
           {n.at("id").get<int64_t>(), n.at("text").get<std::string>(), n.at("probability").get<float>()});
     const int64_t T = t.length(), H = t.config.map_heads(), E = t.config.hidden_size;
     const SafetensorsFile maps(dir / "maps.safetensors");
+    // Every array is copied out as F32: refuse, before copying, what the machine cannot hold.
+    uint64_t need = 0;
+    for (const TensorInfo& info : maps.tensors()) need += static_cast<uint64_t>(info.numel()) * 4;
+    const uint64_t have = available_memory_bytes();
+    if (have > 0 && need > have)
+      throw FormatError(maps.path().string() + ": the bundle's maps need " + human_bytes(need) +
+                        " of memory as F32 and only " + human_bytes(have) + " is available");
     for (const json& jl : j.at("layers")) {
       LayerTrace l;
       l.index = jl.at("index").get<int>();

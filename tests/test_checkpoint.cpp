@@ -95,6 +95,13 @@ TEST_CASE("broken checkpoints are rejected with a message naming the file and th
     std::filesystem::remove(weights);
     CHECK_THROWS_WITH(Model::load(dir.path()), Catch::Contains("no model.safetensors or model.safetensors.index.json"));
   }
+  SECTION("a shard index far larger than any real one") {
+    std::filesystem::remove(weights);
+    test::write_all(dir / "model.safetensors.index.json", "{\"weight_map\": {}}");
+    std::filesystem::resize_file(dir / "model.safetensors.index.json", uintmax_t{200} << 20);  // sparse
+    CHECK_THROWS_WITH(Model::load(dir.path()),
+                      Catch::Contains("model.safetensors.index.json: 210 MB is not a shard index"));
+  }
   SECTION("truncated file") {
     test::write_all(weights, good.substr(0, good.size() - 100));
     CHECK_THROWS_AS(Model::load(dir.path()), FormatError);

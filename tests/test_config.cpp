@@ -72,6 +72,13 @@ TEST_CASE("config errors name the file and the field", "[config][errors]") {
           .find("vocab_size >= 259") != std::string::npos);
   CHECK(err("not json").find("not valid JSON") != std::string::npos);
   CHECK(err("[]") == "my/config.json: top level must be a JSON object");
+  // Sizes beyond any model, and numbers JSON cannot hold, are refused with the number.
+  CHECK(err(R"({"hidden_size": 2097152, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 300, "num_attention_heads": 4})") ==
+        "my/config.json: 'hidden_size' is 2097152; DiffLens reads models with at most 1048576");
+  CHECK(err("{" + base + R"(, "num_attention_heads": 4, "max_position_embeddings": 1000000000})") ==
+        "my/config.json: 'max_position_embeddings' is 1000000000; DiffLens reads models with at most 134217728");
+  CHECK(err("{" + base + R"(, "num_attention_heads": 4, "rope_theta": 1e99999})").find("number overflow") !=
+        std::string::npos);
 }
 
 TEST_CASE("matched pair factory rejects widths that do not split into heads", "[config][errors]") {

@@ -258,7 +258,10 @@ TEST_CASE("long prompts: memory stays within the budget instead of growing with 
                      << t.layers[0].pooled);
   CHECK(pooled_bytes(t) <= o.pooled_budget_bytes);
   CHECK(t.layers[0].pooled > 100);
-  if (before > 0 && peak > 0) CHECK(peak - before < 200 * 1024);  // < 200 MB where exact maps need 805 MB
+  if (test::kAddressSanitizer)
+    WARN("resident memory not checked under AddressSanitizer (its quarantine keeps freed blocks)");
+  else if (before > 0 && peak > 0)
+    CHECK(peak - before < 200 * 1024);  // < 200 MB where exact maps need 805 MB
   // What the app reports as kept: the pooled maps, and the tile inputs that grow with T (rotated q1, q2 per
   // map head, k1, k2 per key head, two log-sum-exps per map head and row), 4 bytes each.
   const Trace::KeptBytes kept = t.kept_bytes();

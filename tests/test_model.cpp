@@ -206,6 +206,20 @@ TEST_CASE("bad capture input gives a clear error", "[model][errors]") {
   CHECK_THROWS_WITH(m.capture({1, 2}, opt), Catch::Contains("layer -1 does not exist"));
 }
 
+TEST_CASE("a model the machine cannot hold is refused before its weights are allocated", "[model][errors][limits]") {
+  ModelConfig c = test::tiny_config(AttentionKind::Baseline);
+  c.hidden_size = 1 << 16;  // 64 K wide, 4096 layers: about 2.8e14 parameters, 1126 TB as F32
+  c.num_attention_heads = 512;
+  c.num_key_value_heads = 512;
+  c.head_dim = 128;
+  c.intermediate_size = 1 << 18;
+  c.num_hidden_layers = 4096;
+  c.validate();  // within the config's bounds
+  CHECK_THROWS_WITH(Model::random(c, 1), Catch::Contains("a random model: the weights (") &&
+                                             Catch::Contains("parameters) need 1125.9 TB of memory as F32, only"));
+  CHECK_THROWS_WITH(Model::from_tensors(c, {}), Catch::Contains("a model from tensors: the weights"));
+}
+
 TEST_CASE("random initialisation is reproducible from the seed", "[model]") {
   const ModelConfig c = test::tiny_config(AttentionKind::Diff);
   const auto a = Model::random(c, 5).tensors(), b = Model::random(c, 5).tensors(),
