@@ -76,11 +76,11 @@ std::vector<std::filesystem::path> inputs(const std::vector<std::string>& args) 
   return files;
 }
 
-int run(const std::string& input) {
+// Runs one input; it stays the crash handler's "current input" until the next one (a crash between two runs,
+// in the driver itself, is reported with the last input run).
+void run(const std::string& input) {
   g_current = &input;
   LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
-  g_current = nullptr;
-  return 0;
 }
 
 // One to four random edits of `s`, some of them aimed at what the readers parse: numbers, lengths, JSON.
@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
   }
   for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, on_crash);
   std::vector<std::string> corpus;
+  g_crash_path[0] = '\0';  // replaying: a crashing input is a file already
   for (const auto& f : files) {
     corpus.push_back(read_bytes(f));
     std::fprintf(stderr, "%s\n", f.c_str());  // the last name printed is the input that crashed, if one does
@@ -187,17 +188,19 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t execs = 0;
   std::vector<std::string> pool = corpus;
+  std::string inputs[2];  // the input being run and the one before, alternately (the handler reads one)
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
-    std::string s = pool[static_cast<size_t>(rng() % pool.size())];
+    std::string& s = inputs[execs % 2];
+    s = pool[static_cast<size_t>(rng() % pool.size())];
     mutate(s, pool, rng);
     run(s);
     ++execs;
     // Keep some mutants as parents (no coverage feedback: a bounded random walk around the seeds).
     if (rng() % 16 == 0) {
       if (pool.size() < corpus.size() + 256)
-        pool.push_back(std::move(s));
+        pool.push_back(s);
       else
-        pool[corpus.size() + static_cast<size_t>(rng() % 256)] = std::move(s);
+        pool[corpus.size() + static_cast<size_t>(rng() % 256)] = s;
     }
   }
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
