@@ -785,7 +785,7 @@ int cmd_outliers(const Args& a) {
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
   const std::string out = a.require("out");
-  const std::string text = read_file(a.get("text-file", bundled_asset("haystack.txt")));
+  const std::string text = read_file(a.get("text-file", bundled_asset("haystack.txt")), "text file");
   const int window = a.get_int("window", 512), max_windows = a.get_int("max-windows", 0);
   if (max_windows < 0) throw Error("--max-windows must be 0 (all) or more");
   std::signal(SIGINT, on_interrupt);
@@ -842,7 +842,7 @@ int cmd_quantize(const Args& a) {
   const int needle_seeds = a.get_int("needle-seeds", 0);
   const int needle_length = a.get_int("needle-length", 256);
   if (needle_seeds < 0) throw Error("--needle-seeds must be 0 (no needle runs) or more");
-  const std::string hay_text = needle_seeds > 0 ? read_file(a.get("haystack", bundled_asset("haystack.txt"))) : "";
+  const std::string hay_text = needle_seeds > 0 ? read_file(a.get("haystack", bundled_asset("haystack.txt")), "haystack text") : "";
   std::string md = "# Attention-logit quantization (absmax, per head, dynamic)\n\n| model | bits | max abs dA | "
                    "mean abs dA | top-1 agreement |";
   if (needle_seeds > 0) md += " needle accuracy (" + std::to_string(needle_length) + " tokens) |";
@@ -921,7 +921,7 @@ int cmd_needle(const Args& a) {
   wording.needle = unescape_newlines(a.get("needle-template", wording.needle));
   wording.question = unescape_newlines(a.get("question-template", wording.question));
   wording.validate();
-  const std::string hay_text = read_file(a.get("haystack", bundled_asset("haystack.txt")));
+  const std::string hay_text = read_file(a.get("haystack", bundled_asset("haystack.txt")), "haystack text");
 
   std::signal(SIGINT, on_interrupt);
   std::vector<std::vector<NeedleRun>> results;
@@ -1009,7 +1009,7 @@ int cmd_tokenize(const Args& a) {
   } else {
     throw Error(where.string() + ": not a model directory, tokenizer.json or SentencePiece .model file");
   }
-  const std::string text = a.has("text") ? a.get("text") : read_file(a.get("input"));
+  const std::string text = a.has("text") ? a.get("text") : read_file(a.get("input"), "input file");
   std::vector<std::string> texts;
   if (a.has("lines")) {
     size_t start = 0;
