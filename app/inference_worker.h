@@ -35,6 +35,10 @@ struct DeviceSwitch {
 };
 DeviceSwitch plan_device_switch(DeviceChoice from, DeviceChoice to, bool cuda);
 
+// The prompt as a model reads it: text through its tokenizer (with BOS), or, for a model without a usable
+// tokenizer, token ids typed as "1, 450, 3". Throws Error saying what to type.
+Encoding encode_prompt(const Model& model, const std::string& prompt);
+
 struct SlotInfo {
   std::string path;         // directory it was loaded from
   std::string description;  // "diff, 4 layers x 4 heads, 1.84 M params, cpu"

@@ -615,6 +615,14 @@ Tokenizer directory_tokenizer(const std::filesystem::path& dir, ModelConfig& con
       return Tokenizer::without_files(config);
     }
   }
+  if (config.tokenizer == TokenizerKind::SentencePiece) {
+    try {  // the weights are usable without it: token ids instead of text
+      return Tokenizer::for_model(dir, config);
+    } catch (const std::exception& e) {
+      note = std::string("tokenizer not usable (") + e.what() + "): give token ids";
+      return Tokenizer::without_files(config);
+    }
+  }
   return Tokenizer::for_model(dir, config);
 }
 

@@ -374,3 +374,23 @@ TEST_CASE("worker: a sweep with quantized logits matches direct quantized runs a
   w.wait_idle();
   CHECK(w.sweep_progress()->error.find("2 to 32 bits") != std::string::npos);
 }
+
+TEST_CASE("worker: a model without a text tokenizer reads typed token ids", "[worker][errors][tokenizer]") {
+  ModelConfig c = test::tiny_config(AttentionKind::Diff);
+  c.tokenizer = TokenizerKind::SentencePiece;  // built in memory: no tokenizer.model, so ids only
+  const Model m = Model::random(c, 3);
+  REQUIRE_FALSE(m.tokenizer().can_encode());
+  const Encoding e = app::encode_prompt(m, " 1, 40 41,42 ");
+  CHECK(e.ids == std::vector<int64_t>{1, 40, 41, 42});  // as typed: no BOS added
+  CHECK(e.pieces.size() == 4);
+  CHECK(e.offsets.size() == 4);
+  CHECK_THROWS_WITH(app::encode_prompt(m, "hello"),
+                    Catch::Contains("this model has no text tokenizer") &&
+                        Catch::Contains("type token ids separated by commas or spaces, e.g. 1, 450, 3") &&
+                        Catch::Contains("expected comma-separated non-negative integers near 'hello'"));
+  CHECK_THROWS_WITH(app::encode_prompt(m, ""), Catch::Contains("type token ids"));
+  CHECK_THROWS_WITH(app::encode_prompt(m, "1, 100000"), Catch::Contains("id 100000 is outside the vocabulary"));
+  // A model with a tokenizer reads text, with BOS.
+  const Model b = Model::random(test::tiny_config(AttentionKind::Baseline), 3);
+  CHECK(app::encode_prompt(b, "1, 2").ids.size() == 5);  // BOS + the 4 bytes of "1, 2"
+}
