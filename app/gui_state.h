@@ -1,0 +1,134 @@
+// The app's plain state, drawn from and written to by the panels (app/panel_*.cpp) and the shell
+// (app/gui.cpp). Threads: all of it lives on the UI thread. The InferenceWorker never touches it: the shell
+// copies a finished RunResult into `shown` at one point per frame, and panels send requests through the
+// worker's thread-safe calls. Who writes what:
+//   prompt      the prompt editor (panel_prompt) and the needle builder; the shell submits it after the
+//               debounce and clears `pending`
+//   view        the controls (panel_prompt), head and model views (zoom, selection by click), the lab
+//   selection   the token strip (query, answer span), head views (hovered key), the needle builder
+//   slots       the model slots (panel_prompt); `shown`, `status`: the shell only
+//   message     any panel that exports or fails; shown in the status line
+//   needle, lab, noise_cache   their tabs (panel_noise, panel_lab); the shell reads lab progress
+#pragma once
+
+#include <array>
+#include <cctype>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/inference_worker.h"
+#include "core/data.h"
+#include "core/metrics.h"
+#include "core/needle.h"
+#include "core/tokenizer.h"
+
+namespace difflens::app {
+
+inline double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct ViewState {
+  int layer = -1;
+  int head[kSlots] = {0, 0};
+  int scale = 1;    // viz::ValueScale: 0 linear, 1 sqrt, 2 log
+  int pooling = 0;  // viz::Pooling: 0 max, 1 mean
+  bool shared_scale = true;
+  float clamp_percentile = 99.5f;
+  int outlier_layer = -1;  // -1: pooled over layers
+  int export_size = 1024;  // PNG export resolution (pixels per side)
+  // Zoom of the head view, shared by its maps so they stay comparable: the visible square of
+  // `span` tokens starting at (row0, col0). span 0 = the whole map.
+  double zoom_row0 = 0, zoom_col0 = 0, zoom_span = 0;
+  std::string export_dir = "difflens-exports";
+  float maps_fraction = 0.6f;             // share of the height below the token strip given to the head view
+  int quantization = 0;                   // attention logits: 0 exact, 1: 8 bits, 2: 6 bits, 3: 4 bits
+  std::string layer_filter, head_filter;  // model view: "0-3,7"; empty = all
+};
+
+constexpr int kQuantizationBits[] = {0, 8, 6, 4};
+
+struct PromptState {
+  std::string text;
+  double last_edit = 0;
+  bool pending = false;  // edited, not yet submitted (debounce)
+};
+
+struct SlotState {
+  std::string path_field;
+  std::string bundle_field;
+};
+
+// Token selection, shared by every view of both models (linked highlight).
+struct SelectionState {
+  int query = -1;         // selected query token (-1: the last token)
+  int hovered_key = -1;   // key under the mouse, as drawn this frame (collected last frame)
+  int hovered_next = -1;  // key under the mouse, collected while drawing this frame
+  int answer_begin = -1;  // answer span [begin, end) marked by right-dragging on the token strip
+  int answer_end = -1;
+  int answer_anchor = -1;                    // where the current right-drag started
+  std::vector<std::pair<int, int>> needles;  // needle sentences [begin, end) placed by the needle builder
+};
+
+struct GuiState {
+  PromptState prompt;
+  ViewState view;
+  SelectionState selection;
+  SlotState slots[kSlots];
+  std::optional<RunResult> shown;  // the result on screen
+  WorkerStatus status;
+  std::string message;                       // last export result or error, shown in the status line
+  bool lecture = false;                      // large font for lecture halls
+  DeviceChoice device = DeviceChoice::Auto;  // the device menu: where loads put the models
+  std::string device_message;                // what the last pick of that menu did, or why it was refused
+  bool cuda = false;                         // LibTorch has a usable CUDA device (asked once at start)
+  double edited_at = 0;                      // the last keystroke of the prompt now running
+  double edit_to_screen_ms = 0;  // that keystroke → both maps drawn (debounce + inference + upload)
+  bool export_all = false;       // Ctrl+E: export every map of the head view this frame
+  // Needle builder (Attention noise tab): the episode it built last and the haystack it reads.
+  struct Needle {
+    int length = 256, depth_pct = 50, needles = 1, asked = 1, seed = 1;
+    bool with_answer = true;     // the prompt goes on through the asked code (where retrieval shows)
+    bool focus_pending = false;  // select the strongest answer head once the built prompt's result arrives
+    std::string haystack_path;
+    NeedleTemplate wording;      // needle and question sentences (builder and lab)
+    std::string built;           // description of the last built episode, or why building failed
+    std::string tokenizer_path;  // the tokenizer the cached haystack was counted with
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::unique_ptr<Haystack> haystack;
+  } needle;
+  // Needle lab tab: the sweep grid as typed, the worker's last progress and its per-cell summaries.
+  struct Lab {
+    std::string lengths, depths, needles, queried;
+    int seeds = 3;
+    int names = 0;     // 0: single-token held-out names, 1: the original multi-piece ones
+    int cell_px = 72;  // export resolution of the heatmaps (pixels per cell)
+    int attention_view =
+        1;  // second heatmap: 0 attention to answer reading the question, 1 strongest head answering
+    std::string form_error, message;
+    std::optional<SweepProgress> progress;
+    std::vector<NeedleCellSummary> cells[kSlots];
+  } lab;
+  // Attention-noise readouts of the result on screen for the current selection.
+  struct NoiseCache {
+    std::array<int64_t, 4> key{-1, -1, -1, -1};  // request, query, answer begin, answer end
+    std::optional<NoiseReadout> readouts[kSlots];
+    std::string errors[kSlots];
+  } noise_cache;
+  size_t pooled_budget = size_t{256} << 20;  // long prompts: pooled maps within this many bytes per model
+  bool exact_tile_shown[kSlots] = {false,
+                                   false};  // last frame: a head view drew an exact tile (headless report)
+  float strip_height = 0;      // the token chips' full height last frame (the strip scrolls beyond ~4 lines)
+  int strip_scrolled_to = -1;  // the query the strip last scrolled to
+};
+
+inline std::string file_safe(std::string s) {
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+  return s;
+}
+
+}  // namespace difflens::app

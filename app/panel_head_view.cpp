@@ -1,0 +1,372 @@
+// One model's head view: the selected layer and head's maps (A1, A2, A1 − λA2 or A) with zoom, hover,
+// query row, exact tiles of long prompts and exports; and the maps row of both slots.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "app/figures.h"
+#include "app/panel_maps.h"
+#include "core/tiles.h"
+#include "viz/export.h"
+#include "viz/figure.h"
+
+namespace difflens::app {
+
+// Writes one map as PNG (rendered from the data at the export size), NPY and CSV; reports in the message.
+void export_map(GuiState& state, const std::string& model, int layer, int head, const std::string& which,
+                const viz::MapSource& src, const viz::HeatmapStyle& style,
+                const std::vector<std::string>& tokens, const viz::HeatmapRenderer& renderer) {
+  try {
+    std::filesystem::create_directories(state.view.export_dir);
+    const std::filesystem::path base =
+        std::filesystem::path(state.view.export_dir) /
+        file_safe(model + "-L" + std::to_string(layer) + "-H" + std::to_string(head) + "-" + which);
+    const int size = std::clamp(state.view.export_size, 8, 16384);
+    viz::write_png(base.string() + ".png",
+                   viz::render_map(renderer, src, size, static_cast<viz::Pooling>(state.view.pooling), style),
+                   size, size);
+    viz::write_npy(base.string() + ".npy", src.data, src.rows, src.cols);
+    viz::write_csv(base.string() + ".csv", src.data, src.rows, src.cols, tokens, tokens);
+    state.message = "exported " + base.string() + ".png/.npy/.csv";
+  } catch (const std::exception& e) {
+    state.message = std::string("export failed: ") + e.what();
+  }
+}
+
+// Draws a horizontal colour legend with its numeric ends under a map.
+void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::ValueScale scale,
+                 float width) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const float h = ImGui::GetTextLineHeight() * 0.6f;
+  constexpr int kSegments = 32;
+  for (int i = 0; i < kSegments; ++i) {
+    const viz::Rgb8 a = cmap.at(static_cast<double>(i) / kSegments),
+                    b = cmap.at(static_cast<double>(i + 1) / kSegments);
+    dl->AddRectFilledMultiColor(ImVec2(p.x + width * i / kSegments, p.y),
+                                ImVec2(p.x + width * (i + 1) / kSegments, p.y + h),
+                                IM_COL32(a.r, a.g, a.b, 255), IM_COL32(b.r, b.g, b.b, 255),
+                                IM_COL32(b.r, b.g, b.b, 255), IM_COL32(a.r, a.g, a.b, 255));
+  }
+  ImGui::Dummy(ImVec2(width, h));
+  char lo[32], mid[32], hi[32];
+  // Labels are the values at the ramp's ends and middle under the chosen scale (sqrt: hi/4 in the middle;
+  // log: the low end holds everything below hi·1e-4).
+  const bool log_low = scale == viz::ValueScale::Log && !range.diverging;
+  std::snprintf(lo, sizeof lo, "%s%.3g", log_low ? "<=" : "", viz::value_at_coordinate(0, range, scale));
+  std::snprintf(mid, sizeof mid, "%.3g", range.diverging ? 0.0 : viz::value_at_coordinate(0.5, range, scale));
+  std::snprintf(hi, sizeof hi, "%.3g", range.hi);
+  // Inside a group, SameLine() offsets count from the group's start.
+  ImGui::TextUnformatted(lo);
+  const float lo_w = ImGui::CalcTextSize(lo).x, mid_w = ImGui::CalcTextSize(mid).x,
+              hi_w = ImGui::CalcTextSize(hi).x;
+  const float gap = ImGui::GetFontSize();
+  const float mid_x = width / 2 - mid_w / 2, hi_x = width - hi_w;
+  if (mid_x > lo_w + gap && mid_x + mid_w + gap < hi_x) {  // the middle label only where it cannot collide
+    ImGui::SameLine(mid_x);
+    ImGui::TextUnformatted(mid);
+  }
+  ImGui::SameLine(std::max(width - hi_w, lo_w + 8));
+  ImGui::TextUnformatted(hi);
+}
+
+bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
+                    const std::vector<std::string>& token_text, const viz::HeatmapRenderer& renderer,
+                    float side) {
+  if (maps.empty()) return false;
+  // Pooled maps (long prompts): the axes are cells of several tokens; selection and hover stay in tokens.
+  const int64_t pooled_from = maps[0].pooled_from;
+  const std::vector<int64_t> starts =
+      pooled_from > 0 ? cell_starts(pooled_from, maps[0].T) : std::vector<int64_t>{};
+  const std::vector<std::string> cell_text =
+      pooled_from > 0 ? cell_labels(token_text, maps[0].T) : std::vector<std::string>{};
+  const std::vector<std::string>& tokens = pooled_from > 0 ? cell_text : token_text;
+  auto to_map = [&](int t) -> int64_t { return pooled_from > 0 ? cell_of(starts, t) : t; };
+  auto to_token = [&](int64_t m) -> int {
+    return static_cast<int>(pooled_from > 0 ? starts[static_cast<size_t>(m)] : m);
+  };
+  if (pooled_from > 0) {
+    ImGui::TextDisabled(
+        "long prompt: %lld tokens pooled to %lld x %lld cells (%s per cell; pooling menu). "
+        "Hover a cell for its token range.",
+        static_cast<long long>(pooled_from), static_cast<long long>(maps[0].T),
+        static_cast<long long>(maps[0].T), state.view.pooling == 0 ? "largest entry" : "mean");
+    if (trace_) {  // what this model keeps for the prompt, so the budget setting can be judged
+      const Trace::KeptBytes k = trace_->kept_bytes();
+      ImGui::TextDisabled(
+          "kept: %.0f MB of pooled maps (budget %.0f MB) + %.0f MB of queries and keys for exact tiles",
+          k.pooled_maps / 1048576.0, trace_->pooled_budget / 1048576.0, k.tile_inputs / 1048576.0);
+    }
+  }
+  // Value ranges: sequential maps share one range when asked; the difference map has its own
+  // symmetric range (it is on another scale: it can be negative).
+  std::vector<const float*> shared;
+  uint64_t shared_versions = 0;
+  for (const auto& m : maps)
+    if (!m.diverging) {
+      shared.push_back(m.data);
+      shared_versions = shared_versions * 31 + m.version;
+    }
+  const int64_t T = maps[0].T;
+  const float pct = state.view.clamp_percentile;
+  const viz::ValueRange shared_range = ranges_.get(
+      {shared_versions, 1}, pct, false, [&] { return viz::value_range(shared, T, T, pct, false, true); });
+  viz::HeadFigure figure;  // the same maps, styles and zoom, for "Export head view"
+  figure.tokens = tokens;
+  // Zoomed into a long prompt's pooled map far enough (at most kTileTokens per side): the exact values of
+  // the visible tokens, recomputed off the UI thread, replace the pooled cells.
+  const AttentionTile* tile = nullptr;
+  if (pooled_from > 0 && trace_) {
+    ViewState& v = state.view;
+    const int64_t P = maps[0].T;
+    // The visible tokens (the zoom is kept in tokens).
+    (void)P;
+    const int64_t n = pooled_from;
+    const int64_t tspan = std::clamp<int64_t>(std::llround(v.zoom_span > 0 ? v.zoom_span : double(n)), 1, n);
+    const int64_t tr0 = std::clamp<int64_t>(std::llround(v.zoom_row0), 0, n - tspan), tr1 = tr0 + tspan;
+    const int64_t tc0 = std::clamp<int64_t>(std::llround(v.zoom_col0), 0, n - tspan), tc1 = tc0 + tspan;
+    constexpr int64_t kTileTokens = 1024;
+    if (tr1 - tr0 <= kTileTokens && tc1 - tc0 <= kTileTokens) {
+      tile = tiles_.get(trace_, {trace_.get(), layer_, head_, tr0, tr1 - tr0, tc0, tc1 - tc0});
+      if (!tile)
+        ImGui::TextDisabled("computing the exact values of tokens %lld-%lld x %lld-%lld ...",
+                            static_cast<long long>(tr0), static_cast<long long>(tr1 - 1),
+                            static_cast<long long>(tc0), static_cast<long long>(tc1 - 1));
+      else
+        ImGui::TextColored(ImVec4(0.1f, 0.5f, 0.1f, 1),
+                           "exact values: query tokens %lld-%lld, key tokens %lld-%lld",
+                           static_cast<long long>(tr0), static_cast<long long>(tr1 - 1),
+                           static_cast<long long>(tc0), static_cast<long long>(tc1 - 1));
+      if (!tiles_.error().empty())
+        ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", tiles_.error().c_str());
+    } else {
+      ImGui::TextDisabled("zoom in to %lld tokens or fewer per side for exact values",
+                          static_cast<long long>(kTileTokens));
+    }
+  }
+  // A new tile (or none) means new textures and ranges.
+  const uint64_t tile_state = tile ? tiles_.generation() * 2 + 1 : 0;
+  if (tile_state != last_tile_state_) {
+    last_tile_state_ = tile_state;
+    ++tile_version_;
+  }
+  // The tile's maps with hidden keys as NaN (drawn masked), in the order of `maps`.
+  std::vector<std::vector<float>> tile_maps;
+  if (tile) {
+    const std::vector<float>* parts[3] = {&tile->a1, &tile->a2, &tile->a};
+    for (size_t i = 0; i < maps.size(); ++i) {
+      const std::vector<float>& src = maps.size() == 1 ? tile->a : *parts[i];
+      std::vector<float> m = src;
+      for (int64_t r = 0; r < tile->rows; ++r)
+        for (int64_t c = 0; c < tile->cols; ++c)
+          if (tile->col0 + c > tile->row0 + r) m[static_cast<size_t>(r * tile->cols + c)] = std::nanf("");
+      tile_maps.push_back(std::move(m));
+    }
+  }
+  for (size_t i = 0; i < maps.size(); ++i) {
+    const MapSpec& m = maps[i];
+    if (i) ImGui::SameLine();
+    ImGui::BeginGroup();
+    ImGui::TextUnformatted(m.title.c_str());
+    viz::HeatmapStyle style;
+    style.scale = static_cast<viz::ValueScale>(state.view.scale);
+    style.range = m.diverging || !state.view.shared_scale
+                      ? ranges_.get({m.version, 2}, pct, m.diverging,
+                                    [&] { return viz::value_range({m.data}, T, T, pct, m.diverging, true); })
+                      : shared_range;
+    if (tile) {  // the exact tile gets the colour range of its own values (the pooled map's is far wider)
+      std::vector<const float*> group;
+      if (m.diverging || !state.view.shared_scale) {
+        group.push_back(tile_maps[i].data());
+      } else {
+        for (size_t j = 0; j < maps.size(); ++j)
+          if (!maps[j].diverging) group.push_back(tile_maps[j].data());
+      }
+      style.range = ranges_.get(
+          {tile_version_ * 16 + (m.diverging || !state.view.shared_scale ? i : 15), 3}, pct, m.diverging,
+          [&] { return viz::value_range(group, tile->rows, tile->cols, pct, m.diverging, false); });
+    }
+    viz::HeatmapView& view = views_[i];
+    const int px = std::max(16, static_cast<int>(side));
+    ViewState& v = state.view;
+    // The zoom lives in tokens (shared by both models); a pooled map converts it to its cells.
+    const double n_tokens = pooled_from > 0 ? static_cast<double>(pooled_from) : static_cast<double>(T);
+    const double u = static_cast<double>(T) / n_tokens;  // map units per token
+    if (v.zoom_span <= 0 || v.zoom_span > n_tokens) v.zoom_span = n_tokens, v.zoom_row0 = v.zoom_col0 = 0;
+    const int64_t span = std::clamp<int64_t>(std::llround(v.zoom_span * u), 1, T);
+    const int64_t r0 = std::clamp<int64_t>(std::llround(v.zoom_row0 * u), 0, T - span);
+    const int64_t c0 = std::clamp<int64_t>(std::llround(v.zoom_col0 * u), 0, T - span);
+    view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, px, px,
+                static_cast<viz::Pooling>(v.pooling), style, renderer);
+    viz::HeatmapView& tview = tile_views_[i];
+    if (tile)
+      tview.update({tile_maps[i].data(), tile->rows, tile->cols, tile_version_ * 8 + i, false, {}}, px, px,
+                   static_cast<viz::Pooling>(v.pooling), style, renderer);
+    figure.panels.push_back({m.title, m.data, style});
+    figure.region = {r0, c0, span, span};
+    const ImVec2 origin = ImGui::GetCursorScreenPos();
+    ImGui::Image(
+        reinterpret_cast<ImTextureID>(static_cast<intptr_t>((tile ? tview : view).target().texture())),
+        ImVec2(side, side), ImVec2(0, 1), ImVec2(1, 0));  // the target is bottom-up: flip once, here
+    // Linked selection: the selected query's row and the hovered key's column, in every map.
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    dl->PushClipRect(origin, ImVec2(origin.x + side, origin.y + side), true);
+    const float cell = side / static_cast<float>(span);
+    const int64_t q_sel = state.selection.query >= 0 ? to_map(state.selection.query) : -1;
+    if (q_sel >= r0 && q_sel < r0 + span)
+      dl->AddRect(ImVec2(origin.x, origin.y + cell * (q_sel - r0)),
+                  ImVec2(origin.x + side, origin.y + cell * (q_sel - r0 + 1)), IM_COL32(255, 140, 0, 255), 0,
+                  0, 1.5f);
+    const int64_t k_hov = state.selection.hovered_key >= 0 ? to_map(state.selection.hovered_key) : -1;
+    if (k_hov >= c0 && k_hov < c0 + span)
+      dl->AddRect(ImVec2(origin.x + cell * (k_hov - c0), origin.y),
+                  ImVec2(origin.x + cell * (k_hov - c0 + 1), origin.y + side), IM_COL32(255, 0, 160, 200), 0,
+                  0, 1.0f);
+    dl->PopClipRect();
+    if (ImGui::IsItemHovered()) {
+      ImGuiIO& io = ImGui::GetIO();
+      const ImVec2 mouse = io.MousePos;
+      const double fx = (mouse.x - origin.x) / side, fy = (mouse.y - origin.y) / side;  // 0..1 in the view
+      const int64_t q = std::clamp<int64_t>(r0 + static_cast<int64_t>(fy * span), 0, T - 1);
+      const int64_t k = std::clamp<int64_t>(c0 + static_cast<int64_t>(fx * span), 0, T - 1);
+      state.selection.hovered_next = to_token(k);
+      if (io.MouseWheel != 0) {  // zoom around the cursor (in tokens)
+        const double new_span =
+            std::clamp(v.zoom_span * std::pow(0.8, io.MouseWheel), std::min(8.0, n_tokens), n_tokens);
+        v.zoom_row0 = (r0 + fy * span) / u - fy * new_span;
+        v.zoom_col0 = (c0 + fx * span) / u - fx * new_span;
+        v.zoom_span = new_span;
+      }
+      if (ImGui::IsMouseDragging(ImGuiMouseButton_Left)) {  // pan
+        v.zoom_row0 = (r0 - io.MouseDelta.y / side * span) / u;
+        v.zoom_col0 = (c0 - io.MouseDelta.x / side * span) / u;
+      } else if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
+                 ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).x == 0 &&
+                 ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).y == 0) {
+        state.selection.query = to_token(q);
+      }
+      if (ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) v.zoom_span = 0;  // reset
+      ImGui::BeginTooltip();
+      if (tile) {  // exact: the token under the cursor
+        const int64_t tq = std::clamp<int64_t>(tile->row0 + static_cast<int64_t>(fy * tile->rows), tile->row0,
+                                               tile->row0 + tile->rows - 1);
+        const int64_t tk = std::clamp<int64_t>(tile->col0 + static_cast<int64_t>(fx * tile->cols), tile->col0,
+                                               tile->col0 + tile->cols - 1);
+        state.selection.hovered_next = static_cast<int>(tk);
+        ImGui::Text("query %lld  %s", static_cast<long long>(tq),
+                    token_text[static_cast<size_t>(tq)].c_str());
+        ImGui::Text("key   %lld  %s", static_cast<long long>(tk),
+                    token_text[static_cast<size_t>(tk)].c_str());
+        if (tk > tq)
+          ImGui::TextUnformatted("masked (future key)");
+        else
+          for (size_t mi = 0; mi < maps.size(); ++mi)
+            ImGui::Text(
+                "%s = %.5f (exact)", maps[mi].title.c_str(),
+                tile_maps[mi][static_cast<size_t>((tq - tile->row0) * tile->cols + (tk - tile->col0))]);
+        ImGui::EndTooltip();
+      } else {
+        if (pooled_from > 0) {
+          ImGui::Text("queries %s", tokens[static_cast<size_t>(q)].c_str());
+          ImGui::Text("keys    %s", tokens[static_cast<size_t>(k)].c_str());
+        } else {
+          ImGui::Text("query %lld  %s", static_cast<long long>(q),
+                      q < static_cast<int64_t>(tokens.size()) ? tokens[q].c_str() : "");
+          ImGui::Text("key   %lld  %s", static_cast<long long>(k),
+                      k < static_cast<int64_t>(tokens.size()) ? tokens[k].c_str() : "");
+        }
+        if (k > q)
+          ImGui::TextUnformatted("masked (future key)");
+        else
+          for (const auto& other : maps) ImGui::Text("%s = %.5f", other.title.c_str(), other.data[q * T + k]);
+        if (span < T)
+          ImGui::TextDisabled("zoom: %s %lld-%lld (double-click resets)", pooled_from > 0 ? "cells" : "rows",
+                              static_cast<long long>(r0), static_cast<long long>(r0 + span - 1));
+        ImGui::EndTooltip();
+      }
+    }
+    draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range,
+                style.scale, side);
+    ImGui::PushID(static_cast<int>(i));
+    if (ImGui::SmallButton("Export PNG/NPY/CSV") || state.export_all)
+      export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}}, style,
+                 tokens, renderer);
+    ImGui::PopID();
+    ImGui::EndGroup();
+  }
+  if (ImGui::SmallButton("Export head view (PNG with token labels and legends)") || state.export_all)
+    export_head_figure(state, figure, static_cast<viz::Pooling>(state.view.pooling));
+  return tile != nullptr;
+}
+void HeadView::export_head_figure(GuiState& state, viz::HeadFigure& figure, viz::Pooling pooling) const {
+  try {
+    const bool zoomed = figure.region.rows < static_cast<int64_t>(figure.tokens.size());
+    figure.title = model_name_ + "   layer " + std::to_string(layer_) + "   head " + std::to_string(head_) +
+                   "   " + std::to_string(figure.tokens.size()) + " tokens";
+    if (zoomed)
+      figure.title += "   (rows and keys " + std::to_string(figure.region.row0) + "-" +
+                      std::to_string(figure.region.row0 + figure.region.rows - 1) + ")";
+    figure.panel_size = std::clamp(state.view.export_size, 64, 8192);
+    figure.pooling = pooling;
+    std::filesystem::create_directories(state.view.export_dir);
+    const std::filesystem::path path = std::filesystem::path(state.view.export_dir) /
+                                       file_safe(model_name_ + "-L" + std::to_string(layer_) + "-H" +
+                                                 std::to_string(head_) + "-headview.png");
+    const viz::Image img = viz::render_head_figure(figure);
+    viz::write_png(path, img.rgb, img.width, img.height);
+    state.message = "exported " + path.string() + " (" + std::to_string(img.width) + "x" +
+                    std::to_string(img.height) + ")";
+  } catch (const std::exception& e) {
+    state.message = std::string("head view export failed: ") + e.what();
+  }
+}
+// Maps of the selected layer/head of one slot's trace; empty when the trace kept none.
+std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t request, int slot,
+                             bool max_pooled) {
+  std::vector<MapSpec> out;
+  const uint64_t base = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
+                        (static_cast<uint64_t>(layer) << 12) ^ (static_cast<uint64_t>(head) << 4) ^
+                        (max_pooled ? (uint64_t{1} << 60) : 0);  // pooled traces: mean and max are two maps
+  uint64_t k = t.config.is_diff() ? 1 : 4;  // map versions: A1, A2, A = 1, 2, 3; baseline A = 4
+  for (const HeadMap& m : head_maps(t, layer, head, max_pooled))
+    out.push_back({m.title, m.export_name, m.data, m.T, m.diverging, base + k++, m.pooled_from});
+  return out;
+}
+
+void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::HeatmapRenderer& renderer,
+                     float side) {
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& t = state.shown->traces[s];
+    if (s) ImGui::SameLine();
+    ImGui::BeginGroup();
+    if (!t && state.shown->errors[s].empty()) {
+      ImGui::TextDisabled("%s model: none loaded", s == 0 ? "left" : "right");
+    } else if (!t) {  // which side failed, then why
+      ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s model: %s", s == 0 ? "left" : "right",
+                         state.shown->errors[s].c_str());
+    } else {
+      ImGui::Text("%s  layer %d  head %d  (%lld tokens)",
+                  t->config.name.empty() ? to_string(t->config.attention) : t->config.name.c_str(),
+                  state.view.layer, state.view.head[s], static_cast<long long>(t->length()));
+      if (t->logit_bits > 0) {
+        ImGui::SameLine();
+        ImGui::TextColored(ImVec4(0.75f, 0.35f, 0.0f, 1), "logits quantized to %d bits", t->logit_bits);
+      }
+      head_views[s].set_subject(t->config.name.empty() ? to_string(t->config.attention) : t->config.name,
+                                state.view.layer, state.view.head[s], t);
+      state.exact_tile_shown[s] = head_views[s].draw(
+          state,
+          maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s, state.view.pooling == 0),
+          t->tokens, renderer, side);
+    }
+    ImGui::EndGroup();
+  }
+}
+
+}  // namespace difflens::app

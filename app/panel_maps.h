@@ -1,0 +1,166 @@
+// The map panels' building blocks: one model's head view (its maps of the selected layer and head, zoom,
+// hover, exact tiles of long prompts, exports) and model view (the layers x heads grid). UI thread only;
+// the GL textures live in their viz::HeatmapView members.
+#pragma once
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "app/gui_state.h"
+#include "core/tiles.h"
+#include "viz/colormap.h"
+#include "viz/export.h"
+#include "viz/figure.h"
+#include "viz/heatmap_view.h"
+
+namespace difflens::app {
+
+struct MapSpec {
+  std::string title;
+  std::string export_name;  // A1, A2, A
+  const float* data = nullptr;
+  int64_t T = 0;  // map side (tokens, or cells of a pooled map)
+  bool diverging = false;
+  uint64_t version = 0;
+  int64_t pooled_from = 0;  // > 0: a pooled map over this many tokens
+};
+
+// Draws a horizontal colour legend with its numeric ends under a map.
+void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::ValueScale scale, float width);
+
+// Percentile ranges need a selection over all T² values of a map: computed once per (maps, percentile,
+// mode) and reused every frame after, not recomputed per frame.
+class RangeCache {
+ public:
+  viz::ValueRange get(std::initializer_list<uint64_t> versions, float percentile, bool diverging,
+                      const std::function<viz::ValueRange()>& compute) {
+    uint64_t key = 0x9e3779b97f4a7c15ull ^ (diverging ? 1u : 0u);
+    uint32_t bits;
+    std::memcpy(&bits, &percentile, sizeof bits);
+    for (uint64_t v : versions) key = (key ^ v) * 0x100000001b3ull;
+    key = (key ^ bits) * 0x100000001b3ull;
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    if (cache_.size() > 512) cache_.clear();  // old requests' ranges
+    return cache_[key] = compute();
+  }
+
+ private:
+  std::unordered_map<uint64_t, viz::ValueRange> cache_;
+};
+
+// Exact tiles of long-prompt maps, computed off the UI thread from the trace's queries, keys and row
+// log-sum-exps (no model needed): the latest request wins, one computation at a time.
+class TileService {
+ public:
+  struct Key {
+    const Trace* trace = nullptr;
+    int layer = -1, head = -1;
+    int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;
+    bool operator==(const Key& o) const {
+      return trace == o.trace && layer == o.layer && head == o.head && row0 == o.row0 && rows == o.rows &&
+             col0 == o.col0 && cols == o.cols;
+    }
+  };
+  // The tile for `key` when it is ready; otherwise starts (or queues) it and returns nullptr.
+  const AttentionTile* get(const std::shared_ptr<const Trace>& trace, const Key& key) {
+    if (running_.valid() && running_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      try {
+        done_ = std::make_pair(running_key_, running_.get());
+        ++generation_;
+        error_.clear();
+      } catch (const std::exception& e) {
+        done_.reset();
+        error_ = e.what();
+      }
+    }
+    if (done_ && done_->first == key) return &done_->second;
+    if (!running_.valid()) {
+      running_key_ = key;
+      running_ = std::async(std::launch::async, [trace, key] {
+        return attention_tile(*trace, key.layer, key.head, key.row0, key.rows, key.col0, key.cols);
+      });
+    }
+    return nullptr;
+  }
+  const std::string& error() const { return error_; }
+  uint64_t generation() const { return generation_; }  // grows with every finished tile
+  ~TileService() {
+    if (running_.valid()) running_.wait();
+  }
+
+ private:
+  std::future<AttentionTile> running_;
+  Key running_key_;
+  std::optional<std::pair<Key, AttentionTile>> done_;
+  std::string error_;
+  uint64_t generation_ = 0;
+};
+
+class HeadView {
+ public:
+  void set_subject(const std::string& model, int layer, int head, std::shared_ptr<const Trace> trace = {}) {
+    model_name_ = model;
+    layer_ = layer;
+    head_ = head;
+    trace_ = std::move(trace);
+  }
+  // Returns whether an exact tile of a long prompt was drawn.
+  bool draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& token_text,
+            const viz::HeatmapRenderer& renderer, float side);
+
+ private:
+  void export_head_figure(GuiState& state, viz::HeadFigure& figure, viz::Pooling pooling) const;
+
+  std::map<size_t, viz::HeatmapView> views_;
+  std::map<size_t, viz::HeatmapView> tile_views_;
+  RangeCache ranges_;
+  std::string model_name_;
+  int layer_ = 0, head_ = 0;
+  std::shared_ptr<const Trace> trace_;
+  TileService tiles_;
+  uint64_t tile_version_ = 0;
+  uint64_t last_tile_state_ = 0;
+};
+
+// Layers × heads grid of one model's maps (A1 − λA2 for DIFF, A for the baseline): click selects.
+class ModelView {
+ public:
+  // Rows = the layers passing the filter, each led by a one-line summary (λ for DIFF, the largest
+  // |attention logit| and |hidden state|); columns = the heads passing the filter. Only thumbnails in
+  // view are rendered, so models with many layers and heads scroll without uploading every map.
+  void draw(GuiState& state, const Trace& t, int slot, uint64_t request, const viz::HeatmapRenderer& renderer,
+            float thumb);
+
+ private:
+ private:
+  std::map<std::pair<int, int>, viz::HeatmapView> views_;
+  RangeCache ranges_;
+};
+
+// Maps of the selected layer/head of one slot's trace; empty when the trace kept none.
+std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t request, int slot,
+                             bool max_pooled);
+
+// Writes one map as PNG (rendered from the data at the export size), NPY and CSV; reports in the message.
+void export_map(GuiState& state, const std::string& model, int layer, int head, const std::string& which,
+                const viz::MapSource& src, const viz::HeatmapStyle& style,
+                const std::vector<std::string>& tokens, const viz::HeatmapRenderer& renderer);
+
+// The maps row: both slots' head views side by side (or why a slot has none), each `side` pixels.
+void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::HeatmapRenderer& renderer,
+                     float side);
+
+// The Model view tab: both slots' layers x heads grids, thumbnails as large as the tab allows.
+void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
+                         const viz::HeatmapRenderer& renderer);
+
+}  // namespace difflens::app

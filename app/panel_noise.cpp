@@ -1,0 +1,220 @@
+// The Attention noise tab: the needle builder (held-out needle prompts with question and answer marked)
+// and the attention-to-answer / noise readout of the selection, per head and layer.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/panels.h"
+#include "core/error.h"
+#include "core/metrics.h"
+#include "core/needle.h"
+
+namespace difflens::app {
+
+// Attention to the marked answer vs attention noise, per layer and averaged, for both models.
+// Builds a held-out needle episode with the left model's tokenizer, puts it (up to the answer) into the
+// prompt and marks the question and the asked needle's code, so the readout below measures retrieval.
+void build_needle_prompt(GuiState& state, const std::string& model_dir) {
+  GuiState::Needle& n = state.needle;
+  try {
+    const std::filesystem::path tok_path = std::filesystem::path(model_dir) / "tokenizer.model";
+    if (!std::filesystem::exists(tok_path))
+      throw Error("the needle builder needs a SentencePiece model in a slot (" + tok_path.string() +
+                  " is missing)");
+    if (!n.haystack || n.tokenizer_path != tok_path.string()) {  // count the haystack once per tokenizer
+      std::ifstream in(n.haystack_path, std::ios::binary);
+      if (!in) throw Error(n.haystack_path + ": cannot open the haystack text");
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      n.tokenizer = std::make_unique<Tokenizer>(Tokenizer::sentencepiece(tok_path));
+      n.haystack = std::make_unique<Haystack>(text, *n.tokenizer);
+      n.tokenizer_path = tok_path.string();
+    }
+    const EpisodeBuilder builder(*n.haystack, *n.tokenizer, NeedleSplit::Eval, NameSet::SingleToken,
+                                 n.wording);
+    n.asked = std::clamp(n.asked, 1, n.needles);
+    Episode ep = needle_episode(builder, {n.length, n.depth_pct / 100.0, n.needles, n.asked},
+                                static_cast<uint64_t>(std::max(1, n.seed)));
+    const Span code = ep.needle_code_spans[static_cast<size_t>(ep.queried.back())];
+    const Span question = ep.question_spans.back();
+    const Span reply = ep.answer_spans.back();  // the asked code after the question
+    const Needle& asked = ep.needles[static_cast<size_t>(ep.queried.back())];
+    // The episode ends "... is <code>.": keep the code (its rows read it from the needle), or stop before it
+    // so that the model answers next.
+    ep.text.resize(ep.text.size() - (n.with_answer ? 1 : asked.code.size() + 1));
+    state.prompt.text = ep.text;
+    state.prompt.pending = true;
+    state.prompt.last_edit = 0;
+    // With the code in the prompt, the query is the token whose next token is the code's first piece.
+    state.selection.query = static_cast<int>(n.with_answer ? reply.begin - 1 : question.begin);
+    n.focus_pending = true;
+    state.selection.answer_begin = static_cast<int>(code.begin);
+    state.selection.answer_end = static_cast<int>(code.end);
+    state.selection.needles.clear();
+    for (const Span& sp : ep.needle_spans)
+      state.selection.needles.push_back({static_cast<int>(sp.begin), static_cast<int>(sp.end)});
+    n.built =
+        "built a " + std::to_string(n.tokenizer->encode(ep.text, true).ids.size()) + "-token prompt: asked " +
+        asked.name + " -> " + asked.code + " (answer span = the needle's code, tokens " +
+        std::to_string(code.begin) + "-" + std::to_string(code.end - 1) + "); " +
+        (n.with_answer ? "the prompt ends with the code: the rows from the selected query on are the tokens "
+                         "that produce it, so a retrieving head puts weight on the needle's code there"
+                       : "a model that retrieves continues with \" " + asked.code + "\" (next-token panel)");
+  } catch (const std::exception& e) {
+    n.built = std::string("could not build: ") + e.what();
+  }
+}
+
+void draw_needle_builder(GuiState& state) {
+  GuiState::Needle& n = state.needle;
+  const float w = ImGui::GetFontSize() * 6;
+  ImGui::TextUnformatted("Needle builder (held-out names and codes):");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputInt("tokens", &n.length, 64, 256);
+  n.length = std::clamp(n.length, 64, 8192);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::SliderInt("depth %", &n.depth_pct, 0, 100);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::SliderInt("needles", &n.needles, 1, 6);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::SliderInt("asked", &n.asked, 1, n.needles);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputInt("seed", &n.seed);
+  ImGui::SameLine();
+  ImGui::Checkbox("with the answer", &n.with_answer);
+  ImGui::SameLine();
+  if (ImGui::Button("Build prompt"))
+    build_needle_prompt(
+        state, state.status.slots[0].path.empty() ? state.status.slots[1].path : state.status.slots[0].path);
+  if (!n.built.empty()) ImGui::TextDisabled("%s", n.built.c_str());
+  ImGui::Separator();
+}
+
+// Attention to the answer and noise for the current selection, computed once per result and selection
+// (long prompts recompute the question's rows from tiles).
+const GuiState::NoiseCache& refresh_noise_cache(GuiState& state, const RunResult& r) {
+  const SelectionState& sel = state.selection;
+  GuiState::NoiseCache& cache = state.noise_cache;
+  const std::array<int64_t, 4> key{static_cast<int64_t>(r.request), sel.query, sel.answer_begin,
+                                   sel.answer_end};
+  if (cache.key != key) {
+    cache.key = key;
+    for (int s = 0; s < kSlots; ++s) {
+      cache.readouts[s].reset();
+      cache.errors[s].clear();
+      const auto& t = r.traces[s];
+      if (!t) continue;
+      const int64_t T = t->length();
+      const TokenSpan answer{std::min<int64_t>(sel.answer_begin, T), std::min<int64_t>(sel.answer_end, T)};
+      const TokenSpan question{std::clamp<int64_t>(sel.query, 0, T - 1), T};
+      const bool tiles = !t->layers.empty() && t->layers[0].pooled > 0;
+      const double work = static_cast<double>(question.end - question.begin) * static_cast<double>(T) *
+                          static_cast<double>(t->config.num_hidden_layers * t->config.num_attention_heads *
+                                              t->config.head_dim);
+      if (tiles && work > 4e8) {
+        cache.errors[s] = "the question spans " + std::to_string(question.end - question.begin) +
+                          " tokens of a long prompt: select a later query token (the question start) to "
+                          "measure it";
+        continue;
+      }
+      try {
+        cache.readouts[s] = attention_noise(*t, answer, question);
+      } catch (const std::exception& e) {
+        cache.errors[s] = e.what();
+      }
+    }
+  }
+  return cache;
+}
+
+// Selects the layer and heads that attend most to the marked answer from the question's rows: the left
+// model's strongest head over all layers, then the right model's strongest head in that layer.
+void focus_answer_head(GuiState& state, const RunResult& r) {
+  if (state.selection.answer_begin < 0) return;
+  const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
+  const int lead = cache.readouts[0] ? 0 : 1;
+  if (!cache.readouts[lead]) return;
+  const auto best = strongest_answer_head(*cache.readouts[lead]);
+  if (!best) return;
+  state.view.layer = best->layer;
+  std::string what = "layer " + std::to_string(best->layer) + ": ";
+  for (int k = 0; k < kSlots; ++k) {
+    const int s = (lead + k) % kSlots;
+    if (!cache.readouts[s] || !r.traces[s]) continue;
+    const auto h = strongest_answer_head(*cache.readouts[s], best->layer);
+    if (!h) continue;
+    state.view.head[s] = h->head;
+    char share[32];
+    std::snprintf(share, sizeof share, "%.3f", h->share.answer);
+    const ModelConfig& c = r.traces[s]->config;
+    what += std::string(k ? ", " : "") + (c.name.empty() ? to_string(c.attention) : c.name) + " head " +
+            std::to_string(h->head) + " " + share;
+  }
+  state.message = what + " attention to the answer (the strongest heads; Attention noise tab)";
+}
+
+void draw_noise_panel(GuiState& state, const RunResult& r) {
+  const SelectionState& sel = state.selection;
+  ImGui::TextWrapped("%s.", kAttentionShareDefinition);
+  ImGui::TextDisabled(
+      "Question = tokens from the selected query to the end; answer = the right-dragged span.");
+  if (sel.answer_begin < 0) {
+    ImGui::TextUnformatted("Right-drag over the answer's tokens on the token strip to measure.");
+    return;
+  }
+  if (ImGui::Button("Show the heads that attend most to the answer")) focus_answer_head(state, r);
+  if (ImGui::BeginTable("noise", 1 + 2 * kSlots, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::TableSetupColumn("layer");
+    std::string heads[kSlots];
+    for (int s = 0; s < kSlots; ++s) {
+      const auto& t = r.traces[s];
+      const std::string n =
+          t ? (t->config.name.empty() ? to_string(t->config.attention) : t->config.name) : "-";
+      ImGui::TableSetupColumn((n + " answer").c_str());
+      ImGui::TableSetupColumn((n + " noise").c_str());
+    }
+    ImGui::TableHeadersRow();
+    const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
+    const std::optional<NoiseReadout>* readouts = cache.readouts;
+    const std::string* errors = cache.errors;
+    size_t rows = 0;
+    for (int s = 0; s < kSlots; ++s)
+      if (readouts[s]) rows = std::max(rows, readouts[s]->layers.size());
+    for (size_t i = 0; i <= rows; ++i) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      if (i < rows)
+        ImGui::Text("%zu", i);
+      else
+        ImGui::TextUnformatted("mean");
+      for (int s = 0; s < kSlots; ++s) {
+        const AttentionShare* a = nullptr;
+        if (readouts[s])
+          a = i < readouts[s]->per_layer.size() ? &readouts[s]->per_layer[i]
+              : i == rows                       ? &readouts[s]->mean
+                                                : nullptr;
+        ImGui::TableNextColumn();
+        if (a) ImGui::Text("%.3f", a->answer);
+        ImGui::TableNextColumn();
+        if (a) ImGui::Text("%.3f", a->noise);
+      }
+    }
+    ImGui::EndTable();
+    for (int s = 0; s < kSlots; ++s)
+      if (!errors[s].empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", errors[s].c_str());
+  }
+}
+
+}  // namespace difflens::app

@@ -1,0 +1,41 @@
+// The app's panels: each draws from, and writes to, the plain state of app/gui_state.h; the shell
+// (app/gui.cpp) calls them once per frame on the UI thread. The map panels (head view, model view) are
+// declared in app/panel_maps.h.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "app/gui_state.h"
+
+namespace difflens::app {
+
+// panel_prompt.cpp: the model slots, the device menu, the prompt editor and the view controls.
+void draw_model_slots(GuiState& state, InferenceWorker& worker);
+void draw_device_menu(GuiState& state, InferenceWorker& worker);
+void draw_prompt_editor(GuiState& state);
+void draw_controls(GuiState& state, int layers, int heads[kSlots]);
+
+// panel_tokens.cpp
+void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens);
+
+// panel_overview.cpp: the "Query row, lambda, next token" tab.
+void draw_overview_tab(const GuiState& state);
+
+// panel_noise.cpp: the Attention noise tab and its needle builder.
+void build_needle_prompt(GuiState& state, const std::string& model_dir);
+void draw_needle_builder(GuiState& state);
+const GuiState::NoiseCache& refresh_noise_cache(GuiState& state, const RunResult& r);
+void focus_answer_head(GuiState& state, const RunResult& r);
+void draw_noise_panel(GuiState& state, const RunResult& r);
+
+// panel_lab.cpp: the Needle lab tab.
+void start_lab_sweep(GuiState& state, InferenceWorker& worker);
+void poll_lab(GuiState& state, const InferenceWorker& worker);
+void export_lab(GuiState& state);
+void draw_lab_panel(GuiState& state, InferenceWorker& worker);
+
+// panel_outliers.cpp: the Outliers tab.
+void draw_outlier_panel(const RunResult& r, int& layer_choice);
+
+}  // namespace difflens::app
