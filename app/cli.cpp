@@ -69,7 +69,7 @@ GUI options:
 commands:
   capture    run one model on a prompt and write a trace bundle (trace.json + maps.safetensors)
              --model DIR  (--prompt TEXT | --prompt-file F | --token-ids 1,2,3)  --out DIR
-             [--layers 0,1] [--heads 0,3] [--no-maps] [--keep-logits] [--keep-hidden] [--top-k N]
+             [--layers 0,1] [--heads 0,3] [--no-maps] [--keep-logits] [--keep-hidden] [--keep-qkv] [--top-k N]
              [--no-bos] [--device auto|cpu|cuda] [--threads N]
              [--pooled-budget MB (long prompts: pooled maps within MB, exact tiles recomputable)]
   init-pair  write a seeded, untrained, parameter-matched DIFF + baseline pair
@@ -125,7 +125,8 @@ commands:
              host's loops, or by tensor operations on the model's device: auto = device on a GPU)
 
   --layers/--heads choose whose maps are kept (statistics are kept for all); --keep-logits and
-  --keep-hidden add the full pre-softmax logits and hidden states to the bundle.
+  --keep-hidden add the full pre-softmax logits and hidden states to the bundle; --keep-qkv the rotated
+  queries and keys, values and output-norm weights the app's Explain tab recomputes a head from.
 )";
 
 std::string read_file(const std::string& path, const char* what = "prompt file") {
@@ -224,7 +225,7 @@ int64_t peak_rss_kb() {
 
 int cmd_capture(const Args& a) {
   a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps", "pooled-budget",
-                    "keep-logits", "keep-hidden", "top-k", "no-bos", "device", "threads"});
+                    "keep-logits", "keep-hidden", "keep-qkv", "top-k", "no-bos", "device", "threads"});
   apply_threads(a);
   const std::string out = a.require("out");
   Model model = load_model(a.require("model"), parse_device(a.get("device", "auto")));
@@ -236,6 +237,7 @@ int cmd_capture(const Args& a) {
   opt.heads = a.get_int_list("heads");
   opt.keep_logits = a.has("keep-logits");
   opt.keep_hidden = a.has("keep-hidden");
+  opt.keep_qkv = a.has("keep-qkv");
   opt.next_token_top_k = a.get_int("top-k", 10);
   const Trace trace = model.capture(ids, opt);
   write_trace_bundle(trace, out);
@@ -1060,7 +1062,7 @@ int run(int argc, char** argv) {
     return cmd_gui(Args(argc, argv, 1, {"export-all", "lecture", "lab-run"}));
   const std::string cmd = argv[1];
   if (cmd == "capture")
-    return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "no-bos"}));
+    return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "keep-qkv", "no-bos"}));
   if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
   if (cmd == "generate") return cmd_generate(Args(argc, argv, 2, {}));
   if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));

@@ -295,6 +295,23 @@ class DevicePooler {
   std::vector<Tensor> sum_, best_;
 };
 
+// What CaptureOptions::keep_qkv keeps of one layer: rotated queries (scaled) and keys, values, and the DIFF
+// output norm's weight (ones when the model has none, so a recomputation needs no special case).
+void keep_inputs(const nn::AttentionInputs& in, nn::DecoderLayerImpl& layer, LayerTrace& lt) {
+  lt.q1 = to_array(in.q1[0]);
+  lt.k1 = to_array(in.k1[0]);
+  if (in.q2.defined()) {
+    lt.q2 = to_array(in.q2[0]);
+    lt.k2 = to_array(in.k2[0]);
+  }
+  lt.v = to_array(in.v[0]);
+  if (layer.diff_attn) {
+    const int64_t dv = in.v.size(-1);
+    lt.subln_weight = layer.diff_attn->subln ? to_array(layer.diff_attn->subln->weight)
+                                             : to_array(at::ones({dv}, at::TensorOptions().dtype(at::kFloat)));
+  }
+}
+
 // One layer of a long-prompt capture: attention in blocks of query rows; each kept head's maps pooled
 // (mean and largest-magnitude entry per cell), exact statistics, each row's log-sum-exp, and the rotated
 // queries and keys, so that any tile can be recomputed exactly later.
@@ -421,6 +438,7 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
     lt.k2 = to_array(in.k2[0]);
     lt.lse2 = to_array(lse2);
   }
+  if (options.keep_qkv) keep_inputs(in, layer, lt);
   if (nh > 0) {
     lt.heads.assign(keep_heads.begin(), keep_heads.end());
     if (pooler)  // one read-back per map: [heads, P, P] sums and largest magnitudes
@@ -898,8 +916,14 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
         continue;
       }
       AttentionResult r;
-      h = layers[i]->forward(h, rope, future, r);
       LayerTrace lt;
+      if (options.keep_qkv) {  // the layer's inputs, from the same normed hidden state its forward uses
+        nn::DecoderLayerImpl& layer = *layers[i];
+        const Tensor x = layer.input_layernorm(h);
+        keep_inputs(layer.diff_attn ? layer.diff_attn->inputs(x, rope) : layer.base_attn->inputs(x, rope), layer,
+                    lt);
+      }
+      h = layers[i]->forward(h, rope, future, r);
       lt.index = static_cast<int>(i);
       if (c.is_diff()) {
         lt.lambda = r.lambda.item<double>();

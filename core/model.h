@@ -42,6 +42,9 @@ struct CaptureOptions {
   std::vector<int> heads;    // heads whose maps are kept; empty = all
   bool keep_logits = false;  // full pre-softmax logits [heads, T, T] per layer
   bool keep_hidden = false;  // full hidden state [T, E] per layer
+  // Rotated queries and keys, values and the DIFF output norm's weight of every layer (LayerTrace q1..v,
+  // subln_weight): what the Explain view recomputes a head's computation from. Small beside the maps.
+  bool keep_qkv = false;
   bool logit_stats = true;   // top-k / median / histogram of |logits| (O(T²) extra work)
   int next_token_top_k = 10;
   int logit_bits = -1;  // quantize attention logits for this capture (0: exact; -1: the model's setting)

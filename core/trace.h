@@ -77,6 +77,10 @@ struct LayerTrace {
   int64_t pooled = 0;  // P; 0: the maps above are exact
   FloatArray a1_mean, a1_max, a2_mean, a2_max, a_mean, a_max;
   FloatArray q1, k1, q2, k2;  // rotated, q scaled by d^-1/2: q [map_heads, T, d], k [kv heads, T, d]
+  // CaptureOptions::keep_qkv (exact traces keep q and k above too): the values [kv heads, T, dv] (DIFF:
+  // dv = 2d, both halves) and the per-head output norm's weight [dv] (DIFF; ones when the model has none):
+  // with λ, what recomputes a head's output (A1 − λA2)·V → RMSNorm → × (1 − λ_init) exactly.
+  FloatArray v, subln_weight;
   FloatArray lse1, lse2;      // log-sum-exp of each row's logits [map_heads, T]
 };
 

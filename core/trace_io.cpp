@@ -133,6 +133,8 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
     add_array(tensors, p + "k2", l.k2);
     add_array(tensors, p + "lse1", l.lse1);
     add_array(tensors, p + "lse2", l.lse2);
+    add_array(tensors, p + "v", l.v);  // CaptureOptions::keep_qkv
+    add_array(tensors, p + "subln_weight", l.subln_weight);
   }
   write_safetensors(dir / "maps.safetensors", tensors, {{"format", "difflens-trace"}});
   std::ofstream out(dir / "trace.json", std::ios::binary | std::ios::trunc);
@@ -237,6 +239,21 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
         if (!l.heads.empty() && (l.a.empty() || (t.config.is_diff() && (l.a1.empty() || l.a2.empty()))))
           throw FormatError(maps.path().string() + ": maps of layer " + std::to_string(l.index) +
                             " are missing");
+      }
+      {  // queries and keys of exact traces, values and the output norm's weight (CaptureOptions::keep_qkv)
+        const int64_t d = t.config.head_dim;
+        const int64_t Hkv = t.config.is_diff() ? t.config.num_key_value_heads / 2 : t.config.num_key_value_heads;
+        const int64_t dv = t.config.is_diff() ? 2 * d : d;
+        if (l.pooled == 0) {
+          l.q1 = read_array(maps, p + "q1", {H, T, d});
+          l.k1 = read_array(maps, p + "k1", {Hkv, T, d});
+          if (t.config.is_diff()) {
+            l.q2 = read_array(maps, p + "q2", {H, T, d});
+            l.k2 = read_array(maps, p + "k2", {Hkv, T, d});
+          }
+        }
+        l.v = read_array(maps, p + "v", {Hkv, T, dv});
+        if (t.config.is_diff()) l.subln_weight = read_array(maps, p + "subln_weight", {dv});
       }
       l.logits1 = read_array(maps, p + "logits1", {H, T, T});
       l.logits2 = read_array(maps, p + "logits2", {H, T, T});

@@ -1,0 +1,155 @@
+// The Explain view's numbers (core/explain): recomputed from a trace's kept queries, keys and values, they
+// must equal the trace's own logits and maps, λ, and — through the output norm and o_proj — the model's
+// attention output.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/explain.h"
+#include "core/model.h"
+#include "core/trace_io.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+namespace {
+
+ModelConfig windowed(ModelConfig c, int64_t w) {
+  c.sliding_window = w;
+  return c;
+}
+
+const NamedTensor& tensor(const std::vector<NamedTensor>& all, const std::string& name) {
+  for (const auto& t : all)
+    if (t.name == name) return t;
+  FAIL("no tensor " << name);
+  return all.front();
+}
+
+}  // namespace
+
+TEST_CASE("explain: each step's numbers are the trace's own", "[explain]") {
+  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 4, 2),  // GQA
+                               test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 2),
+                               windowed(test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2), 9)}) {
+    INFO(to_string(c.attention) << " window " << c.sliding_window);
+    const Model m = Model::random(c, 17);
+    const std::vector<int64_t> ids = test::random_ids(40, c.vocab_size, 3);
+    CaptureOptions o;
+    o.keep_qkv = true;
+    o.keep_logits = true;
+    const Trace t = m.capture(ids, o);
+    const int64_t T = t.length();
+    for (int layer : {0, 1})
+      for (int head = 0; head < c.map_heads(); ++head)
+        for (int64_t q : {int64_t{0}, int64_t{7}, T - 1}) {
+          INFO("layer " << layer << " head " << head << " query " << q);
+          const HeadExplain e = explain_head(t, layer, head, q);
+          const LayerTrace& l = t.layers[static_cast<size_t>(layer)];
+          const size_t row = static_cast<size_t>((head * T + q) * T);
+          // The visible keys: causal, inside the window.
+          REQUIRE(!e.keys.empty());
+          CHECK(e.keys.back() == q);
+          CHECK(static_cast<int64_t>(e.keys.size()) == (c.sliding_window > 0 ? std::min<int64_t>(q + 1, c.sliding_window) : q + 1));
+          double s1 = 0, s2 = 0;
+          for (size_t k = 0; k < e.keys.size(); ++k) {
+            const size_t at = row + static_cast<size_t>(e.keys[k]);
+            CHECK(e.logits1[k] == Approx(l.logits1.data[at]).margin(2e-5));
+            CHECK(e.a1[k] == Approx(e.diff ? l.a1.data[at] : l.a.data[at]).margin(1e-6));
+            if (e.diff) {
+              CHECK(e.logits2[k] == Approx(l.logits2.data[at]).margin(2e-5));
+              CHECK(e.a2[k] == Approx(l.a2.data[at]).margin(1e-6));
+              CHECK(e.common[k] <= std::min(e.a1[k], e.lambda * e.a2[k]) + 1e-12);
+              s2 += e.a2[k];
+            }
+            CHECK(e.a[k] == Approx(l.a.data[at]).margin(1e-6));
+            s1 += e.a1[k];
+          }
+          CHECK(s1 == Approx(1.0).margin(1e-9));
+          if (e.diff) {
+            CHECK(s2 == Approx(1.0).margin(1e-9));
+            CHECK(e.lambda == l.lambda);
+            CHECK(e.lambda == Approx(e.lambda_exp1 - e.lambda_exp2 + e.lambda_init).margin(1e-9));
+            CHECK(e.lambda_init == Approx(lambda_init(layer)));
+            CHECK(e.a_sum == Approx(1.0 - e.lambda).margin(1e-9));
+          } else {
+            CHECK(e.a_sum == Approx(1.0).margin(1e-9));
+          }
+          CHECK(static_cast<int64_t>(e.out.size()) == (e.diff ? 2 : 1) * c.head_dim);
+        }
+    // Kept through a trace bundle, the numbers are the same.
+    test::ScratchDir dir("explain");
+    write_trace_bundle(t, dir.path());
+    const Trace back = read_trace_bundle(dir.path());
+    const HeadExplain a = explain_head(t, 1, 1, T - 1), b = explain_head(back, 1, 1, T - 1);
+    CHECK(a.out == b.out);
+    CHECK(a.a == b.a);
+  }
+}
+
+TEST_CASE("explain: the heads' outputs through o_proj are the model's attention output", "[explain]") {
+  // Layer 0: its input is the embedding, normed by input_layernorm; attention_probe runs the attention
+  // module on that normed input and returns o_proj(...) per token.
+  const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 1, 4, 2);
+  Model m = Model::random(c, 23);
+  std::vector<NamedTensor> w = m.tensors();
+  for (auto& t : w)  // a non-trivial output norm weight, so that its use is checked
+    if (t.name.find("subln") != std::string::npos)
+      for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = 0.5f + 0.1f * static_cast<float>(i % 7);
+  m = Model::from_tensors(c, w);
+  const std::vector<int64_t> ids = test::random_ids(12, c.vocab_size, 5);
+  CaptureOptions o;
+  o.keep_qkv = true;
+  const Trace t = m.capture(ids, o);
+  const int64_t T = t.length(), E = c.hidden_size, H = c.map_heads();
+  const NamedTensor& emb = tensor(w, "model.embed_tokens.weight");
+  const NamedTensor& norm = tensor(w, "model.layers.0.input_layernorm.weight");
+  std::vector<float> x(static_cast<size_t>(T * E));
+  for (int64_t i = 0; i < T; ++i) {
+    double ms = 0;
+    for (int64_t k = 0; k < E; ++k) ms += std::pow(emb.data[static_cast<size_t>(ids[i] * E + k)], 2);
+    const double inv = 1.0 / std::sqrt(ms / static_cast<double>(E) + c.rms_norm_eps);
+    for (int64_t k = 0; k < E; ++k)
+      x[static_cast<size_t>(i * E + k)] =
+          static_cast<float>(emb.data[static_cast<size_t>(ids[i] * E + k)] * inv * norm.data[static_cast<size_t>(k)]);
+  }
+  std::vector<float> out;
+  (void)m.attention_probe(0, x, T, &out);
+  const NamedTensor& wo = tensor(w, "model.layers.0.self_attn.o_proj.weight");  // [E, H·2d]
+  const int64_t dv = 2 * c.head_dim;
+  REQUIRE(wo.shape == std::vector<int64_t>{E, H * dv});
+  double worst = 0;
+  for (int64_t q : {int64_t{0}, int64_t{5}, T - 1}) {
+    std::vector<double> concat;
+    for (int h = 0; h < H; ++h) {
+      const HeadExplain e = explain_head(t, 0, h, q);
+      concat.insert(concat.end(), e.out.begin(), e.out.end());
+    }
+    for (int64_t r = 0; r < E; ++r) {
+      double y = 0;
+      for (int64_t k = 0; k < H * dv; ++k) y += wo.data[static_cast<size_t>(r * H * dv + k)] * concat[static_cast<size_t>(k)];
+      worst = std::max(worst, std::fabs(y - out[static_cast<size_t>(q * E + r)]));
+    }
+  }
+  INFO("largest difference " << worst);
+  CHECK(worst < 1e-5);
+}
+
+TEST_CASE("explain: bad requests and traces without queries and keys are refused", "[explain][errors]") {
+  const Model m = Model::random(test::tiny_config(AttentionKind::Diff), 4);
+  const Trace plain = m.capture({1, 5, 6});
+  CHECK_FALSE(explain_available(plain, 0));
+  CHECK_THROWS_WITH(explain_head(plain, 0, 0, 2), Catch::Contains("capture with --keep-qkv"));
+  CaptureOptions o;
+  o.keep_qkv = true;
+  const Trace t = m.capture({1, 5, 6}, o);
+  CHECK(explain_available(t, 1));
+  CHECK_THROWS_WITH(explain_head(t, 5, 0, 2), Catch::Contains("layer 5 is not in the trace"));
+  CHECK_THROWS_WITH(explain_head(t, 0, 9, 2), Catch::Contains("head 9 does not exist"));
+  CHECK_THROWS_WITH(explain_head(t, 0, 0, 3), Catch::Contains("query 3 is outside the 3-token prompt"));
+  const HeadExplain e = explain_head(t, 0, 0, 2);
+  const AttentionShare s = explained_share(e, e.a1, {1, 2}, {2, 3});
+  CHECK(s.answer == Approx(e.a1[1]));
+  CHECK(s.noise == Approx(e.a1[0]));
+}
