@@ -13,12 +13,15 @@
 #include <unistd.h>
 
 #include "app/cli_args.h"
+#include "app/explain_slides.h"
 #include "app/figures.h"
 #include "app/gui.h"
+#include "app/inference_worker.h"
 #include "app/needle_report.h"
 #include "app/outlier_report.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/explain.h"
 #include "core/model.h"
 #include "core/checkpoint.h"
 #include "core/layout.h"
@@ -50,7 +53,8 @@ GUI options:
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
   --size WxH            window size (default 1600x1000)   --font-scale X (HiDPI)   --lecture   --threads N
   --device auto|cpu|cuda  where the models run (auto: CUDA when this LibTorch build has a GPU)
-  --tab overview|models|noise|lab|outliers   which bottom panel is open
+  --tab overview|models|noise|lab|outliers|explain   which bottom panel is open
+  --explain-step N      the Explain tab's step (1-6)   --present   start presenting its slides (Esc leaves)
   --export-all          export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E
   --export-dir DIR      export folder     --maps-height F   share of the height for the maps (0.2-0.85)
   --logit-bits 8|6|4    show both models with absmax-quantized attention logits (0: exact)
@@ -117,6 +121,10 @@ commands:
              --trace DIR --out F.png|F.svg [--layer 0] [--head 0] [--map all|A1|A2|A] [--size 1024]
              [--scale linear|sqrt|log] [--pooling max|mean] [--clamp 99.5] [--per-map-scale]
              [--zoom ROW,COL,N] [--max-cells 256 (SVG cells per side)]
+  explain    step-by-step slides (PNG + SVG) of one head of each model for one query, as the app's Explain tab
+             (--prompt TEXT | --prompt-file F) --out DIR [--models DIFF_DIR,BASELINE_DIR] [--layer L (last)]
+             [--head H (0)] [--base-head H] [--query I (last token)] [--answer B,E] [--question B,E]
+             [--size 1920x1080]
   bench      median prompt->Trace time of a matched pair, all maps kept
              [--lengths 128,512,2048] [--repeats 5] [--threads 2] [--hidden 256] [--layers 4]
              [--heads 4] [--vocab 4096] [--models DIFF_DIR,BASELINE_DIR] [--no-maps] [--no-stats]
@@ -543,7 +551,8 @@ int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
                     "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
                     "maps-height", "logit-bits", "needle", "lab-lengths", "lab-depths", "lab-needles", "lab-queried",
-                    "lab-seeds", "lab-run", "haystack", "pooled-budget", "device", "prompt-file", "bundle"});
+                    "lab-seeds", "lab-run", "haystack", "pooled-budget", "device", "prompt-file", "bundle",
+                    "explain-step", "present"});
   app::GuiOptions o;
   if (a.has("prompt") && a.has("prompt-file")) throw Error("give --prompt or --prompt-file, not both");
   if (a.has("models")) {
@@ -635,14 +644,20 @@ int cmd_gui(const Args& a) {
   if (a.has("pooled-budget")) o.pooled_budget_mb = static_cast<double>(pooled_budget(a)) / (1024.0 * 1024.0);
   if (a.has("tab")) {
     const std::string tab = a.get("tab");
-    if (tab != "outliers" && tab != "overview" && tab != "noise" && tab != "models" && tab != "lab")
-      throw Error("--tab must be overview, models, noise, lab or outliers");
+    if (tab != "outliers" && tab != "overview" && tab != "noise" && tab != "models" && tab != "lab" &&
+        tab != "explain")
+      throw Error("--tab must be overview, models, noise, lab, outliers or explain");
+    o.open_explain = tab == "explain";
     o.open_outliers = tab == "outliers";
     o.open_lab = tab == "lab";
     o.open_noise = tab == "noise";
     o.open_model_view = tab == "models";
   }
   o.query = a.get_int("query", -1);
+  o.explain_step = a.get_int("explain-step", 1);
+  if (o.explain_step < 1 || o.explain_step > app::kExplainSteps)
+    throw Error("--explain-step must be 1 to " + std::to_string(app::kExplainSteps));
+  o.present = a.has("present");
   o.export_all = a.has("export-all");
   o.lecture = a.has("lecture");
   const std::vector<int> zoom = a.get_int_list("zoom");
@@ -984,6 +999,69 @@ std::string shown_piece(const std::string& piece) {
   return out;
 }
 
+// Step-by-step slides of one head of each model for one query: what the app's Explain tab shows.
+int cmd_explain(const Args& a) {
+  a.reject_unknown({"models", "prompt", "prompt-file", "out", "layer", "head", "base-head", "query", "answer",
+                    "question", "size", "threads", "device"});
+  apply_threads(a);
+  if (a.has("prompt") == a.has("prompt-file")) throw Error("explain: give --prompt TEXT or --prompt-file F");
+  const std::string text = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
+  const std::string out = a.require("out");
+  std::string dirs[2] = {bundled_model("diff-small"), bundled_model("baseline-small")};
+  if (a.has("models")) {
+    const std::string list = a.get("models");
+    const size_t comma = list.find(',');
+    if (comma == std::string::npos) throw Error("--models expects DIFF_DIR,BASELINE_DIR");
+    dirs[0] = list.substr(0, comma);
+    dirs[1] = list.substr(comma + 1);
+  }
+  int width = 1920, height = 1080;
+  if (a.has("size")) {
+    const std::string sz = a.get("size");
+    const size_t x = sz.find('x');
+    try {
+      if (x == std::string::npos) throw std::invalid_argument("x");
+      width = std::stoi(sz.substr(0, x));
+      height = std::stoi(sz.substr(x + 1));
+    } catch (const std::exception&) {
+      throw Error("--size expects WIDTHxHEIGHT, e.g. 1920x1080");
+    }
+  }
+  auto span = [&](const char* key) {
+    const std::vector<int> v = a.get_int_list(key);
+    if (v.empty()) return TokenSpan{-1, -1};
+    if (v.size() != 2 || v[0] < 0 || v[1] <= v[0])
+      throw Error(std::string("--") + key + " expects BEGIN,END tokens with BEGIN < END");
+    return TokenSpan{v[0], v[1]};
+  };
+  app::ExplainInput in;
+  in.answer = span("answer");
+  in.question = span("question");
+  const DeviceChoice device = parse_device(a.get("device", "cpu"));
+  for (int s = 0; s < 2; ++s) {
+    const Model m = load_model(dirs[s], device);
+    CaptureOptions o;
+    o.keep_qkv = true;
+    const Trace t = m.capture(app::encode_prompt(m, text).ids, o);
+    const int layer = a.get_int("layer", static_cast<int>(m.config().num_hidden_layers) - 1);
+    const int head = s == 0 ? a.get_int("head", 0) : a.get_int("base-head", a.get_int("head", 0));
+    const int64_t query = a.get_int("query", static_cast<int>(t.length()) - 1);
+    app::ExplainSide side = app::explain_side(m.config().name, &t, layer, head, query);
+    if (!side.head) throw Error(dirs[s] + ": " + side.why);
+    const HeadExplain& e = *side.head;
+    std::printf("%s layer %d head %d query %lld: ", m.config().name.c_str(), layer, head, static_cast<long long>(query));
+    if (e.diff)
+      std::printf("lambda %.4f = %.4f - %.4f + %.4f; cancelled %.4f; row of A sums to %.4f; |out| %.4f\n", e.lambda,
+                  e.lambda_exp1, e.lambda_exp2, e.lambda_init, e.common_sum, e.a_sum, e.out_norm);
+    else
+      std::printf("row of A sums to %.4f; |A.V| %.4f\n", e.a_sum, e.out_norm);
+    (s == 0 ? in.diff : in.base) = std::move(side);
+  }
+  const std::vector<std::string> files = app::export_explain_slides(in, out, width, height);
+  std::printf("wrote %zu files: %s ... %s\n", files.size(), files.front().c_str(), files.back().c_str());
+  return 0;
+}
+
 int cmd_tokenize(const Args& a) {
   a.reject_unknown({"tokenizer", "text", "input", "lines", "format", "no-bos", "bos"});
   const std::filesystem::path where = a.require("tokenizer");
@@ -1059,7 +1137,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0)
-    return cmd_gui(Args(argc, argv, 1, {"export-all", "lecture", "lab-run"}));
+    return cmd_gui(Args(argc, argv, 1, {"export-all", "lecture", "lab-run", "present"}));
   const std::string cmd = argv[1];
   if (cmd == "capture")
     return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "keep-qkv", "no-bos"}));
@@ -1075,9 +1153,10 @@ int run(int argc, char** argv) {
   if (cmd == "render") return cmd_render(Args(argc, argv, 2, {"per-map-scale"}));
   if (cmd == "train") return cmd_train(Args(argc, argv, 2, {"fresh"}));
   if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {"no-maps", "no-stats"}));
+  if (cmd == "explain") return cmd_explain(Args(argc, argv, 2, {}));
   throw Error("unknown command '" + cmd +
               "' (commands: capture, init-pair, generate, info, tokenize, convert, outliers, quantize, needle, "
-              "render, train, bench; difflens --help shows their options)");
+              "render, train, bench, explain; difflens --help shows their options)");
 }
 
 }  // namespace difflens::cli

@@ -30,6 +30,7 @@
 #include "app/figures.h"
 #include "app/glyphs.h"
 #include "app/inference_worker.h"
+#include "app/panel_explain.h"
 #include "app/panel_maps.h"
 #include "app/panels.h"
 #include "app/needle_report.h"
@@ -197,6 +198,9 @@ int run_gui(const GuiOptions& opt) {
     if (opt.lab_run) start_lab_sweep(state, worker);  // after the logits setting it uses
     HeadView head_views[kSlots];
     ModelView model_views[kSlots];
+    ExplainView explain_view;
+    state.explain.step = std::clamp(opt.explain_step, 1, kExplainSteps);
+    state.explain.present = opt.present;
     int frames_since_result = -1;
     std::vector<double> first_frame_ms, steady_ms;  // headless frame timing
     bool first_panels = true;
@@ -255,6 +259,7 @@ int run_gui(const GuiOptions& opt) {
         capture.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
         // Long prompts switch to pooled maps (quantization needs whole maps: off above the budget).
         capture.pooled_budget_bytes = capture.logit_bits > 0 ? 0 : state.pooled_budget;
+        capture.keep_qkv = true;  // the Explain tab recomputes a head from them (small beside the maps)
         worker.run(state.prompt.text, capture);
         state.prompt.pending = false;
         state.edited_at = state.prompt.last_edit;
@@ -268,7 +273,8 @@ int run_gui(const GuiOptions& opt) {
         ImGui_ImplOpenGL3_CreateFontsTexture();
       }
       if (new_result) fonts.seen_request = state.shown->request;
-      if (fonts.normal && fonts.lecture) io.FontDefault = state.lecture ? fonts.lecture : fonts.normal;
+      if (fonts.normal && fonts.lecture)
+        io.FontDefault = state.lecture || state.explain.present ? fonts.lecture : fonts.normal;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       ImGui::NewFrame();
@@ -277,94 +283,104 @@ int run_gui(const GuiOptions& opt) {
       ImGui::Begin(
           "DiffLens", nullptr,
           ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoBringToFrontOnFocus);
-      draw_model_slots(state, worker);
-      ImGui::Checkbox("Lecture mode (large text)", &state.lecture);
-      ImGui::SameLine(0, ImGui::GetFontSize() * 2);
-      draw_device_menu(state, worker);
-      ImGui::Separator();
-      draw_prompt_editor(state);
-      int layers = 0, heads[kSlots] = {0, 0};
-      if (state.shown)
-        for (int s = 0; s < kSlots; ++s)
-          if (const auto& t = state.shown->traces[s]) {
-            layers = std::max(layers, static_cast<int>(t->layers.size()));
-            heads[s] = static_cast<int>(t->config.map_heads());
-          }
-      if (layers > 0) {  // keep the requested selection until there is a model to check it against
-        if (state.view.layer < 0 || state.view.layer >= layers) state.view.layer = layers - 1;
-        for (int s = 0; s < kSlots; ++s)
-          state.view.head[s] = std::clamp(state.view.head[s], 0, std::max(0, heads[s] - 1));
-      }
-      draw_controls(state, layers, heads);
-      ImGui::Separator();
-      state.selection.hovered_key = state.selection.hovered_next;
-      state.selection.hovered_next = -1;
-      std::shared_ptr<const Trace> any;
-      if (state.shown)
-        for (int s = kSlots - 1; s >= 0; --s)
-          if (state.shown->traces[s]) any = state.shown->traces[s];
-      if (any) {
-        const int T = static_cast<int>(any->length());
-        if (state.selection.query < 0 || state.selection.query >= T) state.selection.query = T - 1;
-        draw_token_strip(state, any->tokens);
+      if (state.explain.present) {  // presentation: the token strip and the Explain slide fill the window
+        explain_view.draw_presentation(state);
+      } else {
+        draw_model_slots(state, worker);
+        ImGui::Checkbox("Lecture mode (large text)", &state.lecture);
+        ImGui::SameLine(0, ImGui::GetFontSize() * 2);
+        draw_device_menu(state, worker);
         ImGui::Separator();
-      }
-      if (state.shown) {
-        const float avail = ImGui::GetContentRegionAvail().x, avail_h = ImGui::GetContentRegionAvail().y;
-        // Maps take `maps_fraction` of the height left (the tabbed panels below get the rest; the bar
-        // under the maps drags it), as wide as four maps side by side allow.
-        const float side =
-            std::max(96.0f, std::min((avail - 5 * ImGui::GetStyle().ItemSpacing.x) / 4.0f,
-                                     state.view.maps_fraction * avail_h -
-                                         5 * ImGui::GetTextLineHeightWithSpacing()));
-        draw_head_views(state, head_views, renderer, side);
-        // Splitter: drag to give the maps more or less of the height.
-        ImGui::InvisibleButton("##split", ImVec2(-1, std::max(6.0f, ImGui::GetFontSize() * 0.4f)));
-        const bool split_hot = ImGui::IsItemHovered() || ImGui::IsItemActive();
-        if (ImGui::IsItemActive() && avail_h > 0)
-          state.view.maps_fraction =
-              std::clamp(state.view.maps_fraction + ImGui::GetIO().MouseDelta.y / avail_h, 0.2f, 0.85f);
-        if (split_hot) ImGui::SetMouseCursor(ImGuiMouseCursor_ResizeNS);
-        {
-          const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
-          const float y = (a.y + b.y) / 2;
-          ImGui::GetWindowDrawList()->AddLine(ImVec2(a.x, y), ImVec2(b.x, y),
-                                              split_hot ? IM_COL32(60, 120, 220, 255) : IM_COL32(180, 180, 180, 255),
-                                              split_hot ? 3.0f : 1.0f);
+        draw_prompt_editor(state);
+        int layers = 0, heads[kSlots] = {0, 0};
+        if (state.shown)
+          for (int s = 0; s < kSlots; ++s)
+            if (const auto& t = state.shown->traces[s]) {
+              layers = std::max(layers, static_cast<int>(t->layers.size()));
+              heads[s] = static_cast<int>(t->config.map_heads());
+            }
+        if (layers > 0) {  // keep the requested selection until there is a model to check it against
+          if (state.view.layer < 0 || state.view.layer >= layers) state.view.layer = layers - 1;
+          for (int s = 0; s < kSlots; ++s)
+            state.view.head[s] = std::clamp(state.view.head[s], 0, std::max(0, heads[s] - 1));
         }
-        const float bottom = -1.5f * ImGui::GetTextLineHeightWithSpacing();  // keep the status line visible
-        ImGui::BeginChild("panels", ImVec2(0, bottom));
-        if (ImGui::BeginTabBar("panels")) {
-          if (ImGui::BeginTabItem("Query row, lambda, next token")) {
-            draw_overview_tab(state);
-            ImGui::EndTabItem();
-          }
-          if (ImGui::BeginTabItem("Model view", nullptr,
-                                  opt.open_model_view && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
-            draw_model_view_tab(state, model_views, renderer);
-            ImGui::EndTabItem();
-          }
-          if (ImGui::BeginTabItem("Attention noise", nullptr,
-                                  opt.open_noise && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
-            draw_needle_builder(state);
-            draw_noise_panel(state, *state.shown);
-            ImGui::EndTabItem();
-          }
-          if (ImGui::BeginTabItem("Needle lab", nullptr,
-                                  opt.open_lab && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
-            draw_lab_panel(state, worker);
-            ImGui::EndTabItem();
-          }
-          if (ImGui::BeginTabItem("Outliers", nullptr,
-                                  opt.open_outliers && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
-            draw_outlier_panel(*state.shown, state.view.outlier_layer);
-            ImGui::EndTabItem();
-          }
-          ImGui::EndTabBar();
-          first_panels = false;  // --tab selects a tab once; the user's clicks rule after that
+        draw_controls(state, layers, heads);
+        ImGui::Separator();
+        state.selection.hovered_key = state.selection.hovered_next;
+        state.selection.hovered_next = -1;
+        std::shared_ptr<const Trace> any;
+        if (state.shown)
+          for (int s = kSlots - 1; s >= 0; --s)
+            if (state.shown->traces[s]) any = state.shown->traces[s];
+        if (any) {
+          const int T = static_cast<int>(any->length());
+          if (state.selection.query < 0 || state.selection.query >= T) state.selection.query = T - 1;
+          draw_token_strip(state, any->tokens);
+          ImGui::Separator();
         }
-        ImGui::EndChild();
-      }
+        if (state.shown) {
+          const float avail = ImGui::GetContentRegionAvail().x, avail_h = ImGui::GetContentRegionAvail().y;
+          // Maps take `maps_fraction` of the height left (the tabbed panels below get the rest; the bar
+          // under the maps drags it), as wide as four maps side by side allow.
+          const float side = std::max(96.0f, std::min((avail - 5 * ImGui::GetStyle().ItemSpacing.x) / 4.0f,
+                                                      state.view.maps_fraction * avail_h -
+                                                          5 * ImGui::GetTextLineHeightWithSpacing()));
+          draw_head_views(state, head_views, renderer, side);
+          // Splitter: drag to give the maps more or less of the height.
+          ImGui::InvisibleButton("##split", ImVec2(-1, std::max(6.0f, ImGui::GetFontSize() * 0.4f)));
+          const bool split_hot = ImGui::IsItemHovered() || ImGui::IsItemActive();
+          if (ImGui::IsItemActive() && avail_h > 0)
+            state.view.maps_fraction =
+                std::clamp(state.view.maps_fraction + ImGui::GetIO().MouseDelta.y / avail_h, 0.2f, 0.85f);
+          if (split_hot) ImGui::SetMouseCursor(ImGuiMouseCursor_ResizeNS);
+          {
+            const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+            const float y = (a.y + b.y) / 2;
+            ImGui::GetWindowDrawList()->AddLine(
+                ImVec2(a.x, y), ImVec2(b.x, y),
+                split_hot ? IM_COL32(60, 120, 220, 255) : IM_COL32(180, 180, 180, 255),
+                split_hot ? 3.0f : 1.0f);
+          }
+          const float bottom = -1.5f * ImGui::GetTextLineHeightWithSpacing();  // keep the status line visible
+          ImGui::BeginChild("panels", ImVec2(0, bottom));
+          if (ImGui::BeginTabBar("panels")) {
+            if (ImGui::BeginTabItem("Query row, lambda, next token")) {
+              draw_overview_tab(state);
+              ImGui::EndTabItem();
+            }
+            if (ImGui::BeginTabItem(
+                    "Model view", nullptr,
+                    opt.open_model_view && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
+              draw_model_view_tab(state, model_views, renderer);
+              ImGui::EndTabItem();
+            }
+            if (ImGui::BeginTabItem("Attention noise", nullptr,
+                                    opt.open_noise && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
+              draw_needle_builder(state);
+              draw_noise_panel(state, *state.shown);
+              ImGui::EndTabItem();
+            }
+            if (ImGui::BeginTabItem("Needle lab", nullptr,
+                                    opt.open_lab && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
+              draw_lab_panel(state, worker);
+              ImGui::EndTabItem();
+            }
+            if (ImGui::BeginTabItem("Outliers", nullptr,
+                                    opt.open_outliers && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
+              draw_outlier_panel(*state.shown, state.view.outlier_layer);
+              ImGui::EndTabItem();
+            }
+            if (ImGui::BeginTabItem("Explain", nullptr,
+                                    opt.open_explain && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
+              explain_view.draw_tab(state);
+              ImGui::EndTabItem();
+            }
+            ImGui::EndTabBar();
+            first_panels = false;  // --tab selects a tab once; the user's clicks rule after that
+          }
+          ImGui::EndChild();
+        }
+      }  // not presenting
       ImGui::Separator();
       ImGui::Text("%s | last run %.0f ms for both models, %.0f ms from keystroke to maps on screen | %s",
                   state.status.busy ? "running..." : "idle", state.status.last_run_ms,

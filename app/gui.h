@@ -32,6 +32,9 @@ struct GuiOptions {
   bool open_noise = false;       // start on the Attention noise tab
   bool open_model_view = false;  // start on the Model view tab
   bool open_lab = false;         // start on the Needle lab tab
+  bool open_explain = false;     // start on the Explain tab...
+  int explain_step = 1;          // ...at this step (1..6)
+  bool present = false;          // start presenting the Explain slides (full window)
   // Needle lab sweep grid (as typed in the tab); lab_run starts it at launch (the screenshot waits for it).
   std::string lab_lengths = "128,256,512", lab_depths = "0,25,50,75,100", lab_needles = "1", lab_queried = "1";
   int lab_seeds = 3;

@@ -9,6 +9,7 @@
 //   slots       the model slots (panel_prompt); `shown`, `status`: the shell only
 //   message     any panel that exports or fails; shown in the status line
 //   needle, lab, noise_cache   their tabs (panel_noise, panel_lab); the shell reads lab progress
+//   explain     the Explain tab and its presentation mode (panel_explain)
 #pragma once
 
 #include <array>
@@ -100,6 +101,11 @@ struct GuiState {
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<Haystack> haystack;
   } needle;
+  // Explain tab: the step shown (1..6) and whether the slide fills the window (presentation mode).
+  struct Explain {
+    int step = 1;
+    bool present = false;
+  } explain;
   // Needle lab tab: the sweep grid as typed, the worker's last progress and its per-cell summaries.
   struct Lab {
     std::string lengths, depths, needles, queried;

@@ -618,3 +618,64 @@ TEST_CASE("gui: corrupt models and bundles, a missing tokenizer and hostile prom
     CHECK(std::filesystem::exists(dir / "x.png"));
   }
 }
+
+TEST_CASE("cli: explain writes six slides of both models' heads, and refuses bad requests", "[cli][explain]") {
+  test::ScratchDir dir("cliexplain");
+  const std::string prompt = "'The secret code of Thomas is 7182. Q: What is the secret code of Thomas?\nA: 7'";
+  const Result r = run("explain --prompt " + prompt + " --layer 1 --head 3 --base-head 4 --answer 7,11 --out " +
+                           (dir / "slides").string(),
+                       dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("diff-small layer 1 head 3 query"));
+  CHECK_THAT(r.out, Catch::Contains("baseline-small layer 1 head 4 query"));
+  CHECK_THAT(r.out, Catch::Contains("wrote 12 files"));
+  for (int step = 1; step <= 6; ++step)
+    for (const char* ext : {".png", ".svg"})
+      CHECK(std::filesystem::file_size(dir / "slides" / ("explain-step-" + std::to_string(step) + ext)) > 2000);
+  const std::pair<std::string, std::string> bad[] = {
+      {"explain --out x", "give --prompt TEXT or --prompt-file F"},
+      {"explain --prompt hi --out x --layer 9", "layer 9 is not in the trace"},
+      {"explain --prompt hi --out x --head 7", "head 7 does not exist"},
+      {"explain --prompt hi --out x --query 50", "query 50 is outside"},
+      {"explain --prompt hi --out x --answer 3,1", "--answer expects BEGIN,END"},
+      {"explain --prompt hi --out x --size 10x10", "slides are 480x270 to 8192x8192 pixels"},
+  };
+  expect_failures(bad, dir);
+}
+
+TEST_CASE("gui: the Explain tab steps, presents and exports its slides headless", "[gui][cli][explain]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guiexplain");
+  const std::string prompt = "'The secret code of Thomas is 7182. Q: What is the secret code of Thomas?\nA: 7'";
+  const std::string common = "--prompt " + prompt + " --select 1,3 --answer 7,11 --tab explain --threads 1 --exit-after-frames 2";
+  Result r = run(common + " --explain-step 5 --size 1600x1000 --export-all --export-dir " + (dir / "exports").string() +
+                     " --screenshot " + (dir / "tab.png").string(),
+                 dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(std::filesystem::file_size(dir / "tab.png") > 20000);
+  for (int step = 1; step <= 6; ++step)
+    CHECK(std::filesystem::exists(dir / "exports/explain" / ("explain-step-" + std::to_string(step) + ".png")));
+  r = run(common + " --explain-step 3 --present --size 1920x1080 --screenshot " + (dir / "present.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  int w = 0, h = 0, n = 0;
+  unsigned char* px = stbi_load((dir / "present.png").c_str(), &w, &h, &n, 3);
+  REQUIRE(px);
+  CHECK(w == 1920);
+  CHECK(h == 1080);
+  // The slide fills most of the window: white background across its middle.
+  int white = 0;
+  for (int x = 200; x < 1720; x += 40) {
+    const unsigned char* p = px + (static_cast<size_t>(700) * 1920 + static_cast<size_t>(x)) * 3;
+    white += p[0] == 255 && p[1] == 255 && p[2] == 255;
+  }
+  CHECK(white > 20);
+  stbi_image_free(px);
+  const std::pair<std::string, std::string> bad[] = {
+      {"--explain-step 7 --screenshot x.png", "--explain-step must be 1 to 6"},
+      {"--tab explained --screenshot x.png", "--tab must be overview, models, noise, lab, outliers or explain"},
+  };
+  expect_failures(bad, dir);
+}

@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
 
+#include "app/explain_slides.h"
 #include "core/error.h"
 #include "core/explain.h"
 #include "core/model.h"
@@ -152,4 +154,78 @@ TEST_CASE("explain: bad requests and traces without queries and keys are refused
   const AttentionShare s = explained_share(e, e.a1, {1, 2}, {2, 3});
   CHECK(s.answer == Approx(e.a1[1]));
   CHECK(s.noise == Approx(e.a1[0]));
+}
+
+TEST_CASE("explain slides: the numbers drawn are the trace's, and every step exports at 1920x1080", "[explain][app]") {
+  const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu);
+  const Model base = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/baseline-small", DeviceChoice::Cpu);
+  const std::string text = "The secret code of Thomas is 7182. The river was high. Q: What is the secret code of Thomas?\nA: 7";
+  CaptureOptions o;
+  o.keep_qkv = true;
+  const Trace td = diff.capture(diff.tokenizer().encode(text, true).ids, o);
+  const Trace tb = base.capture(base.tokenizer().encode(text, true).ids, o);
+  const int64_t T = td.length(), q = T - 1;
+  app::ExplainInput in;
+  in.diff = app::explain_side("diff-small", &td, 1, 3, q);
+  in.base = app::explain_side("baseline-small", &tb, 1, 4, q);
+  REQUIRE(in.diff.head);
+  REQUIRE(in.base.head);
+  in.answer = {7, 11};
+  auto texts = [&](int step) {
+    std::string all;
+    for (const auto& t : app::explain_slide(in, step).texts) all += t.text + "\n";
+    return all;
+  };
+  auto f4 = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.4f", v);
+    return std::string(b);
+  };
+  const LayerTrace& l = td.layers[1];
+  // Step 3: the largest A1 entry of the row, as the trace holds it.
+  double best = 0;
+  for (int64_t j = 0; j <= q; ++j) best = std::max<double>(best, l.a1.data[static_cast<size_t>((3 * T + q) * T + j)]);
+  char peak[32];
+  std::snprintf(peak, sizeof peak, "largest %.3f on", best);
+  CHECK_THAT(texts(3), Catch::Contains(peak));
+  // Step 4: λ and its terms.
+  CHECK_THAT(texts(4), Catch::Contains(f4(l.lambda_exp1) + " − " + f4(l.lambda_exp2) + " + " + f4(l.lambda_init) +
+                                       " = " + f4(l.lambda)));
+  // Step 5: the row sums to 1 − λ.
+  char sum[64];
+  std::snprintf(sum, sizeof sum, "sums to 1 − λ = %.3f", 1.0 - l.lambda);
+  CHECK_THAT(texts(5), Catch::Contains(sum));
+  CHECK_THAT(texts(5), Catch::Contains("to the answer (green): A1 "));
+  // Step 6: the output's length.
+  CHECK_THAT(texts(6), Catch::Contains("|·| = " + f4(in.diff.head->out_norm)));
+  // Bars: one data rectangle per visible key in each map row of step 3 (A1, A2 and the baseline's A).
+  size_t cells = 0;
+  for (const auto& r : app::explain_slide(in, 3).rects) cells += r.cell;
+  CHECK(cells <= static_cast<size_t>(3 * T));
+  CHECK(cells > static_cast<size_t>(T));  // most entries are at least a pixel tall
+  CHECK_THROWS_WITH(app::explain_slide(in, 7), Catch::Contains("step 7 is outside 1..6"));
+  // A side without a head says why.
+  app::ExplainInput missing = in;
+  missing.base = app::explain_side("baseline-small", nullptr, 1, 4, q);
+  CHECK_THAT(texts(1), Catch::Contains("k1 of the keys"));
+  bool says = false;
+  for (const auto& t : app::explain_slide(missing, 2).texts) says |= t.text == "no trace in this slot";
+  CHECK(says);
+  // Export: six steps, PNG and SVG, 1920 x 1080.
+  test::ScratchDir dir("slides");
+  const std::vector<std::string> files = app::export_explain_slides(in, dir.path().string());
+  REQUIRE(files.size() == 12);
+  for (int step = 1; step <= 6; ++step) {
+    const std::string png = test::read_all(dir / ("explain-step-" + std::to_string(step) + ".png"));
+    REQUIRE(png.size() > 24);
+    auto be32 = [&](size_t at) {
+      return (static_cast<uint32_t>(static_cast<uint8_t>(png[at])) << 24) | (static_cast<uint8_t>(png[at + 1]) << 16) |
+             (static_cast<uint8_t>(png[at + 2]) << 8) | static_cast<uint8_t>(png[at + 3]);
+    };
+    CHECK(be32(16) == 1920);
+    CHECK(be32(20) == 1080);
+    const std::string svg = test::read_all(dir / ("explain-step-" + std::to_string(step) + ".svg"));
+    CHECK_THAT(svg, Catch::Contains("width=\"1920\" height=\"1080\""));
+    CHECK_THAT(svg, Catch::Contains("Step " + std::to_string(step) + " of 6"));
+  }
 }

@@ -421,6 +421,19 @@ std::string scene_svg(const FigureScene& sc, const FigureFont& font, const std::
 
 }  // namespace
 
+Image render_scene(const FigureScene& scene, const FigureFont& font) {
+  if (scene.width < 16 || scene.height < 16 || scene.width > 8192 || scene.height > 8192)
+    throw Error("figure: a scene of " + std::to_string(scene.width) + "x" + std::to_string(scene.height) +
+                " pixels is outside 16..8192");
+  Image img(scene.width, scene.height, Rgb8{255, 255, 255});
+  paint_scene(img, scene, font);
+  return img;
+}
+
+std::string scene_to_svg(const FigureScene& scene, const FigureFont& font) {
+  return scene_svg(scene, font, [](std::string&) {});
+}
+
 FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   if (fig.panels.empty()) throw Error("figure: no maps to draw");
   if (fig.panel_size < 64 || fig.panel_size > 8192)

@@ -119,6 +119,11 @@ struct FigureScene {
   std::vector<Ramp> ramps;
 };
 
+// A scene of legend ramps, rectangles and texts without maps (e.g. the Explain view's slides), as a raster
+// on white and as SVG with the same elements in the same places. Throws Error for a size outside 16..8192.
+Image render_scene(const FigureScene& scene, const FigureFont& font = FigureFont::standard());
+std::string scene_to_svg(const FigureScene& scene, const FigureFont& font = FigureFont::standard());
+
 // Throws Error for an empty figure, a panel without data, no tokens, a region outside the map or a panel
 // size outside 64..8192.
 FigureScene layout_head_figure(const HeadFigure& figure, const FigureFont& font);
