@@ -5,6 +5,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -181,7 +182,21 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
   for (int b = 0; b < 256; ++b) {
     auto it = bpe->vocab_.find(byte_map().to_char[b]);
     bpe->byte_ids_[b] = it == bpe->vocab_.end() ? -1 : it->second;
+    // Every byte must have a token (or fall back to the unknown one), or some text could not be encoded:
+    // refused here rather than on the first prompt that has the byte (found by tests/fuzz).
+    if (bpe->byte_ids_[b] < 0 && bpe->unk_id_ < 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      fail(std::string("the vocabulary has no token for the byte ") + hex +
+           " and no unknown token: text containing it could not be encoded");
+    }
   }
+  // Ids index a table: far beyond the entries there are, they are a broken file (or one that would take
+  // gigabytes for nothing).
+  constexpr int64_t kMaxId = int64_t{1} << 24;
+  if (max_id >= kMaxId)
+    fail("token id " + std::to_string(max_id) + " is beyond " + std::to_string(kMaxId) +
+         " (vocabularies are numbered from 0)");
   bpe->vocab_size_ = max_id + 1;
   bpe->id_to_bytes_.assign(static_cast<size_t>(bpe->vocab_size_), "");
   for (const auto& [tok, id] : bpe->vocab_) bpe->id_to_bytes_[static_cast<size_t>(id)] = unmap(tok);

@@ -93,7 +93,11 @@ RopeScaling read_rope_object(const json& o, const std::string& where, const std:
   if (r.kind == RopeScaling::Kind::Llama3) {
     r.low_freq_factor = number("low_freq_factor");
     r.high_freq_factor = number("high_freq_factor");
-    r.original_max_position_embeddings = static_cast<int64_t>(number("original_max_position_embeddings"));
+    const double original = number("original_max_position_embeddings");
+    if (!(original >= 1 && original <= 1e9))  // before the cast: a double beyond int64 is undefined behaviour
+      fail(src, where + ": 'original_max_position_embeddings' is " + std::to_string(original) +
+                    "; expected a positive number of positions");
+    r.original_max_position_embeddings = static_cast<int64_t>(original);
   }
   return r;
 }

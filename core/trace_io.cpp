@@ -1,7 +1,9 @@
 // Trace bundle writer/reader (trace.json + maps.safetensors).
 #include "core/trace_io.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +16,32 @@ namespace difflens {
 namespace {
 
 using nlohmann::json;
+
+// JSON numbers read with their type and range checked first: nlohmann's get<int>() of a float outside the
+// integer's range, or get<float>() of a double beyond float's, is undefined behaviour (found by tests/fuzz).
+int64_t int_field(const json& v, const std::string& what, int64_t lo = std::numeric_limits<int64_t>::min(),
+                  int64_t hi = std::numeric_limits<int64_t>::max()) {
+  if (!v.is_number_integer()) throw FormatError(what + " must be an integer");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw FormatError(what + " is " + std::to_string(v.get<uint64_t>()) + ", out of range");
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    throw FormatError(what + " is " + std::to_string(x) + ", outside " + std::to_string(lo) + ".." + std::to_string(hi));
+  return x;
+}
+
+uint64_t count_field(const json& v, const std::string& what) {
+  if (!v.is_number_unsigned()) throw FormatError(what + " must be a count (a non-negative integer)");
+  return v.get<uint64_t>();
+}
+
+float float_field(const json& v, const std::string& what) {
+  if (!v.is_number()) throw FormatError(what + " must be a number");
+  const double d = v.get<double>();
+  if (std::isfinite(d) && std::fabs(d) > std::numeric_limits<float>::max())
+    throw FormatError(what + " is " + std::to_string(d) + ", beyond the range of a float");
+  return static_cast<float>(d);
+}
 
 json stats_to_json(const ValueStats& s) {
   json hist = json::array();
@@ -34,22 +62,20 @@ json stats_to_json(const ValueStats& s) {
 
 ValueStats stats_from_json(const json& j, const std::string& where) {
   ValueStats s;
-  s.count = j.at("count").get<uint64_t>();
-  s.top = j.at("top").get<std::vector<float>>();
-  s.median = j.at("median").get<float>();
-  s.mean = j.at("mean").get<float>();
+  s.count = count_field(j.at("count"), where + ": statistics count");
+  for (const json& v : j.at("top")) s.top.push_back(float_field(v, where + ": a top value"));
+  s.median = float_field(j.at("median"), where + ": median");
+  s.mean = float_field(j.at("mean"), where + ": mean");
   const json& h = j.at("histogram");
-  if (h.at("log10_min").get<int>() != LogHistogram::kLogMin ||
-      h.at("log10_max").get<int>() != LogHistogram::kLogMax ||
-      h.at("bins_per_decade").get<int>() != LogHistogram::kBinsPerDecade)
+  if (int_field(h.at("log10_min"), where + ": log10_min") != LogHistogram::kLogMin ||
+      int_field(h.at("log10_max"), where + ": log10_max") != LogHistogram::kLogMax ||
+      int_field(h.at("bins_per_decade"), where + ": bins_per_decade") != LogHistogram::kBinsPerDecade)
     throw FormatError(where + ": histogram grid differs from this version's");
-  s.histogram.below = h.at("below").get<uint64_t>();
-  s.histogram.above = h.at("above").get<uint64_t>();
+  s.histogram.below = count_field(h.at("below"), where + ": histogram 'below'");
+  s.histogram.above = count_field(h.at("above"), where + ": histogram 'above'");
   for (const json& bc : h.at("bins")) {
-    const int b = bc.at(0).get<int>();
-    if (b < 0 || b >= LogHistogram::kBins)
-      throw FormatError(where + ": histogram bin " + std::to_string(b) + " out of range");
-    s.histogram.counts[b] = bc.at(1).get<uint64_t>();
+    const int64_t b = int_field(bc.at(0), where + ": histogram bin", 0, LogHistogram::kBins - 1);
+    s.histogram.counts[static_cast<size_t>(b)] = count_field(bc.at(1), where + ": histogram count");
   }
   return s;
 }
@@ -160,22 +186,23 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
   try {
     if (j.value("format", "") != "difflens-trace")
       throw FormatError(jpath.string() + ": not a DiffLens trace");
-    if (j.at("version").get<int>() > kTraceBundleVersion)
-      throw FormatError(jpath.string() + ": written by a newer DiffLens (version " +
-                        std::to_string(j.at("version").get<int>()) + ")");
-    t.config = config_from_json_text(j.at("config").dump(), jpath.string() + " (config)");
+    const std::string w = jpath.string();
+    const int64_t version = int_field(j.at("version"), w + ": version");
+    if (version > kTraceBundleVersion)
+      throw FormatError(w + ": written by a newer DiffLens (version " + std::to_string(version) + ")");
+    t.config = config_from_json_text(j.at("config").dump(), w + " (config)");
     t.model_path = j.value("model_path", "");
-    t.token_ids = j.at("token_ids").get<std::vector<int64_t>>();
+    for (const json& id : j.at("token_ids")) t.token_ids.push_back(int_field(id, w + ": a token id", 0, t.config.vocab_size - 1));
     t.tokens = j.at("tokens").get<std::vector<std::string>>();
-    t.elapsed_ms = j.value("elapsed_ms", 0.0);
-    t.logit_bits = j.value("logit_bits", 0);
-    t.pooled_budget = j.value("pooled_budget", size_t{0});
+    if (j.contains("elapsed_ms")) t.elapsed_ms = float_field(j.at("elapsed_ms"), w + ": elapsed_ms");
+    if (j.contains("logit_bits")) t.logit_bits = static_cast<int>(int_field(j.at("logit_bits"), w + ": logit_bits", 0, 32));
+    if (j.contains("pooled_budget")) t.pooled_budget = count_field(j.at("pooled_budget"), w + ": pooled_budget");
     if (t.tokens.size() != t.token_ids.size())
       throw FormatError(jpath.string() + ": " + std::to_string(t.tokens.size()) + " token strings for " +
                         std::to_string(t.token_ids.size()) + " token ids");
     for (const json& n : j.at("next_token"))
-      t.next_token.push_back(
-          {n.at("id").get<int64_t>(), n.at("text").get<std::string>(), n.at("probability").get<float>()});
+      t.next_token.push_back({int_field(n.at("id"), w + ": a next-token id", 0, t.config.vocab_size - 1),
+                              n.at("text").get<std::string>(), float_field(n.at("probability"), w + ": a probability")});
     const int64_t T = t.length(), H = t.config.map_heads(), E = t.config.hidden_size;
     const SafetensorsFile maps(dir / "maps.safetensors");
     // Every array is copied out as F32: refuse, before copying, what the machine cannot hold.
@@ -187,14 +214,15 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
                         " of memory as F32 and only " + human_bytes(have) + " is available");
     for (const json& jl : j.at("layers")) {
       LayerTrace l;
-      l.index = jl.at("index").get<int>();
-      const std::string where = jpath.string() + ": layer " + std::to_string(l.index);
-      if (l.index < 0 || l.index >= t.config.num_hidden_layers)
-        throw FormatError(where + " is outside the model");
-      l.heads = jl.at("heads").get<std::vector<int>>();
-      for (int h : l.heads)
-        if (h < 0 || h >= H)
-          throw FormatError(where + ": head " + std::to_string(h) + " is outside the model");
+      const int64_t index = int_field(jl.at("index"), w + ": a layer index");
+      const std::string where = w + ": layer " + std::to_string(index);
+      if (index < 0 || index >= t.config.num_hidden_layers) throw FormatError(where + " is outside the model");
+      l.index = static_cast<int>(index);
+      for (const json& h : jl.at("heads")) {
+        const int64_t head = int_field(h, where + ": a head");
+        if (head < 0 || head >= H) throw FormatError(where + ": head " + std::to_string(head) + " is outside the model");
+        l.heads.push_back(static_cast<int>(head));
+      }
       if (jl.contains("lambda")) {
         const json& lam = jl.at("lambda");
         l.lambda = lam.at("lambda").get<double>();
@@ -205,7 +233,7 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
       l.logit_stats = stats_from_json(jl.at("logit_stats"), where);
       l.hidden_stats = stats_from_json(jl.at("hidden_stats"), where);
       const std::string p = "layers." + std::to_string(l.index) + ".";
-      l.pooled = jl.value("pooled", int64_t{0});
+      l.pooled = jl.contains("pooled") ? int_field(jl.at("pooled"), where + ": pooled size") : 0;
       if (l.pooled < 0 || l.pooled >= T) throw FormatError(where + ": pooled size " + std::to_string(l.pooled) + " is invalid");
       if (l.pooled > 0) {
         const int64_t P = l.pooled, d = t.config.head_dim;

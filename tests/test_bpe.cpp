@@ -202,6 +202,14 @@ TEST_CASE("bpe: unsupported tokenizers are refused with the reason", "[tokenizer
   j["normalizer"]["normalizers"].push_back({{"type", "NFC"}});
   CHECK_THAT(refuse(j), Catch::Contains("a normalizer (Sequence) is not supported"));
   CHECK_THROWS_WITH(ByteLevelBpe::load("/nonexistent/tokenizer.json"), Catch::Contains("cannot open"));
+  // Found by tests/fuzz: a vocabulary missing a byte (and without an unknown token) once loaded and then
+  // failed on the first prompt holding that byte; ids far beyond the vocabulary would size a table by them.
+  j = small_tokenizer(gpt2_pre());
+  j["model"]["vocab"].erase(mapped(0xC3));
+  CHECK_THAT(refuse(j), Catch::Contains("the vocabulary has no token for the byte 0xC3 and no unknown token"));
+  j = small_tokenizer(gpt2_pre());
+  j["model"]["vocab"]["zz"] = int64_t{1} << 40;
+  CHECK_THAT(refuse(j), Catch::Contains("token id 1099511627776 is beyond 16777216"));
 }
 
 TEST_CASE("bpe: a Hugging Face model with tokenizer.json reads text", "[tokenizer][bpe][hf]") {
