@@ -199,6 +199,10 @@ int run_gui(const GuiOptions& opt) {
     HeadView head_views[kSlots];
     ModelView model_views[kSlots];
     ExplainView explain_view;
+    struct {
+      bool on = false;
+      int x = 0, y = 0, w = 0, h = 0;  // the window before it went full screen
+    } fullscreen;
     state.explain.step = std::clamp(opt.explain_step, 1, kExplainSteps);
     state.explain.present = opt.present;
     int frames_since_result = -1;
@@ -449,6 +453,20 @@ int run_gui(const GuiOptions& opt) {
         glfwSetWindowShouldClose(window, 1);
       }
       glfwSwapBuffers(window);
+      // Presenting takes the whole monitor (the window's place and size come back after Esc); headless
+      // screenshots keep the window at the size asked for.
+      if (opt.screenshot.empty() && state.explain.present != fullscreen.on) {
+        fullscreen.on = state.explain.present;
+        if (fullscreen.on) {
+          glfwGetWindowPos(window, &fullscreen.x, &fullscreen.y);
+          glfwGetWindowSize(window, &fullscreen.w, &fullscreen.h);
+          if (GLFWmonitor* monitor = glfwGetPrimaryMonitor())
+            if (const GLFWvidmode* mode = glfwGetVideoMode(monitor))
+              glfwSetWindowMonitor(window, monitor, 0, 0, mode->width, mode->height, mode->refreshRate);
+        } else {
+          glfwSetWindowMonitor(window, nullptr, fullscreen.x, fullscreen.y, fullscreen.w, fullscreen.h, 0);
+        }
+      }
     }
   }
   ImGui_ImplOpenGL3_Shutdown();

@@ -20,7 +20,7 @@ class ExplainView {
   ExplainView& operator=(const ExplainView&) = delete;
   // The tab's contents (controls and the slide in the space left).
   void draw_tab(GuiState& state);
-  // Presentation mode: the whole window is the token strip and the slide.
+  // Presentation mode: the whole window (full screen, set by the shell) is the token strip and the slide.
   void draw_presentation(GuiState& state);
   // Arrow keys step through the slides (when no text field has the keyboard).
   static void handle_keys(GuiState& state);
