@@ -33,6 +33,7 @@
 #include "app/panel_explain.h"
 #include "app/panel_maps.h"
 #include "app/panels.h"
+#include "app/ui_fonts.h"
 #include "app/needle_report.h"
 #include "core/data.h"
 #include "core/error.h"
@@ -46,54 +47,6 @@
 
 namespace difflens::app {
 namespace {
-
-// The UI fonts: DejaVu Sans with a fallback font merged in for the scripts it lacks, baked at two sizes
-// for the characters in the base ranges plus those the app has met (GlyphNeeds).
-struct UiFonts {
-  std::string main, fallback;  // font files ("" when none found: ImGui's built-in font)
-  float scale = 1.0f;
-  GlyphNeeds needs;
-  ImVector<ImWchar> ranges;    // must outlive the atlas build
-  ImFont* normal = nullptr;
-  ImFont* lecture = nullptr;
-  uint64_t seen_request = ~0ull;  // the last result whose tokens were checked
-};
-
-void build_fonts(UiFonts& f) {
-  ImGuiIO& io = ImGui::GetIO();
-  io.Fonts->Clear();
-  f.normal = f.lecture = nullptr;
-  if (f.main.empty()) return;  // ImGui's default font
-  ImFontGlyphRangesBuilder builder;
-  builder.AddRanges(reinterpret_cast<const ImWchar*>(kBaseGlyphRanges));
-  for (uint32_t cp : f.needs.codepoints()) builder.AddChar(static_cast<ImWchar>(cp));
-  f.ranges.clear();
-  builder.BuildRanges(&f.ranges);
-  auto add = [&](float px) {
-    ImFont* font = io.Fonts->AddFontFromFileTTF(f.main.c_str(), px, nullptr, f.ranges.Data);
-    if (font && !f.fallback.empty() && !f.needs.codepoints().empty()) {
-      ImFontConfig merge;
-      merge.MergeMode = true;  // only glyphs the main font lacks come from the fallback
-      io.Fonts->AddFontFromFileTTF(f.fallback.c_str(), px, &merge, f.ranges.Data);
-    }
-    return font;
-  };
-  f.normal = add(16.0f * f.scale);
-  f.lecture = add(26.0f * f.scale);
-  io.Fonts->Build();
-}
-
-// Records the characters of a result's token pieces and next-token texts; true when any was new.
-bool need_trace_glyphs(UiFonts& f, const RunResult& r) {
-  bool added = false;
-  for (const auto& t : r.traces) {
-    if (!t) continue;
-    for (const std::string& piece : t->tokens) added |= f.needs.add(piece);
-    for (const TokenProbability& p : t->next_token) added |= f.needs.add(p.text);
-    added |= f.needs.add(t->model_path) | f.needs.add(t->config.name);
-  }
-  return added;
-}
 
 constexpr double kDebounceSeconds = 0.15;
 

@@ -62,7 +62,7 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
   for (int64_t i = row_span.begin; i < row_span.end; ++i) rows.push_back(i);
   NoiseReadout r;
   for (const LayerTrace& l : trace.layers) {
-    const bool from_tiles = !l.q1.empty();  // a long-prompt trace: the question's rows, recomputed exactly
+    const bool from_tiles = l.pooled > 0;  // a long-prompt trace: the question's rows, recomputed exactly
     if (!from_tiles && (l.heads.empty() || l.a.empty())) continue;
     std::vector<int> which = l.heads;
     if (from_tiles && which.empty())

@@ -21,7 +21,7 @@ const LayerTrace& layer_of(const Trace& t, int layer) {
 bool tile_available(const Trace& t, int layer, int head) {
   for (const LayerTrace& l : t.layers)
     if (l.index == layer) {
-      if (!l.q1.empty()) return head >= 0 && head < t.config.map_heads();
+      if (l.pooled > 0 && !l.q1.empty() && !l.lse1.empty()) return head >= 0 && head < t.config.map_heads();
       return std::find(l.heads.begin(), l.heads.end(), head) != l.heads.end() && !l.a.empty();
     }
   return false;
@@ -40,7 +40,7 @@ AttentionTile attention_tile(const Trace& t, int layer, int head, int64_t row0, 
   if (head < 0 || head >= H) throw Error("attention tile: head " + std::to_string(head) + " does not exist");
   AttentionTile tile{row0, col0, rows, cols, {}, {}, {}};
   const size_t n = static_cast<size_t>(rows * cols);
-  if (l.q1.empty()) {  // an exact trace: copy from its maps
+  if (l.pooled == 0 || l.lse1.empty()) {  // an exact trace (queries and keys kept or not): copy from its maps
     auto it = std::find(l.heads.begin(), l.heads.end(), head);
     if (it == l.heads.end() || l.a.empty())
       throw Error("attention tile: layer " + std::to_string(layer) + " head " + std::to_string(head) +

@@ -9,6 +9,8 @@
 #include "app/explain_slides.h"
 #include "core/error.h"
 #include "core/explain.h"
+#include "core/metrics.h"
+#include "core/tiles.h"
 #include "core/model.h"
 #include "core/trace_io.h"
 #include "helpers.h"
@@ -228,4 +230,21 @@ TEST_CASE("explain slides: the numbers drawn are the trace's, and every step exp
     CHECK_THAT(svg, Catch::Contains("width=\"1920\" height=\"1080\""));
     CHECK_THAT(svg, Catch::Contains("Step " + std::to_string(step) + " of 6"));
   }
+}
+
+TEST_CASE("explain: keeping queries, keys and values changes no other readout of an exact trace", "[explain][metrics]") {
+  // Regression: tiles and the noise readout once took any trace with queries for a long-prompt one and read
+  // its (absent) row log-sum-exps.
+  const Model m = Model::random(test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2), 8);
+  const std::vector<int64_t> ids = test::random_ids(30, m.config().vocab_size, 2);
+  CaptureOptions o;
+  o.keep_qkv = true;
+  const Trace plain = m.capture(ids), kept = m.capture(ids, o);
+  CHECK(tile_available(kept, 1, 1));
+  const AttentionTile a = attention_tile(plain, 1, 1, 20, 10, 0, 30), b = attention_tile(kept, 1, 1, 20, 10, 0, 30);
+  CHECK(a.a == b.a);
+  CHECK(a.a1 == b.a1);
+  const NoiseReadout na = attention_noise(plain, {3, 5}, {25, 30}), nb = attention_noise(kept, {3, 5}, {25, 30});
+  CHECK(na.mean.answer == nb.mean.answer);
+  CHECK(na.mean.noise == nb.mean.noise);
 }
