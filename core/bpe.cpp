@@ -400,10 +400,12 @@ bool ByteLevelBpe::char_is(const Regex& r, const std::string& text, size_t at, s
 }
 
 // Start of the UTF-8 character that ends at byte `at` (not before `floor`).
+// A stray byte (a continuation byte not completing the character before it) is a character of its own, in
+// no class: " \xA0<|eot_id|>" once let lstrip take the space together with the byte after it (tests/fuzz).
 size_t ByteLevelBpe::char_before(const std::string& text, size_t at, size_t floor) const {
   size_t b = at - 1;
   while (b > floor && at - b < 4 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
-  return b;
+  return utf8_char_length(text, b, at) == at - b ? b : at - 1;
 }
 
 // Splits [begin, end) at the added tokens of one list: leftmost-longest, non-overlapping matches; a

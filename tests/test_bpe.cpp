@@ -281,3 +281,16 @@ TEST_CASE("bpe: an rstrip added token takes whole whitespace characters, not a s
     CHECK(toks[1].begin == covered);  // the rest is ordinary text
   }
 }
+
+TEST_CASE("bpe: a stray UTF-8 byte before an lstrip added token is text, not part of the space before it",
+          "[tokenizer][bpe]") {
+  // Found by tests/fuzz (prompt): " \xA0<|end|>" let the added token take the space and the stray byte.
+  json j = small_tokenizer(gpt2_pre());
+  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"lstrip", true}}});
+  const auto t = ByteLevelBpe::from_json(j.dump(), "test");
+  const auto toks = t->encode(" \xa0<|end|>");
+  REQUIRE(toks.size() >= 2);
+  CHECK(toks.back().id == 300);
+  CHECK(toks.back().begin == 2);  // the added token starts at itself: the byte before it is no whitespace
+  CHECK(toks.back().end == 9);
+}
