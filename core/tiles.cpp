@@ -59,6 +59,10 @@ AttentionTile attention_tile(const Trace& t, int layer, int head, int64_t row0, 
     }
     return tile;
   }
+  // Everything a recomputation reads (the bundle reader insists on it; a trace built in memory might not).
+  if (l.k1.empty() || (diff && (l.q2.empty() || l.k2.empty() || l.lse2.empty())))
+    throw Error("attention tile: layer " + std::to_string(layer) + " lacks the queries, keys or row log-sum-exps "
+                "that recompute its tiles");
   const int64_t d = l.q1.shape.back(), Hkv = l.k1.shape.front(), kv = head / (H / Hkv);
   const int64_t W = t.config.sliding_window;
   // softmax entry: exp(q_i · k_j − lse_i) for keys the query sees, else 0.

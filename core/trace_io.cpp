@@ -254,7 +254,10 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
           l.lse2 = read_array(maps, p + "lse2", {H, T});
         }
         if (l.q1.empty() || l.k1.empty() || l.lse1.empty() ||
-            (!l.heads.empty() && (l.a_mean.empty() || l.a_max.empty())))
+            (t.config.is_diff() && (l.q2.empty() || l.k2.empty() || l.lse2.empty())) ||
+            (!l.heads.empty() && (l.a_mean.empty() || l.a_max.empty())) ||
+            (!l.heads.empty() && t.config.is_diff() &&
+             (l.a1_mean.empty() || l.a1_max.empty() || l.a2_mean.empty() || l.a2_max.empty())))
           throw FormatError(maps.path().string() + ": pooled maps or queries/keys of layer " +
                             std::to_string(l.index) + " are missing");
       } else {

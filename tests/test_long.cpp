@@ -11,6 +11,7 @@
 #include "core/checkpoint.h"
 #include "core/metrics.h"
 #include "core/model.h"
+#include "core/safetensors.h"
 #include "core/tiles.h"
 #include "core/trace_io.h"
 #include "helpers.h"
@@ -296,6 +297,26 @@ TEST_CASE("long prompts: a pooled trace bundle round-trips with its tiles", "[lo
   CHECK(back.layers[1].a_mean.data.size() == t.layers[1].a_mean.data.size());
   const AttentionTile a = attention_tile(t, 1, 1, 100, 20, 0, 120), b = attention_tile(back, 1, 1, 100, 20, 0, 120);
   CHECK(a.a == b.a);
+  // A DIFF bundle whose second component's queries are gone cannot recompute tiles: refused when read (found
+  // by tests/fuzz: the tile read past an empty array), and a trace in memory like it refuses the tile.
+  {
+    const SafetensorsFile maps(dir / "b/maps.safetensors");
+    std::vector<std::vector<float>> keep;
+    std::vector<TensorToWrite> rest;
+    for (const TensorInfo& info : maps.tensors()) {
+      if (info.name == "layers.1.q2") continue;
+      keep.push_back(maps.read_f32(info));
+    }
+    size_t k = 0;
+    for (const TensorInfo& info : maps.tensors())
+      if (info.name != "layers.1.q2") rest.push_back({info.name, info.shape, keep[k++].data()});
+    write_safetensors(dir / "maps2.safetensors", rest);
+  }
+  std::filesystem::rename(dir / "maps2.safetensors", dir / "b/maps.safetensors");
+  CHECK_THROWS_WITH(read_trace_bundle(dir / "b"), Catch::Contains("pooled maps or queries/keys of layer 1 are missing"));
+  Trace broken = t;
+  broken.layers[1].q2 = FloatArray();
+  CHECK_THROWS_WITH(attention_tile(broken, 1, 1, 100, 20, 0, 120), Catch::Contains("lacks the queries, keys or row"));
 }
 
 TEST_CASE("long prompts: generation past 1024 tokens runs blocked and agrees with the exact forward",
