@@ -295,14 +295,17 @@ class DevicePooler {
   std::vector<Tensor> sum_, best_;
 };
 
-// What CaptureOptions::keep_qkv keeps of one layer: rotated queries (scaled) and keys, values, and the DIFF
-// output norm's weight (ones when the model has none, so a recomputation needs no special case).
+// What CaptureOptions::keep_qkv keeps of one layer: rotated queries (scaled) and keys (unless a long-prompt
+// capture has them already), values, and the DIFF output norm's weight (ones when the model has none, so a
+// recomputation needs no special case).
 void keep_inputs(const nn::AttentionInputs& in, nn::DecoderLayerImpl& layer, LayerTrace& lt) {
-  lt.q1 = to_array(in.q1[0]);
-  lt.k1 = to_array(in.k1[0]);
-  if (in.q2.defined()) {
-    lt.q2 = to_array(in.q2[0]);
-    lt.k2 = to_array(in.k2[0]);
+  if (lt.q1.empty()) {
+    lt.q1 = to_array(in.q1[0]);
+    lt.k1 = to_array(in.k1[0]);
+    if (in.q2.defined()) {
+      lt.q2 = to_array(in.q2[0]);
+      lt.k2 = to_array(in.k2[0]);
+    }
   }
   lt.v = to_array(in.v[0]);
   if (layer.diff_attn) {
