@@ -82,6 +82,15 @@ TEST_CASE("explain: each step's numbers are the trace's own", "[explain]") {
           }
           CHECK(static_cast<int64_t>(e.out.size()) == (e.diff ? 2 : 1) * c.head_dim);
         }
+    // A long-prompt (pooled) capture keeps the same vectors: the same numbers.
+    CaptureOptions pooled = o;
+    pooled.keep_logits = false;
+    pooled.pooled_budget_bytes = 4096;
+    const Trace tp = m.capture(ids, pooled);
+    REQUIRE(tp.layers[1].pooled > 0);
+    const HeadExplain ep = explain_head(tp, 1, 1, T - 1), ee = explain_head(t, 1, 1, T - 1);
+    CHECK(ep.a == ee.a);
+    CHECK(ep.out == ee.out);
     // Kept through a trace bundle, the numbers are the same.
     test::ScratchDir dir("explain");
     write_trace_bundle(t, dir.path());
