@@ -547,6 +547,19 @@ int cmd_render(const Args& a) {
   return 0;
 }
 
+// --size WIDTHxHEIGHT into width and height; `example` goes into the message for anything else.
+void read_size(const Args& a, int& width, int& height, const char* example) {
+  const std::string sz = a.get("size");
+  const size_t x = sz.find('x');
+  try {
+    if (x == std::string::npos) throw std::invalid_argument("x");
+    width = std::stoi(sz.substr(0, x));
+    height = std::stoi(sz.substr(x + 1));
+  } catch (const std::exception&) {
+    throw Error(std::string("--size expects WIDTHxHEIGHT, e.g. ") + example);
+  }
+}
+
 int cmd_gui(const Args& a) {
   a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
                     "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
@@ -581,15 +594,7 @@ int cmd_gui(const Args& a) {
   o.screenshot = a.get("screenshot");
   o.exit_after_frames = a.get_int("exit-after-frames", 3);
   if (a.has("size")) {
-    const std::string sz = a.get("size");
-    const size_t x = sz.find('x');
-    try {
-      if (x == std::string::npos) throw std::invalid_argument("x");
-      o.width = std::stoi(sz.substr(0, x));
-      o.height = std::stoi(sz.substr(x + 1));
-    } catch (const std::exception&) {
-      throw Error("--size expects WIDTHxHEIGHT, e.g. 1600x1000");
-    }
+    read_size(a, o.width, o.height, "1600x1000");
     if (o.width < 320 || o.height < 240) throw Error("--size: the window must be at least 320x240");
   }
   auto fraction = [&](const char* key, const char* expects) {
@@ -1007,26 +1012,10 @@ int cmd_explain(const Args& a) {
   if (a.has("prompt") == a.has("prompt-file")) throw Error("explain: give --prompt TEXT or --prompt-file F");
   const std::string text = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
   const std::string out = a.require("out");
-  std::string dirs[2] = {bundled_model("diff-small"), bundled_model("baseline-small")};
-  if (a.has("models")) {
-    const std::string list = a.get("models");
-    const size_t comma = list.find(',');
-    if (comma == std::string::npos) throw Error("--models expects DIFF_DIR,BASELINE_DIR");
-    dirs[0] = list.substr(0, comma);
-    dirs[1] = list.substr(comma + 1);
-  }
+  const std::vector<std::string> dirs = model_dirs(a);
+  if (dirs.size() != 2) throw Error("--models expects DIFF_DIR,BASELINE_DIR");
   int width = 1920, height = 1080;
-  if (a.has("size")) {
-    const std::string sz = a.get("size");
-    const size_t x = sz.find('x');
-    try {
-      if (x == std::string::npos) throw std::invalid_argument("x");
-      width = std::stoi(sz.substr(0, x));
-      height = std::stoi(sz.substr(x + 1));
-    } catch (const std::exception&) {
-      throw Error("--size expects WIDTHxHEIGHT, e.g. 1920x1080");
-    }
-  }
+  if (a.has("size")) read_size(a, width, height, "1920x1080");
   auto span = [&](const char* key) {
     const std::vector<int> v = a.get_int_list(key);
     if (v.empty()) return TokenSpan{-1, -1};

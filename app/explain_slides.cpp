@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <set>
 
 #include "core/error.h"
 #include "viz/export.h"
