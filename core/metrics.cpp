@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 
 #include "core/error.h"
 #include "core/tiles.h"
@@ -14,6 +16,12 @@ const char* const kAttentionShareDefinition =
     "attention noise = sum of A[i,j] over keys outside the answer and the question / the same denominator; "
     "A = A1 - lambda*A2 for DIFF, the softmax map for the baseline; averaged over the question's tokens i, "
     "then over heads and layers";
+
+const char* const kHeadSummaryDefinition =
+    "per head, averaged over the query rows i: answer and noise as attention to answer / attention noise; "
+    "entropy = -sum of p_j ln p_j (nats), p_j = |A[i,j]| / sum of |A[i,j]| over keys j <= i (DIFF's negative "
+    "weights count by magnitude); normalised entropy = entropy / ln(keys row i sees): 0 one key, 1 uniform; "
+    "sink = A[i,0] / the same denominator; A = A1 - lambda*A2 for DIFF, the softmax map for the baseline";
 
 namespace {
 
@@ -46,6 +54,37 @@ AttentionShare share_of_rows(RowOf&& row_of, int64_t T, const std::vector<int64_
   mean.answer /= static_cast<double>(rows.size());
   mean.noise /= static_cast<double>(rows.size());
   return mean;
+}
+
+// Adds row i's entropy, normalised entropy and sink to `s` (keys 0..i; `visible` of them unmasked).
+void add_row_spread(const float* row, int64_t i, int64_t visible, HeadSummary& s) {
+  double total = 0;
+  for (int64_t j = 0; j <= i; ++j) total += std::fabs(row[j]);
+  if (total <= 0) return;
+  double h = 0;
+  for (int64_t j = 0; j <= i; ++j) {
+    const double p = std::fabs(row[j]) / total;
+    if (p > 0) h -= p * std::log(p);
+  }
+  s.entropy += h;
+  if (visible > 1) s.entropy_norm += h / std::log(static_cast<double>(visible));
+  s.sink += row[0] / total;
+}
+
+template <typename RowOf>
+HeadSummary summary_of_rows(RowOf&& row_of, int64_t T, int64_t window, const std::vector<int64_t>& rows,
+                            TokenSpan answer, TokenSpan question, bool has_answer) {
+  const AttentionShare share = share_of_rows(row_of, T, rows, answer, question);
+  HeadSummary s;
+  for (int64_t i : rows) add_row_spread(row_of(i), i, window > 0 ? std::min(i + 1, window) : i + 1, s);
+  const double n = static_cast<double>(rows.size());
+  s.entropy /= n;
+  s.entropy_norm /= n;
+  s.sink /= n;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  s.answer = has_answer ? share.answer : nan;
+  s.noise = has_answer ? share.noise : nan;
+  return s;
 }
 
 }  // namespace
@@ -95,6 +134,52 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
     r.mean.answer += s.answer / static_cast<double>(r.per_layer.size());
     r.mean.noise += s.noise / static_cast<double>(r.per_layer.size());
   }
+  return r;
+}
+
+HeadSummaries head_summaries(const Trace& trace, const std::vector<int64_t>& rows, TokenSpan answer,
+                             TokenSpan question) {
+  const int64_t T = trace.length(), window = trace.config.sliding_window;
+  // Checked up front: a long-prompt layer recomputes these rows before share_of_rows would look at them.
+  for (TokenSpan s : {answer, question})
+    if (s.begin < 0 || s.begin > s.end || s.end > T)
+      throw Error("attention metrics: a span lies outside the " + std::to_string(T) + " tokens");
+  if (rows.empty()) throw Error("attention metrics: no query rows");
+  for (int64_t i : rows)
+    if (i < 0 || i >= T)
+      throw Error("attention metrics: query row " + std::to_string(i) + " is outside the map");
+  HeadSummaries r;
+  r.has_answer = answer.end > answer.begin;
+  for (const LayerTrace& l : trace.layers) {
+    std::vector<int> which = l.heads;
+    if (l.pooled > 0 && which.empty())  // as attention_noise: a long-prompt layer can recompute every head
+      for (int h = 0; h < trace.config.map_heads(); ++h) which.push_back(h);
+    if (l.pooled == 0 && l.a.empty()) continue;
+    std::vector<HeadSummary> summaries;
+    for (size_t h = 0; h < which.size(); ++h) {
+      if (l.pooled == 0) {
+        const float* map = l.a.data.data() + static_cast<int64_t>(h) * T * T;
+        summaries.push_back(summary_of_rows([&](int64_t i) { return map + i * T; }, T, window, rows, answer,
+                                            question, r.has_answer));
+        continue;
+      }
+      if (!tile_available(trace, l.index, which[h]))
+        throw Error(
+            "long-prompt traces keep pooled maps: per-head summaries need exact maps, or the queries, "
+            "keys and row log-sum-exps of layer " +
+            std::to_string(l.index) + ", which this trace lacks");
+      std::map<int64_t, AttentionTile> exact_rows;  // query row i -> A[i, 0..i], recomputed
+      for (int64_t i : rows)
+        if (!exact_rows.count(i))
+          exact_rows.emplace(i, attention_tile(trace, l.index, which[h], i, 1, 0, i + 1));
+      summaries.push_back(summary_of_rows([&](int64_t i) { return exact_rows.at(i).a.data(); }, T, window,
+                                          rows, answer, question, r.has_answer));
+    }
+    r.layers.push_back(l.index);
+    r.heads.push_back(std::move(which));
+    r.per_head.push_back(std::move(summaries));
+  }
+  if (r.layers.empty()) throw Error("attention metrics: the trace kept no attention maps");
   return r;
 }
 

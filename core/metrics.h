@@ -61,6 +61,37 @@ struct MapDrift {
 };
 MapDrift map_drift(const Trace& reference, const Trace& other);
 
+// A per-head summary of one layer x head's map A (DIFF: A1 − λA2; baseline: the softmax map), each field
+// averaged over the query rows i (a row whose Σ_{j ≤ i} |A[i,j]| is 0 counts as 0):
+//   answer, noise: attention_share's (signed numerators over Σ_{j ≤ i} |A[i,j]|); NaN when no answer span is
+//                  given (HeadSummaries::has_answer false).
+//   entropy:       Shannon entropy in nats of p_j = |A[i,j]| / Σ_{j ≤ i} |A[i,j]|. For the baseline p is the
+//                  softmax row itself; for DIFF the magnitudes stand in for the signed weights (a key pushed
+//                  away with negative weight still takes a share of the row's attention mass).
+//   entropy_norm:  entropy / log(n_i), n_i = the keys row i can see (i + 1, or the sliding window): 0 = all
+//                  mass on one key, 1 = uniform over the visible keys. Row 0 (one key) counts as 0.
+//   sink:          attention to the first token, A[i,0] / Σ_{j ≤ i} |A[i,j]| (signed, like answer).
+struct HeadSummary {
+  double answer = 0, noise = 0;
+  double entropy = 0, entropy_norm = 0;
+  double sink = 0;
+};
+
+struct HeadSummaries {
+  std::vector<int> layers;                         // layers whose maps the trace kept
+  std::vector<std::vector<int>> heads;             // [layer][kept head]: the head index it measured
+  std::vector<std::vector<HeadSummary>> per_head;  // [layer][kept head]
+  bool has_answer = false;                         // false: answer and noise are NaN
+};
+
+// Every kept layer and head of `trace` over `query_rows`. An empty `answer` span means none; `question` may
+// be empty. Long-prompt traces (pooled maps) are summarised exactly from recomputed rows (attention_tile:
+// O(rows · T · d) per head). Throws Error on an empty row set, a row or span outside the trace, a trace that
+// kept no maps, or a long-prompt layer without the queries and keys that recompute its rows.
+HeadSummaries head_summaries(const Trace& trace, const std::vector<int64_t>& query_rows, TokenSpan answer,
+                             TokenSpan question = {});
+
 extern const char* const kAttentionShareDefinition;  // the definition above, for the UI and exports
+extern const char* const kHeadSummaryDefinition;     // HeadSummary's fields, for the UI and exports
 
 }  // namespace difflens

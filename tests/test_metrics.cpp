@@ -1,6 +1,9 @@
 // Attention to answer / attention noise on hand-made maps with known answers.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/model.h"
@@ -85,4 +88,146 @@ TEST_CASE("the strongest answer head names the layer and head index it measured"
   REQUIRE(bt);
   CHECK(bt->head == 1);
   CHECK(bt->share.answer == Approx(std::max(rt.per_head[0][0].answer, rt.per_head[1][0].answer)));
+}
+
+namespace {
+
+// A T-token trace whose layer 0 keeps the given [T, T] maps as heads `heads` (layer 1 kept none).
+Trace trace_of_maps(int64_t T, const std::vector<int>& heads, const std::vector<std::vector<float>>& maps) {
+  Trace t;
+  t.token_ids.assign(static_cast<size_t>(T), 1);
+  LayerTrace l;
+  l.heads = heads;
+  l.a.shape = {static_cast<int64_t>(heads.size()), T, T};
+  for (const auto& m : maps) l.a.data.insert(l.a.data.end(), m.begin(), m.end());
+  t.layers.push_back(l);
+  t.layers.push_back(LayerTrace{});
+  t.layers.back().index = 1;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("head summaries of hand-made softmax maps: entropy, sink, answer and noise", "[metrics]") {
+  const float third = 1.0f / 3;
+  const std::vector<float> spread = {1, 0, 0, 0.5f, 0.5f, 0, third, third, third};  // rows 1, 2 uniform
+  const std::vector<float> peaked = {1, 0, 0, 1, 0, 0, 0, 0, 1};                    // one-hot rows
+  const Trace t = trace_of_maps(3, {2, 5}, {spread, peaked});
+  const HeadSummaries r = head_summaries(t, {2}, {1, 2}, {2, 3});
+  REQUIRE(r.layers == std::vector<int>{0});  // layer 1 kept no maps
+  REQUIRE(r.heads == std::vector<std::vector<int>>{{2, 5}});
+  REQUIRE(r.has_answer);
+  const HeadSummary &u = r.per_head[0][0], &one = r.per_head[0][1];
+  CHECK(u.entropy == Approx(std::log(3.0)));
+  CHECK(u.entropy_norm == Approx(1.0));
+  CHECK(u.sink == Approx(1.0 / 3));
+  CHECK(one.entropy == Approx(0.0).margin(1e-12));
+  CHECK(one.entropy_norm == Approx(0.0).margin(1e-12));
+  CHECK(one.sink == Approx(0.0).margin(1e-12));
+  // answer / noise are attention_share's on the same rows.
+  const AttentionShare s = attention_share(spread.data(), 3, {2}, {1, 2}, {2, 3});
+  CHECK(u.answer == Approx(s.answer));
+  CHECK(u.noise == Approx(s.noise));
+
+  // Averaged over rows 1 and 2; row 0 (a single key) has entropy 0 and counts 0 in the normalised mean.
+  const HeadSummary both = head_summaries(t, {1, 2}, {}, {}).per_head[0][0];
+  CHECK(both.entropy == Approx((std::log(2.0) + std::log(3.0)) / 2));
+  CHECK(both.entropy_norm == Approx(1.0));
+  CHECK(both.sink == Approx((0.5 + 1.0 / 3) / 2));
+  const HeadSummary first = head_summaries(t, {0, 2}, {}, {}).per_head[0][1];
+  CHECK(first.sink == Approx(0.5));  // row 0 all on key 0, row 2 on key 2
+  CHECK(first.entropy_norm == Approx(0.0).margin(1e-12));
+
+  // No answer span: answer and noise are NaN, the rest stays.
+  const HeadSummaries none = head_summaries(t, {2}, {0, 0}, {2, 3});
+  CHECK_FALSE(none.has_answer);
+  CHECK(std::isnan(none.per_head[0][0].answer));
+  CHECK(std::isnan(none.per_head[0][0].noise));
+  CHECK(none.per_head[0][0].entropy == Approx(std::log(3.0)));
+}
+
+TEST_CASE("head summaries of a differential map take entropy over |A|", "[metrics]") {
+  // Row 2 of A1 − λA2 = [-0.1, 0.7, -0.2]: Σ|A| = 1, p = (0.1, 0.7, 0.2).
+  const std::vector<float> A = {0.5f, 0, 0, 0.2f, 0.3f, 0, -0.1f, 0.7f, -0.2f};
+  const HeadSummary h = head_summaries(trace_of_maps(3, {0}, {A}), {2}, {1, 2}, {2, 3}).per_head[0][0];
+  const double H = -(0.1 * std::log(0.1) + 0.7 * std::log(0.7) + 0.2 * std::log(0.2));
+  CHECK(h.entropy == Approx(H));
+  CHECK(h.entropy_norm == Approx(H / std::log(3.0)));
+  CHECK(h.sink == Approx(-0.1));  // signed, like the answer share
+  CHECK(h.answer == Approx(0.7));
+  CHECK(h.noise == Approx(-0.1));
+}
+
+TEST_CASE("head summaries refuse rows and spans outside the trace, and traces without maps",
+          "[metrics][errors]") {
+  const Trace t = trace_of_maps(3, {0}, {std::vector<float>(9, 0.1f)});
+  CHECK_THROWS_WITH(head_summaries(t, {3}, {1, 2}, {2, 3}),
+                    Catch::Contains("query row 3 is outside the map"));
+  CHECK_THROWS_WITH(head_summaries(t, {-1}, {}, {}), Catch::Contains("query row -1"));
+  CHECK_THROWS_WITH(head_summaries(t, {}, {1, 2}, {2, 3}), Catch::Contains("no query rows"));
+  CHECK_THROWS_WITH(head_summaries(t, {2}, {1, 4}, {2, 3}), Catch::Contains("outside the 3 tokens"));
+  CHECK_THROWS_WITH(head_summaries(t, {2}, {1, 2}, {2, 1}), Catch::Contains("outside the 3 tokens"));
+  Trace bare = t;
+  bare.layers[0] = LayerTrace{};
+  CHECK_THROWS_WITH(head_summaries(bare, {2}, {}, {}), Catch::Contains("kept no attention maps"));
+  // A long-prompt layer that kept pooled maps but not the queries and keys its rows are recomputed from.
+  Trace pooled = t;
+  pooled.layers[0].a = FloatArray{};
+  pooled.layers[0].pooled = 2;
+  CHECK_THROWS_WITH(
+      head_summaries(pooled, {2}, {}, {}),
+      Catch::Contains("long-prompt traces keep pooled maps: per-head summaries need exact maps"));
+}
+
+TEST_CASE("head summaries of captures: bounded entropy, attention_noise's shares, long prompts exact",
+          "[metrics]") {
+  for (const ModelConfig& base : {test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 2),
+                                  test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1)}) {
+    for (int64_t window : {0, 5}) {
+      ModelConfig c = base;
+      c.sliding_window = window;
+      INFO(to_string(c.attention) << " window " << window);
+      const Model m = Model::random(c, 82);
+      const Trace t = m.capture(test::random_ids(12, c.vocab_size, 14));
+      for (int64_t i = 0; i < 12; ++i) {
+        const HeadSummaries r = head_summaries(t, {i}, {}, {});
+        const double visible = static_cast<double>(window > 0 ? std::min<int64_t>(i + 1, window) : i + 1);
+        for (const auto& layer : r.per_head)
+          for (const HeadSummary& h : layer) {
+            CHECK(h.entropy >= 0);
+            CHECK(h.entropy <= std::log(visible) + 1e-6);
+            CHECK(h.entropy_norm <= 1 + 1e-6);
+            if (!c.is_diff()) CHECK((h.sink >= 0 && h.sink <= 1 + 1e-6));
+          }
+      }
+      const NoiseReadout n = attention_noise(t, {3, 5}, {9, 12});
+      const HeadSummaries r = head_summaries(t, {9, 10, 11}, {3, 5}, {9, 12});
+      REQUIRE(r.heads == n.heads);
+      for (size_t l = 0; l < r.per_head.size(); ++l)
+        for (size_t h = 0; h < r.per_head[l].size(); ++h) {
+          CHECK(r.per_head[l][h].answer == Approx(n.per_head[l][h].answer));
+          CHECK(r.per_head[l][h].noise == Approx(n.per_head[l][h].noise));
+        }
+    }
+    // A long-prompt trace summarises from recomputed rows exactly what the exact trace's maps give.
+    const Model m = Model::random(base, 83);
+    const std::vector<int64_t> ids = test::random_ids(200, base.vocab_size, 15);
+    CaptureOptions o;
+    o.pooled_budget_bytes = 4096;
+    const Trace pooled = m.capture(ids, o);
+    REQUIRE(pooled.layers[0].pooled > 0);
+    const std::vector<int64_t> rows = {0, 57, 57, 150, 199};
+    const HeadSummaries e = head_summaries(m.capture(ids), rows, {40, 44}, {190, 200});
+    const HeadSummaries p = head_summaries(pooled, rows, {40, 44}, {190, 200});
+    REQUIRE(p.heads == e.heads);
+    for (size_t l = 0; l < e.per_head.size(); ++l)
+      for (size_t h = 0; h < e.per_head[l].size(); ++h) {
+        const HeadSummary &a = e.per_head[l][h], &b = p.per_head[l][h];
+        CHECK(b.answer == Approx(a.answer).margin(1e-6));
+        CHECK(b.noise == Approx(a.noise).margin(1e-6));
+        CHECK(b.entropy == Approx(a.entropy).margin(1e-5));
+        CHECK(b.entropy_norm == Approx(a.entropy_norm).margin(1e-5));
+        CHECK(b.sink == Approx(a.sink).margin(1e-6));
+      }
+  }
 }
