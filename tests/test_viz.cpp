@@ -140,3 +140,119 @@ TEST_CASE("pooling a zoomed region uses absolute indices for causality", "[viz][
   CHECK(std::isnan(
       pool_region(m.data(), 6, 6, {5, 5, 3, 3}, 4, 4, Pooling::Max, true).at(0, 0)));  // outside: masked
 }
+
+// Token labels: hand-written pieces for every rule of viz/token_text.h, compared as exact strings.
+#include <algorithm>
+
+#include "viz/figure.h"
+#include "viz/token_text.h"
+
+namespace {
+using Labels = std::vector<std::string>;
+const std::string kMarker = "\xe2\x96\x81";      // ▁ U+2581
+const std::string kShownSpace = "\xe2\x90\xa3";  // ␣ U+2423
+const std::string kContinues = "\xc2\xb7";       // · U+00B7
+const std::string kEmDash = "\xe2\x80\x94";      // — U+2014
+}  // namespace
+
+TEST_CASE("token labels: the word marker is a space, or a visible mark when the label is only spaces",
+          "[viz][tokens]") {
+  CHECK(display_token(kMarker + "The") == " The");
+  CHECK(display_token(kMarker + kMarker + "x") == "  x");  // one space per marker
+  CHECK(display_token("a" + kMarker + "b" + kMarker) == "a b ");
+  CHECK(display_token("co") == "co");
+  CHECK(display_token(kMarker) == " ");
+  CHECK(display_token(kMarker, Spaces::Visible) == kShownSpace);
+  CHECK(display_token(kMarker + kMarker, Spaces::Visible) == kShownSpace + kShownSpace);
+  CHECK(display_token(" ", Spaces::Visible) == kShownSpace);         // a space piece (bytes tokenizer)
+  CHECK(display_token(kMarker + "The", Spaces::Visible) == " The");  // other text: plain spaces
+  CHECK(display_token("", Spaces::Visible).empty());
+  CHECK(display_tokens({kMarker + "The", kMarker + "secret", "co", "de"}) ==
+        Labels{" The", " secret", "co", "de"});
+}
+
+TEST_CASE("token labels: a byte-fallback run is decoded character by character", "[viz][tokens]") {
+  // The em dash E2 80 94 over three pieces: the character on the first, continuation marks after it.
+  CHECK(display_tokens({kMarker + "a", "<0xE2>", "<0x80>", "<0x94>", kMarker + "b"}) ==
+        Labels{" a", kEmDash, kContinues, kContinues, " b"});
+  // Two characters in one run (é è), and a 4-byte one (U+1F600) on lower-case hex digits.
+  CHECK(display_tokens({"<0xC3>", "<0xA9>", "<0xC3>", "<0xA8>"}) ==
+        Labels{"\xc3\xa9", kContinues, "\xc3\xa8", kContinues});
+  CHECK(display_tokens({"<0xf0>", "<0x9f>", "<0x98>", "<0x80>"}) ==
+        Labels{"\xf0\x9f\x98\x80", kContinues, kContinues, kContinues});
+  // ASCII bytes: printable as themselves, a space like the word marker, controls by name.
+  CHECK(display_tokens({"<0x41>", "<0x20>", "<0x0A>", "<0x09>", "<0x0D>", "<0x1B>", "<0x00>", "<0x7F>"}) ==
+        Labels{"A", " ", "\xe2\x86\xb5", "\xe2\x87\xa5", "\\r", "\\x1B", "\\x00", "\\x7F"});
+  CHECK(display_token("<0x0A>") == "\xe2\x86\xb5");  // ↵
+  CHECK(display_token("<0x20>", Spaces::Visible) == kShownSpace);
+  // Control characters spelled inside a piece get the same names.
+  CHECK(display_token("a\nz\t") == "a\xe2\x86\xb5z\xe2\x87\xa5");
+}
+
+TEST_CASE("token labels: bytes that are not valid UTF-8 stay <0xNN>", "[viz][tokens]") {
+  CHECK(display_token("<0xE2>") == "<0xE2>");  // a lone lead byte
+  CHECK(display_tokens({"<0xE2>", "<0x80>", "<0x41>"}) == Labels{"<0xE2>", "<0x80>", "A"});  // cut short
+  CHECK(display_tokens({"<0xE2>", "x", "<0x80>", "<0x94>"}) ==
+        Labels{"<0xE2>", "x", "<0x80>", "<0x94>"});  // a piece between the bytes ends the run
+  CHECK(display_tokens({"<0xC0>", "<0xAF>"}) == Labels{"<0xC0>", "<0xAF>"});  // overlong '/'
+  CHECK(display_tokens({"<0xED>", "<0xA0>", "<0x80>"}) == Labels{"<0xED>", "<0xA0>", "<0x80>"});  // surrogate
+  CHECK(display_tokens({"<0xF4>", "<0x90>", "<0x80>", "<0x80>"}) ==
+        Labels{"<0xF4>", "<0x90>", "<0x80>", "<0x80>"});  // above U+10FFFF
+  CHECK(display_token("<0xFF>") == "<0xFF>");
+  // A stray continuation byte before a good character: only the stray byte stays raw.
+  CHECK(display_tokens({"<0x80>", "<0xC3>", "<0xA9>"}) == Labels{"<0x80>", "\xc3\xa9", kContinues});
+}
+
+TEST_CASE("token labels: specials, look-alikes and broken UTF-8 pass through unchanged", "[viz][tokens]") {
+  for (const std::string p : {"<s>", "</s>", "<unk>", "<|begin_of_text|>", "<|eot_id|>", "<0x4>", "<0xZZ>",
+                              "<0x41", "0x41>", "<0X41>", "<0x411>", "\xc3", "\xffxyz"})
+    CHECK(display_token(p) == p);
+  CHECK(display_token("\xff" + kMarker) == "\xff ");                   // the marker still becomes a space
+  CHECK(display_token(kMarker.substr(0, 2)) == kMarker.substr(0, 2));  // half a marker is not one
+}
+
+TEST_CASE("token labels: one label per piece, index for index", "[viz][tokens]") {
+  CHECK(display_tokens({}).empty());
+  const Labels pieces = {"<s>",    kMarker + "The", kMarker + "secret", "co",     "de",     kMarker, "<0xE2>",
+                         "<0x80>", "<0x94>",        "<0x0A>",           "<0xC3>", "<0xFF>", "\xff",  "</s>"};
+  const Labels labels = display_tokens(pieces);
+  REQUIRE(labels.size() == pieces.size());
+  CHECK(labels == Labels{"<s>", " The", " secret", "co", "de", " ", kEmDash, kContinues, kContinues,
+                         "\xe2\x86\xb5", "<0xC3>", "<0xFF>", "\xff", "</s>"});
+  CHECK(display_tokens(pieces, Spaces::Visible)[5] == kShownSpace);
+  // A piece outside a byte run is labelled as it would be alone.
+  for (size_t i : {0, 1, 2, 3, 4, 5, 12, 13}) CHECK(labels[i] == display_token(pieces[i]));
+}
+
+TEST_CASE("a head figure labels its axes with display labels and keeps the raw pieces",
+          "[viz][tokens][figure]") {
+  INFO("DejaVuSans.ttf not found: install fonts-dejavu-core");
+  REQUIRE_FALSE(find_system_font().empty());
+  const FigureFont& font = FigureFont::standard();
+  HeadFigure fig;
+  fig.tokens = {"<s>", kMarker + "The", kMarker, "<0xE2>", "<0x80>", "<0x94>", "<0x0A>"};
+  const Labels raw = fig.tokens;
+  const int64_t T = static_cast<int64_t>(fig.tokens.size());
+  std::vector<float> a(static_cast<size_t>(T * T), 0.5f);
+  fig.panels = {{"A", a.data(), {}}};
+  fig.panel_size = 256;
+  const FigureScene sc = layout_head_figure(fig, font);
+  CHECK(fig.tokens == raw);
+  // Each label once down the left (horizontal) and once under the map (vertical).
+  for (const std::string& label : {std::string("<s>"), std::string(" The"), kShownSpace, kEmDash, kContinues,
+                                   std::string("\xe2\x86\xb5")}) {
+    INFO(label);
+    const auto n = std::count_if(sc.texts.begin(), sc.texts.end(),
+                                 [&](const FigureScene::Text& t) { return t.text == label; });
+    CHECK(n == (label == kContinues ? 4 : 2));
+  }
+  for (const auto& t : sc.texts) {
+    CHECK(t.text.find(kMarker) == std::string::npos);
+    CHECK(t.text.find("<0x") == std::string::npos);
+  }
+  const std::string svg = head_figure_svg(fig, font);
+  CHECK(svg.find("&lt;s&gt;</text>") != std::string::npos);  // still escaped for XML
+  CHECK(svg.find("> The</text>") != std::string::npos);
+  CHECK(svg.find(">" + kEmDash + "</text>") != std::string::npos);
+  CHECK(svg.find(kMarker) == std::string::npos);
+}

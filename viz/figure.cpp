@@ -13,6 +13,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "viz/token_text.h"
 
 namespace difflens::viz {
 namespace {
@@ -463,10 +464,13 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
     return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(label_px * 1.15 / cell)));
   };
   const int64_t row_stride = stride_for(region.rows), col_stride = stride_for(region.cols);
+  // Labels from the whole sequence, so a zoomed region that starts inside a byte-fallback character
+  // still shows it as a continuation; a label of only spaces is drawn as "␣" so it can be seen.
+  const std::vector<std::string> shown = display_tokens(fig.tokens, Spaces::Visible);
   auto labels = [&](int64_t first, int64_t count, int64_t stride) {
     std::vector<std::pair<int64_t, std::string>> out;
     for (int64_t i = first; i < first + count; i += stride)
-      out.push_back({i, fit(font, fig.tokens[static_cast<size_t>(i)], label_px, label_cap)});
+      out.push_back({i, fit(font, shown[static_cast<size_t>(i)], label_px, label_cap)});
     return out;
   };
   const auto row_labels = labels(region.row0, region.rows, row_stride);

@@ -82,7 +82,7 @@ struct FigurePanel {
 struct HeadFigure {
   std::string title;
   std::vector<FigurePanel> panels;
-  std::vector<std::string> tokens;  // T labels
+  std::vector<std::string> tokens;  // T pieces as the tokenizer spells them; drawn as display_tokens()
   MapRegion region;                 // rows == 0: the whole map
   int panel_size = 512;             // pixels per map side
   Pooling pooling = Pooling::Max;
