@@ -35,6 +35,7 @@
 #include "viz/figure.h"
 
 #include <csignal>
+#include <cstdlib>
 
 namespace difflens::cli {
 namespace {
@@ -51,12 +52,21 @@ GUI options:
   --bundle DIR          open a trace bundle (capture --out) into the left slot at start, as its button does
   --screenshot F.png    write the window to F.png once both maps are shown, then exit
   --exit-after-frames N frames to render after the result before the screenshot (default 3)
-  --size WxH            window size (default 1600x1000)   --font-scale X (HiDPI)   --lecture   --threads N
+  --size WxH            window size (default: the last one, or 90 % of the screen)   --font-scale X (HiDPI)
+                        --lecture   --threads N
   --device auto|cpu|cuda  where the models run (auto: CUDA when this LibTorch build has a GPU)
-  --tab overview|models|noise|lab|outliers|explain   which bottom panel is open
+  --view NAME           the view shown: maps, query-row (Figure 1), models, lambda, noise, lab, outliers or
+                        explain (keys 1-8; --tab is the same; default: the last one, first query-row)
+  --split off|below|beside  the view alone, below the maps or beside them (default: as last left; below)
+  --head-metric maps|answer|noise|entropy|sink   the Model view's grid: maps, or each head coloured by
+                        its attention to the answer, noise, entropy or first-token share
+  --metric-rows query|question   ...over the selected query's row or the question's rows (query to end)
+  --hover ROW,COL       headless: the mouse over this query row and key of the first map (else no hover)
+  --settings FILE       layout settings read at start, written at exit (default ~/.config/difflens/layout.ini;
+                        headless screenshots use none unless given)
   --explain-step N      the Explain tab's step (1-6)   --present   start presenting its slides (Esc leaves)
   --export-all          export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E
-  --export-dir DIR      export folder     --maps-height F   share of the height for the maps (0.2-0.85)
+  --export-dir DIR      export folder     --maps-height F   the maps' share of a split view (0.2-0.85)
   --logit-bits 8|6|4    show both models with absmax-quantized attention logits (0: exact)
   --needle T,D,N,R,S[,A]  start with a held-out needle prompt (T tokens, depth D %, N needles, R asked,
                         seed S; A=1 the prompt ends with the asked code, 0 before it), question and answer
@@ -565,7 +575,7 @@ int cmd_gui(const Args& a) {
                     "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
                     "maps-height", "logit-bits", "needle", "lab-lengths", "lab-depths", "lab-needles", "lab-queried",
                     "lab-seeds", "lab-run", "haystack", "pooled-budget", "device", "prompt-file", "bundle",
-                    "explain-step", "present"});
+                    "explain-step", "present", "view", "split", "hover", "settings", "head-metric", "metric-rows"});
   app::GuiOptions o;
   if (a.has("prompt") && a.has("prompt-file")) throw Error("give --prompt or --prompt-file, not both");
   if (a.has("models")) {
@@ -596,6 +606,9 @@ int cmd_gui(const Args& a) {
   if (a.has("size")) {
     read_size(a, o.width, o.height, "1600x1000");
     if (o.width < 320 || o.height < 240) throw Error("--size: the window must be at least 320x240");
+    o.size_given = true;
+  } else if (a.has("screenshot")) {
+    o.size_given = true;  // headless: the documented default size, whatever the screen
   }
   auto fraction = [&](const char* key, const char* expects) {
     try {
@@ -639,24 +652,55 @@ int cmd_gui(const Args& a) {
   if (o.logit_bits != 0 && o.logit_bits != 8 && o.logit_bits != 6 && o.logit_bits != 4)
     throw Error("--logit-bits must be 0 (exact), 8, 6 or 4");
   if (a.has("maps-height")) {
-    o.maps_fraction = fraction("maps-height", "a fraction of the window between 0.2 and 0.85");
-    if (!(o.maps_fraction >= 0.2f && o.maps_fraction <= 0.85f))
-      throw Error("--maps-height expects a fraction of the window between 0.2 and 0.85");
+    const float f = fraction("maps-height", "a fraction of the window between 0.2 and 0.85");
+    if (!(f >= 0.2f && f <= 0.85f)) throw Error("--maps-height expects a fraction of the window between 0.2 and 0.85");
+    o.split_fraction = f;
   }
   o.threads = a.get_int("threads", 0);
   o.device = a.get("device", "auto");
   (void)parse_device(o.device);  // refuse a typo before a window opens
   if (a.has("pooled-budget")) o.pooled_budget_mb = static_cast<double>(pooled_budget(a)) / (1024.0 * 1024.0);
-  if (a.has("tab")) {
-    const std::string tab = a.get("tab");
-    if (tab != "outliers" && tab != "overview" && tab != "noise" && tab != "models" && tab != "lab" &&
-        tab != "explain")
-      throw Error("--tab must be overview, models, noise, lab, outliers or explain");
-    o.open_explain = tab == "explain";
-    o.open_outliers = tab == "outliers";
-    o.open_lab = tab == "lab";
-    o.open_noise = tab == "noise";
-    o.open_model_view = tab == "models";
+  if (a.has("tab") && a.has("view")) throw Error("give --view or --tab (the same), not both");
+  if (a.has("tab") || a.has("view")) {
+    const std::string name = a.get(a.has("view") ? "view" : "tab");
+    o.view = app::parse_view(name);
+    if (!o.view) throw Error("--view must be " + app::view_names() + " (got '" + name + "')");
+  }
+  if (a.has("split")) {
+    const std::string split = a.get("split");
+    if (split != "off" && split != "below" && split != "beside")
+      throw Error("--split must be off, below or beside (got '" + split + "')");
+    o.split = split == "off" ? 0 : split == "below" ? 1 : 2;
+  }
+  if (a.has("head-metric")) {
+    static const char* kMetrics[] = {"maps", "answer", "noise", "entropy", "sink"};
+    const std::string m = a.get("head-metric");
+    const auto it = std::find(std::begin(kMetrics), std::end(kMetrics), m);
+    if (it == std::end(kMetrics))
+      throw Error("--head-metric must be maps, answer, noise, entropy or sink (got '" + m + "')");
+    o.head_metric = static_cast<int>(it - std::begin(kMetrics));
+  }
+  if (a.has("metric-rows")) {
+    const std::string m = a.get("metric-rows");
+    if (m != "query" && m != "question") throw Error("--metric-rows must be query or question (got '" + m + "')");
+    o.metric_rows = m == "question" ? 1 : 0;
+  }
+  const std::vector<int> hover = a.get_int_list("hover");
+  if (a.has("hover")) {
+    if (hover.size() != 2 || hover[0] < 0 || hover[1] < 0 || hover[1] > hover[0])
+      throw Error("--hover expects ROW,COL with 0 <= COL <= ROW (a query row and a key it sees)");
+    o.hover[0] = hover[0];
+    o.hover[1] = hover[1];
+  }
+  if (a.has("settings")) {
+    o.settings_path = a.get("settings");
+  } else if (!a.has("screenshot")) {  // a window for a person: remember its layout between runs
+    const char* xdg = std::getenv("XDG_CONFIG_HOME");
+    const char* home = std::getenv("HOME");
+    if (xdg && *xdg)
+      o.settings_path = (std::filesystem::path(xdg) / "difflens" / "layout.ini").string();
+    else if (home && *home)
+      o.settings_path = (std::filesystem::path(home) / ".config" / "difflens" / "layout.ini").string();
   }
   o.query = a.get_int("query", -1);
   o.explain_step = a.get_int("explain-step", 1);

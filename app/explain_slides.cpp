@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "viz/export.h"
+#include "viz/token_text.h"
 
 namespace difflens::app {
 namespace {
@@ -403,7 +404,7 @@ ExplainSide explain_side(const std::string& model, const Trace* trace, int layer
     s.why = "no trace in this slot";
     return s;
   }
-  s.tokens = trace->tokens;
+  s.tokens = viz::display_tokens(trace->tokens, viz::Spaces::Visible);
   if (trace->config.is_diff())
     for (const LayerTrace& l : trace->layers) s.layer_lambdas.push_back(l.lambda);
   try {

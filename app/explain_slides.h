@@ -15,7 +15,7 @@ constexpr int kExplainSteps = 6;
 
 struct ExplainSide {
   std::string model;                  // name shown above its column
-  std::vector<std::string> tokens;    // its token pieces (for key labels)
+  std::vector<std::string> tokens;    // its tokens as display labels (viz/token_text.h), for key labels
   std::vector<double> layer_lambdas;  // DIFF: λ of every layer (step 4); empty otherwise
   std::optional<HeadExplain> head;    // empty: `why` says what is missing
   std::string why;

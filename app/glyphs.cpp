@@ -8,6 +8,7 @@ const uint16_t kBaseGlyphRanges[] = {0x0020, 0x024F,   // Latin
                                      0x2000, 0x206F,   // punctuation (—, …)
                                      0x2190, 0x21FF,   // arrows
                                      0x2200, 0x22FF,   // mathematical operators (−, ≤)
+                                     0x2423, 0x2423,   // open box (a token that is only a space)
                                      0x2580, 0x259F,   // block elements
                                      0xFFFD, 0xFFFD,   // the replacement character
                                      0};

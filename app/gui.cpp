@@ -7,6 +7,7 @@
 #include <backends/imgui_impl_glfw.h>
 #include <backends/imgui_impl_opengl3.h>
 #include <imgui.h>
+#include <imgui_internal.h>
 #include <imgui_freetype.h>
 #include <imgui_stdlib.h>
 #include <stb_image_write.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -33,6 +35,7 @@
 #include "app/panel_explain.h"
 #include "app/panel_maps.h"
 #include "app/panels.h"
+#include "app/shell.h"
 #include "app/ui_fonts.h"
 #include "app/needle_report.h"
 #include "core/data.h"
@@ -60,6 +63,69 @@ bool write_screenshot(const std::string& path, int width, int height) {
   return ok != 0;
 }
 
+// The layout settings file (layout.h's key=value lines); missing or unreadable: the defaults.
+LayoutState read_layout_settings(const std::string& path) {
+  LayoutState layout;
+  if (path.empty()) return layout;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) (void)read_layout_setting(layout, line);
+  return layout;
+}
+
+void write_layout_settings(const std::string& path, const LayoutState& layout) {
+  if (path.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  std::ofstream out(path);
+  out << layout_settings_text(layout);
+  if (!out) std::fprintf(stderr, "difflens: could not save the layout to %s\n", path.c_str());
+}
+
+// The window's size and place when none is asked for: the remembered size, or 90 % of the primary monitor's
+// work area, never larger than that area, centred in it.
+void fit_to_monitor(const LayoutState& layout, int& width, int& height, int& x, int& y) {
+  int ax = 0, ay = 0, aw = 0, ah = 0;
+  if (GLFWmonitor* monitor = glfwGetPrimaryMonitor()) glfwGetMonitorWorkarea(monitor, &ax, &ay, &aw, &ah);
+  if (aw <= 0 || ah <= 0) return;  // unknown: keep the default size
+  width = layout.window_w > 0 ? std::min(layout.window_w, aw) : static_cast<int>(aw * 0.9);
+  height = layout.window_h > 0 ? std::min(layout.window_h, ah) : static_cast<int>(ah * 0.9);
+  width = std::max(width, 320);
+  height = std::max(height, 240);
+  x = ax + (aw - width) / 2;
+  y = ay + (ah - height) / 2;
+}
+
+// The headless layout report: the view shown, every region drawn (window pixels) and any window that lies
+// outside the screen or whose contents it clips without a scrollbar to reach them.
+void print_layout_report(const GuiState& state, int width, int height) {
+  std::printf("layout: view %s%s\n", view_name(state.layout.view),
+              state.layout.split_shown()
+                  ? (state.layout.side_by_side ? " beside the maps" : " below the maps")
+                  : "");
+  for (const LayoutRecord::Rect& r : state.drawn.rects)
+    std::printf("layout: %s %.0f %.0f %.0f %.0f (%.0fx%.0f)\n", r.name.c_str(), r.x0, r.y0, r.x1, r.y1, r.x1 - r.x0,
+                r.y1 - r.y0);
+  int windows = 0, bad = 0;
+  for (ImGuiWindow* win : GImGui->Windows) {
+    if (!win->Active || (win->Flags & (ImGuiWindowFlags_Tooltip | ImGuiWindowFlags_Popup))) continue;
+    if (std::strstr(win->Name, "/##prompt")) continue;  // the prompt editor scrolls to its cursor (no wrapping)
+    ++windows;
+    const ImRect r = win->Rect();
+    const bool outside = r.Min.x < -0.5f || r.Min.y < -0.5f || r.Max.x > width + 0.5f || r.Max.y > height + 0.5f;
+    const ImVec2 room(win->ContentRegionRect.GetWidth(), win->ContentRegionRect.GetHeight());
+    const bool clipped_x = !win->ScrollbarX && win->ContentSize.x > room.x + 1.0f;
+    const bool clipped_y = !win->ScrollbarY && win->ContentSize.y > room.y + 1.0f;
+    if (outside || clipped_x || clipped_y) {
+      ++bad;
+      std::printf("layout: %s %s: content %.0fx%.0f in %.0fx%.0f at %.0f,%.0f-%.0f,%.0f\n", win->Name,
+                  outside ? "outside the window" : "clips its contents", win->ContentSize.x, win->ContentSize.y, room.x,
+                  room.y, r.Min.x, r.Min.y, r.Max.x, r.Max.y);
+    }
+  }
+  std::printf("layout check: %d windows, %d outside or clipped\n", windows, bad);
+}
+
 }  // namespace
 
 int run_gui(const GuiOptions& opt) {
@@ -71,19 +137,30 @@ int run_gui(const GuiOptions& opt) {
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
   glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
   glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
-  GLFWwindow* window = glfwCreateWindow(opt.width, opt.height, "DiffLens", nullptr, nullptr);
+  // The layout as last left (view, split, side panel, window size), then what the command line asks.
+  LayoutState layout = read_layout_settings(opt.settings_path);
+  if (opt.view) layout.view = *opt.view;
+  if (opt.split >= 0) {
+    layout.view_split() = opt.split > 0;
+    layout.side_by_side = opt.split == 2;
+  }
+  if (opt.split_fraction) layout.split_fraction = *opt.split_fraction;
+  int width = opt.width, height = opt.height, x = -1, y = -1;
+  if (!opt.size_given) fit_to_monitor(layout, width, height, x, y);
+  GLFWwindow* window = glfwCreateWindow(width, height, "DiffLens", nullptr, nullptr);
   if (!window) {
     std::fprintf(stderr, "difflens: cannot create an OpenGL 3.3 core window\n");
     glfwTerminate();
     return 1;
   }
+  if (x >= 0 && y >= 0) glfwSetWindowPos(window, x, y);
   glfwMakeContextCurrent(window);
   glfwSwapInterval(1);
 
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
   ImGuiIO& io = ImGui::GetIO();
-  io.IniFilename = nullptr;  // a fixed layout; nothing to persist yet
+  io.IniFilename = nullptr;  // the layout is ours (LayoutState, kept by write_layout_settings), not ImGui's
   io.Fonts->FontBuilderIO = ImGuiFreeType::GetBuilderForFreeType();
   // Two sizes baked (crisp text in both): the normal one and the lecture one; characters beyond the base
   // ranges are added as prompts and tokens bring them (the atlas is rebuilt between frames).
@@ -94,6 +171,7 @@ int run_gui(const GuiOptions& opt) {
   fonts.needs.add(opt.prompt);
   build_fonts(fonts);
   ImGui::StyleColorsLight();
+  const ImGuiStyle base_style = ImGui::GetStyle();
   ImGui::GetStyle().ScaleAllSizes(opt.font_scale);  // padding, spacing, grab sizes follow the font (HiDPI)
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init("#version 330 core");
@@ -123,7 +201,10 @@ int run_gui(const GuiOptions& opt) {
     state.view.zoom_col0 = opt.zoom[1];
     state.view.zoom_span = opt.zoom[2];
     if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
-    state.view.maps_fraction = opt.maps_fraction;
+    state.layout = layout;
+    state.view.head_metric = opt.head_metric;
+    state.view.metric_rows = opt.metric_rows;
+    state.font_scale = opt.font_scale;
     state.needle.haystack_path = opt.haystack;
     state.pooled_budget = opt.pooled_budget_mb > 0 ? static_cast<size_t>(opt.pooled_budget_mb * 1024 * 1024) : 0;
     state.lab.lengths = opt.lab_lengths;
@@ -149,9 +230,7 @@ int run_gui(const GuiOptions& opt) {
       if (kQuantizationBits[k] == opt.logit_bits) state.view.quantization = k;
     if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
     if (opt.lab_run) start_lab_sweep(state, worker);  // after the logits setting it uses
-    HeadView head_views[kSlots];
-    ModelView model_views[kSlots];
-    ExplainView explain_view;
+    ViewObjects views;
     struct {
       bool on = false;
       int x = 0, y = 0, w = 0, h = 0;  // the window before it went full screen
@@ -160,7 +239,6 @@ int run_gui(const GuiOptions& opt) {
     state.explain.present = opt.present;
     int frames_since_result = -1;
     std::vector<double> first_frame_ms, steady_ms;  // headless frame timing
-    bool first_panels = true;
     bool export_pending = opt.export_all;
     bool simulated_edit = false;  // headless Ctrl+E, once the first result is on screen
     bool result_ready = false;    // headless: the simulated edit's result arrived
@@ -224,7 +302,13 @@ int run_gui(const GuiOptions& opt) {
 
       // Characters the atlas lacks (new prompt text, a new trace's tokens): rebuild it before this frame.
       const bool new_result = state.shown && state.shown->request != fonts.seen_request;
-      if (fonts.needs.add(state.prompt.text) | (new_result && need_trace_glyphs(fonts, *state.shown))) {
+      const bool rescale = state.font_scale != fonts.scale;  // the View menu's text size
+      if (rescale) {
+        fonts.scale = state.font_scale;
+        ImGui::GetStyle() = base_style;
+        ImGui::GetStyle().ScaleAllSizes(fonts.scale);
+      }
+      if (fonts.needs.add(state.prompt.text) | (new_result && need_trace_glyphs(fonts, *state.shown)) | rescale) {
         build_fonts(fonts);
         ImGui_ImplOpenGL3_DestroyFontsTexture();
         ImGui_ImplOpenGL3_CreateFontsTexture();
@@ -234,37 +318,61 @@ int run_gui(const GuiOptions& opt) {
         io.FontDefault = state.lecture || state.explain.present ? fonts.lecture : fonts.normal;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
+      if (!opt.screenshot.empty() && !state.explain.present) {
+        // Headless screenshots show no hover, unless --hover puts the mouse over a cell of the first map.
+        io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
+        if (opt.hover[0] >= 0)
+          if (const LayoutRecord::Rect* m = state.drawn.find("map.0")) {
+            // The first whole pixel of the cell (ImGui floors the mouse position): exact while cells are
+            // at least a pixel wide.
+            const double span = state.view.zoom_span > 0 ? state.view.zoom_span : 1;
+            io.MousePos = ImVec2(
+                std::ceil(m->x0 + static_cast<float>((opt.hover[1] - state.view.zoom_col0) / span) * (m->x1 - m->x0)),
+                std::ceil(m->y0 + static_cast<float>((opt.hover[0] - state.view.zoom_row0) / span) * (m->y1 - m->y0)));
+          }
+      }
       ImGui::NewFrame();
+      state.drawn.rects.clear();
       ImGui::SetNextWindowPos(ImVec2(0, 0));
       ImGui::SetNextWindowSize(io.DisplaySize);
-      ImGui::Begin(
-          "DiffLens", nullptr,
-          ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoBringToFrontOnFocus);
+      ImGui::Begin("DiffLens", nullptr,
+                   ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoBringToFrontOnFocus |
+                       ImGuiWindowFlags_MenuBar);
+      const ModelShape shape = shape_of(state);
+      if (shape.layers > 0) {  // keep the requested selection until there is a model to check it against
+        if (state.view.layer < 0 || state.view.layer >= shape.layers) state.view.layer = shape.layers - 1;
+        for (int s = 0; s < kSlots; ++s)
+          state.view.head[s] = std::clamp(state.view.head[s], 0, std::max(0, shape.heads[s] - 1));
+      }
       if (state.explain.present) {  // presentation: the token strip and the Explain slide fill the window
-        explain_view.draw_presentation(state);
+        views.explain.draw_presentation(state);
       } else {
-        draw_model_slots(state, worker);
-        ImGui::Checkbox("Lecture mode (large text)", &state.lecture);
-        ImGui::SameLine(0, ImGui::GetFontSize() * 2);
-        draw_device_menu(state, worker);
-        ImGui::Separator();
-        draw_prompt_editor(state);
-        int layers = 0, heads[kSlots] = {0, 0};
-        if (state.shown)
-          for (int s = 0; s < kSlots; ++s)
-            if (const auto& t = state.shown->traces[s]) {
-              layers = std::max(layers, static_cast<int>(t->layers.size()));
-              heads[s] = static_cast<int>(t->config.map_heads());
-            }
-        if (layers > 0) {  // keep the requested selection until there is a model to check it against
-          if (state.view.layer < 0 || state.view.layer >= layers) state.view.layer = layers - 1;
-          for (int s = 0; s < kSlots; ++s)
-            state.view.head[s] = std::clamp(state.view.head[s], 0, std::max(0, heads[s] - 1));
-        }
-        draw_controls(state, layers, heads);
-        ImGui::Separator();
+        handle_keys(state, shape);
+        draw_menu_bar(state, worker);
+        draw_open_dialog(state, worker);
         state.selection.hovered_key = state.selection.hovered_next;
         state.selection.hovered_next = -1;
+        const float status_h = ImGui::GetFrameHeightWithSpacing();
+        ImGui::BeginChild("body", ImVec2(0, -status_h), false, ImGuiWindowFlags_NoScrollbar);
+        const float em = ImGui::GetFontSize();
+        if (state.layout.side_panel) {
+          const float side_w = std::min(state.layout.side_width_em * em, ImGui::GetContentRegionAvail().x * 0.3f);
+          ImGui::BeginChild("side", ImVec2(side_w, 0), true);
+          if (ImGui::SmallButton("<< hide")) state.layout.side_panel = false;
+          if (ImGui::IsItemHovered()) ImGui::SetTooltip("Hide the side panel (Tab; View menu)");
+          draw_side_panel(state, worker, shape);
+          ImGui::EndChild();
+          state.drawn.note("side", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y, ImGui::GetItemRectMax().x,
+                           ImGui::GetItemRectMax().y);
+          ImGui::SameLine();
+        } else {
+          if (ImGui::Button(">>", ImVec2(0, ImGui::GetContentRegionAvail().y)))
+            state.layout.side_panel = true;
+          if (ImGui::IsItemHovered()) ImGui::SetTooltip("Show the side panel: models, layer and heads (Tab)");
+          ImGui::SameLine();
+        }
+        ImGui::BeginChild("main", ImVec2(0, 0), false, ImGuiWindowFlags_NoScrollbar);
+        draw_prompt_editor(state);
         std::shared_ptr<const Trace> any;
         if (state.shown)
           for (int s = kSlots - 1; s >= 0; --s)
@@ -273,80 +381,35 @@ int run_gui(const GuiOptions& opt) {
           const int T = static_cast<int>(any->length());
           if (state.selection.query < 0 || state.selection.query >= T) state.selection.query = T - 1;
           draw_token_strip(state, any->tokens);
-          ImGui::Separator();
+          state.drawn.note("tokens", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
+                           ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
         }
-        if (state.shown) {
-          const float avail = ImGui::GetContentRegionAvail().x, avail_h = ImGui::GetContentRegionAvail().y;
-          // Maps take `maps_fraction` of the height left (the tabbed panels below get the rest; the bar
-          // under the maps drags it), as wide as four maps side by side allow.
-          const float side = std::max(96.0f, std::min((avail - 5 * ImGui::GetStyle().ItemSpacing.x) / 4.0f,
-                                                      state.view.maps_fraction * avail_h -
-                                                          5 * ImGui::GetTextLineHeightWithSpacing()));
-          draw_head_views(state, head_views, renderer, side);
-          // Splitter: drag to give the maps more or less of the height.
-          ImGui::InvisibleButton("##split", ImVec2(-1, std::max(6.0f, ImGui::GetFontSize() * 0.4f)));
-          const bool split_hot = ImGui::IsItemHovered() || ImGui::IsItemActive();
-          if (ImGui::IsItemActive() && avail_h > 0)
-            state.view.maps_fraction =
-                std::clamp(state.view.maps_fraction + ImGui::GetIO().MouseDelta.y / avail_h, 0.2f, 0.85f);
-          if (split_hot) ImGui::SetMouseCursor(ImGuiMouseCursor_ResizeNS);
-          {
-            const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
-            const float y = (a.y + b.y) / 2;
-            ImGui::GetWindowDrawList()->AddLine(
-                ImVec2(a.x, y), ImVec2(b.x, y),
-                split_hot ? IM_COL32(60, 120, 220, 255) : IM_COL32(180, 180, 180, 255),
-                split_hot ? 3.0f : 1.0f);
-          }
-          const float bottom = -1.5f * ImGui::GetTextLineHeightWithSpacing();  // keep the status line visible
-          ImGui::BeginChild("panels", ImVec2(0, bottom));
-          if (ImGui::BeginTabBar("panels")) {
-            if (ImGui::BeginTabItem("Query row, lambda, next token")) {
-              draw_overview_tab(state);
-              ImGui::EndTabItem();
-            }
-            if (ImGui::BeginTabItem(
-                    "Model view", nullptr,
-                    opt.open_model_view && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
-              draw_model_view_tab(state, model_views, renderer);
-              ImGui::EndTabItem();
-            }
-            if (ImGui::BeginTabItem("Attention noise", nullptr,
-                                    opt.open_noise && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
-              draw_needle_builder(state);
-              draw_noise_panel(state, *state.shown);
-              ImGui::EndTabItem();
-            }
-            if (ImGui::BeginTabItem("Needle lab", nullptr,
-                                    opt.open_lab && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
-              draw_lab_panel(state, worker);
-              ImGui::EndTabItem();
-            }
-            if (ImGui::BeginTabItem("Outliers", nullptr,
-                                    opt.open_outliers && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
-              draw_outlier_panel(*state.shown, state.view.outlier_layer);
-              ImGui::EndTabItem();
-            }
-            if (ImGui::BeginTabItem("Explain", nullptr,
-                                    opt.open_explain && first_panels ? ImGuiTabItemFlags_SetSelected : 0)) {
-              explain_view.draw_tab(state);
-              ImGui::EndTabItem();
-            }
-            ImGui::EndTabBar();
-            first_panels = false;  // --tab selects a tab once; the user's clicks rule after that
-          }
-          ImGui::EndChild();
-        }
-      }  // not presenting
-      ImGui::Separator();
-      ImGui::Text("%s | last run %.0f ms for both models, %.0f ms from keystroke to maps on screen | %s",
-                  state.status.busy ? "running..." : "idle", state.status.last_run_ms,
-                  state.edit_to_screen_ms, state.message.c_str());
+        draw_view_bar(state);
+        draw_central_area(state, worker, views, renderer);
+        ImGui::EndChild();
+        ImGui::EndChild();
+        ImGui::Separator();
+        // One line, cut at the window's edge (the whole of it on hover).
+        char status[1024];
+        std::snprintf(status, sizeof status, "%s | last run %.0f ms for both models, %.0f ms from keystroke to maps on screen | %s",
+                      state.status.busy ? "running..." : "idle", state.status.last_run_ms, state.edit_to_screen_ms,
+                      state.message.c_str());
+        const ImVec2 at = ImGui::GetCursorScreenPos();
+        const float width = ImGui::GetContentRegionAvail().x;
+        ImGui::Dummy(ImVec2(width, ImGui::GetTextLineHeight()));
+        ImGui::GetWindowDrawList()->PushClipRect(at, ImVec2(at.x + width, at.y + ImGui::GetTextLineHeight()), true);
+        ImGui::GetWindowDrawList()->AddText(at, ImGui::GetColorU32(ImGuiCol_Text), status);
+        ImGui::GetWindowDrawList()->PopClipRect();
+        if (ImGui::IsItemHovered() && ImGui::CalcTextSize(status).x > width) ImGui::SetTooltip("%s", status);
+      }
       ImGui::End();
       state.export_all = (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_E, false) && !io.WantTextInput) ||
                          (export_pending && state.shown.has_value());
       if (state.shown) export_pending = false;
-      const bool window_shot = ImGui::IsKeyPressed(GLFW_KEY_F12, false);
+      state.export_head_views = false;
+      const bool window_shot = state.window_shot;
+      state.window_shot = false;
+      if (state.quit) glfwSetWindowShouldClose(window, 1);
 
       ImGui::Render();
       int w, h;
@@ -381,6 +444,7 @@ int run_gui(const GuiOptions& opt) {
               "wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
               opt.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
           if (!state.message.empty()) std::printf("status line: %s\n", state.message.c_str());
+          print_layout_report(state, w, h);
           for (int s = 0; s < kSlots; ++s) {  // what each slot shows instead of maps, if anything
             const WorkerStatus st = worker.status();
             if (!st.slots[s].error.empty()) std::printf("slot %d: %s\n", s, st.slots[s].error.c_str());
@@ -421,6 +485,14 @@ int run_gui(const GuiOptions& opt) {
         }
       }
     }
+    // Remembered for the next run: the layout and the window's size (before it went full screen).
+    if (fullscreen.on) {
+      state.layout.window_w = fullscreen.w;
+      state.layout.window_h = fullscreen.h;
+    } else {
+      glfwGetWindowSize(window, &state.layout.window_w, &state.layout.window_h);
+    }
+    write_layout_settings(opt.settings_path, state.layout);
   }
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();

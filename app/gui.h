@@ -2,8 +2,11 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "app/layout.h"
 
 namespace difflens::app {
 
@@ -18,22 +21,24 @@ struct GuiOptions {
   int layer = -1, head = -1;  // initial selection (-1: the last layer, head 0)
   std::string screenshot;     // headless: write the window to this PNG after the first result...
   int exit_after_frames = 0;  // ...and this many further frames, then exit (0: run until closed)
-  int width = 1600, height = 1000;
+  int width = 1600, height = 1000;  // with size_given; otherwise the remembered size or 90 % of the monitor
   float font_scale = 1.0f;
   std::string haystack;           // held-out text for the needle builder (assets/haystack.txt)
   std::vector<int> needle;       // build a needle prompt at start: LENGTH,DEPTH%,N,R,SEED[,WITH_ANSWER]
   int logit_bits = 0;            // attention-logit quantization shown at start (0, 8, 6 or 4)
-  float maps_fraction = 0.6f;    // share of the height below the token strip for the head view
   bool lecture = false;          // start with the large lecture font
   int threads = 0;               // inference threads (0: LibTorch default)
   std::string device = "auto";   // auto | cpu | cuda: where the models run
   double pooled_budget_mb = 256;  // long prompts: pooled maps within this budget per model (0: always exact)
-  bool open_outliers = false;    // start on the Outliers tab (headless screenshots of that panel)
-  bool open_noise = false;       // start on the Attention noise tab
-  bool open_model_view = false;  // start on the Model view tab
-  bool open_lab = false;         // start on the Needle lab tab
-  bool open_explain = false;     // start on the Explain tab...
-  int explain_step = 1;          // ...at this step (1..6)
+  std::optional<View> view;      // the view the central area opens on (default: the last one, else Figure 1)
+  int split = -1;  // the view at start: -1 as remembered; 0 alone; 1 below the maps; 2 beside them
+  std::optional<float> split_fraction;  // the maps' share of a split (--maps-height)
+  int hover[2] = {-1, -1};       // headless: the mouse over this query row and key of the first map
+  std::string settings_path;     // layout settings read at start and written at exit ("" : none)
+  int head_metric = 0;           // the Model view's colouring: 0 maps, 1 answer, 2 noise, 3 entropy, 4 sink
+  int metric_rows = 0;           // ...over 0 the query's row, 1 the question's rows
+  bool size_given = false;       // --size: the window is exactly this size (else it fits the monitor)
+  int explain_step = 1;          // the Explain view's step (1..6)
   bool present = false;          // start presenting the Explain slides (full window)
   // Needle lab sweep grid (as typed in the tab); lab_run starts it at launch (the screenshot waits for it).
   std::string lab_lengths = "128,256,512", lab_depths = "0,25,50,75,100", lab_needles = "1", lab_queried = "1";

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "app/inference_worker.h"
+#include "app/layout.h"
 #include "core/data.h"
 #include "core/metrics.h"
 #include "core/needle.h"
@@ -31,6 +32,24 @@ namespace difflens::app {
 inline double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// Rectangles of the frame's main regions, as drawn (window pixels): the headless run prints them so tests
+// can hold the layout to numbers.
+struct LayoutRecord {
+  struct Rect {
+    std::string name;
+    float x0, y0, x1, y1;
+  };
+  std::vector<Rect> rects;
+  void note(const std::string& name, float x0, float y0, float x1, float y1) {
+    rects.push_back({name, x0, y0, x1, y1});
+  }
+  const Rect* find(const std::string& name) const {
+    for (const Rect& r : rects)
+      if (r.name == name) return &r;
+    return nullptr;
+  }
+};
 
 struct ViewState {
   int layer = -1;
@@ -45,9 +64,10 @@ struct ViewState {
   // `span` tokens starting at (row0, col0). span 0 = the whole map.
   double zoom_row0 = 0, zoom_col0 = 0, zoom_span = 0;
   std::string export_dir = "difflens-exports";
-  float maps_fraction = 0.6f;             // share of the height below the token strip given to the head view
   int quantization = 0;                   // attention logits: 0 exact, 1: 8 bits, 2: 6 bits, 3: 4 bits
   std::string layer_filter, head_filter;  // model view: "0-3,7"; empty = all
+  int head_metric = 0;  // model view: 0 the maps; per-head summaries 1 answer, 2 noise, 3 entropy, 4 sink
+  int metric_rows = 0;  // ...over 0 the selected query's row, 1 the question's rows (the query to the end)
 };
 
 constexpr int kQuantizationBits[] = {0, 8, 6, 4};
@@ -56,6 +76,11 @@ struct PromptState {
   std::string text;
   double last_edit = 0;
   bool pending = false;  // edited, not yet submitted (debounce)
+  // Both models run the prompt again at once (a new model, device, logit width or budget).
+  void rerun() {
+    pending = true;
+    last_edit = 0;
+  }
 };
 
 struct SlotState {
@@ -77,6 +102,8 @@ struct SelectionState {
 struct GuiState {
   PromptState prompt;
   ViewState view;
+  LayoutState layout;
+  LayoutRecord drawn;  // this frame's regions (cleared at the start of each frame)
   SelectionState selection;
   SlotState slots[kSlots];
   std::optional<RunResult> shown;  // the result on screen
@@ -89,6 +116,17 @@ struct GuiState {
   double edited_at = 0;                      // the last keystroke of the prompt now running
   double edit_to_screen_ms = 0;  // that keystroke → both maps drawn (debounce + inference + upload)
   bool export_all = false;       // Ctrl+E: export every map of the head view this frame
+  bool export_head_views = false;  // File menu: export each model's labelled head view this frame
+  bool window_shot = false;      // F12 / File menu: save the window as a PNG after this frame
+  bool quit = false;             // File menu: close the window
+  float font_scale = 1.0f;       // View menu: the UI's text size (the shell rebuilds the fonts when it moves)
+  // File menu / side panel: the "Open" dialog (a model folder or a trace bundle into a slot).
+  struct OpenDialog {
+    bool request = false;  // open the popup this frame
+    int slot = 0;
+    bool bundle = false;
+    std::string path;
+  } open_dialog;
   // Needle builder (Attention noise tab): the episode it built last and the haystack it reads.
   struct Needle {
     int length = 256, depth_pct = 50, needles = 1, asked = 1, seed = 1;

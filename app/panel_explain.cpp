@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "app/panels.h"
+#include "app/plot.h"
 #include "viz/gl.h"
 
 namespace difflens::app {
@@ -108,14 +109,18 @@ void ExplainView::draw_tab(GuiState& state) {
   if (ImGui::Button("< Back")) state.explain.step = std::max(1, state.explain.step - 1);
   ImGui::SameLine();
   if (ImGui::Button("Next >")) state.explain.step = std::min(kExplainSteps, state.explain.step + 1);
-  ImGui::SameLine();
-  ImGui::Text("step %d of %d: %s", state.explain.step, kExplainSteps, explain_step_title(state.explain.step));
-  ImGui::SameLine(0, ImGui::GetFontSize() * 2);
+  char title[160];
+  std::snprintf(title, sizeof title, "step %d of %d: %s", state.explain.step, kExplainSteps,
+                explain_step_title(state.explain.step));
+  flow_next(ImGui::CalcTextSize(title).x);
+  ImGui::TextUnformatted(title);
+  const float pad = 2 * ImGui::GetStyle().FramePadding.x;
+  flow_next(ImGui::CalcTextSize("Present").x + pad);
   if (ImGui::Button("Present")) state.explain.present = true;
-  ImGui::SameLine();
+  flow_next(ImGui::CalcTextSize("Export steps (PNG + SVG, 1920x1080)").x + pad);
   if (ImGui::Button("Export steps (PNG + SVG, 1920x1080)") || state.export_all) export_steps(state);
-  ImGui::SameLine();
-  ImGui::TextDisabled("(arrows step; click a token for the query, right-drag the answer; drag the bar above the tabs for room)");
+  flow_next(ImGui::CalcTextSize("(Left/Right step)").x);
+  ImGui::TextDisabled("(Left/Right step)");
   const ImVec2 room = ImGui::GetContentRegionAvail();
   draw_slide(state, room.x, room.y);
 }

@@ -15,6 +15,7 @@
 #include "core/tiles.h"
 #include "viz/export.h"
 #include "viz/figure.h"
+#include "viz/token_text.h"
 
 namespace difflens::app {
 
@@ -39,71 +40,99 @@ void export_map(GuiState& state, const std::string& model, int layer, int head, 
   }
 }
 
-// Draws a horizontal colour legend with its numeric ends under a map.
-void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::ValueScale scale,
-                 float width) {
+// The legend's bar and its widest label ("-0.000123" style values print as %.3g).
+float legend_width() {
+  return ImGui::GetFontSize() * 1.1f + ImGui::CalcTextSize("-0.000123").x;
+}
+
+// Draws a vertical colour legend (high at the top) at `p`, with its values beside it.
+void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::ValueScale scale, ImVec2 p,
+                 float height) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  const ImVec2 p = ImGui::GetCursorScreenPos();
-  const float h = ImGui::GetTextLineHeight() * 0.6f;
-  constexpr int kSegments = 32;
+  const float bar = ImGui::GetFontSize() * 0.7f;
+  constexpr int kSegments = 48;
   for (int i = 0; i < kSegments; ++i) {
-    const viz::Rgb8 a = cmap.at(static_cast<double>(i) / kSegments),
-                    b = cmap.at(static_cast<double>(i + 1) / kSegments);
-    dl->AddRectFilledMultiColor(ImVec2(p.x + width * i / kSegments, p.y),
-                                ImVec2(p.x + width * (i + 1) / kSegments, p.y + h),
+    // Segment i spans the ramp from 1 - i/n (top) to 1 - (i+1)/n.
+    const viz::Rgb8 a = cmap.at(1.0 - static_cast<double>(i) / kSegments),
+                    b = cmap.at(1.0 - static_cast<double>(i + 1) / kSegments);
+    dl->AddRectFilledMultiColor(ImVec2(p.x, p.y + height * i / kSegments),
+                                ImVec2(p.x + bar, p.y + height * (i + 1) / kSegments), IM_COL32(a.r, a.g, a.b, 255),
                                 IM_COL32(a.r, a.g, a.b, 255), IM_COL32(b.r, b.g, b.b, 255),
-                                IM_COL32(b.r, b.g, b.b, 255), IM_COL32(a.r, a.g, a.b, 255));
+                                IM_COL32(b.r, b.g, b.b, 255));
   }
-  ImGui::Dummy(ImVec2(width, h));
-  char lo[32], mid[32], hi[32];
+  dl->AddRect(p, ImVec2(p.x + bar, p.y + height), IM_COL32(120, 120, 120, 255));
   // Labels are the values at the ramp's ends and middle under the chosen scale (sqrt: hi/4 in the middle;
   // log: the low end holds everything below hi·1e-4).
   const bool log_low = scale == viz::ValueScale::Log && !range.diverging;
+  char lo[32], mid[32], hi[32];
   std::snprintf(lo, sizeof lo, "%s%.3g", log_low ? "<=" : "", viz::value_at_coordinate(0, range, scale));
   std::snprintf(mid, sizeof mid, "%.3g", range.diverging ? 0.0 : viz::value_at_coordinate(0.5, range, scale));
   std::snprintf(hi, sizeof hi, "%.3g", range.hi);
-  // Inside a group, SameLine() offsets count from the group's start.
-  ImGui::TextUnformatted(lo);
-  const float lo_w = ImGui::CalcTextSize(lo).x, mid_w = ImGui::CalcTextSize(mid).x,
-              hi_w = ImGui::CalcTextSize(hi).x;
-  const float gap = ImGui::GetFontSize();
-  const float mid_x = width / 2 - mid_w / 2, hi_x = width - hi_w;
-  if (mid_x > lo_w + gap && mid_x + mid_w + gap < hi_x) {  // the middle label only where it cannot collide
-    ImGui::SameLine(mid_x);
-    ImGui::TextUnformatted(mid);
-  }
-  ImGui::SameLine(std::max(width - hi_w, lo_w + 8));
-  ImGui::TextUnformatted(hi);
+  const float x = p.x + bar + ImGui::GetFontSize() * 0.45f, th = ImGui::GetTextLineHeight();
+  const ImU32 text = ImGui::GetColorU32(ImGuiCol_Text);
+  dl->AddText(ImVec2(x, p.y), text, hi);
+  if (height > 4 * th) dl->AddText(ImVec2(x, p.y + height / 2 - th / 2), text, mid);
+  dl->AddText(ImVec2(x, p.y + height - th), text, lo);
+  for (float f : {0.0f, 0.5f, 1.0f})
+    dl->AddLine(ImVec2(p.x + bar, p.y + height * f), ImVec2(p.x + bar + 3, p.y + height * f), text);
 }
 
-bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
-                    const std::vector<std::string>& token_text, const viz::HeatmapRenderer& renderer,
-                    float side) {
-  if (maps.empty()) return false;
+void HeadView::draw_notes(GuiState& state, const std::vector<MapSpec>& maps) {
+  tile_ = nullptr;
+  if (maps.empty() || maps[0].pooled_from <= 0) return;
   // Pooled maps (long prompts): the axes are cells of several tokens; selection and hover stay in tokens.
+  const int64_t pooled_from = maps[0].pooled_from;
+  ImGui::TextDisabled("%s: %lld tokens pooled to %lld x %lld cells (%s per cell); hover a cell for its tokens",
+                      model_name_.c_str(), static_cast<long long>(pooled_from), static_cast<long long>(maps[0].T),
+                      static_cast<long long>(maps[0].T), state.view.pooling == 0 ? "largest entry" : "mean");
+  if (trace_) {  // what this model keeps for the prompt, so the budget setting can be judged
+    const Trace::KeptBytes k = trace_->kept_bytes();
+    ImGui::SameLine();
+    ImGui::TextDisabled("| kept %.0f MB of pooled maps (budget %.0f MB) + %.0f MB for exact tiles",
+                        k.pooled_maps / 1048576.0, trace_->pooled_budget / 1048576.0, k.tile_inputs / 1048576.0);
+  }
+  if (!trace_) return;
+  // Zoomed into a long prompt's pooled map far enough (at most kTileTokens per side): the exact values of
+  // the visible tokens, recomputed off the UI thread, replace the pooled cells. The zoom is kept in tokens.
+  const ViewState& v = state.view;
+  const int64_t n = pooled_from;
+  const int64_t tspan = std::clamp<int64_t>(std::llround(v.zoom_span > 0 ? v.zoom_span : double(n)), 1, n);
+  const int64_t tr0 = std::clamp<int64_t>(std::llround(v.zoom_row0), 0, n - tspan), tr1 = tr0 + tspan;
+  const int64_t tc0 = std::clamp<int64_t>(std::llround(v.zoom_col0), 0, n - tspan), tc1 = tc0 + tspan;
+  constexpr int64_t kTileTokens = 1024;
+  if (tr1 - tr0 <= kTileTokens && tc1 - tc0 <= kTileTokens) {
+    tile_ = tiles_.get(trace_, {trace_.get(), layer_, head_, tr0, tr1 - tr0, tc0, tc1 - tc0});
+    if (!tile_)
+      ImGui::TextDisabled("computing the exact values of tokens %lld-%lld x %lld-%lld ...",
+                          static_cast<long long>(tr0), static_cast<long long>(tr1 - 1), static_cast<long long>(tc0),
+                          static_cast<long long>(tc1 - 1));
+    else
+      ImGui::TextColored(ImVec4(0.1f, 0.5f, 0.1f, 1), "exact values: query tokens %lld-%lld, key tokens %lld-%lld",
+                         static_cast<long long>(tr0), static_cast<long long>(tr1 - 1), static_cast<long long>(tc0),
+                         static_cast<long long>(tc1 - 1));
+    if (!tiles_.error().empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", tiles_.error().c_str());
+  } else {
+    ImGui::TextDisabled("zoom in to %lld tokens or fewer per side for exact values",
+                        static_cast<long long>(kTileTokens));
+  }
+}
+
+bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& token_text,
+                    const viz::HeatmapRenderer& renderer, const MapGrid& grid, int first_cell, ImVec2 origin,
+                    float gap) {
+  if (maps.empty()) return false;
   const int64_t pooled_from = maps[0].pooled_from;
   const std::vector<int64_t> starts =
       pooled_from > 0 ? cell_starts(pooled_from, maps[0].T) : std::vector<int64_t>{};
+  const std::vector<std::string> shown_tokens = viz::display_tokens(token_text, viz::Spaces::Visible);
   const std::vector<std::string> cell_text =
-      pooled_from > 0 ? cell_labels(token_text, maps[0].T) : std::vector<std::string>{};
-  const std::vector<std::string>& tokens = pooled_from > 0 ? cell_text : token_text;
+      pooled_from > 0 ? cell_labels(shown_tokens, maps[0].T) : std::vector<std::string>{};
+  const std::vector<std::string>& tokens = pooled_from > 0 ? cell_text : shown_tokens;
   auto to_map = [&](int t) -> int64_t { return pooled_from > 0 ? cell_of(starts, t) : t; };
   auto to_token = [&](int64_t m) -> int {
     return static_cast<int>(pooled_from > 0 ? starts[static_cast<size_t>(m)] : m);
   };
-  if (pooled_from > 0) {
-    ImGui::TextDisabled(
-        "long prompt: %lld tokens pooled to %lld x %lld cells (%s per cell; pooling menu). "
-        "Hover a cell for its token range.",
-        static_cast<long long>(pooled_from), static_cast<long long>(maps[0].T),
-        static_cast<long long>(maps[0].T), state.view.pooling == 0 ? "largest entry" : "mean");
-    if (trace_) {  // what this model keeps for the prompt, so the budget setting can be judged
-      const Trace::KeptBytes k = trace_->kept_bytes();
-      ImGui::TextDisabled(
-          "kept: %.0f MB of pooled maps (budget %.0f MB) + %.0f MB of queries and keys for exact tiles",
-          k.pooled_maps / 1048576.0, trace_->pooled_budget / 1048576.0, k.tile_inputs / 1048576.0);
-    }
-  }
+  const AttentionTile* tile = tile_;
   // Value ranges: sequential maps share one range when asked; the difference map has its own
   // symmetric range (it is on another scale: it can be negative).
   std::vector<const float*> shared;
@@ -118,38 +147,7 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
   const viz::ValueRange shared_range = ranges_.get(
       {shared_versions, 1}, pct, false, [&] { return viz::value_range(shared, T, T, pct, false, true); });
   viz::HeadFigure figure;  // the same maps, styles and zoom, for "Export head view"
-  figure.tokens = tokens;
-  // Zoomed into a long prompt's pooled map far enough (at most kTileTokens per side): the exact values of
-  // the visible tokens, recomputed off the UI thread, replace the pooled cells.
-  const AttentionTile* tile = nullptr;
-  if (pooled_from > 0 && trace_) {
-    ViewState& v = state.view;
-    const int64_t P = maps[0].T;
-    // The visible tokens (the zoom is kept in tokens).
-    (void)P;
-    const int64_t n = pooled_from;
-    const int64_t tspan = std::clamp<int64_t>(std::llround(v.zoom_span > 0 ? v.zoom_span : double(n)), 1, n);
-    const int64_t tr0 = std::clamp<int64_t>(std::llround(v.zoom_row0), 0, n - tspan), tr1 = tr0 + tspan;
-    const int64_t tc0 = std::clamp<int64_t>(std::llround(v.zoom_col0), 0, n - tspan), tc1 = tc0 + tspan;
-    constexpr int64_t kTileTokens = 1024;
-    if (tr1 - tr0 <= kTileTokens && tc1 - tc0 <= kTileTokens) {
-      tile = tiles_.get(trace_, {trace_.get(), layer_, head_, tr0, tr1 - tr0, tc0, tc1 - tc0});
-      if (!tile)
-        ImGui::TextDisabled("computing the exact values of tokens %lld-%lld x %lld-%lld ...",
-                            static_cast<long long>(tr0), static_cast<long long>(tr1 - 1),
-                            static_cast<long long>(tc0), static_cast<long long>(tc1 - 1));
-      else
-        ImGui::TextColored(ImVec4(0.1f, 0.5f, 0.1f, 1),
-                           "exact values: query tokens %lld-%lld, key tokens %lld-%lld",
-                           static_cast<long long>(tr0), static_cast<long long>(tr1 - 1),
-                           static_cast<long long>(tc0), static_cast<long long>(tc1 - 1));
-      if (!tiles_.error().empty())
-        ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", tiles_.error().c_str());
-    } else {
-      ImGui::TextDisabled("zoom in to %lld tokens or fewer per side for exact values",
-                          static_cast<long long>(kTileTokens));
-    }
-  }
+  figure.tokens = pooled_from > 0 ? cell_text : token_text;
   // A new tile (or none) means new textures and ranges.
   const uint64_t tile_state = tile ? tiles_.generation() * 2 + 1 : 0;
   if (tile_state != last_tile_state_) {
@@ -169,11 +167,24 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
       tile_maps.push_back(std::move(m));
     }
   }
+  bool export_figure = state.export_head_views;
+  const float title_h = ImGui::GetTextLineHeightWithSpacing() + 4;
   for (size_t i = 0; i < maps.size(); ++i) {
     const MapSpec& m = maps[i];
-    if (i) ImGui::SameLine();
-    ImGui::BeginGroup();
-    ImGui::TextUnformatted(m.title.c_str());
+    const int cell = first_cell + static_cast<int>(i);
+    const ImVec2 cell_min(origin.x + static_cast<float>(cell % grid.columns) * (grid.cell_w + gap),
+                          origin.y + static_cast<float>(cell / grid.columns) * (grid.cell_h + gap));
+    const float mw = grid.map_w, mh = grid.map_h;
+    // Title: model, layer, head and which map, clipped to the cell.
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    // The longest title that fits the cell: model, layer and head, then which map; or less of it.
+    const std::string where = "L" + std::to_string(layer_) + " H" + std::to_string(head_);
+    std::string title = model_name_ + "  " + where + "   " + m.title;
+    if (ImGui::CalcTextSize(title.c_str()).x > grid.cell_w) title = model_name_ + "  " + m.title;
+    if (ImGui::CalcTextSize(title.c_str()).x > grid.cell_w) title = m.title;
+    dl->PushClipRect(cell_min, ImVec2(cell_min.x + grid.cell_w, cell_min.y + title_h), true);
+    dl->AddText(cell_min, ImGui::GetColorU32(ImGuiCol_Text), title.c_str());
+    dl->PopClipRect();
     viz::HeatmapStyle style;
     style.scale = static_cast<viz::ValueScale>(state.view.scale);
     style.range = m.diverging || !state.view.shared_scale
@@ -193,7 +204,7 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
           [&] { return viz::value_range(group, tile->rows, tile->cols, pct, m.diverging, false); });
     }
     viz::HeatmapView& view = views_[i];
-    const int px = std::max(16, static_cast<int>(side));
+    const int pw = std::max(16, static_cast<int>(mw)), ph = std::max(16, static_cast<int>(mh));
     ViewState& v = state.view;
     // The zoom lives in tokens (shared by both models); a pooled map converts it to its cells.
     const double n_tokens = pooled_from > 0 ? static_cast<double>(pooled_from) : static_cast<double>(T);
@@ -202,40 +213,64 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
     const int64_t span = std::clamp<int64_t>(std::llround(v.zoom_span * u), 1, T);
     const int64_t r0 = std::clamp<int64_t>(std::llround(v.zoom_row0 * u), 0, T - span);
     const int64_t c0 = std::clamp<int64_t>(std::llround(v.zoom_col0 * u), 0, T - span);
-    view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, px, px,
-                static_cast<viz::Pooling>(v.pooling), style, renderer);
+    view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, pw, ph, static_cast<viz::Pooling>(v.pooling),
+                style, renderer);
     viz::HeatmapView& tview = tile_views_[i];
     if (tile)
-      tview.update({tile_maps[i].data(), tile->rows, tile->cols, tile_version_ * 8 + i, false, {}}, px, px,
+      tview.update({tile_maps[i].data(), tile->rows, tile->cols, tile_version_ * 8 + i, false, {}}, pw, ph,
                    static_cast<viz::Pooling>(v.pooling), style, renderer);
     figure.panels.push_back({m.title, m.data, style});
     figure.region = {r0, c0, span, span};
-    const ImVec2 origin = ImGui::GetCursorScreenPos();
-    ImGui::Image(
-        reinterpret_cast<ImTextureID>(static_cast<intptr_t>((tile ? tview : view).target().texture())),
-        ImVec2(side, side), ImVec2(0, 1), ImVec2(1, 0));  // the target is bottom-up: flip once, here
-    // Linked selection: the selected query's row and the hovered key's column, in every map.
-    ImDrawList* dl = ImGui::GetWindowDrawList();
-    dl->PushClipRect(origin, ImVec2(origin.x + side, origin.y + side), true);
-    const float cell = side / static_cast<float>(span);
-    const int64_t q_sel = state.selection.query >= 0 ? to_map(state.selection.query) : -1;
+    const ImVec2 o(cell_min.x, cell_min.y + title_h);
+    ImGui::SetCursorScreenPos(o);
+    ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>((tile ? tview : view).target().texture())),
+                 ImVec2(mw, mh), ImVec2(0, 1), ImVec2(1, 0));  // the target is bottom-up: flip once, here
+    state.drawn.note("map." + std::to_string(cell), o.x, o.y, o.x + mw, o.y + mh);
+    const bool hovered = ImGui::IsItemHovered();
+    if (ImGui::BeginPopupContextItem(("map-menu" + std::to_string(i)).c_str())) {
+      if (ImGui::MenuItem("Export this map (PNG, NPY, CSV)"))
+        export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}}, style,
+                   figure.tokens, renderer);
+      if (ImGui::MenuItem("Export the head view (labelled PNG)")) export_figure = true;
+      if (ImGui::MenuItem("Reset the zoom")) v.zoom_span = 0;
+      ImGui::EndPopup();
+    }
+    // Linked selection: the answer span's columns, the selected query's row and the hovered key's column,
+    // in every map.
+    const float cw = mw / static_cast<float>(span), ch = mh / static_cast<float>(span);
+    dl->PushClipRect(ImVec2(o.x, o.y - 5), ImVec2(o.x + mw, o.y + mh), true);
+    const SelectionState& sel = state.selection;
+    if (sel.answer_begin >= 0 && sel.answer_end > sel.answer_begin) {
+      const int64_t a0 = to_map(sel.answer_begin), a1 = to_map(sel.answer_end - 1) + 1;
+      if (a1 > c0 && a0 < c0 + span) {
+        const float x0 = o.x + cw * static_cast<float>(std::max(a0, c0) - c0),
+                    x1 = std::max(x0 + 2, o.x + cw * static_cast<float>(std::min(a1, c0 + span) - c0));
+        dl->AddRectFilled(ImVec2(x0, o.y - 5), ImVec2(x1, o.y - 1), IM_COL32(20, 160, 60, 255));  // above the map
+        dl->AddRect(ImVec2(x0, o.y), ImVec2(x1, o.y + mh), IM_COL32(20, 170, 60, 150), 0, 0, 1.0f);
+      }
+    }
+    const int64_t q_sel = sel.query >= 0 ? to_map(sel.query) : -1;
     if (q_sel >= r0 && q_sel < r0 + span)
-      dl->AddRect(ImVec2(origin.x, origin.y + cell * (q_sel - r0)),
-                  ImVec2(origin.x + side, origin.y + cell * (q_sel - r0 + 1)), IM_COL32(255, 140, 0, 255), 0,
-                  0, 1.5f);
-    const int64_t k_hov = state.selection.hovered_key >= 0 ? to_map(state.selection.hovered_key) : -1;
+      dl->AddRect(ImVec2(o.x, o.y + ch * static_cast<float>(q_sel - r0)),
+                  ImVec2(o.x + mw, o.y + std::max(ch * static_cast<float>(q_sel - r0 + 1),
+                                                  ch * static_cast<float>(q_sel - r0) + 2)),
+                  IM_COL32(255, 140, 0, 255), 0, 0, 2.0f);
+    const int64_t k_hov = sel.hovered_key >= 0 ? to_map(sel.hovered_key) : -1;
     if (k_hov >= c0 && k_hov < c0 + span)
-      dl->AddRect(ImVec2(origin.x + cell * (k_hov - c0), origin.y),
-                  ImVec2(origin.x + cell * (k_hov - c0 + 1), origin.y + side), IM_COL32(255, 0, 160, 200), 0,
-                  0, 1.0f);
+      dl->AddRect(ImVec2(o.x + cw * static_cast<float>(k_hov - c0), o.y),
+                  ImVec2(o.x + cw * static_cast<float>(k_hov - c0 + 1), o.y + mh), IM_COL32(255, 0, 160, 200), 0, 0,
+                  1.0f);
     dl->PopClipRect();
-    if (ImGui::IsItemHovered()) {
+    if (hovered) {
       ImGuiIO& io = ImGui::GetIO();
       const ImVec2 mouse = io.MousePos;
-      const double fx = (mouse.x - origin.x) / side, fy = (mouse.y - origin.y) / side;  // 0..1 in the view
+      const double fx = (mouse.x - o.x) / mw, fy = (mouse.y - o.y) / mh;  // 0..1 in the view
       const int64_t q = std::clamp<int64_t>(r0 + static_cast<int64_t>(fy * span), 0, T - 1);
       const int64_t k = std::clamp<int64_t>(c0 + static_cast<int64_t>(fx * span), 0, T - 1);
       state.selection.hovered_next = to_token(k);
+      state.drawn.note("hover." + std::to_string(cell) + " query " + std::to_string(to_token(q)) + " key " +
+                           std::to_string(to_token(k)),
+                       mouse.x, mouse.y, mouse.x, mouse.y);
       if (io.MouseWheel != 0) {  // zoom around the cursor (in tokens)
         const double new_span =
             std::clamp(v.zoom_span * std::pow(0.8, io.MouseWheel), std::min(8.0, n_tokens), n_tokens);
@@ -244,8 +279,8 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
         v.zoom_span = new_span;
       }
       if (ImGui::IsMouseDragging(ImGuiMouseButton_Left)) {  // pan
-        v.zoom_row0 = (r0 - io.MouseDelta.y / side * span) / u;
-        v.zoom_col0 = (c0 - io.MouseDelta.x / side * span) / u;
+        v.zoom_row0 = (r0 - io.MouseDelta.y / mh * span) / u;
+        v.zoom_col0 = (c0 - io.MouseDelta.x / mw * span) / u;
       } else if (ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
                  ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).x == 0 &&
                  ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0).y == 0) {
@@ -259,27 +294,23 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
         const int64_t tk = std::clamp<int64_t>(tile->col0 + static_cast<int64_t>(fx * tile->cols), tile->col0,
                                                tile->col0 + tile->cols - 1);
         state.selection.hovered_next = static_cast<int>(tk);
-        ImGui::Text("query %lld  %s", static_cast<long long>(tq),
-                    token_text[static_cast<size_t>(tq)].c_str());
-        ImGui::Text("key   %lld  %s", static_cast<long long>(tk),
-                    token_text[static_cast<size_t>(tk)].c_str());
+        ImGui::Text("query %lld  %s", static_cast<long long>(tq), shown_tokens[static_cast<size_t>(tq)].c_str());
+        ImGui::Text("key   %lld  %s", static_cast<long long>(tk), shown_tokens[static_cast<size_t>(tk)].c_str());
         if (tk > tq)
           ImGui::TextUnformatted("masked (future key)");
         else
           for (size_t mi = 0; mi < maps.size(); ++mi)
-            ImGui::Text(
-                "%s = %.5f (exact)", maps[mi].title.c_str(),
-                tile_maps[mi][static_cast<size_t>((tq - tile->row0) * tile->cols + (tk - tile->col0))]);
-        ImGui::EndTooltip();
+            ImGui::Text("%s = %.5f (exact)", maps[mi].title.c_str(),
+                        tile_maps[mi][static_cast<size_t>((tq - tile->row0) * tile->cols + (tk - tile->col0))]);
       } else {
         if (pooled_from > 0) {
           ImGui::Text("queries %s", tokens[static_cast<size_t>(q)].c_str());
           ImGui::Text("keys    %s", tokens[static_cast<size_t>(k)].c_str());
         } else {
           ImGui::Text("query %lld  %s", static_cast<long long>(q),
-                      q < static_cast<int64_t>(tokens.size()) ? tokens[q].c_str() : "");
+                      q < static_cast<int64_t>(tokens.size()) ? tokens[static_cast<size_t>(q)].c_str() : "");
           ImGui::Text("key   %lld  %s", static_cast<long long>(k),
-                      k < static_cast<int64_t>(tokens.size()) ? tokens[k].c_str() : "");
+                      k < static_cast<int64_t>(tokens.size()) ? tokens[static_cast<size_t>(k)].c_str() : "");
         }
         if (k > q)
           ImGui::TextUnformatted("masked (future key)");
@@ -288,20 +319,17 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
         if (span < T)
           ImGui::TextDisabled("zoom: %s %lld-%lld (double-click resets)", pooled_from > 0 ? "cells" : "rows",
                               static_cast<long long>(r0), static_cast<long long>(r0 + span - 1));
-        ImGui::EndTooltip();
       }
+      ImGui::TextDisabled("right-click: export");
+      ImGui::EndTooltip();
     }
-    draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range,
-                style.scale, side);
-    ImGui::PushID(static_cast<int>(i));
-    if (ImGui::SmallButton("Export PNG/NPY/CSV") || state.export_all)
+    draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, style.scale,
+                ImVec2(o.x + mw + ImGui::GetFontSize() * 0.4f, o.y), mh);
+    if (state.export_all)
       export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}}, style,
-                 tokens, renderer);
-    ImGui::PopID();
-    ImGui::EndGroup();
+                 figure.tokens, renderer);
   }
-  if (ImGui::SmallButton("Export head view (PNG with token labels and legends)") || state.export_all)
-    export_head_figure(state, figure, static_cast<viz::Pooling>(state.view.pooling));
+  if (export_figure || state.export_all) export_head_figure(state, figure, static_cast<viz::Pooling>(state.view.pooling));
   return tile != nullptr;
 }
 void HeadView::export_head_figure(GuiState& state, viz::HeadFigure& figure, viz::Pooling pooling) const {
@@ -339,34 +367,55 @@ std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t reque
   return out;
 }
 
-void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::HeatmapRenderer& renderer,
-                     float side) {
+void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::HeatmapRenderer& renderer) {
+  // Each slot's maps, or why it has none (one line each above the grid).
+  std::vector<MapSpec> maps[kSlots];
   for (int s = 0; s < kSlots; ++s) {
     const auto& t = state.shown->traces[s];
-    if (s) ImGui::SameLine();
-    ImGui::BeginGroup();
     if (!t && state.shown->errors[s].empty()) {
       ImGui::TextDisabled("%s model: none loaded", s == 0 ? "left" : "right");
-    } else if (!t) {  // which side failed, then why
+      continue;
+    }
+    if (!t) {  // which side failed, then why
+      ImGui::PushTextWrapPos(0);
       ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s model: %s", s == 0 ? "left" : "right",
                          state.shown->errors[s].c_str());
-    } else {
-      ImGui::Text("%s  layer %d  head %d  (%lld tokens)",
-                  t->config.name.empty() ? to_string(t->config.attention) : t->config.name.c_str(),
-                  state.view.layer, state.view.head[s], static_cast<long long>(t->length()));
-      if (t->logit_bits > 0) {
-        ImGui::SameLine();
-        ImGui::TextColored(ImVec4(0.75f, 0.35f, 0.0f, 1), "logits quantized to %d bits", t->logit_bits);
-      }
-      head_views[s].set_subject(t->config.name.empty() ? to_string(t->config.attention) : t->config.name,
-                                state.view.layer, state.view.head[s], t);
-      state.exact_tile_shown[s] = head_views[s].draw(
-          state,
-          maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s, state.view.pooling == 0),
-          t->tokens, renderer, side);
+      ImGui::PopTextWrapPos();
+      continue;
     }
-    ImGui::EndGroup();
+    const std::string name = t->config.name.empty() ? to_string(t->config.attention) : t->config.name;
+    head_views[s].set_subject(name, state.view.layer, state.view.head[s], t);
+    maps[s] = maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s, state.view.pooling == 0);
+    if (maps[s].empty()) ImGui::TextDisabled("%s kept no maps of layer %d", name.c_str(), state.view.layer);
+    if (t->logit_bits > 0)
+      ImGui::TextColored(ImVec4(0.75f, 0.35f, 0.0f, 1), "%s: attention logits quantized to %d bits", name.c_str(),
+                         t->logit_bits);
+    head_views[s].draw_notes(state, maps[s]);
   }
+  int n = 0;
+  for (const auto& m : maps) n += static_cast<int>(m.size());
+  if (n == 0) return;
+  const ImVec2 top_left = ImGui::GetCursorScreenPos(), room = ImGui::GetContentRegionAvail();
+  const float gap = ImGui::GetFontSize() * 0.9f;
+  const float title_h = ImGui::GetTextLineHeightWithSpacing() + 4;
+  const float legend_w = legend_width() + ImGui::GetFontSize() * 0.4f;
+  MapGrid grid = plan_map_grid(n, room.x, room.y, legend_w, title_h, gap, state.layout.square_maps);
+  // Cells as large as their maps (rows packed), the grid centred across the width left over.
+  grid.cell_w = grid.map_w + legend_w;
+  grid.cell_h = grid.map_h + title_h;
+  const float used_w = grid.cell_w * static_cast<float>(grid.columns) + gap * static_cast<float>(grid.columns - 1);
+  const ImVec2 origin(top_left.x + std::max(0.0f, (room.x - used_w) / 2), top_left.y);
+  int first = 0;
+  for (int s = 0; s < kSlots; ++s) {
+    if (maps[s].empty()) continue;
+    state.exact_tile_shown[s] =
+        head_views[s].draw(state, maps[s], state.shown->traces[s]->tokens, renderer, grid, first, origin, gap);
+    first += static_cast<int>(maps[s].size());
+  }
+  // Keep the window's content extent to what the grid used (the images were placed by position).
+  ImGui::SetCursorScreenPos(top_left);
+  ImGui::Dummy(ImVec2(std::min(room.x, used_w), std::min(room.y, grid.cell_h * static_cast<float>(grid.rows) +
+                                                                      gap * static_cast<float>(grid.rows - 1))));
 }
 
 }  // namespace difflens::app

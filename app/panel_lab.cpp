@@ -247,7 +247,7 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   const float avail = ImGui::GetContentRegionAvail().x;
   const float label_w = ImGui::CalcTextSize("100%").x + 2 * ImGui::GetStyle().ItemSpacing.x;
   const float grids = 2.0f * static_cast<float>(slots.size());
-  // Cells as large as the width allows, up to 3.5 em, and short enough that the tables below stay in view.
+  // Cells as large as the width allows, up to 6 em, and short enough that the tables below stay in view.
   const float by_width = (avail - grids * label_w - grids * ImGui::GetFontSize()) /
                          (grids * static_cast<float>(sweep.lengths.size()));
   const float by_height = 0.5f * ImGui::GetContentRegionAvail().y / static_cast<float>(sweep.depths.size());
@@ -256,7 +256,7 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   for (int64_t L : sweep.lengths)
     min_cell = std::max(min_cell, ImGui::CalcTextSize(std::to_string(L).c_str()).x);
   min_cell += ImGui::GetFontSize() * 0.5f;
-  const float cell = std::max(min_cell, std::min({by_width, by_height, ImGui::GetFontSize() * 3.5f}));
+  const float cell = std::max(min_cell, std::min({by_width, by_height, ImGui::GetFontSize() * 6.0f}));
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 22);
   ImGui::Combo("second heatmap", &lab.attention_view,
                "attention to answer (reading the question)\0strongest head (answering)\0");

@@ -3,6 +3,7 @@
 // the GL textures live in their viz::HeatmapView members.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -14,7 +15,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include <imgui.h>
+
 #include "app/gui_state.h"
+#include "app/layout.h"
+#include "core/metrics.h"
 #include "core/tiles.h"
 #include "viz/colormap.h"
 #include "viz/export.h"
@@ -33,8 +38,11 @@ struct MapSpec {
   int64_t pooled_from = 0;  // > 0: a pooled map over this many tokens
 };
 
-// Draws a horizontal colour legend with its numeric ends under a map.
-void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::ValueScale scale, float width);
+// Draws a vertical colour legend (high at the top) at `p`, `height` pixels tall, with its values beside it;
+// legend_width() is the room it takes.
+void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::ValueScale scale, ImVec2 p,
+                 float height);
+float legend_width();
 
 // Percentile ranges need a selection over all T² values of a map: computed once per (maps, percentile,
 // mode) and reused every frame after, not recomputed per frame.
@@ -113,9 +121,12 @@ class HeadView {
     head_ = head;
     trace_ = std::move(trace);
   }
-  // Returns whether an exact tile of a long prompt was drawn.
+  // The lines above the maps (a long prompt's pooling, its exact tile's state); finds the tile to show.
+  void draw_notes(GuiState& state, const std::vector<MapSpec>& maps);
+  // Draws the maps into the grid's cells first_cell, first_cell + 1, ... (cell 0 at `origin`). Returns
+  // whether an exact tile of a long prompt was drawn.
   bool draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& token_text,
-            const viz::HeatmapRenderer& renderer, float side);
+            const viz::HeatmapRenderer& renderer, const MapGrid& grid, int first_cell, ImVec2 origin, float gap);
 
  private:
   void export_head_figure(GuiState& state, viz::HeadFigure& figure, viz::Pooling pooling) const;
@@ -127,23 +138,39 @@ class HeadView {
   int layer_ = 0, head_ = 0;
   std::shared_ptr<const Trace> trace_;
   TileService tiles_;
+  const AttentionTile* tile_ = nullptr;  // this frame's exact tile (draw_notes), or none
   uint64_t tile_version_ = 0;
   uint64_t last_tile_state_ = 0;
 };
 
-// Layers × heads grid of one model's maps (A1 − λA2 for DIFF, A for the baseline): click selects.
+// The colours of a per-head summary: [lo, hi], diverging around 0 when signed values are negative.
+struct MetricRange {
+  double lo = 0, hi = 1;
+  bool diverging = false;
+};
+
+// Layers × heads grid of one model: its maps (A1 − λA2 for DIFF, A for the baseline) as thumbnails, or a
+// per-head summary (attention to the answer, noise, entropy, the first token's share) as coloured cells with
+// their values. A click selects the layer and head.
 class ModelView {
  public:
-  // Rows = the layers passing the filter, each led by a one-line summary (λ for DIFF, the largest
-  // |attention logit| and |hidden state|); columns = the heads passing the filter. Only thumbnails in
-  // view are rendered, so models with many layers and heads scroll without uploading every map.
+  // Rows = the layers passing the filter, each led by a one-line summary (λ for DIFF); columns = the heads
+  // passing the filter. Only thumbnails in view are rendered, so big models scroll without uploading every
+  // map.
+  // `range`: the colours of the summaries (shared by both models' grids).
   void draw(GuiState& state, const Trace& t, int slot, uint64_t request, const viz::HeatmapRenderer& renderer,
-            float thumb);
+            float thumb, const MetricRange& range);
+  // The per-head summaries for the state's selection (cached per result and selection); nullptr with
+  // `error()` set when they cannot be computed.
+  const HeadSummaries* summaries(const GuiState& state, const Trace& t, uint64_t request);
+  const std::string& error() const { return error_; }
 
- private:
  private:
   std::map<std::pair<int, int>, viz::HeatmapView> views_;
   RangeCache ranges_;
+  std::array<int64_t, 5> key_{-1, -1, -1, -1, -1};
+  std::optional<HeadSummaries> summaries_;
+  std::string error_;
 };
 
 // Maps of the selected layer/head of one slot's trace; empty when the trace kept none.
@@ -155,9 +182,8 @@ void export_map(GuiState& state, const std::string& model, int layer, int head, 
                 const viz::MapSource& src, const viz::HeatmapStyle& style,
                 const std::vector<std::string>& tokens, const viz::HeatmapRenderer& renderer);
 
-// The maps row: both slots' head views side by side (or why a slot has none), each `side` pixels.
-void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::HeatmapRenderer& renderer,
-                     float side);
+// The maps of both slots' selected heads in one grid filling the space left (or why a slot has none).
+void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::HeatmapRenderer& renderer);
 
 // The Model view tab: both slots' layers x heads grids, thumbnails as large as the tab allows.
 void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],

@@ -1,9 +1,12 @@
-// The Model view tab: each model's layers x heads grid of maps (A1 − λA2 for DIFF, A for the baseline);
-// a click selects the layer and head everywhere.
+// The Model view: each model's layers x heads grid, as maps (A1 − λA2 for DIFF, A for the baseline) or
+// coloured by a per-head summary of the selected query's row or the question's rows (attention to the
+// answer, noise, entropy, the first token's share) with its legend; a click selects the layer and head.
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -11,16 +14,75 @@
 #include "app/panel_maps.h"
 
 namespace difflens::app {
+namespace {
 
-void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request,
-                     const viz::HeatmapRenderer& renderer, float thumb) {
+constexpr const char* kMetricNames[] = {"maps", "attention to the answer", "attention noise",
+                                        "entropy / ln(keys seen)", "first-token share (sink)"};
+
+double metric_of(const HeadSummary& h, int metric) {
+  switch (metric) {
+    case 1: return h.answer;
+    case 2: return h.noise;
+    case 3: return h.entropy_norm;
+    default: return h.sink;
+  }
+}
+
+}  // namespace
+
+const HeadSummaries* ModelView::summaries(const GuiState& state, const Trace& t, uint64_t request) {
+  const SelectionState& sel = state.selection;
   const int64_t T = t.length();
+  const int64_t q = std::clamp<int64_t>(sel.query, 0, T - 1);
+  const std::array<int64_t, 5> key{static_cast<int64_t>(request), q, sel.answer_begin, sel.answer_end,
+                                   state.view.metric_rows};
+  if (key == key_) return summaries_ ? &*summaries_ : nullptr;
+  key_ = key;
+  summaries_.reset();
+  error_.clear();
+  std::vector<int64_t> rows;
+  for (int64_t i = q; i < (state.view.metric_rows == 1 ? T : q + 1); ++i) rows.push_back(i);
+  const bool pooled = !t.layers.empty() && t.layers[0].pooled > 0;
+  const double work = static_cast<double>(rows.size()) * static_cast<double>(T) *
+                      static_cast<double>(t.config.num_hidden_layers * t.config.num_attention_heads * t.config.head_dim);
+  if (pooled && work > 4e8) {
+    error_ = "the question spans " + std::to_string(rows.size()) +
+             " tokens of a long prompt: pick the selected query's row, or a later query";
+    return nullptr;
+  }
+  const bool answer = sel.answer_begin >= 0 && sel.answer_end > sel.answer_begin;
+  try {
+    summaries_ = head_summaries(
+        t, rows, answer ? TokenSpan{std::min<int64_t>(sel.answer_begin, T), std::min<int64_t>(sel.answer_end, T)} : TokenSpan{},
+        TokenSpan{q, T});
+  } catch (const std::exception& e) {
+    error_ = e.what();
+  }
+  return summaries_ ? &*summaries_ : nullptr;
+}
+
+void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request, const viz::HeatmapRenderer& renderer,
+                     float thumb, const MetricRange& range) {
+  const int64_t T = t.length();
+  const int metric = state.view.head_metric;
   ImGui::Text("%s: layers (rows) x heads (columns), %s", t.config.name.c_str(),
-              t.config.is_diff() ? "A1 - lambda A2" : "softmax A");
-  const std::vector<int> layers =
-      parse_index_filter(state.view.layer_filter, static_cast<int>(t.layers.size()));
-  const std::vector<int> heads =
-      parse_index_filter(state.view.head_filter, static_cast<int>(t.config.map_heads()));
+              metric > 0                ? kMetricNames[metric]
+              : t.config.is_diff()      ? "A1 - lambda A2"
+                                        : "softmax A");
+  const HeadSummaries* sums = metric > 0 ? summaries(state, t, request) : nullptr;
+  if (metric > 0 && !sums) {
+    ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", error_.c_str());
+    return;
+  }
+  const bool needs_answer = metric == 1 || metric == 2;
+  if (needs_answer && sums && !sums->has_answer) {
+    ImGui::TextWrapped("Mark an answer span (right-drag over its tokens) to see the attention to it.");
+    return;
+  }
+  const double lo = range.lo, hi = range.hi;
+  const viz::Colormap& cmap = range.diverging ? viz::diverging_colormap() : viz::sequential_colormap();
+  const std::vector<int> layers = parse_index_filter(state.view.layer_filter, static_cast<int>(t.layers.size()));
+  const std::vector<int> heads = parse_index_filter(state.view.head_filter, static_cast<int>(t.config.map_heads()));
   const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
   for (int li : layers) {
     const LayerTrace& l = t.layers[static_cast<size_t>(li)];
@@ -36,21 +98,25 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
       ImGui::Text("L%d  lambda %.3f", l.index, l.lambda);
     else
       ImGui::Text("L%d", l.index);
-    ImGui::TextDisabled("%.3g / %.3g", top_logit, top_hidden);
     ImGui::EndGroup();
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("layer %d%s\nlargest |attention logit| %.4g\nlargest |hidden state| %.4g", l.index,
-                        t.config.is_diff() ? (" lambda " + std::to_string(l.lambda)).c_str() : "", top_logit,
-                        top_hidden);
+                        t.config.is_diff() ? (" lambda " + std::to_string(l.lambda)).c_str() : "", top_logit, top_hidden);
     ImGui::SameLine(label_w);
     const uint64_t layer_version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
                                    (static_cast<uint64_t>(l.index) << 12) ^ 0x7 ^
                                    (pooled && state.view.pooling == 0 ? (uint64_t{1} << 60) : 0);
     const float pct = state.view.clamp_percentile;
-    const viz::ValueRange range = ranges_.get({layer_version}, pct, t.config.is_diff(), [&] {
+    const viz::ValueRange map_range = ranges_.get({layer_version}, pct, t.config.is_diff(), [&] {
       return viz::value_range({grid.data.data()}, side * static_cast<int64_t>(l.heads.size()), side, pct,
                               t.config.is_diff(), false);
     });
+    // This layer's row of summaries, if any.
+    const std::vector<HeadSummary>* row = nullptr;
+    const std::vector<int>* row_heads = nullptr;
+    if (sums)
+      for (size_t k = 0; k < sums->layers.size(); ++k)
+        if (sums->layers[k] == l.index) row = &sums->per_head[k], row_heads = &sums->heads[k];
     bool first = true;
     for (size_t h = 0; h < l.heads.size(); ++h) {
       if (!std::binary_search(heads.begin(), heads.end(), l.heads[h])) continue;
@@ -60,25 +126,55 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
         ImGui::Dummy(ImVec2(thumb, thumb));
         continue;
       }
-      viz::HeatmapStyle style;
-      style.range = range;
-      style.scale = static_cast<viz::ValueScale>(state.view.scale);
-      viz::HeatmapView& v = views_[{l.index, l.heads[h]}];
-      const uint64_t version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
-                               (static_cast<uint64_t>(l.index) << 12) ^
-                               (static_cast<uint64_t>(l.heads[h]) << 4) ^ 0x9 ^
-                               (pooled && state.view.pooling == 0 ? (uint64_t{1} << 60) : 0);
-      v.update({grid.data.data() + static_cast<int64_t>(h) * side * side, side, side, version, true, {}},
-               static_cast<int>(thumb), static_cast<int>(thumb),
-               static_cast<viz::Pooling>(state.view.pooling), style, renderer);
       const ImVec2 p = ImGui::GetCursorScreenPos();
-      ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(v.target().texture())),
-                   ImVec2(thumb, thumb), ImVec2(0, 1), ImVec2(1, 0));
+      const HeadSummary* hs = nullptr;
+      if (row)
+        for (size_t k = 0; k < row_heads->size(); ++k)
+          if ((*row_heads)[k] == l.heads[h]) hs = &(*row)[k];
+      if (metric > 0) {
+        ImGui::PushID(static_cast<int>(l.index * 4096 + l.heads[h]));
+        ImGui::InvisibleButton("cell", ImVec2(thumb, thumb));
+        ImGui::PopID();
+        ImDrawList* dl = ImGui::GetWindowDrawList();
+        if (hs) {
+          const double v = metric_of(*hs, metric);
+          const viz::Rgb8 c = cmap.at(std::clamp((v - lo) / (hi - lo), 0.0, 1.0));
+          dl->AddRectFilled(p, ImVec2(p.x + thumb, p.y + thumb), IM_COL32(c.r, c.g, c.b, 255));
+          char text[32];
+          std::snprintf(text, sizeof text, "%.2f", v);
+          const ImVec2 ts = ImGui::CalcTextSize(text);
+          const bool dark = 0.299 * c.r + 0.587 * c.g + 0.114 * c.b < 140;
+          if (ts.x < thumb - 4)
+            dl->AddText(ImVec2(p.x + (thumb - ts.x) / 2, p.y + (thumb - ts.y) / 2),
+                        dark ? IM_COL32(255, 255, 255, 255) : IM_COL32(20, 20, 20, 255), text);
+        } else {
+          dl->AddRectFilled(p, ImVec2(p.x + thumb, p.y + thumb), IM_COL32(230, 230, 230, 255));
+        }
+      } else {
+        viz::HeatmapStyle style;
+        style.range = map_range;
+        style.scale = static_cast<viz::ValueScale>(state.view.scale);
+        viz::HeatmapView& v = views_[{l.index, l.heads[h]}];
+        const uint64_t version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
+                                 (static_cast<uint64_t>(l.index) << 12) ^ (static_cast<uint64_t>(l.heads[h]) << 4) ^
+                                 0x9 ^ (pooled && state.view.pooling == 0 ? (uint64_t{1} << 60) : 0);
+        v.update({grid.data.data() + static_cast<int64_t>(h) * side * side, side, side, version, true, {}},
+                 static_cast<int>(thumb), static_cast<int>(thumb), static_cast<viz::Pooling>(state.view.pooling), style,
+                 renderer);
+        ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(v.target().texture())), ImVec2(thumb, thumb),
+                     ImVec2(0, 1), ImVec2(1, 0));
+      }
       const bool selected = l.index == state.view.layer && l.heads[h] == state.view.head[slot];
       if (selected)
-        ImGui::GetWindowDrawList()->AddRect(p, ImVec2(p.x + thumb, p.y + thumb), IM_COL32(255, 140, 0, 255),
-                                            0, 0, 3);
-      if (ImGui::IsItemHovered()) ImGui::SetTooltip("layer %d, head %d", l.index, l.heads[h]);
+        ImGui::GetWindowDrawList()->AddRect(p, ImVec2(p.x + thumb, p.y + thumb), IM_COL32(255, 140, 0, 255), 0, 0, 3);
+      if (ImGui::IsItemHovered()) {
+        if (hs)
+          ImGui::SetTooltip("layer %d, head %d\nattention to the answer %.3f\nnoise %.3f\nentropy %.3f nats (%.3f of "
+                            "uniform)\nfirst-token share %.3f",
+                            l.index, l.heads[h], hs->answer, hs->noise, hs->entropy, hs->entropy_norm, hs->sink);
+        else
+          ImGui::SetTooltip("layer %d, head %d", l.index, l.heads[h]);
+      }
       if (ImGui::IsItemClicked()) {
         state.view.layer = l.index;
         state.view.head[slot] = l.heads[h];
@@ -88,41 +184,87 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
   }
 }
 
-void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
-                         const viz::HeatmapRenderer& renderer) {
-  const float fw = ImGui::GetFontSize() * 8;
+void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots], const viz::HeatmapRenderer& renderer) {
+  const float fw = ImGui::GetFontSize() * 7;
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 13);
+  ImGui::Combo("show", &state.view.head_metric,
+               "maps\0attention to the answer\0attention noise\0entropy\0first-token share (sink)\0");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", kHeadSummaryDefinition);
+  if (state.view.head_metric > 0) {
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 11);
+    ImGui::Combo("over", &state.view.metric_rows, "the query's row\0the question's rows\0");
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("the selected query's row, or every row from the selected query (the question's start) to "
+                        "the end");
+  }
+  ImGui::SameLine();
   ImGui::SetNextItemWidth(fw);
   ImGui::InputTextWithHint("layers", "all, or 0-3,7", &state.view.layer_filter);
   ImGui::SameLine();
   ImGui::SetNextItemWidth(fw);
   ImGui::InputTextWithHint("heads", "all, or 0-3,7", &state.view.head_filter);
-  ImGui::SameLine();
-  ImGui::TextDisabled("(scrolls when the grid is larger than the tab)");
-  // Thumbnails as large as the tab allows: every shown layer's row fits the height, both grids the
-  // width; at least 32 px (the grid scrolls beyond that).
-  int rows = 1, cols = 0;
+  // Cells as large as the view allows: every shown layer's row fits the height, both grids the width;
+  // at least 3 text lines (the grid scrolls beyond that).
+  // The two grids side by side or one above the other, whichever gives larger cells.
+  int rows = 1, cols = 0, max_cols = 1, models = 0;
   for (int s = 0; s < kSlots; ++s)
     if (const auto& t = state.shown->traces[s]) {
-      rows = std::max(
-          rows, static_cast<int>(
-                    parse_index_filter(state.view.layer_filter, static_cast<int>(t->layers.size())).size()));
-      cols += static_cast<int>(
-          parse_index_filter(state.view.head_filter, static_cast<int>(t->config.map_heads())).size());
+      ++models;
+      rows = std::max(rows, static_cast<int>(parse_index_filter(state.view.layer_filter, static_cast<int>(t->layers.size())).size()));
+      const int c = static_cast<int>(parse_index_filter(state.view.head_filter, static_cast<int>(t->config.map_heads())).size());
+      cols += c;
+      max_cols = std::max(max_cols, c);
     }
   ImGui::BeginChild("modelgrid", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
   const ImVec2 room = ImGui::GetContentRegionAvail();
-  const float pad = ImGui::GetStyle().ItemSpacing.x;
+  const float pad = ImGui::GetStyle().ItemSpacing.x, vpad = ImGui::GetStyle().ItemSpacing.y;
   const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
-  const float thumb =
-      std::clamp(std::min((room.y - 2 * ImGui::GetTextLineHeightWithSpacing()) / rows - pad,
-                          (room.x - 3 * ImGui::GetFontSize() - kSlots * label_w) / std::max(1, cols) - pad),
-                 32.0f, 320.0f);
+  const float header = 3 * ImGui::GetTextLineHeightWithSpacing();
+  const float beside = std::min((room.y - header) / rows - vpad,
+                                (room.x - 2 * ImGui::GetFontSize() - models * (label_w + pad)) / std::max(1, cols) - pad);
+  const float stacked = std::min((room.y - models * header) / std::max(1, models * rows) - vpad,
+                                 (room.x - label_w - pad) / max_cols - pad);
+  const bool stack = stacked > beside;
+  const float thumb = std::clamp(std::max(beside, stacked), ImGui::GetTextLineHeight() * 3, 400.0f);
+  // One colour range for both models' summaries, so their cells compare: signed shares diverge around 0
+  // when anything is negative; entropy / ln(keys seen) spans 0..1.
+  const int metric = state.view.head_metric;
+  MetricRange range{0, metric == 3 ? 1.0 : 0.0, false};
+  if (metric > 0) {
+    for (int s = 0; s < kSlots; ++s)
+      if (const auto& t = state.shown->traces[s])
+        if (const HeadSummaries* sums = model_views[s].summaries(state, *t, state.shown->request))
+          for (const auto& layer : sums->per_head)
+            for (const HeadSummary& h : layer) {
+              const double v = metric_of(h, metric);
+              if (std::isfinite(v)) range.lo = std::min(range.lo, v), range.hi = std::max(range.hi, v);
+            }
+    range.diverging = range.lo < 0;
+    if (range.diverging) range.hi = std::max(range.hi, -range.lo), range.lo = -range.hi;
+    if (range.hi <= range.lo) range.hi = range.lo + 1;
+    const viz::Colormap& cmap = range.diverging ? viz::diverging_colormap() : viz::sequential_colormap();
+    ImDrawList* dl = ImGui::GetWindowDrawList();
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    const float w = ImGui::GetFontSize() * 14, h = ImGui::GetFontSize() * 0.8f;
+    for (int i = 0; i < 48; ++i) {
+      const viz::Rgb8 c = cmap.at((i + 0.5) / 48);
+      dl->AddRectFilled(ImVec2(p.x + w * i / 48, p.y), ImVec2(p.x + w * (i + 1) / 48, p.y + h), IM_COL32(c.r, c.g, c.b, 255));
+    }
+    ImGui::Dummy(ImVec2(w, h));
+    ImGui::SameLine();
+    ImGui::Text("%.3g ... %.3g  (%s, both models on one scale; hover a cell for all four)", range.lo, range.hi,
+                kMetricNames[metric]);
+  }
   for (int s = 0; s < kSlots; ++s) {
-    if (s) ImGui::SameLine(0, 3 * ImGui::GetFontSize());
+    if (s && !stack) ImGui::SameLine(0, 2 * ImGui::GetFontSize());
     ImGui::BeginGroup();
     if (const auto& t = state.shown->traces[s])
-      model_views[s].draw(state, *t, s, state.shown->request, renderer, thumb);
+      model_views[s].draw(state, *t, s, state.shown->request, renderer, thumb, range);
     ImGui::EndGroup();
+    if (state.shown->traces[s])
+      state.drawn.note("grid." + std::to_string(s), ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
+                       ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
   }
   ImGui::EndChild();
 }

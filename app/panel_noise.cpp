@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/panels.h"
+#include "app/plot.h"
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/needle.h"
@@ -76,29 +77,33 @@ void draw_needle_builder(GuiState& state) {
   GuiState::Needle& n = state.needle;
   const float w = ImGui::GetFontSize() * 6;
   ImGui::TextUnformatted("Needle builder (held-out names and codes):");
-  ImGui::SameLine();
+  flow_next(w, "tokens");
   ImGui::SetNextItemWidth(w);
   ImGui::InputInt("tokens", &n.length, 64, 256);
   n.length = std::clamp(n.length, 64, 8192);
-  ImGui::SameLine();
+  flow_next(w, "depth %");
   ImGui::SetNextItemWidth(w);
   ImGui::SliderInt("depth %", &n.depth_pct, 0, 100);
-  ImGui::SameLine();
+  flow_next(w, "needles");
   ImGui::SetNextItemWidth(w);
   ImGui::SliderInt("needles", &n.needles, 1, 6);
-  ImGui::SameLine();
+  flow_next(w, "asked");
   ImGui::SetNextItemWidth(w);
   ImGui::SliderInt("asked", &n.asked, 1, n.needles);
-  ImGui::SameLine();
+  flow_next(w, "seed");
   ImGui::SetNextItemWidth(w);
   ImGui::InputInt("seed", &n.seed);
-  ImGui::SameLine();
+  flow_next(ImGui::GetFrameHeight(), "with the answer");
   ImGui::Checkbox("with the answer", &n.with_answer);
-  ImGui::SameLine();
+  flow_next(ImGui::CalcTextSize("Build prompt").x + 2 * ImGui::GetStyle().FramePadding.x);
   if (ImGui::Button("Build prompt"))
     build_needle_prompt(
         state, state.status.slots[0].path.empty() ? state.status.slots[1].path : state.status.slots[0].path);
-  if (!n.built.empty()) ImGui::TextDisabled("%s", n.built.c_str());
+  if (!n.built.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped("%s", n.built.c_str());
+    ImGui::PopStyleColor();
+  }
   ImGui::Separator();
 }
 

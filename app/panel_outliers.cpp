@@ -46,7 +46,7 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
   if (last < first) return;
   ImDrawList* dl = ImGui::GetWindowDrawList();
   dl->AddRectFilled(p, ImVec2(p.x + size.x, p.y + size.y), IM_COL32(255, 255, 255, 255));
-  const float label_h = ImGui::GetTextLineHeight();
+  const float label_h = 2 * ImGui::GetTextLineHeight();  // decade ticks, then the axis title
   const float plot_h = size.y - label_h;
   const int n = last - first + 1;
   const float bw = size.x / static_cast<float>(n);
@@ -69,6 +69,12 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
     std::snprintf(t, sizeof t, "1e%d", static_cast<int>(std::round(std::log10(lower))));
     dl->AddText(ImVec2(x + 2, p.y + plot_h), IM_COL32(60, 60, 60, 255), t);
   }
+  const char* x_title = "|value| (log scale)";
+  dl->AddText(ImVec2(p.x + size.x - ImGui::CalcTextSize(x_title).x - 2, p.y + plot_h + label_h / 2),
+              IM_COL32(60, 60, 60, 255), x_title);
+  char peak_text[48];  // the count axis: log scale, its top is the largest bin
+  std::snprintf(peak_text, sizeof peak_text, "count (log): top %.0f", peak);
+  dl->AddText(ImVec2(p.x + 4, p.y + 2), IM_COL32(60, 60, 60, 255), peak_text);
 }
 
 // The paper's Table 5 readout: k-th largest |value| and the median, both models side by side.
@@ -121,7 +127,9 @@ void draw_outlier_panel(const RunResult& r, int& layer_choice) {
     hp[s] = &hidden[s];
   }
   const float w = ImGui::GetContentRegionAvail().x / 2 - ImGui::GetStyle().ItemSpacing.x;
-  const float h = ImGui::GetTextLineHeight() * 7;
+  // The histograms take the height the title, the table (header and two models) and the note leave.
+  const float h = std::max(ImGui::GetTextLineHeight() * 7,
+                           ImGui::GetContentRegionAvail().y - 6.5f * ImGui::GetFrameHeightWithSpacing());
   ImGui::BeginGroup();
   draw_histograms("|attention logits| (DIFF: both components pooled; log count)", lp, names, ImVec2(w, h));
   draw_outlier_table("logit_table", lp, names);

@@ -4,33 +4,37 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "app/panels.h"
+#include "viz/token_text.h"
 
 namespace difflens::app {
 
-// The prompt's tokens as chips: hover marks the key in every map, click selects the query token.
+// The prompt's tokens as chips that read as the text: word markers drawn as spaces, byte-fallback runs
+// decoded, neighbours told apart by alternating shades. Hover marks the key in every map, click selects the
+// query token, right-drag marks the answer span.
 void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
-  ImGui::TextUnformatted(state.selection.needles.empty()
-                             ? "Tokens (click: query / question start, hover: key, right-drag: answer span)"
-                             : "Tokens (click: query / question start, hover: key, right-drag: answer span; "
-                               "yellow: needle sentences, green: the asked code)");
   if (!ImGui::IsMouseDown(ImGuiMouseButton_Right)) state.selection.answer_anchor = -1;
-  ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(2, 2));
-  ImGui::PushStyleVar(ImGuiStyleVar_FramePadding, ImVec2(3, 1));
-  // Long prompts: at most about four lines of chips, scrolling, so the maps keep their room.
-  const float line = ImGui::GetFrameHeight() + 2;
-  const float height = std::min(state.strip_height > 0 ? state.strip_height : line, 4.5f * line) + 4;
+  const std::vector<std::string> labels = viz::display_tokens(tokens, viz::Spaces::Visible);
+  const ImVec2 pad(2, 1);
+  ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(1, 2));
+  // Long prompts: at most four lines of chips, scrolling, so the views keep their room.
+  const float line = ImGui::GetTextLineHeight() + 2 * pad.y + 2;
+  const float height = std::min(state.strip_height > 0 ? state.strip_height : line, 4.0f * line);
   ImGui::BeginChild("##tokenstrip", ImVec2(0, height), false);
   const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const std::string label = tokens[i] + "##tok" + std::to_string(i);
-    const float w = ImGui::CalcTextSize(tokens[i].c_str()).x + 6;
+    const std::string& text = labels[i];
+    // Text as it is (no "##" label rules), each chip exactly as wide as its text.
+    const ImVec2 ts = ImGui::CalcTextSize(text.c_str(), nullptr, false);
+    const ImVec2 size(ts.x + 2 * pad.x, ts.y + 2 * pad.y);
     if (i > 0) {
       ImGui::SameLine();
-      if (ImGui::GetItemRectMax().x + w + 2 > right) ImGui::NewLine();
+      if (ImGui::GetItemRectMax().x + size.x + 1 > right) ImGui::NewLine();
     }
     const int ii = static_cast<int>(i);
     const bool query = ii == state.selection.query;
@@ -39,29 +43,39 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
     const bool needle =
         std::any_of(state.selection.needles.begin(), state.selection.needles.end(),
                     [&](const std::pair<int, int>& n) { return ii >= n.first && ii < n.second; });
-    ImGui::PushStyleColor(ImGuiCol_Button, query    ? ImVec4(1.0f, 0.62f, 0.2f, 1)
-                                           : key    ? ImVec4(1.0f, 0.6f, 0.85f, 1)
-                                           : answer ? ImVec4(0.45f, 0.8f, 0.45f, 1)
-                                           : needle ? ImVec4(0.98f, 0.88f, 0.5f, 1)
-                                                    : ImVec4(0.86f, 0.88f, 0.92f, 1));
-    if (ImGui::Button(label.c_str())) state.selection.query = ii;
-    if (query && state.strip_scrolled_to != ii) {  // keep the selected query in sight
-      ImGui::SetScrollHereY(0.5f);
+    ImGui::PushID(ii);
+    if (ImGui::InvisibleButton("tok", size)) state.selection.query = ii;
+    ImGui::PopID();
+    const ImVec2 p = ImGui::GetItemRectMin();
+    const ImU32 bg = query    ? IM_COL32(255, 158, 51, 255)
+                     : key    ? IM_COL32(255, 153, 217, 255)
+                     : answer ? IM_COL32(115, 204, 115, 255)
+                     : needle ? (i % 2 ? IM_COL32(250, 224, 128, 255) : IM_COL32(242, 214, 110, 255))
+                     : i % 2  ? IM_COL32(222, 228, 238, 255)
+                              : IM_COL32(236, 240, 246, 255);
+    dl->AddRectFilled(p, ImVec2(p.x + size.x, p.y + size.y), bg, 2.0f);
+    dl->AddText(ImVec2(p.x + pad.x, p.y + pad.y), ImGui::GetColorU32(ImGuiCol_Text), text.c_str());
+    if (query && state.strip_scrolled_to != ii) {  // keep the selected query in sight, whole lines shown
+      const float y = p.y - ImGui::GetWindowPos().y + ImGui::GetScrollY();  // its line's top in the strip
+      const float visible = std::max(1.0f, std::floor(ImGui::GetWindowHeight() / line));
+      ImGui::SetScrollY(std::max(0.0f, (std::round(y / line) - visible + 1) * line));
       state.strip_scrolled_to = ii;
     }
     if (ImGui::IsItemHovered()) {
       state.selection.hovered_next = ii;
+      ImGui::SetTooltip("token %d: '%s'  (piece '%s')\nclick: the query   right-drag: the answer span%s", ii,
+                        text.c_str(), tokens[i].c_str(),
+                        state.selection.needles.empty() ? "" : "\nyellow: needle sentences, green: the asked code");
       if (ImGui::IsMouseClicked(ImGuiMouseButton_Right)) state.selection.answer_anchor = ii;
       if (ImGui::IsMouseDown(ImGuiMouseButton_Right) && state.selection.answer_anchor >= 0) {
         state.selection.answer_begin = std::min(state.selection.answer_anchor, ii);
         state.selection.answer_end = std::max(state.selection.answer_anchor, ii) + 1;
       }
     }
-    ImGui::PopStyleColor();
   }
   state.strip_height = ImGui::GetCursorPosY();
   ImGui::EndChild();
-  ImGui::PopStyleVar(2);
+  ImGui::PopStyleVar();
 }
 
 }  // namespace difflens::app

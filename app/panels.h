@@ -10,17 +10,20 @@
 
 namespace difflens::app {
 
-// panel_prompt.cpp: the model slots, the device menu, the prompt editor and the view controls.
+// panel_prompt.cpp: the model slots (side panel), the device choice (Run menu), the prompt editor.
 void draw_model_slots(GuiState& state, InferenceWorker& worker);
 void draw_device_menu(GuiState& state, InferenceWorker& worker);
 void draw_prompt_editor(GuiState& state);
-void draw_controls(GuiState& state, int layers, int heads[kSlots]);
 
 // panel_tokens.cpp
 void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens);
 
-// panel_overview.cpp: the "Query row, lambda, next token" tab.
-void draw_overview_tab(const GuiState& state);
+// panel_query_row.cpp: the "Figure 1" view: each model's attention of the selected query over all keys,
+// the answer span marked, its share and the noise written on the chart, and the next-token top 5.
+void draw_query_row_view(GuiState& state);
+
+// panel_lambda.cpp: λ per layer of each DIFF model as a plot (λ and λ_init(l)) beside its table.
+void draw_lambda_view(GuiState& state);
 
 // panel_noise.cpp: the Attention noise tab and its needle builder.
 void build_needle_prompt(GuiState& state, const std::string& model_dir);

@@ -1,10 +1,16 @@
-// Plain app logic that needs no window: the model view's layer/head filters.
+// Plain app logic that needs no window: the model view's layer/head filters, UI glyphs, the views and
+// their settings, the map grid, chart ticks and Figure 1's shares.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <set>
+#include <sstream>
 
 #include "app/figures.h"
 #include "app/glyphs.h"
+#include "app/layout.h"
+#include "core/metrics.h"
 
 using difflens::app::parse_index_filter;
 
@@ -31,4 +37,119 @@ TEST_CASE("UI glyphs: characters outside the base ranges are collected once, bad
   CHECK_FALSE(g.add("\xF0\x9F\xA4\x97 \xFF\xFE \xE5\xB7 \xC0\xAF \x01\x7F"));
   CHECK_FALSE(g.add("\xE5\xB7\xAE"));  // 差 again
   CHECK(g.codepoints().size() == 8);
+}
+
+TEST_CASE("views: names, the old tab names, and a message that lists them", "[app][layout]") {
+  using difflens::app::View;
+  for (int i = 0; i < difflens::app::kViews; ++i) {
+    const auto v = static_cast<View>(i);
+    CHECK(difflens::app::parse_view(difflens::app::view_name(v)) == v);
+  }
+  CHECK(difflens::app::parse_view("overview") == View::QueryRow);  // the old --tab name
+  CHECK(difflens::app::parse_view("models") == View::Models);
+  CHECK_FALSE(difflens::app::parse_view("Maps").has_value());
+  CHECK_FALSE(difflens::app::parse_view("").has_value());
+  CHECK(difflens::app::view_names() == "maps, query-row, models, lambda, noise, lab, outliers or explain");
+}
+
+TEST_CASE("layout settings: written and read back, bad or unknown lines change nothing", "[app][layout]") {
+  using namespace difflens::app;
+  LayoutState a;
+  a.view = View::Lambda;
+  a.split[static_cast<size_t>(View::QueryRow)] = false;
+  a.split[static_cast<size_t>(View::Outliers)] = true;
+  a.side_by_side = false;
+  a.split_fraction = 0.35f;
+  a.side_panel = false;
+  a.side_width_em = 20;
+  a.square_maps = true;
+  a.shared_rows_scale = true;
+  a.window_w = 1366;
+  a.window_h = 705;
+  const std::string text = layout_settings_text(a);
+  CHECK(text.find("view=lambda\n") != std::string::npos);
+  CHECK(text.find("split=outliers\n") != std::string::npos);
+  LayoutState b;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) CHECK(read_layout_setting(b, line));
+  CHECK(layout_settings_text(b) == text);
+  CHECK(b.split == a.split);
+  CHECK(b.window_w == 1366);
+  CHECK(b.window_h == 705);
+  // A file from elsewhere: each bad line is refused and leaves the setting as it was.
+  LayoutState c = b;
+  for (const char* bad : {"view=tables", "split=maps,tables", "split_fraction=0.99", "split_fraction=x",
+                          "side_panel=yes", "window=100x100", "window=1600x", "window=x1000", "colour=red", "view"})
+    CHECK_FALSE(read_layout_setting(c, bad));
+  CHECK(layout_settings_text(c) == text);
+  CHECK(read_layout_setting(c, "split="));  // no view split with the maps
+  CHECK(c.split == std::array<bool, kViews>{});
+  CHECK_FALSE(c.split_shown());
+}
+
+TEST_CASE("map grid: four maps take the arrangement that makes each largest, and fill it", "[app][layout]") {
+  using difflens::app::plan_map_grid;
+  // The maps view at 1600x1000: 1304 x 766 px, legends 70 px, titles 22 px, gaps 14 px.
+  auto g = plan_map_grid(4, 1304, 766, 70, 22, 14, false);
+  CHECK(g.columns == 2);
+  CHECK(g.rows == 2);
+  CHECK(g.map_h == Approx((766 - 14) / 2.0 - 22));             // 354: the height binds
+  CHECK(g.map_w == Approx(std::min((1304 - 14) / 2.0 - 70, 1.6 * g.map_h)));  // 575, under 1.6 x its height
+  CHECK(2 * (g.map_w + 70) + 14 >= 0.9 * 1304);                // the grid spans the width
+  // A wide, short strip: all four in one row, no taller than 1.4 x their width.
+  g = plan_map_grid(4, 1304, 371, 70, 22, 14, false);
+  CHECK(g.columns == 4);
+  CHECK(g.map_w == Approx((1304 - 3 * 14) / 4.0 - 70));
+  CHECK(g.map_h == Approx(std::min(371.0 - 22, 1.4 * g.map_w)));
+  // A tall, narrow column: one map per row.
+  g = plan_map_grid(4, 400, 2000, 70, 22, 14, false);
+  CHECK(g.columns == 1);
+  CHECK(g.rows == 4);
+  // Square maps: the smaller side.
+  g = plan_map_grid(4, 1304, 766, 70, 22, 14, true);
+  CHECK(g.map_w == g.map_h);
+  CHECK(g.map_w == Approx((766 - 14) / 2.0 - 22));
+  // Three maps (a DIFF model alone) and one; sizes never below 16 px.
+  g = plan_map_grid(3, 1304, 766, 70, 22, 14, false);
+  CHECK(g.columns * g.rows >= 3);
+  g = plan_map_grid(1, 20, 20, 70, 22, 14, false);
+  CHECK(g.map_w == 16);
+  CHECK(g.map_h == 16);
+}
+
+TEST_CASE("chart ticks: round steps that cover the range, zero included", "[app][layout]") {
+  using difflens::app::nice_ticks;
+  CHECK(nice_ticks(0, 1, 6) == std::vector<double>{0, 0.2, 0.4, 0.6, 0.8, 1.0});
+  CHECK(nice_ticks(0, 0.09, 5) == std::vector<double>{0, 0.02, 0.04, 0.06, 0.08});
+  const auto t = nice_ticks(-0.27, 1.0, 8);
+  CHECK(std::find(t.begin(), t.end(), 0.0) != t.end());
+  CHECK(t.size() <= 8);
+  CHECK(t.front() >= -0.27 - 1e-12);
+  CHECK(t.back() <= 1.0 + 1e-12);
+  for (size_t i = 1; i < t.size(); ++i) CHECK(t[i] - t[i - 1] == Approx(0.2));
+  CHECK(nice_ticks(3, 3, 5) == std::vector<double>{3});  // a range of zero width
+  CHECK(nice_ticks(0, 250, 6) == std::vector<double>{0, 50, 100, 150, 200, 250});
+}
+
+TEST_CASE("Figure 1's shares of one query row equal the attention-noise metric's", "[app][layout][metrics]") {
+  // A 5-token map (rows sum to 1, or to 1 - lambda with a negative entry, as DIFF's can), by hand.
+  const int64_t T = 5;
+  const std::vector<float> map = {1.0f, 0,     0,     0,    0,     //
+                                  0.3f, 0.7f,  0,     0,    0,     //
+                                  0.2f, 0.5f,  0.3f,  0,    0,     //
+                                  0.1f, 0.6f,  -0.1f, 0.4f, 0,     //
+                                  0.05f, 0.7f, 0.05f, 0.1f, 0.1f};
+  // Row 3 with the answer at key 1: |row| sums to 1.2; answer 0.6 / 1.2; noise (keys 0 and 2) 0.0 / 1.2.
+  const auto r3 = difflens::app::query_row_share(&map[3 * T], 3, 1, 2);
+  CHECK(r3.answer == Approx(0.5));
+  CHECK(r3.noise == Approx(0.0).margin(1e-7));
+  for (int64_t q = 0; q < T; ++q)
+    for (int64_t a0 = 0; a0 < T; ++a0)
+      for (int64_t a1 = a0 + 1; a1 <= T; ++a1) {
+        const auto mine = difflens::app::query_row_share(&map[static_cast<size_t>(q * T)], q, a0, a1);
+        const auto ref = difflens::attention_share(map.data(), T, {q}, {a0, a1}, {q, T});
+        INFO("q " << q << " answer " << a0 << "-" << a1);
+        CHECK(mine.answer == Approx(ref.answer).margin(1e-7));
+        CHECK(mine.noise == Approx(ref.noise).margin(1e-7));
+      }
 }

@@ -3,8 +3,10 @@
 
 #include <array>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <stb_image.h>
 
@@ -675,7 +677,162 @@ TEST_CASE("gui: the Explain tab steps, presents and exports its slides headless"
   stbi_image_free(px);
   const std::pair<std::string, std::string> bad[] = {
       {"--explain-step 7 --screenshot x.png", "--explain-step must be 1 to 6"},
-      {"--tab explained --screenshot x.png", "--tab must be overview, models, noise, lab, outliers or explain"},
+      {"--tab explained --screenshot x.png",
+       "--view must be maps, query-row, models, lambda, noise, lab, outliers or explain (got 'explained')"},
   };
   expect_failures(bad, dir);
+}
+
+namespace {
+
+// The headless run's layout report: "layout: NAME X0 Y0 X1 Y1 (WxH)" per region drawn.
+struct Region {
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  float w() const { return x1 - x0; }
+  float h() const { return y1 - y0; }
+};
+std::map<std::string, Region> layout_regions(const std::string& out) {
+  std::map<std::string, Region> regions;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("layout: ", 0) != 0) continue;
+    std::istringstream l(line.substr(8));
+    std::string name;
+    Region r;
+    if (l >> name >> r.x0 >> r.y0 >> r.x1 >> r.y1) regions[name] = r;
+  }
+  return regions;
+}
+
+void check_layout_clean(const std::string& out, int width, int height) {
+  CHECK(out.find(" 0 outside or clipped") != std::string::npos);
+  CHECK(out.find("clips its contents") == std::string::npos);
+  for (const auto& [name, r] : layout_regions(out)) {
+    INFO(name << " " << r.x0 << "," << r.y0 << "-" << r.x1 << "," << r.y1 << " in " << width << "x" << height);
+    CHECK(r.x0 >= 0);
+    CHECK(r.y0 >= 0);
+    CHECK(r.x1 <= width + 0.5f);
+    CHECK(r.y1 <= height + 0.5f);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gui layout: the maps fill the central area and the first screen puts Figure 1 beside them",
+          "[gui][cli][layout]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guilayout");
+  // The maps as the selected view at 1600x1000: four maps of at least 340 px a side, spanning 90 % of the
+  // central area's width.
+  Result r = run("--view maps --size 1600x1000 --threads 1 --exit-after-frames 1 --screenshot " +
+                     (dir / "maps.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  check_layout_clean(r.out, 1600, 1000);
+  auto regions = layout_regions(r.out);
+  REQUIRE(regions.count("central"));
+  const Region central = regions["central"];
+  float left = 1e9f, right = 0;
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "map." + std::to_string(i);
+    INFO(name);
+    REQUIRE(regions.count(name));
+    CHECK(regions[name].w() >= 340);
+    CHECK(regions[name].h() >= 340);
+    left = std::min(left, regions[name].x0);
+    right = std::max(right, regions[name].x1);
+  }
+  CHECK(right - left >= 0.9f * central.w());
+  CHECK(r.out.find("layout: hover") == std::string::npos);  // no stray hover in a headless screenshot
+  // The first screen: Figure 1 beside the maps, a tall chart per model, the answer's share on it.
+  r = run("--size 1600x1000 --threads 1 --exit-after-frames 1 --screenshot " + (dir / "first.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("layout: view query-row beside the maps") != std::string::npos);
+  check_layout_clean(r.out, 1600, 1000);
+  regions = layout_regions(r.out);
+  for (const char* chart : {"chart.0", "chart.1"}) {
+    INFO(chart);
+    REQUIRE(regions.count(chart));
+    CHECK(regions[chart].h() >= 250);
+    CHECK(regions[chart].w() >= 400);
+  }
+  REQUIRE(regions.count("map.3"));
+  CHECK(regions["map.3"].x1 <= regions["chart.0"].x0);  // the maps at the left, the charts at the right
+  // --hover puts the mouse over a cell of the first map: the tooltip's query and key are the ones asked.
+  r = run("--view maps --hover 200,100 --size 1280x800 --threads 1 --exit-after-frames 2 --screenshot " +
+              (dir / "hover.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("layout: hover.0 query 200 key 100 ") != std::string::npos);
+  const std::pair<std::string, std::string> bad[] = {
+      {"--view tables --screenshot x.png", "--view must be maps, query-row, models, lambda, noise, lab, outliers or explain"},
+      {"--view maps --tab lab --screenshot x.png", "give --view or --tab (the same), not both"},
+      {"--split sideways --screenshot x.png", "--split must be off, below or beside"},
+      {"--hover 3,5 --screenshot x.png", "--hover expects ROW,COL with 0 <= COL <= ROW"},
+      {"--head-metric loud --screenshot x.png", "--head-metric must be maps, answer, noise, entropy or sink"},
+      {"--metric-rows all --screenshot x.png", "--metric-rows must be query or question"},
+  };
+  expect_failures(bad, dir);
+}
+
+TEST_CASE("gui layout: every view fits 1280x800 and 3840x2160 at font scale 2, analysis views get the height",
+          "[gui][cli][layout]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guiviews");
+  const char* views[] = {"maps", "query-row", "models", "lambda", "noise", "lab", "outliers", "explain"};
+  for (const auto& [size, w, h, extra] :
+       {std::tuple<const char*, int, int, const char*>{"1280x800", 1280, 800, ""},
+        std::tuple<const char*, int, int, const char*>{"3840x2160", 3840, 2160, " --font-scale 2"}}) {
+    for (const char* view : views) {
+      const Result r = run(std::string("--view ") + view + " --size " + size + extra +
+                               " --head-metric entropy --threads 1 --exit-after-frames 1 --screenshot " +
+                               (dir / (std::string(view) + ".png")).string(),
+                           dir);
+      INFO(view << " at " << size << "\n" << r.out);
+      REQUIRE(r.status == 0);
+      CHECK(r.out.find(std::string("layout: view ") + view) != std::string::npos);
+      check_layout_clean(r.out, w, h);
+      auto regions = layout_regions(r.out);
+      const std::string key = std::string("view.") + view;
+      REQUIRE(regions.count(key));
+      // Alone in the central area (all but Figure 1, which shares it with the maps): 60 % of the height.
+      if (std::string(view) != "query-row") CHECK(regions[key].h() >= 0.6f * static_cast<float>(h));
+    }
+  }
+}
+
+TEST_CASE("gui layout: the view, split and side panel are remembered in the settings file", "[gui][cli][layout]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guisettings");
+  const std::string settings = (dir / "cfg" / "layout.ini").string();
+  Result r = run("--settings " + settings + " --view lambda --split below --maps-height 0.3 --size 1280x800 "
+                 "--threads 1 --exit-after-frames 1 --screenshot " + (dir / "a.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("layout: view lambda below the maps") != std::string::npos);
+  const std::string text = test::read_all(settings);
+  INFO(text);
+  CHECK(text.find("view=lambda\n") != std::string::npos);
+  CHECK(text.find("split=query-row,lambda\n") != std::string::npos);
+  CHECK(text.find("side_by_side=0\n") != std::string::npos);
+  CHECK(text.find("split_fraction=0.3\n") != std::string::npos);
+  CHECK(text.find("window=1280x800\n") != std::string::npos);
+  // The next start opens where the last one was left.
+  r = run("--settings " + settings + " --size 1280x800 --threads 1 --exit-after-frames 1 --screenshot " +
+              (dir / "b.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("layout: view lambda below the maps") != std::string::npos);
+  const auto regions = layout_regions(r.out);
+  REQUIRE(regions.count("view.maps"));
+  REQUIRE(regions.count("central"));
+  CHECK(regions.at("view.maps").h() == Approx(0.3 * (regions.at("central").h() - 7)).margin(3));
+  // A settings file that is not one (binary junk) is ignored: the app opens with its defaults.
+  test::write_all(dir / "junk.ini", "\x01\xff view=\x80 \n\n=\nsplit_fraction=NaN\nwindow=99999x1\n");
+  r = run("--settings " + (dir / "junk.ini").string() + " --size 1280x800 --threads 1 --exit-after-frames 1 "
+          "--screenshot " + (dir / "c.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("layout: view query-row beside the maps") != std::string::npos);
 }

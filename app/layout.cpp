@@ -1,0 +1,174 @@
+// The window's division into views (see layout.h).
+#include "app/layout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+namespace difflens::app {
+namespace {
+
+constexpr const char* kViewNames[kViews] = {"maps",  "query-row", "models",   "lambda",
+                                            "noise", "lab",       "outliers", "explain"};
+constexpr const char* kViewTitles[kViews] = {"Maps",       "Figure 1: query row", "Model view", "\xce\xbb per layer",
+                                             "Attention noise", "Needle lab",     "Outliers",   "Explain"};
+
+bool read_float(const std::string& v, float lo, float hi, float& out) {
+  char* end = nullptr;
+  const float f = std::strtof(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(f >= lo && f <= hi)) return false;
+  out = f;
+  return true;
+}
+
+bool read_bool(const std::string& v, bool& out) {
+  if (v != "0" && v != "1") return false;
+  out = v == "1";
+  return true;
+}
+
+std::string split_list(const LayoutState& l) {
+  std::string out;
+  for (int i = 0; i < kViews; ++i)
+    if (l.split[static_cast<size_t>(i)]) out += std::string(out.empty() ? "" : ",") + kViewNames[i];
+  return out;
+}
+
+constexpr float kMaxWide = 1.6f, kMaxTall = 1.4f;
+
+}  // namespace
+
+constexpr const char* kViewShortTitles[kViews] = {"Maps",  "Figure 1", "Models",   "\xce\xbb",
+                                                  "Noise", "Lab",      "Outliers", "Explain"};
+
+const char* view_name(View v) { return kViewNames[static_cast<int>(v)]; }
+const char* view_short_title(View v) { return kViewShortTitles[static_cast<int>(v)]; }
+const char* view_title(View v) { return kViewTitles[static_cast<int>(v)]; }
+
+std::optional<View> parse_view(const std::string& name) {
+  for (int i = 0; i < kViews; ++i)
+    if (name == kViewNames[i]) return static_cast<View>(i);
+  if (name == "overview" || name == "figure1") return View::QueryRow;  // the old tab's name
+  return std::nullopt;
+}
+
+std::string view_names() {
+  std::string out;
+  for (int i = 0; i < kViews; ++i) out += std::string(i == 0 ? "" : i + 1 == kViews ? " or " : ", ") + kViewNames[i];
+  return out;
+}
+
+std::string layout_settings_text(const LayoutState& l) {
+  std::ostringstream o;
+  o << "view=" << view_name(l.view) << "\n"
+    << "split=" << split_list(l) << "\n"
+    << "side_by_side=" << (l.side_by_side ? 1 : 0) << "\n"
+    << "split_fraction=" << l.split_fraction << "\n"
+    << "side_panel=" << (l.side_panel ? 1 : 0) << "\n"
+    << "side_width_em=" << l.side_width_em << "\n"
+    << "square_maps=" << (l.square_maps ? 1 : 0) << "\n"
+    << "shared_rows_scale=" << (l.shared_rows_scale ? 1 : 0) << "\n";
+  if (l.window_w > 0 && l.window_h > 0) o << "window=" << l.window_w << "x" << l.window_h << "\n";
+  return o.str();
+}
+
+bool read_layout_setting(LayoutState& l, const std::string& line) {
+  const size_t eq = line.find('=');
+  if (eq == std::string::npos) return false;
+  const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+  if (key == "view") {
+    const auto v = parse_view(value);
+    if (v) l.view = *v;
+    return v.has_value();
+  }
+  if (key == "split") {  // the views split with the maps, "query-row,lambda" ("" : none)
+    std::array<bool, kViews> split{};
+    size_t at = 0;
+    while (at < value.size()) {
+      const size_t comma = std::min(value.find(',', at), value.size());
+      const auto v = parse_view(value.substr(at, comma - at));
+      if (!v) return false;
+      split[static_cast<size_t>(*v)] = true;
+      at = comma + 1;
+    }
+    l.split = split;
+    return true;
+  }
+  if (key == "side_by_side") return read_bool(value, l.side_by_side);
+  if (key == "split_fraction") return read_float(value, kMinSplit, kMaxSplit, l.split_fraction);
+  if (key == "side_panel") return read_bool(value, l.side_panel);
+  if (key == "side_width_em") return read_float(value, 8, 40, l.side_width_em);
+  if (key == "square_maps") return read_bool(value, l.square_maps);
+  if (key == "shared_rows_scale") return read_bool(value, l.shared_rows_scale);
+  if (key == "window") {
+    const size_t x = value.find('x');
+    if (x == std::string::npos) return false;
+    char* end = nullptr;
+    const long w = std::strtol(value.c_str(), &end, 10);
+    if (end != value.c_str() + x) return false;
+    const long h = std::strtol(value.c_str() + x + 1, &end, 10);
+    if (*end != '\0' || w < 320 || h < 240 || w > 16384 || h > 16384) return false;
+    l.window_w = static_cast<int>(w);
+    l.window_h = static_cast<int>(h);
+    return true;
+  }
+  return false;
+}
+
+MapGrid plan_map_grid(int maps, float width, float height, float legend_w, float title_h, float gap,
+                      bool square) {
+  MapGrid best;
+  maps = std::max(1, maps);
+  float best_side = -1;
+  for (int c = 1; c <= maps; ++c) {
+    const int r = (maps + c - 1) / c;
+    if (c > 1 && (maps + c - 2) / (c - 1) == r) continue;  // same rows with fewer columns: wider cells, same grid
+    const float cell_w = (width - gap * static_cast<float>(c - 1)) / static_cast<float>(c);
+    const float cell_h = (height - gap * static_cast<float>(r - 1)) / static_cast<float>(r);
+    const float w = std::max(16.0f, cell_w - legend_w), h = std::max(16.0f, cell_h - title_h);
+    const float side = std::min(w, h);
+    if (side > best_side + 0.5f) {
+      best_side = side;
+      // Filling the cell, a map stays near square: wider keys help (the answer's columns), but a map three
+      // times wider than tall, or much taller than wide, does not read as a map any more.
+      const float fw = std::min(w, h * kMaxWide), fh = std::min(h, w * kMaxTall);
+      best = {c, r, square ? side : fw, square ? side : fh, cell_w, cell_h};
+    }
+  }
+  return best;
+}
+
+std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
+  if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return {std::isfinite(lo) ? lo : 0.0};
+  max_ticks = std::max(2, max_ticks);
+  const double raw = (hi - lo) / (max_ticks - 1);
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = p, m = 1;
+  for (double mm : {1.0, 2.0, 5.0, 10.0}) {
+    m = mm;
+    step = m * p;
+    if (std::floor(hi / step) - std::ceil(lo / step) + 1 <= max_ticks) break;
+  }
+  // k·m·p computed as (k·m) / (1/p) below 1, so 0.6 is the double nearest 0.6, not 3 × 0.2.
+  const double inv = p < 1 ? std::round(1 / p) : 0;
+  std::vector<double> out;
+  for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9; k += 1)
+    out.push_back(k == 0 ? 0.0 : inv > 0 ? k * m / inv : k * m * p);
+  return out;
+}
+
+RowShare query_row_share(const float* row, int64_t q, int64_t answer_begin, int64_t answer_end) {
+  double total = 0, answer = 0, noise = 0;
+  for (int64_t j = 0; j <= q; ++j) {
+    total += std::fabs(row[j]);
+    if (j >= answer_begin && j < answer_end)
+      answer += row[j];
+    else if (j != q)
+      noise += row[j];
+  }
+  if (total <= 0) return {};
+  return {answer / total, noise / total};
+}
+
+}  // namespace difflens::app

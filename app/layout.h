@@ -1,0 +1,75 @@
+// The window's division into views, without ImGui: which view the central area shows, how the maps are
+// arranged in the space they get, and the layout settings kept between runs. Plain logic, tested alone.
+#pragma once
+
+#include <optional>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace difflens::app {
+
+// The views of the central area (keys 1-8 pick them, in this order).
+enum class View { Maps, QueryRow, Models, Lambda, Noise, Lab, Outliers, Explain };
+constexpr int kViews = 8;
+// The view's name on the command line and in the settings file ("maps", "query-row", ...).
+const char* view_name(View v);
+// Its title in the View menu ("Maps", "Figure 1: query row", ...), and a short one for a narrow view bar.
+const char* view_title(View v);
+const char* view_short_title(View v);
+// A --view / --tab name, the old tab names included (overview = query-row); nullopt for anything else.
+std::optional<View> parse_view(const std::string& name);
+// "maps, query-row, models, lambda, noise, lab, outliers or explain", for messages.
+std::string view_names();
+
+// How the window is divided. The selected view gets the central area; an analysis view (anything but
+// Maps) can share it with the maps across a draggable splitter.
+struct LayoutState {
+  View view = View::QueryRow;      // the first screen: Figure 1 below the maps
+  // Per view: whether it shares the central area with the maps (Figure 1 does at first; the rest get it
+  // whole). split_shown(): the view shown shares it now.
+  std::array<bool, kViews> split{false, true, false, false, false, false, false, false};
+  bool side_by_side = true;        // the split puts the maps left of the view (false: above it)
+  float split_fraction = 0.5f;     // the maps' share of the split (kMinSplit..kMaxSplit)
+  bool side_panel = true;          // the model slots and layer/head pickers at the left
+  float side_width_em = 17;        // its width in font heights
+  bool square_maps = false;        // maps keep square cells (false: they fill the space they are given)
+  bool shared_rows_scale = false;  // Figure 1: both models' bars on one y scale
+  int window_w = 0, window_h = 0;  // the window's size when the app last closed (0: not known)
+  bool& view_split() { return split[static_cast<size_t>(view)]; }  // the shown view's setting
+  bool split_shown() const { return view != View::Maps && split[static_cast<size_t>(view)]; }
+};
+constexpr float kMinSplit = 0.15f, kMaxSplit = 0.85f;
+
+// The layout settings as "key=value" lines (the body of the settings file's [DiffLens][Layout] section),
+// and one such line read back into `layout`. Unknown keys and bad values are ignored (the file may come
+// from another version): returns whether the line was used.
+std::string layout_settings_text(const LayoutState& layout);
+bool read_layout_setting(LayoutState& layout, const std::string& line);
+
+// N maps of one kind arranged in a grid inside width x height pixels. Each cell holds a title line
+// (title_h) above the map and a legend (legend_w) beside it; cells are `gap` apart. The grid's column count
+// is the one giving the largest map; the map fills its cell up to 1.6 times wider than tall (wide keys help
+// to see the answer's columns) and 1.4 times taller than wide (or, `square`, keeps a square of the smaller
+// side). Sizes never go below 16 px.
+struct MapGrid {
+  int columns = 1, rows = 1;
+  float map_w = 16, map_h = 16;  // one map's image
+  float cell_w = 0, cell_h = 0;  // one cell: map, legend and title
+};
+MapGrid plan_map_grid(int maps, float width, float height, float legend_w, float title_h, float gap,
+                      bool square);
+
+// Round tick values covering [lo, hi] (1, 2 or 5 times a power of ten apart), at most max_ticks of them,
+// 0 among them when the range spans it. A range of zero width gets one tick.
+std::vector<double> nice_ticks(double lo, double hi, int max_ticks);
+
+// One query row's share of attention (core/metrics.h's definition, for a single row): the answer keys'
+// signed sum and the noise (keys outside the answer and the query itself), each over Σ_{j<=q} |row[j]|.
+struct RowShare {
+  double answer = 0, noise = 0;
+};
+RowShare query_row_share(const float* row, int64_t q, int64_t answer_begin, int64_t answer_end);
+
+}  // namespace difflens::app

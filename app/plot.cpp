@@ -1,0 +1,52 @@
+// Chart frames (see plot.h).
+#include "app/plot.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "app/layout.h"
+
+namespace difflens::app {
+
+PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const char* fmt, bool x_labels,
+                         const std::string& y_title) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float th = ImGui::GetTextLineHeight();
+  if (!(hi > lo)) hi = lo + 1;
+  const std::vector<double> ticks = nice_ticks(lo, hi, std::max(2, static_cast<int>((max.y - min.y) / (th * 3.0f))));
+  float label_w = 0;
+  char buf[32];
+  for (double t : ticks) {
+    std::snprintf(buf, sizeof buf, fmt, t);
+    label_w = std::max(label_w, ImGui::CalcTextSize(buf).x);
+  }
+  const float top = y_title.empty() ? th * 0.5f : th * 1.3f;
+  PlotArea a{ImVec2(min.x + label_w + th * 0.6f, min.y + top), ImVec2(max.x - th * 0.3f, max.y - (x_labels ? th * 1.4f : th * 0.3f)),
+             lo, hi};
+  dl->AddRectFilled(a.min, a.max, IM_COL32(255, 255, 255, 255));
+  const ImU32 text = ImGui::GetColorU32(ImGuiCol_Text);
+  for (double t : ticks) {
+    const float y = a.y(t);
+    if (y < a.min.y - 1 || y > a.max.y + 1) continue;
+    dl->AddLine(ImVec2(a.min.x, y), ImVec2(a.max.x, y), t == 0 ? IM_COL32(90, 90, 90, 255) : IM_COL32(0, 0, 0, 28),
+                1.0f);
+    std::snprintf(buf, sizeof buf, fmt, t);
+    dl->AddText(ImVec2(a.min.x - th * 0.3f - ImGui::CalcTextSize(buf).x, y - th / 2), text, buf);
+  }
+  dl->AddLine(ImVec2(a.min.x, a.min.y), ImVec2(a.min.x, a.max.y), IM_COL32(90, 90, 90, 255));
+  if (!y_title.empty()) {  // cut at the frame's right edge (a narrow view: the chart's neighbours stay clear)
+    dl->PushClipRect(min, ImVec2(max.x, min.y + th * 1.3f), true);
+    dl->AddText(ImVec2(min.x, min.y), text, y_title.c_str());
+    dl->PopClipRect();
+  }
+  return a;
+}
+
+void flow_next(float width, const char* label) {
+  const ImGuiStyle& st = ImGui::GetStyle();
+  const float need = width + (label && *label ? st.ItemInnerSpacing.x + ImGui::CalcTextSize(label).x : 0);
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+  if (ImGui::GetItemRectMax().x + st.ItemSpacing.x + need <= right) ImGui::SameLine();
+}
+
+}  // namespace difflens::app

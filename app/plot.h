@@ -1,0 +1,27 @@
+// Chart frames drawn with ImGui's draw list: a y axis with round ticks, labels and grid lines, and the
+// mapping from values to pixels. UI thread only.
+#pragma once
+
+#include <imgui.h>
+
+#include <string>
+
+namespace difflens::app {
+
+struct PlotArea {
+  ImVec2 min, max;  // the data area, inside the axes
+  double lo = 0, hi = 1;
+  float y(double v) const { return max.y - static_cast<float>((v - lo) / (hi - lo)) * (max.y - min.y); }
+};
+
+// A white chart in [min, max] with its y axis on the left (ticks from nice_ticks, labels in `fmt`, grid
+// lines), `y_title` as a line above the axis, and room for one line of x labels below when x_labels.
+// Returns the data area.
+PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const char* fmt, bool x_labels,
+                         const std::string& y_title = "");
+
+// Continues the current line when the next item (a widget `width` wide with `label` after it) fits in the
+// window's width, else starts a new line: rows of controls that wrap instead of running off the view.
+void flow_next(float width, const char* label = "");
+
+}  // namespace difflens::app

@@ -1,0 +1,366 @@
+// The frame around the views (see shell.h).
+#include "app/shell.h"
+
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "app/panels.h"
+#include "app/plot.h"
+
+namespace difflens::app {
+namespace {
+
+const char* slot_name(int s) { return s == 0 ? "left" : "right"; }
+
+// A draggable bar between two regions; returns the new fraction of `extent` before it.
+float splitter(const char* id, bool vertical_bar, float thickness, float extent, float fraction) {
+  const ImVec2 size = vertical_bar ? ImVec2(thickness, -1) : ImVec2(-1, thickness);
+  ImGui::InvisibleButton(id, ImVec2(size.x < 0 ? ImGui::GetContentRegionAvail().x : size.x,
+                                    size.y < 0 ? ImGui::GetContentRegionAvail().y : size.y));
+  const bool hot = ImGui::IsItemHovered() || ImGui::IsItemActive();
+  if (ImGui::IsItemActive() && extent > 0) {
+    const float d = vertical_bar ? ImGui::GetIO().MouseDelta.x : ImGui::GetIO().MouseDelta.y;
+    fraction = std::clamp(fraction + d / extent, kMinSplit, kMaxSplit);
+  }
+  if (hot) ImGui::SetMouseCursor(vertical_bar ? ImGuiMouseCursor_ResizeEW : ImGuiMouseCursor_ResizeNS);
+  const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();
+  const ImU32 col = hot ? IM_COL32(60, 120, 220, 255) : IM_COL32(190, 190, 190, 255);
+  if (vertical_bar)
+    ImGui::GetWindowDrawList()->AddLine(ImVec2((a.x + b.x) / 2, a.y), ImVec2((a.x + b.x) / 2, b.y), col,
+                                        hot ? 3.0f : 1.0f);
+  else
+    ImGui::GetWindowDrawList()->AddLine(ImVec2(a.x, (a.y + b.y) / 2), ImVec2(b.x, (a.y + b.y) / 2), col,
+                                        hot ? 3.0f : 1.0f);
+  return fraction;
+}
+
+// One view in the current child window, filling it.
+void draw_view(View v, GuiState& state, InferenceWorker& worker, ViewObjects& views,
+               const viz::HeatmapRenderer& renderer) {
+  if (v == View::Lab) {  // the lab runs its own episodes: it needs no result on screen
+    draw_lab_panel(state, worker);
+    return;
+  }
+  if (!state.shown) {
+    ImGui::TextDisabled("%s", state.status.busy ? "running both models..." : "waiting for a model (side panel)");
+    return;
+  }
+  switch (v) {
+    case View::Maps: draw_head_views(state, views.head, renderer); break;
+    case View::QueryRow: draw_query_row_view(state); break;
+    case View::Models: draw_model_view_tab(state, views.model, renderer); break;
+    case View::Lambda: draw_lambda_view(state); break;
+    case View::Noise:
+      draw_needle_builder(state);
+      draw_noise_panel(state, *state.shown);
+      break;
+    case View::Lab: break;
+    case View::Outliers: draw_outlier_panel(*state.shown, state.view.outlier_layer); break;
+    case View::Explain: views.explain.draw_tab(state); break;
+  }
+}
+
+// A view in a child window of `size` (0: the rest), noted as "view.NAME". Views with long content (tables,
+// the lab's forms) scroll; the maps and charts fit what they get.
+void draw_view_window(const char* id, View v, ImVec2 size, GuiState& state, InferenceWorker& worker,
+                      ViewObjects& views, const viz::HeatmapRenderer& renderer) {
+  const bool fits = v == View::Maps || v == View::QueryRow || v == View::Explain;
+  ImGui::BeginChild(id, size, false,
+                    fits ? ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse
+                         : ImGuiWindowFlags_HorizontalScrollbar);
+  const ImVec2 p = ImGui::GetWindowPos(), s = ImGui::GetWindowSize();
+  state.drawn.note(std::string("view.") + view_name(v), p.x, p.y, p.x + s.x, p.y + s.y);
+  draw_view(v, state, worker, views, renderer);
+  ImGui::EndChild();
+}
+
+}  // namespace
+
+ModelShape shape_of(const GuiState& state) {
+  ModelShape m;
+  if (!state.shown) return m;
+  for (int s = 0; s < kSlots; ++s)
+    if (const auto& t = state.shown->traces[s]) {
+      m.layers = std::max(m.layers, static_cast<int>(t->layers.size()));
+      m.heads[s] = static_cast<int>(t->config.map_heads());
+    }
+  return m;
+}
+
+void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
+  if (!ImGui::BeginMenuBar()) return;
+  ViewState& v = state.view;
+  LayoutState& l = state.layout;
+  const float field = ImGui::GetFontSize() * 12;
+  if (ImGui::BeginMenu("File")) {
+    for (int s = 0; s < kSlots; ++s) {
+      const std::string label = std::string("Open model into the ") + slot_name(s) + " slot...";
+      if (ImGui::MenuItem(label.c_str(), s == 0 ? "Ctrl+O" : nullptr))
+        state.open_dialog = {true, s, false, state.slots[s].path_field};
+    }
+    for (int s = 0; s < kSlots; ++s) {
+      const std::string label = std::string("Open trace bundle into the ") + slot_name(s) + " slot...";
+      if (ImGui::MenuItem(label.c_str())) state.open_dialog = {true, s, true, state.slots[s].bundle_field};
+    }
+    ImGui::Separator();
+    if (ImGui::MenuItem("Export the maps shown (PNG, NPY, CSV)", "Ctrl+E", false, state.shown.has_value()))
+      state.export_all = true;
+    if (ImGui::MenuItem("Export head views (labelled PNG)", nullptr, false, state.shown.has_value()))
+      state.export_head_views = true;
+    if (ImGui::MenuItem("Save the window as PNG", "F12")) state.window_shot = true;
+    ImGui::SetNextItemWidth(field);
+    ImGui::InputText("export folder", &v.export_dir);
+    ImGui::SetNextItemWidth(field);
+    ImGui::InputInt("PNG size (px)", &v.export_size, 256, 1024);
+    v.export_size = std::clamp(v.export_size, 8, 16384);
+    ImGui::Separator();
+    if (ImGui::MenuItem("Quit")) state.quit = true;
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("View")) {
+    for (int i = 0; i < kViews; ++i) {
+      const char key[2] = {static_cast<char>('1' + i), 0};
+      if (ImGui::MenuItem(view_title(static_cast<View>(i)), key, l.view == static_cast<View>(i)))
+        l.view = static_cast<View>(i);
+    }
+    ImGui::Separator();
+    ImGui::MenuItem("Show this view with the maps", "S", &l.view_split(), l.view != View::Maps);
+    ImGui::MenuItem("Maps beside the view (not above it)", nullptr, &l.side_by_side);
+    ImGui::MenuItem("Side panel", "Tab", &l.side_panel);
+    ImGui::MenuItem("Square maps", nullptr, &l.square_maps);
+    ImGui::Separator();
+    ImGui::MenuItem("Lecture mode (large text)", "L", &state.lecture);
+    ImGui::SetNextItemWidth(field);
+    float scale = state.font_scale;
+    if (ImGui::SliderFloat("text size", &scale, 0.75f, 3.0f, "%.2fx")) state.font_scale = scale;
+    ImGui::Separator();
+    ImGui::SetNextItemWidth(field);
+    ImGui::Combo("colour scale", &v.scale, "linear\0sqrt\0log\0");
+    ImGui::SetNextItemWidth(field);
+    ImGui::Combo("pooling", &v.pooling, "max\0mean\0");
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("A map with more tokens than pixels shows each pixel's largest or mean entry.");
+    ImGui::Checkbox("one colour range for A1, A2 (and A)", &v.shared_scale);
+    ImGui::SetNextItemWidth(field);
+    ImGui::SliderFloat("clamp percentile", &v.clamp_percentile, 90.0f, 100.0f, "%.1f");
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("Run")) {
+    draw_device_menu(state, worker);
+    ImGui::Separator();
+    ImGui::TextDisabled("attention logits");
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("Absmax-quantize every attention logit (per head, dynamic) before the softmax,\n"
+                        "as in the paper's quantization study; both models re-run.");
+    static const char* kWidths[] = {"exact", "8-bit", "6-bit", "4-bit"};
+    for (int k = 0; k < 4; ++k)
+      if (ImGui::MenuItem(kWidths[k], nullptr, v.quantization == k) && v.quantization != k) {
+        v.quantization = k;  // both models run again with the new width
+        state.prompt.rerun();
+      }
+    ImGui::Separator();
+    ImGui::SetNextItemWidth(field);
+    int budget_mb = static_cast<int>(state.pooled_budget >> 20);
+    if (ImGui::InputInt("long-prompt MB", &budget_mb, 64, 256, ImGuiInputTextFlags_EnterReturnsTrue)) {
+      state.pooled_budget = static_cast<size_t>(std::clamp(budget_mb, 0, 65536)) << 20;
+      state.prompt.rerun();
+    }
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("Prompts whose exact maps would need more than this per model are captured in blocks\n"
+                        "and kept as pooled maps of this size (0: always exact maps, memory grows with T^2).");
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("Help")) {
+    ImGui::TextUnformatted(
+        "1-8        views (View menu)\n"
+        "S          split the view with the maps\n"
+        "Tab        side panel\n"
+        "Up/Down    layer\n"
+        "Left/Right head of the left model (Shift: the right model; Explain: steps)\n"
+        "Ctrl+O     open a model     Ctrl+E  export the maps shown     F12  save the window\n"
+        "Token strip: click a token for the query, hover for a key, right-drag for the answer span.\n"
+        "Maps: wheel zooms, drag pans, double-click resets, right-click exports.");
+    ImGui::EndMenu();
+  }
+  // The device and the run's state at the right end of the bar.
+  const std::string right = std::string(state.status.busy ? "running... " : "") + "device: " +
+                            (state.device == DeviceChoice::Cuda  ? "cuda"
+                             : state.device == DeviceChoice::Cpu ? "cpu"
+                                                                 : "auto");
+  ImGui::SameLine(std::max(ImGui::GetCursorPosX(), ImGui::GetWindowWidth() - ImGui::CalcTextSize(right.c_str()).x -
+                                                       2 * ImGui::GetStyle().ItemSpacing.x));
+  ImGui::TextDisabled("%s", right.c_str());
+  ImGui::EndMenuBar();
+}
+
+void draw_open_dialog(GuiState& state, InferenceWorker& worker) {
+  GuiState::OpenDialog& d = state.open_dialog;
+  if (d.request) {
+    ImGui::OpenPopup("Open");
+    d.request = false;
+  }
+  ImGui::SetNextWindowSize(ImVec2(ImGui::GetFontSize() * 36, 0));
+  if (!ImGui::BeginPopupModal("Open", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) return;
+  ImGui::TextUnformatted("Into the slot:");
+  ImGui::SameLine();
+  ImGui::RadioButton("left", &d.slot, 0);
+  ImGui::SameLine();
+  ImGui::RadioButton("right", &d.slot, 1);
+  ImGui::TextUnformatted("What:");
+  ImGui::SameLine();
+  int kind = d.bundle ? 1 : 0;
+  ImGui::RadioButton("a model folder", &kind, 0);
+  ImGui::SameLine();
+  ImGui::RadioButton("a trace bundle (capture --out)", &kind, 1);
+  d.bundle = kind == 1;
+  ImGui::TextDisabled(d.bundle ? "a folder with trace.json and maps.safetensors"
+                               : "DiffLens, Hugging Face Llama/Mistral/DiffLlama or official DIFF layout");
+  if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
+  ImGui::SetNextItemWidth(-1);
+  const bool enter = ImGui::InputText("##path", &d.path, ImGuiInputTextFlags_EnterReturnsTrue);
+  if (ImGui::Button("Open") || enter) {
+    if (d.bundle) {
+      state.slots[d.slot].bundle_field = d.path;
+      worker.open_bundle(d.slot, d.path);
+    } else {
+      state.slots[d.slot].path_field = d.path;
+      worker.load(d.slot, d.path);
+      state.prompt.rerun();  // run the prompt with the new model
+    }
+    ImGui::CloseCurrentPopup();
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("Cancel") || ImGui::IsKeyPressed(GLFW_KEY_ESCAPE, false)) ImGui::CloseCurrentPopup();
+  ImGui::EndPopup();
+}
+
+void draw_side_panel(GuiState& state, InferenceWorker& worker, const ModelShape& shape) {
+  draw_model_slots(state, worker);
+  ImGui::Separator();
+  ViewState& v = state.view;
+  const float w = ImGui::GetContentRegionAvail().x;
+  ImGui::TextUnformatted("Layer");
+  ImGui::SetNextItemWidth(w);
+  if (shape.layers > 0)
+    ImGui::SliderInt("##layer", &v.layer, 0, shape.layers - 1, "%d");
+  else
+    ImGui::TextDisabled("(no model yet)");
+  for (int s = 0; s < kSlots; ++s) {
+    if (shape.heads[s] == 0) continue;
+    const auto& t = state.shown->traces[s];
+    ImGui::Text("Head of %s", t->config.name.empty() ? slot_name(s) : t->config.name.c_str());
+    ImGui::SetNextItemWidth(w);
+    ImGui::PushID(s);
+    ImGui::SliderInt("##head", &v.head[s], 0, shape.heads[s] - 1);
+    ImGui::PopID();
+  }
+  ImGui::Separator();
+  const SelectionState& sel = state.selection;
+  if (state.shown)
+    for (const auto& t : state.shown->traces)
+      if (t) {
+        const int64_t T = t->length();
+        ImGui::Text("Query: token %d of %lld", sel.query, static_cast<long long>(T));
+        if (sel.answer_begin >= 0 && sel.answer_end > sel.answer_begin) {
+          ImGui::Text("Answer: tokens %d-%d", sel.answer_begin, sel.answer_end - 1);
+          ImGui::SameLine();
+          if (ImGui::SmallButton("clear")) state.selection.answer_begin = state.selection.answer_end = -1;
+        } else {
+          ImGui::TextDisabled("Answer: right-drag on the tokens");
+        }
+        break;
+      }
+  ImGui::Separator();
+  ImGui::TextDisabled("1-8 views, Up/Down layer,\nLeft/Right head (Shift: right\nmodel), Help menu: more");
+}
+
+void draw_view_bar(GuiState& state) {
+  LayoutState& l = state.layout;
+  const float spacing = ImGui::GetFontSize() * 0.25f, pad = 2 * ImGui::GetStyle().FramePadding.x;
+  auto label = [](int i, bool shorter) {
+    const View v = static_cast<View>(i);
+    return std::to_string(i + 1) + " " + (shorter ? view_short_title(v) : view_title(v));
+  };
+  // The full titles when the bar and its split options fit on one line, else the short ones.
+  float full = ImGui::CalcTextSize("with the maps  beside").x + 3 * ImGui::GetFrameHeight();
+  for (int i = 0; i < kViews; ++i) full += ImGui::CalcTextSize(label(i, false).c_str()).x + pad + spacing;
+  const bool shorter = full > ImGui::GetContentRegionAvail().x;
+  ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(spacing, ImGui::GetStyle().ItemSpacing.y));
+  for (int i = 0; i < kViews; ++i) {
+    const View v = static_cast<View>(i);
+    const bool on = l.view == v;
+    const std::string text = label(i, shorter);
+    if (i) flow_next(ImGui::CalcTextSize(text.c_str()).x + pad);
+    ImGui::PushStyleColor(ImGuiCol_Button, on ? ImGui::GetStyleColorVec4(ImGuiCol_ButtonActive)
+                                              : ImGui::GetStyleColorVec4(ImGuiCol_FrameBg));
+    if (ImGui::Button(text.c_str())) l.view = v;
+    if (shorter && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", view_title(v));
+    ImGui::PopStyleColor();
+  }
+  ImGui::PopStyleVar();
+  if (l.view != View::Maps) {
+    flow_next(ImGui::GetFrameHeight(), "with the maps");
+    ImGui::Checkbox("with the maps", &l.view_split());
+    if (l.view_split()) {
+      flow_next(ImGui::GetFrameHeight(), "beside");
+      ImGui::Checkbox("beside", &l.side_by_side);
+    }
+  }
+}
+
+void handle_keys(GuiState& state, const ModelShape& shape) {
+  const ImGuiIO& io = ImGui::GetIO();
+  if (io.WantTextInput) return;
+  if (io.KeyCtrl) {
+    if (ImGui::IsKeyPressed(GLFW_KEY_O, false)) state.open_dialog = {true, 0, false, state.slots[0].path_field};
+    return;
+  }
+  for (int i = 0; i < kViews; ++i)
+    if (ImGui::IsKeyPressed(GLFW_KEY_1 + i, false) || ImGui::IsKeyPressed(GLFW_KEY_KP_1 + i, false))
+      state.layout.view = static_cast<View>(i);
+  if (ImGui::IsKeyPressed(GLFW_KEY_S, false) && state.layout.view != View::Maps)
+    state.layout.view_split() = !state.layout.view_split();
+  if (ImGui::IsKeyPressed(GLFW_KEY_TAB, false)) state.layout.side_panel = !state.layout.side_panel;
+  if (ImGui::IsKeyPressed(GLFW_KEY_L, false)) state.lecture = !state.lecture;
+  if (ImGui::IsKeyPressed(GLFW_KEY_F12, false)) state.window_shot = true;
+  if (shape.layers > 0) {
+    if (ImGui::IsKeyPressed(GLFW_KEY_UP)) state.view.layer = std::max(0, state.view.layer - 1);
+    if (ImGui::IsKeyPressed(GLFW_KEY_DOWN)) state.view.layer = std::min(shape.layers - 1, state.view.layer + 1);
+  }
+  if (state.layout.view == View::Explain) return;  // its own Left/Right step the slides
+  const int s = io.KeyShift ? 1 : 0;
+  if (shape.heads[s] > 0) {
+    if (ImGui::IsKeyPressed(GLFW_KEY_LEFT)) state.view.head[s] = std::max(0, state.view.head[s] - 1);
+    if (ImGui::IsKeyPressed(GLFW_KEY_RIGHT)) state.view.head[s] = std::min(shape.heads[s] - 1, state.view.head[s] + 1);
+  }
+}
+
+void draw_central_area(GuiState& state, InferenceWorker& worker, ViewObjects& views,
+                       const viz::HeatmapRenderer& renderer) {
+  LayoutState& l = state.layout;
+  const ImVec2 room = ImGui::GetContentRegionAvail();
+  {
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    state.drawn.note("central", p.x, p.y, p.x + room.x, p.y + room.y);
+  }
+  if (!l.split_shown()) {
+    draw_view_window("view", l.view, ImVec2(0, 0), state, worker, views, renderer);
+    return;
+  }
+  const float bar = std::max(6.0f, ImGui::GetFontSize() * 0.45f);
+  const float extent = (l.side_by_side ? room.x : room.y) - bar;
+  const float maps = std::max(32.0f, extent * l.split_fraction);
+  draw_view_window("maps", View::Maps, l.side_by_side ? ImVec2(maps, room.y) : ImVec2(room.x, maps), state, worker,
+                   views, renderer);
+  if (l.side_by_side) ImGui::SameLine(0, 0);
+  l.split_fraction = splitter("##split", l.side_by_side, bar, extent, l.split_fraction);
+  if (l.side_by_side) ImGui::SameLine(0, 0);
+  draw_view_window("view", l.view, ImVec2(0, 0), state, worker, views, renderer);
+}
+
+}  // namespace difflens::app

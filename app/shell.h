@@ -1,0 +1,38 @@
+// The window's frame around the views: the menu bar, the collapsible side panel (model slots, layer and
+// head pickers), the view bar, the keyboard, and the central area that shows the selected view (alone or
+// split with the maps). UI thread only; everything reads and writes the plain state of app/gui_state.h.
+#pragma once
+
+#include "app/gui_state.h"
+#include "app/panel_explain.h"
+#include "app/panel_maps.h"
+
+namespace difflens::app {
+
+// The views that own GL textures or caches, kept from frame to frame.
+struct ViewObjects {
+  HeadView head[kSlots];
+  ModelView model[kSlots];
+  ExplainView explain;
+};
+
+// Layers of the deepest model on screen and each slot's head count (0 where a slot shows nothing).
+struct ModelShape {
+  int layers = 0;
+  int heads[kSlots] = {0, 0};
+};
+ModelShape shape_of(const GuiState& state);
+
+void draw_menu_bar(GuiState& state, InferenceWorker& worker);
+void draw_open_dialog(GuiState& state, InferenceWorker& worker);
+void draw_side_panel(GuiState& state, InferenceWorker& worker, const ModelShape& shape);
+// The row of view buttons (1-8) and the split toggle, above the central area.
+void draw_view_bar(GuiState& state);
+// 1-8 pick a view, Up/Down the layer, Left/Right the left model's head (Shift: the right model's; in the
+// Explain view Left/Right step its slides), Ctrl+O opens a model, F12 saves the window.
+void handle_keys(GuiState& state, const ModelShape& shape);
+// The selected view in all the space left (split with the maps when asked).
+void draw_central_area(GuiState& state, InferenceWorker& worker, ViewObjects& views,
+                       const viz::HeatmapRenderer& renderer);
+
+}  // namespace difflens::app
