@@ -607,8 +607,6 @@ int cmd_gui(const Args& a) {
     read_size(a, o.width, o.height, "1600x1000");
     if (o.width < 320 || o.height < 240) throw Error("--size: the window must be at least 320x240");
     o.size_given = true;
-  } else if (a.has("screenshot")) {
-    o.size_given = true;  // headless: the documented default size, whatever the screen
   }
   auto fraction = [&](const char* key, const char* expects) {
     try {

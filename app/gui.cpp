@@ -356,7 +356,7 @@ int run_gui(const GuiOptions& opt) {
         ImGui::BeginChild("body", ImVec2(0, -status_h), false, ImGuiWindowFlags_NoScrollbar);
         const float em = ImGui::GetFontSize();
         if (state.layout.side_panel) {
-          const float side_w = std::min(state.layout.side_width_em * em, ImGui::GetContentRegionAvail().x * 0.3f);
+          const float side_w = std::min(state.layout.side_width_em * em, ImGui::GetContentRegionAvail().x * 0.2f);
           ImGui::BeginChild("side", ImVec2(side_w, 0), true);
           if (ImGui::SmallButton("<< hide")) state.layout.side_panel = false;
           if (ImGui::IsItemHovered()) ImGui::SetTooltip("Hide the side panel (Tab; View menu)");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "app/panels.h"
+#include "app/plot.h"
 
 namespace difflens::app {
 
@@ -20,8 +21,8 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
     const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
     const std::string& path = info.path.empty() ? state.slots[s].path_field : info.path;
     const size_t cut = path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
-    ImGui::Text("%s: %s", s == 0 ? "Left" : "Right",
-                path.empty() ? "(empty)" : cut == std::string::npos ? path.c_str() : path.c_str() + cut + 1);
+    ImGui::TextWrapped("%s: %s", s == 0 ? "Left" : "Right",
+                       path.empty() ? "(empty)" : cut == std::string::npos ? path.c_str() : path.c_str() + cut + 1);
     if (!path.empty() && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", path.c_str());
     const bool loading_here = state.status.load_fraction >= 0 &&
                               state.status.activity.find("loading " + state.slots[s].path_field) == 0;
@@ -37,7 +38,7 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
                                                  : "(loading)");
     ImGui::PopStyleColor();
     if (ImGui::SmallButton("Open model...")) state.open_dialog = {true, s, false, state.slots[s].path_field};
-    ImGui::SameLine();
+    flow_next(ImGui::CalcTextSize("Open bundle...").x + 2 * ImGui::GetStyle().FramePadding.x);
     if (ImGui::SmallButton("Open bundle...")) state.open_dialog = {true, s, true, state.slots[s].bundle_field};
     ImGui::PopID();
     ImGui::Spacing();

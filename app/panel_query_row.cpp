@@ -122,8 +122,10 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
   // The shares, written on the chart.
   if (answer_marked) {
     const RowShare share = query_row_share(row.values.data(), q, sel.answer_begin, sel.answer_end);
-    char text[160];
+    char text[160];  // one line, or two where the chart is narrow
     std::snprintf(text, sizeof text, "to the answer %.3f    noise %.3f", share.answer, share.noise);
+    if (ImGui::CalcTextSize(text).x > (a.max.x - a.min.x) - th)
+      std::snprintf(text, sizeof text, "to the answer %.3f\nnoise %.3f", share.answer, share.noise);
     const ImVec2 ts = ImGui::CalcTextSize(text);
     const ImVec2 p(a.max.x - ts.x - th * 0.5f, a.min.y + th * 0.3f);
     dl->AddRectFilled(ImVec2(p.x - 4, p.y - 2), ImVec2(p.x + ts.x + 4, p.y + ts.y + 2), IM_COL32(255, 255, 255, 230));
@@ -150,15 +152,16 @@ void draw_query_row_view(GuiState& state) {
     if (r.traces[s]) slots[n++] = s;
   if (n == 0) return;
   ImGui::Checkbox("one y scale", &state.layout.shared_rows_scale);
-  ImGui::SameLine(0, ImGui::GetFontSize());
   if (state.selection.answer_begin >= 0) {
+    flow_next(ImGui::CalcTextSize("answer").x);
     ImGui::TextColored(ImVec4(0.08f, 0.55f, 0.22f, 1), "answer");
-    ImGui::SameLine();
   }
+  flow_next(ImGui::CalcTextSize("query").x);
   ImGui::TextColored(ImVec4(0.85f, 0.45f, 0.0f, 1), "query");
-  ImGui::SameLine();
-  ImGui::TextDisabled(state.selection.answer_begin >= 0 ? "(click a token: the query)"
-                                                         : "(right-drag over tokens: an answer span)");
+  const char* hint = state.selection.answer_begin >= 0 ? "(click a token: the query)"
+                                                       : "(right-drag over tokens: an answer span)";
+  flow_next(ImGui::CalcTextSize(hint).x);
+  ImGui::TextDisabled("%s", hint);
   QueryRow rows[kSlots];
   double lo = 0, hi = 0;  // over both rows (the shared scale)
   for (int k = 0; k < n; ++k) {

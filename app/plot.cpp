@@ -20,7 +20,7 @@ PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const cha
     std::snprintf(buf, sizeof buf, fmt, t);
     label_w = std::max(label_w, ImGui::CalcTextSize(buf).x);
   }
-  const float top = y_title.empty() ? th * 0.5f : th * 1.3f;
+  const float top = y_title.empty() ? th * 0.5f : th * 1.8f;
   PlotArea a{ImVec2(min.x + label_w + th * 0.6f, min.y + top), ImVec2(max.x - th * 0.3f, max.y - (x_labels ? th * 1.4f : th * 0.3f)),
              lo, hi};
   dl->AddRectFilled(a.min, a.max, IM_COL32(255, 255, 255, 255));

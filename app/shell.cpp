@@ -253,7 +253,7 @@ void draw_side_panel(GuiState& state, InferenceWorker& worker, const ModelShape&
   for (int s = 0; s < kSlots; ++s) {
     if (shape.heads[s] == 0) continue;
     const auto& t = state.shown->traces[s];
-    ImGui::Text("Head of %s", t->config.name.empty() ? slot_name(s) : t->config.name.c_str());
+    ImGui::TextWrapped("Head of %s", t->config.name.empty() ? slot_name(s) : t->config.name.c_str());
     ImGui::SetNextItemWidth(w);
     ImGui::PushID(s);
     ImGui::SliderInt("##head", &v.head[s], 0, shape.heads[s] - 1);
@@ -265,18 +265,22 @@ void draw_side_panel(GuiState& state, InferenceWorker& worker, const ModelShape&
     for (const auto& t : state.shown->traces)
       if (t) {
         const int64_t T = t->length();
-        ImGui::Text("Query: token %d of %lld", sel.query, static_cast<long long>(T));
+        ImGui::TextWrapped("Query: token %d of %lld", sel.query, static_cast<long long>(T));
         if (sel.answer_begin >= 0 && sel.answer_end > sel.answer_begin) {
-          ImGui::Text("Answer: tokens %d-%d", sel.answer_begin, sel.answer_end - 1);
-          ImGui::SameLine();
+          ImGui::TextWrapped("Answer: tokens %d-%d", sel.answer_begin, sel.answer_end - 1);
+          flow_next(ImGui::CalcTextSize("clear").x + 2 * ImGui::GetStyle().FramePadding.x);
           if (ImGui::SmallButton("clear")) state.selection.answer_begin = state.selection.answer_end = -1;
         } else {
-          ImGui::TextDisabled("Answer: right-drag on the tokens");
+          ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+          ImGui::TextWrapped("Answer: right-drag on the tokens");
+          ImGui::PopStyleColor();
         }
         break;
       }
   ImGui::Separator();
-  ImGui::TextDisabled("1-8 views, Up/Down layer,\nLeft/Right head (Shift: right\nmodel), Help menu: more");
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("1-8 views, Up/Down layer, Left/Right head (Shift: right model), Help menu: more");
+  ImGui::PopStyleColor();
 }
 
 void draw_view_bar(GuiState& state) {

@@ -24,12 +24,15 @@ struct Result {
   std::string out;
 };
 
-Result run(const std::string& args, const test::ScratchDir& dir) {
+// Runs difflens with `args` (after `prefix`, e.g. a wrapper command); its status and all it printed.
+Result run_with_prefix(const std::string& prefix, const std::string& args, const test::ScratchDir& dir) {
   const std::string log = (dir / "cli.log").string();
-  const std::string cmd = std::string(DIFFLENS_EXE) + " " + args + " > '" + log + "' 2>&1";
+  const std::string cmd = prefix + std::string(DIFFLENS_EXE) + " " + args + " > '" + log + "' 2>&1";
   const int raw = std::system(cmd.c_str());
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log)};
 }
+
+Result run(const std::string& args, const test::ScratchDir& dir) { return run_with_prefix("", args, dir); }
 
 // Each command must fail with status 1 and print its message.
 template <typename Cases>
@@ -800,6 +803,20 @@ TEST_CASE("gui layout: every view fits 1280x800 and 3840x2160 at font scale 2, a
       if (std::string(view) != "query-row") CHECK(regions[key].h() >= 0.6f * static_cast<float>(h));
     }
   }
+}
+
+TEST_CASE("gui layout: without --size the window takes 90 % of the screen it opens on", "[gui][cli][layout]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  if (std::system("command -v xvfb-run > /dev/null 2>&1") != 0) test::skip("xvfb-run is not installed");
+  test::ScratchDir dir("guifit");
+  // A 1366x768 laptop screen of its own (no window manager: the work area is the whole screen).
+  const Result r = run_with_prefix("xvfb-run -a -s '-screen 0 1366x768x24 -nolisten tcp' ",
+                                   "--view maps --threads 1 --exit-after-frames 1 --screenshot " +
+                                       (dir / "fit.png").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("(1229x691)") != std::string::npos);
+  check_layout_clean(r.out, 1229, 691);
 }
 
 TEST_CASE("gui layout: the view, split and side panel are remembered in the settings file", "[gui][cli][layout]") {
