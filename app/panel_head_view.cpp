@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,38 @@ float legend_width() {
   return ImGui::GetFontSize() * 1.1f + ImGui::CalcTextSize("-0.000123").x;
 }
 
+float map_axis_width() { return ImGui::CalcTextSize("00000").x + ImGui::GetFontSize() * 0.4f; }
+
+// Token indices along a map's left edge (queries) and under it (keys) at round steps, for the visible
+// span of map units from (r0, c0); `to_token` turns a map unit (a pooled cell) into its first token.
+void draw_map_axes(ImVec2 o, float mw, float mh, int64_t r0, int64_t c0, int64_t span,
+                   const std::function<int(int64_t)>& to_token) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImU32 col = ImGui::GetColorU32(ImGuiCol_TextDisabled);
+  const float th = ImGui::GetTextLineHeight();
+  auto ticks = [&](int64_t first, float length, float spacing) {
+    std::vector<int64_t> out;
+    for (double t : nice_ticks(static_cast<double>(first), static_cast<double>(first + span - 1),
+                               std::max(2, static_cast<int>(length / spacing))))
+      if (t == std::floor(t)) out.push_back(static_cast<int64_t>(t));
+    return out;
+  };
+  const float cw = mw / static_cast<float>(span), ch = mh / static_cast<float>(span);
+  for (int64_t t : ticks(r0, mh, th * 2.5f)) {
+    const std::string s = std::to_string(to_token(t));
+    const float y = o.y + (static_cast<float>(t - r0) + 0.5f) * ch;
+    dl->AddLine(ImVec2(o.x - 3, y), ImVec2(o.x, y), col);
+    dl->AddText(ImVec2(o.x - 4 - ImGui::CalcTextSize(s.c_str()).x, y - th / 2), col, s.c_str());
+  }
+  for (int64_t t : ticks(c0, mw, ImGui::CalcTextSize("00000").x * 1.6f)) {
+    const std::string s = std::to_string(to_token(t));
+    const float x = o.x + (static_cast<float>(t - c0) + 0.5f) * cw;
+    dl->AddLine(ImVec2(x, o.y + mh), ImVec2(x, o.y + mh + 3), col);
+    const float w = ImGui::CalcTextSize(s.c_str()).x;
+    dl->AddText(ImVec2(std::clamp(x - w / 2, o.x, o.x + mw - w), o.y + mh + 2), col, s.c_str());
+  }
+}
+
 // Draws a vertical colour legend (high at the top) at `p`, with its values beside it.
 void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::ValueScale scale, ImVec2 p,
                  float height) {
@@ -73,6 +106,9 @@ void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::V
   dl->AddText(ImVec2(x, p.y), text, hi);
   if (height > 4 * th) dl->AddText(ImVec2(x, p.y + height / 2 - th / 2), text, mid);
   dl->AddText(ImVec2(x, p.y + height - th), text, lo);
+  static const char* kScales[] = {"linear", "sqrt", "log"};  // the colour scale, under the bar
+  dl->AddText(ImVec2(p.x, p.y + height + 2), ImGui::GetColorU32(ImGuiCol_TextDisabled),
+              kScales[std::clamp(static_cast<int>(scale), 0, 2)]);
   for (float f : {0.0f, 0.5f, 1.0f})
     dl->AddLine(ImVec2(p.x + bar, p.y + height * f), ImVec2(p.x + bar + 3, p.y + height * f), text);
 }
@@ -168,7 +204,8 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
     }
   }
   bool export_figure = state.export_head_views;
-  const float title_h = ImGui::GetTextLineHeightWithSpacing() + 4;
+  const float title_h = ImGui::GetTextLineHeight() + 6;
+  const float axis_w = map_axis_width();
   for (size_t i = 0; i < maps.size(); ++i) {
     const MapSpec& m = maps[i];
     const int cell = first_cell + static_cast<int>(i);
@@ -221,7 +258,7 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
                    static_cast<viz::Pooling>(v.pooling), style, renderer);
     figure.panels.push_back({m.title, m.data, style});
     figure.region = {r0, c0, span, span};
-    const ImVec2 o(cell_min.x, cell_min.y + title_h);
+    const ImVec2 o(cell_min.x + axis_w, cell_min.y + title_h);
     ImGui::SetCursorScreenPos(o);
     ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>((tile ? tview : view).target().texture())),
                  ImVec2(mw, mh), ImVec2(0, 1), ImVec2(1, 0));  // the target is bottom-up: flip once, here
@@ -325,6 +362,7 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
     }
     draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, style.scale,
                 ImVec2(o.x + mw + ImGui::GetFontSize() * 0.4f, o.y), mh);
+    draw_map_axes(o, mw, mh, r0, c0, span, to_token);
     if (state.export_all)
       export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}}, style,
                  figure.tokens, renderer);
@@ -396,15 +434,20 @@ void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::He
   for (const auto& m : maps) n += static_cast<int>(m.size());
   if (n == 0) return;
   const ImVec2 top_left = ImGui::GetCursorScreenPos(), room = ImGui::GetContentRegionAvail();
-  const float gap = ImGui::GetFontSize() * 0.9f;
-  const float title_h = ImGui::GetTextLineHeightWithSpacing() + 4;
-  const float legend_w = legend_width() + ImGui::GetFontSize() * 0.4f;
-  MapGrid grid = plan_map_grid(n, room.x, room.y, legend_w, title_h, gap, state.layout.square_maps);
+  const float gap = ImGui::GetTextLineHeight() + 6;  // holds the key axis of the row above
+  const float title_h = ImGui::GetTextLineHeight() + 6;  // the title, then the answer's mark
+  // Beside each map: its query axis (left) and legend (right); above: its title; below: its key axis, in
+  // the gap to the next row (and under the last row).
+  const float legend_w = legend_width() + ImGui::GetFontSize() * 0.4f + map_axis_width();
+  const float axis_h = ImGui::GetTextLineHeight() + 4;
+  MapGrid grid = plan_map_grid(n, room.x, room.y - axis_h, legend_w, title_h, gap, state.layout.square_maps);
   // Cells as large as their maps (rows packed), the grid centred across the width left over.
   grid.cell_w = grid.map_w + legend_w;
   grid.cell_h = grid.map_h + title_h;
   const float used_w = grid.cell_w * static_cast<float>(grid.columns) + gap * static_cast<float>(grid.columns - 1);
   const ImVec2 origin(top_left.x + std::max(0.0f, (room.x - used_w) / 2), top_left.y);
+  state.drawn.note("maps.grid", origin.x, origin.y, origin.x + used_w,
+                   origin.y + grid.cell_h * static_cast<float>(grid.rows) + gap * static_cast<float>(grid.rows - 1) + axis_h);
   int first = 0;
   for (int s = 0; s < kSlots; ++s) {
     if (maps[s].empty()) continue;
@@ -415,7 +458,7 @@ void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::He
   // Keep the window's content extent to what the grid used (the images were placed by position).
   ImGui::SetCursorScreenPos(top_left);
   ImGui::Dummy(ImVec2(std::min(room.x, used_w), std::min(room.y, grid.cell_h * static_cast<float>(grid.rows) +
-                                                                      gap * static_cast<float>(grid.rows - 1))));
+                                                                      gap * static_cast<float>(grid.rows - 1) + axis_h)));
 }
 
 }  // namespace difflens::app

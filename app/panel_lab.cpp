@@ -12,6 +12,7 @@
 
 #include "app/needle_report.h"
 #include "app/panels.h"
+#include "app/plot.h"
 #include "core/error.h"
 #include "core/needle.h"
 #include "viz/colormap.h"
@@ -153,29 +154,33 @@ void export_lab(GuiState& state) {
 void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   GuiState::Lab& lab = state.lab;
   const float w = ImGui::GetFontSize() * 9;
+  // The form's items continue the line while they fit the view, else wrap (flow_next).
+  const float pad = 2 * ImGui::GetStyle().FramePadding.x;
+  auto button_w = [&](const char* label) { return ImGui::CalcTextSize(label).x + pad; };
   ImGui::TextUnformatted("Sweep:");
-  ImGui::SameLine();
+  flow_next(w, "lengths (tokens)");
   ImGui::SetNextItemWidth(w);
   ImGui::InputText("lengths (tokens)", &lab.lengths);
-  ImGui::SameLine();
+  flow_next(w, "depths (%)");
   ImGui::SetNextItemWidth(w);
   ImGui::InputText("depths (%)", &lab.depths);
-  ImGui::SameLine();
+  flow_next(w * 0.5f, "needles N");
   ImGui::SetNextItemWidth(w * 0.5f);
   ImGui::InputText("needles N", &lab.needles);
-  ImGui::SameLine();
+  flow_next(w * 0.5f, "asked R");
   ImGui::SetNextItemWidth(w * 0.5f);
   ImGui::InputText("asked R", &lab.queried);
-  ImGui::SameLine();
+  flow_next(w * 0.6f, "seeds");
   ImGui::SetNextItemWidth(w * 0.6f);
   ImGui::InputInt("seeds", &lab.seeds);
   lab.seeds = std::clamp(lab.seeds, 1, 1000);
-  ImGui::SameLine();
+  flow_next(w * 1.4f, "names");
   ImGui::SetNextItemWidth(w * 1.4f);
   ImGui::Combo("names", &lab.names, "held-out single-token\0held-out original\0");
-  ImGui::SetNextItemWidth(w * 3);
+  const float path_w = std::min(w * 3, ImGui::GetContentRegionAvail().x * 0.6f);
+  ImGui::SetNextItemWidth(path_w);
   ImGui::InputText("haystack text file", &state.needle.haystack_path);
-  ImGui::SameLine();
+  flow_next(button_w("Wording..."));
   if (ImGui::Button("Wording...")) ImGui::OpenPopup("wording");
   if (ImGui::BeginPopup("wording")) {
     NeedleTemplate& t = state.needle.wording;
@@ -192,18 +197,18 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
     ImGui::TextDisabled("The bundled pair was trained on the default wording only.");
     ImGui::EndPopup();
   }
-  ImGui::SameLine();
   const bool running = lab.progress && lab.progress->running;
+  flow_next(button_w("Restart sweep"));
   if (ImGui::Button(running ? "Restart sweep" : "Run sweep")) start_lab_sweep(state, worker);
-  ImGui::SameLine();
+  flow_next(button_w("Cancel"));
   if (!running) ImGui::BeginDisabled();
   if (ImGui::Button("Cancel")) worker.cancel_sweep();
   if (!running) ImGui::EndDisabled();
-  ImGui::SameLine();
   const bool have_runs = lab.progress && lab.progress->done > 0;
+  flow_next(button_w("Export results"));
   if (!have_runs) ImGui::BeginDisabled();
   if (ImGui::Button("Export results")) export_lab(state);
-  ImGui::SameLine();
+  flow_next(w * 0.6f, "px per cell");
   ImGui::SetNextItemWidth(w * 0.6f);
   ImGui::InputInt("px per cell", &lab.cell_px, 8, 32);
   lab.cell_px = std::clamp(lab.cell_px, 16, 512);

@@ -28,6 +28,7 @@ void draw_lambda_plot(GuiState& state, const Trace& t, int slot, ImVec2 min, ImV
   state.drawn.note("lambda." + std::to_string(slot), a.min.x, a.min.y, a.max.x, a.max.y);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float pad = ImGui::GetFontSize();
+  const float k = ImGui::GetFontSize() / 16.0f;  // line widths and markers follow the text size
   auto x_of = [&](int i) {
     return L <= 1 ? (a.min.x + a.max.x) / 2
                   : a.min.x + pad + (a.max.x - a.min.x - 2 * pad) * static_cast<float>(i) / static_cast<float>(L - 1);
@@ -35,7 +36,7 @@ void draw_lambda_plot(GuiState& state, const Trace& t, int slot, ImVec2 min, ImV
   // The selected layer, then the x ticks (every layer while they fit).
   const int sel = state.view.layer;
   if (sel >= 0 && sel < L)
-    dl->AddRectFilled(ImVec2(x_of(sel) - 3, a.min.y), ImVec2(x_of(sel) + 3, a.max.y), IM_COL32(255, 160, 40, 110));
+    dl->AddRectFilled(ImVec2(x_of(sel) - 3 * k, a.min.y), ImVec2(x_of(sel) + 3 * k, a.max.y), IM_COL32(255, 160, 40, 110));
   const int every = std::max(1, static_cast<int>(std::ceil(L * ImGui::CalcTextSize("000").x / (a.max.x - a.min.x))));
   for (int i = 0; i < L; i += every) {
     const std::string s = std::to_string(t.layers[static_cast<size_t>(i)].index);
@@ -46,16 +47,14 @@ void draw_lambda_plot(GuiState& state, const Trace& t, int slot, ImVec2 min, ImV
   // The key, in the plot's top left corner, and the x axis' title.
   const ImU32 text = ImGui::GetColorU32(ImGuiCol_Text);
   const float th = ImGui::GetTextLineHeight();
-  ImVec2 k(a.min.x + th * 0.6f, a.min.y + th * 0.4f);
-  dl->AddLine(ImVec2(k.x, k.y + th / 2), ImVec2(k.x + th * 1.5f, k.y + th / 2), IM_COL32(40, 100, 190, 255), 2.5f);
-  dl->AddText(ImVec2(k.x + th * 2, k.y), text, "\xce\xbb (the selected layer orange)");
-  k.y += th * 1.3f;
+  ImVec2 key(a.min.x + th * 0.6f, a.min.y + th * 0.4f);
+  dl->AddLine(ImVec2(key.x, key.y + th / 2), ImVec2(key.x + th * 1.5f, key.y + th / 2), IM_COL32(40, 100, 190, 255), 2.5f * k);
+  dl->AddText(ImVec2(key.x + th * 2, key.y), text, "\xce\xbb (the selected layer orange)");
+  key.y += th * 1.3f;
   for (int d = 0; d < 3; ++d)
-    dl->AddLine(ImVec2(k.x + th * 0.5f * d, k.y + th / 2), ImVec2(k.x + th * 0.5f * d + th * 0.3f, k.y + th / 2),
-                IM_COL32(120, 120, 120, 255), 2.0f);
-  dl->AddText(ImVec2(k.x + th * 2, k.y), text, "\xce\xbb_init(l)");
-  dl->AddText(ImVec2(a.min.x - ImGui::CalcTextSize("layer").x - th * 0.3f, a.max.y + 3), ImGui::GetColorU32(ImGuiCol_TextDisabled),
-              "layer");
+    dl->AddLine(ImVec2(key.x + th * 0.5f * d, key.y + th / 2), ImVec2(key.x + th * 0.5f * d + th * 0.3f, key.y + th / 2),
+                IM_COL32(120, 120, 120, 255), 2.0f * k);
+  dl->AddText(ImVec2(key.x + th * 2, key.y), text, "\xce\xbb_init(l)");
   // λ_init(l) dashed, λ solid with points.
   for (int i = 0; i + 1 < L; ++i) {
     const ImVec2 p0(x_of(i), a.y(t.layers[static_cast<size_t>(i)].lambda_init)),
@@ -64,14 +63,14 @@ void draw_lambda_plot(GuiState& state, const Trace& t, int slot, ImVec2 min, ImV
     for (int d = 0; d < kDashes; d += 2)
       dl->AddLine(ImVec2(p0.x + (p1.x - p0.x) * d / kDashes, p0.y + (p1.y - p0.y) * d / kDashes),
                   ImVec2(p0.x + (p1.x - p0.x) * (d + 1) / kDashes, p0.y + (p1.y - p0.y) * (d + 1) / kDashes),
-                  IM_COL32(120, 120, 120, 255), 2.0f);
+                  IM_COL32(120, 120, 120, 255), 2.0f * k);
     dl->AddLine(ImVec2(x_of(i), a.y(t.layers[static_cast<size_t>(i)].lambda)),
-                ImVec2(x_of(i + 1), a.y(t.layers[static_cast<size_t>(i + 1)].lambda)), IM_COL32(40, 100, 190, 255), 2.5f);
+                ImVec2(x_of(i + 1), a.y(t.layers[static_cast<size_t>(i + 1)].lambda)), IM_COL32(40, 100, 190, 255), 2.5f * k);
   }
   for (int i = 0; i < L; ++i) {
-    dl->AddCircleFilled(ImVec2(x_of(i), a.y(t.layers[static_cast<size_t>(i)].lambda)), i == sel ? 6.0f : 4.0f,
+    dl->AddCircleFilled(ImVec2(x_of(i), a.y(t.layers[static_cast<size_t>(i)].lambda)), i == sel ? 6.0f * k : 4.0f * k,
                         i == sel ? IM_COL32(240, 130, 0, 255) : IM_COL32(40, 100, 190, 255));
-    dl->AddCircleFilled(ImVec2(x_of(i), a.y(t.layers[static_cast<size_t>(i)].lambda_init)), 2.5f,
+    dl->AddCircleFilled(ImVec2(x_of(i), a.y(t.layers[static_cast<size_t>(i)].lambda_init)), 2.5f * k,
                         IM_COL32(120, 120, 120, 255));
   }
   ImGui::SetCursorScreenPos(a.min);

@@ -159,7 +159,7 @@ class ModelView {
   // map.
   // `range`: the colours of the summaries (shared by both models' grids).
   void draw(GuiState& state, const Trace& t, int slot, uint64_t request, const viz::HeatmapRenderer& renderer,
-            float thumb, const MetricRange& range);
+            ImVec2 cell, const MetricRange& range);
   // The per-head summaries for the state's selection (cached per result and selection); nullptr with
   // `error()` set when they cannot be computed.
   const HeadSummaries* summaries(const GuiState& state, const Trace& t, uint64_t request);

@@ -28,6 +28,19 @@ double metric_of(const HeadSummary& h, int metric) {
   }
 }
 
+// A summary as a cell shows it: shares to 3 decimals below 0.1 (small shares are the point), 2 above; a
+// value that rounds to zero is "0", never "-0.000".
+std::string metric_text(double v, int metric) {
+  char text[32];
+  if (std::fabs(v) < 0.0005)
+    return "0";
+  if (metric != 3 && std::fabs(v) < 0.1)
+    std::snprintf(text, sizeof text, "%.3f", v);
+  else
+    std::snprintf(text, sizeof text, "%.2f", v);
+  return text;
+}
+
 }  // namespace
 
 const HeadSummaries* ModelView::summaries(const GuiState& state, const Trace& t, uint64_t request) {
@@ -62,13 +75,22 @@ const HeadSummaries* ModelView::summaries(const GuiState& state, const Trace& t,
 }
 
 void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request, const viz::HeatmapRenderer& renderer,
-                     float thumb, const MetricRange& range) {
-  const int64_t T = t.length();
+                     ImVec2 cell, const MetricRange& range) {
+  // Maps are square thumbnails; summary cells fill the room they are given (numbers need no aspect).
   const int metric = state.view.head_metric;
-  ImGui::Text("%s: layers (rows) x heads (columns), %s", t.config.name.c_str(),
-              metric > 0                ? kMetricNames[metric]
-              : t.config.is_diff()      ? "A1 - lambda A2"
-                                        : "softmax A");
+  const ImVec2 box = metric > 0 ? cell : ImVec2(std::min(cell.x, cell.y), std::min(cell.x, cell.y));
+  const int64_t T = t.length();
+  // The title wraps at the grid's width (it must not push the other model's grid off the view).
+  const int shown_heads = static_cast<int>(
+      parse_index_filter(state.view.head_filter, static_cast<int>(t.config.map_heads())).size());
+  const float grid_w = ImGui::CalcTextSize("L00  lambda -0.000").x +
+                       static_cast<float>(shown_heads) * (box.x + ImGui::GetStyle().ItemSpacing.x);
+  ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + grid_w);
+  ImGui::TextWrapped("%s: %s", t.config.name.c_str(),
+                     metric > 0           ? kMetricNames[metric]
+                     : t.config.is_diff() ? "A1 - lambda A2, layers x heads"
+                                          : "softmax A, layers x heads");
+  ImGui::PopTextWrapPos();
   const HeadSummaries* sums = metric > 0 ? summaries(state, t, request) : nullptr;
   if (metric > 0 && !sums) {
     ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", error_.c_str());
@@ -84,6 +106,17 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
   const std::vector<int> layers = parse_index_filter(state.view.layer_filter, static_cast<int>(t.layers.size()));
   const std::vector<int> heads = parse_index_filter(state.view.head_filter, static_cast<int>(t.config.map_heads()));
   const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
+  {  // the heads' numbers over their columns
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    const float pad = ImGui::GetStyle().ItemSpacing.x;
+    float x = p.x + label_w;
+    for (size_t h = 0; h < heads.size(); ++h, x += box.x + pad) {
+      const std::string s = "H" + std::to_string(heads[h]);
+      ImGui::GetWindowDrawList()->AddText(ImVec2(x + (box.x - ImGui::CalcTextSize(s.c_str()).x) / 2, p.y),
+                                          ImGui::GetColorU32(ImGuiCol_TextDisabled), s.c_str());
+    }
+    ImGui::Dummy(ImVec2(label_w + (box.x + pad) * static_cast<float>(heads.size()), ImGui::GetTextLineHeight()));
+  }
   for (int li : layers) {
     const LayerTrace& l = t.layers[static_cast<size_t>(li)];
     // Exact maps, or a long prompt's pooled ones (mean or largest entry, as the pooling menu says).
@@ -122,8 +155,8 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
       if (!std::binary_search(heads.begin(), heads.end(), l.heads[h])) continue;
       if (!first) ImGui::SameLine();
       first = false;
-      if (!ImGui::IsRectVisible(ImVec2(thumb, thumb))) {  // scrolled away: keep the space, skip the work
-        ImGui::Dummy(ImVec2(thumb, thumb));
+      if (!ImGui::IsRectVisible(box)) {  // scrolled away: keep the space, skip the work
+        ImGui::Dummy(box);
         continue;
       }
       const ImVec2 p = ImGui::GetCursorScreenPos();
@@ -133,22 +166,22 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
           if ((*row_heads)[k] == l.heads[h]) hs = &(*row)[k];
       if (metric > 0) {
         ImGui::PushID(static_cast<int>(l.index * 4096 + l.heads[h]));
-        ImGui::InvisibleButton("cell", ImVec2(thumb, thumb));
+        ImGui::InvisibleButton("cell", box);
         ImGui::PopID();
         ImDrawList* dl = ImGui::GetWindowDrawList();
         if (hs) {
           const double v = metric_of(*hs, metric);
           const viz::Rgb8 c = cmap.at(std::clamp((v - lo) / (hi - lo), 0.0, 1.0));
-          dl->AddRectFilled(p, ImVec2(p.x + thumb, p.y + thumb), IM_COL32(c.r, c.g, c.b, 255));
-          char text[32];
-          std::snprintf(text, sizeof text, "%.2f", v);
+          dl->AddRectFilled(p, ImVec2(p.x + box.x, p.y + box.y), IM_COL32(c.r, c.g, c.b, 255));
+          const std::string text_s = metric_text(v, metric);
+          const char* text = text_s.c_str();
           const ImVec2 ts = ImGui::CalcTextSize(text);
           const bool dark = 0.299 * c.r + 0.587 * c.g + 0.114 * c.b < 140;
-          if (ts.x < thumb - 4)
-            dl->AddText(ImVec2(p.x + (thumb - ts.x) / 2, p.y + (thumb - ts.y) / 2),
+          if (ts.x < box.x - 4)
+            dl->AddText(ImVec2(p.x + (box.x - ts.x) / 2, p.y + (box.y - ts.y) / 2),
                         dark ? IM_COL32(255, 255, 255, 255) : IM_COL32(20, 20, 20, 255), text);
         } else {
-          dl->AddRectFilled(p, ImVec2(p.x + thumb, p.y + thumb), IM_COL32(230, 230, 230, 255));
+          dl->AddRectFilled(p, ImVec2(p.x + box.x, p.y + box.y), IM_COL32(230, 230, 230, 255));
         }
       } else {
         viz::HeatmapStyle style;
@@ -159,14 +192,14 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
                                  (static_cast<uint64_t>(l.index) << 12) ^ (static_cast<uint64_t>(l.heads[h]) << 4) ^
                                  0x9 ^ (pooled && state.view.pooling == 0 ? (uint64_t{1} << 60) : 0);
         v.update({grid.data.data() + static_cast<int64_t>(h) * side * side, side, side, version, true, {}},
-                 static_cast<int>(thumb), static_cast<int>(thumb), static_cast<viz::Pooling>(state.view.pooling), style,
+                 static_cast<int>(box.x), static_cast<int>(box.y), static_cast<viz::Pooling>(state.view.pooling), style,
                  renderer);
-        ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(v.target().texture())), ImVec2(thumb, thumb),
+        ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(v.target().texture())), box,
                      ImVec2(0, 1), ImVec2(1, 0));
       }
       const bool selected = l.index == state.view.layer && l.heads[h] == state.view.head[slot];
       if (selected)
-        ImGui::GetWindowDrawList()->AddRect(p, ImVec2(p.x + thumb, p.y + thumb), IM_COL32(255, 140, 0, 255), 0, 0, 3);
+        ImGui::GetWindowDrawList()->AddRect(p, ImVec2(p.x + box.x, p.y + box.y), IM_COL32(255, 140, 0, 255), 0, 0, 3);
       if (ImGui::IsItemHovered()) {
         if (hs)
           ImGui::SetTooltip("layer %d, head %d\nattention to the answer %.3f\nnoise %.3f\nentropy %.3f nats (%.3f of "
@@ -220,29 +253,31 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots], const v
   const ImVec2 room = ImGui::GetContentRegionAvail();
   const float pad = ImGui::GetStyle().ItemSpacing.x, vpad = ImGui::GetStyle().ItemSpacing.y;
   const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
-  const float header = 3 * ImGui::GetTextLineHeightWithSpacing();
-  const float beside = std::min((room.y - header) / rows - vpad,
-                                (room.x - 2 * ImGui::GetFontSize() - models * (label_w + pad)) / std::max(1, cols) - pad);
-  const float stacked = std::min((room.y - models * header) / std::max(1, models * rows) - vpad,
-                                 (room.x - label_w - pad) / max_cols - pad);
-  const bool stack = stacked > beside;
-  const float thumb = std::clamp(std::max(beside, stacked), ImGui::GetTextLineHeight() * 3, 400.0f);
+  const float header = 4 * ImGui::GetTextLineHeightWithSpacing();  // title, legend, head numbers
+  const ImVec2 beside((room.x - 2 * ImGui::GetFontSize() - models * (label_w + pad)) / std::max(1, cols) - pad,
+                      (room.y - header) / rows - vpad);
+  const ImVec2 stacked((room.x - label_w - pad) / max_cols - pad,
+                       (room.y - models * header) / std::max(1, models * rows) - vpad);
+  const float least = ImGui::GetTextLineHeight() * 3;
+  // The larger cells, unless that arrangement runs off the view's width while the other does not (the grid
+  // scrolls down more readily than sideways).
+  bool stack = std::min(stacked.x, stacked.y) > std::min(beside.x, beside.y);
+  if (beside.x < least && stacked.x >= least) stack = true;
+  const ImVec2 cell(std::clamp((stack ? stacked : beside).x, least, 400.0f),
+                    std::clamp((stack ? stacked : beside).y, least, 400.0f));
   // One colour range for both models' summaries, so their cells compare: signed shares diverge around 0
   // when anything is negative; entropy / ln(keys seen) spans 0..1.
   const int metric = state.view.head_metric;
-  MetricRange range{0, metric == 3 ? 1.0 : 0.0, false};
+  // The colours span the summary's whole range, not the values shown (so a baseline's 0.004 stays pale
+  // beside DIFF's 0.64): shares 0..1, or -1..1 when any is negative (DIFF can subtract); entropy 0..1.
+  MetricRange range{0, 1, false};
   if (metric > 0) {
     for (int s = 0; s < kSlots; ++s)
       if (const auto& t = state.shown->traces[s])
         if (const HeadSummaries* sums = model_views[s].summaries(state, *t, state.shown->request))
           for (const auto& layer : sums->per_head)
-            for (const HeadSummary& h : layer) {
-              const double v = metric_of(h, metric);
-              if (std::isfinite(v)) range.lo = std::min(range.lo, v), range.hi = std::max(range.hi, v);
-            }
-    range.diverging = range.lo < 0;
-    if (range.diverging) range.hi = std::max(range.hi, -range.lo), range.lo = -range.hi;
-    if (range.hi <= range.lo) range.hi = range.lo + 1;
+            for (const HeadSummary& h : layer)
+              if (metric != 3 && metric_of(h, metric) < -0.0005) range = {-1, 1, true};
     const viz::Colormap& cmap = range.diverging ? viz::diverging_colormap() : viz::sequential_colormap();
     ImDrawList* dl = ImGui::GetWindowDrawList();
     const ImVec2 p = ImGui::GetCursorScreenPos();
@@ -253,14 +288,13 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots], const v
     }
     ImGui::Dummy(ImVec2(w, h));
     ImGui::SameLine();
-    ImGui::Text("%.3g ... %.3g  (%s, both models on one scale; hover a cell for all four)", range.lo, range.hi,
-                kMetricNames[metric]);
+    ImGui::Text("%.0f ... %.0f  (%s; hover a cell for all four)", range.lo, range.hi, kMetricNames[metric]);
   }
   for (int s = 0; s < kSlots; ++s) {
     if (s && !stack) ImGui::SameLine(0, 2 * ImGui::GetFontSize());
     ImGui::BeginGroup();
     if (const auto& t = state.shown->traces[s])
-      model_views[s].draw(state, *t, s, state.shown->request, renderer, thumb, range);
+      model_views[s].draw(state, *t, s, state.shown->request, renderer, cell, range);
     ImGui::EndGroup();
     if (state.shown->traces[s])
       state.drawn.note("grid." + std::to_string(s), ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,

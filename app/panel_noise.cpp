@@ -1,4 +1,4 @@
-// The Attention noise tab: the needle builder (held-out needle prompts with question and answer marked)
+// The Attention noise view: the needle builder (held-out needle prompts with question and answer marked)
 // and the attention-to-answer / noise readout of the selection, per head and layer.
 #include <imgui.h>
 #include <imgui_stdlib.h>
@@ -167,20 +167,21 @@ void focus_answer_head(GuiState& state, const RunResult& r) {
     what += std::string(k ? ", " : "") + (c.name.empty() ? to_string(c.attention) : c.name) + " head " +
             std::to_string(h->head) + " " + share;
   }
-  state.message = what + " attention to the answer (the strongest heads; Attention noise tab)";
+  state.message = what + " to the answer over the question's rows (the query to the end; the strongest heads)";
 }
 
 void draw_noise_panel(GuiState& state, const RunResult& r) {
   const SelectionState& sel = state.selection;
   ImGui::TextWrapped("%s.", kAttentionShareDefinition);
-  ImGui::TextDisabled(
-      "Question = tokens from the selected query to the end; answer = the right-dragged span.");
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("Question = tokens from the selected query to the end; answer = the right-dragged span.");
+  ImGui::PopStyleColor();
   if (sel.answer_begin < 0) {
     ImGui::TextUnformatted("Right-drag over the answer's tokens on the token strip to measure.");
     return;
   }
   if (ImGui::Button("Show the heads that attend most to the answer")) focus_answer_head(state, r);
-  if (ImGui::BeginTable("noise", 1 + 2 * kSlots, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+  if (ImGui::BeginTable("noise", 1 + 2 * kSlots, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
     ImGui::TableSetupColumn("layer");
     std::string heads[kSlots];
     for (int s = 0; s < kSlots; ++s) {

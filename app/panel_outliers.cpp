@@ -126,15 +126,22 @@ void draw_outlier_panel(const RunResult& r, int& layer_choice) {
     lp[s] = &logits[s];
     hp[s] = &hidden[s];
   }
-  const float w = ImGui::GetContentRegionAvail().x / 2 - ImGui::GetStyle().ItemSpacing.x;
-  // The histograms take the height the title, the table (header and two models) and the note leave.
-  const float h = std::max(ImGui::GetTextLineHeight() * 7,
-                           ImGui::GetContentRegionAvail().y - 6.5f * ImGui::GetFrameHeightWithSpacing());
+  // Side by side where both tables fit (seven columns each), else one above the other. The histograms take
+  // the height the titles, the tables (header and two models) and the note leave.
+  const ImVec2 room = ImGui::GetContentRegionAvail();
+  const bool stacked = room.x < ImGui::GetFontSize() * 72;
+  const float w = stacked ? room.x : room.x / 2 - ImGui::GetStyle().ItemSpacing.x;
+  const ImGuiStyle& st = ImGui::GetStyle();
+  const float line = ImGui::GetTextLineHeightWithSpacing();
+  const float table = 3 * (ImGui::GetTextLineHeight() + 2 * st.CellPadding.y) + st.ItemSpacing.y + 2;
+  const float group = line + table + st.ItemSpacing.y;  // a histogram's title and table
+  const float rest = room.y - line /* the note */ - (stacked ? 2 : 1) * group - (stacked ? st.ItemSpacing.y : 0);
+  const float h = std::max(ImGui::GetTextLineHeight() * 7, stacked ? rest / 2 : rest);
   ImGui::BeginGroup();
   draw_histograms("|attention logits| (DIFF: both components pooled; log count)", lp, names, ImVec2(w, h));
   draw_outlier_table("logit_table", lp, names);
   ImGui::EndGroup();
-  ImGui::SameLine();
+  if (!stacked) ImGui::SameLine();
   ImGui::BeginGroup();
   draw_histograms("|hidden states| at layer outputs (log count)", hp, names, ImVec2(w, h));
   draw_outlier_table("hidden_table", hp, names);

@@ -52,20 +52,28 @@ QueryRow query_row(const GuiState& state, const Trace& t, int head, int q) {
   return r;
 }
 
-void draw_next_tokens(const Trace& t, ImVec2 at, float width) {
-  ImGui::SetCursorScreenPos(at);
-  ImGui::BeginGroup();
-  ImGui::TextDisabled("next token");
-  for (size_t i = 0; i < std::min<size_t>(5, t.next_token.size()); ++i) {
-    const std::string text = viz::display_token(t.next_token[i].text, viz::Spaces::Visible);
-    ImGui::Text("%5.1f %%", 100.0 * t.next_token[i].probability);
-    ImGui::SameLine();
-    ImGui::PushClipRect(ImGui::GetCursorScreenPos(),
-                        ImVec2(at.x + width, ImGui::GetCursorScreenPos().y + ImGui::GetTextLineHeight()), true);
-    ImGui::TextUnformatted(text.c_str());
-    ImGui::PopClipRect();
+// The model's next-token top 5 after the prompt's last token (the only position whose distribution the trace
+// keeps): said so when the query is another token.
+void draw_next_tokens(const Trace& t, int query, ImVec2 at, float width) {
+  // Drawn into its column and cut at the column's edge (a narrow view keeps the chart's width).
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float line = ImGui::GetTextLineHeightWithSpacing();
+  const int last = static_cast<int>(t.length()) - 1;
+  const std::string head = query == last ? "next token" : "after token " + std::to_string(last);
+  const size_t n = std::min<size_t>(5, t.next_token.size());
+  dl->PushClipRect(at, ImVec2(at.x + width, at.y + line * static_cast<float>(n + 1)), true);
+  dl->AddText(at, ImGui::GetColorU32(ImGuiCol_TextDisabled), head.c_str());
+  for (size_t i = 0; i < n; ++i) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%5.1f %%  %s", 100.0 * t.next_token[i].probability,
+                  viz::display_token(t.next_token[i].text, viz::Spaces::Visible).c_str());
+    dl->AddText(ImVec2(at.x, at.y + line * static_cast<float>(i + 1)), ImGui::GetColorU32(ImGuiCol_Text), text);
   }
-  ImGui::EndGroup();
+  dl->PopClipRect();
+  if (query != last && ImGui::IsMouseHoveringRect(at, ImVec2(at.x + width, at.y + line)))
+    ImGui::SetTooltip("The next-token distribution is kept for the prompt's last token (%d) only,\nnot for the "
+                      "selected query (%d).",
+                      last, query);
 }
 
 // One model's chart in [min, max]; the y range is [lo, hi].
@@ -119,17 +127,19 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
   try_label(q, IM_COL32(200, 100, 0, 255));
   if (bw * 2.5f >= th)
     for (int j = 0; j < n; ++j) try_label(j, ImGui::GetColorU32(ImGuiCol_TextDisabled));
-  // The shares, written on the chart.
+  // The shares, at the right end of the title line (over the title's end where the chart is narrow).
   if (answer_marked) {
     const RowShare share = query_row_share(row.values.data(), q, sel.answer_begin, sel.answer_end);
-    char text[160];  // one line, or two where the chart is narrow
-    std::snprintf(text, sizeof text, "to the answer %.3f    noise %.3f", share.answer, share.noise);
-    if (ImGui::CalcTextSize(text).x > (a.max.x - a.min.x) - th)
-      std::snprintf(text, sizeof text, "to the answer %.3f\nnoise %.3f", share.answer, share.noise);
+    char text[160];
+    std::snprintf(text, sizeof text, "to the answer %.3f   noise %.3f", share.answer, share.noise);
+    if (ImGui::CalcTextSize(text).x > (max.x - min.x) * 0.6f)
+      std::snprintf(text, sizeof text, "answer %.3f  noise %.3f", share.answer, share.noise);
     const ImVec2 ts = ImGui::CalcTextSize(text);
-    const ImVec2 p(a.max.x - ts.x - th * 0.5f, a.min.y + th * 0.3f);
-    dl->AddRectFilled(ImVec2(p.x - 4, p.y - 2), ImVec2(p.x + ts.x + 4, p.y + ts.y + 2), IM_COL32(255, 255, 255, 230));
+    const ImVec2 p(std::max(min.x, max.x - ts.x), min.y);
+    dl->AddRectFilled(ImVec2(p.x - th * 0.6f, p.y), ImVec2(max.x, p.y + ts.y), ImGui::GetColorU32(ImGuiCol_WindowBg));
     dl->AddText(p, IM_COL32(10, 110, 40, 255), text);
+    if (ImGui::IsMouseHoveringRect(p, ImVec2(max.x, p.y + ts.y)))
+      ImGui::SetTooltip("%s.\nThe query's own token is neither answer nor noise.", kAttentionShareDefinition);
   }
   // Hover: the bar's key and value.
   ImGui::SetCursorScreenPos(a.min);
@@ -172,7 +182,7 @@ void draw_query_row_view(GuiState& state) {
   }
   const ImVec2 origin = ImGui::GetCursorScreenPos(), room = ImGui::GetContentRegionAvail();
   const float gap = ImGui::GetFontSize() * 0.6f;
-  const float next_w = ImGui::GetFontSize() * 9;
+  const float next_w = std::min(ImGui::GetFontSize() * 9, room.x * 0.2f);
   const float chart_h = (room.y - gap * static_cast<float>(n - 1)) / static_cast<float>(n);
   for (int k = 0; k < n; ++k) {
     const Trace& t = *r.traces[slots[k]];
@@ -191,7 +201,7 @@ void draw_query_row_view(GuiState& state) {
     if (khi <= klo) khi = klo + 1;
     const int qk = std::clamp(state.selection.query, 0, static_cast<int>(t.length()) - 1);
     draw_row_chart(state, t, slots[k], rows[k], qk, min, max, klo, khi + (khi - klo) * 0.08);
-    draw_next_tokens(t, ImVec2(max.x + gap, min.y), next_w);
+    draw_next_tokens(t, qk, ImVec2(max.x + gap, min.y), next_w);
   }
   ImGui::SetCursorScreenPos(origin);
   ImGui::Dummy(room);

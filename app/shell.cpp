@@ -66,13 +66,12 @@ void draw_view(View v, GuiState& state, InferenceWorker& worker, ViewObjects& vi
 }
 
 // A view in a child window of `size` (0: the rest), noted as "view.NAME". Views with long content (tables,
-// the lab's forms) scroll; the maps and charts fit what they get.
+// the lab's results) scroll down; the maps and charts fit what they get. None scrolls sideways: its rows
+// wrap instead (a horizontal scrollbar would also let wrapped text keep the width of a wider frame).
 void draw_view_window(const char* id, View v, ImVec2 size, GuiState& state, InferenceWorker& worker,
                       ViewObjects& views, const viz::HeatmapRenderer& renderer) {
   const bool fits = v == View::Maps || v == View::QueryRow || v == View::Explain;
-  ImGui::BeginChild(id, size, false,
-                    fits ? ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse
-                         : ImGuiWindowFlags_HorizontalScrollbar);
+  ImGui::BeginChild(id, size, false, fits ? ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse : 0);
   const ImVec2 p = ImGui::GetWindowPos(), s = ImGui::GetWindowSize();
   state.drawn.note(std::string("view.") + view_name(v), p.x, p.y, p.x + s.x, p.y + s.y);
   draw_view(v, state, worker, views, renderer);

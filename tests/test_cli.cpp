@@ -260,7 +260,7 @@ TEST_CASE("gui: with no prompt the app opens on a needle episode and shows the h
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("could not build") == std::string::npos);
-  // "status line: layer L: diff-small head H 0.xyz, baseline-small head H' 0.xyz attention to the answer ..."
+  // "status line: layer L: diff-small head H 0.xyz, baseline-small head H' 0.xyz to the answer ..."
   const size_t at = r.out.find("status line: layer ");
   REQUIRE(at != std::string::npos);
   const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
@@ -713,8 +713,9 @@ void check_layout_clean(const std::string& out, int width, int height) {
   for (const auto& [name, r] : layout_regions(out)) {
     INFO(name << " " << r.x0 << "," << r.y0 << "-" << r.x1 << "," << r.y1 << " in " << width << "x" << height);
     CHECK(r.x0 >= 0);
-    CHECK(r.y0 >= 0);
     CHECK(r.x1 <= width + 0.5f);
+    if (name.rfind("grid.", 0) == 0) continue;  // the Model view's grids scroll down when they are taller
+    CHECK(r.y0 >= 0);
     CHECK(r.y1 <= height + 0.5f);
   }
 }
@@ -725,8 +726,8 @@ TEST_CASE("gui layout: the maps fill the central area and the first screen puts 
           "[gui][cli][layout]") {
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("guilayout");
-  // The maps as the selected view at 1600x1000: four maps of at least 340 px a side, spanning 90 % of the
-  // central area's width.
+  // The maps as the selected view at 1600x1000: four maps of at least 340 px a side; the grid (maps with
+  // their axes and legends) spans 90 % of the central area's width, the map images alone 85 %.
   Result r = run("--view maps --size 1600x1000 --threads 1 --exit-after-frames 1 --screenshot " +
                      (dir / "maps.png").string(), dir);
   INFO(r.out);
@@ -745,7 +746,9 @@ TEST_CASE("gui layout: the maps fill the central area and the first screen puts 
     left = std::min(left, regions[name].x0);
     right = std::max(right, regions[name].x1);
   }
-  CHECK(right - left >= 0.9f * central.w());
+  CHECK(right - left >= 0.85f * central.w());
+  REQUIRE(regions.count("maps.grid"));
+  CHECK(regions["maps.grid"].w() >= 0.9f * central.w());
   CHECK(r.out.find("layout: hover") == std::string::npos);  // no stray hover in a headless screenshot
   // The first screen: Figure 1 beside the maps, a tall chart per model, the answer's share on it.
   r = run("--size 1600x1000 --threads 1 --exit-after-frames 1 --screenshot " + (dir / "first.png").string(), dir);
