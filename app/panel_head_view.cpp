@@ -41,12 +41,16 @@ void export_map(GuiState& state, const std::string& model, int layer, int head, 
   }
 }
 
-// The legend's bar and its widest label ("-0.000123" style values print as %.3g).
+// The legend's bar and its labels (%.3g: "0.0506", "-0.191"; a rarer "-0.000123" runs into the gap).
 float legend_width() {
-  return ImGui::GetFontSize() * 1.1f + ImGui::CalcTextSize("-0.000123").x;
+  return ImGui::GetFontSize() * 1.1f + ImGui::CalcTextSize("-0.0506").x;
 }
 
-float map_axis_width() { return ImGui::CalcTextSize("00000").x + ImGui::GetFontSize() * 0.4f; }
+// The query axis' room: as many digits as the largest token index.
+float map_axis_width(int64_t tokens) {
+  const std::string widest(std::to_string(std::max<int64_t>(tokens - 1, 0)).size(), '0');
+  return ImGui::CalcTextSize(widest.c_str()).x + ImGui::GetFontSize() * 0.4f;
+}
 
 // Token indices along a map's left edge (queries) and under it (keys) at round steps, for the visible
 // span of map units from (r0, c0); `to_token` turns a map unit (a pooled cell) into its first token.
@@ -205,7 +209,7 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
   }
   bool export_figure = state.export_head_views;
   const float title_h = ImGui::GetTextLineHeight() + 6;
-  const float axis_w = map_axis_width();
+  const float axis_w = map_axis_width(pooled_from > 0 ? pooled_from : maps[0].T);
   for (size_t i = 0; i < maps.size(); ++i) {
     const MapSpec& m = maps[i];
     const int cell = first_cell + static_cast<int>(i);
@@ -438,7 +442,10 @@ void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::He
   const float title_h = ImGui::GetTextLineHeight() + 6;  // the title, then the answer's mark
   // Beside each map: its query axis (left) and legend (right); above: its title; below: its key axis, in
   // the gap to the next row (and under the last row).
-  const float legend_w = legend_width() + ImGui::GetFontSize() * 0.4f + map_axis_width();
+  int64_t tokens = 0;
+  for (const auto& m : maps)
+    for (const MapSpec& spec : m) tokens = std::max(tokens, spec.pooled_from > 0 ? spec.pooled_from : spec.T);
+  const float legend_w = legend_width() + ImGui::GetFontSize() * 0.4f + map_axis_width(tokens);
   const float axis_h = ImGui::GetTextLineHeight() + 4;
   MapGrid grid = plan_map_grid(n, room.x, room.y - axis_h, legend_w, title_h, gap, state.layout.square_maps);
   // Cells as large as their maps (rows packed), the grid centred across the width left over.
