@@ -220,9 +220,12 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
     ImDrawList* dl = ImGui::GetWindowDrawList();
     // The longest title that fits the cell: model, layer and head, then which map; or less of it.
     const std::string where = "L" + std::to_string(layer_) + " H" + std::to_string(head_);
-    std::string title = model_name_ + "  " + where + "   " + m.title;
-    if (ImGui::CalcTextSize(title.c_str()).x > grid.cell_w) title = model_name_ + "  " + m.title;
-    if (ImGui::CalcTextSize(title.c_str()).x > grid.cell_w) title = m.title;
+    // A long prompt's exact tile is no longer the pooled [max] or [mean] map its title names.
+    std::string map_title = m.title;
+    if (const size_t b = map_title.rfind(" ["); tile && b != std::string::npos) map_title = map_title.substr(0, b) + " [exact]";
+    std::string title = model_name_ + "  " + where + "   " + map_title;
+    if (ImGui::CalcTextSize(title.c_str()).x > grid.cell_w) title = model_name_ + "  " + map_title;
+    if (ImGui::CalcTextSize(title.c_str()).x > grid.cell_w) title = map_title;
     dl->PushClipRect(cell_min, ImVec2(cell_min.x + grid.cell_w, cell_min.y + title_h), true);
     dl->AddText(cell_min, ImGui::GetColorU32(ImGuiCol_Text), title.c_str());
     dl->PopClipRect();
@@ -307,6 +310,10 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
       const ImVec2 mouse = io.MousePos;
       const double fx = (mouse.x - o.x) / mw, fy = (mouse.y - o.y) / mh;  // 0..1 in the view
       const int64_t q = std::clamp<int64_t>(r0 + static_cast<int64_t>(fy * span), 0, T - 1);
+      // The hovered query's row, faintly (the key's column is outlined in every map below).
+      dl->AddRect(ImVec2(o.x, o.y + ch * static_cast<float>(q - r0)),
+                  ImVec2(o.x + mw, o.y + std::max(ch * static_cast<float>(q - r0 + 1), ch * static_cast<float>(q - r0) + 1)),
+                  IM_COL32(255, 0, 160, 120), 0, 0, 1.0f);
       const int64_t k = std::clamp<int64_t>(c0 + static_cast<int64_t>(fx * span), 0, T - 1);
       state.selection.hovered_next = to_token(k);
       state.drawn.note("hover." + std::to_string(cell) + " query " + std::to_string(to_token(q)) + " key " +
