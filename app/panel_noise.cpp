@@ -170,6 +170,63 @@ void focus_answer_head(GuiState& state, const RunResult& r) {
   state.message = what + " to the answer over the question's rows (the query to the end; the strongest heads)";
 }
 
+namespace {
+
+// The table as a chart in the space left: per layer (and the mean), each model's attention to the answer
+// (solid) and noise (light) side by side, on one axis.
+void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<NoiseReadout>* readouts, size_t rows) {
+  const ImVec2 room = ImGui::GetContentRegionAvail();
+  const float th = ImGui::GetTextLineHeight();
+  if (rows == 0 || room.y < th * 8) return;
+  double lo = 0, hi = 1;
+  for (int s = 0; s < kSlots; ++s)
+    if (readouts[s]) {
+      for (const AttentionShare& a : readouts[s]->per_layer) lo = std::min({lo, a.answer, a.noise});
+      lo = std::min({lo, readouts[s]->mean.answer, readouts[s]->mean.noise});
+    }
+  const ImVec2 min = ImGui::GetCursorScreenPos(), max(min.x + room.x, min.y + room.y);
+  const PlotArea a = draw_plot_frame(min, max, lo, hi, "%.1f", true,
+                                     "attention to the answer (solid) and noise (light) per layer");
+  state.drawn.note("noise.chart", a.min.x, a.min.y, a.max.x, a.max.y);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImU32 solid[kSlots] = {IM_COL32(31, 94, 196, 255), IM_COL32(196, 62, 50, 255)};
+  const ImU32 light[kSlots] = {IM_COL32(150, 180, 230, 255), IM_COL32(235, 160, 150, 255)};
+  const size_t groups = rows + 1;  // the layers, then the mean
+  const float gw = (a.max.x - a.min.x) / static_cast<float>(groups), bw = gw * 0.8f / (2 * kSlots);
+  const float zero = a.y(0);
+  for (size_t g = 0; g < groups; ++g) {
+    for (int s = 0; s < kSlots; ++s) {
+      if (!readouts[s]) continue;
+      const AttentionShare* v = g < rows ? (g < readouts[s]->per_layer.size() ? &readouts[s]->per_layer[g] : nullptr)
+                                         : &readouts[s]->mean;
+      if (!v) continue;
+      for (int k = 0; k < 2; ++k) {
+        const float x0 = a.min.x + gw * (static_cast<float>(g) + 0.1f) + bw * static_cast<float>(2 * s + k);
+        const float y = a.y(k == 0 ? v->answer : v->noise);
+        dl->AddRectFilled(ImVec2(x0, std::min(y, zero)), ImVec2(x0 + bw * 0.9f, std::max(y, zero)),
+                          k == 0 ? solid[s] : light[s]);
+      }
+    }
+    const std::string label = g < rows ? "layer " + std::to_string(g) : "mean";
+    dl->AddText(ImVec2(a.min.x + gw * (static_cast<float>(g) + 0.5f) - ImGui::CalcTextSize(label.c_str()).x / 2,
+                       a.max.y + 3),
+                ImGui::GetColorU32(ImGuiCol_Text), label.c_str());
+  }
+  // The key: each model's colour.
+  float x = a.max.x;
+  for (int s = kSlots - 1; s >= 0; --s) {
+    if (!r.traces[s]) continue;
+    const std::string& name = r.traces[s]->config.name;
+    x -= ImGui::CalcTextSize(name.c_str()).x + th * 1.6f;
+    dl->AddRectFilled(ImVec2(x, a.min.y + th * 0.4f), ImVec2(x + th * 0.5f, a.min.y + th * 1.2f), solid[s]);
+    dl->AddRectFilled(ImVec2(x + th * 0.5f, a.min.y + th * 0.4f), ImVec2(x + th, a.min.y + th * 1.2f), light[s]);
+    dl->AddText(ImVec2(x + th * 1.2f, a.min.y + th * 0.3f), ImGui::GetColorU32(ImGuiCol_Text), name.c_str());
+  }
+  ImGui::Dummy(room);
+}
+
+}  // namespace
+
 void draw_noise_panel(GuiState& state, const RunResult& r) {
   const SelectionState& sel = state.selection;
   ImGui::TextWrapped("%s.", kAttentionShareDefinition);
@@ -220,6 +277,7 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
     ImGui::EndTable();
     for (int s = 0; s < kSlots; ++s)
       if (!errors[s].empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", errors[s].c_str());
+    draw_noise_chart(state, r, readouts, rows);
   }
 }
 
