@@ -128,8 +128,9 @@ void HeadView::draw_notes(GuiState& state, const std::vector<MapSpec>& maps) {
   if (trace_) {  // what this model keeps for the prompt, so the budget setting can be judged
     const Trace::KeptBytes k = trace_->kept_bytes();
     ImGui::SameLine();
-    ImGui::TextDisabled("| kept %.0f MB of pooled maps (budget %.0f MB) + %.0f MB for exact tiles",
-                        k.pooled_maps / 1048576.0, trace_->pooled_budget / 1048576.0, k.tile_inputs / 1048576.0);
+    ImGui::TextDisabled("| kept %.0f MB of pooled maps (budget %.0f MB) + %.0f MB for exact tiles + %.0f MB of values",
+                        k.pooled_maps / 1048576.0, trace_->pooled_budget / 1048576.0, k.tile_inputs / 1048576.0,
+                        k.values / 1048576.0);
   }
   if (!trace_) return;
   // Zoomed into a long prompt's pooled map far enough (at most kTileTokens per side): the exact values of

@@ -77,10 +77,7 @@ size_t Trace::byte_size() const {
   for (const auto& t : tokens) b += sizeof(t) + t.capacity();
   for (const auto& l : layers) {
     b += sizeof(l) + l.heads.size() * sizeof(int);
-    for (const FloatArray* a : {&l.a1, &l.a2, &l.a, &l.logits1, &l.logits2, &l.hidden, &l.a1_mean, &l.a1_max,
-                                &l.a2_mean, &l.a2_max, &l.a_mean, &l.a_max, &l.q1, &l.k1, &l.q2, &l.k2, &l.lse1,
-                                &l.lse2})
-      b += a->bytes();
+    for (const FloatArray* a : l.arrays()) b += a->bytes();
     for (const ValueStats* s : {&l.logit_stats, &l.hidden_stats})
       b += s->top.size() * sizeof(float) + s->histogram.counts.size() * sizeof(uint64_t);
   }
@@ -94,6 +91,7 @@ Trace::KeptBytes Trace::kept_bytes() const {
     for (const FloatArray* a : {&l.a1_mean, &l.a1_max, &l.a2_mean, &l.a2_max, &l.a_mean, &l.a_max})
       k.pooled_maps += a->bytes();
     for (const FloatArray* a : {&l.q1, &l.k1, &l.q2, &l.k2, &l.lse1, &l.lse2}) k.tile_inputs += a->bytes();
+    k.values += l.v.bytes() + l.subln_weight.bytes();
   }
   return k;
 }

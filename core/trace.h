@@ -82,6 +82,12 @@ struct LayerTrace {
   // with λ, what recomputes a head's output (A1 − λA2)·V → RMSNorm → × (1 − λ_init) exactly.
   FloatArray v, subln_weight;
   FloatArray lse1, lse2;      // log-sum-exp of each row's logits [map_heads, T]
+
+  // Every buffer above, once: what byte counts and copies walk (a new buffer is added here too).
+  std::vector<const FloatArray*> arrays() const {
+    return {&a1,     &a2,     &a,      &logits1, &logits2, &hidden, &a1_mean, &a1_max, &a2_mean, &a2_max, &a_mean,
+            &a_max,  &q1,     &k1,     &q2,      &k2,      &v,      &subln_weight,      &lse1,    &lse2};
+  }
 };
 
 struct TokenProbability {
@@ -104,10 +110,11 @@ struct Trace {
   int64_t length() const { return static_cast<int64_t>(token_ids.size()); }
   // Bytes held by this trace (buffers, histograms, strings).
   size_t byte_size() const;
-  // A long prompt's kept data: its pooled maps (sized to the budget), and the rotated queries, keys and
-  // row log-sum-exps exact tiles are recomputed from (these grow with T, outside the budget).
+  // A long prompt's kept data: its pooled maps (sized to the budget), the rotated queries, keys and row
+  // log-sum-exps exact tiles are recomputed from (these grow with T, outside the budget), and the values
+  // and output-norm weights a head's output is recomputed from (CaptureOptions::keep_qkv, the Explain view).
   struct KeptBytes {
-    size_t pooled_maps = 0, tile_inputs = 0;
+    size_t pooled_maps = 0, tile_inputs = 0, values = 0;
   };
   KeptBytes kept_bytes() const;
 };

@@ -148,3 +148,32 @@ TEST_CASE("broken trace bundles are rejected with a message", "[trace][bundle][e
                           Catch::Contains("is available"));
   }
 }
+
+TEST_CASE("a trace's byte counts include every buffer it keeps, the values and output-norm weights too",
+          "[trace]") {
+  Trace t;
+  t.token_ids = {1, 2, 3};
+  t.layers.resize(2);
+  const size_t before = t.byte_size();
+  // The Explain view's inputs (CaptureOptions::keep_qkv): values [kv heads, T, dv] and the norm's weight.
+  t.layers[0].v.data.assign(2 * 3 * 8, 0.5f);
+  t.layers[1].v.data.assign(2 * 3 * 8, 0.5f);
+  t.layers[0].subln_weight.data.assign(8, 1.0f);
+  const size_t added = (2 * 2 * 3 * 8 + 8) * sizeof(float);
+  CHECK(t.byte_size() == before + added);
+  CHECK(t.kept_bytes().values == added);
+  // Every buffer a layer lists counts once: filling all of them adds exactly their bytes.
+  const size_t with_values = t.byte_size();
+  LayerTrace& l = t.layers[1];
+  size_t extra = 0;
+  for (const FloatArray* a : l.arrays())
+    if (a->empty()) {
+      const_cast<FloatArray*>(a)->data.assign(5, 0.0f);
+      extra += 5 * sizeof(float);
+    }
+  CHECK(l.arrays().size() == 20);
+  CHECK(t.byte_size() == with_values + extra);
+  const Trace::KeptBytes k = t.kept_bytes();
+  CHECK(k.pooled_maps == 6 * 5 * sizeof(float));
+  CHECK(k.tile_inputs == 6 * 5 * sizeof(float));
+}
