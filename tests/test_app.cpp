@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <memory>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "app/figures.h"
 #include "app/glyphs.h"
 #include "app/layout.h"
+#include "app/tile_service.h"
 #include "core/metrics.h"
 
 using difflens::app::parse_index_filter;
@@ -152,4 +156,27 @@ TEST_CASE("Figure 1's shares of one query row equal the attention-noise metric's
         CHECK(mine.answer == Approx(ref.answer).margin(1e-7));
         CHECK(mine.noise == Approx(ref.noise).margin(1e-7));
       }
+}
+
+TEST_CASE("exact tiles: a tile that fails is not started again until another is asked for", "[app][long]") {
+  using difflens::app::TileService;
+  // A trace that kept neither maps nor queries and keys: every tile of it fails.
+  auto trace = std::make_shared<difflens::Trace>();
+  trace->token_ids = {1, 2, 3, 4};
+  trace->layers.resize(1);
+  trace->config.num_attention_heads = 1;
+  TileService tiles;
+  const TileService::Key key{trace.get(), 0, 0, 0, 2, 0, 2};
+  CHECK(tiles.get(trace, key) == nullptr);
+  CHECK(tiles.started() == 1);
+  for (int i = 0; i < 5000 && tiles.error().empty(); ++i) {  // the UI asks once per frame
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    CHECK(tiles.get(trace, key) == nullptr);
+  }
+  REQUIRE_FALSE(tiles.error().empty());
+  for (int frame = 0; frame < 100; ++frame) CHECK(tiles.get(trace, key) == nullptr);
+  CHECK(tiles.started() == 1);  // no retry loop after the failure
+  const TileService::Key other{trace.get(), 0, 0, 1, 2, 0, 2};
+  CHECK(tiles.get(trace, other) == nullptr);
+  CHECK(tiles.started() == 2);
 }
