@@ -1,5 +1,6 @@
-// Headless commands of the difflens executable: capture, init-pair, info, bench.
-// Errors from core (difflens::Error) are caught in main() and printed; the exit status is non-zero.
+// The difflens command line: the headless commands (capture, generate, train, needle, outliers, render,
+// explain, ...) and the desktop app's options, read into GuiOptions for run_gui. Errors from core
+// (difflens::Error) are caught in main() and printed; the exit status is non-zero.
 #include "app/cli.h"
 
 #include <algorithm>

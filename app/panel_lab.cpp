@@ -31,8 +31,6 @@ std::string depth_label(double d) {
   return b;
 }
 
-// A depth × length grid of one model's cells for one (N, R), coloured over [lo, hi], values printed when
-// they fit; hovering a cell tells its numbers.
 // What a lab heatmap shows of a cell: its accuracy, the attention to the answer while the question is read,
 // or the strongest head's attention to the answer while the code is produced.
 enum class LabValue { Accuracy, QuestionAttention, AnsweringHead };
@@ -43,6 +41,8 @@ double lab_value(const NeedleCellSummary& c, LabValue v) {
                                             : c.answering_head;
 }
 
+// A depth × length grid of one model's cells for one (N, R), coloured over [lo, hi], values printed when
+// they fit; hovering a cell tells its numbers.
 void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vector<NeedleCellSummary>& cells,
                    std::pair<int, int> nr, LabValue value, double lo, double hi, float cell) {
   ImGui::BeginGroup();

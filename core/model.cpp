@@ -1,6 +1,6 @@
 // Model: checkpoint binding, seeded initialisation and Trace capture over the modules of core/nn.h.
 // One of the two translation units that include LibTorch (the other is train.cpp).
-// Semantics: ../shared/docs/diff-attention.md, restated in docs/checkpoint-format.md.
+// Semantics: the README's "What the math is" and the checkpoint layouts of core/FORMATS.md.
 #include "core/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -1,5 +1,5 @@
 // Internal to core (includes LibTorch): the DIFF and baseline decoder modules. Only core/model.cpp and
-// core/train.cpp include this. Semantics: core/FORMATS.md and ../shared/docs/diff-attention.md.
+// core/train.cpp include this. Semantics: the README's "What the math is" and core/FORMATS.md.
 #pragma once
 
 #include <torch/nn/module.h>
