@@ -357,21 +357,45 @@ struct DecoderLayerImpl : torch::nn::Module {
     Tensor o = at::empty({1, H, T, v.size(-1)}, v.options());
     const auto opts = at::TensorOptions().dtype(at::kLong).device(h.device());
     const float neg_inf = -std::numeric_limits<float>::infinity();
+    // Block [r0, r0 + rows) of query rows: its keys' mask and scaled logits (hidden keys -inf).
+    auto block_logits = [&](int64_t r0, int64_t n, const Tensor& q, const Tensor& k, Tensor* hidden_out) {
+      const int64_t K = r0 + n;
+      const Tensor rows = at::arange(r0, K, opts).unsqueeze(1), cols = at::arange(K, opts).unsqueeze(0);
+      Tensor hidden = cols.gt(rows);
+      if (c.sliding_window > 0) hidden = hidden.logical_or(cols.le(rows - c.sliding_window));
+      if (hidden_out) *hidden_out = hidden;
+      return at::matmul(q[0].narrow(1, r0, n), k[0].narrow(1, 0, K).transpose(-2, -1)).masked_fill(hidden, neg_inf);
+    };
+    // Quantized logits (quantize_logits' absmax per head over the whole map): a first pass over the blocks
+    // finds each head's largest |logit| among the keys it sees, the second quantizes with that step.
+    const int bits = diff_attn ? diff_attn->logit_bits : base_attn->logit_bits;
+    Tensor step1, step2;  // [H, 1, 1]
+    if (bits > 0 && bits < 32) {
+      const double levels = std::pow(2.0, bits - 1) - 1;
+      auto amax = [&](const Tensor& q, const Tensor& k) {
+        Tensor m;
+        for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
+          Tensor hidden;
+          const Tensor l = block_logits(r0, std::min(block_rows, T - r0), q, k, &hidden);  // [H, rows, K]
+          const Tensor a = l.masked_fill(hidden, 0).abs().amax({-2, -1}, true);             // [H, 1, 1]
+          m = m.defined() ? at::maximum(m, a) : a;
+        }
+        return m.clamp_min(1e-30) / levels;
+      };
+      step1 = amax(in.q1, k1);
+      if (diff_attn) step2 = amax(in.q2, k2);
+    }
+    auto quantized = [](const Tensor& l, const Tensor& step) {
+      return step.defined() ? at::round(l / step) * step : l;  // -inf stays -inf
+    };
     for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
       Block b;
       b.row0 = r0;
       b.rows = std::min(block_rows, T - r0);
       const int64_t K = r0 + b.rows;
-      const Tensor rows = at::arange(r0, K, opts).unsqueeze(1), cols = at::arange(K, opts).unsqueeze(0);
-      Tensor hidden = cols.gt(rows);
-      if (c.sliding_window > 0) hidden = hidden.logical_or(cols.le(rows - c.sliding_window));
-      auto logits = [&](const Tensor& q, const Tensor& k) {
-        return at::matmul(q[0].narrow(1, r0, b.rows), k[0].narrow(1, 0, K).transpose(-2, -1))
-            .masked_fill(hidden, neg_inf);
-      };
-      b.l1 = logits(in.q1, k1);
+      b.l1 = quantized(block_logits(r0, b.rows, in.q1, k1, nullptr), step1);
       if (diff_attn) {
-        b.l2 = logits(in.q2, k2);
+        b.l2 = quantized(block_logits(r0, b.rows, in.q2, k2, nullptr), step2);
         b.a1 = at::softmax(b.l1, -1, at::kFloat);
         b.a2 = at::softmax(b.l2, -1, at::kFloat);
         b.a = b.a1 - in.lambda * b.a2;

@@ -359,3 +359,34 @@ TEST_CASE("an exact capture the machine cannot hold is refused with the numbers,
   const Trace t = m.capture(std::vector<int64_t>(ids.begin(), ids.begin() + 512), one);
   CHECK(t.layers[1].a.shape == std::vector<int64_t>{1, 512, 512});
 }
+
+TEST_CASE("long prompts: generation past 1024 tokens quantizes the attention logits as the whole-map forward does",
+          "[long][capture][quantize][bundled]") {
+  // The bundled pair on held-out text, where 4-bit logits move the next token (a random tiny model's
+  // logits are too flat to tell): generate over 1100 tokens runs the blocked forward and must pick the
+  // token the whole-map forward with the same quantization picks.
+  const std::string text = test::read_all(DIFFLENS_SOURCE_DIR "/assets/haystack.txt");
+  for (const char* name : {"diff-small", "baseline-small"}) {
+    INFO(name);
+    Model m = Model::load(std::string(DIFFLENS_SOURCE_DIR "/assets/models/") + name);
+    const std::vector<int64_t> all = m.tokenizer().encode(text, true).ids;
+    REQUIRE(all.size() > 40000);
+    int checked = 0;
+    for (size_t start = 0; start + 1100 < all.size() && start < 30 * 1100 && checked < 2; start += 1100) {
+      std::vector<int64_t> ids(all.begin() + static_cast<int64_t>(start), all.begin() + static_cast<int64_t>(start) + 1100);
+      ids[0] = all[0];  // BOS
+      m.set_logit_bits(0);
+      const int64_t exact = m.capture(ids).next_token[0].id;
+      CaptureOptions q;
+      q.logit_bits = 4;
+      const int64_t quantized = m.capture(ids, q).next_token[0].id;
+      if (quantized == exact) continue;
+      m.set_logit_bits(4);
+      const std::vector<int64_t> next = m.generate(ids, 1, 0.0);
+      REQUIRE(next.size() == 1);
+      CHECK(next[0] == quantized);
+      ++checked;
+    }
+    CHECK(checked == 2);
+  }
+}
