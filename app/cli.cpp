@@ -884,12 +884,35 @@ int cmd_loss(const Args& a) {
       "next-token cross-entropy over %s (consecutive windows of %d tokens, no BOS, as training validates)\n",
       file.c_str(), window);
   std::printf("%-24s %10s %8s %12s %12s\n", "model", "tokens", "windows", "nats/token", "perplexity");
+  std::fflush(stdout);
+  // Ctrl-C ends the model being scored after its current windows, with what they give; later models are skipped.
+  std::signal(SIGINT, on_interrupt);
   for (const std::string& dir : model_dirs(a)) {
-    const Model m = Model::load(dir, parse_device(a.get("device", "auto")));
-    const TextLoss l = text_loss(m, text, window, max_windows);
+    if (g_stop) break;
+    const Model m = load_model(dir, parse_device(a.get("device", "auto")));
     const std::string name = m.config().name.empty() ? dir : m.config().name;
-    std::printf("%-24s %10lld %8lld %12.4f %12.2f\n", name.c_str(), static_cast<long long>(l.tokens),
-                static_cast<long long>(l.windows), l.nats_per_token, std::exp(l.nats_per_token));
+    TextLoss l;
+    try {
+      l = text_loss(m, text, window, max_windows, [&](int64_t done, int64_t total) {
+        std::fprintf(stderr, "\r%s: window %lld/%lld   ", name.c_str(), static_cast<long long>(done),
+                     static_cast<long long>(total));
+      }, &g_stop);
+      std::fprintf(stderr, "\n");
+    } catch (const Cancelled&) {
+      throw Error("stopped by Ctrl-C before " + name + " scored a window");
+    }
+    std::printf("%-24s %10lld %8lld %12.4f %12.2f%s\n", name.c_str(), static_cast<long long>(l.tokens),
+                static_cast<long long>(l.windows), l.nats_per_token, std::exp(l.nats_per_token),
+                l.windows < l.planned
+                    ? (" (stopped by Ctrl-C after " + std::to_string(l.windows) + " of " + std::to_string(l.planned) +
+                       " windows)")
+                          .c_str()
+                    : "");
+    std::fflush(stdout);
+  }
+  if (g_stop) {
+    std::printf("stopped by Ctrl-C: the figures above cover the windows scored\n");
+    return 130;
   }
   return 0;
 }

@@ -349,7 +349,8 @@ double learning_rate(const TrainOptions& o, int64_t step) {
   return peak * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + std::cos(M_PI * progress)));
 }
 
-TextLoss text_loss(const Model& model, const std::string& text, int64_t window, int64_t max_windows) {
+TextLoss text_loss(const Model& model, const std::string& text, int64_t window, int64_t max_windows,
+                   const std::function<void(int64_t, int64_t)>& progress, const std::atomic<bool>* stop) {
   if (window < 1) throw Error("text loss: the window must be at least 1 token");
   const std::vector<int64_t> ids = encode_lines(text, model.tokenizer());
   const int64_t n = static_cast<int64_t>(ids.size()) / (window + 1);
@@ -363,14 +364,20 @@ TextLoss text_loss(const Model& model, const std::string& text, int64_t window, 
                                 at::TensorOptions().dtype(at::kLong))
                          .view({windows, window + 1});  // [W, window + 1]
   double sum = 0;
+  int64_t done = 0;
   constexpr int64_t kRowsPerPass = 8;  // bounds the [rows, window, V] logits
   for (int64_t w0 = 0; w0 < windows; w0 += kRowsPerPass) {
+    if (stop && *stop) break;
     const Tensor batch = all.narrow(0, w0, std::min(kRowsPerPass, windows - w0)).to(impl.device);
     sum += lm_loss(impl.net, batch).mean.item<double>() * static_cast<double>(batch.size(0) * window);
+    done += batch.size(0);
+    if (progress) progress(done, windows);
   }
+  if (done == 0) throw Cancelled();
   TextLoss r;
-  r.windows = windows;
-  r.tokens = windows * window;
+  r.windows = done;
+  r.planned = windows;
+  r.tokens = done * window;
   r.nats_per_token = sum / static_cast<double>(r.tokens);
   return r;
 }

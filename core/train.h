@@ -83,8 +83,14 @@ struct TextLoss {
   double nats_per_token = 0;
   int64_t tokens = 0;  // targets scored
   int64_t windows = 0;
+  int64_t planned = 0;  // windows the text (and max_windows) asked for; more than `windows` when stopped
 };
-TextLoss text_loss(const Model& model, const std::string& text, int64_t window, int64_t max_windows = 0);
+// `progress(done, planned)` after every pass of windows; `*stop` turning true ends the run after the pass in
+// progress with the loss of the windows scored so far (planned > windows). Throws Cancelled when it stops
+// before any window was scored.
+TextLoss text_loss(const Model& model, const std::string& text, int64_t window, int64_t max_windows = 0,
+                   const std::function<void(int64_t, int64_t)>& progress = nullptr,
+                   const std::atomic<bool>* stop = nullptr);
 
 // Reads a JSON training config (same keys as the command-line options); throws ConfigError.
 TrainOptions train_options_from_json(const std::filesystem::path& file);

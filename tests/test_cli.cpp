@@ -856,3 +856,18 @@ TEST_CASE("gui layout: the view, split and side panel are remembered in the sett
   REQUIRE(r.status == 0);
   CHECK(r.out.find("layout: view query-row beside the maps") != std::string::npos);
 }
+
+TEST_CASE("cli: loss shows its progress and Ctrl-C ends it with the windows scored so far", "[cli][train]") {
+  if (std::system("command -v timeout > /dev/null 2>&1") != 0) test::skip("timeout (coreutils) is not installed");
+  test::ScratchDir dir("lossint");
+  // 81 windows of 1024 tokens per model take seconds; SIGINT after 1 s lands in the first model's windows.
+  const Result r = run_with_prefix("timeout --preserve-status -s INT 1 ",
+                                   "loss --text-file " DIFFLENS_SOURCE_DIR "/assets/haystack.txt --window 1024 --threads 1",
+                                   dir);
+  INFO(r.out);
+  CHECK(r.status == 130);
+  CHECK(r.out.find("window 8/81") != std::string::npos);  // the progress line
+  CHECK(r.out.find("(stopped by Ctrl-C after ") != std::string::npos);
+  CHECK(r.out.find("stopped by Ctrl-C: the figures above cover the windows scored") != std::string::npos);
+  CHECK(r.out.find("baseline-small") == std::string::npos);  // the second model is not started
+}

@@ -2,9 +2,12 @@
 // to exactly the weights of an uninterrupted one, and the saved checkpoint reloads to identical logits.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+
 #include <cmath>
 #include <fstream>
 
+#include "core/error.h"
 #include "core/model.h"
 #include "core/train.h"
 #include "helpers.h"
@@ -266,6 +269,21 @@ TEST_CASE("text loss is the mean next-token cross-entropy of consecutive windows
   const TextLoss first = text_loss(m, text, window, 1);
   CHECK(first.windows == 1);
   CHECK_THROWS_WITH(text_loss(m, "The jury", 50), Catch::Contains("fewer than one window of 51"));
+  // Progress after every pass of (up to 8) windows; a stop ends the run with the windows scored so far, whose
+  // loss is theirs alone (here the first window's: the same as max_windows 1 gives).
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  const TextLoss all_windows = text_loss(m, text, window, 0, [&](int64_t d, int64_t n) { seen.push_back({d, n}); });
+  REQUIRE_FALSE(seen.empty());
+  CHECK(seen.back() == std::make_pair(windows, windows));
+  CHECK(all_windows.planned == windows);
+  REQUIRE(static_cast<int64_t>(ids.size()) / 2 > 8);  // more than one pass of 1-token windows
+  std::atomic<bool> stop{false};
+  const TextLoss stopped = text_loss(m, text, 1, 0, [&](int64_t d, int64_t) { stop = d >= 8; }, &stop);
+  CHECK(stopped.windows == 8);
+  CHECK(stopped.planned > 8);
+  CHECK(stopped.nats_per_token == Approx(text_loss(m, text, 1, 8).nats_per_token).epsilon(1e-6));
+  stop = true;  // stopped before any window: nothing to report
+  CHECK_THROWS_AS(text_loss(m, text, window, 0, nullptr, &stop), Cancelled);
 }
 
 TEST_CASE("train: a JSON config with phases inherits what a phase does not name", "[train][config]") {
