@@ -7,18 +7,14 @@
 #include <backends/imgui_impl_glfw.h>
 #include <backends/imgui_impl_opengl3.h>
 #include <imgui.h>
-#include <imgui_internal.h>
 #include <imgui_freetype.h>
 #include <imgui_stdlib.h>
-#include <stb_image_write.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cfloat>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -31,6 +27,7 @@
 
 #include "app/figures.h"
 #include "app/glyphs.h"
+#include "app/headless_run.h"
 #include "app/inference_worker.h"
 #include "app/panel_explain.h"
 #include "app/panel_maps.h"
@@ -52,16 +49,6 @@ namespace difflens::app {
 namespace {
 
 constexpr double kDebounceSeconds = 0.15;
-
-bool write_screenshot(const std::string& path, int width, int height) {
-  std::vector<unsigned char> px(static_cast<size_t>(width) * height * 3);
-  glPixelStorei(GL_PACK_ALIGNMENT, 1);
-  glReadPixels(0, 0, width, height, GL_RGB, GL_UNSIGNED_BYTE, px.data());
-  stbi_flip_vertically_on_write(1);  // GL rows are bottom-up
-  const int ok = stbi_write_png(path.c_str(), width, height, 3, px.data(), width * 3);
-  stbi_flip_vertically_on_write(0);
-  return ok != 0;
-}
 
 // The layout settings file (layout.h's key=value lines); missing or unreadable: the defaults.
 LayoutState read_layout_settings(const std::string& path) {
@@ -94,42 +81,6 @@ void fit_to_monitor(const LayoutState& layout, int& width, int& height, int& x, 
   height = std::max(height, 240);
   x = ax + (aw - width) / 2;
   y = ay + (ah - height) / 2;
-}
-
-// The headless layout report: the view shown, every region drawn (window pixels) and any window that lies
-// outside the screen or whose contents it clips without a scrollbar to reach them.
-void print_layout_report(const GuiState& state, int width, int height) {
-  std::printf("layout: view %s%s\n", view_name(state.layout.view),
-              state.layout.split_shown()
-                  ? (state.layout.side_by_side ? " beside the maps" : " below the maps")
-                  : "");
-  for (const LayoutRecord::Rect& r : state.drawn.rects)
-    std::printf("layout: %s %.0f %.0f %.0f %.0f (%.0fx%.0f)\n", r.name.c_str(), r.x0, r.y0, r.x1, r.y1, r.x1 - r.x0,
-                r.y1 - r.y0);
-  int windows = 0, bad = 0;
-  for (ImGuiWindow* win : GImGui->Windows) {
-    if (!win->Active || (win->Flags & (ImGuiWindowFlags_Tooltip | ImGuiWindowFlags_Popup))) continue;
-    if (std::strstr(win->Name, "/##prompt")) continue;  // the prompt editor scrolls to its cursor (no wrapping)
-    // Wider than the window is a fault even with a scrollbar to reach it (a cut toolbar, a table off the
-    // edge), except in the Model view's grid, which scrolls for models with many heads by design.
-    const bool scrolls_by_design = std::strstr(win->Name, "/modelgrid") != nullptr;
-    ++windows;
-    const ImRect r = win->Rect();
-    // Below (or above) the window only counts where no scrolling parent can bring it into view.
-    const bool parent_scrolls = win->ParentWindow && win->ParentWindow->ScrollbarY;
-    const bool outside = r.Min.x < -0.5f || r.Max.x > width + 0.5f ||
-                         (!parent_scrolls && (r.Min.y < -0.5f || r.Max.y > height + 0.5f));
-    const ImVec2 room(win->ContentRegionRect.GetWidth(), win->ContentRegionRect.GetHeight());
-    const bool clipped_x = (!win->ScrollbarX || !scrolls_by_design) && win->ContentSize.x > room.x + 1.0f;
-    const bool clipped_y = !win->ScrollbarY && win->ContentSize.y > room.y + 1.0f;
-    if (outside || clipped_x || clipped_y) {
-      ++bad;
-      std::printf("layout: %s %s: content %.0fx%.0f in %.0fx%.0f at %.0f,%.0f-%.0f,%.0f\n", win->Name,
-                  outside ? "outside the window" : "clips its contents", win->ContentSize.x, win->ContentSize.y, room.x,
-                  room.y, r.Min.x, r.Min.y, r.Max.x, r.Max.y);
-    }
-  }
-  std::printf("layout check: %d windows, %d outside or clipped\n", windows, bad);
 }
 
 }  // namespace
@@ -244,17 +195,13 @@ int run_gui(const GuiOptions& opt) {
     } fullscreen;
     state.explain.step = std::clamp(opt.explain_step, 1, kExplainSteps);
     state.explain.present = opt.present;
-    int frames_since_result = -1;
-    std::vector<double> first_frame_ms, steady_ms;  // headless frame timing
-    bool export_pending = opt.export_all;
-    bool simulated_edit = false;  // headless Ctrl+E, once the first result is on screen
-    bool result_ready = false;    // headless: the simulated edit's result arrived
+    HeadlessRun headless(opt);
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result (the worker posts an event when a job ends); wake up for the
       // debounce deadline. While the models run, redraw only a few times a second for the status line:
       // every frame costs CPU the inference could use (software GL especially).
-      if (state.prompt.pending || frames_since_result >= 0)
+      if (state.prompt.pending || headless.counting())
         glfwWaitEventsTimeout(0.03);
       else if (state.status.busy)
         glfwWaitEventsTimeout(0.25);
@@ -269,33 +216,12 @@ int run_gui(const GuiOptions& opt) {
           state.needle.focus_pending = false;
           focus_answer_head(state, *state.shown);
         }
-        // Headless screenshots time a real edit: the first result (models just loaded) triggers one
-        // simulated keystroke, and the screenshot waits for the result of that edit. A bundle at start is
-        // shown as it is.
-        if (!opt.screenshot.empty() && !simulated_edit && opt.bundle.empty()) {
-          simulated_edit = true;
-          state.prompt.pending = true;
-          state.prompt.last_edit = now_seconds();
-          continue;
-        }
+        if (!headless.take_result(state)) continue;  // headless: the first result becomes a keystroke
         if (state.edited_at > 0) state.edit_to_screen_ms = 1000.0 * (now_seconds() - state.edited_at);
-        if (!opt.screenshot.empty()) result_ready = true;
       }
       state.status = worker.status();
       poll_lab(state, worker);
-      if (frames_since_result < 0 && result_ready &&
-          (!opt.lab_run || (state.lab.progress && !state.lab.progress->running))) {
-        frames_since_result = 0;  // headless: the screenshot waits for the first result (and --lab-run's sweep)
-        if (opt.lab_run) {
-          const SweepProgress& p = *state.lab.progress;
-          std::printf("needle lab: %zu/%zu episodes%s%s\n", p.done, p.total, p.finished ? "" : " (not finished) ",
-                      p.error.c_str());
-          if (opt.export_all && p.done > 0) {
-            export_lab(state);
-            std::printf("%s\n", state.lab.message.c_str());
-          }
-        }
-      }
+      headless.after_poll(state);
       if (state.prompt.pending && now_seconds() - state.prompt.last_edit > kDebounceSeconds) {
         CaptureOptions capture;
         capture.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
@@ -325,19 +251,7 @@ int run_gui(const GuiOptions& opt) {
         io.FontDefault = state.lecture || state.explain.present ? fonts.lecture : fonts.normal;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
-      if (!opt.screenshot.empty() && !state.explain.present) {
-        // Headless screenshots show no hover, unless --hover puts the mouse over a cell of the first map.
-        io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
-        if (opt.hover[0] >= 0)
-          if (const LayoutRecord::Rect* m = state.drawn.find("map.0")) {
-            // The first whole pixel of the cell (ImGui floors the mouse position): exact while cells are
-            // at least a pixel wide.
-            const double span = state.view.zoom_span > 0 ? state.view.zoom_span : 1;
-            io.MousePos = ImVec2(
-                std::ceil(m->x0 + static_cast<float>((opt.hover[1] - state.view.zoom_col0) / span) * (m->x1 - m->x0)),
-                std::ceil(m->y0 + static_cast<float>((opt.hover[0] - state.view.zoom_row0) / span) * (m->y1 - m->y0)));
-          }
-      }
+      headless.place_mouse(state, io);
       ImGui::NewFrame();
       state.drawn.rects.clear();
       ImGui::SetNextWindowPos(ImVec2(0, 0));
@@ -414,8 +328,7 @@ int run_gui(const GuiOptions& opt) {
       if (state.export_all && !state.drawn.find("map.0") && state.layout.view != View::Explain && state.shown)
         state.message = "nothing exported: the maps are not on screen (view 1, or \"with the maps\")";
       state.export_all = (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_E, false) && !io.WantTextInput) ||
-                         (export_pending && state.shown.has_value());
-      if (state.shown) export_pending = false;
+                         headless.export_now(state);
       state.export_head_views = false;
       const bool window_shot = state.window_shot;
       state.window_shot = false;
@@ -435,48 +348,10 @@ int run_gui(const GuiOptions& opt) {
             (std::filesystem::path(state.view.export_dir) /
              ("window-" + std::to_string(static_cast<long long>(now_seconds())) + ".png"))
                 .string();
-        state.message = write_screenshot(path, w, h) ? "wrote " + path : "could not write " + path;
+        state.message = write_window_png(path, w, h) ? "wrote " + path : "could not write " + path;
       }
-      if (frames_since_result >= 0 && !opt.screenshot.empty()) {  // headless: frame cost incl. GPU work
-        glFinish();
-        const double ms = 1000.0 * (now_seconds() - frame_start);
-        (frames_since_result == 0 ? first_frame_ms : steady_ms).push_back(ms);
-      }
-      if (frames_since_result >= 0 && ++frames_since_result > opt.exit_after_frames) {
-        if (!write_screenshot(opt.screenshot, w, h)) {
-          std::fprintf(stderr, "difflens: cannot write %s\n", opt.screenshot.c_str());
-          exit_status = 1;
-        } else {
-          long long T = 0;  // the prompt's length in tokens, from whichever slot ran it
-          for (int s = kSlots - 1; s >= 0; --s)
-            if (state.shown && state.shown->traces[s]) T = state.shown->traces[s]->length();
-          std::printf(
-              "wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
-              opt.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
-          if (!state.message.empty()) std::printf("status line: %s\n", state.message.c_str());
-          print_layout_report(state, w, h);
-          for (int s = 0; s < kSlots; ++s) {  // what each slot shows instead of maps, if anything
-            const WorkerStatus st = worker.status();
-            if (!st.slots[s].error.empty()) std::printf("slot %d: %s\n", s, st.slots[s].error.c_str());
-            if (state.shown && !state.shown->errors[s].empty())
-              std::printf("slot %d run: %s\n", s, state.shown->errors[s].c_str());
-          }
-          for (int s = 0; s < kSlots; ++s) {  // long prompts: what was kept and what the head view shows
-            const auto& t = state.shown ? state.shown->traces[s] : nullptr;
-            if (t && !t->layers.empty() && t->layers[0].pooled > 0)
-              std::printf("%s: pooled %lld x %lld cells of %lld tokens; head view %s\n", t->config.name.c_str(),
-                          static_cast<long long>(t->layers[0].pooled), static_cast<long long>(t->layers[0].pooled),
-                          T, state.exact_tile_shown[s] ? "shows an exact tile" : "shows pooled cells");
-          }
-          if (!steady_ms.empty()) {
-            double sum = 0, worst = 0;
-            for (double m : steady_ms) sum += m, worst = std::max(worst, m);
-            std::printf("frame time: first frame with new maps %.1f ms; then mean %.1f ms, max %.1f ms over %zu "
-                        "frames\n",
-                        first_frame_ms.empty() ? 0.0 : first_frame_ms[0], sum / steady_ms.size(), worst,
-                        steady_ms.size());
-          }
-        }
+      if (headless.after_render(state, worker, w, h, frame_start)) {
+        exit_status = headless.exit_status();
         glfwSetWindowShouldClose(window, 1);
       }
       glfwSwapBuffers(window);

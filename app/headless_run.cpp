@@ -1,0 +1,159 @@
+// The headless run of the window (see headless_run.h).
+#include "app/headless_run.h"
+
+#include "viz/gl.h"
+#include <imgui_internal.h>
+#include <stb_image_write.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "app/panels.h"
+
+namespace difflens::app {
+namespace {
+
+// The headless layout report: the view shown, every region drawn (window pixels) and any window that lies
+// outside the screen or whose contents it clips without a scrollbar to reach them.
+void print_layout_report(const GuiState& state, int width, int height) {
+  std::printf("layout: view %s%s\n", view_name(state.layout.view),
+              state.layout.split_shown()
+                  ? (state.layout.side_by_side ? " beside the maps" : " below the maps")
+                  : "");
+  for (const LayoutRecord::Rect& r : state.drawn.rects)
+    std::printf("layout: %s %.0f %.0f %.0f %.0f (%.0fx%.0f)\n", r.name.c_str(), r.x0, r.y0, r.x1, r.y1, r.x1 - r.x0,
+                r.y1 - r.y0);
+  int windows = 0, bad = 0;
+  for (ImGuiWindow* win : GImGui->Windows) {
+    if (!win->Active || (win->Flags & (ImGuiWindowFlags_Tooltip | ImGuiWindowFlags_Popup))) continue;
+    if (std::strstr(win->Name, "/##prompt")) continue;  // the prompt editor scrolls to its cursor (no wrapping)
+    // Wider than the window is a fault even with a scrollbar to reach it (a cut toolbar, a table off the
+    // edge), except in the Model view's grid, which scrolls for models with many heads by design.
+    const bool scrolls_by_design = std::strstr(win->Name, "/modelgrid") != nullptr;
+    ++windows;
+    const ImRect r = win->Rect();
+    // Below (or above) the window only counts where no scrolling parent can bring it into view.
+    const bool parent_scrolls = win->ParentWindow && win->ParentWindow->ScrollbarY;
+    const bool outside = r.Min.x < -0.5f || r.Max.x > width + 0.5f ||
+                         (!parent_scrolls && (r.Min.y < -0.5f || r.Max.y > height + 0.5f));
+    const ImVec2 room(win->ContentRegionRect.GetWidth(), win->ContentRegionRect.GetHeight());
+    const bool clipped_x = (!win->ScrollbarX || !scrolls_by_design) && win->ContentSize.x > room.x + 1.0f;
+    const bool clipped_y = !win->ScrollbarY && win->ContentSize.y > room.y + 1.0f;
+    if (outside || clipped_x || clipped_y) {
+      ++bad;
+      std::printf("layout: %s %s: content %.0fx%.0f in %.0fx%.0f at %.0f,%.0f-%.0f,%.0f\n", win->Name,
+                  outside ? "outside the window" : "clips its contents", win->ContentSize.x, win->ContentSize.y, room.x,
+                  room.y, r.Min.x, r.Min.y, r.Max.x, r.Max.y);
+    }
+  }
+  std::printf("layout check: %d windows, %d outside or clipped\n", windows, bad);
+}
+
+}  // namespace
+
+bool write_window_png(const std::string& path, int width, int height) {
+  std::vector<unsigned char> px(static_cast<size_t>(width) * height * 3);
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadPixels(0, 0, width, height, GL_RGB, GL_UNSIGNED_BYTE, px.data());
+  stbi_flip_vertically_on_write(1);  // GL rows are bottom-up
+  const int ok = stbi_write_png(path.c_str(), width, height, 3, px.data(), width * 3);
+  stbi_flip_vertically_on_write(0);
+  return ok != 0;
+}
+
+
+bool HeadlessRun::take_result(GuiState& state) {
+  if (!active()) return true;
+  if (!simulated_edit_ && opt_.bundle.empty()) {  // a bundle at start is shown as it is
+    simulated_edit_ = true;
+    state.prompt.pending = true;
+    state.prompt.last_edit = now_seconds();
+    return false;
+  }
+  result_ready_ = true;
+  return true;
+}
+
+void HeadlessRun::after_poll(GuiState& state) {
+  if (!active() || frames_ >= 0 || !result_ready_) return;
+  if (opt_.lab_run && !(state.lab.progress && !state.lab.progress->running)) return;
+  frames_ = 0;
+  if (!opt_.lab_run) return;
+  const SweepProgress& p = *state.lab.progress;
+  std::printf("needle lab: %zu/%zu episodes%s%s\n", p.done, p.total, p.finished ? "" : " (not finished) ",
+              p.error.c_str());
+  if (opt_.export_all && p.done > 0) {
+    export_lab(state);
+    std::printf("%s\n", state.lab.message.c_str());
+  }
+}
+
+void HeadlessRun::place_mouse(const GuiState& state, ImGuiIO& io) const {
+  if (!active() || state.explain.present) return;
+  io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
+  if (opt_.hover[0] < 0) return;
+  if (const LayoutRecord::Rect* m = state.drawn.find("map.0")) {
+    // The first whole pixel of the cell (ImGui floors the mouse position): exact while cells are at least
+    // a pixel wide.
+    const double span = state.view.zoom_span > 0 ? state.view.zoom_span : 1;
+    io.MousePos =
+        ImVec2(std::ceil(m->x0 + static_cast<float>((opt_.hover[1] - state.view.zoom_col0) / span) * (m->x1 - m->x0)),
+               std::ceil(m->y0 + static_cast<float>((opt_.hover[0] - state.view.zoom_row0) / span) * (m->y1 - m->y0)));
+  }
+}
+
+bool HeadlessRun::export_now(const GuiState& state) {
+  if (!export_pending_ || !state.shown) return false;
+  export_pending_ = false;
+  return true;
+}
+
+bool HeadlessRun::after_render(const GuiState& state, const InferenceWorker& worker, int width, int height,
+                               double frame_start) {
+  if (!active() || frames_ < 0) return false;
+  glFinish();  // the frame's cost includes the GPU's work
+  (frames_ == 0 ? first_frame_ms_ : steady_ms_).push_back(1000.0 * (now_seconds() - frame_start));
+  if (++frames_ <= opt_.exit_after_frames) return false;
+  if (!write_window_png(opt_.screenshot, width, height)) {
+    std::fprintf(stderr, "difflens: cannot write %s\n", opt_.screenshot.c_str());
+    exit_status_ = 1;
+  } else {
+    report(state, worker, width, height);
+  }
+  return true;
+}
+
+void HeadlessRun::report(const GuiState& state, const InferenceWorker& worker, int w, int h) const {
+  long long T = 0;  // the prompt's length in tokens, from whichever slot ran it
+  for (int s = kSlots - 1; s >= 0; --s)
+    if (state.shown && state.shown->traces[s]) T = state.shown->traces[s]->length();
+  std::printf("wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
+              opt_.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
+  if (!state.message.empty()) std::printf("status line: %s\n", state.message.c_str());
+  print_layout_report(state, w, h);
+  const WorkerStatus st = worker.status();
+  for (int s = 0; s < kSlots; ++s) {  // what each slot shows instead of maps, if anything
+    if (!st.slots[s].error.empty()) std::printf("slot %d: %s\n", s, st.slots[s].error.c_str());
+    if (state.shown && !state.shown->errors[s].empty())
+      std::printf("slot %d run: %s\n", s, state.shown->errors[s].c_str());
+  }
+  for (int s = 0; s < kSlots; ++s) {  // long prompts: what was kept and what the head view shows
+    const auto& t = state.shown ? state.shown->traces[s] : nullptr;
+    if (t && !t->layers.empty() && t->layers[0].pooled > 0)
+      std::printf("%s: pooled %lld x %lld cells of %lld tokens; head view %s\n", t->config.name.c_str(),
+                  static_cast<long long>(t->layers[0].pooled), static_cast<long long>(t->layers[0].pooled), T,
+                  state.exact_tile_shown[s] ? "shows an exact tile" : "shows pooled cells");
+  }
+  if (!steady_ms_.empty()) {
+    double sum = 0, worst = 0;
+    for (double m : steady_ms_) sum += m, worst = std::max(worst, m);
+    std::printf("frame time: first frame with new maps %.1f ms; then mean %.1f ms, max %.1f ms over %zu frames\n",
+                first_frame_ms_.empty() ? 0.0 : first_frame_ms_[0], sum / steady_ms_.size(), worst,
+                steady_ms_.size());
+  }
+}
+
+}  // namespace difflens::app

@@ -1,0 +1,52 @@
+// The headless run of the window (--screenshot): it times one real edit, waits for the result (and
+// --lab-run's sweep), keeps the mouse off the maps unless --hover asks, exports once with --export-all,
+// then writes the window as a PNG with a report (timings, each slot's errors, long-prompt pooling, the
+// layout: every region drawn and any window that clips) and ends the run. UI thread only (ImGui, GL).
+#pragma once
+
+#include <imgui.h>
+
+#include <string>
+#include <vector>
+
+#include "app/gui.h"
+#include "app/gui_state.h"
+
+namespace difflens::app {
+
+// The framebuffer as a PNG (rows flipped: GL's are bottom-up). False when it cannot be written.
+bool write_window_png(const std::string& path, int width, int height);
+
+class HeadlessRun {
+ public:
+  explicit HeadlessRun(const GuiOptions& options) : opt_(options), export_pending_(options.export_all) {}
+  bool active() const { return !opt_.screenshot.empty(); }
+  // Frames are being counted towards the screenshot (the loop should not sleep long).
+  bool counting() const { return frames_ >= 0; }
+  // A result reached the UI. The first one (models just loaded) becomes a simulated keystroke, so the
+  // screenshot times a real edit: false then, and the result is not the one to wait for.
+  bool take_result(GuiState& state);
+  // After the frame's polling: counting starts once the result, and --lab-run's sweep, are in.
+  void after_poll(GuiState& state);
+  // Before ImGui::NewFrame: no hover, or the mouse on the first pixel of --hover's cell of the first map.
+  void place_mouse(const GuiState& state, ImGuiIO& io) const;
+  // --export-all: true once, on the first frame with a result.
+  bool export_now(const GuiState& state);
+  // After the frame is rendered (its work began at frame_start): its time, and after --exit-after-frames
+  // frames the PNG and the report. True when the run is over (exit_status() then says how it went).
+  bool after_render(const GuiState& state, const InferenceWorker& worker, int width, int height, double frame_start);
+  int exit_status() const { return exit_status_; }
+
+ private:
+  void report(const GuiState& state, const InferenceWorker& worker, int width, int height) const;
+
+  const GuiOptions& opt_;
+  int frames_ = -1;  // frames drawn since the awaited result (-1: still waiting)
+  bool export_pending_ = false;
+  bool simulated_edit_ = false;
+  bool result_ready_ = false;
+  std::vector<double> first_frame_ms_, steady_ms_;
+  int exit_status_ = 0;
+};
+
+}  // namespace difflens::app
