@@ -869,7 +869,7 @@ int cmd_outliers(const Args& a) {
     std::fprintf(stderr, "\n");
   }
   const std::string md = app::write_outlier_report(out, names, stats);
-  std::printf("%s\nwrote %s/tables.md, outliers.json, outliers.csv, logits.png, hidden.png\n", md.c_str(),
+  std::printf("%s\nwrote %s/tables.md, outliers.json, outliers.csv, logits.png/.svg, hidden.png/.svg\n", md.c_str(),
               out.c_str());
   return 0;
 }

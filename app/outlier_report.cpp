@@ -99,6 +99,7 @@ std::string write_outlier_report(const std::filesystem::path& out, const std::ve
     }
     const viz::Image img = viz::render_histogram_figure(h);
     viz::write_png(out / (logits ? "logits.png" : "hidden.png"), img.rgb, img.width, img.height);
+    std::ofstream(out / (logits ? "logits.svg" : "hidden.svg"), std::ios::trunc) << viz::histogram_figure_svg(h);
   }
   return md;
 }

@@ -68,7 +68,7 @@ TEST_CASE("outliers: the report writes Table 5, CSV, JSON and histograms", "[out
   const std::string csv = test::read_all(dir / "o/outliers.csv");
   CHECK(csv.find("\"base\",attention_logits,all,") != std::string::npos);
   CHECK(csv.find("\"base\",hidden_states,1,") != std::string::npos);
-  for (const char* f : {"tables.md", "outliers.json", "logits.png", "hidden.png"})
+  for (const char* f : {"tables.md", "outliers.json", "logits.png", "hidden.png", "logits.svg", "hidden.svg"})
     CHECK(std::filesystem::file_size(dir / "o" / f) > 100);
 }
 
@@ -91,6 +91,22 @@ TEST_CASE("histogram figure: series drawn in their colours, empty input refused"
     }
   CHECK(red > 100);
   CHECK(blue > 100);
+  // The SVG is the same scene: a rectangle for each of the scene's (grid, axes, steps, swatches) in its
+  // colour, each label as text.
+  const viz::FigureScene sc = viz::layout_histogram_figure(h, viz::FigureFont::standard());
+  const std::string svg = viz::histogram_figure_svg(h);
+  size_t rects = 0, reds = 0, texts = 0;
+  for (size_t at = 0; (at = svg.find("<rect x=", at)) != std::string::npos; ++at) ++rects;
+  for (size_t at = 0; (at = svg.find("fill=\"#c80000\"", at)) != std::string::npos; ++at) ++reds;
+  for (size_t at = 0; (at = svg.find("<text ", at)) != std::string::npos; ++at) ++texts;
+  CHECK(rects == sc.rects.size());
+  CHECK(texts == sc.texts.size());
+  CHECK(reds == static_cast<size_t>(std::count_if(sc.rects.begin(), sc.rects.end(), [](const viz::FigureScene::Rect& r) {
+          return r.color.r == 200 && r.color.g == 0 && r.color.b == 0;
+        })));
+  CHECK(reds > 4);
+  CHECK(svg.find(">a</text>") != std::string::npos);
+  CHECK(svg.find(">1e+0</text>") != std::string::npos);
   h.series[0].counts.assign(8, 0);
   h.series[1].counts.assign(8, 0);
   CHECK_THROWS_WITH(viz::render_histogram_figure(h), Catch::Contains("every series is empty"));

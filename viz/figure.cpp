@@ -625,7 +625,7 @@ std::string grid_figure_svg(const GridFigure& g, const FigureFont& font) {
   return scene_svg(layout_grid_figure(g, font), font, [](std::string&) {});
 }
 
-Image render_histogram_figure(const HistogramFigure& h, const FigureFont& font) {
+FigureScene layout_histogram_figure(const HistogramFigure& h, const FigureFont& font) {
   if (h.width < 200 || h.height < 200 || h.width > 8192 || h.height > 8192)
     throw Error("histogram figure: the size must be between 200 and 8192 pixels");
   if (h.series.empty()) throw Error("histogram figure: no series");
@@ -642,37 +642,41 @@ Image render_histogram_figure(const HistogramFigure& h, const FigureFont& font) 
   const double lo = std::floor(h.x0 + static_cast<double>(first) * h.bin_width);
   const double hi = std::ceil(h.x0 + static_cast<double>(last + 1) * h.bin_width);
   const double ytop = std::ceil(std::log10(top)) + (std::log10(top) == std::ceil(std::log10(top)) ? 1 : 0);
-  const Rgb8 ink{20, 20, 20}, grid{225, 225, 225}, white{255, 255, 255};
+  const Rgb8 ink{20, 20, 20}, grid{225, 225, 225};
   const float px = std::clamp(h.height / 36.0f, 10.0f, 40.0f);
   const int left = static_cast<int>(px * 4.5f), right = static_cast<int>(px * 1.5f);
   const int top_margin = static_cast<int>(px * 2.6f), bottom = static_cast<int>(px * 3.6f);
   const int pw = h.width - left - right, ph = h.height - top_margin - bottom;
   if (pw < 50 || ph < 50) throw Error("histogram figure: too small for its labels");
-  Image img(h.width, h.height, white);
-  font.draw(img, left, static_cast<int>(px * 0.5f), h.title, px * 1.2f, ink);
+  FigureScene sc;
+  sc.width = h.width;
+  sc.height = h.height;
+  auto text = [&](int x, int y, const std::string& t, float size, bool vertical = false) {
+    sc.texts.push_back({x, y, t, size, ink, vertical});
+  };
+  auto rect = [&](int x, int y, int w, int hh, Rgb8 c) { sc.rects.push_back({x, y, w, hh, c, false}); };
+  text(left, static_cast<int>(px * 0.5f), h.title, px * 1.2f);
   auto X = [&](double lg) { return left + static_cast<int>((lg - lo) / (hi - lo) * pw); };
   auto Y = [&](double count) {  // log10(count + 1) so that single counts show
     return top_margin + ph - static_cast<int>(std::log10(count + 1) / (ytop + 0.05) * ph);
   };
   for (double d = lo; d <= hi + 1e-9; d += 1) {  // decade grid and labels
-    img.fill(X(d), top_margin, 1, ph, grid);
+    rect(X(d), top_margin, 1, ph, grid);
     char b[32];
     std::snprintf(b, sizeof b, "1e%+.0f", d);
-    font.draw(img, X(d) - font.text_width(b, px) / 2, top_margin + ph + static_cast<int>(px * 0.4f), b, px, ink);
+    text(X(d) - font.text_width(b, px) / 2, top_margin + ph + static_cast<int>(px * 0.4f), b, px);
   }
   for (int e = 0; e <= static_cast<int>(ytop); ++e) {
     const int y = Y(std::pow(10.0, e) - 1);
-    img.fill(left, y, pw, 1, grid);
+    rect(left, y, pw, 1, grid);
     char b[32];
     std::snprintf(b, sizeof b, e == 0 ? "0" : "1e%d", e);
-    font.draw(img, left - static_cast<int>(px * 0.4f) - font.text_width(b, px), y - static_cast<int>(px / 2), b, px, ink);
+    text(left - static_cast<int>(px * 0.4f) - font.text_width(b, px), y - static_cast<int>(px / 2), b, px);
   }
-  img.fill(left, top_margin + ph, pw, 1, ink);
-  img.fill(left, top_margin, 1, ph, ink);
-  font.draw(img, left + (pw - font.text_width(h.x_label, px)) / 2, top_margin + ph + static_cast<int>(px * 1.8f),
-            h.x_label, px, ink);
-  font.draw(img, static_cast<int>(px * 0.3f), top_margin + ph / 2 + font.text_width("count", px) / 2, "count", px, ink,
-            true);
+  rect(left, top_margin + ph, pw, 1, ink);
+  rect(left, top_margin, 1, ph, ink);
+  text(left + (pw - font.text_width(h.x_label, px)) / 2, top_margin + ph + static_cast<int>(px * 1.8f), h.x_label, px);
+  text(static_cast<int>(px * 0.3f), top_margin + ph / 2 + font.text_width("count", px) / 2, "count", px, true);
   // Step lines, two pixels thick.
   for (const auto& s : h.series) {
     int prev_y = Y(0);
@@ -680,8 +684,8 @@ Image render_histogram_figure(const HistogramFigure& h, const FigureFont& font) 
       const double l0 = h.x0 + static_cast<double>(b) * h.bin_width;
       if (l0 + h.bin_width < lo || l0 > hi) continue;
       const int x0 = X(l0), x1 = X(l0 + h.bin_width), y = Y(s.counts[b]);
-      img.fill(x0, std::min(prev_y, y), 2, std::abs(prev_y - y) + 2, s.color);
-      img.fill(x0, y, std::max(1, x1 - x0) + 1, 2, s.color);
+      rect(x0, std::min(prev_y, y), 2, std::abs(prev_y - y) + 2, s.color);
+      rect(x0, y, std::max(1, x1 - x0) + 1, 2, s.color);
       prev_y = y;
     }
   }
@@ -690,11 +694,19 @@ Image render_histogram_figure(const HistogramFigure& h, const FigureFont& font) 
   for (const auto& s : h.series) {
     const int w = font.text_width(s.name, px);
     const int lx = left + pw - w - static_cast<int>(px * 2.5f);
-    img.fill(lx, ly + static_cast<int>(px / 2), static_cast<int>(px * 1.6f), 3, s.color);
-    font.draw(img, lx + static_cast<int>(px * 2.0f), ly, s.name, px, ink);
+    rect(lx, ly + static_cast<int>(px / 2), static_cast<int>(px * 1.6f), 3, s.color);
+    text(lx + static_cast<int>(px * 2.0f), ly, s.name, px);
     ly += static_cast<int>(px * 1.4f);
   }
-  return img;
+  return sc;
+}
+
+Image render_histogram_figure(const HistogramFigure& h, const FigureFont& font) {
+  return render_scene(layout_histogram_figure(h, font), font);
+}
+
+std::string histogram_figure_svg(const HistogramFigure& h, const FigureFont& font) {
+  return scene_to_svg(layout_histogram_figure(h, font), font);
 }
 
 std::string head_figure_svg(const HeadFigure& fig, const FigureFont& font, int max_cells) {

@@ -173,7 +173,10 @@ struct HistogramFigure {
 };
 
 // The x axis spans the decades where some series has counts. Throws Error when no series has any count,
-// the series differ in length, or the size is outside 200..8192.
+// the series differ in length, or the size is outside 200..8192. The PNG and the SVG come from one scene
+// (grid, axes, step lines and legend swatches as rectangles; labels as text).
+FigureScene layout_histogram_figure(const HistogramFigure& figure, const FigureFont& font);
 Image render_histogram_figure(const HistogramFigure& figure, const FigureFont& font = FigureFont::standard());
+std::string histogram_figure_svg(const HistogramFigure& figure, const FigureFont& font = FigureFont::standard());
 
 }  // namespace difflens::viz
