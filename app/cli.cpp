@@ -163,9 +163,8 @@ std::string read_file(const std::string& path, const char* what = "prompt file")
 }
 
 void apply_threads(const Args& a) {
-  const int threads = a.get_int("threads", 0);
-  if (threads < 0) throw Error("--threads must be positive");
-  if (threads > 0) set_num_threads(threads);
+  // Absent: LibTorch's default. Given: 1 or more (0 is not "default" when typed: it is refused).
+  if (a.has("threads")) set_num_threads(a.get_int("threads", 0, 1, 4096));
 }
 
 std::vector<int64_t> prompt_ids(const Args& a, const Model& model) {
@@ -257,7 +256,7 @@ int cmd_capture(const Args& a) {
   opt.keep_logits = a.has("keep-logits");
   opt.keep_hidden = a.has("keep-hidden");
   opt.keep_qkv = a.has("keep-qkv");
-  opt.next_token_top_k = a.get_int("top-k", 10);
+  opt.next_token_top_k = a.get_int("top-k", 10, 1, 1000000);
   const Trace trace = model.capture(ids, opt);
   write_trace_bundle(trace, out);
 
@@ -381,14 +380,7 @@ int cmd_generate(const Args& a) {
   const Model m = load_model(a.require("model"), parse_device(a.get("device", "auto")));
   const std::string prompt = a.require("prompt");
   const auto ids = m.tokenizer().encode(prompt, true).ids;
-  double temperature = 0.8;
-  if (a.has("temperature")) {
-    try {
-      temperature = std::stod(a.get("temperature"));
-    } catch (const std::exception&) {
-      throw Error("--temperature expects a number");
-    }
-  }
+  const double temperature = a.get_double("temperature", 0.8, 0, 100);
   const int samples = std::max(1, a.get_int("samples", 1));
   for (int s = 0; s < samples; ++s) {
     const auto out = m.generate(ids, a.get_int("tokens", 40), temperature, a.get_int("top-k", 40),
@@ -531,10 +523,7 @@ int cmd_render(const Args& a) {
   const std::string pooling = a.get("pooling", "max");
   if (pooling != "max" && pooling != "mean") throw Error("--pooling must be max or mean");
   o.pooling = pooling == "max" ? viz::Pooling::Max : viz::Pooling::Mean;
-  if (a.has("clamp")) {
-    o.clamp_percentile = std::stod(a.get("clamp"));
-    if (!(o.clamp_percentile > 0 && o.clamp_percentile <= 100)) throw Error("--clamp must be in (0, 100]");
-  }
+  o.clamp_percentile = a.get_double("clamp", o.clamp_percentile, 1e-9, 100);  // (0, 100]
   o.shared_scale = !a.has("per-map-scale");
   const std::string map = a.get("map", "all");
   if (map != "all") o.only = map;
@@ -761,11 +750,11 @@ int cmd_train(const Args& a) {
   o.data_workers = a.get_int("data-workers", o.data_workers);
   o.max_seconds = a.get_int("max-seconds", 0);
   if (o.max_seconds < 0) throw Error("--max-seconds must be 0 (no limit) or a number of seconds");
-  if (a.has("lr")) o.lr = std::stod(a.get("lr"));
+  o.lr = a.get_double("lr", o.lr, 1e-8, 10);
   TrainPhase& last = o.phases.back();
-  if (a.has("episode-fraction")) last.mix.episode_fraction = std::stod(a.get("episode-fraction"));
-  if (a.has("drill-fraction")) last.mix.drill_fraction = std::stod(a.get("drill-fraction"));
-  if (a.has("answer-weight")) last.answer_weight = std::stod(a.get("answer-weight"));
+  last.mix.episode_fraction = a.get_double("episode-fraction", last.mix.episode_fraction, 0, 1);
+  last.mix.drill_fraction = a.get_double("drill-fraction", last.mix.drill_fraction, 0, 1);
+  last.answer_weight = a.get_double("answer-weight", last.answer_weight, 0, 1000);
   if (a.has("names")) last.mix.names = parse_name_set(a.get("names"));
   if (a.has("only")) {
     const std::string only = a.get("only");

@@ -1,6 +1,9 @@
 // Command-line option parsing for the difflens CLI.
 #include "app/cli_args.h"
 
+#include <cmath>
+#include <cstdio>
+
 #include "core/error.h"
 
 namespace difflens::cli {
@@ -51,6 +54,33 @@ int Args::get_int(const std::string& key, int fallback) const {
   } catch (const std::exception&) {
     throw Error("option --" + key + " expects an integer, got '" + it->second + "'");
   }
+}
+
+int Args::get_int(const std::string& key, int fallback, int lo, int hi) const {
+  const int v = get_int(key, fallback);
+  if (has(key) && (v < lo || v > hi))
+    throw Error("option --" + key + " expects an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                ", got '" + get(key) + "'");
+  return v;
+}
+
+double Args::get_double(const std::string& key, double fallback, double lo, double hi) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  double v = 0;
+  bool ok = false;
+  try {
+    size_t used = 0;
+    v = std::stod(it->second, &used);
+    ok = used == it->second.size() && std::isfinite(v) && v >= lo && v <= hi;
+  } catch (const std::exception&) {
+  }
+  if (!ok) {
+    char range[96];
+    std::snprintf(range, sizeof range, "a number from %g to %g", lo, hi);
+    throw Error("option --" + key + " expects " + range + ", got '" + it->second + "'");
+  }
+  return v;
 }
 
 std::vector<int> Args::get_int_list(const std::string& key) const {

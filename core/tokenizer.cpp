@@ -326,7 +326,10 @@ std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab_size
   std::vector<int64_t> ids;
   size_t i = 0;
   while (i < text.size()) {
-    while (i < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
+    int commas = 0;
+    while (i < text.size() && (text[i] == ' ' || text[i] == ',')) commas += text[i++] == ',';
+    if (commas > 1)
+      throw Error("--token-ids: an empty item between commas near '" + text.substr(i > 3 ? i - 3 : 0, 16) + "'");
     if (i >= text.size()) break;
     size_t j = i;
     while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;

@@ -871,3 +871,26 @@ TEST_CASE("cli: loss shows its progress and Ctrl-C ends it with the windows scor
   CHECK(r.out.find("stopped by Ctrl-C: the figures above cover the windows scored") != std::string::npos);
   CHECK(r.out.find("baseline-small") == std::string::npos);  // the second model is not started
 }
+
+TEST_CASE("cli: numbers are checked by kind and range with the flag named", "[cli][errors]") {
+  test::ScratchDir dir("clinumbers");
+  const std::string model = " --model " DIFFLENS_SOURCE_DIR "/assets/models/diff-small";
+  const std::string trace = (dir / "t").string();
+  const Result made = run("capture" + model + " --prompt 'The secret code' --out " + trace, dir);
+  INFO(made.out);
+  REQUIRE(made.status == 0);
+  const std::pair<std::string, std::string> bad[] = {
+      // Each ended with exit 3 "internal error: stod", or was accepted silently.
+      {"render --trace " + trace + " --out x.png --clamp abc", "option --clamp expects a number from 1e-09 to 100, got 'abc'"},
+      {"train --corpus c --out o --lr abc", "option --lr expects a number from 1e-08 to 10, got 'abc'"},
+      {"train --corpus c --out o --episode-fraction 1.5", "option --episode-fraction expects a number from 0 to 1"},
+      {"train --corpus c --out o --drill-fraction x", "option --drill-fraction expects a number from 0 to 1"},
+      {"train --corpus c --out o --answer-weight -1", "option --answer-weight expects a number from 0 to 1000"},
+      {"capture" + model + " --prompt hi --out o --top-k -5", "option --top-k expects an integer from 1 to 1000000, got '-5'"},
+      {"capture" + model + " --prompt hi --out o --threads 0", "option --threads expects an integer from 1 to 4096, got '0'"},
+      {"capture" + model + " --prompt hi --out o --threads -2", "option --threads expects an integer from 1 to 4096"},
+      {"capture" + model + " --token-ids 1,,2 --out o", "--token-ids: an empty item between commas"},
+      {"generate" + model + " --prompt hi --temperature warm", "option --temperature expects a number from 0 to 100"},
+  };
+  expect_failures(bad, dir);
+}
