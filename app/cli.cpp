@@ -1182,25 +1182,36 @@ int run(int argc, char** argv) {
   }
   if (argc < 2 || std::string(argv[1]).rfind("--", 0) == 0)
     return cmd_gui(Args(argc, argv, 1, {"export-all", "lecture", "lab-run", "present"}));
+  // The commands, once: their names, the options that take no value, and what runs them (the unknown-command
+  // message lists them from here).
+  struct Command {
+    const char* name;
+    std::set<std::string> flags;
+    int (*run)(const Args&);
+  };
+  static const Command kCommands[] = {
+      {"capture", {"no-maps", "keep-logits", "keep-hidden", "keep-qkv", "no-bos"}, cmd_capture},
+      {"init-pair", {}, cmd_init_pair},
+      {"generate", {}, cmd_generate},
+      {"info", {}, cmd_info},
+      {"tokenize", {"lines", "no-bos"}, cmd_tokenize},
+      {"convert", {}, cmd_convert},
+      {"outliers", {}, cmd_outliers},
+      {"quantize", {}, cmd_quantize},
+      {"loss", {}, cmd_loss},
+      {"needle", {}, cmd_needle},
+      {"render", {"per-map-scale"}, cmd_render},
+      {"train", {"fresh"}, cmd_train},
+      {"bench", {"no-maps", "no-stats"}, cmd_bench},
+      {"explain", {}, cmd_explain},
+  };
   const std::string cmd = argv[1];
-  if (cmd == "capture")
-    return cmd_capture(Args(argc, argv, 2, {"no-maps", "keep-logits", "keep-hidden", "keep-qkv", "no-bos"}));
-  if (cmd == "init-pair") return cmd_init_pair(Args(argc, argv, 2, {}));
-  if (cmd == "generate") return cmd_generate(Args(argc, argv, 2, {}));
-  if (cmd == "info") return cmd_info(Args(argc, argv, 2, {}));
-  if (cmd == "tokenize") return cmd_tokenize(Args(argc, argv, 2, {"lines", "no-bos"}));
-  if (cmd == "convert") return cmd_convert(Args(argc, argv, 2, {}));
-  if (cmd == "outliers") return cmd_outliers(Args(argc, argv, 2, {}));
-  if (cmd == "quantize") return cmd_quantize(Args(argc, argv, 2, {}));
-  if (cmd == "loss") return cmd_loss(Args(argc, argv, 2, {}));
-  if (cmd == "needle") return cmd_needle(Args(argc, argv, 2, {}));
-  if (cmd == "render") return cmd_render(Args(argc, argv, 2, {"per-map-scale"}));
-  if (cmd == "train") return cmd_train(Args(argc, argv, 2, {"fresh"}));
-  if (cmd == "bench") return cmd_bench(Args(argc, argv, 2, {"no-maps", "no-stats"}));
-  if (cmd == "explain") return cmd_explain(Args(argc, argv, 2, {}));
-  throw Error("unknown command '" + cmd +
-              "' (commands: capture, init-pair, generate, info, tokenize, convert, outliers, quantize, needle, "
-              "render, train, bench, explain; difflens --help shows their options)");
+  std::string names;
+  for (const Command& c : kCommands) {
+    if (cmd == c.name) return c.run(Args(argc, argv, 2, c.flags));
+    names += std::string(names.empty() ? "" : ", ") + c.name;
+  }
+  throw Error("unknown command '" + cmd + "' (commands: " + names + "; difflens --help shows their options)");
 }
 
 }  // namespace difflens::cli

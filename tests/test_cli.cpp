@@ -894,3 +894,25 @@ TEST_CASE("cli: numbers are checked by kind and range with the flag named", "[cl
   };
   expect_failures(bad, dir);
 }
+
+TEST_CASE("cli: the unknown-command message and --help list the same commands", "[cli][errors]") {
+  test::ScratchDir dir("clicommands");
+  const Result help = run("--help", dir);
+  REQUIRE(help.status == 0);
+  // --help's "commands:" section (to its first blank line): each command starts a line, indented two spaces.
+  std::set<std::string> documented;
+  std::istringstream in(help.out.substr(help.out.find("\ncommands:\n") + 11));
+  for (std::string line; std::getline(in, line) && !line.empty();)
+    if (line.size() > 3 && line[0] == ' ' && line[1] == ' ' && line[2] != ' ' && line[2] != '-')
+      documented.insert(line.substr(2, line.find(' ', 2) - 2));
+  const Result r = run("frobnicate", dir);
+  INFO(r.out);
+  CHECK(r.status == 1);
+  const size_t open = r.out.find("(commands: "), close = r.out.find(';', open);
+  REQUIRE(open != std::string::npos);
+  std::set<std::string> listed;
+  std::istringstream names(r.out.substr(open + 11, close - open - 11));
+  for (std::string name; std::getline(names, name, ',');) listed.insert(name.substr(name.find_first_not_of(' ')));
+  CHECK(listed.count("loss") == 1);
+  CHECK(listed == documented);
+}
