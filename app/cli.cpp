@@ -20,15 +20,15 @@
 #include "app/inference_worker.h"
 #include "app/needle_report.h"
 #include "app/outlier_report.h"
+#include "core/checkpoint.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/explain.h"
-#include "core/model.h"
-#include "core/checkpoint.h"
 #include "core/layout.h"
+#include "core/metrics.h"
+#include "core/model.h"
 #include "core/needle.h"
 #include "core/outliers.h"
-#include "core/metrics.h"
 #include "core/trace.h"
 #include "core/trace_io.h"
 #include "core/train.h"
@@ -155,8 +155,8 @@ std::string read_file(const std::string& path, const char* what = "prompt file")
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(path, ec), have = available_memory_bytes();
   if (!ec && have > 0 && size > have / 2)
-    throw Error(path + ": the " + what + " is " + human_bytes(size) + ", more than half of the " + human_bytes(have) +
-                " of memory available");
+    throw Error(path + ": the " + what + " is " + human_bytes(size) + ", more than half of the " +
+                human_bytes(have) + " of memory available");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -194,12 +194,15 @@ Model load_model(const std::string& dir, DeviceChoice device) {
   auto previous = std::signal(SIGINT, on_interrupt);
   bool shown = false;
   try {
-    Model m = Model::load(dir, device, [&](int64_t done, int64_t total) {
-      if (total < 50 || !isatty(2)) return;  // a live line for people, nothing for logs
-      std::fprintf(stderr, "\rloading %s: %lld/%lld tensors", dir.c_str(), static_cast<long long>(done),
-                   static_cast<long long>(total));
-      shown = true;
-    }, &g_stop);
+    Model m = Model::load(
+        dir, device,
+        [&](int64_t done, int64_t total) {
+          if (total < 50 || !isatty(2)) return;  // a live line for people, nothing for logs
+          std::fprintf(stderr, "\rloading %s: %lld/%lld tensors", dir.c_str(), static_cast<long long>(done),
+                       static_cast<long long>(total));
+          shown = true;
+        },
+        &g_stop);
     if (shown) std::fprintf(stderr, "\n");
     std::signal(SIGINT, previous);
     return m;
@@ -242,8 +245,9 @@ int64_t peak_rss_kb() {
 }
 
 int cmd_capture(const Args& a) {
-  a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps", "pooled-budget",
-                    "keep-logits", "keep-hidden", "keep-qkv", "top-k", "no-bos", "device", "threads"});
+  a.reject_unknown({"model", "prompt", "prompt-file", "token-ids", "out", "layers", "heads", "no-maps",
+                    "pooled-budget", "keep-logits", "keep-hidden", "keep-qkv", "top-k", "no-bos", "device",
+                    "threads"});
   apply_threads(a);
   const std::string out = a.require("out");
   Model model = load_model(a.require("model"), parse_device(a.get("device", "auto")));
@@ -317,14 +321,16 @@ int cmd_info(const Args& a) {
   const Model m = load_model(a.require("model"), parse_device(a.get("device", "cpu")));
   std::cout << config_to_json_text(m.config());
   const ModelConfig& c = m.config();
-  std::printf("architecture: %s\nattention: %s%s\nparameters: %lld\nweights on disk: %s (in memory: %s, %s)\n"
-              "device: %s\n",
-              c.architecture.c_str(), to_string(c.attention),
-              c.is_diff() ? (c.diff_pairing == DiffPairing::Adjacent ? " (official layout: adjacent components)"
-                                                                     : " (DiffLlama layout: components in halves)")
-                          : "",
-              static_cast<long long>(m.parameter_count()), m.source_dtype().c_str(), m.weight_storage().c_str(),
-              human_bytes(Model::weight_memory_bytes(c, m.weight_storage() != "F32")).c_str(), m.device_name().c_str());
+  std::printf(
+      "architecture: %s\nattention: %s%s\nparameters: %lld\nweights on disk: %s (in memory: %s, %s)\n"
+      "device: %s\n",
+      c.architecture.c_str(), to_string(c.attention),
+      c.is_diff() ? (c.diff_pairing == DiffPairing::Adjacent ? " (official layout: adjacent components)"
+                                                             : " (DiffLlama layout: components in halves)")
+                  : "",
+      static_cast<long long>(m.parameter_count()), m.source_dtype().c_str(), m.weight_storage().c_str(),
+      human_bytes(Model::weight_memory_bytes(c, m.weight_storage() != "F32")).c_str(),
+      m.device_name().c_str());
   if (!m.tokenizer_note().empty()) std::printf("tokenizer: %s\n", m.tokenizer_note().c_str());
   return 0;
 }
@@ -345,7 +351,8 @@ int cmd_convert(const Args& a) {
   const Model m = load_model(from, DeviceChoice::Cpu);
   if (format == "hf") {
     for (const std::string& note : save_hf(m, to, dtype)) std::printf("note: %s\n", note.c_str());
-    std::printf("wrote %s (%s, %s)\n", to.c_str(), hf_layout(m.config()).architecture.c_str(), dtype_name.c_str());
+    std::printf("wrote %s (%s, %s)\n", to.c_str(), hf_layout(m.config()).architecture.c_str(),
+                dtype_name.c_str());
     return 0;
   }
   if (format != "native" && format != "official") throw Error("--format must be native, official or hf");
@@ -355,7 +362,7 @@ int cmd_convert(const Args& a) {
   const Model out = Model::from_tensors(target, convert_layout(m.config(), m.tensors(), target));
   out.save(to);
   std::error_code ec;
-  const char* tok_file = m.tokenizer().is_sentencepiece()   ? "tokenizer.model"
+  const char* tok_file = m.tokenizer().is_sentencepiece()    ? "tokenizer.model"
                          : m.tokenizer().is_byte_level_bpe() ? "tokenizer.json"
                                                              : nullptr;
   if (tok_file) {
@@ -369,7 +376,7 @@ int cmd_convert(const Args& a) {
   std::printf("wrote %s (DiffLens format, %s layout)\n", to.c_str(),
               !target.is_diff() ? (target.rope_style == RopeStyle::Half ? "rotate-half" : "interleaved")
               : target.diff_pairing == DiffPairing::Adjacent ? "official DIFF"
-                                                              : "DiffLlama");
+                                                             : "DiffLlama");
   return 0;
 }
 
@@ -438,15 +445,17 @@ int cmd_bench(const Args& a) {
       static_cast<long long>(c0.num_hidden_layers), static_cast<long long>(c0.hidden_size),
       static_cast<long long>(models[0].config().map_heads()),
       static_cast<long long>(models[1].config().map_heads()), static_cast<long long>(c0.vocab_size),
-      models[0].device_name().c_str(), num_threads(), repeats, opt.keep_maps ? "all maps kept" : "no maps kept",
+      models[0].device_name().c_str(), num_threads(), repeats,
+      opt.keep_maps ? "all maps kept" : "no maps kept",
       opt.logit_stats ? "logit statistics" : "no logit statistics");
   if (opt.pooled_budget_bytes)
-    std::printf("long prompts: pooled maps within %s per model once the exact maps would exceed it, pooled %s\n",
-                mb(opt.pooled_budget_bytes).c_str(),
-                opt.pooling == PoolingPath::Host     ? "by the host's loops"
-                : opt.pooling == PoolingPath::Device ? "by tensor operations on the model's device"
-                : models[0].device_name() == "cpu"   ? "by the host's loops (auto)"
-                                                     : "on the GPU (auto)");
+    std::printf(
+        "long prompts: pooled maps within %s per model once the exact maps would exceed it, pooled %s\n",
+        mb(opt.pooled_budget_bytes).c_str(),
+        opt.pooling == PoolingPath::Host     ? "by the host's loops"
+        : opt.pooling == PoolingPath::Device ? "by tensor operations on the model's device"
+        : models[0].device_name() == "cpu"   ? "by the host's loops (auto)"
+                                             : "on the GPU (auto)");
   std::printf("%-9s %6s %12s %12s %12s %8s %12s\n", "model", "T", "median ms", "min ms", "trace", "pooled",
               "peak RSS");
   for (int T : lengths) {
@@ -504,11 +513,13 @@ std::string bundled_asset(const std::string& relative) {
   return candidates.empty() ? relative : candidates.back().string();
 }
 
-std::string bundled_model(const char* name) { return bundled_asset(std::string("models/") + name); }
+std::string bundled_model(const char* name) {
+  return bundled_asset(std::string("models/") + name);
+}
 
 int cmd_render(const Args& a) {
-  a.reject_unknown({"trace", "layer", "head", "map", "out", "size", "scale", "pooling", "clamp", "per-map-scale",
-                    "zoom", "max-cells"});
+  a.reject_unknown({"trace", "layer", "head", "map", "out", "size", "scale", "pooling", "clamp",
+                    "per-map-scale", "zoom", "max-cells"});
   const std::string out = a.require("out");
   const std::string ext = std::filesystem::path(out).extension().string();
   if (ext != ".png" && ext != ".svg") throw Error("--out must end in .png or .svg");
@@ -516,10 +527,14 @@ int cmd_render(const Args& a) {
   app::FigureOptions o;
   o.size = a.get_int("size", 1024);
   const std::string scale = a.get("scale", "sqrt");
-  if (scale == "linear") o.scale = viz::ValueScale::Linear;
-  else if (scale == "sqrt") o.scale = viz::ValueScale::Sqrt;
-  else if (scale == "log") o.scale = viz::ValueScale::Log;
-  else throw Error("--scale must be linear, sqrt or log");
+  if (scale == "linear")
+    o.scale = viz::ValueScale::Linear;
+  else if (scale == "sqrt")
+    o.scale = viz::ValueScale::Sqrt;
+  else if (scale == "log")
+    o.scale = viz::ValueScale::Log;
+  else
+    throw Error("--scale must be linear, sqrt or log");
   const std::string pooling = a.get("pooling", "max");
   if (pooling != "max" && pooling != "mean") throw Error("--pooling must be max or mean");
   o.pooling = pooling == "max" ? viz::Pooling::Max : viz::Pooling::Mean;
@@ -535,7 +550,8 @@ int cmd_render(const Args& a) {
   }
   const viz::HeadFigure fig = app::head_figure(trace, a.get_int("layer", 0), a.get_int("head", 0), o);
   if (ext == ".svg") {
-    const std::string svg = viz::head_figure_svg(fig, viz::FigureFont::standard(), a.get_int("max-cells", 256));
+    const std::string svg =
+        viz::head_figure_svg(fig, viz::FigureFont::standard(), a.get_int("max-cells", 256));
     std::ofstream f(out, std::ios::binary | std::ios::trunc);
     if (!f || !(f << svg)) throw Error(out + ": cannot write");
     std::printf("wrote %s (%zu panels, %.1f KB)\n", out.c_str(), fig.panels.size(), svg.size() / 1024.0);
@@ -561,11 +577,14 @@ void read_size(const Args& a, int& width, int& height, const char* example) {
 }
 
 int cmd_gui(const Args& a) {
-  a.reject_unknown({"models", "prompt", "select", "screenshot", "exit-after-frames", "size", "font-scale",
-                    "threads", "tab", "query", "answer", "export-all", "export-dir", "lecture", "zoom",
-                    "maps-height", "logit-bits", "needle", "lab-lengths", "lab-depths", "lab-needles", "lab-queried",
-                    "lab-seeds", "lab-run", "haystack", "pooled-budget", "device", "prompt-file", "bundle",
-                    "explain-step", "present", "view", "split", "hover", "settings", "head-metric", "metric-rows"});
+  a.reject_unknown({"models",        "prompt",      "select",      "screenshot",  "exit-after-frames",
+                    "size",          "font-scale",  "threads",     "tab",         "query",
+                    "answer",        "export-all",  "export-dir",  "lecture",     "zoom",
+                    "maps-height",   "logit-bits",  "needle",      "lab-lengths", "lab-depths",
+                    "lab-needles",   "lab-queried", "lab-seeds",   "lab-run",     "haystack",
+                    "pooled-budget", "device",      "prompt-file", "bundle",      "explain-step",
+                    "present",       "view",        "split",       "hover",       "settings",
+                    "head-metric",   "metric-rows"});
   app::GuiOptions o;
   if (a.has("prompt") && a.has("prompt-file")) throw Error("give --prompt or --prompt-file, not both");
   if (a.has("models")) {
@@ -580,10 +599,11 @@ int cmd_gui(const Args& a) {
   }
   // A needle the bundled pair never saw in training (held-out name, code a multiple of 7); used as it is
   // when the left model has no SentencePiece tokenizer to build a whole needle episode with.
-  o.prompt = a.has("prompt-file") ? read_file(a.get("prompt-file"))
-                                   : a.get("prompt",
-                                           "The secret code of Rachel is 4823. The river was high that spring. "
-                                           "Q: What is the secret code of Rachel?\nA: The secret code of Rachel is");
+  o.prompt = a.has("prompt-file")
+                 ? read_file(a.get("prompt-file"))
+                 : a.get("prompt",
+                         "The secret code of Rachel is 4823. The river was high that spring. "
+                         "Q: What is the secret code of Rachel?\nA: The secret code of Rachel is");
   o.bundle = a.get("bundle");  // a trace bundle shown at start instead of running the prompt
   const std::vector<int> sel = a.get_int_list("select");
   if (!sel.empty()) {
@@ -611,7 +631,8 @@ int cmd_gui(const Args& a) {
   };
   if (a.has("font-scale")) {
     o.font_scale = fraction("font-scale", "a scale between 0.5 and 4, e.g. 1.5");
-    if (!(o.font_scale >= 0.5f && o.font_scale <= 4.0f)) throw Error("--font-scale expects a scale between 0.5 and 4, e.g. 1.5");
+    if (!(o.font_scale >= 0.5f && o.font_scale <= 4.0f))
+      throw Error("--font-scale expects a scale between 0.5 and 4, e.g. 1.5");
   }
   o.haystack = a.get("haystack", bundled_asset("haystack.txt"));
   o.lab_lengths = a.get("lab-lengths", o.lab_lengths);
@@ -641,7 +662,8 @@ int cmd_gui(const Args& a) {
     throw Error("--logit-bits must be 0 (exact), 8, 6 or 4");
   if (a.has("maps-height")) {
     const float f = fraction("maps-height", "a fraction of the window between 0.2 and 0.85");
-    if (!(f >= 0.2f && f <= 0.85f)) throw Error("--maps-height expects a fraction of the window between 0.2 and 0.85");
+    if (!(f >= 0.2f && f <= 0.85f))
+      throw Error("--maps-height expects a fraction of the window between 0.2 and 0.85");
     o.split_fraction = f;
   }
   o.threads = a.get_int("threads", 0);
@@ -670,7 +692,8 @@ int cmd_gui(const Args& a) {
   }
   if (a.has("metric-rows")) {
     const std::string m = a.get("metric-rows");
-    if (m != "query" && m != "question") throw Error("--metric-rows must be query or question (got '" + m + "')");
+    if (m != "query" && m != "question")
+      throw Error("--metric-rows must be query or question (got '" + m + "')");
     o.metric_rows = m == "question" ? 1 : 0;
   }
   const std::vector<int> hover = a.get_int_list("hover");
@@ -784,9 +807,10 @@ int cmd_train(const Args& a) {
     return 130;
   }
   if (reached < o.steps) {
-    std::printf("time limit (--max-seconds %.0f) reached: saved at step %lld of %lld in %s (run the same command "
-                "to resume)\n",
-                o.max_seconds, static_cast<long long>(reached), static_cast<long long>(o.steps), o.out_dir.c_str());
+    std::printf(
+        "time limit (--max-seconds %.0f) reached: saved at step %lld of %lld in %s (run the same command "
+        "to resume)\n",
+        o.max_seconds, static_cast<long long>(reached), static_cast<long long>(o.steps), o.out_dir.c_str());
     return 0;
   }
   std::printf("trained to step %lld: %s\n", static_cast<long long>(reached), o.out_dir.c_str());
@@ -851,15 +875,15 @@ int cmd_outliers(const Args& a) {
     stats.push_back(measure_outliers(
         model, text, window, max_windows,
         [&](int64_t done, int64_t total) {
-          std::fprintf(stderr, "\r%s: window %lld/%lld   ", names.back().c_str(), static_cast<long long>(done),
-                       static_cast<long long>(total));
+          std::fprintf(stderr, "\r%s: window %lld/%lld   ", names.back().c_str(),
+                       static_cast<long long>(done), static_cast<long long>(total));
         },
         &g_stop));
     std::fprintf(stderr, "\n");
   }
   const std::string md = app::write_outlier_report(out, names, stats);
-  std::printf("%s\nwrote %s/tables.md, outliers.json, outliers.csv, logits.png/.svg, hidden.png/.svg\n", md.c_str(),
-              out.c_str());
+  std::printf("%s\nwrote %s/tables.md, outliers.json, outliers.csv, logits.png/.svg, hidden.png/.svg\n",
+              md.c_str(), out.c_str());
   return 0;
 }
 
@@ -874,7 +898,8 @@ int cmd_loss(const Args& a) {
       file.c_str(), window);
   std::printf("%-24s %10s %8s %12s %12s\n", "model", "tokens", "windows", "nats/token", "perplexity");
   std::fflush(stdout);
-  // Ctrl-C ends the model being scored after its current windows, with what they give; later models are skipped.
+  // Ctrl-C ends the model being scored after its current windows, with what they give; later models are
+  // skipped.
   std::signal(SIGINT, on_interrupt);
   for (const std::string& dir : model_dirs(a)) {
     if (g_stop) break;
@@ -882,21 +907,23 @@ int cmd_loss(const Args& a) {
     const std::string name = m.config().name.empty() ? dir : m.config().name;
     TextLoss l;
     try {
-      l = text_loss(m, text, window, max_windows, [&](int64_t done, int64_t total) {
-        std::fprintf(stderr, "\r%s: window %lld/%lld   ", name.c_str(), static_cast<long long>(done),
-                     static_cast<long long>(total));
-      }, &g_stop);
+      l = text_loss(
+          m, text, window, max_windows,
+          [&](int64_t done, int64_t total) {
+            std::fprintf(stderr, "\r%s: window %lld/%lld   ", name.c_str(), static_cast<long long>(done),
+                         static_cast<long long>(total));
+          },
+          &g_stop);
       std::fprintf(stderr, "\n");
     } catch (const Cancelled&) {
       throw Error("stopped by Ctrl-C before " + name + " scored a window");
     }
     std::printf("%-24s %10lld %8lld %12.4f %12.2f%s\n", name.c_str(), static_cast<long long>(l.tokens),
                 static_cast<long long>(l.windows), l.nats_per_token, std::exp(l.nats_per_token),
-                l.windows < l.planned
-                    ? (" (stopped by Ctrl-C after " + std::to_string(l.windows) + " of " + std::to_string(l.planned) +
-                       " windows)")
-                          .c_str()
-                    : "");
+                l.windows < l.planned ? (" (stopped by Ctrl-C after " + std::to_string(l.windows) + " of " +
+                                         std::to_string(l.planned) + " windows)")
+                                            .c_str()
+                                      : "");
     std::fflush(stdout);
   }
   if (g_stop) {
@@ -907,8 +934,8 @@ int cmd_loss(const Args& a) {
 }
 
 int cmd_quantize(const Args& a) {
-  a.reject_unknown({"models", "prompt", "prompt-file", "bits", "needle-length", "needle-seeds", "out", "threads",
-                    "device", "haystack"});
+  a.reject_unknown({"models", "prompt", "prompt-file", "bits", "needle-length", "needle-seeds", "out",
+                    "threads", "device", "haystack"});
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
   std::vector<int> bits;
@@ -919,9 +946,11 @@ int cmd_quantize(const Args& a) {
   const int needle_seeds = a.get_int("needle-seeds", 0);
   const int needle_length = a.get_int("needle-length", 256);
   if (needle_seeds < 0) throw Error("--needle-seeds must be 0 (no needle runs) or more");
-  const std::string hay_text = needle_seeds > 0 ? read_file(a.get("haystack", bundled_asset("haystack.txt")), "haystack text") : "";
-  std::string md = "# Attention-logit quantization (absmax, per head, dynamic)\n\n| model | bits | max abs dA | "
-                   "mean abs dA | top-1 agreement |";
+  const std::string hay_text =
+      needle_seeds > 0 ? read_file(a.get("haystack", bundled_asset("haystack.txt")), "haystack text") : "";
+  std::string md =
+      "# Attention-logit quantization (absmax, per head, dynamic)\n\n| model | bits | max abs dA | "
+      "mean abs dA | top-1 agreement |";
   if (needle_seeds > 0) md += " needle accuracy (" + std::to_string(needle_length) + " tokens) |";
   md += "\n|---|---|---|---|---|" + std::string(needle_seeds > 0 ? "---|" : "") + "\n";
   std::signal(SIGINT, on_interrupt);
@@ -938,7 +967,8 @@ int cmd_quantize(const Args& a) {
       int answered = 0, asked = 0;
       for (double depth : {0.0, 0.25, 0.5, 0.75, 1.0})
         for (int s = 1; s <= needle_seeds; ++s) {
-          const NeedleRun r = run_needle(model, builder, {needle_length, depth, 1, 1}, static_cast<uint64_t>(s), &g_stop);
+          const NeedleRun r =
+              run_needle(model, builder, {needle_length, depth, 1, 1}, static_cast<uint64_t>(s), &g_stop);
           answered += r.answered;
           asked += r.asked;
         }
@@ -965,9 +995,10 @@ int cmd_quantize(const Args& a) {
     }
     model.set_logit_bits(0);
   }
-  md += "\ndA: the change of A (DIFF: A1 - lambda A2; baseline: its softmax map) over every layer, head and "
-        "causal entry of the prompt; top-1 agreement: query rows whose most-attended key stays the same. "
-        "Paper (Fig. 8, 3B): 4-bit DIFF behaves about like 6-bit Transformer.\n";
+  md +=
+      "\ndA: the change of A (DIFF: A1 - lambda A2; baseline: its softmax map) over every layer, head and "
+      "causal entry of the prompt; top-1 agreement: query rows whose most-attended key stays the same. "
+      "Paper (Fig. 8, 3B): 4-bit DIFF behaves about like 6-bit Transformer.\n";
   std::printf("%s", md.c_str());
   if (a.has("out")) {
     std::filesystem::create_directories(a.get("out"));
@@ -980,8 +1011,9 @@ int cmd_quantize(const Args& a) {
 }
 
 int cmd_needle(const Args& a) {
-  a.reject_unknown({"models", "lengths", "depths", "needles", "queried", "seeds", "out", "haystack", "threads",
-                    "names", "device", "cell", "needle-template", "question-template", "logit-bits"});
+  a.reject_unknown({"models", "lengths", "depths", "needles", "queried", "seeds", "out", "haystack",
+                    "threads", "names", "device", "cell", "needle-template", "question-template",
+                    "logit-bits"});
   const int logit_bits = a.get_int("logit-bits", 0);
   if (logit_bits != 0 && (logit_bits < 2 || logit_bits > 32))
     throw Error("--logit-bits takes 2 to 32 bits (0: exact)");
@@ -989,8 +1021,9 @@ int cmd_needle(const Args& a) {
   if (cell < 16 || cell > 512) throw Error("--cell: heatmap cells are 16 to 512 pixels");
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
-  const NeedleSweep sweep = parse_needle_sweep(a.get("lengths", "256,512"), a.get("depths", "0,25,50,75,100"),
-                                               a.get("needles", "1"), a.get("queried", "1"), a.get_int("seeds", 3));
+  const NeedleSweep sweep =
+      parse_needle_sweep(a.get("lengths", "256,512"), a.get("depths", "0,25,50,75,100"),
+                         a.get("needles", "1"), a.get("queried", "1"), a.get_int("seeds", 3));
   const std::vector<NeedleJob> jobs = expand(sweep);
   const std::string out = a.require("out");
   const NameSet names = parse_name_set(a.get("names", "single-token"));
@@ -1026,19 +1059,21 @@ int cmd_needle(const Args& a) {
       NeedleRun run = run_needle(model, builder, job.cell, job.seed, &g_stop);
       ++done;
       const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr,
-                   "\r[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  answer %.3f noise %.3f"
-                   "  ETA %.0f s   ",
-                   done, total, model_names.back().c_str(), static_cast<long long>(job.cell.length),
-                   job.cell.depth * 100, job.cell.needles, job.cell.queried, static_cast<int>(job.seed), run.answered,
-                   run.asked, run.attention.mean.answer, run.attention.mean.noise,
-                   el / static_cast<double>(done) * static_cast<double>(total - done));
+      std::fprintf(
+          stderr,
+          "\r[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  answer %.3f noise %.3f"
+          "  ETA %.0f s   ",
+          done, total, model_names.back().c_str(), static_cast<long long>(job.cell.length),
+          job.cell.depth * 100, job.cell.needles, job.cell.queried, static_cast<int>(job.seed), run.answered,
+          run.asked, run.attention.mean.answer, run.attention.mean.noise,
+          el / static_cast<double>(done) * static_cast<double>(total - done));
       results.back().push_back(std::move(run));
     }
   }
   std::fprintf(stderr, "\n");
   const std::string tables = app::write_needle_report(out, model_names, results, cell);
-  std::printf("%s\nwrote %s/needle.json, needle.csv, tables.md and PNG + SVG heatmaps\n", tables.c_str(), out.c_str());
+  std::printf("%s\nwrote %s/needle.json, needle.csv, tables.md and PNG + SVG heatmaps\n", tables.c_str(),
+              out.c_str());
   return 0;
 }
 
@@ -1047,14 +1082,18 @@ int cmd_needle(const Args& a) {
 std::string shown_piece(const std::string& piece) {
   std::string out;
   for (unsigned char c : piece) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (c < 0x20 || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "<0x%02X>", c);
       out += buf;
-    } else out += static_cast<char>(c);
+    } else
+      out += static_cast<char>(c);
   }
   return out;
 }
@@ -1093,10 +1132,11 @@ int cmd_explain(const Args& a) {
     app::ExplainSide side = app::explain_side(m.config().name, &t, layer, head, query);
     if (!side.head) throw Error(dirs[s] + ": " + side.why);
     const HeadExplain& e = *side.head;
-    std::printf("%s layer %d head %d query %lld: ", m.config().name.c_str(), layer, head, static_cast<long long>(query));
+    std::printf("%s layer %d head %d query %lld: ", m.config().name.c_str(), layer, head,
+                static_cast<long long>(query));
     if (e.diff)
-      std::printf("lambda %.4f = %.4f - %.4f + %.4f; cancelled %.4f; row of A sums to %.4f; |out| %.4f\n", e.lambda,
-                  e.lambda_exp1, e.lambda_exp2, e.lambda_init, e.common_sum, e.a_sum, e.out_norm);
+      std::printf("lambda %.4f = %.4f - %.4f + %.4f; cancelled %.4f; row of A sums to %.4f; |out| %.4f\n",
+                  e.lambda, e.lambda_exp1, e.lambda_exp2, e.lambda_init, e.common_sum, e.a_sum, e.out_norm);
     else
       std::printf("row of A sums to %.4f; |A.V| %.4f\n", e.a_sum, e.out_norm);
     (s == 0 ? in.diff : in.base) = std::move(side);
@@ -1110,7 +1150,8 @@ int cmd_tokenize(const Args& a) {
   a.reject_unknown({"tokenizer", "text", "input", "lines", "format", "no-bos", "bos"});
   const std::filesystem::path where = a.require("tokenizer");
   const std::string format = a.get("format", "table");
-  if (format != "table" && format != "jsonl" && format != "ids") throw Error("--format must be table, jsonl or ids");
+  if (format != "table" && format != "jsonl" && format != "ids")
+    throw Error("--format must be table, jsonl or ids");
   if (a.has("text") == a.has("input")) throw Error("give exactly one of --text, --input");
   if (a.has("bos") && (std::filesystem::is_directory(where) || where.extension() != ".json"))
     throw Error("--bos is for a bare tokenizer.json (model directories and .model files have their own BOS)");
@@ -1155,7 +1196,8 @@ int cmd_tokenize(const Args& a) {
       for (size_t i = 0; i < e.ids.size(); ++i) line += (i ? "," : "") + std::to_string(e.ids[i]);
       line += "],\"offsets\":[";
       for (size_t i = 0; i < e.offsets.size(); ++i)
-        line += (i ? ",[" : "[") + std::to_string(e.offsets[i].first) + "," + std::to_string(e.offsets[i].second) + "]";
+        line += (i ? ",[" : "[") + std::to_string(e.offsets[i].first) + "," +
+                std::to_string(e.offsets[i].second) + "]";
       std::printf("%s]}\n", line.c_str());
     } else if (format == "ids") {
       std::string line;

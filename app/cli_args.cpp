@@ -59,8 +59,8 @@ int Args::get_int(const std::string& key, int fallback) const {
 int Args::get_int(const std::string& key, int fallback, int lo, int hi) const {
   const int v = get_int(key, fallback);
   if (has(key) && (v < lo || v > hi))
-    throw Error("option --" + key + " expects an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                ", got '" + get(key) + "'");
+    throw Error("option --" + key + " expects an integer from " + std::to_string(lo) + " to " +
+                std::to_string(hi) + ", got '" + get(key) + "'");
   return v;
 }
 

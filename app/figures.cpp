@@ -25,7 +25,8 @@ std::vector<std::string> cell_labels(const std::vector<std::string>& tokens, int
   std::vector<std::string> out;
   for (int64_t c = 0; c < P; ++c) {
     const int64_t a = s[static_cast<size_t>(c)], b = s[static_cast<size_t>(c + 1)] - 1;
-    out.push_back(b > a ? std::to_string(a) + "-" + std::to_string(b) : std::to_string(a) + " " + tokens[static_cast<size_t>(a)]);
+    out.push_back(b > a ? std::to_string(a) + "-" + std::to_string(b)
+                        : std::to_string(a) + " " + tokens[static_cast<size_t>(a)]);
   }
   return out;
 }
@@ -71,8 +72,8 @@ std::vector<HeadMap> head_maps(const Trace& t, int layer, int head, bool max_poo
 viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOptions& o) {
   const int layers = static_cast<int>(t.layers.size());
   if (layer < 0 || layer >= layers)
-    throw Error("layer " + std::to_string(layer) + " does not exist (the trace has " + std::to_string(layers) +
-                " layers)");
+    throw Error("layer " + std::to_string(layer) + " does not exist (the trace has " +
+                std::to_string(layers) + " layers)");
   std::vector<HeadMap> maps = head_maps(t, layer, head);
   if (maps.empty()) {
     const auto& kept = t.layers[static_cast<size_t>(layer)].heads;
@@ -82,10 +83,11 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
                 " has no maps in this trace (kept heads: " + (list.empty() ? "none" : list) + ")");
   }
   if (!o.only.empty()) {
-    const auto keep = std::find_if(maps.begin(), maps.end(), [&](const HeadMap& m) { return m.export_name == o.only; });
+    const auto keep =
+        std::find_if(maps.begin(), maps.end(), [&](const HeadMap& m) { return m.export_name == o.only; });
     if (keep == maps.end())
-      throw Error("map " + o.only + " does not exist for a " + to_string(t.config.attention) +
-                  " model (" + (t.config.is_diff() ? "A1, A2 or A" : "A") + ")");
+      throw Error("map " + o.only + " does not exist for a " + to_string(t.config.attention) + " model (" +
+                  (t.config.is_diff() ? "A1, A2 or A" : "A") + ")");
     maps = {*keep};
   }
   const int64_t T = t.length();
@@ -126,7 +128,8 @@ std::vector<int> parse_index_filter(const std::string& text, int n) {
     if (end == std::string::npos) end = text.size();
     const std::string part = text.substr(start, end - start);
     int a = -1, b = -1;
-    if (std::sscanf(part.c_str(), " %d - %d", &a, &b) == 2 || (std::sscanf(part.c_str(), " %d", &a) == 1 && (b = a) >= 0))
+    if (std::sscanf(part.c_str(), " %d - %d", &a, &b) == 2 ||
+        (std::sscanf(part.c_str(), " %d", &a) == 1 && (b = a) >= 0))
       for (int i = std::max(0, a); i <= std::min(b, n - 1); ++i) on[static_cast<size_t>(i)] = true;
     start = end + 1;
   }

@@ -14,7 +14,7 @@ struct HeadMap {
   std::string title;        // "A1 (softmax 1)", "A1 - 0.549 A2", ...
   std::string export_name;  // A1, A2, A
   const float* data = nullptr;
-  int64_t T = 0;            // map side: tokens, or cells of a pooled map
+  int64_t T = 0;  // map side: tokens, or cells of a pooled map
   bool diverging = false;
   int64_t pooled_from = 0;  // > 0: a pooled map over this many tokens (cell c: tokens [c*n/T, (c+1)*n/T))
 };
@@ -31,7 +31,7 @@ int64_t cell_of(const std::vector<int64_t>& starts, int64_t t);
 std::vector<std::string> cell_labels(const std::vector<std::string>& tokens, int64_t P);
 
 struct FigureOptions {
-  int size = 1024;                               // pixels per map side
+  int size = 1024;  // pixels per map side
   viz::ValueScale scale = viz::ValueScale::Sqrt;
   viz::Pooling pooling = viz::Pooling::Max;
   double clamp_percentile = 99.5;

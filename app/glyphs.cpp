@@ -3,14 +3,14 @@
 
 namespace difflens::app {
 
-const uint16_t kBaseGlyphRanges[] = {0x0020, 0x024F,   // Latin
-                                     0x0370, 0x03FF,   // Greek (λ)
-                                     0x2000, 0x206F,   // punctuation (—, …)
-                                     0x2190, 0x21FF,   // arrows
-                                     0x2200, 0x22FF,   // mathematical operators (−, ≤)
-                                     0x2423, 0x2423,   // open box (a token that is only a space)
-                                     0x2580, 0x259F,   // block elements
-                                     0xFFFD, 0xFFFD,   // the replacement character
+const uint16_t kBaseGlyphRanges[] = {0x0020, 0x024F,  // Latin
+                                     0x0370, 0x03FF,  // Greek (λ)
+                                     0x2000, 0x206F,  // punctuation (—, …)
+                                     0x2190, 0x21FF,  // arrows
+                                     0x2200, 0x22FF,  // mathematical operators (−, ≤)
+                                     0x2423, 0x2423,  // open box (a token that is only a space)
+                                     0x2580, 0x259F,  // block elements
+                                     0xFFFD, 0xFFFD,  // the replacement character
                                      0};
 
 bool in_base_glyph_ranges(uint32_t cp) {
@@ -41,7 +41,8 @@ bool GlyphNeeds::add(const std::string& s) {
     }
     i += len;
     const bool overlong = (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
-    if (overlong || cp < 0x20 || cp > 0xFFFF || (cp >= 0xD800 && cp <= 0xDFFF) || in_base_glyph_ranges(cp)) continue;
+    if (overlong || cp < 0x20 || cp > 0xFFFF || (cp >= 0xD800 && cp <= 0xDFFF) || in_base_glyph_ranges(cp))
+      continue;
     added |= codepoints_.insert(cp).second;
   }
   return added;

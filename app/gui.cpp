@@ -18,23 +18,23 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <future>
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "app/figures.h"
 #include "app/glyphs.h"
 #include "app/headless_run.h"
 #include "app/inference_worker.h"
+#include "app/needle_report.h"
 #include "app/panel_explain.h"
 #include "app/panel_maps.h"
 #include "app/panels.h"
 #include "app/shell.h"
 #include "app/ui_fonts.h"
-#include "app/needle_report.h"
 #include "core/data.h"
 #include "core/error.h"
 #include "core/metrics.h"
@@ -43,7 +43,6 @@
 #include "viz/export.h"
 #include "viz/figure.h"
 #include "viz/heatmap_view.h"
-
 
 namespace difflens::app {
 namespace {
@@ -163,7 +162,8 @@ int run_gui(const GuiOptions& opt) {
     state.view.metric_rows = opt.metric_rows;
     state.font_scale = opt.font_scale;
     state.needle.haystack_path = opt.haystack;
-    state.pooled_budget = opt.pooled_budget_mb > 0 ? static_cast<size_t>(opt.pooled_budget_mb * 1024 * 1024) : 0;
+    state.pooled_budget =
+        opt.pooled_budget_mb > 0 ? static_cast<size_t>(opt.pooled_budget_mb * 1024 * 1024) : 0;
     state.lab.lengths = opt.lab_lengths;
     state.lab.depths = opt.lab_depths;
     state.lab.needles = opt.lab_needles;
@@ -180,7 +180,7 @@ int run_gui(const GuiOptions& opt) {
       if (opt.needle.size() == 6) state.needle.with_answer = opt.needle[5] != 0;
       build_needle_prompt(state, opt.models[0]);
       if (opt.layer >= 0 || opt.head >= 0) state.needle.focus_pending = false;  // --select wins
-      if (opt.query >= 0) state.selection.query = opt.query;                  // and --query
+      if (opt.query >= 0) state.selection.query = opt.query;                    // and --query
       if (state.needle.built.rfind("could not", 0) == 0)
         std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
     }
@@ -241,7 +241,8 @@ int run_gui(const GuiOptions& opt) {
         ImGui::GetStyle() = base_style;
         ImGui::GetStyle().ScaleAllSizes(fonts.scale);
       }
-      if (fonts.needs.add(state.prompt.text) | (new_result && need_trace_glyphs(fonts, *state.shown)) | rescale) {
+      if (fonts.needs.add(state.prompt.text) | (new_result && need_trace_glyphs(fonts, *state.shown)) |
+          rescale) {
         build_fonts(fonts);
         ImGui_ImplOpenGL3_DestroyFontsTexture();
         ImGui_ImplOpenGL3_CreateFontsTexture();
@@ -257,8 +258,8 @@ int run_gui(const GuiOptions& opt) {
       ImGui::SetNextWindowPos(ImVec2(0, 0));
       ImGui::SetNextWindowSize(io.DisplaySize);
       ImGui::Begin("DiffLens", nullptr,
-                   ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoBringToFrontOnFocus |
-                       ImGuiWindowFlags_MenuBar);
+                   ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
+                       ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_MenuBar);
       const ModelShape shape = shape_of(state);
       if (shape.layers > 0) {  // keep the requested selection until there is a model to check it against
         if (state.view.layer < 0 || state.view.layer >= shape.layers) state.view.layer = shape.layers - 1;
@@ -277,14 +278,15 @@ int run_gui(const GuiOptions& opt) {
         ImGui::BeginChild("body", ImVec2(0, -status_h), false, ImGuiWindowFlags_NoScrollbar);
         const float em = ImGui::GetFontSize();
         if (state.layout.side_panel) {
-          const float side_w = std::min(state.layout.side_width_em * em, ImGui::GetContentRegionAvail().x * 0.2f);
+          const float side_w =
+              std::min(state.layout.side_width_em * em, ImGui::GetContentRegionAvail().x * 0.2f);
           ImGui::BeginChild("side", ImVec2(side_w, 0), true);
           if (ImGui::SmallButton("<< hide")) state.layout.side_panel = false;
           if (ImGui::IsItemHovered()) ImGui::SetTooltip("Hide the side panel (Tab; View menu)");
           draw_side_panel(state, worker, shape);
           ImGui::EndChild();
-          state.drawn.note("side", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y, ImGui::GetItemRectMax().x,
-                           ImGui::GetItemRectMax().y);
+          state.drawn.note("side", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
+                           ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
           ImGui::SameLine();
         } else {
           if (ImGui::Button(">>", ImVec2(0, ImGui::GetContentRegionAvail().y)))
@@ -313,12 +315,13 @@ int run_gui(const GuiOptions& opt) {
         // One line, cut at the window's edge (the whole of it on hover).
         char status[1024];
         std::snprintf(status, sizeof status, "%s | both models %.0f ms, keystroke to screen %.0f ms%s%s",
-                      state.status.busy ? "running..." : "idle", state.status.last_run_ms, state.edit_to_screen_ms,
-                      state.message.empty() ? "" : " | ", state.message.c_str());
+                      state.status.busy ? "running..." : "idle", state.status.last_run_ms,
+                      state.edit_to_screen_ms, state.message.empty() ? "" : " | ", state.message.c_str());
         const ImVec2 at = ImGui::GetCursorScreenPos();
         const float width = ImGui::GetContentRegionAvail().x;
         ImGui::Dummy(ImVec2(width, ImGui::GetTextLineHeight()));
-        ImGui::GetWindowDrawList()->PushClipRect(at, ImVec2(at.x + width, at.y + ImGui::GetTextLineHeight()), true);
+        ImGui::GetWindowDrawList()->PushClipRect(at, ImVec2(at.x + width, at.y + ImGui::GetTextLineHeight()),
+                                                 true);
         ImGui::GetWindowDrawList()->AddText(at, ImGui::GetColorU32(ImGuiCol_Text), status);
         ImGui::GetWindowDrawList()->PopClipRect();
         if (ImGui::IsItemHovered() && ImGui::CalcTextSize(status).x > width) ImGui::SetTooltip("%s", status);

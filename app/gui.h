@@ -15,39 +15,40 @@ namespace difflens::app {
 inline constexpr std::array<int, 6> kDefaultNeedle = {256, 50, 1, 1, 1, 1};
 
 struct GuiOptions {
-  std::string models[2];      // left (DIFF) and right (baseline) model directories
-  std::string bundle;         // a trace bundle opened into the left slot at start (no prompt is run)
-  std::string prompt;         // initial prompt
-  int layer = -1, head = -1;  // initial selection (-1: the last layer, head 0)
-  std::string screenshot;     // headless: write the window to this PNG after the first result...
-  int exit_after_frames = 0;  // ...and this many further frames, then exit (0: run until closed)
+  std::string models[2];            // left (DIFF) and right (baseline) model directories
+  std::string bundle;               // a trace bundle opened into the left slot at start (no prompt is run)
+  std::string prompt;               // initial prompt
+  int layer = -1, head = -1;        // initial selection (-1: the last layer, head 0)
+  std::string screenshot;           // headless: write the window to this PNG after the first result...
+  int exit_after_frames = 0;        // ...and this many further frames, then exit (0: run until closed)
   int width = 1600, height = 1000;  // with size_given; otherwise the remembered size or 90 % of the monitor
   float font_scale = 1.0f;
   std::string haystack;           // held-out text for the needle builder (assets/haystack.txt)
-  std::vector<int> needle;       // build a needle prompt at start: LENGTH,DEPTH%,N,R,SEED[,WITH_ANSWER]
-  int logit_bits = 0;            // attention-logit quantization shown at start (0, 8, 6 or 4)
-  bool lecture = false;          // start with the large lecture font
-  int threads = 0;               // inference threads (0: LibTorch default)
-  std::string device = "auto";   // auto | cpu | cuda: where the models run
+  std::vector<int> needle;        // build a needle prompt at start: LENGTH,DEPTH%,N,R,SEED[,WITH_ANSWER]
+  int logit_bits = 0;             // attention-logit quantization shown at start (0, 8, 6 or 4)
+  bool lecture = false;           // start with the large lecture font
+  int threads = 0;                // inference threads (0: LibTorch default)
+  std::string device = "auto";    // auto | cpu | cuda: where the models run
   double pooled_budget_mb = 256;  // long prompts: pooled maps within this budget per model (0: always exact)
-  std::optional<View> view;      // the view the central area opens on (default: the last one, else Figure 1)
+  std::optional<View> view;       // the view the central area opens on (default: the last one, else Figure 1)
   int split = -1;  // the view at start: -1 as remembered; 0 alone; 1 below the maps; 2 beside them
   std::optional<float> split_fraction;  // the maps' share of a split (--maps-height)
-  int hover[2] = {-1, -1};       // headless: the mouse over this query row and key of the first map
-  std::string settings_path;     // layout settings read at start and written at exit ("" : none)
-  int head_metric = 0;           // the Model view's colouring: 0 maps, 1 answer, 2 noise, 3 entropy, 4 sink
-  int metric_rows = 0;           // ...over 0 the query's row, 1 the question's rows
-  bool size_given = false;       // --size: the window is exactly this size (else it fits the monitor)
-  int explain_step = 1;          // the Explain view's step (1..6)
-  bool present = false;          // start presenting the Explain slides (full window)
+  int hover[2] = {-1, -1};              // headless: the mouse over this query row and key of the first map
+  std::string settings_path;            // layout settings read at start and written at exit ("" : none)
+  int head_metric = 0;      // the Model view's colouring: 0 maps, 1 answer, 2 noise, 3 entropy, 4 sink
+  int metric_rows = 0;      // ...over 0 the query's row, 1 the question's rows
+  bool size_given = false;  // --size: the window is exactly this size (else it fits the monitor)
+  int explain_step = 1;     // the Explain view's step (1..6)
+  bool present = false;     // start presenting the Explain slides (full window)
   // Needle lab sweep grid (as typed in the tab); lab_run starts it at launch (the screenshot waits for it).
-  std::string lab_lengths = "128,256,512", lab_depths = "0,25,50,75,100", lab_needles = "1", lab_queried = "1";
+  std::string lab_lengths = "128,256,512", lab_depths = "0,25,50,75,100", lab_needles = "1",
+              lab_queried = "1";
   int lab_seeds = 3;
   bool lab_run = false;
-  std::string export_dir;        // export folder (default ./difflens-exports)
-  bool export_all = false;       // headless Ctrl+E: export every shown map once results arrive
-  int zoom[3] = {0, 0, 0};       // initial head-view zoom: first row, first column, span (0: whole map)
-  int query = -1;                // initial query token (question start); -1: the last token
+  std::string export_dir;   // export folder (default ./difflens-exports)
+  bool export_all = false;  // headless Ctrl+E: export every shown map once results arrive
+  int zoom[3] = {0, 0, 0};  // initial head-view zoom: first row, first column, span (0: whole map)
+  int query = -1;           // initial query token (question start); -1: the last token
   int answer_begin = -1, answer_end = -1;  // initial answer span [begin, end) in tokens
 };
 

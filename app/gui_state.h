@@ -114,12 +114,12 @@ struct GuiState {
   std::string device_message;                // what the last pick of that menu did, or why it was refused
   bool cuda = false;                         // LibTorch has a usable CUDA device (asked once at start)
   double edited_at = 0;                      // the last keystroke of the prompt now running
-  double edit_to_screen_ms = 0;  // that keystroke → both maps drawn (debounce + inference + upload)
-  bool export_all = false;       // Ctrl+E: export every map of the head view this frame
+  double edit_to_screen_ms = 0;    // that keystroke → both maps drawn (debounce + inference + upload)
+  bool export_all = false;         // Ctrl+E: export every map of the head view this frame
   bool export_head_views = false;  // File menu: export each model's labelled head view this frame
-  bool window_shot = false;      // F12 / File menu: save the window as a PNG after this frame
-  bool quit = false;             // File menu: close the window
-  float font_scale = 1.0f;       // View menu: the UI's text size (the shell rebuilds the fonts when it moves)
+  bool window_shot = false;        // F12 / File menu: save the window as a PNG after this frame
+  bool quit = false;               // File menu: close the window
+  float font_scale = 1.0f;  // View menu: the UI's text size (the shell rebuilds the fonts when it moves)
   // File menu / side panel: the "Open" dialog (a model folder or a trace bundle into a slot).
   struct OpenDialog {
     bool request = false;  // open the popup this frame

@@ -1,9 +1,9 @@
 // The headless run of the window (see headless_run.h).
 #include "app/headless_run.h"
 
-#include "viz/gl.h"
 #include <imgui_internal.h>
 #include <stb_image_write.h>
+#include "viz/gl.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -19,17 +19,17 @@ namespace {
 // The headless layout report: the view shown, every region drawn (window pixels) and any window that lies
 // outside the screen or whose contents it clips without a scrollbar to reach them.
 void print_layout_report(const GuiState& state, int width, int height) {
-  std::printf("layout: view %s%s\n", view_name(state.layout.view),
-              state.layout.split_shown()
-                  ? (state.layout.side_by_side ? " beside the maps" : " below the maps")
-                  : "");
+  std::printf(
+      "layout: view %s%s\n", view_name(state.layout.view),
+      state.layout.split_shown() ? (state.layout.side_by_side ? " beside the maps" : " below the maps") : "");
   for (const LayoutRecord::Rect& r : state.drawn.rects)
-    std::printf("layout: %s %.0f %.0f %.0f %.0f (%.0fx%.0f)\n", r.name.c_str(), r.x0, r.y0, r.x1, r.y1, r.x1 - r.x0,
-                r.y1 - r.y0);
+    std::printf("layout: %s %.0f %.0f %.0f %.0f (%.0fx%.0f)\n", r.name.c_str(), r.x0, r.y0, r.x1, r.y1,
+                r.x1 - r.x0, r.y1 - r.y0);
   int windows = 0, bad = 0;
   for (ImGuiWindow* win : GImGui->Windows) {
     if (!win->Active || (win->Flags & (ImGuiWindowFlags_Tooltip | ImGuiWindowFlags_Popup))) continue;
-    if (std::strstr(win->Name, "/##prompt")) continue;  // the prompt editor scrolls to its cursor (no wrapping)
+    if (std::strstr(win->Name, "/##prompt"))
+      continue;  // the prompt editor scrolls to its cursor (no wrapping)
     // Wider than the window is a fault even with a scrollbar to reach it (a cut toolbar, a table off the
     // edge), except in the Model view's grid, which scrolls for models with many heads by design.
     const bool scrolls_by_design = std::strstr(win->Name, "/modelgrid") != nullptr;
@@ -45,8 +45,8 @@ void print_layout_report(const GuiState& state, int width, int height) {
     if (outside || clipped_x || clipped_y) {
       ++bad;
       std::printf("layout: %s %s: content %.0fx%.0f in %.0fx%.0f at %.0f,%.0f-%.0f,%.0f\n", win->Name,
-                  outside ? "outside the window" : "clips its contents", win->ContentSize.x, win->ContentSize.y, room.x,
-                  room.y, r.Min.x, r.Min.y, r.Max.x, r.Max.y);
+                  outside ? "outside the window" : "clips its contents", win->ContentSize.x,
+                  win->ContentSize.y, room.x, room.y, r.Min.x, r.Min.y, r.Max.x, r.Max.y);
     }
   }
   std::printf("layout check: %d windows, %d outside or clipped\n", windows, bad);
@@ -63,7 +63,6 @@ bool write_window_png(const std::string& path, int width, int height) {
   stbi_flip_vertically_on_write(0);
   return ok != 0;
 }
-
 
 bool HeadlessRun::take_result(GuiState& state) {
   if (!active()) return true;
@@ -99,9 +98,10 @@ void HeadlessRun::place_mouse(const GuiState& state, ImGuiIO& io) const {
     // The first whole pixel of the cell (ImGui floors the mouse position): exact while cells are at least
     // a pixel wide.
     const double span = state.view.zoom_span > 0 ? state.view.zoom_span : 1;
-    io.MousePos =
-        ImVec2(std::ceil(m->x0 + static_cast<float>((opt_.hover[1] - state.view.zoom_col0) / span) * (m->x1 - m->x0)),
-               std::ceil(m->y0 + static_cast<float>((opt_.hover[0] - state.view.zoom_row0) / span) * (m->y1 - m->y0)));
+    io.MousePos = ImVec2(std::ceil(m->x0 + static_cast<float>((opt_.hover[1] - state.view.zoom_col0) / span) *
+                                               (m->x1 - m->x0)),
+                         std::ceil(m->y0 + static_cast<float>((opt_.hover[0] - state.view.zoom_row0) / span) *
+                                               (m->y1 - m->y0)));
   }
 }
 
@@ -150,9 +150,10 @@ void HeadlessRun::report(const GuiState& state, const InferenceWorker& worker, i
   if (!steady_ms_.empty()) {
     double sum = 0, worst = 0;
     for (double m : steady_ms_) sum += m, worst = std::max(worst, m);
-    std::printf("frame time: first frame with new maps %.1f ms; then mean %.1f ms, max %.1f ms over %zu frames\n",
-                first_frame_ms_.empty() ? 0.0 : first_frame_ms_[0], sum / steady_ms_.size(), worst,
-                steady_ms_.size());
+    std::printf(
+        "frame time: first frame with new maps %.1f ms; then mean %.1f ms, max %.1f ms over %zu frames\n",
+        first_frame_ms_.empty() ? 0.0 : first_frame_ms_[0], sum / steady_ms_.size(), worst,
+        steady_ms_.size());
   }
 }
 

@@ -34,7 +34,8 @@ class HeadlessRun {
   bool export_now(const GuiState& state);
   // After the frame is rendered (its work began at frame_start): its time, and after --exit-after-frames
   // frames the PNG and the report. True when the run is over (exit_status() then says how it went).
-  bool after_render(const GuiState& state, const InferenceWorker& worker, int width, int height, double frame_start);
+  bool after_render(const GuiState& state, const InferenceWorker& worker, int width, int height,
+                    double frame_start);
   int exit_status() const { return exit_status_; }
 
  private:

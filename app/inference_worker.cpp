@@ -35,8 +35,9 @@ DeviceSwitch plan_device_switch(DeviceChoice from, DeviceChoice to, bool cuda) {
   DeviceSwitch d;
   if (to == DeviceChoice::Cuda && !cuda) {
     d.accepted = false;
-    d.message = "CUDA is not available: this LibTorch build has no usable CUDA device (Debian's libtorch is "
-                "CPU-only); the models stay where they are";
+    d.message =
+        "CUDA is not available: this LibTorch build has no usable CUDA device (Debian's libtorch is "
+        "CPU-only); the models stay where they are";
     return d;
   }
   const auto on_gpu = [cuda](DeviceChoice c) {
@@ -133,7 +134,8 @@ WorkerStatus InferenceWorker::status() const {
 void InferenceWorker::wait_idle() const {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] {
-    return stopping_ || (loads_.empty() && !pending_run_ && !status_.busy && !pending_sweep_ && !sweep_active_);
+    return stopping_ ||
+           (loads_.empty() && !pending_run_ && !status_.busy && !pending_sweep_ && !sweep_active_);
   });
 }
 
@@ -142,7 +144,7 @@ uint64_t InferenceWorker::start_sweep(const SweepRequest& request) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     id = next_request_++;
-    pending_sweep_ = request;                // replaces the sweep in progress, if any
+    pending_sweep_ = request;  // replaces the sweep in progress, if any
     if (sweep_in_episode_) cancel_ = true;
     sweep_ = SweepProgress{};
     sweep_.id = id;
@@ -155,7 +157,9 @@ uint64_t InferenceWorker::start_sweep(const SweepRequest& request) {
   return id;
 }
 
-void InferenceWorker::cancel_load() { load_cancel_ = true; }
+void InferenceWorker::cancel_load() {
+  load_cancel_ = true;
+}
 
 void InferenceWorker::set_device(DeviceChoice device) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -249,8 +253,8 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
           h.path = file_key;
           h.model_generation = model_generation_[s];
         }
-        builders[s] =
-            std::make_unique<EpisodeBuilder>(*h.haystack, m->tokenizer(), NeedleSplit::Eval, req.names, req.wording);
+        builders[s] = std::make_unique<EpisodeBuilder>(*h.haystack, m->tokenizer(), NeedleSplit::Eval,
+                                                       req.names, req.wording);
         // One episode per length and (N, R) now, so a grid the haystack or the context cannot hold
         // fails here, not halfway.
         for (int64_t L : req.sweep.lengths)
@@ -271,7 +275,7 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
   }
   lock.lock();
   sweep_haystacks_ = haystacks;  // counted once, kept for the next sweep
-  if (sweep_.id != id) return;  // replaced meanwhile: the new request waits in pending_sweep_
+  if (sweep_.id != id) return;   // replaced meanwhile: the new request waits in pending_sweep_
   for (const auto& n : slot_notes) sweep_.error += (sweep_.error.empty() ? "" : "; ") + n;
   sweep_.models = names;
   if (!error.empty() || sweep_stop_) {
@@ -306,8 +310,8 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
                 job.cell.needles, job.cell.queried, static_cast<unsigned long long>(job.seed));
   sweep_.current = what;
   sweep_.version = ++sweep_version_;
-  status_.activity = "needle sweep " + std::to_string(sweep_.done + 1) + "/" + std::to_string(sweep_.total) +
-                     ": " + what;
+  status_.activity =
+      "needle sweep " + std::to_string(sweep_.done + 1) + "/" + std::to_string(sweep_.total) + ": " + what;
   sweep_in_episode_ = true;
   cancel_ = false;
   const int bits = sweep_.request.logit_bits;
@@ -315,7 +319,8 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
   std::optional<NeedleRun> run;
   std::string error;
   try {
-    models_[slot]->set_logit_bits(bits);  // only for this episode: prompt runs between episodes see exact logits
+    models_[slot]->set_logit_bits(
+        bits);  // only for this episode: prompt runs between episodes see exact logits
     run = run_needle(*models_[slot], *sweep_builders_[slot], job.cell, job.seed, &cancel_);
   } catch (const Cancelled&) {
   } catch (const std::exception& e) {
@@ -349,7 +354,8 @@ void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& 
         job.dir, device,
         [&](int64_t done, int64_t total) {
           std::lock_guard<std::mutex> guard(mutex_);
-          status_.activity = "loading " + job.dir + ": " + std::to_string(done) + "/" + std::to_string(total) + " tensors";
+          status_.activity =
+              "loading " + job.dir + ": " + std::to_string(done) + "/" + std::to_string(total) + " tensors";
           status_.load_fraction = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 0;
         },
         &load_cancel_));
@@ -364,7 +370,8 @@ void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& 
   info.error = error;
   if (model && sweep_active_ &&
       std::find(sweep_slots_.begin(), sweep_slots_.end(), job.slot) != sweep_slots_.end())
-    end_sweep("stopped: the model in the " + std::string(job.slot == 0 ? "left" : "right") + " slot changed", true);
+    end_sweep("stopped: the model in the " + std::string(job.slot == 0 ? "left" : "right") + " slot changed",
+              true);
   if (model) {
     ++model_generation_[static_cast<size_t>(job.slot)];
     info.path = job.dir;
@@ -381,8 +388,9 @@ void InferenceWorker::loop() {
                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock,
-             [this] { return stopping_ || !loads_.empty() || pending_run_ || pending_sweep_ || sweep_active_; });
+    cv_.wait(lock, [this] {
+      return stopping_ || !loads_.empty() || pending_run_ || pending_sweep_ || sweep_active_;
+    });
     if (stopping_) return;
     status_.busy = true;
     if (loads_.empty() && !pending_run_) {  // sweeps only when nothing else waits

@@ -76,13 +76,13 @@ struct SweepRequest {
 struct SweepProgress {
   uint64_t id = 0;  // 0: no sweep yet
   SweepRequest request;
-  bool running = false;    // queued or running
-  bool finished = false;   // every episode of every runnable slot done
-  bool cancelled = false;  // stopped by cancel_sweep() or by a model change
-  size_t done = 0, total = 0;  // episodes over both slots
-  double seconds = 0;          // time spent on episodes so far
-  std::string current;         // the episode now running
-  std::string error;           // why the sweep (or a slot) could not run
+  bool running = false;                    // queued or running
+  bool finished = false;                   // every episode of every runnable slot done
+  bool cancelled = false;                  // stopped by cancel_sweep() or by a model change
+  size_t done = 0, total = 0;              // episodes over both slots
+  double seconds = 0;                      // time spent on episodes so far
+  std::string current;                     // the episode now running
+  std::string error;                       // why the sweep (or a slot) could not run
   std::array<std::string, kSlots> models;  // model names ("" for a slot that does not take part)
   std::array<std::vector<NeedleRun>, kSlots> runs;
   uint64_t version = 0;  // grows with every change
@@ -129,7 +129,7 @@ class InferenceWorker {
   void begin_sweep(std::unique_lock<std::mutex>& lock);
   void sweep_step(std::unique_lock<std::mutex>& lock);
   void end_sweep(const std::string& error, bool cancelled);  // publishes the end of sweep_
-  void drop_sweep_plan();                                     // forgets the private plan only
+  void drop_sweep_plan();                                    // forgets the private plan only
 
   struct Load {
     int slot;
@@ -148,18 +148,18 @@ class InferenceWorker {
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};
   std::atomic<bool> load_cancel_{false};
-  DeviceChoice device_ = DeviceChoice::Auto;  // guarded by mutex_
+  DeviceChoice device_ = DeviceChoice::Auto;           // guarded by mutex_
   std::array<std::unique_ptr<Model>, kSlots> models_;  // worker thread only
   // Sweep: the request waiting to start, the public progress, and the worker's private plan.
   std::optional<SweepRequest> pending_sweep_;
   SweepProgress sweep_;
   uint64_t sweep_version_ = 0;
-  bool sweep_active_ = false;       // started on the worker, episodes left
-  bool sweep_in_episode_ = false;   // an episode runs now (cancel_sweep interrupts it)
-  bool sweep_stop_ = false;         // cancel_sweep() asked
+  bool sweep_active_ = false;      // started on the worker, episodes left
+  bool sweep_in_episode_ = false;  // an episode runs now (cancel_sweep interrupts it)
+  bool sweep_stop_ = false;        // cancel_sweep() asked
   std::vector<NeedleJob> sweep_jobs_;
-  std::vector<int> sweep_slots_;    // the slots taking part
-  size_t sweep_next_ = 0;           // next step: job = next / slots, slot = next % slots
+  std::vector<int> sweep_slots_;  // the slots taking part
+  size_t sweep_next_ = 0;         // next step: job = next / slots, slot = next % slots
   // Haystacks counted with each slot's tokenizer, kept across sweeps (counting 300 KB takes ~0.5 s) until
   // the slot's model or the haystack file changes. Worker thread only, like the builders.
   struct CountedHaystack {

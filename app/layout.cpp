@@ -11,8 +11,14 @@ namespace {
 
 constexpr const char* kViewNames[kViews] = {"maps",  "query-row", "models",   "lambda",
                                             "noise", "lab",       "outliers", "explain"};
-constexpr const char* kViewTitles[kViews] = {"Maps",       "Figure 1: query row", "Model view", "\xce\xbb per layer",
-                                             "Attention noise", "Needle lab",     "Outliers",   "Explain"};
+constexpr const char* kViewTitles[kViews] = {"Maps",
+                                             "Figure 1: query row",
+                                             "Model view",
+                                             "\xce\xbb per layer",
+                                             "Attention noise",
+                                             "Needle lab",
+                                             "Outliers",
+                                             "Explain"};
 
 bool read_float(const std::string& v, float lo, float hi, float& out) {
   char* end = nullptr;
@@ -42,9 +48,15 @@ constexpr float kMaxWide = 1.6f, kMaxTall = 1.4f;
 constexpr const char* kViewShortTitles[kViews] = {"Maps",  "Figure 1", "Models",   "\xce\xbb",
                                                   "Noise", "Lab",      "Outliers", "Explain"};
 
-const char* view_name(View v) { return kViewNames[static_cast<int>(v)]; }
-const char* view_short_title(View v) { return kViewShortTitles[static_cast<int>(v)]; }
-const char* view_title(View v) { return kViewTitles[static_cast<int>(v)]; }
+const char* view_name(View v) {
+  return kViewNames[static_cast<int>(v)];
+}
+const char* view_short_title(View v) {
+  return kViewShortTitles[static_cast<int>(v)];
+}
+const char* view_title(View v) {
+  return kViewTitles[static_cast<int>(v)];
+}
 
 std::optional<View> parse_view(const std::string& name) {
   for (int i = 0; i < kViews; ++i)
@@ -55,7 +67,8 @@ std::optional<View> parse_view(const std::string& name) {
 
 std::string view_names() {
   std::string out;
-  for (int i = 0; i < kViews; ++i) out += std::string(i == 0 ? "" : i + 1 == kViews ? " or " : ", ") + kViewNames[i];
+  for (int i = 0; i < kViews; ++i)
+    out += std::string(i == 0 ? "" : i + 1 == kViews ? " or " : ", ") + kViewNames[i];
   return out;
 }
 
@@ -123,7 +136,8 @@ MapGrid plan_map_grid(int maps, float width, float height, float legend_w, float
   float best_side = -1;
   for (int c = 1; c <= maps; ++c) {
     const int r = (maps + c - 1) / c;
-    if (c > 1 && (maps + c - 2) / (c - 1) == r) continue;  // same rows with fewer columns: wider cells, same grid
+    if (c > 1 && (maps + c - 2) / (c - 1) == r)
+      continue;  // same rows with fewer columns: wider cells, same grid
     const float cell_w = (width - gap * static_cast<float>(c - 1)) / static_cast<float>(c);
     const float cell_h = (height - gap * static_cast<float>(r - 1)) / static_cast<float>(r);
     const float w = std::max(16.0f, cell_w - legend_w), h = std::max(16.0f, cell_h - title_h);

@@ -2,9 +2,9 @@
 // arranged in the space they get, and the layout settings kept between runs. Plain logic, tested alone.
 #pragma once
 
-#include <optional>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +26,7 @@ std::string view_names();
 // How the window is divided. The selected view gets the central area; an analysis view (anything but
 // Maps) can share it with the maps across a draggable splitter.
 struct LayoutState {
-  View view = View::QueryRow;      // the first screen: Figure 1 below the maps
+  View view = View::QueryRow;  // the first screen: Figure 1 below the maps
   // Per view: whether it shares the central area with the maps (Figure 1 does at first; the rest get it
   // whole). split_shown(): the view shown shares it now.
   std::array<bool, kViews> split{false, true, false, false, false, false, false, false};

@@ -52,7 +52,9 @@ std::string file_name(const std::string& s) {
   return out.empty() ? "model" : out;
 }
 
-std::string pct(double depth) { return depth < 0 ? "random" : fmt("%.0f%%", depth * 100); }
+std::string pct(double depth) {
+  return depth < 0 ? "random" : fmt("%.0f%%", depth * 100);
+}
 
 }  // namespace
 
@@ -126,8 +128,8 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
            "answering_to_answer,answering_noise,answering_strongest_head\n";
     for (size_t m = 0; m < models.size(); ++m)
       for (const auto& c : cells[m])
-        csv << csv_field(models[m]) << "," << c.cell.length << "," << c.cell.depth << "," << c.cell.needles << ","
-            << c.cell.queried << "," << c.runs << "," << c.accuracy << "," << c.attention.answer << ","
+        csv << csv_field(models[m]) << "," << c.cell.length << "," << c.cell.depth << "," << c.cell.needles
+            << "," << c.cell.queried << "," << c.runs << "," << c.accuracy << "," << c.attention.answer << ","
             << c.attention.noise << "," << c.answering.answer << "," << c.answering.noise << ","
             << c.answering_head << "\n";
   }
@@ -144,7 +146,8 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
     }
   auto find = [&](size_t m, int64_t L, double d, std::pair<int, int> nr) -> const NeedleCellSummary* {
     for (const auto& c : cells[m])
-      if (c.cell.length == L && c.cell.depth == d && c.cell.needles == nr.first && c.cell.queried == nr.second)
+      if (c.cell.length == L && c.cell.depth == d && c.cell.needles == nr.first &&
+          c.cell.queried == nr.second)
         return &c;
     return nullptr;
   };
@@ -177,10 +180,11 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
       md += "\n";
     }
   // While answering: mean over depths, per length.
-  md += "## Attention while answering: to answer / noise / strongest head (mean over depths and seeds)\n\n"
-        "Query rows: the tokens that produce the asked code (the true code given); the question and the answer "
-        "so far are neither answer nor noise. Strongest head: the attention to the answer of the head that gives "
-        "it the most, per episode.\n\n| model | N, R |";
+  md +=
+      "## Attention while answering: to answer / noise / strongest head (mean over depths and seeds)\n\n"
+      "Query rows: the tokens that produce the asked code (the true code given); the question and the answer "
+      "so far are neither answer nor noise. Strongest head: the attention to the answer of the head that gives "
+      "it the most, per episode.\n\n| model | N, R |";
   for (int64_t L : lengths) md += " " + std::to_string(L) + " tokens |";
   md += "\n|---|---|";
   for (size_t k = 0; k < lengths.size(); ++k) md += "---|";
@@ -199,7 +203,8 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
   md += "\n";
   if (nrs.size() > 1) {
     md += "## Multi-needle accuracy (N needles, R asked; mean over lengths, depths and seeds)\n\n| model |";
-    for (const auto& nr : nrs) md += " N=" + std::to_string(nr.first) + " R=" + std::to_string(nr.second) + " |";
+    for (const auto& nr : nrs)
+      md += " N=" + std::to_string(nr.first) + " R=" + std::to_string(nr.second) + " |";
     md += "\n|---|";
     for (size_t k = 0; k < nrs.size(); ++k) md += "---|";
     md += "\n";
@@ -216,10 +221,11 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
     }
     md += "\n";
   }
-  md += "Paper (Ye et al., ICLR 2025, Table 3; 3B models, 4K context), attention to answer by depth "
-        "0/25/50/75/100 %: Transformer .03 .03 .03 .07 .09, DIFF .27 .30 .31 .32 .40; attention noise: "
-        "Transformer .51 .54 .52 .49 .49, DIFF .01 .02 .02 .02 .01. Multi-needle accuracy at 4K "
-        "(Transformer vs DIFF): N=1 R=1 1.00/1.00, N=2 R=2 .85/.92, N=4 R=2 .62/.84, N=6 R=2 .55/.85.\n";
+  md +=
+      "Paper (Ye et al., ICLR 2025, Table 3; 3B models, 4K context), attention to answer by depth "
+      "0/25/50/75/100 %: Transformer .03 .03 .03 .07 .09, DIFF .27 .30 .31 .32 .40; attention noise: "
+      "Transformer .51 .54 .52 .49 .49, DIFF .01 .02 .02 .02 .01. Multi-needle accuracy at 4K "
+      "(Transformer vs DIFF): N=1 R=1 1.00/1.00, N=2 R=2 .85/.92, N=4 R=2 .62/.84, N=6 R=2 .55/.85.\n";
   open_out(out / "tables.md") << md;
 
   // Heatmaps: accuracy and attention to answer, depth rows × length columns, per model and (N, R).
@@ -227,8 +233,8 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
     for (const auto& nr : nrs)
       for (const bool accuracy : {true, false}) {
         viz::GridFigure g;
-        g.title = models[m] + (accuracy ? ": retrieval accuracy" : ": attention to answer") + " (N=" +
-                  std::to_string(nr.first) + ", R=" + std::to_string(nr.second) + ")";
+        g.title = models[m] + (accuracy ? ": retrieval accuracy" : ": attention to answer") +
+                  " (N=" + std::to_string(nr.first) + ", R=" + std::to_string(nr.second) + ")";
         g.row_title = "depth";
         g.col_title = "context length (tokens)";
         for (double d : depths) g.row_labels.push_back(pct(d));
@@ -236,8 +242,9 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
         for (double d : depths)
           for (int64_t L : lengths) {
             const auto* c = find(m, L, d, nr);
-            g.values.push_back(!c ? std::numeric_limits<double>::quiet_NaN()
-                                  : accuracy ? c->accuracy : c->attention.answer);
+            g.values.push_back(!c         ? std::numeric_limits<double>::quiet_NaN()
+                               : accuracy ? c->accuracy
+                                          : c->attention.answer);
           }
         g.lo = 0;
         g.hi = 1;

@@ -40,20 +40,23 @@ std::string write_outlier_report(const std::filesystem::path& out, const std::ve
   std::filesystem::create_directories(out, ec);
   if (ec) throw Error(out.string() + ": cannot create the folder (" + ec.message() + ")");
   std::string md = "# Activation outliers\n\n";
-  md += "Largest |values| (k-th largest, k = 1, 2, 3, 10, 100) and the median of the pool, over every "
-        "layer and every window of the text, as the paper's Table 5: attention logits = |Q K^T / sqrt(d)| "
-        "over causal entries (DIFF: both components pooled), hidden states = each layer's output. Top-k are "
-        "exact; the pooled median is read from the 64-bins-per-decade histogram (within 3.7 %).\n\n";
-  md += "| activation | model | top-1 | top-2 | top-3 | top-10 | top-100 | median |\n|---|---|---|---|---|---|---|---|\n";
+  md +=
+      "Largest |values| (k-th largest, k = 1, 2, 3, 10, 100) and the median of the pool, over every "
+      "layer and every window of the text, as the paper's Table 5: attention logits = |Q K^T / sqrt(d)| "
+      "over causal entries (DIFF: both components pooled), hidden states = each layer's output. Top-k are "
+      "exact; the pooled median is read from the 64-bins-per-decade histogram (within 3.7 %).\n\n";
+  md +=
+      "| activation | model | top-1 | top-2 | top-3 | top-10 | top-100 | median |\n|---|---|---|---|---|---|---|---|\n";
   for (size_t m = 0; m < models.size(); ++m) md += row("attention logits", models[m], stats[m].logits);
   for (size_t m = 0; m < models.size(); ++m) md += row("hidden states", models[m], stats[m].hidden);
   md += "\n";
   for (size_t m = 0; m < models.size(); ++m)
-    md += models[m] + ": " + std::to_string(stats[m].tokens) + " tokens in " + std::to_string(stats[m].windows) +
-          " windows.\n";
-  md += "\nPaper (Ye et al., ICLR 2025, Table 5; 3B models): attention logits top-1/2/3/10/100/median "
-        "Transformer 318.0 308.2 304.9 284.7 251.5 5.4, DIFF 38.8 38.8 37.3 32.0 27.4 3.3; hidden states "
-        "Transformer 3608.6 3607.4 3603.6 3552.1 2448.2 0.6, DIFF 1688.2 1672.5 1672.1 1624.3 740.9 1.2.\n";
+    md += models[m] + ": " + std::to_string(stats[m].tokens) + " tokens in " +
+          std::to_string(stats[m].windows) + " windows.\n";
+  md +=
+      "\nPaper (Ye et al., ICLR 2025, Table 5; 3B models): attention logits top-1/2/3/10/100/median "
+      "Transformer 318.0 308.2 304.9 284.7 251.5 5.4, DIFF 38.8 38.8 37.3 32.0 27.4 3.3; hidden states "
+      "Transformer 3608.6 3607.4 3603.6 3552.1 2448.2 0.6, DIFF 1688.2 1672.5 1672.1 1624.3 740.9 1.2.\n";
   {
     std::ofstream f(out / "tables.md", std::ios::trunc);
     if (!(f << md)) throw Error((out / "tables.md").string() + ": cannot write");
@@ -62,7 +65,8 @@ std::string write_outlier_report(const std::filesystem::path& out, const std::ve
   std::ofstream csv(out / "outliers.csv", std::ios::trunc);
   if (!csv) throw Error((out / "outliers.csv").string() + ": cannot write");
   csv << "model,activation,layer,count,top_1,top_2,top_3,top_10,top_100,median,mean\n";
-  auto csv_row = [&](const std::string& model, const char* what, const std::string& layer, const ValueStats& s) {
+  auto csv_row = [&](const std::string& model, const char* what, const std::string& layer,
+                     const ValueStats& s) {
     csv << "\"" << model << "\"," << what << "," << layer << "," << s.count;
     for (int k : kTopK) csv << "," << s.top_k(k);
     csv << "," << s.median << "," << s.mean << "\n";
@@ -95,11 +99,13 @@ std::string write_outlier_report(const std::filesystem::path& out, const std::ve
     h.bin_width = 1.0 / LogHistogram::kBinsPerDecade;
     for (size_t m = 0; m < models.size(); ++m) {
       const LogHistogram& hist = logits ? stats[m].logits.histogram : stats[m].hidden.histogram;
-      h.series.push_back({models[m], colors[m % 4], std::vector<double>(hist.counts.begin(), hist.counts.end())});
+      h.series.push_back(
+          {models[m], colors[m % 4], std::vector<double>(hist.counts.begin(), hist.counts.end())});
     }
     const viz::Image img = viz::render_histogram_figure(h);
     viz::write_png(out / (logits ? "logits.png" : "hidden.png"), img.rgb, img.width, img.height);
-    std::ofstream(out / (logits ? "logits.svg" : "hidden.svg"), std::ios::trunc) << viz::histogram_figure_svg(h);
+    std::ofstream(out / (logits ? "logits.svg" : "hidden.svg"), std::ios::trunc)
+        << viz::histogram_figure_svg(h);
   }
   return md;
 }

@@ -40,7 +40,8 @@ ExplainInput ExplainView::input(const GuiState& state) const {
       T = std::max(T, t->length());
       layers = std::max(layers, static_cast<int>(t->layers.size()));
     }
-  const int64_t query = state.selection.query >= 0 && state.selection.query < T ? state.selection.query : T - 1;
+  const int64_t query =
+      state.selection.query >= 0 && state.selection.query < T ? state.selection.query : T - 1;
   const int layer = state.view.layer >= 0 && state.view.layer < layers ? state.view.layer : layers - 1;
   for (int s = 0; s < kSlots; ++s) {
     const auto& t = state.shown->traces[s];

@@ -93,9 +93,9 @@ void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::V
     const viz::Rgb8 a = cmap.at(1.0 - static_cast<double>(i) / kSegments),
                     b = cmap.at(1.0 - static_cast<double>(i + 1) / kSegments);
     dl->AddRectFilledMultiColor(ImVec2(p.x, p.y + height * i / kSegments),
-                                ImVec2(p.x + bar, p.y + height * (i + 1) / kSegments), IM_COL32(a.r, a.g, a.b, 255),
-                                IM_COL32(a.r, a.g, a.b, 255), IM_COL32(b.r, b.g, b.b, 255),
-                                IM_COL32(b.r, b.g, b.b, 255));
+                                ImVec2(p.x + bar, p.y + height * (i + 1) / kSegments),
+                                IM_COL32(a.r, a.g, a.b, 255), IM_COL32(a.r, a.g, a.b, 255),
+                                IM_COL32(b.r, b.g, b.b, 255), IM_COL32(b.r, b.g, b.b, 255));
   }
   dl->AddRect(p, ImVec2(p.x + bar, p.y + height), IM_COL32(120, 120, 120, 255));
   // Labels are the values at the ramp's ends and middle under the chosen scale (sqrt: hi/4 in the middle;
@@ -122,15 +122,17 @@ void HeadView::draw_notes(GuiState& state, const std::vector<MapSpec>& maps) {
   if (maps.empty() || maps[0].pooled_from <= 0) return;
   // Pooled maps (long prompts): the axes are cells of several tokens; selection and hover stay in tokens.
   const int64_t pooled_from = maps[0].pooled_from;
-  ImGui::TextDisabled("%s: %lld tokens pooled to %lld x %lld cells (%s per cell); hover a cell for its tokens",
-                      model_name_.c_str(), static_cast<long long>(pooled_from), static_cast<long long>(maps[0].T),
-                      static_cast<long long>(maps[0].T), state.view.pooling == 0 ? "largest entry" : "mean");
+  ImGui::TextDisabled(
+      "%s: %lld tokens pooled to %lld x %lld cells (%s per cell); hover a cell for its tokens",
+      model_name_.c_str(), static_cast<long long>(pooled_from), static_cast<long long>(maps[0].T),
+      static_cast<long long>(maps[0].T), state.view.pooling == 0 ? "largest entry" : "mean");
   if (trace_) {  // what this model keeps for the prompt, so the budget setting can be judged
     const Trace::KeptBytes k = trace_->kept_bytes();
     ImGui::SameLine();
-    ImGui::TextDisabled("| kept %.0f MB of pooled maps (budget %.0f MB) + %.0f MB for exact tiles + %.0f MB of values",
-                        k.pooled_maps / 1048576.0, trace_->pooled_budget / 1048576.0, k.tile_inputs / 1048576.0,
-                        k.values / 1048576.0);
+    ImGui::TextDisabled(
+        "| kept %.0f MB of pooled maps (budget %.0f MB) + %.0f MB for exact tiles + %.0f MB of values",
+        k.pooled_maps / 1048576.0, trace_->pooled_budget / 1048576.0, k.tile_inputs / 1048576.0,
+        k.values / 1048576.0);
   }
   if (!trace_) return;
   // Zoomed into a long prompt's pooled map far enough (at most kTileTokens per side): the exact values of
@@ -145,22 +147,24 @@ void HeadView::draw_notes(GuiState& state, const std::vector<MapSpec>& maps) {
     tile_ = tiles_.get(trace_, {trace_.get(), layer_, head_, tr0, tr1 - tr0, tc0, tc1 - tc0});
     if (!tile_)
       ImGui::TextDisabled("computing the exact values of tokens %lld-%lld x %lld-%lld ...",
-                          static_cast<long long>(tr0), static_cast<long long>(tr1 - 1), static_cast<long long>(tc0),
-                          static_cast<long long>(tc1 - 1));
+                          static_cast<long long>(tr0), static_cast<long long>(tr1 - 1),
+                          static_cast<long long>(tc0), static_cast<long long>(tc1 - 1));
     else
-      ImGui::TextColored(ImVec4(0.1f, 0.5f, 0.1f, 1), "exact values: query tokens %lld-%lld, key tokens %lld-%lld",
-                         static_cast<long long>(tr0), static_cast<long long>(tr1 - 1), static_cast<long long>(tc0),
-                         static_cast<long long>(tc1 - 1));
-    if (!tiles_.error().empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", tiles_.error().c_str());
+      ImGui::TextColored(ImVec4(0.1f, 0.5f, 0.1f, 1),
+                         "exact values: query tokens %lld-%lld, key tokens %lld-%lld",
+                         static_cast<long long>(tr0), static_cast<long long>(tr1 - 1),
+                         static_cast<long long>(tc0), static_cast<long long>(tc1 - 1));
+    if (!tiles_.error().empty())
+      ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", tiles_.error().c_str());
   } else {
     ImGui::TextDisabled("zoom in to %lld tokens or fewer per side for exact values",
                         static_cast<long long>(kTileTokens));
   }
 }
 
-bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& token_text,
-                    const viz::HeatmapRenderer& renderer, const MapGrid& grid, int first_cell, ImVec2 origin,
-                    float gap) {
+bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
+                    const std::vector<std::string>& token_text, const viz::HeatmapRenderer& renderer,
+                    const MapGrid& grid, int first_cell, ImVec2 origin, float gap) {
   if (maps.empty()) return false;
   const int64_t pooled_from = maps[0].pooled_from;
   const std::vector<int64_t> starts =
@@ -223,7 +227,8 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
     const std::string where = "L" + std::to_string(layer_) + " H" + std::to_string(head_);
     // A long prompt's exact tile is no longer the pooled [max] or [mean] map its title names.
     std::string map_title = m.title;
-    if (const size_t b = map_title.rfind(" ["); tile && b != std::string::npos) map_title = map_title.substr(0, b) + " [exact]";
+    if (const size_t b = map_title.rfind(" ["); tile && b != std::string::npos)
+      map_title = map_title.substr(0, b) + " [exact]";
     std::string title = model_name_ + "  " + where + "   " + map_title;
     if (ImGui::CalcTextSize(title.c_str()).x > grid.cell_w) title = model_name_ + "  " + map_title;
     if (ImGui::CalcTextSize(title.c_str()).x > grid.cell_w) title = map_title;
@@ -258,8 +263,8 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
     const int64_t span = std::clamp<int64_t>(std::llround(v.zoom_span * u), 1, T);
     const int64_t r0 = std::clamp<int64_t>(std::llround(v.zoom_row0 * u), 0, T - span);
     const int64_t c0 = std::clamp<int64_t>(std::llround(v.zoom_col0 * u), 0, T - span);
-    view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, pw, ph, static_cast<viz::Pooling>(v.pooling),
-                style, renderer);
+    view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, pw, ph,
+                static_cast<viz::Pooling>(v.pooling), style, renderer);
     viz::HeatmapView& tview = tile_views_[i];
     if (tile)
       tview.update({tile_maps[i].data(), tile->rows, tile->cols, tile_version_ * 8 + i, false, {}}, pw, ph,
@@ -268,14 +273,15 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
     figure.region = {r0, c0, span, span};
     const ImVec2 o(cell_min.x + axis_w, cell_min.y + title_h);
     ImGui::SetCursorScreenPos(o);
-    ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>((tile ? tview : view).target().texture())),
-                 ImVec2(mw, mh), ImVec2(0, 1), ImVec2(1, 0));  // the target is bottom-up: flip once, here
+    ImGui::Image(
+        reinterpret_cast<ImTextureID>(static_cast<intptr_t>((tile ? tview : view).target().texture())),
+        ImVec2(mw, mh), ImVec2(0, 1), ImVec2(1, 0));  // the target is bottom-up: flip once, here
     state.drawn.note("map." + std::to_string(cell), o.x, o.y, o.x + mw, o.y + mh);
     const bool hovered = ImGui::IsItemHovered();
     if (ImGui::BeginPopupContextItem(("map-menu" + std::to_string(i)).c_str())) {
       if (ImGui::MenuItem("Export this map (PNG, NPY, CSV)"))
-        export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}}, style,
-                   figure.tokens, renderer);
+        export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}},
+                   style, figure.tokens, renderer);
       if (ImGui::MenuItem("Export the head view (labelled PNG)")) export_figure = true;
       if (ImGui::MenuItem("Reset the zoom")) v.zoom_span = 0;
       ImGui::EndPopup();
@@ -290,7 +296,8 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
       if (a1 > c0 && a0 < c0 + span) {
         const float x0 = o.x + cw * static_cast<float>(std::max(a0, c0) - c0),
                     x1 = std::max(x0 + 2, o.x + cw * static_cast<float>(std::min(a1, c0 + span) - c0));
-        dl->AddRectFilled(ImVec2(x0, o.y - 5), ImVec2(x1, o.y - 1), IM_COL32(20, 160, 60, 255));  // above the map
+        dl->AddRectFilled(ImVec2(x0, o.y - 5), ImVec2(x1, o.y - 1),
+                          IM_COL32(20, 160, 60, 255));  // above the map
         dl->AddRect(ImVec2(x0, o.y), ImVec2(x1, o.y + mh), IM_COL32(20, 170, 60, 150), 0, 0, 1.0f);
       }
     }
@@ -303,8 +310,8 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
     const int64_t k_hov = sel.hovered_key >= 0 ? to_map(sel.hovered_key) : -1;
     if (k_hov >= c0 && k_hov < c0 + span)
       dl->AddRect(ImVec2(o.x + cw * static_cast<float>(k_hov - c0), o.y),
-                  ImVec2(o.x + cw * static_cast<float>(k_hov - c0 + 1), o.y + mh), IM_COL32(255, 0, 160, 200), 0, 0,
-                  1.0f);
+                  ImVec2(o.x + cw * static_cast<float>(k_hov - c0 + 1), o.y + mh), IM_COL32(255, 0, 160, 200),
+                  0, 0, 1.0f);
     dl->PopClipRect();
     if (hovered) {
       ImGuiIO& io = ImGui::GetIO();
@@ -313,7 +320,8 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
       const int64_t q = std::clamp<int64_t>(r0 + static_cast<int64_t>(fy * span), 0, T - 1);
       // The hovered query's row, faintly (the key's column is outlined in every map below).
       dl->AddRect(ImVec2(o.x, o.y + ch * static_cast<float>(q - r0)),
-                  ImVec2(o.x + mw, o.y + std::max(ch * static_cast<float>(q - r0 + 1), ch * static_cast<float>(q - r0) + 1)),
+                  ImVec2(o.x + mw, o.y + std::max(ch * static_cast<float>(q - r0 + 1),
+                                                  ch * static_cast<float>(q - r0) + 1)),
                   IM_COL32(255, 0, 160, 120), 0, 0, 1.0f);
       const int64_t k = std::clamp<int64_t>(c0 + static_cast<int64_t>(fx * span), 0, T - 1);
       state.selection.hovered_next = to_token(k);
@@ -343,14 +351,17 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
         const int64_t tk = std::clamp<int64_t>(tile->col0 + static_cast<int64_t>(fx * tile->cols), tile->col0,
                                                tile->col0 + tile->cols - 1);
         state.selection.hovered_next = static_cast<int>(tk);
-        ImGui::Text("query %lld  %s", static_cast<long long>(tq), shown_tokens[static_cast<size_t>(tq)].c_str());
-        ImGui::Text("key   %lld  %s", static_cast<long long>(tk), shown_tokens[static_cast<size_t>(tk)].c_str());
+        ImGui::Text("query %lld  %s", static_cast<long long>(tq),
+                    shown_tokens[static_cast<size_t>(tq)].c_str());
+        ImGui::Text("key   %lld  %s", static_cast<long long>(tk),
+                    shown_tokens[static_cast<size_t>(tk)].c_str());
         if (tk > tq)
           ImGui::TextUnformatted("masked (future key)");
         else
           for (size_t mi = 0; mi < maps.size(); ++mi)
-            ImGui::Text("%s = %.5f (exact)", maps[mi].title.c_str(),
-                        tile_maps[mi][static_cast<size_t>((tq - tile->row0) * tile->cols + (tk - tile->col0))]);
+            ImGui::Text(
+                "%s = %.5f (exact)", maps[mi].title.c_str(),
+                tile_maps[mi][static_cast<size_t>((tq - tile->row0) * tile->cols + (tk - tile->col0))]);
       } else {
         if (pooled_from > 0) {
           ImGui::Text("queries %s", tokens[static_cast<size_t>(q)].c_str());
@@ -372,14 +383,15 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps, const std
       ImGui::TextDisabled("right-click: export");
       ImGui::EndTooltip();
     }
-    draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range, style.scale,
-                ImVec2(o.x + mw + ImGui::GetFontSize() * 0.4f, o.y), mh);
+    draw_legend(m.diverging ? viz::diverging_colormap() : viz::sequential_colormap(), style.range,
+                style.scale, ImVec2(o.x + mw + ImGui::GetFontSize() * 0.4f, o.y), mh);
     draw_map_axes(o, mw, mh, r0, c0, span, to_token);
     if (state.export_all)
       export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}}, style,
                  figure.tokens, renderer);
   }
-  if (export_figure || state.export_all) export_head_figure(state, figure, static_cast<viz::Pooling>(state.view.pooling));
+  if (export_figure || state.export_all)
+    export_head_figure(state, figure, static_cast<viz::Pooling>(state.view.pooling));
   return tile != nullptr;
 }
 void HeadView::export_head_figure(GuiState& state, viz::HeadFigure& figure, viz::Pooling pooling) const {
@@ -435,18 +447,19 @@ void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::He
     }
     const std::string name = t->config.name.empty() ? to_string(t->config.attention) : t->config.name;
     head_views[s].set_subject(name, state.view.layer, state.view.head[s], t);
-    maps[s] = maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s, state.view.pooling == 0);
+    maps[s] =
+        maps_of(*t, state.view.layer, state.view.head[s], state.shown->request, s, state.view.pooling == 0);
     if (maps[s].empty()) ImGui::TextDisabled("%s kept no maps of layer %d", name.c_str(), state.view.layer);
     if (t->logit_bits > 0)
-      ImGui::TextColored(ImVec4(0.75f, 0.35f, 0.0f, 1), "%s: attention logits quantized to %d bits", name.c_str(),
-                         t->logit_bits);
+      ImGui::TextColored(ImVec4(0.75f, 0.35f, 0.0f, 1), "%s: attention logits quantized to %d bits",
+                         name.c_str(), t->logit_bits);
     head_views[s].draw_notes(state, maps[s]);
   }
   int n = 0;
   for (const auto& m : maps) n += static_cast<int>(m.size());
   if (n == 0) return;
   const ImVec2 top_left = ImGui::GetCursorScreenPos(), room = ImGui::GetContentRegionAvail();
-  const float gap = ImGui::GetTextLineHeight() + 6;  // holds the key axis of the row above
+  const float gap = ImGui::GetTextLineHeight() + 6;      // holds the key axis of the row above
   const float title_h = ImGui::GetTextLineHeight() + 6;  // the title, then the answer's mark
   // Beside each map: its query axis (left) and legend (right); above: its title; below: its key axis, in
   // the gap to the next row (and under the last row).
@@ -459,21 +472,24 @@ void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::He
   // Cells as large as their maps (rows packed), the grid centred across the width left over.
   grid.cell_w = grid.map_w + legend_w;
   grid.cell_h = grid.map_h + title_h;
-  const float used_w = grid.cell_w * static_cast<float>(grid.columns) + gap * static_cast<float>(grid.columns - 1);
+  const float used_w =
+      grid.cell_w * static_cast<float>(grid.columns) + gap * static_cast<float>(grid.columns - 1);
   const ImVec2 origin(top_left.x + std::max(0.0f, (room.x - used_w) / 2), top_left.y);
   state.drawn.note("maps.grid", origin.x, origin.y, origin.x + used_w,
-                   origin.y + grid.cell_h * static_cast<float>(grid.rows) + gap * static_cast<float>(grid.rows - 1) + axis_h);
+                   origin.y + grid.cell_h * static_cast<float>(grid.rows) +
+                       gap * static_cast<float>(grid.rows - 1) + axis_h);
   int first = 0;
   for (int s = 0; s < kSlots; ++s) {
     if (maps[s].empty()) continue;
-    state.exact_tile_shown[s] =
-        head_views[s].draw(state, maps[s], state.shown->traces[s]->tokens, renderer, grid, first, origin, gap);
+    state.exact_tile_shown[s] = head_views[s].draw(state, maps[s], state.shown->traces[s]->tokens, renderer,
+                                                   grid, first, origin, gap);
     first += static_cast<int>(maps[s].size());
   }
   // Keep the window's content extent to what the grid used (the images were placed by position).
   ImGui::SetCursorScreenPos(top_left);
-  ImGui::Dummy(ImVec2(std::min(room.x, used_w), std::min(room.y, grid.cell_h * static_cast<float>(grid.rows) +
-                                                                      gap * static_cast<float>(grid.rows - 1) + axis_h)));
+  ImGui::Dummy(ImVec2(std::min(room.x, used_w),
+                      std::min(room.y, grid.cell_h * static_cast<float>(grid.rows) +
+                                           gap * static_cast<float>(grid.rows - 1) + axis_h)));
 }
 
 }  // namespace difflens::app

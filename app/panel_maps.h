@@ -19,8 +19,8 @@
 
 #include "app/gui_state.h"
 #include "app/layout.h"
-#include "core/metrics.h"
 #include "app/tile_service.h"
+#include "core/metrics.h"
 #include "core/tiles.h"
 #include "viz/colormap.h"
 #include "viz/export.h"
@@ -79,7 +79,8 @@ class HeadView {
   // Draws the maps into the grid's cells first_cell, first_cell + 1, ... (cell 0 at `origin`). Returns
   // whether an exact tile of a long prompt was drawn.
   bool draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& token_text,
-            const viz::HeatmapRenderer& renderer, const MapGrid& grid, int first_cell, ImVec2 origin, float gap);
+            const viz::HeatmapRenderer& renderer, const MapGrid& grid, int first_cell, ImVec2 origin,
+            float gap);
 
  private:
   void export_head_figure(GuiState& state, viz::HeadFigure& figure, viz::Pooling pooling) const;

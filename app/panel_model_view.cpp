@@ -21,10 +21,14 @@ constexpr const char* kMetricNames[] = {"maps", "attention to the answer", "atte
 
 double metric_of(const HeadSummary& h, int metric) {
   switch (metric) {
-    case 1: return h.answer;
-    case 2: return h.noise;
-    case 3: return h.entropy_norm;
-    default: return h.sink;
+    case 1:
+      return h.answer;
+    case 2:
+      return h.noise;
+    case 3:
+      return h.entropy_norm;
+    default:
+      return h.sink;
   }
 }
 
@@ -32,8 +36,7 @@ double metric_of(const HeadSummary& h, int metric) {
 // value that rounds to zero is "0", never "-0.000".
 std::string metric_text(double v, int metric) {
   char text[32];
-  if (std::fabs(v) < 0.0005)
-    return "0";
+  if (std::fabs(v) < 0.0005) return "0";
   if (metric != 3 && std::fabs(v) < 0.1)
     std::snprintf(text, sizeof text, "%.3f", v);
   else
@@ -56,8 +59,9 @@ const HeadSummaries* ModelView::summaries(const GuiState& state, const Trace& t,
   std::vector<int64_t> rows;
   for (int64_t i = q; i < (state.view.metric_rows == 1 ? T : q + 1); ++i) rows.push_back(i);
   const bool pooled = !t.layers.empty() && t.layers[0].pooled > 0;
-  const double work = static_cast<double>(rows.size()) * static_cast<double>(T) *
-                      static_cast<double>(t.config.num_hidden_layers * t.config.num_attention_heads * t.config.head_dim);
+  const double work =
+      static_cast<double>(rows.size()) * static_cast<double>(T) *
+      static_cast<double>(t.config.num_hidden_layers * t.config.num_attention_heads * t.config.head_dim);
   if (pooled && work > 4e8) {
     error_ = "the question spans " + std::to_string(rows.size()) +
              " tokens of a long prompt: pick the selected query's row, or a later query";
@@ -66,7 +70,9 @@ const HeadSummaries* ModelView::summaries(const GuiState& state, const Trace& t,
   const bool answer = sel.answer_begin >= 0 && sel.answer_end > sel.answer_begin;
   try {
     summaries_ = head_summaries(
-        t, rows, answer ? TokenSpan{std::min<int64_t>(sel.answer_begin, T), std::min<int64_t>(sel.answer_end, T)} : TokenSpan{},
+        t, rows,
+        answer ? TokenSpan{std::min<int64_t>(sel.answer_begin, T), std::min<int64_t>(sel.answer_end, T)}
+               : TokenSpan{},
         TokenSpan{q, T});
   } catch (const std::exception& e) {
     error_ = e.what();
@@ -74,8 +80,8 @@ const HeadSummaries* ModelView::summaries(const GuiState& state, const Trace& t,
   return summaries_ ? &*summaries_ : nullptr;
 }
 
-void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request, const viz::HeatmapRenderer& renderer,
-                     ImVec2 cell, const MetricRange& range) {
+void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request,
+                     const viz::HeatmapRenderer& renderer, ImVec2 cell, const MetricRange& range) {
   // Maps are square thumbnails; summary cells fill the room they are given (numbers need no aspect).
   const int metric = state.view.head_metric;
   const ImVec2 box = metric > 0 ? cell : ImVec2(std::min(cell.x, cell.y), std::min(cell.x, cell.y));
@@ -103,8 +109,10 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
   }
   const double lo = range.lo, hi = range.hi;
   const viz::Colormap& cmap = range.diverging ? viz::diverging_colormap() : viz::sequential_colormap();
-  const std::vector<int> layers = parse_index_filter(state.view.layer_filter, static_cast<int>(t.layers.size()));
-  const std::vector<int> heads = parse_index_filter(state.view.head_filter, static_cast<int>(t.config.map_heads()));
+  const std::vector<int> layers =
+      parse_index_filter(state.view.layer_filter, static_cast<int>(t.layers.size()));
+  const std::vector<int> heads =
+      parse_index_filter(state.view.head_filter, static_cast<int>(t.config.map_heads()));
   const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
   {  // the heads' numbers over their columns
     const ImVec2 p = ImGui::GetCursorScreenPos();
@@ -115,7 +123,8 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
       ImGui::GetWindowDrawList()->AddText(ImVec2(x + (box.x - ImGui::CalcTextSize(s.c_str()).x) / 2, p.y),
                                           ImGui::GetColorU32(ImGuiCol_TextDisabled), s.c_str());
     }
-    ImGui::Dummy(ImVec2(label_w + (box.x + pad) * static_cast<float>(heads.size()), ImGui::GetTextLineHeight()));
+    ImGui::Dummy(
+        ImVec2(label_w + (box.x + pad) * static_cast<float>(heads.size()), ImGui::GetTextLineHeight()));
   }
   for (int li : layers) {
     const LayerTrace& l = t.layers[static_cast<size_t>(li)];
@@ -134,7 +143,8 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
     ImGui::EndGroup();
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("layer %d%s\nlargest |attention logit| %.4g\nlargest |hidden state| %.4g", l.index,
-                        t.config.is_diff() ? (" lambda " + std::to_string(l.lambda)).c_str() : "", top_logit, top_hidden);
+                        t.config.is_diff() ? (" lambda " + std::to_string(l.lambda)).c_str() : "", top_logit,
+                        top_hidden);
     ImGui::SameLine(label_w);
     const uint64_t layer_version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
                                    (static_cast<uint64_t>(l.index) << 12) ^ 0x7 ^
@@ -189,22 +199,25 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
         style.scale = static_cast<viz::ValueScale>(state.view.scale);
         viz::HeatmapView& v = views_[{l.index, l.heads[h]}];
         const uint64_t version = (request << 24) ^ (static_cast<uint64_t>(slot) << 20) ^
-                                 (static_cast<uint64_t>(l.index) << 12) ^ (static_cast<uint64_t>(l.heads[h]) << 4) ^
-                                 0x9 ^ (pooled && state.view.pooling == 0 ? (uint64_t{1} << 60) : 0);
+                                 (static_cast<uint64_t>(l.index) << 12) ^
+                                 (static_cast<uint64_t>(l.heads[h]) << 4) ^ 0x9 ^
+                                 (pooled && state.view.pooling == 0 ? (uint64_t{1} << 60) : 0);
         v.update({grid.data.data() + static_cast<int64_t>(h) * side * side, side, side, version, true, {}},
-                 static_cast<int>(box.x), static_cast<int>(box.y), static_cast<viz::Pooling>(state.view.pooling), style,
-                 renderer);
+                 static_cast<int>(box.x), static_cast<int>(box.y),
+                 static_cast<viz::Pooling>(state.view.pooling), style, renderer);
         ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(v.target().texture())), box,
                      ImVec2(0, 1), ImVec2(1, 0));
       }
       const bool selected = l.index == state.view.layer && l.heads[h] == state.view.head[slot];
       if (selected)
-        ImGui::GetWindowDrawList()->AddRect(p, ImVec2(p.x + box.x, p.y + box.y), IM_COL32(255, 140, 0, 255), 0, 0, 3);
+        ImGui::GetWindowDrawList()->AddRect(p, ImVec2(p.x + box.x, p.y + box.y), IM_COL32(255, 140, 0, 255),
+                                            0, 0, 3);
       if (ImGui::IsItemHovered()) {
         if (hs)
-          ImGui::SetTooltip("layer %d, head %d\nattention to the answer %.3f\nnoise %.3f\nentropy %.3f nats (%.3f of "
-                            "uniform)\nfirst-token share %.3f",
-                            l.index, l.heads[h], hs->answer, hs->noise, hs->entropy, hs->entropy_norm, hs->sink);
+          ImGui::SetTooltip(
+              "layer %d, head %d\nattention to the answer %.3f\nnoise %.3f\nentropy %.3f nats (%.3f of "
+              "uniform)\nfirst-token share %.3f",
+              l.index, l.heads[h], hs->answer, hs->noise, hs->entropy, hs->entropy_norm, hs->sink);
         else
           ImGui::SetTooltip("layer %d, head %d", l.index, l.heads[h]);
       }
@@ -217,7 +230,8 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
   }
 }
 
-void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots], const viz::HeatmapRenderer& renderer) {
+void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
+                         const viz::HeatmapRenderer& renderer) {
   const float fw = ImGui::GetFontSize() * 7;
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 13);
   ImGui::Combo("show", &state.view.head_metric,
@@ -228,8 +242,9 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots], const v
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 11);
     ImGui::Combo("over", &state.view.metric_rows, "the query's row\0the question's rows\0");
     if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("the selected query's row, or every row from the selected query (the question's start) to "
-                        "the end");
+      ImGui::SetTooltip(
+          "the selected query's row, or every row from the selected query (the question's start) to "
+          "the end");
   }
   ImGui::SameLine();
   ImGui::SetNextItemWidth(fw);
@@ -244,8 +259,11 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots], const v
   for (int s = 0; s < kSlots; ++s)
     if (const auto& t = state.shown->traces[s]) {
       ++models;
-      rows = std::max(rows, static_cast<int>(parse_index_filter(state.view.layer_filter, static_cast<int>(t->layers.size())).size()));
-      const int c = static_cast<int>(parse_index_filter(state.view.head_filter, static_cast<int>(t->config.map_heads())).size());
+      rows = std::max(
+          rows, static_cast<int>(
+                    parse_index_filter(state.view.layer_filter, static_cast<int>(t->layers.size())).size()));
+      const int c = static_cast<int>(
+          parse_index_filter(state.view.head_filter, static_cast<int>(t->config.map_heads())).size());
       cols += c;
       max_cols = std::max(max_cols, c);
     }
@@ -254,8 +272,9 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots], const v
   const float pad = ImGui::GetStyle().ItemSpacing.x, vpad = ImGui::GetStyle().ItemSpacing.y;
   const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
   const float header = 4 * ImGui::GetTextLineHeightWithSpacing();  // title, legend, head numbers
-  const ImVec2 beside((room.x - 2 * ImGui::GetFontSize() - models * (label_w + pad)) / std::max(1, cols) - pad,
-                      (room.y - header) / rows - vpad);
+  const ImVec2 beside(
+      (room.x - 2 * ImGui::GetFontSize() - models * (label_w + pad)) / std::max(1, cols) - pad,
+      (room.y - header) / rows - vpad);
   const ImVec2 stacked((room.x - label_w - pad) / max_cols - pad,
                        (room.y - models * header) / std::max(1, models * rows) - vpad);
   const float least = ImGui::GetTextLineHeight() * 3;
@@ -284,7 +303,8 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots], const v
     const float w = ImGui::GetFontSize() * 14, h = ImGui::GetFontSize() * 0.8f;
     for (int i = 0; i < 48; ++i) {
       const viz::Rgb8 c = cmap.at((i + 0.5) / 48);
-      dl->AddRectFilled(ImVec2(p.x + w * i / 48, p.y), ImVec2(p.x + w * (i + 1) / 48, p.y + h), IM_COL32(c.r, c.g, c.b, 255));
+      dl->AddRectFilled(ImVec2(p.x + w * i / 48, p.y), ImVec2(p.x + w * (i + 1) / 48, p.y + h),
+                        IM_COL32(c.r, c.g, c.b, 255));
     }
     ImGui::Dummy(ImVec2(w, h));
     ImGui::SameLine();

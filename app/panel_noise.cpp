@@ -167,14 +167,16 @@ void focus_answer_head(GuiState& state, const RunResult& r) {
     what += std::string(k ? ", " : "") + (c.name.empty() ? to_string(c.attention) : c.name) + " head " +
             std::to_string(h->head) + " " + share;
   }
-  state.message = what + " to the answer over the question's rows (the query to the end; the strongest heads)";
+  state.message =
+      what + " to the answer over the question's rows (the query to the end; the strongest heads)";
 }
 
 namespace {
 
 // The table as a chart in the space left: per layer (and the mean), each model's attention to the answer
 // (solid) and noise (light) side by side, on one axis.
-void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<NoiseReadout>* readouts, size_t rows) {
+void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<NoiseReadout>* readouts,
+                      size_t rows) {
   const ImVec2 room = ImGui::GetContentRegionAvail();
   const float th = ImGui::GetTextLineHeight();
   if (rows == 0 || room.y < th * 8) return;
@@ -197,8 +199,9 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
   for (size_t g = 0; g < groups; ++g) {
     for (int s = 0; s < kSlots; ++s) {
       if (!readouts[s]) continue;
-      const AttentionShare* v = g < rows ? (g < readouts[s]->per_layer.size() ? &readouts[s]->per_layer[g] : nullptr)
-                                         : &readouts[s]->mean;
+      const AttentionShare* v =
+          g < rows ? (g < readouts[s]->per_layer.size() ? &readouts[s]->per_layer[g] : nullptr)
+                   : &readouts[s]->mean;
       if (!v) continue;
       for (int k = 0; k < 2; ++k) {
         const float x0 = a.min.x + gw * (static_cast<float>(g) + 0.1f) + bw * static_cast<float>(2 * s + k);
@@ -208,9 +211,10 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
       }
     }
     const std::string label = g < rows ? "layer " + std::to_string(g) : "mean";
-    dl->AddText(ImVec2(a.min.x + gw * (static_cast<float>(g) + 0.5f) - ImGui::CalcTextSize(label.c_str()).x / 2,
-                       a.max.y + 3),
-                ImGui::GetColorU32(ImGuiCol_Text), label.c_str());
+    dl->AddText(
+        ImVec2(a.min.x + gw * (static_cast<float>(g) + 0.5f) - ImGui::CalcTextSize(label.c_str()).x / 2,
+               a.max.y + 3),
+        ImGui::GetColorU32(ImGuiCol_Text), label.c_str());
   }
   // The key: each model's colour.
   float x = a.max.x;
@@ -219,7 +223,8 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
     const std::string& name = r.traces[s]->config.name;
     x -= ImGui::CalcTextSize(name.c_str()).x + th * 1.6f;
     dl->AddRectFilled(ImVec2(x, a.min.y + th * 0.4f), ImVec2(x + th * 0.5f, a.min.y + th * 1.2f), solid[s]);
-    dl->AddRectFilled(ImVec2(x + th * 0.5f, a.min.y + th * 0.4f), ImVec2(x + th, a.min.y + th * 1.2f), light[s]);
+    dl->AddRectFilled(ImVec2(x + th * 0.5f, a.min.y + th * 0.4f), ImVec2(x + th, a.min.y + th * 1.2f),
+                      light[s]);
     dl->AddText(ImVec2(x + th * 1.2f, a.min.y + th * 0.3f), ImGui::GetColorU32(ImGuiCol_Text), name.c_str());
   }
   ImGui::Dummy(room);
@@ -231,14 +236,16 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
   const SelectionState& sel = state.selection;
   ImGui::TextWrapped("%s.", kAttentionShareDefinition);
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextWrapped("Question = tokens from the selected query to the end; answer = the right-dragged span.");
+  ImGui::TextWrapped(
+      "Question = tokens from the selected query to the end; answer = the right-dragged span.");
   ImGui::PopStyleColor();
   if (sel.answer_begin < 0) {
     ImGui::TextUnformatted("Right-drag over the answer's tokens on the token strip to measure.");
     return;
   }
   if (ImGui::Button("Show the heads that attend most to the answer")) focus_answer_head(state, r);
-  if (ImGui::BeginTable("noise", 1 + 2 * kSlots, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
+  if (ImGui::BeginTable("noise", 1 + 2 * kSlots,
+                        ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
     ImGui::TableSetupColumn("layer");
     std::string heads[kSlots];
     for (int s = 0; s < kSlots; ++s) {

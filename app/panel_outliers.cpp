@@ -135,7 +135,8 @@ void draw_outlier_panel(const RunResult& r, int& layer_choice) {
   const float line = ImGui::GetTextLineHeightWithSpacing();
   const float table = 3 * (ImGui::GetTextLineHeight() + 2 * st.CellPadding.y) + st.ItemSpacing.y + 2;
   const float group = line + table + st.ItemSpacing.y;  // a histogram's title and table
-  const float rest = room.y - line /* the note */ - (stacked ? 2 : 1) * group - (stacked ? st.ItemSpacing.y : 0);
+  const float rest =
+      room.y - line /* the note */ - (stacked ? 2 : 1) * group - (stacked ? st.ItemSpacing.y : 0);
   const float h = std::max(ImGui::GetTextLineHeight() * 7, stacked ? rest / 2 : rest);
   ImGui::BeginGroup();
   draw_histograms("|attention logits| (DIFF: both components pooled; log count)", lp, names, ImVec2(w, h));

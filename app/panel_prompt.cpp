@@ -22,7 +22,9 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
     const std::string& path = info.path.empty() ? state.slots[s].path_field : info.path;
     const size_t cut = path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
     ImGui::TextWrapped("%s: %s", s == 0 ? "Left" : "Right",
-                       path.empty() ? "(empty)" : cut == std::string::npos ? path.c_str() : path.c_str() + cut + 1);
+                       path.empty()               ? "(empty)"
+                       : cut == std::string::npos ? path.c_str()
+                                                  : path.c_str() + cut + 1);
     if (!path.empty() && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", path.c_str());
     const bool loading_here = state.status.load_fraction >= 0 &&
                               state.status.activity.find("loading " + state.slots[s].path_field) == 0;
@@ -39,7 +41,8 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
     ImGui::PopStyleColor();
     if (ImGui::SmallButton("Open model...")) state.open_dialog = {true, s, false, state.slots[s].path_field};
     flow_next(ImGui::CalcTextSize("Open bundle...").x + 2 * ImGui::GetStyle().FramePadding.x);
-    if (ImGui::SmallButton("Open bundle...")) state.open_dialog = {true, s, true, state.slots[s].bundle_field};
+    if (ImGui::SmallButton("Open bundle..."))
+      state.open_dialog = {true, s, true, state.slots[s].bundle_field};
     ImGui::PopID();
     ImGui::Spacing();
   }
@@ -83,7 +86,9 @@ void draw_device_menu(GuiState& state, InferenceWorker& worker) {
 
 // The prompt editor: an edit marks the prompt pending (the shell submits it after the debounce).
 void draw_prompt_editor(GuiState& state) {
-  if (ImGui::InputTextMultiline("##prompt", &state.prompt.text, ImVec2(-1, ImGui::GetTextLineHeight() * 3 + ImGui::GetStyle().FramePadding.y * 2))) {
+  if (ImGui::InputTextMultiline(
+          "##prompt", &state.prompt.text,
+          ImVec2(-1, ImGui::GetTextLineHeight() * 3 + ImGui::GetStyle().FramePadding.y * 2))) {
     state.prompt.pending = true;
     state.selection.needles.clear();  // the builder's spans no longer match the text
     state.prompt.last_edit = now_seconds();

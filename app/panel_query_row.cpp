@@ -67,24 +67,27 @@ void draw_next_tokens(const Trace& t, int query, ImVec2 at, float width) {
     char text[160];
     std::snprintf(text, sizeof text, "%5.1f %%  %s", 100.0 * t.next_token[i].probability,
                   viz::display_token(t.next_token[i].text, viz::Spaces::Visible).c_str());
-    dl->AddText(ImVec2(at.x, at.y + line * static_cast<float>(i + 1)), ImGui::GetColorU32(ImGuiCol_Text), text);
+    dl->AddText(ImVec2(at.x, at.y + line * static_cast<float>(i + 1)), ImGui::GetColorU32(ImGuiCol_Text),
+                text);
   }
   dl->PopClipRect();
   if (query != last && ImGui::IsMouseHoveringRect(at, ImVec2(at.x + width, at.y + line)))
-    ImGui::SetTooltip("The next-token distribution is kept for the prompt's last token (%d) only,\nnot for the "
-                      "selected query (%d).",
-                      last, query);
+    ImGui::SetTooltip(
+        "The next-token distribution is kept for the prompt's last token (%d) only,\nnot for the "
+        "selected query (%d).",
+        last, query);
 }
 
 // One model's chart in [min, max]; the y range is [lo, hi].
-void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& row, int q, ImVec2 min, ImVec2 max,
-                    double lo, double hi) {
+void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& row, int q, ImVec2 min,
+                    ImVec2 max, double lo, double hi) {
   const SelectionState& sel = state.selection;
   const std::string name = t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
   const std::vector<std::string> labels = viz::display_tokens(t.tokens, viz::Spaces::Visible);
   char title[256];
-  std::snprintf(title, sizeof title, "%s  L%d H%d   query %d '%s':  %s over keys 0-%d", name.c_str(), state.view.layer,
-                state.view.head[slot], q, labels[static_cast<size_t>(q)].c_str(), row.what.c_str(), q);
+  std::snprintf(title, sizeof title, "%s  L%d H%d   query %d '%s':  %s over keys 0-%d", name.c_str(),
+                state.view.layer, state.view.head[slot], q, labels[static_cast<size_t>(q)].c_str(),
+                row.what.c_str(), q);
   const PlotArea a = draw_plot_frame(min, max, lo, hi, "%.2f", true, title);
   state.drawn.note("chart." + std::to_string(slot), a.min.x, a.min.y, a.max.x, a.max.y);
   ImDrawList* dl = ImGui::GetWindowDrawList();
@@ -95,11 +98,11 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
   const float zero = a.y(0);
   for (int j = 0; j < n; ++j) {
     const float v = row.values[static_cast<size_t>(j)];
-    const ImU32 col = in_answer(j)            ? IM_COL32(20, 160, 60, 255)
-                      : j == q                ? IM_COL32(240, 130, 0, 255)
-                      : j == sel.hovered_key  ? IM_COL32(230, 0, 150, 255)
-                      : v < 0                 ? IM_COL32(200, 90, 90, 255)
-                                              : IM_COL32(50, 110, 180, 255);
+    const ImU32 col = in_answer(j)           ? IM_COL32(20, 160, 60, 255)
+                      : j == q               ? IM_COL32(240, 130, 0, 255)
+                      : j == sel.hovered_key ? IM_COL32(230, 0, 150, 255)
+                      : v < 0                ? IM_COL32(200, 90, 90, 255)
+                                             : IM_COL32(50, 110, 180, 255);
     const float x0 = a.min.x + bw * static_cast<float>(j), x1 = std::max(x0 + 1.0f, x0 + bw * 0.85f);
     const float y = std::clamp(a.y(v), a.min.y, a.max.y);
     dl->AddRectFilled(ImVec2(x0, std::min(y, zero)), ImVec2(x1, std::max(y, zero)), col);
@@ -107,7 +110,9 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
   if (answer_marked) {  // a band under the answer's keys, so a small share is still seen
     const float x0 = a.min.x + bw * static_cast<float>(std::min(sel.answer_begin, n)),
                 x1 = a.min.x + bw * static_cast<float>(std::min(sel.answer_end, n));
-    if (x1 > x0) dl->AddRectFilled(ImVec2(x0, a.max.y - 3), ImVec2(std::max(x1, x0 + 2), a.max.y), IM_COL32(20, 160, 60, 255));
+    if (x1 > x0)
+      dl->AddRectFilled(ImVec2(x0, a.max.y - 3), ImVec2(std::max(x1, x0 + 2), a.max.y),
+                        IM_COL32(20, 160, 60, 255));
   }
   // Token labels under the bars, where they fit: the answer's and the query's first, then left to right.
   const float th = ImGui::GetTextLineHeight();
@@ -123,7 +128,8 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
     dl->AddText(ImVec2(x0, a.max.y + 2), col, s.c_str());
   };
   if (answer_marked)
-    for (int j = sel.answer_begin; j < std::min(sel.answer_end, n); ++j) try_label(j, IM_COL32(10, 120, 40, 255));
+    for (int j = sel.answer_begin; j < std::min(sel.answer_end, n); ++j)
+      try_label(j, IM_COL32(10, 120, 40, 255));
   try_label(q, IM_COL32(200, 100, 0, 255));
   if (bw * 2.5f >= th)
     for (int j = 0; j < n; ++j) try_label(j, ImGui::GetColorU32(ImGuiCol_TextDisabled));
@@ -136,7 +142,8 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
       std::snprintf(text, sizeof text, "answer %.3f  noise %.3f", share.answer, share.noise);
     const ImVec2 ts = ImGui::CalcTextSize(text);
     const ImVec2 p(std::max(min.x, max.x - ts.x), min.y);
-    dl->AddRectFilled(ImVec2(p.x - th * 0.6f, p.y), ImVec2(max.x, p.y + ts.y), ImGui::GetColorU32(ImGuiCol_WindowBg));
+    dl->AddRectFilled(ImVec2(p.x - th * 0.6f, p.y), ImVec2(max.x, p.y + ts.y),
+                      ImGui::GetColorU32(ImGuiCol_WindowBg));
     dl->AddText(p, IM_COL32(10, 110, 40, 255), text);
     if (ImGui::IsMouseHoveringRect(p, ImVec2(max.x, p.y + ts.y)))
       ImGui::SetTooltip("%s.\nThe query's own token is neither answer nor noise.", kAttentionShareDefinition);
@@ -178,7 +185,8 @@ void draw_query_row_view(GuiState& state) {
     const Trace& t = *r.traces[slots[k]];
     rows[k] = query_row(state, t, state.view.head[slots[k]],
                         std::clamp(state.selection.query, 0, static_cast<int>(t.length()) - 1));
-    for (float v : rows[k].values) lo = std::min(lo, static_cast<double>(v)), hi = std::max(hi, static_cast<double>(v));
+    for (float v : rows[k].values)
+      lo = std::min(lo, static_cast<double>(v)), hi = std::max(hi, static_cast<double>(v));
   }
   const ImVec2 origin = ImGui::GetCursorScreenPos(), room = ImGui::GetContentRegionAvail();
   const float gap = ImGui::GetFontSize() * 0.6f;
@@ -190,13 +198,15 @@ void draw_query_row_view(GuiState& state) {
     const ImVec2 max(origin.x + room.x - next_w - gap, min.y + chart_h);
     if (!rows[k].error.empty() || rows[k].values.empty()) {
       ImGui::SetCursorScreenPos(min);
-      ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", rows[k].error.empty() ? "no row" : rows[k].error.c_str());
+      ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s",
+                         rows[k].error.empty() ? "no row" : rows[k].error.c_str());
       continue;
     }
     double klo = lo, khi = hi;
     if (!state.layout.shared_rows_scale) {
       klo = khi = 0;
-      for (float v : rows[k].values) klo = std::min(klo, static_cast<double>(v)), khi = std::max(khi, static_cast<double>(v));
+      for (float v : rows[k].values)
+        klo = std::min(klo, static_cast<double>(v)), khi = std::max(khi, static_cast<double>(v));
     }
     if (khi <= klo) khi = klo + 1;
     const int qk = std::clamp(state.selection.query, 0, static_cast<int>(t.length()) - 1);

@@ -63,9 +63,10 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
     }
     if (ImGui::IsItemHovered()) {
       state.selection.hovered_next = ii;
-      ImGui::SetTooltip("token %d: '%s'  (piece '%s')\nclick: the query   right-drag: the answer span%s", ii,
-                        text.c_str(), tokens[i].c_str(),
-                        state.selection.needles.empty() ? "" : "\nyellow: needle sentences, green: the asked code");
+      ImGui::SetTooltip(
+          "token %d: '%s'  (piece '%s')\nclick: the query   right-drag: the answer span%s", ii, text.c_str(),
+          tokens[i].c_str(),
+          state.selection.needles.empty() ? "" : "\nyellow: needle sentences, green: the asked code");
       if (ImGui::IsMouseClicked(ImGuiMouseButton_Right)) state.selection.answer_anchor = ii;
       if (ImGui::IsMouseDown(ImGuiMouseButton_Right) && state.selection.answer_anchor >= 0) {
         state.selection.answer_begin = std::min(state.selection.answer_anchor, ii);

@@ -13,7 +13,8 @@ PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const cha
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float th = ImGui::GetTextLineHeight();
   if (!(hi > lo)) hi = lo + 1;
-  const std::vector<double> ticks = nice_ticks(lo, hi, std::max(2, static_cast<int>((max.y - min.y) / (th * 3.0f))));
+  const std::vector<double> ticks =
+      nice_ticks(lo, hi, std::max(2, static_cast<int>((max.y - min.y) / (th * 3.0f))));
   float label_w = 0;
   char buf[32];
   for (double t : ticks) {
@@ -21,15 +22,15 @@ PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const cha
     label_w = std::max(label_w, ImGui::CalcTextSize(buf).x);
   }
   const float top = y_title.empty() ? th * 0.5f : th * 1.8f;
-  PlotArea a{ImVec2(min.x + label_w + th * 0.6f, min.y + top), ImVec2(max.x - th * 0.3f, max.y - (x_labels ? th * 1.4f : th * 0.3f)),
-             lo, hi};
+  PlotArea a{ImVec2(min.x + label_w + th * 0.6f, min.y + top),
+             ImVec2(max.x - th * 0.3f, max.y - (x_labels ? th * 1.4f : th * 0.3f)), lo, hi};
   dl->AddRectFilled(a.min, a.max, IM_COL32(255, 255, 255, 255));
   const ImU32 text = ImGui::GetColorU32(ImGuiCol_Text);
   for (double t : ticks) {
     const float y = a.y(t);
     if (y < a.min.y - 1 || y > a.max.y + 1) continue;
-    dl->AddLine(ImVec2(a.min.x, y), ImVec2(a.max.x, y), t == 0 ? IM_COL32(90, 90, 90, 255) : IM_COL32(0, 0, 0, 28),
-                1.0f);
+    dl->AddLine(ImVec2(a.min.x, y), ImVec2(a.max.x, y),
+                t == 0 ? IM_COL32(90, 90, 90, 255) : IM_COL32(0, 0, 0, 28), 1.0f);
     std::snprintf(buf, sizeof buf, fmt, t);
     dl->AddText(ImVec2(a.min.x - th * 0.3f - ImGui::CalcTextSize(buf).x, y - th / 2), text, buf);
   }

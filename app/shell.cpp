@@ -15,7 +15,9 @@
 namespace difflens::app {
 namespace {
 
-const char* slot_name(int s) { return s == 0 ? "left" : "right"; }
+const char* slot_name(int s) {
+  return s == 0 ? "left" : "right";
+}
 
 // A draggable bar between two regions; returns the new fraction of `extent` before it.
 float splitter(const char* id, bool vertical_bar, float thickness, float extent, float fraction) {
@@ -47,21 +49,35 @@ void draw_view(View v, GuiState& state, InferenceWorker& worker, ViewObjects& vi
     return;
   }
   if (!state.shown) {
-    ImGui::TextDisabled("%s", state.status.busy ? "running both models..." : "waiting for a model (side panel)");
+    ImGui::TextDisabled("%s",
+                        state.status.busy ? "running both models..." : "waiting for a model (side panel)");
     return;
   }
   switch (v) {
-    case View::Maps: draw_head_views(state, views.head, renderer); break;
-    case View::QueryRow: draw_query_row_view(state); break;
-    case View::Models: draw_model_view_tab(state, views.model, renderer); break;
-    case View::Lambda: draw_lambda_view(state); break;
+    case View::Maps:
+      draw_head_views(state, views.head, renderer);
+      break;
+    case View::QueryRow:
+      draw_query_row_view(state);
+      break;
+    case View::Models:
+      draw_model_view_tab(state, views.model, renderer);
+      break;
+    case View::Lambda:
+      draw_lambda_view(state);
+      break;
     case View::Noise:
       draw_needle_builder(state);
       draw_noise_panel(state, *state.shown);
       break;
-    case View::Lab: break;
-    case View::Outliers: draw_outlier_panel(*state.shown, state.view.outlier_layer); break;
-    case View::Explain: views.explain.draw_tab(state); break;
+    case View::Lab:
+      break;
+    case View::Outliers:
+      draw_outlier_panel(*state.shown, state.view.outlier_layer);
+      break;
+    case View::Explain:
+      views.explain.draw_tab(state);
+      break;
   }
 }
 
@@ -71,7 +87,8 @@ void draw_view(View v, GuiState& state, InferenceWorker& worker, ViewObjects& vi
 void draw_view_window(const char* id, View v, ImVec2 size, GuiState& state, InferenceWorker& worker,
                       ViewObjects& views, const viz::HeatmapRenderer& renderer) {
   const bool fits = v == View::Maps || v == View::QueryRow || v == View::Explain;
-  ImGui::BeginChild(id, size, false, fits ? ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse : 0);
+  ImGui::BeginChild(id, size, false,
+                    fits ? ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse : 0);
   const ImVec2 p = ImGui::GetWindowPos(), s = ImGui::GetWindowSize();
   state.drawn.note(std::string("view.") + view_name(v), p.x, p.y, p.x + s.x, p.y + s.y);
   draw_view(v, state, worker, views, renderer);
@@ -154,8 +171,9 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
     ImGui::Separator();
     ImGui::TextDisabled("attention logits");
     if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("Absmax-quantize every attention logit (per head, dynamic) before the softmax,\n"
-                        "as in the paper's quantization study; both models re-run.");
+      ImGui::SetTooltip(
+          "Absmax-quantize every attention logit (per head, dynamic) before the softmax,\n"
+          "as in the paper's quantization study; both models re-run.");
     static const char* kWidths[] = {"exact", "8-bit", "6-bit", "4-bit"};
     for (int k = 0; k < 4; ++k)
       if (ImGui::MenuItem(kWidths[k], nullptr, v.quantization == k) && v.quantization != k) {
@@ -170,8 +188,9 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
       state.prompt.rerun();
     }
     if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("Prompts whose exact maps would need more than this per model are captured in blocks\n"
-                        "and kept as pooled maps of this size (0: always exact maps, memory grows with T^2).");
+      ImGui::SetTooltip(
+          "Prompts whose exact maps would need more than this per model are captured in blocks\n"
+          "and kept as pooled maps of this size (0: always exact maps, memory grows with T^2).");
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("Help")) {
@@ -191,8 +210,9 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
                             (state.device == DeviceChoice::Cuda  ? "cuda"
                              : state.device == DeviceChoice::Cpu ? "cpu"
                                                                  : "auto");
-  ImGui::SameLine(std::max(ImGui::GetCursorPosX(), ImGui::GetWindowWidth() - ImGui::CalcTextSize(right.c_str()).x -
-                                                       2 * ImGui::GetStyle().ItemSpacing.x));
+  ImGui::SameLine(std::max(
+      ImGui::GetCursorPosX(),
+      ImGui::GetWindowWidth() - ImGui::CalcTextSize(right.c_str()).x - 2 * ImGui::GetStyle().ItemSpacing.x));
   ImGui::TextDisabled("%s", right.c_str());
   ImGui::EndMenuBar();
 }
@@ -320,7 +340,8 @@ void handle_keys(GuiState& state, const ModelShape& shape) {
   const ImGuiIO& io = ImGui::GetIO();
   if (io.WantTextInput) return;
   if (io.KeyCtrl) {
-    if (ImGui::IsKeyPressed(GLFW_KEY_O, false)) state.open_dialog = {true, 0, false, state.slots[0].path_field};
+    if (ImGui::IsKeyPressed(GLFW_KEY_O, false))
+      state.open_dialog = {true, 0, false, state.slots[0].path_field};
     return;
   }
   for (int i = 0; i < kViews; ++i)
@@ -333,13 +354,15 @@ void handle_keys(GuiState& state, const ModelShape& shape) {
   if (ImGui::IsKeyPressed(GLFW_KEY_F12, false)) state.window_shot = true;
   if (shape.layers > 0) {
     if (ImGui::IsKeyPressed(GLFW_KEY_UP)) state.view.layer = std::max(0, state.view.layer - 1);
-    if (ImGui::IsKeyPressed(GLFW_KEY_DOWN)) state.view.layer = std::min(shape.layers - 1, state.view.layer + 1);
+    if (ImGui::IsKeyPressed(GLFW_KEY_DOWN))
+      state.view.layer = std::min(shape.layers - 1, state.view.layer + 1);
   }
   if (state.layout.view == View::Explain) return;  // its own Left/Right step the slides
   const int s = io.KeyShift ? 1 : 0;
   if (shape.heads[s] > 0) {
     if (ImGui::IsKeyPressed(GLFW_KEY_LEFT)) state.view.head[s] = std::max(0, state.view.head[s] - 1);
-    if (ImGui::IsKeyPressed(GLFW_KEY_RIGHT)) state.view.head[s] = std::min(shape.heads[s] - 1, state.view.head[s] + 1);
+    if (ImGui::IsKeyPressed(GLFW_KEY_RIGHT))
+      state.view.head[s] = std::min(shape.heads[s] - 1, state.view.head[s] + 1);
   }
 }
 
@@ -358,8 +381,8 @@ void draw_central_area(GuiState& state, InferenceWorker& worker, ViewObjects& vi
   const float bar = std::max(6.0f, ImGui::GetFontSize() * 0.45f);
   const float extent = (l.side_by_side ? room.x : room.y) - bar;
   const float maps = std::max(32.0f, extent * l.split_fraction);
-  draw_view_window("maps", View::Maps, l.side_by_side ? ImVec2(maps, room.y) : ImVec2(room.x, maps), state, worker,
-                   views, renderer);
+  draw_view_window("maps", View::Maps, l.side_by_side ? ImVec2(maps, room.y) : ImVec2(room.x, maps), state,
+                   worker, views, renderer);
   if (l.side_by_side) ImGui::SameLine(0, 0);
   l.split_fraction = splitter("##split", l.side_by_side, bar, extent, l.split_fraction);
   if (l.side_by_side) ImGui::SameLine(0, 0);

@@ -24,7 +24,7 @@ using nlohmann::json;
 // GPT-2's byte <-> character table: printable Latin-1 bytes stand for themselves, the other 68 bytes
 // (controls, space, 0x7F-0xA0, 0xAD) for the code points 256, 257, ... in byte order.
 struct ByteMap {
-  std::string to_char[256];           // byte -> UTF-8 of its stand-in character
+  std::string to_char[256];                       // byte -> UTF-8 of its stand-in character
   std::unordered_map<uint32_t, uint8_t> to_byte;  // stand-in code point -> byte
   ByteMap() {
     uint32_t next = 256;
@@ -117,11 +117,14 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
   if (j.contains("normalizer") && !j["normalizer"].is_null()) {
     const json& n = j["normalizer"];
     const bool empty_sequence = n.is_object() && n.value("type", std::string()) == "Sequence" &&
-                                n.contains("normalizers") && n["normalizers"].is_array() && n["normalizers"].empty();
+                                n.contains("normalizers") && n["normalizers"].is_array() &&
+                                n["normalizers"].empty();
     if (!empty_sequence)  // an empty Sequence changes nothing
-      fail("a normalizer (" + (n.is_object() ? n.value("type", std::string("?")) : std::string("?")) + ") is not supported");
+      fail("a normalizer (" + (n.is_object() ? n.value("type", std::string("?")) : std::string("?")) +
+           ") is not supported");
   }
-  if (m.value("byte_fallback", false)) fail("BPE with byte_fallback (SentencePiece-style) is not supported; use tokenizer.model");
+  if (m.value("byte_fallback", false))
+    fail("BPE with byte_fallback (SentencePiece-style) is not supported; use tokenizer.model");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (m.contains(k) && !m[k].is_null() && !(m[k].is_string() && m[k].get<std::string>().empty()))
       fail(std::string(k) + " is not supported");
@@ -167,17 +170,20 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
         fail("an added token lacks a valid id or content");
       const std::string c = a["content"].get<std::string>();
       if (c.empty()) continue;
-      auto flag = [&](const char* k, bool fallback) { return a.contains(k) && a[k].is_boolean() ? a[k].get<bool>() : fallback; };
+      auto flag = [&](const char* k, bool fallback) {
+        return a.contains(k) && a[k].is_boolean() ? a[k].get<bool>() : fallback;
+      };
       // The library's default: special tokens are matched in the raw text, others after normalization.
       const bool normalized = flag("normalized", !flag("special", false));
-      bpe->added_[normalized].push_back(
-          {c, a["id"].get<int64_t>(), flag("single_word", false), flag("lstrip", false), flag("rstrip", false)});
+      bpe->added_[normalized].push_back({c, a["id"].get<int64_t>(), flag("single_word", false),
+                                         flag("lstrip", false), flag("rstrip", false)});
       max_id = std::max(max_id, a["id"].get<int64_t>());
     }
   for (int pass = 0; pass < 2; ++pass) {
     std::stable_sort(bpe->added_[pass].begin(), bpe->added_[pass].end(),
                      [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
-    for (const Added& a : bpe->added_[pass]) bpe->added_first_[pass][static_cast<unsigned char>(a.content[0])] = true;
+    for (const Added& a : bpe->added_[pass])
+      bpe->added_first_[pass][static_cast<unsigned char>(a.content[0])] = true;
   }
   for (int b = 0; b < 256; ++b) {
     auto it = bpe->vocab_.find(byte_map().to_char[b]);
@@ -221,7 +227,8 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
   auto add_regex = [&](const std::string& pattern) { bpe->splits_.push_back(compile(pattern)); };
   // What the library's `\w` and `\s` (Rust regex, Unicode) mean for single_word / lstrip / rstrip.
   bpe->word_char_ = compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])");
-  bpe->space_char_ = compile(R"([\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}])");
+  bpe->space_char_ = compile(
+      R"([\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}])");
   bool byte_level = false;
   std::function<void(const json&)> pre = [&](const json& p) {
     if (p.is_null()) return;
@@ -264,7 +271,8 @@ int64_t ByteLevelBpe::id_of(const std::string& token) const {
 
 // Splits [begin, end) of `text` by every regex in turn (matches and the gaps between them both become
 // pieces), then byte-pair-encodes each piece.
-void ByteLevelBpe::pretokenize(const std::string& text, size_t begin, size_t end, std::vector<Token>& out) const {
+void ByteLevelBpe::pretokenize(const std::string& text, size_t begin, size_t end,
+                               std::vector<Token>& out) const {
   std::vector<std::pair<size_t, size_t>> pieces{{begin, end}};
   for (const auto& r : splits_) {
     std::vector<std::pair<size_t, size_t>> next;
@@ -297,7 +305,8 @@ void ByteLevelBpe::pretokenize(const std::string& text, size_t begin, size_t end
 // Applies the merges to one pre-tokenized word. Like the reference library: the lowest-ranked pair
 // anywhere in the word merges first (the leftmost among equals), using a heap of candidate pairs over a
 // linked list of symbols, so a long word (a run of CJK text, a base64 blob) costs O(n log n).
-void ByteLevelBpe::encode_word(const std::string& text, size_t begin, size_t end, std::vector<Token>& out) const {
+void ByteLevelBpe::encode_word(const std::string& text, size_t begin, size_t end,
+                               std::vector<Token>& out) const {
   if (begin >= end) return;
   const ByteMap& bm = byte_map();
   if (ignore_merges_) {
@@ -323,7 +332,8 @@ void ByteLevelBpe::encode_word(const std::string& text, size_t begin, size_t end
   syms.back().next = -1;
   struct Candidate {
     int64_t rank, pos, new_id;
-    bool operator<(const Candidate& o) const {  // std::priority_queue pops the largest: lowest rank, then leftmost
+    bool operator<(
+        const Candidate& o) const {  // std::priority_queue pops the largest: lowest rank, then leftmost
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
   };
@@ -345,7 +355,7 @@ void ByteLevelBpe::encode_word(const std::string& text, size_t begin, size_t end
     const Sym right = syms[static_cast<size_t>(left.next)];
     if (left.id < 0 || right.id < 0) continue;
     auto it = merges_.find(pair_key(left.id, right.id));
-    if (it == merges_.end() || it->second.second != top.new_id) continue;  // a stale candidate
+    if (it == merges_.end() || it->second.second != top.new_id) continue;             // a stale candidate
     syms[static_cast<size_t>(left.next)].e = syms[static_cast<size_t>(left.next)].b;  // removed
     left.id = top.new_id;
     left.e = right.e;
@@ -375,8 +385,11 @@ size_t utf8_char_length(const std::string& text, size_t at, size_t limit) {
   if (at >= limit) return 0;
   const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
   const unsigned char lead = byte(at);
-  const size_t n = lead < 0x80 ? 1 : lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3
-                                 : lead >= 0xF0 && lead <= 0xF4   ? 4 : 0;
+  const size_t n = lead < 0x80                    ? 1
+                   : lead >= 0xC2 && lead <= 0xDF ? 2
+                   : lead >= 0xE0 && lead <= 0xEF ? 3
+                   : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                  : 0;
   if (n == 0 || n > limit - at) return 0;
   for (size_t k = 1; k < n; ++k)
     if ((byte(at + k) & 0xC0) != 0x80) return 0;
@@ -431,7 +444,8 @@ void ByteLevelBpe::split_added(const std::string& text, size_t begin, size_t end
     size_t start = i, stop = i + hit->content.size();
     i = stop;  // the next match starts after this one, whether it is kept or not
     if (hit->single_word) {
-      const bool word_before = start > begin && char_is(*word_char_, text, char_before(text, start, begin), end);
+      const bool word_before =
+          start > begin && char_is(*word_char_, text, char_before(text, start, begin), end);
       const bool word_after = stop < end && char_is(*word_char_, text, stop, end);
       if (word_before || word_after) continue;
     }
@@ -466,7 +480,8 @@ std::vector<ByteLevelBpe::Token> ByteLevelBpe::encode(const std::string& text) c
   for (const Piece& p : pieces) {
     if (p.id >= 0) {
       out.push_back({p.id, p.begin, p.end});
-    } else if (add_prefix_space_ && text[p.begin] != ' ') {  // a space before the text, covering no input bytes
+    } else if (add_prefix_space_ &&
+               text[p.begin] != ' ') {  // a space before the text, covering no input bytes
       const std::string spaced = " " + text.substr(p.begin, p.end - p.begin);
       std::vector<Token> part;
       pretokenize(spaced, 0, spaced.size(), part);
@@ -485,7 +500,8 @@ std::vector<ByteLevelBpe::Token> ByteLevelBpe::encode(const std::string& text) c
 std::string ByteLevelBpe::decode(const std::vector<int64_t>& ids) const {
   std::string out;
   for (int64_t id : ids) {
-    if (id < 0 || id >= vocab_size_) throw Error("decode: id " + std::to_string(id) + " is outside the vocabulary");
+    if (id < 0 || id >= vocab_size_)
+      throw Error("decode: id " + std::to_string(id) + " is outside the vocabulary");
     out += id_to_bytes_[static_cast<size_t>(id)];
   }
   return out;

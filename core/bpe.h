@@ -46,9 +46,12 @@ class ByteLevelBpe {
 
   std::unordered_map<std::string, int64_t> vocab_;  // byte-mapped token -> id
   std::vector<std::string> id_to_bytes_;            // id -> raw bytes
-  static uint64_t pair_key(int64_t a, int64_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint64_t>(b); }
-  std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> merges_;  // (left id, right id) -> (rank, merged id)
-  int64_t byte_ids_[256] = {};                                        // a byte's own token (-1: none)
+  static uint64_t pair_key(int64_t a, int64_t b) {
+    return (static_cast<uint64_t>(a) << 32) | static_cast<uint64_t>(b);
+  }
+  std::unordered_map<uint64_t, std::pair<int64_t, int64_t>>
+      merges_;                  // (left id, right id) -> (rank, merged id)
+  int64_t byte_ids_[256] = {};  // a byte's own token (-1: none)
   // Added tokens, as the Hugging Face library matches them: first those with normalized = false, then,
   // in the text between, those with normalized = true (each list longest first). `single_word` tokens
   // match only between non-word characters; `lstrip` / `rstrip` take the whitespace beside them.
@@ -57,14 +60,15 @@ class ByteLevelBpe {
     int64_t id;
     bool single_word, lstrip, rstrip;
   };
-  std::vector<Added> added_[2];      // [0]: not normalized, [1]: normalized
-  bool added_first_[2][256] = {};   // bytes a token of each list can start with
+  std::vector<Added> added_[2];    // [0]: not normalized, [1]: normalized
+  bool added_first_[2][256] = {};  // bytes a token of each list can start with
   std::unique_ptr<Regex> word_char_, space_char_;
   struct Piece {
     int64_t id;  // -1: text to pre-tokenize
     size_t begin, end;
   };
-  void split_added(const std::string& text, size_t begin, size_t end, int pass, std::vector<Piece>& out) const;
+  void split_added(const std::string& text, size_t begin, size_t end, int pass,
+                   std::vector<Piece>& out) const;
   bool char_is(const Regex& r, const std::string& text, size_t at, size_t limit) const;
   size_t char_before(const std::string& text, size_t at, size_t floor) const;
   std::vector<std::unique_ptr<Regex>> splits_;  // applied in order (Split pre-tokenizers, ByteLevel's)

@@ -41,10 +41,12 @@ CheckpointFiles::CheckpointFiles(const std::filesystem::path& dir) {
       throw FormatError(index.string() + ": no \"weight_map\" object");
     std::set<std::string> shard_names;
     for (const auto& [tensor, file] : j["weight_map"].items()) {
-      if (!file.is_string()) throw FormatError(index.string() + ": weight_map[\"" + tensor + "\"] is not a file name");
+      if (!file.is_string())
+        throw FormatError(index.string() + ": weight_map[\"" + tensor + "\"] is not a file name");
       const std::string f = file.get<std::string>();
       if (f.empty() || f.find('/') != std::string::npos || f.find("..") != std::string::npos)
-        throw FormatError(index.string() + ": shard name '" + f + "' must be a plain file name in the directory");
+        throw FormatError(index.string() + ": shard name '" + f +
+                          "' must be a plain file name in the directory");
       expected_file[tensor] = f;
       shard_names.insert(f);
     }
@@ -57,7 +59,9 @@ CheckpointFiles::CheckpointFiles(const std::filesystem::path& dir) {
   } else {
     std::string hint;
     for (const char* bin : {"pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt"})
-      if (std::filesystem::exists(dir / bin)) hint = std::string(" (found ") + bin + ": PyTorch pickles are not read; save the model as safetensors)";
+      if (std::filesystem::exists(dir / bin))
+        hint =
+            std::string(" (found ") + bin + ": PyTorch pickles are not read; save the model as safetensors)";
     throw FormatError(dir.string() + ": no model.safetensors or model.safetensors.index.json" + hint);
   }
   for (const auto& f : files_)
@@ -77,7 +81,8 @@ CheckpointFiles::CheckpointFiles(const std::filesystem::path& dir) {
     }
   for (const auto& [tensor, file] : expected_file)
     if (!entries_.count(tensor))
-      throw FormatError(index.string() + ": tensor '" + tensor + "' is listed for " + file + " but not in it");
+      throw FormatError(index.string() + ": tensor '" + tensor + "' is listed for " + file +
+                        " but not in it");
 }
 
 const CheckpointFiles::Entry* CheckpointFiles::find(const std::string& name) const {

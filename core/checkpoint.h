@@ -29,7 +29,7 @@ class CheckpointFiles {
   size_t shards() const { return files_.size(); }
   // "BF16", "F32", or e.g. "BF16+F32" when mixed (largest share first).
   std::string dtype_summary() const;
-  uint64_t bytes() const;  // tensor bytes on disk
+  uint64_t bytes() const;                                      // tensor bytes on disk
   std::string describe_source(const std::string& name) const;  // "DIR/model-00002-of-00002.safetensors"
 
  private:

@@ -185,7 +185,8 @@ int64_t token_id(const json& j, const char* key, const std::string& src) {
 // A Hugging Face config.json (Llama family or DiffLlama) in DiffLens terms.
 ModelConfig config_from_hf(const json& j, const std::string& src) {
   std::string arch;
-  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
+  if (auto it = j.find("architectures");
+      it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     arch = (*it)[0].get<std::string>();
   const std::string model_type = get_string(j, "model_type", src, "");
   if (arch.empty())
@@ -211,7 +212,8 @@ ModelConfig config_from_hf(const json& j, const std::string& src) {
   c.num_hidden_layers = get_int(j, "num_hidden_layers", src, true, 0);
   c.num_attention_heads = get_int(j, "num_attention_heads", src, true, 0);
   c.num_key_value_heads = get_int(j, "num_key_value_heads", src, false, c.num_attention_heads);
-  c.head_dim = get_int(j, "head_dim", src, false, c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  c.head_dim = get_int(j, "head_dim", src, false,
+                       c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
   c.intermediate_size = get_int(j, "intermediate_size", src, true, 0);
   c.vocab_size = get_int(j, "vocab_size", src, true, 0);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false, 2048);
@@ -253,7 +255,8 @@ std::vector<double> rope_inv_freq(const ModelConfig& c) {
   const int64_t d = c.head_dim;
   std::vector<double> f(static_cast<size_t>(d / 2));
   for (int64_t i = 0; i < d / 2; ++i)
-    f[static_cast<size_t>(i)] = std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    f[static_cast<size_t>(i)] =
+        std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
   const RopeScaling& s = c.rope_scaling;
   if (s.kind == RopeScaling::Kind::Linear) {
     for (double& x : f) x /= s.factor;
@@ -296,8 +299,8 @@ void ModelConfig::validate(const std::string& src) const {
   // (a config that claims more is refused before anything is allocated).
   auto at_most = [&](int64_t v, int64_t limit, const char* name) {
     if (v > limit)
-      fail(src, std::string("'") + name + "' is " + std::to_string(v) + "; DiffLens reads models with at most " +
-                    std::to_string(limit));
+      fail(src, std::string("'") + name + "' is " + std::to_string(v) +
+                    "; DiffLens reads models with at most " + std::to_string(limit));
   };
   at_most(hidden_size, int64_t{1} << 20, "hidden_size");
   at_most(intermediate_size, int64_t{1} << 22, "intermediate_size");
@@ -325,10 +328,12 @@ void ModelConfig::validate(const std::string& src) const {
   if (rope_scaling.kind != RopeScaling::Kind::None && !(rope_scaling.factor > 0))
     fail(src, "'rope_scaling.factor' must be positive");
   if (rope_scaling.kind == RopeScaling::Kind::Llama3 &&
-      (!(rope_scaling.low_freq_factor > 0) || !(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor) ||
+      (!(rope_scaling.low_freq_factor > 0) ||
+       !(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor) ||
        rope_scaling.original_max_position_embeddings <= 0))
-    fail(src, "llama3 rope_scaling needs 0 < low_freq_factor < high_freq_factor and a positive "
-              "original_max_position_embeddings");
+    fail(src,
+         "llama3 rope_scaling needs 0 < low_freq_factor < high_freq_factor and a positive "
+         "original_max_position_embeddings");
   if (sliding_window < 0) fail(src, "'sliding_window' must be 0 (off) or positive");
   if (!(rms_norm_eps > 0) || !(subln_eps > 0)) fail(src, "norm epsilons must be positive");
   if (tokenizer == TokenizerKind::Bytes && vocab_size < 259)

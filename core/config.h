@@ -26,8 +26,8 @@ enum class TokenizerKind { Bytes, SentencePiece, ByteLevelBpe };
 struct RopeScaling {
   enum class Kind { None, Linear, Llama3 } kind = Kind::None;
   double factor = 1.0;
-  double low_freq_factor = 1.0, high_freq_factor = 4.0;   // llama3
-  int64_t original_max_position_embeddings = 8192;        // llama3
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  int64_t original_max_position_embeddings = 8192;       // llama3
 };
 
 // Dimensions follow the Hugging Face Llama convention: `num_attention_heads` counts d-wide query
@@ -55,7 +55,7 @@ struct ModelConfig {
   int64_t eos_token_id = 2;
   TokenizerKind tokenizer = TokenizerKind::Bytes;
   int64_t sliding_window = 0;  // > 0: a query sees only the last `sliding_window` keys (Mistral); 0: all
-  std::string name;  // free text shown in the UI
+  std::string name;            // free text shown in the UI
   // Where the checkpoint came from: "difflens" for the native format, else the Hugging Face
   // architecture (LlamaForCausalLM, MistralForCausalLM, DiffLlamaForCausalLM).
   std::string architecture = "difflens";

@@ -25,14 +25,14 @@ const char* const kOriginalNames[] = {
 
 // Names the bundled tokenizer (unigram 4k on the Brown corpus) keeps as a single piece after a space.
 const char* const kSingleTokenNames[] = {
-    "John",    "Mary",   "William", "Robert", "Jack",    "Phil",   "George",    "Thomas",
-    "Charles", "James",  "Ben",     "Don",    "Dan",     "Mike",   "Richard",   "Sam",
-    "Frank",   "Bill",   "Adam",    "Louis",  "Bob",     "Henry",  "Paul",      "Martin",
-    "Lewis",   "Jess",   "Joe",     "Francis", "Peter",  "David",  "Carl",      "Alfred",
-    "Joseph",  "Edward", "Charlie", "Warren", "Arthur",  "Alex",   "Victor",    "Greg",
-    "Curt",    "Linda",  "Lucy",    "Rachel", "Lawrence", "Walter", "Stanley",  "Susan",
-    "Samuel",  "Winston", "Morgan", "Kennedy", "Smith",  "Jones",  "Parker",    "Wilson",
-    "Palmer",  "Watson", "Wright",  "Clark",  "Holmes",  "Thompson", "Hudson",  "Sherman",
+    "John",    "Mary",    "William", "Robert",  "Jack",     "Phil",     "George",  "Thomas",
+    "Charles", "James",   "Ben",     "Don",     "Dan",      "Mike",     "Richard", "Sam",
+    "Frank",   "Bill",    "Adam",    "Louis",   "Bob",      "Henry",    "Paul",    "Martin",
+    "Lewis",   "Jess",    "Joe",     "Francis", "Peter",    "David",    "Carl",    "Alfred",
+    "Joseph",  "Edward",  "Charlie", "Warren",  "Arthur",   "Alex",     "Victor",  "Greg",
+    "Curt",    "Linda",   "Lucy",    "Rachel",  "Lawrence", "Walter",   "Stanley", "Susan",
+    "Samuel",  "Winston", "Morgan",  "Kennedy", "Smith",    "Jones",    "Parker",  "Wilson",
+    "Palmer",  "Watson",  "Wright",  "Clark",   "Holmes",   "Thompson", "Hudson",  "Sherman",
 };
 
 std::string four_digits(int code) {
@@ -62,7 +62,9 @@ NameSet parse_name_set(const std::string& s) {
   throw Error("unknown needle name set '" + s + "' (expected single-token or original)");
 }
 
-std::string to_string(NameSet s) { return s == NameSet::SingleToken ? "single-token" : "original"; }
+std::string to_string(NameSet s) {
+  return s == NameSet::SingleToken ? "single-token" : "original";
+}
 
 // Every fourth name of a list is held out for evaluation.
 const std::vector<std::string>& needle_names(NeedleSplit split, NameSet set) {
@@ -135,15 +137,18 @@ std::string fill(const std::string& t, const Needle& n, size_t* code_at = nullpt
 }  // namespace
 
 void NeedleTemplate::validate() const {
-  for (const auto& [field, text] : {std::pair<const char*, const std::string&>{"needle", needle}, {"question", question}}) {
+  for (const auto& [field, text] :
+       {std::pair<const char*, const std::string&>{"needle", needle}, {"question", question}}) {
     size_t known = occurrences(text, "{name}") + occurrences(text, "{code}");
     if (occurrences(text, "{") != known)
       throw Error(std::string("needle template: the ") + field + " may only use {name} and {code}");
     if (text.find_first_not_of(" \t\n") == std::string::npos)
       throw Error(std::string("needle template: the ") + field + " is empty");
   }
-  if (occurrences(needle, "{code}") != 1) throw Error("needle template: the needle must hold {code} exactly once");
-  if (occurrences(needle, "{name}") < 1) throw Error("needle template: the needle must name the person ({name})");
+  if (occurrences(needle, "{code}") != 1)
+    throw Error("needle template: the needle must hold {code} exactly once");
+  if (occurrences(needle, "{name}") < 1)
+    throw Error("needle template: the needle must name the person ({name})");
   if (occurrences(question, "{name}") < 1) throw Error("needle template: the question must hold {name}");
   if (occurrences(question, "{code}") != 0)
     throw Error("needle template: the question must not hold {code} (the answer follows it)");
@@ -155,9 +160,13 @@ EpisodeBuilder::EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokeni
   wording_.validate();
 }
 
-std::string EpisodeBuilder::needle_sentence(const Needle& n) const { return fill(wording_.needle, n); }
+std::string EpisodeBuilder::needle_sentence(const Needle& n) const {
+  return fill(wording_.needle, n);
+}
 
-std::string EpisodeBuilder::question(const Needle& n) const { return fill(wording_.question, n); }
+std::string EpisodeBuilder::question(const Needle& n) const {
+  return fill(wording_.question, n);
+}
 
 Needle EpisodeBuilder::random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken) const {
   const auto& names = needle_names(split_, names_);
@@ -198,9 +207,11 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
     std::shuffle(queried.begin(), queried.end(), rng);
     queried.resize(static_cast<size_t>(spec.queried));
   } else {
-    if (static_cast<int>(spec.ask.size()) != spec.queried) throw Error("episode: give one index per question");
+    if (static_cast<int>(spec.ask.size()) != spec.queried)
+      throw Error("episode: give one index per question");
     for (int i : spec.ask)
-      if (i < 0 || i >= spec.needles) throw Error("episode: asked needle " + std::to_string(i) + " does not exist");
+      if (i < 0 || i >= spec.needles)
+        throw Error("episode: asked needle " + std::to_string(i) + " does not exist");
     queried = spec.ask;
   }
 
@@ -244,7 +255,8 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
       const double target = depths[j] * static_cast<double>(cum.back());
       size_t best = 0;
       for (size_t k = 1; k < cum.size(); ++k)
-        if (std::fabs(static_cast<double>(cum[k]) - target) < std::fabs(static_cast<double>(cum[best]) - target))
+        if (std::fabs(static_cast<double>(cum[k]) - target) <
+            std::fabs(static_cast<double>(cum[best]) - target))
           best = k;
       boundary[j] = best;
     }

@@ -133,7 +133,8 @@ struct DataMix {
 // pair see identical data and a resumed run continues the same sequence.
 class TrainingData {
  public:
-  TrainingData(std::vector<int64_t> stream, const Haystack& haystack, const Tokenizer& tokenizer, DataMix mix);
+  TrainingData(std::vector<int64_t> stream, const Haystack& haystack, const Tokenizer& tokenizer,
+               DataMix mix);
   // A row of the kind drawn from the mix.
   TrainingRow row(int64_t length, std::mt19937_64& rng) const;
   TrainingRow text_row(int64_t length, std::mt19937_64& rng) const;

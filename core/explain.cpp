@@ -25,11 +25,14 @@ HeadExplain explain_head(const Trace& trace, int layer, int head, int64_t query)
   if (!lp) throw Error("explain: layer " + std::to_string(layer) + " is not in the trace");
   const int64_t H = c.map_heads(), T = trace.length();
   if (head < 0 || head >= H)
-    throw Error("explain: head " + std::to_string(head) + " does not exist (the model has " + std::to_string(H) + ")");
+    throw Error("explain: head " + std::to_string(head) + " does not exist (the model has " +
+                std::to_string(H) + ")");
   if (query < 0 || query >= T)
-    throw Error("explain: query " + std::to_string(query) + " is outside the " + std::to_string(T) + "-token prompt");
+    throw Error("explain: query " + std::to_string(query) + " is outside the " + std::to_string(T) +
+                "-token prompt");
   if (!explain_available(trace, layer))
-    throw Error("explain: this trace kept no queries, keys and values (capture with --keep-qkv, as the app does)");
+    throw Error(
+        "explain: this trace kept no queries, keys and values (capture with --keep-qkv, as the app does)");
   const LayerTrace& l = *lp;
   HeadExplain e;
   e.layer = layer;

@@ -17,8 +17,8 @@ struct HeadExplain {
   int layer = 0, head = 0;
   int64_t query = 0;
   bool diff = false;
-  int64_t d = 0, dv = 0;       // query/key width and value width (DIFF: 2d)
-  std::vector<int64_t> keys;   // the keys the query sees (j <= query, inside a sliding window), in order
+  int64_t d = 0, dv = 0;      // query/key width and value width (DIFF: 2d)
+  std::vector<int64_t> keys;  // the keys the query sees (j <= query, inside a sliding window), in order
   // 1. The query's rotated vectors, scaled by d^-1/2 (DIFF: both components), and each visible key's.
   std::vector<float> q1, q2;               // [d]
   std::vector<std::vector<float>> k1, k2;  // [keys][d]

@@ -24,9 +24,9 @@ int64_t rope_dim(RopeStyle s, int64_t d, int64_t i, int64_t m) {
 
 // Rows of a projection [subs * d, cols]: new row (sub', dim') takes old row (sub, dim) where both name the
 // same (head, component, rotary pair, member).
-std::vector<float> permute_rows(const std::vector<float>& w, int64_t cols, int64_t heads, int64_t d, bool diff,
-                                DiffPairing p_from, DiffPairing p_to, bool rotary, RopeStyle r_from,
-                                RopeStyle r_to) {
+std::vector<float> permute_rows(const std::vector<float>& w, int64_t cols, int64_t heads, int64_t d,
+                                bool diff, DiffPairing p_from, DiffPairing p_to, bool rotary,
+                                RopeStyle r_from, RopeStyle r_to) {
   std::vector<float> out(w.size());
   const int64_t comps = diff ? 2 : 1;
   for (int64_t h = 0; h < heads; ++h)
@@ -64,7 +64,8 @@ std::vector<NamedTensor> convert_layout(const ModelConfig& from, const std::vect
   std::map<std::string, std::vector<float>> subln;  // layer prefix -> learned norm weight
   for (const auto& t : tensors) {
     const std::string suffix = ".self_attn.subln.weight";
-    if (t.name.size() > suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    if (t.name.size() > suffix.size() &&
+        t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0)
       subln[t.name.substr(0, t.name.size() - suffix.size())] = t.data;
   }
   std::vector<NamedTensor> out;
@@ -77,25 +78,28 @@ std::vector<NamedTensor> convert_layout(const ModelConfig& from, const std::vect
       n.data = permute_rows(t.data, E, H, d, diff, from.diff_pairing, to.diff_pairing, true, from.rope_style,
                             to.rope_style);
     } else if (ends(".self_attn.k_proj.weight")) {
-      n.data = permute_rows(t.data, E, Hkv, d, diff, from.diff_pairing, to.diff_pairing, true, from.rope_style,
-                            to.rope_style);
+      n.data = permute_rows(t.data, E, Hkv, d, diff, from.diff_pairing, to.diff_pairing, true,
+                            from.rope_style, to.rope_style);
     } else if (ends(".self_attn.v_proj.weight")) {
-      n.data = permute_rows(t.data, E, Hkv, d, diff, from.diff_pairing, to.diff_pairing, false, from.rope_style,
-                            to.rope_style);
+      n.data = permute_rows(t.data, E, Hkv, d, diff, from.diff_pairing, to.diff_pairing, false,
+                            from.rope_style, to.rope_style);
     } else if (ends(".self_attn.subln.weight")) {
       if (!to.subln_weight) continue;  // folded into o_proj below
     } else if (ends(".self_attn.o_proj.weight") && diff && from.subln_weight && !to.subln_weight) {
       // o_proj · (w ⊙ norm(o)) = (o_proj · diag(w per head)) · norm(o): scale each head's 2d columns.
-      const std::string layer = t.name.substr(0, t.name.size() - std::string(".self_attn.o_proj.weight").size());
+      const std::string layer =
+          t.name.substr(0, t.name.size() - std::string(".self_attn.o_proj.weight").size());
       const std::vector<float>& w = subln.at(layer);
       const int64_t cols = H * 2 * d;
       for (int64_t r = 0; r < E; ++r)
-        for (int64_t col = 0; col < cols; ++col) n.data[static_cast<size_t>(r * cols + col)] *= w[static_cast<size_t>(col % (2 * d))];
+        for (int64_t col = 0; col < cols; ++col)
+          n.data[static_cast<size_t>(r * cols + col)] *= w[static_cast<size_t>(col % (2 * d))];
     }
     out.push_back(std::move(n));
     if (diff && !from.subln_weight && to.subln_weight && ends(".self_attn.lambda_k2")) {
       const std::string layer = t.name.substr(0, t.name.size() - std::string(".self_attn.lambda_k2").size());
-      out.push_back({layer + ".self_attn.subln.weight", {2 * d}, std::vector<float>(static_cast<size_t>(2 * d), 1.0f)});
+      out.push_back(
+          {layer + ".self_attn.subln.weight", {2 * d}, std::vector<float>(static_cast<size_t>(2 * d), 1.0f)});
     }
   }
   return out;
@@ -154,11 +158,12 @@ std::vector<std::string> save_hf(const Model& model, const std::filesystem::path
   if (to.rope_scaling.kind == RopeScaling::Kind::Linear)
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", to.rope_scaling.factor}};
   else if (to.rope_scaling.kind == RopeScaling::Kind::Llama3)
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", to.rope_scaling.factor},
-                         {"low_freq_factor", to.rope_scaling.low_freq_factor},
-                         {"high_freq_factor", to.rope_scaling.high_freq_factor},
-                         {"original_max_position_embeddings", to.rope_scaling.original_max_position_embeddings}};
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", to.rope_scaling.factor},
+        {"low_freq_factor", to.rope_scaling.low_freq_factor},
+        {"high_freq_factor", to.rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", to.rope_scaling.original_max_position_embeddings}};
   j["tie_word_embeddings"] = to.tie_word_embeddings;
   j["hidden_act"] = "silu";
   j["attention_bias"] = false;
@@ -173,11 +178,12 @@ std::vector<std::string> save_hf(const Model& model, const std::filesystem::path
   cfg << j.dump(2) << "\n";
   if (!cfg) throw Error((dir / "config.json").string() + ": write failed");
   std::vector<std::string> notes;
-  const char* file = model.tokenizer().is_sentencepiece()   ? "tokenizer.model"
+  const char* file = model.tokenizer().is_sentencepiece()    ? "tokenizer.model"
                      : model.tokenizer().is_byte_level_bpe() ? "tokenizer.json"
                                                              : nullptr;
   if (file && std::filesystem::exists(model.path() / file)) {
-    std::filesystem::copy_file(model.path() / file, dir / file, std::filesystem::copy_options::overwrite_existing, ec);
+    std::filesystem::copy_file(model.path() / file, dir / file,
+                               std::filesystem::copy_options::overwrite_existing, ec);
     if (ec) throw Error((dir / file).string() + ": cannot copy (" + ec.message() + ")");
   } else {
     notes.push_back("no tokenizer file written: this model's tokenizer has no Hugging Face form");

@@ -31,6 +31,7 @@ ModelConfig hf_layout(const ModelConfig& from);
 // Writes `model` as a Hugging Face checkpoint (config.json for DiffLlamaForCausalLM or LlamaForCausalLM,
 // model.safetensors in `dtype`, and the SentencePiece tokenizer.model when the model has one).
 // Returns notes for the user (e.g. "no tokenizer file: the byte tokenizer has no Hugging Face form").
-std::vector<std::string> save_hf(const Model& model, const std::filesystem::path& dir, DType dtype = DType::F32);
+std::vector<std::string> save_hf(const Model& model, const std::filesystem::path& dir,
+                                 DType dtype = DType::F32);
 
 }  // namespace difflens

@@ -113,8 +113,8 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
         if (row_span.begin < 0 || row_span.end > T || row_span.begin >= row_span.end)
           throw Error("attention metrics: a span lies outside the " + std::to_string(T) + " tokens");
         // The tile holds the rows [row_span.begin, row_span.end) of a map whose other rows are never read.
-        const AttentionTile tile = attention_tile(trace, l.index, which[h], row_span.begin,
-                                                  row_span.end - row_span.begin, 0, T);
+        const AttentionTile tile =
+            attention_tile(trace, l.index, which[h], row_span.begin, row_span.end - row_span.begin, 0, T);
         heads.push_back(share_of_rows([&](int64_t i) { return tile.a.data() + (i - row_span.begin) * T; }, T,
                                       rows, answer, question));
       } else {

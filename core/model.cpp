@@ -21,9 +21,9 @@
 #include <numeric>
 #include <set>
 
+#include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/model_impl.h"
-#include "core/checkpoint.h"
 #include "core/safetensors.h"
 
 namespace difflens {
@@ -56,7 +56,8 @@ FloatArray to_array(const Tensor& t) {
 // lower median are then read from the few values inside the bins where they must lie.
 // `exact_median` false: the median is left to the histogram (blocks of a long capture, whose medians a
 // merge replaces by the histogram estimate anyway).
-ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Tensor(), bool exact_median = true) {
+ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Tensor(),
+                       bool exact_median = true) {
   constexpr int64_t kBelow = 0, kAbove = LogHistogram::kBins + 1, kDiscard = LogHistogram::kBins + 2;
   std::vector<Tensor> values, buckets;  // per part: |v| and its bucket (0 below, 1..kBins, kBins+1 above)
   std::vector<int64_t> counts(kDiscard + 1, 0);
@@ -151,7 +152,8 @@ class StreamingStats {
     const int64_t k = std::min<int64_t>(ValueStats::kTopK, candidates.numel());
     if (k == 0) return;
     const Tensor t = std::get<0>(at::topk(candidates, k));
-    top_ = top_.defined() ? std::get<0>(at::topk(at::cat({top_, t}), std::min<int64_t>(ValueStats::kTopK, top_.numel() + k)))
+    top_ = top_.defined() ? std::get<0>(at::topk(at::cat({top_, t}),
+                                                 std::min<int64_t>(ValueStats::kTopK, top_.numel() + k)))
                           : t;
   }
 
@@ -243,7 +245,9 @@ class DevicePooler {
         own[static_cast<size_t>(c * W + w)] = in;
       }
     slots_ = at::tensor(slots, at::TensorOptions().dtype(at::kLong)).view({grid.P, W}).to(dev);
-    own_ = at::tensor(at::ArrayRef<uint8_t>(own), at::TensorOptions().dtype(at::kByte)).view({grid.P, W}).to(dev, at::kBool);
+    own_ = at::tensor(at::ArrayRef<uint8_t>(own), at::TensorOptions().dtype(at::kByte))
+               .view({grid.P, W})
+               .to(dev, at::kBool);
     for (int64_t m = 0; m < maps; ++m) {
       sum_.push_back(at::zeros({heads, grid.P, grid.P}, at::TensorOptions().device(dev)));
       best_.push_back(at::zeros({heads, grid.P, grid.P}, at::TensorOptions().device(dev)));
@@ -263,7 +267,9 @@ class DevicePooler {
     const Tensor colsum = (g * kown).sum(-1);  // [heads, rows, kp]
     const Tensor colmax = g.amax(-1);
     // Then rows: [heads, rp, rw, kp] -> per cell.
-    auto by_rows = [&](const Tensor& t) { return t.index_select(1, rslot.flatten()).view({heads, rp, rw, kp}); };
+    auto by_rows = [&](const Tensor& t) {
+      return t.index_select(1, rslot.flatten()).view({heads, rp, rw, kp});
+    };
     const Tensor cellsum = (by_rows(colsum) * rown.unsqueeze(-1)).sum(2);  // [heads, rp, kp]
     Tensor top = by_rows(colmax).amax(2);
     if (may_be_negative) {
@@ -310,17 +316,19 @@ void keep_inputs(const nn::AttentionInputs& in, nn::DecoderLayerImpl& layer, Lay
   lt.v = to_array(in.v[0]);
   if (layer.diff_attn) {
     const int64_t dv = in.v.size(-1);
-    lt.subln_weight = layer.diff_attn->subln ? to_array(layer.diff_attn->subln->weight)
-                                             : to_array(at::ones({dv}, at::TensorOptions().dtype(at::kFloat)));
+    lt.subln_weight = layer.diff_attn->subln
+                          ? to_array(layer.diff_attn->subln->weight)
+                          : to_array(at::ones({dv}, at::TensorOptions().dtype(at::kFloat)));
   }
 }
 
 // One layer of a long-prompt capture: attention in blocks of query rows; each kept head's maps pooled
 // (mean and largest-magnitude entry per cell), exact statistics, each row's log-sum-exp, and the rotated
 // queries and keys, so that any tile can be recomputed exactly later.
-LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn::Rope& rope, const ModelConfig& c,
-                                int index, const std::vector<int64_t>& keep_heads, const PoolGrid& grid,
-                                const CaptureOptions& options, const std::atomic<bool>* cancel) {
+LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn::Rope& rope,
+                                const ModelConfig& c, int index, const std::vector<int64_t>& keep_heads,
+                                const PoolGrid& grid, const CaptureOptions& options,
+                                const std::atomic<bool>* cancel) {
   const int64_t T = grid.T, P = grid.P, H = c.map_heads();
   const bool diff = c.is_diff();
   const int64_t maps = diff ? 3 : 1;
@@ -337,16 +345,19 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
   if (h.device().is_cuda()) {
     uint64_t free_bytes = 0, total_bytes = 0;
     block_bytes = cuda_memory(free_bytes, total_bytes)
-                      ? std::clamp<int64_t>(static_cast<int64_t>(total_bytes / 32), int64_t{256} << 20, int64_t{2} << 30)
+                      ? std::clamp<int64_t>(static_cast<int64_t>(total_bytes / 32), int64_t{256} << 20,
+                                            int64_t{2} << 30)
                       : int64_t{512} << 20;
   }
-  const int64_t block_rows =
-      options.block_rows > 0 ? std::min<int64_t>(options.block_rows, T)
-                             : std::clamp<int64_t>(block_bytes / std::max<int64_t>(per_row, 1), 16, T);
+  const int64_t block_rows = options.block_rows > 0
+                                 ? std::min<int64_t>(options.block_rows, T)
+                                 : std::clamp<int64_t>(block_bytes / std::max<int64_t>(per_row, 1), 16, T);
   const size_t nh = keep_heads.size();
   const size_t cells = static_cast<size_t>(P * P);
-  std::vector<std::vector<float>> sum(nh * static_cast<size_t>(maps), std::vector<float>(on_device ? 0 : cells, 0.0f));
-  std::vector<std::vector<float>> best(nh * static_cast<size_t>(maps), std::vector<float>(on_device ? 0 : cells, 0.0f));
+  std::vector<std::vector<float>> sum(nh * static_cast<size_t>(maps),
+                                      std::vector<float>(on_device ? 0 : cells, 0.0f));
+  std::vector<std::vector<float>> best(nh * static_cast<size_t>(maps),
+                                       std::vector<float>(on_device ? 0 : cells, 0.0f));
   const at::Device lse_device = on_device ? h.device() : at::Device(at::kCPU);
   Tensor lse1 = at::empty({H, T}, at::TensorOptions().device(lse_device));
   Tensor lse2 = diff ? at::empty({H, T}, at::TensorOptions().device(lse_device)) : Tensor();
@@ -369,14 +380,16 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
       // Hidden keys are -inf; rows before stats_from are left out too.
       Tensor skip = b.l1.isinf();
       if (options.stats_from > b.row0)
-        skip = skip.logical_or(at::arange(b.row0, b.row0 + b.rows, opts).lt(options.stats_from).view({1, b.rows, 1}));
+        skip = skip.logical_or(
+            at::arange(b.row0, b.row0 + b.rows, opts).lt(options.stats_from).view({1, b.rows, 1}));
       // A single block (short prompts) keeps the exact median; several merge into the histogram's.
       const bool one_block = b.rows == T;
       if (on_device && !one_block) {
         streamed.add(b.l1, skip);
         if (diff) streamed.add(b.l2, skip);
       } else {
-        ValueStats s = diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
+        ValueStats s =
+            diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
         if (!have_stats)
           stats = std::move(s);
         else
@@ -397,7 +410,8 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
     at::parallel_for(0, static_cast<int64_t>(nh) * maps, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t job = lo; job < hi; ++job) {
         const int64_t k = job / maps, m = job % maps;
-        const float* a = cpu[static_cast<size_t>(m)].data_ptr<float>() + keep_heads[static_cast<size_t>(k)] * b.rows * K;
+        const float* a =
+            cpu[static_cast<size_t>(m)].data_ptr<float>() + keep_heads[static_cast<size_t>(k)] * b.rows * K;
         float* su = sum[static_cast<size_t>(job)].data();
         float* be = best[static_cast<size_t>(job)].data();
         for (int64_t i = 0; i < b.rows; ++i) {
@@ -449,8 +463,10 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
         const std::vector<float> su = pooler->sums(m), be = pooler->bests(m);
         for (size_t k = 0; k < nh; ++k) {
           const size_t job = k * static_cast<size_t>(maps) + static_cast<size_t>(m);
-          sum[job].assign(su.begin() + static_cast<std::ptrdiff_t>(k * cells), su.begin() + static_cast<std::ptrdiff_t>((k + 1) * cells));
-          best[job].assign(be.begin() + static_cast<std::ptrdiff_t>(k * cells), be.begin() + static_cast<std::ptrdiff_t>((k + 1) * cells));
+          sum[job].assign(su.begin() + static_cast<std::ptrdiff_t>(k * cells),
+                          su.begin() + static_cast<std::ptrdiff_t>((k + 1) * cells));
+          best[job].assign(be.begin() + static_cast<std::ptrdiff_t>(k * cells),
+                           be.begin() + static_cast<std::ptrdiff_t>((k + 1) * cells));
         }
       }
     const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -466,7 +482,8 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
         const size_t job = k * static_cast<size_t>(maps) + static_cast<size_t>(m);
         for (size_t cell = 0; cell < cells; ++cell) {
           const int64_t n = grid.count[cell];
-          mean.data[k * cells + cell] = n > 0 ? static_cast<float>(sum[job][cell] / static_cast<double>(n)) : nan;
+          mean.data[k * cells + cell] =
+              n > 0 ? static_cast<float>(sum[job][cell] / static_cast<double>(n)) : nan;
           mx.data[k * cells + cell] = n > 0 ? best[job][cell] : nan;
         }
       }
@@ -474,7 +491,6 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
   }
   return lt;
 }
-
 
 }  // namespace
 
@@ -531,8 +547,9 @@ namespace {
 void refuse_unless_weights_fit(const ModelConfig& config, const char* what) {
   const uint64_t need = Model::weight_memory_bytes(config, false), have = available_memory_bytes();
   if (have > 0 && need > have)
-    throw Error(std::string(what) + ": the weights (" + std::to_string(parameter_count(config)) + " parameters) need " +
-                human_bytes(need) + " of memory as F32, only " + human_bytes(have) + " is available");
+    throw Error(std::string(what) + ": the weights (" + std::to_string(parameter_count(config)) +
+                " parameters) need " + human_bytes(need) + " of memory as F32, only " + human_bytes(have) +
+                " is available");
 }
 }  // namespace
 
@@ -589,8 +606,9 @@ uint64_t Model::weight_memory_bytes(const ModelConfig& config, bool half_storage
   const uint64_t n = static_cast<uint64_t>(difflens::parameter_count(config));
   if (!half_storage) return n * sizeof(float);
   // Norms and λ stay F32; everything else (projections, embeddings) 2 bytes.
-  const int64_t per_layer = 2 * config.hidden_size +
-                            (config.is_diff() ? 4 * config.head_dim + (config.subln_weight ? 2 * config.head_dim : 0) : 0);
+  const int64_t per_layer =
+      2 * config.hidden_size +
+      (config.is_diff() ? 4 * config.head_dim + (config.subln_weight ? 2 * config.head_dim : 0) : 0);
   const uint64_t small = static_cast<uint64_t>(config.num_hidden_layers * per_layer + config.hidden_size);
   return (n - small) * 2 + small * 4;
 }
@@ -611,10 +629,11 @@ Tokenizer hf_tokenizer(const std::filesystem::path& dir, ModelConfig& config, st
   config.tokenizer = TokenizerKind::ByteLevelBpe;
   if (std::filesystem::exists(dir / "tokenizer.json")) {
     try {
-      Tokenizer t = Tokenizer::byte_level_bpe(dir / "tokenizer.json", config.bos_token_id, config.eos_token_id);
+      Tokenizer t =
+          Tokenizer::byte_level_bpe(dir / "tokenizer.json", config.bos_token_id, config.eos_token_id);
       if (t.vocab_size() > config.vocab_size)
-        throw Error("it has " + std::to_string(t.vocab_size()) + " tokens, more than the model's vocab_size " +
-                    std::to_string(config.vocab_size));
+        throw Error("it has " + std::to_string(t.vocab_size()) +
+                    " tokens, more than the model's vocab_size " + std::to_string(config.vocab_size));
       return t;
     } catch (const std::exception& e) {  // the weights are still worth exploring with token ids
       note = std::string("tokenizer not usable (") + e.what() + "): give token ids";
@@ -661,7 +680,8 @@ Model Model::load(const std::filesystem::path& dir, DeviceChoice device,
   ModelConfig config = load_config(dir / "config.json");
   std::string note;
   Tokenizer tokenizer = directory_tokenizer(dir, config, note);
-  if (config.name.empty()) config.name = std::filesystem::absolute(dir).lexically_normal().filename().string();
+  if (config.name.empty())
+    config.name = std::filesystem::absolute(dir).lexically_normal().filename().string();
   if (config.name.empty()) config.name = dir.string();
   const CheckpointFiles files(dir);
   // Half-precision checkpoints stay half precision in memory (converted per matrix as the forward pass
@@ -672,8 +692,9 @@ Model Model::load(const std::filesystem::path& dir, DeviceChoice device,
   const uint64_t need = weight_memory_bytes(config, half), have = available_memory_bytes();
   if (have > 0 && need > have)
     throw Error(dir.string() + ": the weights need " + human_bytes(need) + " of memory as " +
-                (half ? dtypes.substr(0, dtypes.find('+')) : std::string("F32")) + " (" + human_bytes(files.bytes()) +
-                " on disk as " + dtypes + "), only " + human_bytes(have) + " is available");
+                (half ? dtypes.substr(0, dtypes.find('+')) : std::string("F32")) + " (" +
+                human_bytes(files.bytes()) + " on disk as " + dtypes + "), only " + human_bytes(have) +
+                " is available");
   auto impl = std::make_unique<Impl>(config, tokenizer, resolve_device(device), storage);
   impl->path = dir;
   impl->source_dtype = files.dtype_summary();
@@ -683,9 +704,9 @@ Model Model::load(const std::filesystem::path& dir, DeviceChoice device,
     if (known.count(name)) continue;
     if (name == "lm_head.weight" && config.tie_word_embeddings) continue;  // saved tied copy
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;   // recomputed from config
-    throw FormatError(files.describe_source(name) + ": unexpected tensor '" + name + "' (config.json says a " +
-                      to_string(config.attention) + " model with " + std::to_string(config.num_hidden_layers) +
-                      " layers)");
+    throw FormatError(files.describe_source(name) + ": unexpected tensor '" + name +
+                      "' (config.json says a " + to_string(config.attention) + " model with " +
+                      std::to_string(config.num_hidden_layers) + " layers)");
   }
   const int64_t total = static_cast<int64_t>(known.size());
   int64_t done = 0;
@@ -700,8 +721,8 @@ Model Model::load(const std::filesystem::path& dir, DeviceChoice device,
                              : "") +
                         ")");
     if (e->info->shape != expected)
-      throw FormatError(e->file->path().string() + ": tensor '" + name + "' is " + shape_string(e->info->shape) +
-                        ", config expects " + shape_string(expected));
+      throw FormatError(e->file->path().string() + ": tensor '" + name + "' is " +
+                        shape_string(e->info->shape) + ", config expects " + shape_string(expected));
     std::vector<float> data = e->file->read_f32(*e->info);
     if (progress) progress(++done, total);
     return data;
@@ -738,7 +759,7 @@ const std::string& Model::source_dtype() const {
 std::string Model::weight_storage() const {
   return impl_->net->model->embed_tokens->weight.scalar_type() == at::kBFloat16 ? "BF16"
          : impl_->net->model->embed_tokens->weight.scalar_type() == at::kHalf   ? "F16"
-                                                                                 : "F32";
+                                                                                : "F32";
 }
 const std::string& Model::tokenizer_note() const {
   return impl_->tokenizer_note;
@@ -765,7 +786,9 @@ void Model::set_logit_bits(int bits) {
   impl_->apply_logit_bits(bits);
 }
 
-int Model::logit_bits() const { return impl_->logit_bits; }
+int Model::logit_bits() const {
+  return impl_->logit_bits;
+}
 
 int64_t Model::parameter_count() const {
   int64_t n = 0;
@@ -827,21 +850,25 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
                 std::to_string(T) + "-token prompt");
   // Long prompts: pooled maps when the exact ones would not fit the budget.
   const int64_t maps_per_head = c.is_diff() ? 3 : 1;
-  const int64_t kept_layers = options.keep_maps ? (keep_layers.empty() ? c.num_hidden_layers
-                                                                        : static_cast<int64_t>(keep_layers.size()))
-                                                : 0;
+  const int64_t kept_layers =
+      options.keep_maps
+          ? (keep_layers.empty() ? c.num_hidden_layers : static_cast<int64_t>(keep_layers.size()))
+          : 0;
   const double exact_bytes = static_cast<double>(kept_layers) * static_cast<double>(keep_heads.size()) *
-                             static_cast<double>(maps_per_head) * static_cast<double>(T) * static_cast<double>(T) * 4.0;
+                             static_cast<double>(maps_per_head) * static_cast<double>(T) *
+                             static_cast<double>(T) * 4.0;
   // One layer's attention computed whole (logits and maps of every head) would take this much at once.
-  const double transient = static_cast<double>(heads_total) * static_cast<double>(T) * static_cast<double>(T) *
-                           4.0 * (c.is_diff() ? 5.0 : 2.0);
+  const double transient = static_cast<double>(heads_total) * static_cast<double>(T) *
+                           static_cast<double>(T) * 4.0 * (c.is_diff() ? 5.0 : 2.0);
   int64_t pooled = 0;
   if (options.pooled_budget_bytes > 0 && (exact_bytes > static_cast<double>(options.pooled_budget_bytes) ||
                                           transient > static_cast<double>(options.pooled_budget_bytes))) {
     if (impl_->logit_bits > 0) throw Error("long-prompt capture does not combine with logit quantization");
-    const double maps = std::max<double>(1.0, static_cast<double>(kept_layers) * static_cast<double>(keep_heads.size()) *
-                                                  static_cast<double>(maps_per_head) * 2.0);
-    pooled = std::max<int64_t>(1, static_cast<int64_t>(std::sqrt(static_cast<double>(options.pooled_budget_bytes) / (maps * 4.0))));
+    const double maps =
+        std::max<double>(1.0, static_cast<double>(kept_layers) * static_cast<double>(keep_heads.size()) *
+                                  static_cast<double>(maps_per_head) * 2.0);
+    pooled = std::max<int64_t>(
+        1, static_cast<int64_t>(std::sqrt(static_cast<double>(options.pooled_budget_bytes) / (maps * 4.0))));
     // No maps kept: blocked, with nothing pooled. Room for every entry: exact maps after all.
     if (exact_bytes == 0)
       pooled = 1;
@@ -880,13 +907,15 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   uint64_t device_free = 0, device_total = 0;
   if (dev.is_cuda() && cuda_memory(device_free, device_total) && pooled == 0) {
     double weights = 0;
-    for (const auto& p : impl_->net->parameters()) weights += static_cast<double>(p.numel() * p.element_size());
+    for (const auto& p : impl_->net->parameters())
+      weights += static_cast<double>(p.numel() * p.element_size());
     if (device_need + weights > static_cast<double>(device_total))
-      throw Error("an exact capture of " + std::to_string(T) + " tokens would need about " +
-                  human_bytes(static_cast<uint64_t>(device_need)) +
-                  " of GPU memory for one layer's attention beside the weights (" +
-                  human_bytes(static_cast<uint64_t>(weights)) + "), and the GPU has " + human_bytes(device_total) +
-                  ": give a pooled budget (--pooled-budget MB; in the app the long-prompt MB), or capture on the CPU");
+      throw Error(
+          "an exact capture of " + std::to_string(T) + " tokens would need about " +
+          human_bytes(static_cast<uint64_t>(device_need)) +
+          " of GPU memory for one layer's attention beside the weights (" +
+          human_bytes(static_cast<uint64_t>(weights)) + "), and the GPU has " + human_bytes(device_total) +
+          ": give a pooled budget (--pooled-budget MB; in the app the long-prompt MB), or capture on the CPU");
   }
   // The capture itself; a GPU's out-of-memory error is translated at the end of this function.
   auto run = [&]() -> Trace {
@@ -923,8 +952,8 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
       if (options.keep_qkv) {  // the layer's inputs, from the same normed hidden state its forward uses
         nn::DecoderLayerImpl& layer = *layers[i];
         const Tensor x = layer.input_layernorm(h);
-        keep_inputs(layer.diff_attn ? layer.diff_attn->inputs(x, rope) : layer.base_attn->inputs(x, rope), layer,
-                    lt);
+        keep_inputs(layer.diff_attn ? layer.diff_attn->inputs(x, rope) : layer.base_attn->inputs(x, rope),
+                    layer, lt);
       }
       h = layers[i]->forward(h, rope, future, r);
       lt.index = static_cast<int>(i);
@@ -989,7 +1018,9 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
                 (pooled == 0 ? " (one layer's attention computed whole takes about " +
                                    human_bytes(static_cast<uint64_t>(device_need)) + ")"
                              : std::string(" (pooled, in blocks of query rows)")) +
-                (total > 0 ? "; " + human_bytes(now_free) + " of the GPU's " + human_bytes(total) + " is free now" : "") +
+                (total > 0
+                     ? "; " + human_bytes(now_free) + " of the GPU's " + human_bytes(total) + " is free now"
+                     : "") +
                 (pooled == 0 ? ": give a pooled budget (--pooled-budget MB; in the app the long-prompt MB)"
                              : ": close other programs on the GPU or capture on the CPU"));
   }

@@ -45,7 +45,7 @@ struct CaptureOptions {
   // Rotated queries and keys, values and the DIFF output norm's weight of every layer (LayerTrace q1..v,
   // subln_weight): what the Explain view recomputes a head's computation from. Small beside the maps.
   bool keep_qkv = false;
-  bool logit_stats = true;   // top-k / median / histogram of |logits| (O(T²) extra work)
+  bool logit_stats = true;  // top-k / median / histogram of |logits| (O(T²) extra work)
   int next_token_top_k = 10;
   int logit_bits = -1;  // quantize attention logits for this capture (0: exact; -1: the model's setting)
   // Statistics (logit_stats, hidden_stats) leave out query positions before this one: a text read in

@@ -23,7 +23,8 @@ Episode needle_episode(const EpisodeBuilder& builder, const NeedleCell& cell, ui
   spec.queried = cell.queried;
   // The asked needles (the first R) sit at the cell's depth, the others at random depths.
   std::uniform_real_distribution<double> u(0, 1);
-  for (int i = 0; i < cell.needles; ++i) spec.depths.push_back(cell.depth >= 0 && i < cell.queried ? cell.depth : u(rng));
+  for (int i = 0; i < cell.needles; ++i)
+    spec.depths.push_back(cell.depth >= 0 && i < cell.queried ? cell.depth : u(rng));
   for (int i = 0; i < cell.queried; ++i) spec.ask.push_back(i);
   return builder.build(spec, rng);
 }
@@ -118,7 +119,8 @@ void validate(const NeedleSweep& sweep, int64_t max_positions) {
   if (sweep.depths.empty()) throw Error("needle sweep: no depths");
   if (sweep.needles_queried.empty()) throw Error("needle sweep: no (needles, queried) combination");
   for (int64_t L : sweep.lengths) {
-    if (L < 64) throw Error("needle sweep: context length " + std::to_string(L) + " must be at least 64 tokens");
+    if (L < 64)
+      throw Error("needle sweep: context length " + std::to_string(L) + " must be at least 64 tokens");
     if (max_positions > 0 && L > max_positions)
       throw Error("needle sweep: context length " + std::to_string(L) + " exceeds the model's " +
                   std::to_string(max_positions) + " positions");
@@ -130,7 +132,8 @@ void validate(const NeedleSweep& sweep, int64_t max_positions) {
       throw Error("needle sweep: need 1 <= queried <= needles <= 16 (got N=" + std::to_string(n) +
                   ", R=" + std::to_string(r) + ")");
   if (sweep.seeds < 1) throw Error("needle sweep: seeds must be at least 1");
-  const double episodes = static_cast<double>(sweep.lengths.size()) * static_cast<double>(sweep.depths.size()) *
+  const double episodes = static_cast<double>(sweep.lengths.size()) *
+                          static_cast<double>(sweep.depths.size()) *
                           static_cast<double>(sweep.needles_queried.size()) * sweep.seeds;
   if (episodes > 100000) throw Error("needle sweep: more than 100,000 episodes per model; shrink the grid");
 }
@@ -176,7 +179,8 @@ NeedleSweep parse_needle_sweep(const std::string& lengths, const std::string& de
   NeedleSweep sweep;
   sweep.lengths.clear();
   for (double L : numbers(lengths, "lengths")) {
-    if (L != std::floor(L) || L < 64 || L > 1e9) throw Error("lengths: each length must be an integer of at least 64");
+    if (L != std::floor(L) || L < 64 || L > 1e9)
+      throw Error("lengths: each length must be an integer of at least 64");
     sweep.lengths.push_back(static_cast<int64_t>(L));
   }
   sweep.depths.clear();

@@ -28,7 +28,7 @@ struct NeedleRun {
   NeedleCell cell;
   uint64_t seed = 0;
   int64_t tokens = 0;
-  int answered = 0, asked = 0;    // questions whose whole code the model produced greedily
+  int answered = 0, asked = 0;       // questions whose whole code the model produced greedily
   std::vector<std::string> replies;  // what the model produced for each question (decoded)
   std::vector<std::string> truths;   // the codes asked
   // Attention while reading the LAST question: to the asked needle's code (the answer span) vs to
@@ -53,9 +53,9 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
 struct NeedleCellSummary {
   NeedleCell cell;
   int runs = 0;
-  double accuracy = 0;  // answered / asked over the seeds
-  AttentionShare attention;  // mean over seeds (layers and heads averaged)
-  AttentionShare answering;  // the same while answering (NeedleRun::answering)
+  double accuracy = 0;        // answered / asked over the seeds
+  AttentionShare attention;   // mean over seeds (layers and heads averaged)
+  AttentionShare answering;   // the same while answering (NeedleRun::answering)
   double answering_head = 0;  // the strongest head's attention to the answer while answering, mean over seeds
 };
 
@@ -75,7 +75,7 @@ AnsweringMean answering_over_depths(const std::vector<NeedleCellSummary>& cells,
 // lab tab expand it the same way, so both produce the same episodes in the same order.
 struct NeedleSweep {
   std::vector<int64_t> lengths{256, 512};
-  std::vector<double> depths{0, 0.25, 0.5, 0.75, 1};  // 0..1
+  std::vector<double> depths{0, 0.25, 0.5, 0.75, 1};         // 0..1
   std::vector<std::pair<int, int>> needles_queried{{1, 1}};  // (N, R)
   int seeds = 3;
 };

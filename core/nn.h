@@ -364,7 +364,8 @@ struct DecoderLayerImpl : torch::nn::Module {
       Tensor hidden = cols.gt(rows);
       if (c.sliding_window > 0) hidden = hidden.logical_or(cols.le(rows - c.sliding_window));
       if (hidden_out) *hidden_out = hidden;
-      return at::matmul(q[0].narrow(1, r0, n), k[0].narrow(1, 0, K).transpose(-2, -1)).masked_fill(hidden, neg_inf);
+      return at::matmul(q[0].narrow(1, r0, n), k[0].narrow(1, 0, K).transpose(-2, -1))
+          .masked_fill(hidden, neg_inf);
     };
     // Quantized logits (quantize_logits' absmax per head over the whole map): a first pass over the blocks
     // finds each head's largest |logit| among the keys it sees, the second quantizes with that step.
@@ -377,7 +378,7 @@ struct DecoderLayerImpl : torch::nn::Module {
         for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
           Tensor hidden;
           const Tensor l = block_logits(r0, std::min(block_rows, T - r0), q, k, &hidden);  // [H, rows, K]
-          const Tensor a = l.masked_fill(hidden, 0).abs().amax({-2, -1}, true);             // [H, 1, 1]
+          const Tensor a = l.masked_fill(hidden, 0).abs().amax({-2, -1}, true);            // [H, 1, 1]
           m = m.defined() ? at::maximum(m, a) : a;
         }
         return m.clamp_min(1e-30) / levels;

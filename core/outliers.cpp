@@ -7,8 +7,8 @@
 
 namespace difflens {
 
-OutlierStats measure_outliers(const Model& model, const std::string& text, int64_t window, int64_t max_windows,
-                              const std::function<void(int64_t, int64_t)>& progress,
+OutlierStats measure_outliers(const Model& model, const std::string& text, int64_t window,
+                              int64_t max_windows, const std::function<void(int64_t, int64_t)>& progress,
                               const std::atomic<bool>* cancel) {
   const Tokenizer& tok = model.tokenizer();
   if (!tok.can_encode()) throw Error("this model has no text tokenizer: it cannot read a text file");
@@ -32,7 +32,8 @@ OutlierStats measure_outliers(const Model& model, const std::string& text, int64
     chunk.reserve(static_cast<size_t>(window));
     if (bos) chunk.push_back(tok.bos_id());
     const size_t b = static_cast<size_t>(w * body), e = std::min(ids.size(), b + static_cast<size_t>(body));
-    chunk.insert(chunk.end(), ids.begin() + static_cast<std::ptrdiff_t>(b), ids.begin() + static_cast<std::ptrdiff_t>(e));
+    chunk.insert(chunk.end(), ids.begin() + static_cast<std::ptrdiff_t>(b),
+                 ids.begin() + static_cast<std::ptrdiff_t>(e));
     opt.stats_from = bos && w > 0 ? 1 : 0;  // BOS's state is the same in every window: count it once
     const Trace t = model.capture(chunk, opt, cancel);
     for (size_t l = 0; l < L && l < t.layers.size(); ++l) {

@@ -15,7 +15,7 @@
 namespace difflens {
 
 struct OutlierStats {
-  int64_t tokens = 0;   // tokens read (BOS of each window included)
+  int64_t tokens = 0;  // tokens read (BOS of each window included)
   int64_t windows = 0;
   std::vector<ValueStats> logits_per_layer, hidden_per_layer;
   ValueStats logits, hidden;  // pooled over layers: top-k and mean exact, median from the histogram
@@ -24,7 +24,8 @@ struct OutlierStats {
 // Reads `text` in windows of `window` tokens (BOS + window − 1 text tokens; at most the model's
 // positions), up to `max_windows` (0: all). `progress(done, total)` after each window; `cancel` stops
 // with Cancelled. Throws Error for an empty text, a model without a tokenizer or a bad window.
-OutlierStats measure_outliers(const Model& model, const std::string& text, int64_t window, int64_t max_windows,
+OutlierStats measure_outliers(const Model& model, const std::string& text, int64_t window,
+                              int64_t max_windows,
                               const std::function<void(int64_t, int64_t)>& progress = nullptr,
                               const std::atomic<bool>* cancel = nullptr);
 

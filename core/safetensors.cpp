@@ -211,8 +211,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
         if (!d.is_number_integer() || d.get<int64_t>() < 0)
           fail(path, where + "shape has a negative or non-integer entry");
         const uint64_t dim = d.get<uint64_t>();
-        if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / dim)
-        {
+        if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / dim) {
           std::string shown = sh->dump();
           if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
           fail(path, where + "shape " + shown + " has more than 2^60 elements (its product overflows)");
@@ -330,7 +329,8 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
     }
     if (numel > 0 && !t.data) throw FormatError(path.string() + ": tensor '" + t.name + "' has no data");
     const uint64_t bytes = numel * dtype_size(t.dtype);
-    header[t.name] = {{"dtype", to_string(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", to_string(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string h = header.dump();

@@ -50,7 +50,8 @@ AttentionTile attention_tile(const Trace& t, int layer, int head, int64_t row0, 
       out.resize(n);
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < cols; ++j)
-          out[static_cast<size_t>(i * cols + j)] = m.data[static_cast<size_t>((k * T + row0 + i) * T + col0 + j)];
+          out[static_cast<size_t>(i * cols + j)] =
+              m.data[static_cast<size_t>((k * T + row0 + i) * T + col0 + j)];
     };
     copy(l.a, tile.a);
     if (diff) {
@@ -61,12 +62,14 @@ AttentionTile attention_tile(const Trace& t, int layer, int head, int64_t row0, 
   }
   // Everything a recomputation reads (the bundle reader insists on it; a trace built in memory might not).
   if (l.k1.empty() || (diff && (l.q2.empty() || l.k2.empty() || l.lse2.empty())))
-    throw Error("attention tile: layer " + std::to_string(layer) + " lacks the queries, keys or row log-sum-exps "
+    throw Error("attention tile: layer " + std::to_string(layer) +
+                " lacks the queries, keys or row log-sum-exps "
                 "that recompute its tiles");
   const int64_t d = l.q1.shape.back(), Hkv = l.k1.shape.front(), kv = head / (H / Hkv);
   const int64_t W = t.config.sliding_window;
   // softmax entry: exp(q_i · k_j − lse_i) for keys the query sees, else 0.
-  auto component = [&](const FloatArray& q, const FloatArray& k, const FloatArray& lse, std::vector<float>& out) {
+  auto component = [&](const FloatArray& q, const FloatArray& k, const FloatArray& lse,
+                       std::vector<float>& out) {
     out.assign(n, 0.0f);
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t qi = row0 + i;

@@ -18,8 +18,8 @@ struct AttentionTile {
 
 // Throws Error for a layer or head that does not exist, a region outside the T x T map, or a trace that
 // kept neither the maps nor the queries and keys of that layer/head.
-AttentionTile attention_tile(const Trace& trace, int layer, int head, int64_t row0, int64_t rows, int64_t col0,
-                             int64_t cols);
+AttentionTile attention_tile(const Trace& trace, int layer, int head, int64_t row0, int64_t rows,
+                             int64_t col0, int64_t cols);
 
 // Whether attention_tile can answer for this layer and head.
 bool tile_available(const Trace& trace, int layer, int head);

@@ -4,9 +4,9 @@
 #endif
 #include "core/tokenizer.h"
 
-#include <algorithm>
 #include <dlfcn.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <mutex>
@@ -290,7 +290,11 @@ std::string Tokenizer::piece(int64_t id) const {
     std::string out;
     for (size_t i = 0; i < b.size();) {
       const unsigned char c = static_cast<unsigned char>(b[i]);
-      const size_t len = c < 0x80 ? 1 : c >= 0xF0 && c < 0xF8 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+      const size_t len = c < 0x80                ? 1
+                         : c >= 0xF0 && c < 0xF8 ? 4
+                         : c >= 0xE0             ? 3
+                         : c >= 0xC2 && c < 0xE0 ? 2
+                                                 : 0;
       bool ok = len > 0 && i + len <= b.size();
       for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(b[i + k]) & 0xC0) == 0x80;
       if (ok && c == ' ') {
@@ -329,7 +333,8 @@ std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab_size
     int commas = 0;
     while (i < text.size() && (text[i] == ' ' || text[i] == ',')) commas += text[i++] == ',';
     if (commas > 1)
-      throw Error("--token-ids: an empty item between commas near '" + text.substr(i > 3 ? i - 3 : 0, 16) + "'");
+      throw Error("--token-ids: an empty item between commas near '" + text.substr(i > 3 ? i - 3 : 0, 16) +
+                  "'");
     if (i >= text.size()) break;
     size_t j = i;
     while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;

@@ -33,7 +33,8 @@ class Tokenizer {
   static Tokenizer sentencepiece(const std::filesystem::path& model_file);
   // A Hugging Face byte-level BPE tokenizer.json (Llama 3, DiffLlama). BOS/EOS come from the model's
   // config (-1: none). Throws Error naming the file and what it does not support.
-  static Tokenizer byte_level_bpe(const std::filesystem::path& tokenizer_json, int64_t bos_id, int64_t eos_id);
+  static Tokenizer byte_level_bpe(const std::filesystem::path& tokenizer_json, int64_t bos_id,
+                                  int64_t eos_id);
   // The tokenizer a checkpoint directory declares in its config. Throws Error when it cannot be loaded.
   static Tokenizer for_model(const std::filesystem::path& dir, const ModelConfig& config);
 

@@ -81,12 +81,12 @@ struct LayerTrace {
   // dv = 2d, both halves) and the per-head output norm's weight [dv] (DIFF; ones when the model has none):
   // with λ, what recomputes a head's output (A1 − λA2)·V → RMSNorm → × (1 − λ_init) exactly.
   FloatArray v, subln_weight;
-  FloatArray lse1, lse2;      // log-sum-exp of each row's logits [map_heads, T]
+  FloatArray lse1, lse2;  // log-sum-exp of each row's logits [map_heads, T]
 
   // Every buffer above, once: what byte counts and copies walk (a new buffer is added here too).
   std::vector<const FloatArray*> arrays() const {
-    return {&a1,     &a2,     &a,      &logits1, &logits2, &hidden, &a1_mean, &a1_max, &a2_mean, &a2_max, &a_mean,
-            &a_max,  &q1,     &k1,     &q2,      &k2,      &v,      &subln_weight,      &lse1,    &lse2};
+    return {&a1,     &a2,    &a,  &logits1, &logits2, &hidden, &a1_mean, &a1_max,       &a2_mean, &a2_max,
+            &a_mean, &a_max, &q1, &k1,      &q2,      &k2,     &v,       &subln_weight, &lse1,    &lse2};
   }
 };
 

@@ -22,11 +22,13 @@ using nlohmann::json;
 int64_t int_field(const json& v, const std::string& what, int64_t lo = std::numeric_limits<int64_t>::min(),
                   int64_t hi = std::numeric_limits<int64_t>::max()) {
   if (!v.is_number_integer()) throw FormatError(what + " must be an integer");
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     throw FormatError(what + " is " + std::to_string(v.get<uint64_t>()) + ", out of range");
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi)
-    throw FormatError(what + " is " + std::to_string(x) + ", outside " + std::to_string(lo) + ".." + std::to_string(hi));
+    throw FormatError(what + " is " + std::to_string(x) + ", outside " + std::to_string(lo) + ".." +
+                      std::to_string(hi));
   return x;
 }
 
@@ -192,17 +194,21 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
       throw FormatError(w + ": written by a newer DiffLens (version " + std::to_string(version) + ")");
     t.config = config_from_json_text(j.at("config").dump(), w + " (config)");
     t.model_path = j.value("model_path", "");
-    for (const json& id : j.at("token_ids")) t.token_ids.push_back(int_field(id, w + ": a token id", 0, t.config.vocab_size - 1));
+    for (const json& id : j.at("token_ids"))
+      t.token_ids.push_back(int_field(id, w + ": a token id", 0, t.config.vocab_size - 1));
     t.tokens = j.at("tokens").get<std::vector<std::string>>();
     if (j.contains("elapsed_ms")) t.elapsed_ms = float_field(j.at("elapsed_ms"), w + ": elapsed_ms");
-    if (j.contains("logit_bits")) t.logit_bits = static_cast<int>(int_field(j.at("logit_bits"), w + ": logit_bits", 0, 32));
-    if (j.contains("pooled_budget")) t.pooled_budget = count_field(j.at("pooled_budget"), w + ": pooled_budget");
+    if (j.contains("logit_bits"))
+      t.logit_bits = static_cast<int>(int_field(j.at("logit_bits"), w + ": logit_bits", 0, 32));
+    if (j.contains("pooled_budget"))
+      t.pooled_budget = count_field(j.at("pooled_budget"), w + ": pooled_budget");
     if (t.tokens.size() != t.token_ids.size())
       throw FormatError(jpath.string() + ": " + std::to_string(t.tokens.size()) + " token strings for " +
                         std::to_string(t.token_ids.size()) + " token ids");
     for (const json& n : j.at("next_token"))
       t.next_token.push_back({int_field(n.at("id"), w + ": a next-token id", 0, t.config.vocab_size - 1),
-                              n.at("text").get<std::string>(), float_field(n.at("probability"), w + ": a probability")});
+                              n.at("text").get<std::string>(),
+                              float_field(n.at("probability"), w + ": a probability")});
     const int64_t T = t.length(), H = t.config.map_heads(), E = t.config.hidden_size;
     const SafetensorsFile maps(dir / "maps.safetensors");
     // Every array is copied out as F32: refuse, before copying, what the machine cannot hold.
@@ -216,11 +222,13 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
       LayerTrace l;
       const int64_t index = int_field(jl.at("index"), w + ": a layer index");
       const std::string where = w + ": layer " + std::to_string(index);
-      if (index < 0 || index >= t.config.num_hidden_layers) throw FormatError(where + " is outside the model");
+      if (index < 0 || index >= t.config.num_hidden_layers)
+        throw FormatError(where + " is outside the model");
       l.index = static_cast<int>(index);
       for (const json& h : jl.at("heads")) {
         const int64_t head = int_field(h, where + ": a head");
-        if (head < 0 || head >= H) throw FormatError(where + ": head " + std::to_string(head) + " is outside the model");
+        if (head < 0 || head >= H)
+          throw FormatError(where + ": head " + std::to_string(head) + " is outside the model");
         l.heads.push_back(static_cast<int>(head));
       }
       if (jl.contains("lambda")) {
@@ -234,10 +242,12 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
       l.hidden_stats = stats_from_json(jl.at("hidden_stats"), where);
       const std::string p = "layers." + std::to_string(l.index) + ".";
       l.pooled = jl.contains("pooled") ? int_field(jl.at("pooled"), where + ": pooled size") : 0;
-      if (l.pooled < 0 || l.pooled >= T) throw FormatError(where + ": pooled size " + std::to_string(l.pooled) + " is invalid");
+      if (l.pooled < 0 || l.pooled >= T)
+        throw FormatError(where + ": pooled size " + std::to_string(l.pooled) + " is invalid");
       if (l.pooled > 0) {
         const int64_t P = l.pooled, d = t.config.head_dim;
-        const int64_t Hkv = t.config.is_diff() ? t.config.num_key_value_heads / 2 : t.config.num_key_value_heads;
+        const int64_t Hkv =
+            t.config.is_diff() ? t.config.num_key_value_heads / 2 : t.config.num_key_value_heads;
         const std::vector<int64_t> pooled_shape{static_cast<int64_t>(l.heads.size()), P, P};
         l.a_mean = read_array(maps, p + "A.mean", pooled_shape);
         l.a_max = read_array(maps, p + "A.max", pooled_shape);
@@ -273,7 +283,8 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
       }
       {  // queries and keys of exact traces, values and the output norm's weight (CaptureOptions::keep_qkv)
         const int64_t d = t.config.head_dim;
-        const int64_t Hkv = t.config.is_diff() ? t.config.num_key_value_heads / 2 : t.config.num_key_value_heads;
+        const int64_t Hkv =
+            t.config.is_diff() ? t.config.num_key_value_heads / 2 : t.config.num_key_value_heads;
         const int64_t dv = t.config.is_diff() ? 2 * d : d;
         if (l.pooled == 0) {
           l.q1 = read_array(maps, p + "q1", {H, T, d});

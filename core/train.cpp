@@ -527,8 +527,8 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     if (have > 0 && need > static_cast<double>(have))
       throw Error(
           "train: a step of " + std::to_string(o.batch) + " rows of " + std::to_string(o.seq_len) +
-          " tokens needs about " + human_bytes(static_cast<uint64_t>(need)) + (dev.is_cuda() ? " of GPU memory (" : " of memory (") +
-          human_bytes(static_cast<uint64_t>(row)) +
+          " tokens needs about " + human_bytes(static_cast<uint64_t>(need)) +
+          (dev.is_cuda() ? " of GPU memory (" : " of memory (") + human_bytes(static_cast<uint64_t>(row)) +
           " per row for one model's attention maps and logits), "
           "and " +
           human_bytes(have) + " is available: lower --batch (about " +

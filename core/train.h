@@ -59,7 +59,7 @@ struct TrainOptions {
   // > 0: stop (saving the resumable state, as Ctrl-C does) once a step ends this many seconds after this
   // run started, so that a machine lent for a fixed time returns a state to resume from.
   double max_seconds = 0;
-  bool resume = true;    // continue from out_dir's train_state when present
+  bool resume = true;  // continue from out_dir's train_state when present
 };
 
 struct TrainProgress {

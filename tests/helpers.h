@@ -25,7 +25,6 @@ constexpr bool kAddressSanitizer = true;
 constexpr bool kAddressSanitizer = false;
 #endif
 
-
 // A fresh, empty directory under the system temp dir, removed when the object dies.
 class ScratchDir {
  public:

@@ -30,7 +30,8 @@ TEST_CASE("model view filters: ranges and lists, clipped to what exists", "[app]
   CHECK(parse_index_filter("9", 4).empty());
 }
 
-TEST_CASE("UI glyphs: characters outside the base ranges are collected once, bad bytes skipped", "[app][viz]") {
+TEST_CASE("UI glyphs: characters outside the base ranges are collected once, bad bytes skipped",
+          "[app][viz]") {
   difflens::app::GlyphNeeds g;
   CHECK_FALSE(g.add("Hello, λ — A1 − λA2 ≤ 1"));  // all in the base ranges
   CHECK(g.codepoints().empty());
@@ -82,8 +83,9 @@ TEST_CASE("layout settings: written and read back, bad or unknown lines change n
   CHECK(b.window_h == 705);
   // A file from elsewhere: each bad line is refused and leaves the setting as it was.
   LayoutState c = b;
-  for (const char* bad : {"view=tables", "split=maps,tables", "split_fraction=0.99", "split_fraction=x",
-                          "side_panel=yes", "window=100x100", "window=1600x", "window=x1000", "colour=red", "view"})
+  for (const char* bad :
+       {"view=tables", "split=maps,tables", "split_fraction=0.99", "split_fraction=x", "side_panel=yes",
+        "window=100x100", "window=1600x", "window=x1000", "colour=red", "view"})
     CHECK_FALSE(read_layout_setting(c, bad));
   CHECK(layout_settings_text(c) == text);
   CHECK(read_layout_setting(c, "split="));  // no view split with the maps
@@ -97,9 +99,9 @@ TEST_CASE("map grid: four maps take the arrangement that makes each largest, and
   auto g = plan_map_grid(4, 1304, 766, 70, 22, 14, false);
   CHECK(g.columns == 2);
   CHECK(g.rows == 2);
-  CHECK(g.map_h == Approx((766 - 14) / 2.0 - 22));             // 354: the height binds
+  CHECK(g.map_h == Approx((766 - 14) / 2.0 - 22));                            // 354: the height binds
   CHECK(g.map_w == Approx(std::min((1304 - 14) / 2.0 - 70, 1.6 * g.map_h)));  // 575, under 1.6 x its height
-  CHECK(2 * (g.map_w + 70) + 14 >= 0.9 * 1304);                // the grid spans the width
+  CHECK(2 * (g.map_w + 70) + 14 >= 0.9 * 1304);                               // the grid spans the width
   // A wide, short strip: all four in one row, no taller than 1.4 x their width.
   g = plan_map_grid(4, 1304, 371, 70, 22, 14, false);
   CHECK(g.columns == 4);
@@ -138,10 +140,10 @@ TEST_CASE("chart ticks: round steps that cover the range, zero included", "[app]
 TEST_CASE("Figure 1's shares of one query row equal the attention-noise metric's", "[app][layout][metrics]") {
   // A 5-token map (rows sum to 1, or to 1 - lambda with a negative entry, as DIFF's can), by hand.
   const int64_t T = 5;
-  const std::vector<float> map = {1.0f, 0,     0,     0,    0,     //
-                                  0.3f, 0.7f,  0,     0,    0,     //
-                                  0.2f, 0.5f,  0.3f,  0,    0,     //
-                                  0.1f, 0.6f,  -0.1f, 0.4f, 0,     //
+  const std::vector<float> map = {1.0f,  0,    0,     0,    0,  //
+                                  0.3f,  0.7f, 0,     0,    0,  //
+                                  0.2f,  0.5f, 0.3f,  0,    0,  //
+                                  0.1f,  0.6f, -0.1f, 0.4f, 0,  //
                                   0.05f, 0.7f, 0.05f, 0.1f, 0.1f};
   // Row 3 with the answer at key 1: |row| sums to 1.2; answer 0.6 / 1.2; noise (keys 0 and 2) 0.0 / 1.2.
   const auto r3 = difflens::app::query_row_share(&map[3 * T], 3, 1, 2);

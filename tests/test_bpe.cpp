@@ -42,8 +42,8 @@ const std::string G = mapped(' ');  // "Ġ"
 json small_tokenizer(json pre_tokenizer, bool ignore_merges = false) {
   json vocab = json::object();
   for (int b = 0; b < 256; ++b) vocab[mapped(b)] = b;
-  const std::vector<std::pair<std::string, std::string>> merges = {
-      {G, "t"}, {"h", "e"}, {G + "t", "he"}, {"a", "t"}, {G, "c"}, {G + "c", "at"}};
+  const std::vector<std::pair<std::string, std::string>> merges = {{G, "t"},   {"h", "e"}, {G + "t", "he"},
+                                                                   {"a", "t"}, {G, "c"},   {G + "c", "at"}};
   json m = json::array();
   int id = 256;
   for (const auto& [a, b] : merges) {
@@ -52,8 +52,9 @@ json small_tokenizer(json pre_tokenizer, bool ignore_merges = false) {
   }
   vocab[G + "xyz"] = 262;  // reachable only through ignore_merges
   json j;
-  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", m}, {"ignore_merges", ignore_merges},
-                {"byte_fallback", false}, {"unk_token", nullptr}};
+  j["model"] = {
+      {"type", "BPE"},          {"vocab", vocab},      {"merges", m}, {"ignore_merges", ignore_merges},
+      {"byte_fallback", false}, {"unk_token", nullptr}};
   j["normalizer"] = nullptr;
   j["pre_tokenizer"] = pre_tokenizer;
   j["added_tokens"] = json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}}});
@@ -68,10 +69,12 @@ json gpt2_pre(bool prefix_space = false) {
 json llama3_pre() {
   const std::string re =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  return {{"type", "Sequence"},
-          {"pretokenizers",
-           json::array({{{"type", "Split"}, {"pattern", {{"Regex", re}}}, {"behavior", "Isolated"}, {"invert", false}},
-                        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+  return {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array(
+           {{{"type", "Split"}, {"pattern", {{"Regex", re}}}, {"behavior", "Isolated"}, {"invert", false}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
 }
 
 std::vector<int64_t> ids(const ByteLevelBpe& t, const std::string& text) {
@@ -123,7 +126,8 @@ TEST_CASE("bpe: merges by rank, GPT-2 pre-tokenization, offsets, added tokens", 
   CHECK(p[0].end == 3);
 }
 
-TEST_CASE("bpe: the Llama 3 pre-tokenizer splits numbers by three and contractions case-blind", "[tokenizer][bpe]") {
+TEST_CASE("bpe: the Llama 3 pre-tokenizer splits numbers by three and contractions case-blind",
+          "[tokenizer][bpe]") {
   const auto t = ByteLevelBpe::from_json(small_tokenizer(llama3_pre()).dump(), "test");
   const auto n = t->encode("12345");
   REQUIRE(n.size() == 5);
@@ -143,7 +147,11 @@ TEST_CASE("bpe: any bytes round-trip and every byte lands in exactly one token",
       const int len = static_cast<int>(rng() % 40);
       for (int i = 0; i < len; ++i) {
         const unsigned r = rng() % 10;
-        s += r < 5 ? "the cat "[rng() % 8] : r < 7 ? static_cast<char>(rng() % 256) : r < 8 ? '\n' : r < 9 ? '1' : '\'';
+        s += r < 5   ? "the cat "[rng() % 8]
+             : r < 7 ? static_cast<char>(rng() % 256)
+             : r < 8 ? '\n'
+             : r < 9 ? '1'
+                     : '\'';
       }
       const auto toks = t->encode(s);
       std::vector<int64_t> id_list;
@@ -182,11 +190,13 @@ TEST_CASE("bpe: unsupported tokenizers are refused with the reason", "[tokenizer
   j = small_tokenizer(gpt2_pre());
   j["model"]["byte_fallback"] = true;
   CHECK_THAT(refuse(j), Catch::Contains("byte_fallback"));
-  CHECK_THAT(refuse(small_tokenizer({{"type", "Whitespace"}})), Catch::Contains("pre-tokenizer 'Whitespace'"));
+  CHECK_THAT(refuse(small_tokenizer({{"type", "Whitespace"}})),
+             Catch::Contains("pre-tokenizer 'Whitespace'"));
   CHECK_THAT(refuse(small_tokenizer(json())), Catch::Contains("not a byte-level BPE"));
-  CHECK_THAT(refuse(small_tokenizer({{"type", "Sequence"},
-                                     {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", "(["}}}},
-                                                                    gpt2_pre()})}})),
+  CHECK_THAT(refuse(small_tokenizer(
+                 {{"type", "Sequence"},
+                  {"pretokenizers",
+                   json::array({{{"type", "Split"}, {"pattern", {{"Regex", "(["}}}}, gpt2_pre()})}})),
              Catch::Contains("does not compile"));
   CHECK_THAT(refuse(json::parse("{\"model\": 3}")), Catch::Contains("no \"model\" object"));
   j = small_tokenizer(gpt2_pre());
@@ -206,7 +216,8 @@ TEST_CASE("bpe: unsupported tokenizers are refused with the reason", "[tokenizer
   // failed on the first prompt holding that byte; ids far beyond the vocabulary would size a table by them.
   j = small_tokenizer(gpt2_pre());
   j["model"]["vocab"].erase(mapped(0xC3));
-  CHECK_THAT(refuse(j), Catch::Contains("the vocabulary has no token for the byte 0xC3 and no unknown token"));
+  CHECK_THAT(refuse(j),
+             Catch::Contains("the vocabulary has no token for the byte 0xC3 and no unknown token"));
   j = small_tokenizer(gpt2_pre());
   j["model"]["vocab"]["zz"] = int64_t{1} << 40;
   CHECK_THAT(refuse(j), Catch::Contains("token id 1099511627776 is beyond 16777216"));
@@ -214,9 +225,16 @@ TEST_CASE("bpe: unsupported tokenizers are refused with the reason", "[tokenizer
 
 TEST_CASE("bpe: a Hugging Face model with tokenizer.json reads text", "[tokenizer][bpe][hf]") {
   test::ScratchDir dir("bpemodel");
-  json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 16}, {"num_hidden_layers", 1},
-              {"num_attention_heads", 2}, {"num_key_value_heads", 2}, {"intermediate_size", 24},
-              {"vocab_size", 320}, {"bos_token_id", 300}, {"eos_token_id", 300}, {"tie_word_embeddings", true}};
+  json cfg = {{"architectures", {"LlamaForCausalLM"}},
+              {"hidden_size", 16},
+              {"num_hidden_layers", 1},
+              {"num_attention_heads", 2},
+              {"num_key_value_heads", 2},
+              {"intermediate_size", 24},
+              {"vocab_size", 320},
+              {"bos_token_id", 300},
+              {"eos_token_id", 300},
+              {"tie_word_embeddings", true}};
   test::write_all(dir / "config.json", cfg.dump());
   const ModelConfig c = config_from_json_text(cfg.dump(), "cfg");
   Model::random(c, 3).save(dir.path());
@@ -227,7 +245,9 @@ TEST_CASE("bpe: a Hugging Face model with tokenizer.json reads text", "[tokenize
   CHECK(m.tokenizer_note().empty());
   const Encoding e = m.tokenizer().encode("the cat", true);
   CHECK(e.ids == std::vector<int64_t>{300, 't', 257, 261});
-  CHECK(e.pieces[3] == "\xe2\x96\x81" "cat");  // the space shown as ▁
+  CHECK(e.pieces[3] ==
+        "\xe2\x96\x81"
+        "cat");  // the space shown as ▁
   CHECK(e.offsets[3] == std::pair<size_t, size_t>{3, 7});
   CHECK(m.tokenizer().piece(0xc3) == "<0xC3>");  // half a character
   const Trace t = m.capture(e.ids);
@@ -243,7 +263,8 @@ TEST_CASE("bpe: an lstrip added token takes only whitespace, also before invalid
   // Found by tests/fuzz (prompt): with invalid UTF-8 later in the text, the whitespace test once took the
   // letter before "<|end|>" for a space, and the added token swallowed it.
   json j = small_tokenizer(gpt2_pre());
-  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"lstrip", true}}});
+  j["added_tokens"] =
+      json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"lstrip", true}}});
   const auto t = ByteLevelBpe::from_json(j.dump(), "test");
   for (const std::string& tail : {std::string(""), std::string("\xff "), std::string(" \xc3(")}) {
     INFO("tail of " << tail.size() << " bytes");
@@ -267,7 +288,8 @@ TEST_CASE("bpe: an rstrip added token takes whole whitespace characters, not a s
           "[tokenizer][bpe]") {
   // Found by tests/fuzz (prompt): "<|end|> \x80" once let the added token cover the continuation byte too.
   json j = small_tokenizer(gpt2_pre());
-  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"rstrip", true}}});
+  j["added_tokens"] =
+      json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"rstrip", true}}});
   const auto t = ByteLevelBpe::from_json(j.dump(), "test");
   const std::string nbsp = "\xc2\xa0";  // U+00A0, whitespace of two bytes: taken whole
   for (const auto& [text, covered] : std::vector<std::pair<std::string, size_t>>{
@@ -286,7 +308,8 @@ TEST_CASE("bpe: a stray UTF-8 byte before an lstrip added token is text, not par
           "[tokenizer][bpe]") {
   // Found by tests/fuzz (prompt): " \xA0<|end|>" let the added token take the space and the stray byte.
   json j = small_tokenizer(gpt2_pre());
-  j["added_tokens"] = json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"lstrip", true}}});
+  j["added_tokens"] =
+      json::array({{{"id", 300}, {"content", "<|end|>"}, {"special", true}, {"lstrip", true}}});
   const auto t = ByteLevelBpe::from_json(j.dump(), "test");
   const auto toks = t->encode(" \xa0<|end|>");
   REQUIRE(toks.size() >= 2);

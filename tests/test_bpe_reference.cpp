@@ -86,7 +86,8 @@ Result compare(const ByteLevelBpe& bpe, const std::vector<std::string>& texts, c
 
 }  // namespace
 
-TEST_CASE("Byte-level BPE gives the Hugging Face tokenizers library's ids on the test corpora", "[tokenizer][bpe]") {
+TEST_CASE("Byte-level BPE gives the Hugging Face tokenizers library's ids on the test corpora",
+          "[tokenizer][bpe]") {
   const auto corpus_text = slurp(kData / "corpus.txt");
   const auto fuzz_text = slurp(kData / "fuzz.txt");
   const auto corpus = lines_of(corpus_text), fuzz = lines_of(fuzz_text);
@@ -123,7 +124,9 @@ TEST_CASE("The reference corpora exercise what differs between the test tokenize
     return out;
   };
   // " DiffLens" is a whole vocabulary entry no merge sequence builds: only ignore_merges finds it.
-  const int64_t whole_word = llama->id_of("\xC4\xA0" "DiffLens");  // "ĠDiffLens"
+  const int64_t whole_word = llama->id_of(
+      "\xC4\xA0"
+      "DiffLens");  // "ĠDiffLens"
   REQUIRE(whole_word >= 0);
   CHECK(ids(*llama, "a DiffLens") == std::vector<int64_t>{llama->id_of("a"), whole_word});
   CHECK(ids(*gpt2, "a DiffLens").size() > 2);

@@ -93,7 +93,8 @@ TEST_CASE("broken checkpoints are rejected with a message naming the file and th
   }
   SECTION("missing model.safetensors") {
     std::filesystem::remove(weights);
-    CHECK_THROWS_WITH(Model::load(dir.path()), Catch::Contains("no model.safetensors or model.safetensors.index.json"));
+    CHECK_THROWS_WITH(Model::load(dir.path()),
+                      Catch::Contains("no model.safetensors or model.safetensors.index.json"));
   }
   SECTION("a shard index far larger than any real one") {
     std::filesystem::remove(weights);

@@ -32,7 +32,9 @@ Result run_with_prefix(const std::string& prefix, const std::string& args, const
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log)};
 }
 
-Result run(const std::string& args, const test::ScratchDir& dir) { return run_with_prefix("", args, dir); }
+Result run(const std::string& args, const test::ScratchDir& dir) {
+  return run_with_prefix("", args, dir);
+}
 
 // Each command must fail with status 1 and print its message.
 template <typename Cases>
@@ -204,12 +206,14 @@ TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
   // The exported PNG (rendered by the app from the data) shows the causal triangle empty at the top
   // right and a non-uniform map below the diagonal.
   int w = 0, h = 0, n = 0;
-  unsigned char* px = stbi_load((std::filesystem::path(exports) / "diff-small-L1-H0-A1.png").c_str(), &w, &h, &n, 3);
+  unsigned char* px =
+      stbi_load((std::filesystem::path(exports) / "diff-small-L1-H0-A1.png").c_str(), &w, &h, &n, 3);
   REQUIRE(px);
   CHECK(w == 1024);
   CHECK(h == 1024);
   auto rgb = [&](int x, int y) {
-    const unsigned char* p = px + (static_cast<size_t>(y) * static_cast<size_t>(w) + static_cast<size_t>(x)) * 3;
+    const unsigned char* p =
+        px + (static_cast<size_t>(y) * static_cast<size_t>(w) + static_cast<size_t>(x)) * 3;
     return std::array<int, 3>{p[0], p[1], p[2]};
   };
   CHECK(rgb(w - 4, 4) == std::array<int, 3>{236, 236, 236});  // masked future
@@ -239,11 +243,15 @@ TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
   expect_failures(bad, dir);
 }
 
-TEST_CASE("gui: a needle prompt marks question and answer, and quantized logits run headless", "[gui][cli][needle]") {
+TEST_CASE("gui: a needle prompt marks question and answer, and quantized logits run headless",
+          "[gui][cli][needle]") {
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("guineedle");
-  const Result r = run("--needle 200,25,2,1,4 --tab noise --logit-bits 6 --size 1280x800 --exit-after-frames 2 "
-                       "--threads 1 --screenshot " + (dir / "n.png").string(), dir);
+  const Result r =
+      run("--needle 200,25,2,1,4 --tab noise --logit-bits 6 --size 1280x800 --exit-after-frames 2 "
+          "--threads 1 --screenshot " +
+              (dir / "n.png").string(),
+          dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("tokens: both models") != std::string::npos);
@@ -295,10 +303,12 @@ TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, an
           "[cli][figure]") {
   test::ScratchDir dir("clirender");
   const std::string models = (dir / "m").string();
-  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status == 0);
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status ==
+          0);
   const std::string trace = (dir / "t").string();
   REQUIRE(run("capture --model " + models + "/diff --prompt 'a cat sat' --out " + trace, dir).status == 0);
-  Result r = run("render --trace " + trace + " --layer 1 --head 1 --size 200 --out " + (dir / "h.png").string(), dir);
+  Result r = run(
+      "render --trace " + trace + " --layer 1 --head 1 --size 200 --out " + (dir / "h.png").string(), dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("3 panels") != std::string::npos);
@@ -308,7 +318,8 @@ TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, an
   stbi_image_free(px);
   CHECK(w > 3 * 200);  // three 200-pixel maps, labels and gaps
   CHECK(h > 200);
-  r = run("render --trace " + trace + " --layer 0 --head 0 --map A2 --scale log --out " + (dir / "a2.svg").string(),
+  r = run("render --trace " + trace + " --layer 0 --head 0 --map A2 --scale log --out " +
+              (dir / "a2.svg").string(),
           dir);
   REQUIRE(r.status == 0);
   const std::string svg = test::read_all(dir / "a2.svg");
@@ -316,7 +327,8 @@ TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, an
   CHECK(svg.find("A1 (softmax 1)") == std::string::npos);
   const Trace t = read_trace_bundle(trace);
   size_t cells = 0;
-  for (size_t p = svg.find("class=\"cell\""); p != std::string::npos; p = svg.find("class=\"cell\"", p + 1)) ++cells;
+  for (size_t p = svg.find("class=\"cell\""); p != std::string::npos; p = svg.find("class=\"cell\"", p + 1))
+    ++cells;
   CHECK(cells == static_cast<size_t>(t.length() * t.length()));
   const std::string base = "render --trace " + trace + " --out " + (dir / "x.png").string();
   const std::pair<std::string, std::string> bad[] = {
@@ -335,11 +347,13 @@ TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, an
 TEST_CASE("cli: needle sweeps a pair end to end and refuses bad grids", "[cli][needle][lab]") {
   test::ScratchDir dir("clineedle");
   const std::string models = (dir / "m").string();
-  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status ==
+          0);
   const std::string pair = " --models " + models + "/diff," + models + "/baseline";
   const std::string out = (dir / "lab").string();
-  Result r = run("needle" + pair + " --lengths 160,200 --depths 0,100 --needles 1,2 --queried 1 --seeds 2 --out " + out,
-                 dir);
+  Result r = run(
+      "needle" + pair + " --lengths 160,200 --depths 0,100 --needles 1,2 --queried 1 --seeds 2 --out " + out,
+      dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("## Multi-needle accuracy") != std::string::npos);
@@ -374,7 +388,8 @@ TEST_CASE("cli: needle sweeps a pair end to end and refuses bad grids", "[cli][n
 TEST_CASE("cli: outliers measures a pair over a text file and refuses bad input", "[cli][outliers][lab]") {
   test::ScratchDir dir("clioutliers");
   const std::string models = (dir / "m").string();
-  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status ==
+          0);
   test::write_all(dir / "text.txt", std::string(1000, 'q'));
   const std::string base = "outliers --models " + models + "/diff," + models + "/baseline --text-file " +
                            (dir / "text.txt").string();
@@ -398,8 +413,10 @@ TEST_CASE("cli: outliers measures a pair over a text file and refuses bad input"
 TEST_CASE("cli: quantize reports map drift per width and refuses bad widths", "[cli][quantize]") {
   test::ScratchDir dir("cliquant");
   const std::string models = (dir / "m").string();
-  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
-  const std::string base = "quantize --models " + models + "/diff," + models + "/baseline --prompt 'the cat sat on it'";
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status ==
+          0);
+  const std::string base =
+      "quantize --models " + models + "/diff," + models + "/baseline --prompt 'the cat sat on it'";
   Result r = run(base + " --bits 8,3 --out " + (dir / "q").string(), dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -420,16 +437,21 @@ TEST_CASE("gui: the needle lab sweeps headless and exports the same numbers as t
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("guilab");
   const std::string models = (dir / "m").string();
-  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status ==
+          0);
   const std::string pair = " --models " + models + "/diff," + models + "/baseline";
   const std::string grid = " --lengths 160,200 --depths 0,100 --needles 1,2 --queried 1 --seeds 2";
-  Result r = run(pair + " --tab lab --lab-run --lab-lengths 160,200 --lab-depths 0,100 --lab-needles 1,2 "
-                 "--lab-queried 1 --lab-seeds 2 --export-all --export-dir " + (dir / "gui").string() +
-                 " --size 1280x800 --exit-after-frames 2 --threads 1 --screenshot " + (dir / "lab.png").string(),
-                 dir);
+  Result r =
+      run(pair +
+              " --tab lab --lab-run --lab-lengths 160,200 --lab-depths 0,100 --lab-needles 1,2 "
+              "--lab-queried 1 --lab-seeds 2 --export-all --export-dir " +
+              (dir / "gui").string() + " --size 1280x800 --exit-after-frames 2 --threads 1 --screenshot " +
+              (dir / "lab.png").string(),
+          dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
-  CHECK(r.out.find("needle lab: 32/32 episodes") != std::string::npos);  // 2 × 2 × 2 cells × 2 seeds × 2 models
+  CHECK(r.out.find("needle lab: 32/32 episodes") !=
+        std::string::npos);  // 2 × 2 × 2 cells × 2 seeds × 2 models
   CHECK(std::filesystem::file_size(dir / "lab.png") > 20000);
   std::filesystem::path exported;
   for (const auto& e : std::filesystem::directory_iterator(dir / "gui"))
@@ -461,10 +483,12 @@ TEST_CASE("gui: the needle lab sweeps headless and exports the same numbers as t
   CHECK(from_gui == from_cli);
 }
 
-TEST_CASE("cli: convert writes Hugging Face and official-layout checkpoints with the same maps", "[cli][convert][hf]") {
+TEST_CASE("cli: convert writes Hugging Face and official-layout checkpoints with the same maps",
+          "[cli][convert][hf]") {
   test::ScratchDir dir("cliconvert");
   const std::string models = (dir / "m").string();
-  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status == 0);
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status ==
+          0);
   Result r = run("convert --from " + models + "/diff --to " + (dir / "hf").string() + " --format hf", dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -473,10 +497,13 @@ TEST_CASE("cli: convert writes Hugging Face and official-layout checkpoints with
   r = run("info --model " + (dir / "hf").string(), dir);
   CHECK(r.out.find("architecture: DiffLlamaForCausalLM") != std::string::npos);
   CHECK(r.out.find("components in halves") != std::string::npos);
-  r = run("convert --from " + (dir / "hf").string() + " --to " + (dir / "official").string() + " --format official", dir);
+  r = run("convert --from " + (dir / "hf").string() + " --to " + (dir / "official").string() +
+              " --format official",
+          dir);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("official DIFF layout") != std::string::npos);
-  const Model a = Model::load(models + "/diff"), b = Model::load(dir / "hf"), c = Model::load(dir / "official");
+  const Model a = Model::load(models + "/diff"), b = Model::load(dir / "hf"),
+              c = Model::load(dir / "official");
   const std::vector<int64_t> ids = {1, 80, 81, 82, 83, 84, 85, 86};
   const Trace ta = a.capture(ids), tb = b.capture(ids), tc = c.capture(ids);
   for (size_t l = 0; l < ta.layers.size(); ++l)
@@ -487,7 +514,8 @@ TEST_CASE("cli: convert writes Hugging Face and official-layout checkpoints with
   CHECK(tc.next_token[0].id == ta.next_token[0].id);
   const std::pair<std::string, std::string> bad[] = {
       {"convert --from " + models + "/diff --to " + (dir / "hf").string(), "exists and is not empty"},
-      {"convert --from " + models + "/diff --to " + (dir / "x").string() + " --format onnx", "--format must be"},
+      {"convert --from " + models + "/diff --to " + (dir / "x").string() + " --format onnx",
+       "--format must be"},
       {"convert --from " + models + "/diff --to " + (dir / "y").string() + " --dtype f8", "--dtype must be"},
       {"convert --from " + models + "/diff --to " + (dir / "z").string() + " --dtype bf16", "stores F32"},
       {"convert --from /nonexistent --to " + (dir / "w").string(), "not a model directory"},
@@ -499,11 +527,13 @@ TEST_CASE("gui: a long prompt shows pooled maps and, zoomed in, an exact tile", 
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("guilong");
   const std::string models = (dir / "m").string();
-  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status == 0);
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status ==
+          0);
   std::string prompt;
   for (int i = 0; i < 150; ++i) prompt += "abcdefghi ";  // 1500 bytes: 1501 tokens with BOS
-  const std::string common = " --models " + models + "/diff," + models + "/baseline --prompt '" + prompt +
-                             "' --pooled-budget 1 --size 1280x800 --exit-after-frames 30 --threads 1 --screenshot ";
+  const std::string common =
+      " --models " + models + "/diff," + models + "/baseline --prompt '" + prompt +
+      "' --pooled-budget 1 --size 1280x800 --exit-after-frames 30 --threads 1 --screenshot ";
   Result r = run(common + (dir / "pooled.png").string(), dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -514,25 +544,29 @@ TEST_CASE("gui: a long prompt shows pooled maps and, zoomed in, an exact tile", 
   INFO(r.out);
   REQUIRE(r.status == 0);
   size_t tiles = 0;
-  for (size_t p = r.out.find("shows an exact tile"); p != std::string::npos; p = r.out.find("shows an exact tile", p + 1))
+  for (size_t p = r.out.find("shows an exact tile"); p != std::string::npos;
+       p = r.out.find("shows an exact tile", p + 1))
     ++tiles;
   CHECK(tiles == 2);  // both models, the same tokens
   CHECK(std::filesystem::file_size(dir / "tile.png") > 20000);
 }
 
-TEST_CASE("cli: tokenize prints ids and byte ranges for a tokenizer.json, a model directory, and refuses bad input",
-          "[cli][tokenizer]") {
+TEST_CASE(
+    "cli: tokenize prints ids and byte ranges for a tokenizer.json, a model directory, and refuses bad input",
+    "[cli][tokenizer]") {
   test::ScratchDir dir("clitok");
   const std::string tok = std::string(DIFFLENS_SOURCE_DIR) + "/tests/data/bpe/llama3-style.tokenizer.json";
-  // "a DiffLens" in the llama3-style test tokenizer: "a" (id 97, its byte) and the whole-word entry " DiffLens"
-  // (id 1456, after 256 bytes + 1200 merges), as the reference library gives them.
+  // "a DiffLens" in the llama3-style test tokenizer: "a" (id 97, its byte) and the whole-word entry "
+  // DiffLens" (id 1456, after 256 bytes + 1200 merges), as the reference library gives them.
   Result r = run("tokenize --tokenizer " + tok + " --text 'a DiffLens' --format jsonl", dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out == "{\"ids\":[97,1456],\"offsets\":[[0,1],[1,10]]}\n");
   // --bos adds the given id with an empty range; --lines encodes each line on its own.
   test::write_all(dir / "two.txt", "a\n<|eot_id|>\n");
-  r = run("tokenize --tokenizer " + tok + " --input " + (dir / "two.txt").string() + " --lines --format ids --bos 1459", dir);
+  r = run("tokenize --tokenizer " + tok + " --input " + (dir / "two.txt").string() +
+              " --lines --format ids --bos 1459",
+          dir);
   REQUIRE(r.status == 0);
   CHECK(r.out == "1459,97\n1459,1461\n");
   r = run("tokenize --tokenizer " + tok + " --text 'a DiffLens'", dir);
@@ -540,7 +574,9 @@ TEST_CASE("cli: tokenize prints ids and byte ranges for a tokenizer.json, a mode
   CHECK(r.out.find("     1     1456  [1, 10)") != std::string::npos);
   CHECK(r.out.find("2 tokens from 10 bytes") != std::string::npos);
   // A model directory uses its own tokenizer and BOS (the byte tokenizer here: id = 3 + byte, BOS 1).
-  REQUIRE(run("init-pair --out " + (dir / "m").string() + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status == 0);
+  REQUIRE(
+      run("init-pair --out " + (dir / "m").string() + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir)
+          .status == 0);
   r = run("tokenize --tokenizer " + (dir / "m" / "diff").string() + " --text hi --format ids", dir);
   CHECK(r.out == "1,107,108\n");
   r = run("tokenize --tokenizer " + (dir / "m" / "diff").string() + " --text hi --format ids --no-bos", dir);
@@ -551,8 +587,10 @@ TEST_CASE("cli: tokenize prints ids and byte ranges for a tokenizer.json, a mode
       {"tokenize --tokenizer " + tok, "give exactly one of --text, --input"},
       {"tokenize --tokenizer " + tok + " --text a --input b", "give exactly one of --text, --input"},
       {"tokenize --tokenizer " + tok + " --text a --format xml", "--format must be table, jsonl or ids"},
-      {"tokenize --tokenizer " + (dir / "m" / "diff").string() + " --text a --bos 3", "--bos is for a bare tokenizer.json"},
-      {"tokenize --tokenizer " + (dir / "two.txt").string() + " --text a", "not a model directory, tokenizer.json"},
+      {"tokenize --tokenizer " + (dir / "m" / "diff").string() + " --text a --bos 3",
+       "--bos is for a bare tokenizer.json"},
+      {"tokenize --tokenizer " + (dir / "two.txt").string() + " --text a",
+       "not a model directory, tokenizer.json"},
   };
   expect_failures(failing, dir);
 }
@@ -569,7 +607,8 @@ TEST_CASE("gui: corrupt models and bundles, a missing tokenizer and hostile prom
   // A model folder with a broken config.json and a truncated safetensors file.
   std::filesystem::create_directories(dir / "corrupt");
   test::write_all(dir / "corrupt/config.json", "{\"hidden_size\": 128, \"oops");
-  test::write_all(dir / "corrupt/model.safetensors", test::read_all(models / "diff-small/model.safetensors").substr(0, 1000));
+  test::write_all(dir / "corrupt/model.safetensors",
+                  test::read_all(models / "diff-small/model.safetensors").substr(0, 1000));
   // The bundled DIFF without its tokenizer.model.
   std::filesystem::create_directories(dir / "notok");
   for (const char* f : {"config.json", "model.safetensors"})
@@ -584,16 +623,18 @@ TEST_CASE("gui: corrupt models and bundles, a missing tokenizer and hostile prom
   for (int i = 0; i < 20; ++i)
     for (char c : {'\x01', '\x02', '\x07', '\x08', '\x0b', '\x0c', '\x1b', '\x1f', '\x7f'}) control += c;
   test::write_all(dir / "control.txt", control);
-  test::write_all(dir / "utf8.txt", std::string("caf\xc3 \xff\xfe ok \xed\xa0\x80 \xf0\x9f\x98 fin \xc0\xaf"));
+  test::write_all(dir / "utf8.txt",
+                  std::string("caf\xc3 \xff\xfe ok \xed\xa0\x80 \xf0\x9f\x98 fin \xc0\xaf"));
   // Trace bundles: a broken trace.json, a folder that is not a bundle, and a good one.
   std::filesystem::create_directories(dir / "badbundle");
   test::write_all(dir / "badbundle/trace.json", "{\"format\": \"difflens-trace\", \"version\": 1}");
-  REQUIRE(run("capture --model " + (models / "diff-small").string() + " --prompt 'The code of Mira is 4821.' --out " +
-                  (dir / "good").string(),
+  REQUIRE(run("capture --model " + (models / "diff-small").string() +
+                  " --prompt 'The code of Mira is 4821.' --out " + (dir / "good").string(),
               dir)
               .status == 0);
 
-  const std::string shot = " --size 1280x800 --exit-after-frames 2 --threads 1 --screenshot " + (dir / "x.png").string();
+  const std::string shot =
+      " --size 1280x800 --exit-after-frames 2 --threads 1 --screenshot " + (dir / "x.png").string();
   struct Case {
     std::string args;
     std::vector<std::string> expect;  // all of these in the output
@@ -611,8 +652,10 @@ TEST_CASE("gui: corrupt models and bundles, a missing tokenizer and hostile prom
       {"--prompt-file " + (dir / "utf8.txt").string(), {"; 44 tokens:"}},
       {"--bundle " + (dir / "badbundle").string(),
        {"slot 0 run: ", "trace.json: missing or mistyped field", "key 'config' not found"}},
-      {"--bundle " + (dir / "nothing").string(), {"slot 0 run: ", "cannot open (is this a trace bundle directory?)"}},
-      {"--bundle " + (dir / "good").string(), {"; 14 tokens:", "slot 1 run: (showing a trace bundle in the other slot)"}},
+      {"--bundle " + (dir / "nothing").string(),
+       {"slot 0 run: ", "cannot open (is this a trace bundle directory?)"}},
+      {"--bundle " + (dir / "good").string(),
+       {"; 14 tokens:", "slot 1 run: (showing a trace bundle in the other slot)"}},
   };
   for (const Case& c : cases) {
     std::filesystem::remove(dir / "x.png");
@@ -624,12 +667,15 @@ TEST_CASE("gui: corrupt models and bundles, a missing tokenizer and hostile prom
   }
 }
 
-TEST_CASE("cli: explain writes six slides of both models' heads, and refuses bad requests", "[cli][explain]") {
+TEST_CASE("cli: explain writes six slides of both models' heads, and refuses bad requests",
+          "[cli][explain]") {
   test::ScratchDir dir("cliexplain");
-  const std::string prompt = "'The secret code of Thomas is 7182. Q: What is the secret code of Thomas?\nA: 7'";
-  const Result r = run("explain --prompt " + prompt + " --layer 1 --head 3 --base-head 4 --answer 7,11 --out " +
-                           (dir / "slides").string(),
-                       dir);
+  const std::string prompt =
+      "'The secret code of Thomas is 7182. Q: What is the secret code of Thomas?\nA: 7'";
+  const Result r =
+      run("explain --prompt " + prompt + " --layer 1 --head 3 --base-head 4 --answer 7,11 --out " +
+              (dir / "slides").string(),
+          dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("diff-small layer 1 head 3 query"));
@@ -637,7 +683,8 @@ TEST_CASE("cli: explain writes six slides of both models' heads, and refuses bad
   CHECK_THAT(r.out, Catch::Contains("wrote 12 files"));
   for (int step = 1; step <= 6; ++step)
     for (const char* ext : {".png", ".svg"})
-      CHECK(std::filesystem::file_size(dir / "slides" / ("explain-step-" + std::to_string(step) + ext)) > 2000);
+      CHECK(std::filesystem::file_size(dir / "slides" / ("explain-step-" + std::to_string(step) + ext)) >
+            2000);
   const std::pair<std::string, std::string> bad[] = {
       {"explain --out x", "give --prompt TEXT or --prompt-file F"},
       {"explain --prompt hi --out x --layer 9", "layer 9 is not in the trace"},
@@ -652,17 +699,22 @@ TEST_CASE("cli: explain writes six slides of both models' heads, and refuses bad
 TEST_CASE("gui: the Explain tab steps, presents and exports its slides headless", "[gui][cli][explain]") {
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("guiexplain");
-  const std::string prompt = "'The secret code of Thomas is 7182. Q: What is the secret code of Thomas?\nA: 7'";
-  const std::string common = "--prompt " + prompt + " --select 1,3 --answer 7,11 --tab explain --threads 1 --exit-after-frames 2";
-  Result r = run(common + " --explain-step 5 --size 1600x1000 --export-all --export-dir " + (dir / "exports").string() +
-                     " --screenshot " + (dir / "tab.png").string(),
+  const std::string prompt =
+      "'The secret code of Thomas is 7182. Q: What is the secret code of Thomas?\nA: 7'";
+  const std::string common =
+      "--prompt " + prompt + " --select 1,3 --answer 7,11 --tab explain --threads 1 --exit-after-frames 2";
+  Result r = run(common + " --explain-step 5 --size 1600x1000 --export-all --export-dir " +
+                     (dir / "exports").string() + " --screenshot " + (dir / "tab.png").string(),
                  dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(std::filesystem::file_size(dir / "tab.png") > 20000);
   for (int step = 1; step <= 6; ++step)
-    CHECK(std::filesystem::exists(dir / "exports/explain" / ("explain-step-" + std::to_string(step) + ".png")));
-  r = run(common + " --explain-step 3 --present --size 1920x1080 --screenshot " + (dir / "present.png").string(), dir);
+    CHECK(
+        std::filesystem::exists(dir / "exports/explain" / ("explain-step-" + std::to_string(step) + ".png")));
+  r = run(
+      common + " --explain-step 3 --present --size 1920x1080 --screenshot " + (dir / "present.png").string(),
+      dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   int w = 0, h = 0, n = 0;
@@ -711,7 +763,8 @@ void check_layout_clean(const std::string& out, int width, int height) {
   CHECK(out.find(" 0 outside or clipped") != std::string::npos);
   CHECK(out.find("clips its contents") == std::string::npos);
   for (const auto& [name, r] : layout_regions(out)) {
-    INFO(name << " " << r.x0 << "," << r.y0 << "-" << r.x1 << "," << r.y1 << " in " << width << "x" << height);
+    INFO(name << " " << r.x0 << "," << r.y0 << "-" << r.x1 << "," << r.y1 << " in " << width << "x"
+              << height);
     CHECK(r.x0 >= 0);
     CHECK(r.x1 <= width + 0.5f);
     if (name.rfind("grid.", 0) == 0) continue;  // the Model view's grids scroll down when they are taller
@@ -729,7 +782,8 @@ TEST_CASE("gui layout: the maps fill the central area and the first screen puts 
   // The maps as the selected view at 1600x1000: four maps of at least 340 px a side; the grid (maps with
   // their axes and legends) spans 90 % of the central area's width, the map images alone 85 %.
   Result r = run("--view maps --size 1600x1000 --threads 1 --exit-after-frames 1 --screenshot " +
-                     (dir / "maps.png").string(), dir);
+                     (dir / "maps.png").string(),
+                 dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   check_layout_clean(r.out, 1600, 1000);
@@ -751,7 +805,8 @@ TEST_CASE("gui layout: the maps fill the central area and the first screen puts 
   CHECK(regions["maps.grid"].w() >= 0.9f * central.w());
   CHECK(r.out.find("layout: hover") == std::string::npos);  // no stray hover in a headless screenshot
   // The first screen: Figure 1 beside the maps, a tall chart per model, the answer's share on it.
-  r = run("--size 1600x1000 --threads 1 --exit-after-frames 1 --screenshot " + (dir / "first.png").string(), dir);
+  r = run("--size 1600x1000 --threads 1 --exit-after-frames 1 --screenshot " + (dir / "first.png").string(),
+          dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("layout: view query-row beside the maps") != std::string::npos);
@@ -767,12 +822,14 @@ TEST_CASE("gui layout: the maps fill the central area and the first screen puts 
   CHECK(regions["map.3"].x1 <= regions["chart.0"].x0);  // the maps at the left, the charts at the right
   // --hover puts the mouse over a cell of the first map: the tooltip's query and key are the ones asked.
   r = run("--view maps --hover 200,100 --size 1280x800 --threads 1 --exit-after-frames 2 --screenshot " +
-              (dir / "hover.png").string(), dir);
+              (dir / "hover.png").string(),
+          dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("layout: hover.0 query 200 key 100 ") != std::string::npos);
   const std::pair<std::string, std::string> bad[] = {
-      {"--view tables --screenshot x.png", "--view must be maps, query-row, models, lambda, noise, lab, outliers or explain"},
+      {"--view tables --screenshot x.png",
+       "--view must be maps, query-row, models, lambda, noise, lab, outliers or explain"},
       {"--view maps --tab lab --screenshot x.png", "give --view or --tab (the same), not both"},
       {"--split sideways --screenshot x.png", "--split must be off, below or beside"},
       {"--hover 3,5 --screenshot x.png", "--hover expects ROW,COL with 0 <= COL <= ROW"},
@@ -808,26 +865,31 @@ TEST_CASE("gui layout: every view fits 1280x800 and 3840x2160 at font scale 2, a
   }
 }
 
-TEST_CASE("gui layout: without --size the window takes 90 % of the screen it opens on", "[gui][cli][layout]") {
+TEST_CASE("gui layout: without --size the window takes 90 % of the screen it opens on",
+          "[gui][cli][layout]") {
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   if (std::system("command -v xvfb-run > /dev/null 2>&1") != 0) test::skip("xvfb-run is not installed");
   test::ScratchDir dir("guifit");
   // A 1366x768 laptop screen of its own (no window manager: the work area is the whole screen).
-  const Result r = run_with_prefix("xvfb-run -a -s '-screen 0 1366x768x24 -nolisten tcp' ",
-                                   "--view maps --threads 1 --exit-after-frames 1 --screenshot " +
-                                       (dir / "fit.png").string(), dir);
+  const Result r = run_with_prefix(
+      "xvfb-run -a -s '-screen 0 1366x768x24 -nolisten tcp' ",
+      "--view maps --threads 1 --exit-after-frames 1 --screenshot " + (dir / "fit.png").string(), dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("(1229x691)") != std::string::npos);
   check_layout_clean(r.out, 1229, 691);
 }
 
-TEST_CASE("gui layout: the view, split and side panel are remembered in the settings file", "[gui][cli][layout]") {
+TEST_CASE("gui layout: the view, split and side panel are remembered in the settings file",
+          "[gui][cli][layout]") {
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("guisettings");
   const std::string settings = (dir / "cfg" / "layout.ini").string();
-  Result r = run("--settings " + settings + " --view lambda --split below --maps-height 0.3 --size 1280x800 "
-                 "--threads 1 --exit-after-frames 1 --screenshot " + (dir / "a.png").string(), dir);
+  Result r = run("--settings " + settings +
+                     " --view lambda --split below --maps-height 0.3 --size 1280x800 "
+                     "--threads 1 --exit-after-frames 1 --screenshot " +
+                     (dir / "a.png").string(),
+                 dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("layout: view lambda below the maps") != std::string::npos);
@@ -840,7 +902,8 @@ TEST_CASE("gui layout: the view, split and side panel are remembered in the sett
   CHECK(text.find("window=1280x800\n") != std::string::npos);
   // The next start opens where the last one was left.
   r = run("--settings " + settings + " --size 1280x800 --threads 1 --exit-after-frames 1 --screenshot " +
-              (dir / "b.png").string(), dir);
+              (dir / "b.png").string(),
+          dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("layout: view lambda below the maps") != std::string::npos);
@@ -850,20 +913,24 @@ TEST_CASE("gui layout: the view, split and side panel are remembered in the sett
   CHECK(regions.at("view.maps").h() == Approx(0.3 * (regions.at("central").h() - 7)).margin(3));
   // A settings file that is not one (binary junk) is ignored: the app opens with its defaults.
   test::write_all(dir / "junk.ini", "\x01\xff view=\x80 \n\n=\nsplit_fraction=NaN\nwindow=99999x1\n");
-  r = run("--settings " + (dir / "junk.ini").string() + " --size 1280x800 --threads 1 --exit-after-frames 1 "
-          "--screenshot " + (dir / "c.png").string(), dir);
+  r = run("--settings " + (dir / "junk.ini").string() +
+              " --size 1280x800 --threads 1 --exit-after-frames 1 "
+              "--screenshot " +
+              (dir / "c.png").string(),
+          dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("layout: view query-row beside the maps") != std::string::npos);
 }
 
 TEST_CASE("cli: loss shows its progress and Ctrl-C ends it with the windows scored so far", "[cli][train]") {
-  if (std::system("command -v timeout > /dev/null 2>&1") != 0) test::skip("timeout (coreutils) is not installed");
+  if (std::system("command -v timeout > /dev/null 2>&1") != 0)
+    test::skip("timeout (coreutils) is not installed");
   test::ScratchDir dir("lossint");
   // 81 windows of 1024 tokens per model take seconds; SIGINT after 1 s lands in the first model's windows.
-  const Result r = run_with_prefix("timeout --preserve-status -s INT 1 ",
-                                   "loss --text-file " DIFFLENS_SOURCE_DIR "/assets/haystack.txt --window 1024 --threads 1",
-                                   dir);
+  const Result r = run_with_prefix(
+      "timeout --preserve-status -s INT 1 ",
+      "loss --text-file " DIFFLENS_SOURCE_DIR "/assets/haystack.txt --window 1024 --threads 1", dir);
   INFO(r.out);
   CHECK(r.status == 130);
   CHECK(r.out.find("window 8/81") != std::string::npos);  // the progress line
@@ -881,16 +948,23 @@ TEST_CASE("cli: numbers are checked by kind and range with the flag named", "[cl
   REQUIRE(made.status == 0);
   const std::pair<std::string, std::string> bad[] = {
       // Each ended with exit 3 "internal error: stod", or was accepted silently.
-      {"render --trace " + trace + " --out x.png --clamp abc", "option --clamp expects a number from 1e-09 to 100, got 'abc'"},
+      {"render --trace " + trace + " --out x.png --clamp abc",
+       "option --clamp expects a number from 1e-09 to 100, got 'abc'"},
       {"train --corpus c --out o --lr abc", "option --lr expects a number from 1e-08 to 10, got 'abc'"},
-      {"train --corpus c --out o --episode-fraction 1.5", "option --episode-fraction expects a number from 0 to 1"},
+      {"train --corpus c --out o --episode-fraction 1.5",
+       "option --episode-fraction expects a number from 0 to 1"},
       {"train --corpus c --out o --drill-fraction x", "option --drill-fraction expects a number from 0 to 1"},
-      {"train --corpus c --out o --answer-weight -1", "option --answer-weight expects a number from 0 to 1000"},
-      {"capture" + model + " --prompt hi --out o --top-k -5", "option --top-k expects an integer from 1 to 1000000, got '-5'"},
-      {"capture" + model + " --prompt hi --out o --threads 0", "option --threads expects an integer from 1 to 4096, got '0'"},
-      {"capture" + model + " --prompt hi --out o --threads -2", "option --threads expects an integer from 1 to 4096"},
+      {"train --corpus c --out o --answer-weight -1",
+       "option --answer-weight expects a number from 0 to 1000"},
+      {"capture" + model + " --prompt hi --out o --top-k -5",
+       "option --top-k expects an integer from 1 to 1000000, got '-5'"},
+      {"capture" + model + " --prompt hi --out o --threads 0",
+       "option --threads expects an integer from 1 to 4096, got '0'"},
+      {"capture" + model + " --prompt hi --out o --threads -2",
+       "option --threads expects an integer from 1 to 4096"},
       {"capture" + model + " --token-ids 1,,2 --out o", "--token-ids: an empty item between commas"},
-      {"generate" + model + " --prompt hi --temperature warm", "option --temperature expects a number from 0 to 100"},
+      {"generate" + model + " --prompt hi --temperature warm",
+       "option --temperature expects a number from 0 to 100"},
   };
   expect_failures(bad, dir);
 }
@@ -912,7 +986,8 @@ TEST_CASE("cli: the unknown-command message and --help list the same commands", 
   REQUIRE(open != std::string::npos);
   std::set<std::string> listed;
   std::istringstream names(r.out.substr(open + 11, close - open - 11));
-  for (std::string name; std::getline(names, name, ',');) listed.insert(name.substr(name.find_first_not_of(' ')));
+  for (std::string name; std::getline(names, name, ',');)
+    listed.insert(name.substr(name.find_first_not_of(' ')));
   CHECK(listed.count("loss") == 1);
   CHECK(listed == documented);
 }

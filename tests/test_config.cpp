@@ -73,10 +73,12 @@ TEST_CASE("config errors name the file and the field", "[config][errors]") {
   CHECK(err("not json").find("not valid JSON") != std::string::npos);
   CHECK(err("[]") == "my/config.json: top level must be a JSON object");
   // Sizes beyond any model, and numbers JSON cannot hold, are refused with the number.
-  CHECK(err(R"({"hidden_size": 2097152, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 300, "num_attention_heads": 4})") ==
-        "my/config.json: 'hidden_size' is 2097152; DiffLens reads models with at most 1048576");
-  CHECK(err("{" + base + R"(, "num_attention_heads": 4, "max_position_embeddings": 1000000000})") ==
-        "my/config.json: 'max_position_embeddings' is 1000000000; DiffLens reads models with at most 134217728");
+  CHECK(
+      err(R"({"hidden_size": 2097152, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 300, "num_attention_heads": 4})") ==
+      "my/config.json: 'hidden_size' is 2097152; DiffLens reads models with at most 1048576");
+  CHECK(
+      err("{" + base + R"(, "num_attention_heads": 4, "max_position_embeddings": 1000000000})") ==
+      "my/config.json: 'max_position_embeddings' is 1000000000; DiffLens reads models with at most 134217728");
   CHECK(err("{" + base + R"(, "num_attention_heads": 4, "rope_theta": 1e99999})").find("number overflow") !=
         std::string::npos);
 }
@@ -100,5 +102,6 @@ TEST_CASE("messages shown to users drop LibTorch's C++ backtrace", "[errors]") {
         "allocated)");
   CHECK(user_message(ConfigError("config.json: missing field 'hidden_size'")) ==
         "config.json: missing field 'hidden_size'");
-  CHECK(user_message(std::runtime_error("Exception raised from nowhere")) == "LibTorch error without a message");
+  CHECK(user_message(std::runtime_error("Exception raised from nowhere")) ==
+        "LibTorch error without a message");
 }

@@ -36,7 +36,8 @@ struct DeviceBuffer {
 }  // namespace
 
 TEST_CASE("CUDA pooled attention kernels match the exact maps pooled on the CPU", "[gpu][long]") {
-  if (cuda::device_count() == 0) test::skip("no CUDA device on this machine: the kernels were built, not run");
+  if (cuda::device_count() == 0)
+    test::skip("no CUDA device on this machine: the kernels were built, not run");
   const int H = 4, Hkv = 2, T = 203, d = 8, P = 29, window = 60;
   const float lambda = 0.37f;
   std::mt19937 rng(5);
@@ -62,13 +63,15 @@ TEST_CASE("CUDA pooled attention kernels match the exact maps pooled on the CPU"
         for (int j = 0; j <= i; ++j) {
           if (w > 0 && i - j >= w) continue;
           double s = 0;
-          for (int e = 0; e < d; ++e) s += double(q[(size_t(h) * T + i) * d + e]) * k[(size_t(h / (H / Hkv)) * T + j) * d + e];
+          for (int e = 0; e < d; ++e)
+            s += double(q[(size_t(h) * T + i) * d + e]) * k[(size_t(h / (H / Hkv)) * T + j) * d + e];
           l[size_t(j)] = s;
           m = std::max(m, s);
         }
         double z = 0;
         for (int j = 0; j <= i; ++j) z += std::isinf(l[size_t(j)]) ? 0 : std::exp(l[size_t(j)] - m);
-        for (int j = 0; j <= i; ++j) a[size_t(i) * T + j] = std::isinf(l[size_t(j)]) ? 0 : std::exp(l[size_t(j)] - m) / z;
+        for (int j = 0; j <= i; ++j)
+          a[size_t(i) * T + j] = std::isinf(l[size_t(j)]) ? 0 : std::exp(l[size_t(j)] - m) / z;
       }
       return a;
     };
@@ -81,10 +84,11 @@ TEST_CASE("CUDA pooled attention kernels match the exact maps pooled on the CPU"
     const size_t cells = size_t{H} * P * P;
     DeviceBuffer s1(cells), b1(cells), s2(cells), b2(cells), sa(cells), ba(cells);
     cuda::PooledAttentionArgs args;
-    args.q1 = dq1.p, args.k1 = dk1.p, args.q2 = dq2.p, args.k2 = dk2.p, args.lse1 = lse1.p, args.lse2 = lse2.p;
+    args.q1 = dq1.p, args.k1 = dk1.p, args.q2 = dq2.p, args.k2 = dk2.p, args.lse1 = lse1.p,
+    args.lse2 = lse2.p;
     args.lambda = lambda, args.H = H, args.Hkv = Hkv, args.T = T, args.d = d, args.P = P, args.window = w;
-    args.bin = dbin, args.sum1 = s1.p, args.best1 = b1.p, args.sum2 = s2.p, args.best2 = b2.p, args.suma = sa.p,
-    args.besta = ba.p;
+    args.bin = dbin, args.sum1 = s1.p, args.best1 = b1.p, args.sum2 = s2.p, args.best2 = b2.p,
+    args.suma = sa.p, args.besta = ba.p;
     REQUIRE(cuda::pooled_attention(args, true) == 0);
     cudaFree(dbin);
     const std::vector<float> gs = sa.host(cells), gb = ba.host(cells), g1 = s1.host(cells);
@@ -102,7 +106,8 @@ TEST_CASE("CUDA pooled attention kernels match the exact maps pooled on the CPU"
               if (std::fabs(v) > std::fabs(best)) best = v;
             }
           const size_t cell = (size_t(h) * P + r) * P + c;
-          worst = std::max({worst, std::fabs(gs[cell] - sum), std::fabs(g1[cell] - sum1), std::fabs(gb[cell] - best)});
+          worst = std::max(
+              {worst, std::fabs(gs[cell] - sum), std::fabs(g1[cell] - sum1), std::fabs(gb[cell] - best)});
         }
     }
     INFO("largest difference " << worst);

@@ -160,7 +160,8 @@ TEST_CASE("training rows have the exact length and depend only on the seed", "[d
 }
 
 TEST_CASE("single-token needle names are one piece in the bundled tokenizer", "[data][needle][tokenizer]") {
-  const Tokenizer tok = Tokenizer::sentencepiece(DIFFLENS_SOURCE_DIR "/assets/models/diff-small/tokenizer.model");
+  const Tokenizer tok =
+      Tokenizer::sentencepiece(DIFFLENS_SOURCE_DIR "/assets/models/diff-small/tokenizer.model");
   for (const NeedleSplit split : {NeedleSplit::Train, NeedleSplit::Eval})
     for (const auto& name : needle_names(split, NameSet::SingleToken)) {
       const Encoding e = tok.encode("of " + name + " is", false);

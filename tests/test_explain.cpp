@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "core/explain.h"
 #include "core/metrics.h"
-#include "core/tiles.h"
 #include "core/model.h"
+#include "core/tiles.h"
 #include "core/trace_io.h"
 #include "helpers.h"
 
@@ -55,7 +55,8 @@ TEST_CASE("explain: each step's numbers are the trace's own", "[explain]") {
           // The visible keys: causal, inside the window.
           REQUIRE(!e.keys.empty());
           CHECK(e.keys.back() == q);
-          CHECK(static_cast<int64_t>(e.keys.size()) == (c.sliding_window > 0 ? std::min<int64_t>(q + 1, c.sliding_window) : q + 1));
+          CHECK(static_cast<int64_t>(e.keys.size()) ==
+                (c.sliding_window > 0 ? std::min<int64_t>(q + 1, c.sliding_window) : q + 1));
           double s1 = 0, s2 = 0;
           for (size_t k = 0; k < e.keys.size(); ++k) {
             const size_t at = row + static_cast<size_t>(e.keys[k]);
@@ -124,8 +125,8 @@ TEST_CASE("explain: the heads' outputs through o_proj are the model's attention 
     for (int64_t k = 0; k < E; ++k) ms += std::pow(emb.data[static_cast<size_t>(ids[i] * E + k)], 2);
     const double inv = 1.0 / std::sqrt(ms / static_cast<double>(E) + c.rms_norm_eps);
     for (int64_t k = 0; k < E; ++k)
-      x[static_cast<size_t>(i * E + k)] =
-          static_cast<float>(emb.data[static_cast<size_t>(ids[i] * E + k)] * inv * norm.data[static_cast<size_t>(k)]);
+      x[static_cast<size_t>(i * E + k)] = static_cast<float>(emb.data[static_cast<size_t>(ids[i] * E + k)] *
+                                                             inv * norm.data[static_cast<size_t>(k)]);
   }
   std::vector<float> out;
   (void)m.attention_probe(0, x, T, &out);
@@ -141,7 +142,8 @@ TEST_CASE("explain: the heads' outputs through o_proj are the model's attention 
     }
     for (int64_t r = 0; r < E; ++r) {
       double y = 0;
-      for (int64_t k = 0; k < H * dv; ++k) y += wo.data[static_cast<size_t>(r * H * dv + k)] * concat[static_cast<size_t>(k)];
+      for (int64_t k = 0; k < H * dv; ++k)
+        y += wo.data[static_cast<size_t>(r * H * dv + k)] * concat[static_cast<size_t>(k)];
       worst = std::max(worst, std::fabs(y - out[static_cast<size_t>(q * E + r)]));
     }
   }
@@ -167,10 +169,12 @@ TEST_CASE("explain: bad requests and traces without queries and keys are refused
   CHECK(s.noise == Approx(e.a1[0]));
 }
 
-TEST_CASE("explain slides: the numbers drawn are the trace's, and every step exports at 1920x1080", "[explain][app]") {
+TEST_CASE("explain slides: the numbers drawn are the trace's, and every step exports at 1920x1080",
+          "[explain][app]") {
   const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu);
   const Model base = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/baseline-small", DeviceChoice::Cpu);
-  const std::string text = "The secret code of Thomas is 7182. The river was high. Q: What is the secret code of Thomas?\nA: 7";
+  const std::string text =
+      "The secret code of Thomas is 7182. The river was high. Q: What is the secret code of Thomas?\nA: 7";
   CaptureOptions o;
   o.keep_qkv = true;
   const Trace td = diff.capture(diff.tokenizer().encode(text, true).ids, o);
@@ -195,13 +199,14 @@ TEST_CASE("explain slides: the numbers drawn are the trace's, and every step exp
   const LayerTrace& l = td.layers[1];
   // Step 3: the largest A1 entry of the row, as the trace holds it.
   double best = 0;
-  for (int64_t j = 0; j <= q; ++j) best = std::max<double>(best, l.a1.data[static_cast<size_t>((3 * T + q) * T + j)]);
+  for (int64_t j = 0; j <= q; ++j)
+    best = std::max<double>(best, l.a1.data[static_cast<size_t>((3 * T + q) * T + j)]);
   char peak[32];
   std::snprintf(peak, sizeof peak, "largest %.3f on", best);
   CHECK_THAT(texts(3), Catch::Contains(peak));
   // Step 4: λ and its terms.
-  CHECK_THAT(texts(4), Catch::Contains(f4(l.lambda_exp1) + " − " + f4(l.lambda_exp2) + " + " + f4(l.lambda_init) +
-                                       " = " + f4(l.lambda)));
+  CHECK_THAT(texts(4), Catch::Contains(f4(l.lambda_exp1) + " − " + f4(l.lambda_exp2) + " + " +
+                                       f4(l.lambda_init) + " = " + f4(l.lambda)));
   // Step 5: the row sums to 1 − λ.
   char sum[64];
   std::snprintf(sum, sizeof sum, "sums to 1 − λ = %.3f", 1.0 - l.lambda);
@@ -230,8 +235,9 @@ TEST_CASE("explain slides: the numbers drawn are the trace's, and every step exp
     const std::string png = test::read_all(dir / ("explain-step-" + std::to_string(step) + ".png"));
     REQUIRE(png.size() > 24);
     auto be32 = [&](size_t at) {
-      return (static_cast<uint32_t>(static_cast<uint8_t>(png[at])) << 24) | (static_cast<uint8_t>(png[at + 1]) << 16) |
-             (static_cast<uint8_t>(png[at + 2]) << 8) | static_cast<uint8_t>(png[at + 3]);
+      return (static_cast<uint32_t>(static_cast<uint8_t>(png[at])) << 24) |
+             (static_cast<uint8_t>(png[at + 1]) << 16) | (static_cast<uint8_t>(png[at + 2]) << 8) |
+             static_cast<uint8_t>(png[at + 3]);
     };
     CHECK(be32(16) == 1920);
     CHECK(be32(20) == 1080);
@@ -241,7 +247,8 @@ TEST_CASE("explain slides: the numbers drawn are the trace's, and every step exp
   }
 }
 
-TEST_CASE("explain: keeping queries, keys and values changes no other readout of an exact trace", "[explain][metrics]") {
+TEST_CASE("explain: keeping queries, keys and values changes no other readout of an exact trace",
+          "[explain][metrics]") {
   // Regression: tiles and the noise readout once took any trace with queries for a long-prompt one and read
   // its (absent) row log-sum-exps.
   const Model m = Model::random(test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2), 8);
@@ -250,10 +257,12 @@ TEST_CASE("explain: keeping queries, keys and values changes no other readout of
   o.keep_qkv = true;
   const Trace plain = m.capture(ids), kept = m.capture(ids, o);
   CHECK(tile_available(kept, 1, 1));
-  const AttentionTile a = attention_tile(plain, 1, 1, 20, 10, 0, 30), b = attention_tile(kept, 1, 1, 20, 10, 0, 30);
+  const AttentionTile a = attention_tile(plain, 1, 1, 20, 10, 0, 30),
+                      b = attention_tile(kept, 1, 1, 20, 10, 0, 30);
   CHECK(a.a == b.a);
   CHECK(a.a1 == b.a1);
-  const NoiseReadout na = attention_noise(plain, {3, 5}, {25, 30}), nb = attention_noise(kept, {3, 5}, {25, 30});
+  const NoiseReadout na = attention_noise(plain, {3, 5}, {25, 30}),
+                     nb = attention_noise(kept, {3, 5}, {25, 30});
   CHECK(na.mean.answer == nb.mean.answer);
   CHECK(na.mean.noise == nb.mean.noise);
 }

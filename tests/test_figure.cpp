@@ -19,7 +19,9 @@ using namespace difflens::viz;
 
 namespace {
 
-bool same(Rgb8 a, Rgb8 b) { return a.r == b.r && a.g == b.g && a.b == b.b; }
+bool same(Rgb8 a, Rgb8 b) {
+  return a.r == b.r && a.g == b.g && a.b == b.b;
+}
 
 // Pixels in [x0, x1) × [y0, y1) that differ from white.
 int inked(const Image& img, int x0, int y0, int x1, int y1) {
@@ -74,8 +76,8 @@ TEST_CASE("figure: legend tick values invert the colormap coordinate", "[viz][fi
       }
     }
   CHECK(value_at_coordinate(0.5, {0.8, false}, ValueScale::Linear) == Approx(0.4));
-  CHECK(value_at_coordinate(0.5, {0.8, false}, ValueScale::Sqrt) == Approx(0.2));    // 0.8 · 0.5²
-  CHECK(value_at_coordinate(0.5, {0.8, false}, ValueScale::Log) == Approx(0.008));   // 0.8 · 10^−2
+  CHECK(value_at_coordinate(0.5, {0.8, false}, ValueScale::Sqrt) == Approx(0.2));   // 0.8 · 0.5²
+  CHECK(value_at_coordinate(0.5, {0.8, false}, ValueScale::Log) == Approx(0.008));  // 0.8 · 10^−2
   CHECK(value_at_coordinate(0.0, {0.8, true}, ValueScale::Linear) == Approx(-0.8));
 }
 
@@ -112,8 +114,10 @@ TEST_CASE("figure: fonts are looked up under DIFFLENS_FONT_DIR first, then in th
     bool had;
     std::string value;
     ~Restore() {
-      if (had) setenv("DIFFLENS_FONT_DIR", value.c_str(), 1);
-      else unsetenv("DIFFLENS_FONT_DIR");
+      if (had)
+        setenv("DIFFLENS_FONT_DIR", value.c_str(), 1);
+      else
+        unsetenv("DIFFLENS_FONT_DIR");
     }
   } restore{before != nullptr, saved};
   const std::filesystem::path font = find_system_font();  // wherever it is found now
@@ -127,7 +131,7 @@ TEST_CASE("figure: fonts are looked up under DIFFLENS_FONT_DIR first, then in th
   std::ofstream(dir / "notes.txt") << "not a font";
   setenv("DIFFLENS_FONT_DIR", dir.path().c_str(), 1);
   CHECK(find_system_font() == dir / "truetype/dejavu/DejaVuSans.ttf");  // found in a subfolder
-  CHECK(find_fallback_font() == system_fallback);                      // not there: the system's
+  CHECK(find_fallback_font() == system_fallback);                       // not there: the system's
   CHECK(FigureFont(find_system_font()).text_width("query", 16) == FigureFont(font).text_width("query", 16));
 
   setenv("DIFFLENS_FONT_DIR", (dir / "missing").c_str(), 1);  // a folder that does not exist
@@ -192,10 +196,10 @@ TEST_CASE("figure: a head figure places maps, labels and legends where its layou
     for (int y = 0; y < P; ++y)
       for (int x = 0; x < P; ++x) mismatched += !same(img.at(x0 + x, y0 + y), expect.at(x, y));
     CHECK(mismatched == 0);
-    CHECK(same(img.at(x0 + P - 2, y0 + 1), seq.masked));  // the future: top right
+    CHECK(same(img.at(x0 + P - 2, y0 + 1), seq.masked));                // the future: top right
     CHECK(inked(img, x0, y0 + P + 1, x0 + P, layout.legend_top) > 50);  // key labels under the map
     CHECK(inked(img, x0, layout.legend_top, x0 + P, layout.legend_top + 8) == 8 * P);  // the ramp
-    CHECK(inked(img, x0, layout.legend_top + 9, x0 + P, img.height) > 30);  // tick numbers
+    CHECK(inked(img, x0, layout.legend_top + 9, x0 + P, img.height) > 30);             // tick numbers
   }
   CHECK(layout.maps[1].first - layout.maps[0].first == layout.maps[2].first - layout.maps[1].first);
   CHECK(inked(img, 0, layout.maps[0].second, layout.maps[0].first, layout.maps[0].second + P) > 100);
@@ -205,7 +209,7 @@ TEST_CASE("figure: a head figure places maps, labels and legends where its layou
   HeadFigureLayout zl;
   const Image zoomed = render_head_figure(fig, *font, &zl);
   const Colormap& c = sequential_colormap();
-  CHECK(same(zoomed.at(zl.maps[0].first + 1, zl.maps[0].second + 1), c.at(1.0 / 3)));  // A1[2][2]
+  CHECK(same(zoomed.at(zl.maps[0].first + 1, zl.maps[0].second + 1), c.at(1.0 / 3)));          // A1[2][2]
   CHECK(same(zoomed.at(zl.maps[0].first + P - 1, zl.maps[0].second + P - 1), c.at(1.0 / 5)));  // A1[4][4]
   // Bad requests are refused with a reason.
   fig.region = {4, 4, 3, 3};
@@ -225,7 +229,8 @@ TEST_CASE("figure: many tokens are labelled sparsely and long labels are cut", "
   for (int64_t q = 0; q < T; ++q) a[q * T + q] = 1;
   HeadFigure fig;
   fig.title = "diagonal";
-  for (int64_t i = 0; i < T; ++i) fig.tokens.push_back(i == 7 ? std::string(400, 'x') : "tok" + std::to_string(i));
+  for (int64_t i = 0; i < T; ++i)
+    fig.tokens.push_back(i == 7 ? std::string(400, 'x') : "tok" + std::to_string(i));
   HeatmapStyle s;
   s.range = {1.0, false};
   fig.panels = {{"A", a.data(), s}};
@@ -290,7 +295,8 @@ size_t count(const std::string& s, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("figure: SVG export is well-formed XML with one coloured cell per map entry", "[viz][figure][svg]") {
+TEST_CASE("figure: SVG export is well-formed XML with one coloured cell per map entry",
+          "[viz][figure][svg]") {
   const FigureFont* font = system_font();
   const int64_t T = 5;
   std::vector<float> a1(T * T, 0), diff(T * T, 0);

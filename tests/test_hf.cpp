@@ -36,7 +36,9 @@ struct HfSpec {
 nlohmann::json hf_config_json(const HfSpec& s) {
   nlohmann::json j;
   j["architectures"] = {s.arch};
-  j["model_type"] = s.arch == "DiffLlamaForCausalLM" ? "diffllama" : s.arch == "MistralForCausalLM" ? "mistral" : "llama";
+  j["model_type"] = s.arch == "DiffLlamaForCausalLM" ? "diffllama"
+                    : s.arch == "MistralForCausalLM" ? "mistral"
+                                                     : "llama";
   j["hidden_size"] = s.hidden;
   j["num_hidden_layers"] = s.layers;
   j["num_attention_heads"] = s.heads;
@@ -53,7 +55,8 @@ nlohmann::json hf_config_json(const HfSpec& s) {
   j["bos_token_id"] = 1;
   j["eos_token_id"] = {2, 3};
   j["torch_dtype"] = "bfloat16";
-  if (s.arch == "MistralForCausalLM") j["sliding_window"] = s.sliding_window > 0 ? nlohmann::json(s.sliding_window) : nlohmann::json(nullptr);
+  if (s.arch == "MistralForCausalLM")
+    j["sliding_window"] = s.sliding_window > 0 ? nlohmann::json(s.sliding_window) : nlohmann::json(nullptr);
   if (s.arch == "DiffLlamaForCausalLM") j["lambda_std_dev"] = 0.1;
   return j;
 }
@@ -87,8 +90,10 @@ void write_hf(const HfSpec& s, const std::filesystem::path& dir, uint64_t seed) 
   for (int k = 0; k < s.shards; ++k) {
     std::vector<TensorToWrite> w;
     const std::string file = s.shards == 1 ? "model.safetensors"
-                                           : "model-0000" + std::to_string(k + 1) + "-of-0000" + std::to_string(s.shards) + ".safetensors";
-    for (size_t i = static_cast<size_t>(k) * per; i < std::min(tensors.size(), (static_cast<size_t>(k) + 1) * per); ++i) {
+                                           : "model-0000" + std::to_string(k + 1) + "-of-0000" +
+                                                 std::to_string(s.shards) + ".safetensors";
+    for (size_t i = static_cast<size_t>(k) * per;
+         i < std::min(tensors.size(), (static_cast<size_t>(k) + 1) * per); ++i) {
       // LayerNorm weights in F32 as some exports keep them; everything else in the spec's dtype.
       const DType dt = tensors[i].name.find("norm") != std::string::npos ? DType::F32 : s.dtype;
       w.push_back({tensors[i].name, tensors[i].shape, tensors[i].data.data(), dt});
@@ -104,7 +109,7 @@ void write_hf(const HfSpec& s, const std::filesystem::path& dir, uint64_t seed) 
 using Mat = std::vector<std::vector<double>>;
 
 struct RefOut {
-  std::vector<Mat> maps;  // per layer: [sub-head][T*T] flattened as Mat rows = sub-heads
+  std::vector<Mat> maps;                // per layer: [sub-head][T*T] flattened as Mat rows = sub-heads
   std::vector<std::vector<Mat>> probs;  // probs[layer][sub-head] = T x T
   std::vector<double> last_logits;
 };
@@ -133,13 +138,15 @@ Mat rms(const Mat& x, const std::vector<float>* w, double eps) {
 
 RefOut reference(const std::map<std::string, std::vector<float>>& W, const HfSpec& s, const ModelConfig& c,
                  const std::vector<int64_t>& ids) {
-  const int64_t T = static_cast<int64_t>(ids.size()), E = s.hidden, d = s.head_dim, nh = s.heads, nkv = s.kv_heads;
+  const int64_t T = static_cast<int64_t>(ids.size()), E = s.hidden, d = s.head_dim, nh = s.heads,
+                nkv = s.kv_heads;
   const bool diff = s.arch == "DiffLlamaForCausalLM";
   const std::vector<double> inv = rope_inv_freq(c);
   auto w = [&](const std::string& n) -> const std::vector<float>& { return W.at(n); };
   Mat x(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t e = 0; e < E; ++e) x[t].push_back(w("model.embed_tokens.weight")[static_cast<size_t>(ids[t] * E + e)]);
+    for (int64_t e = 0; e < E; ++e)
+      x[t].push_back(w("model.embed_tokens.weight")[static_cast<size_t>(ids[t] * E + e)]);
   RefOut out;
   auto rope = [&](Mat& m, int64_t heads) {  // rotate-half on each d-wide sub-head
     for (int64_t t = 0; t < T; ++t)
@@ -162,7 +169,8 @@ RefOut reference(const std::map<std::string, std::vector<float>>& W, const HfSpe
     rope(q, nh);
     rope(k, nkv);
     const int64_t g = nh / nkv;  // repeat_kv: sub-head s reads kv head s / g
-    std::vector<Mat> P(static_cast<size_t>(nh), Mat(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(T), 0.0)));
+    std::vector<Mat> P(static_cast<size_t>(nh),
+                       Mat(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(T), 0.0)));
     for (int64_t sh = 0; sh < nh; ++sh)
       for (int64_t i = 0; i < T; ++i) {
         std::vector<double> sc(static_cast<size_t>(T), -INFINITY);
@@ -170,7 +178,8 @@ RefOut reference(const std::map<std::string, std::vector<float>>& W, const HfSpe
         for (int64_t j = 0; j <= i; ++j) {
           if (s.sliding_window > 0 && i - j >= s.sliding_window) continue;
           double dot = 0;
-          for (int64_t e = 0; e < d; ++e) dot += q[i][static_cast<size_t>(sh * d + e)] * k[j][static_cast<size_t>((sh / g) * d + e)];
+          for (int64_t e = 0; e < d; ++e)
+            dot += q[i][static_cast<size_t>(sh * d + e)] * k[j][static_cast<size_t>((sh / g) * d + e)];
           sc[j] = dot / std::sqrt(static_cast<double>(d));
           mx = std::max(mx, sc[j]);
         }
@@ -194,7 +203,8 @@ RefOut reference(const std::map<std::string, std::vector<float>>& W, const HfSpe
       const int64_t half = nh / 2;
       auto dotv = [&](const std::string& a, const std::string& b) {
         double sdot = 0;
-        for (int64_t e = 0; e < d; ++e) sdot += w(p + a)[static_cast<size_t>(e)] * w(p + b)[static_cast<size_t>(e)];
+        for (int64_t e = 0; e < d; ++e)
+          sdot += w(p + a)[static_cast<size_t>(e)] * w(p + b)[static_cast<size_t>(e)];
         return sdot;
       };
       const double linit = 0.8 - 0.6 * std::exp(-0.3 * static_cast<double>(l));
@@ -214,7 +224,8 @@ RefOut reference(const std::map<std::string, std::vector<float>>& W, const HfSpe
             o[static_cast<size_t>(e)] = a1 - lambda * a2;
           }
           const Mat on = rms(Mat{o}, nullptr, 1e-5);  // weightless RMSNorm over 2d
-          for (int64_t e = 0; e < 2 * d; ++e) attn[i][static_cast<size_t>(pr * 2 * d + e)] = (1 - linit) * on[0][static_cast<size_t>(e)];
+          for (int64_t e = 0; e < 2 * d; ++e)
+            attn[i][static_cast<size_t>(pr * 2 * d + e)] = (1 - linit) * on[0][static_cast<size_t>(e)];
         }
     }
     const Mat ao = matmul_t(attn, w(p + "self_attn.o_proj.weight"), E, nh * d);
@@ -234,7 +245,8 @@ RefOut reference(const std::map<std::string, std::vector<float>>& W, const HfSpe
       for (int64_t e = 0; e < E; ++e) x[t][e] += down[t][e];
   }
   const Mat fin = rms(Mat{x.back()}, &w("model.norm.weight"), 1e-5);
-  out.last_logits = matmul_t(fin, s.tied ? w("model.embed_tokens.weight") : w("lm_head.weight"), s.vocab, E)[0];
+  out.last_logits =
+      matmul_t(fin, s.tied ? w("model.embed_tokens.weight") : w("lm_head.weight"), s.vocab, E)[0];
   return out;
 }
 
@@ -263,7 +275,8 @@ void check_against_reference(const Model& m, const HfSpec& s, const std::vector<
           const size_t at = static_cast<size_t>((h * T + i) * T + j);
           if (diff) {
             worst = std::max(worst, std::fabs(lt.a1.data[at] - ref.probs[l][static_cast<size_t>(h)][i][j]));
-            worst = std::max(worst, std::fabs(lt.a2.data[at] - ref.probs[l][static_cast<size_t>(h + s.heads / 2)][i][j]));
+            worst = std::max(
+                worst, std::fabs(lt.a2.data[at] - ref.probs[l][static_cast<size_t>(h + s.heads / 2)][i][j]));
           } else {
             worst = std::max(worst, std::fabs(lt.a.data[at] - ref.probs[l][static_cast<size_t>(h)][i][j]));
           }
@@ -283,7 +296,8 @@ void check_against_reference(const Model& m, const HfSpec& s, const std::vector<
 
 }  // namespace
 
-TEST_CASE("hf: a Llama checkpoint (GQA, two BF16 shards, index) matches the reference forward", "[hf][checkpoint]") {
+TEST_CASE("hf: a Llama checkpoint (GQA, two BF16 shards, index) matches the reference forward",
+          "[hf][checkpoint]") {
   test::ScratchDir dir("hfllama");
   HfSpec s;
   write_hf(s, dir / "m", 3);
@@ -296,7 +310,8 @@ TEST_CASE("hf: a Llama checkpoint (GQA, two BF16 shards, index) matches the refe
   CHECK(m.weight_storage() == "BF16");  // half precision stays half in memory
   const ModelConfig& mc = m.config();
   const uint64_t small = static_cast<uint64_t>(mc.num_hidden_layers * 2 * mc.hidden_size + mc.hidden_size);
-  CHECK(Model::weight_memory_bytes(mc, true) == (static_cast<uint64_t>(parameter_count(mc)) - small) * 2 + small * 4);
+  CHECK(Model::weight_memory_bytes(mc, true) ==
+        (static_cast<uint64_t>(parameter_count(mc)) - small) * 2 + small * 4);
   CHECK(Model::weight_memory_bytes(mc) == static_cast<uint64_t>(parameter_count(mc)) * 4);
   CHECK(m.config().name == "m");
   CHECK_FALSE(m.tokenizer().can_encode());
@@ -315,7 +330,10 @@ TEST_CASE("hf: tied embeddings, F16, one file and llama3 rope scaling", "[hf][ch
   s.tied = true;
   s.dtype = DType::F16;
   s.shards = 1;
-  s.rope_scaling = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+  s.rope_scaling = {{"rope_type", "llama3"},
+                    {"factor", 8.0},
+                    {"low_freq_factor", 1.0},
+                    {"high_freq_factor", 4.0},
                     {"original_max_position_embeddings", 16}};
   write_hf(s, dir / "m", 4);
   const Model m = Model::load(dir / "m");
@@ -466,7 +484,8 @@ TEST_CASE("hf: a DiffLlama checkpoint matches the literal DiffLlama forward", "[
   check_against_reference(m, s, {1, 40, 41, 99, 42, 43, 250, 44, 45, 46, 47});
 }
 
-TEST_CASE("hf: layout conversions keep every map, and our DIFF exports exactly as DiffLlama", "[hf][checkpoint][convert]") {
+TEST_CASE("hf: layout conversions keep every map, and our DIFF exports exactly as DiffLlama",
+          "[hf][checkpoint][convert]") {
   test::ScratchDir dir("hfconvert");
   HfSpec s;
   s.arch = "DiffLlamaForCausalLM";
@@ -495,7 +514,8 @@ TEST_CASE("hf: layout conversions keep every map, and our DIFF exports exactly a
   CHECK(permuted[0].data.size() == hf.tensors()[0].data.size());
   bool moved = false;
   for (size_t i = 0; i < permuted.size(); ++i)
-    if (permuted[i].name.find("q_proj") != std::string::npos) moved |= permuted[i].data != hf.tensors()[i].data;
+    if (permuted[i].name.find("q_proj") != std::string::npos)
+      moved |= permuted[i].data != hf.tensors()[i].data;
   CHECK(moved);
   same_maps(hf, native);
   // A DIFF model with a learned per-head norm weight (ours) -> DiffLlama on disk -> loaded back: the
@@ -517,7 +537,8 @@ TEST_CASE("hf: layout conversions keep every map, and our DIFF exports exactly a
   // A config that differs in more than the layout is refused.
   ModelConfig other = off;
   other.hidden_size = 64;
-  CHECK_THROWS_WITH(convert_layout(hf.config(), hf.tensors(), other), Catch::Contains("more than the layout"));
+  CHECK_THROWS_WITH(convert_layout(hf.config(), hf.tensors(), other),
+                    Catch::Contains("more than the layout"));
   ModelConfig eps = ours;
   eps.subln_eps = 1e-6;
   CHECK_THROWS_WITH(hf_layout(eps), Catch::Contains("would not be exact"));
@@ -555,11 +576,14 @@ TEST_CASE("hf: what cannot be read says why", "[hf][config][checkpoint]") {
   auto cfg_error = [&](const std::function<void(nlohmann::json&)>& edit) { return config_error(s, edit); };
   CHECK_THAT(cfg_error([](auto& j) { j["architectures"] = {"GPT2LMHeadModel"}; }),
              Catch::Contains("architecture 'GPT2LMHeadModel' is not supported"));
-  CHECK_THAT(cfg_error([](auto& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; }),
+  CHECK_THAT(cfg_error([](auto& j) {
+               j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+             }),
              Catch::Contains("rope_scaling type 'yarn' is not supported"));
   CHECK_THAT(cfg_error([](auto& j) { j["attention_bias"] = true; }), Catch::Contains("attention_bias"));
   CHECK_THAT(cfg_error([](auto& j) { j["hidden_act"] = "gelu"; }), Catch::Contains("hidden_act 'gelu'"));
-  CHECK_THAT(cfg_error([](auto& j) { j.erase("hidden_size"); }), Catch::Contains("missing field 'hidden_size'"));
+  CHECK_THAT(cfg_error([](auto& j) { j.erase("hidden_size"); }),
+             Catch::Contains("missing field 'hidden_size'"));
   CHECK_THAT(cfg_error([](auto& j) {
                j["architectures"] = {"DiffLlamaForCausalLM"};
                j["num_key_value_heads"] = 1;
@@ -571,13 +595,15 @@ TEST_CASE("hf: what cannot be read says why", "[hf][config][checkpoint]") {
   write_hf(s, dir / "m", 9);
   SECTION("a shard is missing") {
     std::filesystem::remove(dir / "m/model-00002-of-00002.safetensors");
-    CHECK_THROWS_WITH(Model::load(dir / "m"), Catch::Contains("shard model-00002-of-00002.safetensors is missing"));
+    CHECK_THROWS_WITH(Model::load(dir / "m"),
+                      Catch::Contains("shard model-00002-of-00002.safetensors is missing"));
   }
   SECTION("the index names the wrong shard") {
     auto j = nlohmann::json::parse(test::read_all(dir / "m/model.safetensors.index.json"));
-    j["weight_map"]["model.norm.weight"] = j["weight_map"]["model.norm.weight"] == "model-00001-of-00002.safetensors"
-                                               ? "model-00002-of-00002.safetensors"
-                                               : "model-00001-of-00002.safetensors";
+    j["weight_map"]["model.norm.weight"] =
+        j["weight_map"]["model.norm.weight"] == "model-00001-of-00002.safetensors"
+            ? "model-00002-of-00002.safetensors"
+            : "model-00001-of-00002.safetensors";
     test::write_all(dir / "m/model.safetensors.index.json", j.dump());
     CHECK_THROWS_WITH(Model::load(dir / "m"), Catch::Contains("'model.norm.weight' should be in"));
   }
@@ -595,7 +621,8 @@ TEST_CASE("hf: what cannot be read says why", "[hf][config][checkpoint]") {
     j["num_attention_heads"] = 1024;
     j["num_key_value_heads"] = 1024;
     test::write_all(dir / "m/config.json", j.dump());
-    CHECK_THROWS_WITH(Model::load(dir / "m"), Catch::Contains("of memory as BF16") && Catch::Contains("is available"));
+    CHECK_THROWS_WITH(Model::load(dir / "m"),
+                      Catch::Contains("of memory as BF16") && Catch::Contains("is available"));
   }
 }
 
@@ -605,7 +632,9 @@ TEST_CASE("hf: loading reports progress per tensor and stops when cancelled", "[
   s.arch = "DiffLlamaForCausalLM";
   write_hf(s, dir / "m", 10);
   std::vector<std::pair<int64_t, int64_t>> calls;
-  const Model m = Model::load(dir / "m", DeviceChoice::Cpu, [&](int64_t done, int64_t total) { calls.push_back({done, total}); });
+  const Model m = Model::load(dir / "m", DeviceChoice::Cpu, [&](int64_t done, int64_t total) {
+    calls.push_back({done, total});
+  });
   REQUIRE(!calls.empty());
   CHECK(calls.back().first == calls.back().second);
   CHECK(static_cast<size_t>(calls.back().second) == m.tensors().size());
@@ -618,7 +647,9 @@ TEST_CASE("hf: loading reports progress per tensor and stops when cancelled", "[
   const app::WorkerStatus st = w.status();
   INFO(st.slots[0].description << st.slots[0].error);
   CHECK(st.slots[0].description.find("diff, 2 layers x 4 heads") == 0);
-  CHECK(st.slots[0].description.find("DiffLlamaForCausalLM (components in halves), BF16+F32 weights (BF16 in memory") != std::string::npos);
+  CHECK(st.slots[0].description.find(
+            "DiffLlamaForCausalLM (components in halves), BF16+F32 weights (BF16 in memory") !=
+        std::string::npos);
   CHECK(st.slots[0].description.find("give token ids") != std::string::npos);
   CHECK(st.load_fraction == -1);
 }

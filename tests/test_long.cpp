@@ -25,7 +25,8 @@ namespace {
 size_t pooled_bytes(const Trace& t) {
   size_t b = 0;
   for (const auto& l : t.layers)
-    for (const FloatArray* a : {&l.a1_mean, &l.a1_max, &l.a2_mean, &l.a2_max, &l.a_mean, &l.a_max}) b += a->bytes();
+    for (const FloatArray* a : {&l.a1_mean, &l.a1_max, &l.a2_mean, &l.a2_max, &l.a_mean, &l.a_max})
+      b += a->bytes();
   return b;
 }
 
@@ -70,10 +71,16 @@ TEST_CASE("long prompts: pooled maps are the pooling of the exact maps", "[long]
       REQUIRE(p.pooled == P);
       CHECK(p.a.empty());  // no full maps
       const std::vector<std::pair<const FloatArray*, std::pair<const FloatArray*, const FloatArray*>>> kinds =
-          c.is_diff() ? std::vector<std::pair<const FloatArray*, std::pair<const FloatArray*, const FloatArray*>>>{
-                            {&e.a1, {&p.a1_mean, &p.a1_max}}, {&e.a2, {&p.a2_mean, &p.a2_max}}, {&e.a, {&p.a_mean, &p.a_max}}}
-                      : std::vector<std::pair<const FloatArray*, std::pair<const FloatArray*, const FloatArray*>>>{
-                            {&e.a, {&p.a_mean, &p.a_max}}};
+          c.is_diff()
+              ? std::vector<
+                    std::pair<const FloatArray*,
+                              std::pair<const FloatArray*, const FloatArray*>>>{{&e.a1,
+                                                                                 {&p.a1_mean, &p.a1_max}},
+                                                                                {&e.a2,
+                                                                                 {&p.a2_mean, &p.a2_max}},
+                                                                                {&e.a, {&p.a_mean, &p.a_max}}}
+              : std::vector<std::pair<const FloatArray*, std::pair<const FloatArray*, const FloatArray*>>>{
+                    {&e.a, {&p.a_mean, &p.a_max}}};
       double worst_mean = 0, worst_max = 0;
       int nan_cells = 0;
       for (const auto& [full, pm] : kinds)
@@ -91,8 +98,10 @@ TEST_CASE("long prompts: pooled maps are the pooling of the exact maps", "[long]
               ++nan_cells;
               continue;
             }
-            worst_mean = std::max(worst_mean, static_cast<double>(std::fabs(a - mean.values[static_cast<size_t>(cell)])));
-            worst_max = std::max(worst_max, static_cast<double>(std::fabs(b - mx.values[static_cast<size_t>(cell)])));
+            worst_mean = std::max(worst_mean,
+                                  static_cast<double>(std::fabs(a - mean.values[static_cast<size_t>(cell)])));
+            worst_max =
+                std::max(worst_max, static_cast<double>(std::fabs(b - mx.values[static_cast<size_t>(cell)])));
           }
         }
       INFO("largest differences: mean " << worst_mean << ", max " << worst_max);
@@ -101,7 +110,8 @@ TEST_CASE("long prompts: pooled maps are the pooling of the exact maps", "[long]
       CHECK(nan_cells > 0);  // the future triangle has no entries
       // Statistics: exact top-k and counts; λ and hidden states unchanged.
       CHECK(p.logit_stats.count == e.logit_stats.count);
-      for (int k : {1, 2, 10, 100}) CHECK(p.logit_stats.top_k(k) == Approx(e.logit_stats.top_k(k)).margin(1e-5));
+      for (int k : {1, 2, 10, 100})
+        CHECK(p.logit_stats.top_k(k) == Approx(e.logit_stats.top_k(k)).margin(1e-5));
       CHECK(p.hidden_stats.top_k(1) == Approx(e.hidden_stats.top_k(1)).margin(1e-5));
       CHECK(p.lambda == Approx(e.lambda));
     }
@@ -113,9 +123,10 @@ TEST_CASE("long prompts: pooled maps are the pooling of the exact maps", "[long]
 
 // The GPU's pooling path (tensor operations on the maps' device, statistics accumulated there) run on the
 // CPU: block by block it must give the host loops' cells, and both the pooling of the exact maps.
-TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, block by block", "[long][capture]") {
-  // Random tiny models (GQA and a sliding window among them) and the bundled DIFF, whose A1 − λA2 has negative
-  // entries (random weights give near-uniform maps, where A1 − λA2 stays positive).
+TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, block by block",
+          "[long][capture]") {
+  // Random tiny models (GQA and a sliding window among them) and the bundled DIFF, whose A1 − λA2 has
+  // negative entries (random weights give near-uniform maps, where A1 − λA2 stays positive).
   std::vector<Model> models;
   for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
                                test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 1),
@@ -129,20 +140,23 @@ TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, 
     const int64_t T = 150, heads = c.map_heads(), maps = c.is_diff() ? 3 : 1;
     std::vector<int64_t> ids = test::random_ids(static_cast<size_t>(T), c.vocab_size, 9);
     if (bundled) {
-      ids = m.tokenizer().encode(test::read_all(DIFFLENS_SOURCE_DIR "/assets/haystack.txt").substr(0, 2000), true).ids;
+      ids = m.tokenizer()
+                .encode(test::read_all(DIFFLENS_SOURCE_DIR "/assets/haystack.txt").substr(0, 2000), true)
+                .ids;
       ids.resize(static_cast<size_t>(T));
     }
     const Trace exact = m.capture(ids);
     for (const std::vector<int>& keep : {std::vector<int>{}, std::vector<int>{static_cast<int>(heads) - 1}})
       for (const int64_t block : {int64_t{16}, int64_t{23}, T})
         for (const int64_t stats_from : {int64_t{0}, int64_t{40}}) {
-          INFO((bundled ? "bundled " : "") << to_string(c.attention) << " window " << c.sliding_window << ", "
-                                      << keep.size() << " heads kept, "
-                                      << block << " rows per block, statistics from " << stats_from);
+          INFO((bundled ? "bundled " : "")
+               << to_string(c.attention) << " window " << c.sliding_window << ", " << keep.size()
+               << " heads kept, " << block << " rows per block, statistics from " << stats_from);
           const int64_t P = 37;
           const int64_t kept_heads = keep.empty() ? heads : 1;
           CaptureOptions o;
-          o.pooled_budget_bytes = static_cast<size_t>(c.num_hidden_layers * kept_heads * maps * 2 * 4 * P * P);
+          o.pooled_budget_bytes =
+              static_cast<size_t>(c.num_hidden_layers * kept_heads * maps * 2 * 4 * P * P);
           o.heads = keep;
           o.block_rows = block;
           o.stats_from = stats_from;
@@ -164,7 +178,8 @@ TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, 
               int nan_mismatch = 0;
               for (size_t i = 0; i < x->data.size(); ++i) {
                 if (std::isnan(x->data[i]) != std::isnan(y->data[i])) ++nan_mismatch;
-                if (!std::isnan(x->data[i])) worst = std::max(worst, static_cast<double>(std::fabs(x->data[i] - y->data[i])));
+                if (!std::isnan(x->data[i]))
+                  worst = std::max(worst, static_cast<double>(std::fabs(x->data[i] - y->data[i])));
               }
               CHECK(nan_mismatch == 0);
               CHECK(worst < 1e-6);
@@ -178,7 +193,8 @@ TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, 
             }
             // Tile inputs agree.
             REQUIRE(a.lse1.data.size() == b.lse1.data.size());
-            for (size_t i = 0; i < a.lse1.data.size(); ++i) CHECK(a.lse1.data[i] == Approx(b.lse1.data[i]).margin(1e-5));
+            for (size_t i = 0; i < a.lse1.data.size(); ++i)
+              CHECK(a.lse1.data[i] == Approx(b.lse1.data[i]).margin(1e-5));
             CHECK(b.lse2.data.size() == a.lse2.data.size());
             // Statistics: exact counts, histogram, top-k and mean; a median that is the same estimate.
             CHECK(b.logit_stats.count == a.logit_stats.count);
@@ -222,9 +238,11 @@ TEST_CASE("long prompts: a recomputed tile equals the same region of the exact m
       CHECK(tile_available(pooled, layer, head));
       const AttentionTile a = attention_tile(pooled, layer, head, r0, rows, c0, cols);
       const AttentionTile b = attention_tile(exact, layer, head, r0, rows, c0, cols);  // copied from the maps
-      for (size_t x = 0; x < a.a.size(); ++x) worst = std::max(worst, static_cast<double>(std::fabs(a.a[x] - b.a[x])));
+      for (size_t x = 0; x < a.a.size(); ++x)
+        worst = std::max(worst, static_cast<double>(std::fabs(a.a[x] - b.a[x])));
       if (c.is_diff())
-        for (size_t x = 0; x < a.a1.size(); ++x) worst = std::max(worst, static_cast<double>(std::fabs(a.a1[x] - b.a1[x])));
+        for (size_t x = 0; x < a.a1.size(); ++x)
+          worst = std::max(worst, static_cast<double>(std::fabs(a.a1[x] - b.a1[x])));
     }
     INFO("largest tile difference " << worst);
     CHECK(worst < 1e-6);
@@ -233,12 +251,15 @@ TEST_CASE("long prompts: a recomputed tile equals the same region of the exact m
     const NoiseReadout np = attention_noise(pooled, {40, 44}, {190, 200});
     CHECK(np.mean.answer == Approx(ne.mean.answer).margin(1e-6));
     CHECK(np.mean.noise == Approx(ne.mean.noise).margin(1e-6));
-    CHECK_THROWS_WITH(attention_tile(pooled, 0, 0, 190, 20, 0, 5), Catch::Contains("outside the 200-token map"));
-    CHECK_THROWS_WITH(attention_tile(pooled, 9, 0, 0, 1, 0, 1), Catch::Contains("layer 9 is not in the trace"));
+    CHECK_THROWS_WITH(attention_tile(pooled, 0, 0, 190, 20, 0, 5),
+                      Catch::Contains("outside the 200-token map"));
+    CHECK_THROWS_WITH(attention_tile(pooled, 9, 0, 0, 1, 0, 1),
+                      Catch::Contains("layer 9 is not in the trace"));
   }
 }
 
-TEST_CASE("long prompts: memory stays within the budget instead of growing with T squared", "[long][capture][memory]") {
+TEST_CASE("long prompts: memory stays within the budget instead of growing with T squared",
+          "[long][capture][memory]") {
   const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1);
   ModelConfig big = c;
   big.max_position_embeddings = 4096;
@@ -255,8 +276,8 @@ TEST_CASE("long prompts: memory stays within the budget instead of growing with 
   const int64_t before = rss_kb("VmRSS:");
   const Trace t = m.capture(ids, o);
   const int64_t peak = rss_kb("VmHWM:");
-  INFO("RSS before " << before << " KB, peak " << peak << " KB, pooled maps " << pooled_bytes(t) << " bytes, P = "
-                     << t.layers[0].pooled);
+  INFO("RSS before " << before << " KB, peak " << peak << " KB, pooled maps " << pooled_bytes(t)
+                     << " bytes, P = " << t.layers[0].pooled);
   CHECK(pooled_bytes(t) <= o.pooled_budget_bytes);
   CHECK(t.layers[0].pooled > 100);
   if (test::kAddressSanitizer)
@@ -295,7 +316,8 @@ TEST_CASE("long prompts: a pooled trace bundle round-trips with its tiles", "[lo
   CHECK(std::memcmp(back.layers[1].a1_max.data.data(), t.layers[1].a1_max.data.data(),
                     t.layers[1].a1_max.bytes()) == 0);
   CHECK(back.layers[1].a_mean.data.size() == t.layers[1].a_mean.data.size());
-  const AttentionTile a = attention_tile(t, 1, 1, 100, 20, 0, 120), b = attention_tile(back, 1, 1, 100, 20, 0, 120);
+  const AttentionTile a = attention_tile(t, 1, 1, 100, 20, 0, 120),
+                      b = attention_tile(back, 1, 1, 100, 20, 0, 120);
   CHECK(a.a == b.a);
   // A DIFF bundle whose second component's queries are gone cannot recompute tiles: refused when read (found
   // by tests/fuzz: the tile read past an empty array), and a trace in memory like it refuses the tile.
@@ -313,10 +335,12 @@ TEST_CASE("long prompts: a pooled trace bundle round-trips with its tiles", "[lo
     write_safetensors(dir / "maps2.safetensors", rest);
   }
   std::filesystem::rename(dir / "maps2.safetensors", dir / "b/maps.safetensors");
-  CHECK_THROWS_WITH(read_trace_bundle(dir / "b"), Catch::Contains("pooled maps or queries/keys of layer 1 are missing"));
+  CHECK_THROWS_WITH(read_trace_bundle(dir / "b"),
+                    Catch::Contains("pooled maps or queries/keys of layer 1 are missing"));
   Trace broken = t;
   broken.layers[1].q2 = FloatArray();
-  CHECK_THROWS_WITH(attention_tile(broken, 1, 1, 100, 20, 0, 120), Catch::Contains("lacks the queries, keys or row"));
+  CHECK_THROWS_WITH(attention_tile(broken, 1, 1, 100, 20, 0, 120),
+                    Catch::Contains("lacks the queries, keys or row"));
 }
 
 TEST_CASE("long prompts: generation past 1024 tokens runs blocked and agrees with the exact forward",
@@ -360,8 +384,9 @@ TEST_CASE("an exact capture the machine cannot hold is refused with the numbers,
   CHECK(t.layers[1].a.shape == std::vector<int64_t>{1, 512, 512});
 }
 
-TEST_CASE("long prompts: generation past 1024 tokens quantizes the attention logits as the whole-map forward does",
-          "[long][capture][quantize][bundled]") {
+TEST_CASE(
+    "long prompts: generation past 1024 tokens quantizes the attention logits as the whole-map forward does",
+    "[long][capture][quantize][bundled]") {
   // The bundled pair on held-out text, where 4-bit logits move the next token (a random tiny model's
   // logits are too flat to tell): generate over 1100 tokens runs the blocked forward and must pick the
   // token the whole-map forward with the same quantization picks.
@@ -373,7 +398,8 @@ TEST_CASE("long prompts: generation past 1024 tokens quantizes the attention log
     REQUIRE(all.size() > 40000);
     int checked = 0;
     for (size_t start = 0; start + 1100 < all.size() && start < 30 * 1100 && checked < 2; start += 1100) {
-      std::vector<int64_t> ids(all.begin() + static_cast<int64_t>(start), all.begin() + static_cast<int64_t>(start) + 1100);
+      std::vector<int64_t> ids(all.begin() + static_cast<int64_t>(start),
+                               all.begin() + static_cast<int64_t>(start) + 1100);
       ids[0] = all[0];  // BOS
       m.set_logit_bits(0);
       const int64_t exact = m.capture(ids).next_token[0].id;

@@ -206,7 +206,8 @@ TEST_CASE("bad capture input gives a clear error", "[model][errors]") {
   CHECK_THROWS_WITH(m.capture({1, 2}, opt), Catch::Contains("layer -1 does not exist"));
 }
 
-TEST_CASE("a model the machine cannot hold is refused before its weights are allocated", "[model][errors][limits]") {
+TEST_CASE("a model the machine cannot hold is refused before its weights are allocated",
+          "[model][errors][limits]") {
   ModelConfig c = test::tiny_config(AttentionKind::Baseline);
   c.hidden_size = 1 << 16;  // 64 K wide, 4096 layers: about 2.8e14 parameters, 1126 TB as F32
   c.num_attention_heads = 512;
@@ -215,8 +216,9 @@ TEST_CASE("a model the machine cannot hold is refused before its weights are all
   c.intermediate_size = 1 << 18;
   c.num_hidden_layers = 4096;
   c.validate();  // within the config's bounds
-  CHECK_THROWS_WITH(Model::random(c, 1), Catch::Contains("a random model: the weights (") &&
-                                             Catch::Contains("parameters) need 1125.9 TB of memory as F32, only"));
+  CHECK_THROWS_WITH(Model::random(c, 1),
+                    Catch::Contains("a random model: the weights (") &&
+                        Catch::Contains("parameters) need 1125.9 TB of memory as F32, only"));
   CHECK_THROWS_WITH(Model::from_tensors(c, {}), Catch::Contains("a model from tensors: the weights"));
 }
 
@@ -262,9 +264,14 @@ TEST_CASE("CUDA long capture pools on the GPU and matches the CPU's pooling", "[
       const LayerTrace &x = a.layers[l], &y = b.layers[l];
       REQUIRE(y.pooled == x.pooled);
       REQUIRE(x.pooled > 0);
-      for (const auto& [p, q] : std::vector<std::pair<const FloatArray*, const FloatArray*>>{
-               {&x.a1_mean, &y.a1_mean}, {&x.a1_max, &y.a1_max}, {&x.a2_mean, &y.a2_mean},
-               {&x.a2_max, &y.a2_max}, {&x.a_mean, &y.a_mean}, {&x.a_max, &y.a_max}, {&x.lse1, &y.lse1}}) {
+      for (const auto& [p, q] :
+           std::vector<std::pair<const FloatArray*, const FloatArray*>>{{&x.a1_mean, &y.a1_mean},
+                                                                        {&x.a1_max, &y.a1_max},
+                                                                        {&x.a2_mean, &y.a2_mean},
+                                                                        {&x.a2_max, &y.a2_max},
+                                                                        {&x.a_mean, &y.a_mean},
+                                                                        {&x.a_max, &y.a_max},
+                                                                        {&x.lse1, &y.lse1}}) {
         REQUIRE(p->data.size() == q->data.size());
         for (size_t i = 0; i < p->data.size(); ++i)
           if (!std::isnan(p->data[i])) REQUIRE(p->data[i] == Approx(q->data[i]).margin(1e-5));

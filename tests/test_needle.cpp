@@ -42,10 +42,13 @@ TEST_CASE("needle lab: asked needles sit at the requested depth, others anywhere
     }
   }
   // The same cell and seed give the same episode; another seed another one.
-  CHECK(needle_episode(lab.builder, {300, 0.5, 1, 1}, 3).ids == needle_episode(lab.builder, {300, 0.5, 1, 1}, 3).ids);
-  CHECK(needle_episode(lab.builder, {300, 0.5, 1, 1}, 3).ids != needle_episode(lab.builder, {300, 0.5, 1, 1}, 4).ids);
+  CHECK(needle_episode(lab.builder, {300, 0.5, 1, 1}, 3).ids ==
+        needle_episode(lab.builder, {300, 0.5, 1, 1}, 3).ids);
+  CHECK(needle_episode(lab.builder, {300, 0.5, 1, 1}, 3).ids !=
+        needle_episode(lab.builder, {300, 0.5, 1, 1}, 4).ids);
   CHECK_THROWS_WITH(needle_episode(lab.builder, {300, 0.5, 1, 2}, 1), Catch::Contains("queried <= needles"));
-  CHECK_THROWS_WITH(needle_episode(lab.builder, {300, 1.5, 1, 1}, 1), Catch::Contains("depths lie in [0, 1]"));
+  CHECK_THROWS_WITH(needle_episode(lab.builder, {300, 1.5, 1, 1}, 1),
+                    Catch::Contains("depths lie in [0, 1]"));
 }
 
 TEST_CASE("needle lab: a run reports what the model answered and where it looked", "[needle][lab]") {
@@ -77,8 +80,8 @@ TEST_CASE("needle lab: a run reports what the model answered and where it looked
   for (int64_t i = reply.begin - 1; i < reply.end - 1; ++i) rows.push_back(i);
   REQUIRE(rows.size() == 4);  // the space before the code (its own piece here) and three digits
   const int64_t T = t.length();
-  const AttentionShare h1 = attention_share(t.layers[1].a.data.data() + T * T, T, rows, {code.begin, code.end},
-                                            {question.begin, reply.end - 1});
+  const AttentionShare h1 = attention_share(t.layers[1].a.data.data() + T * T, T, rows,
+                                            {code.begin, code.end}, {question.begin, reply.end - 1});
   REQUIRE(r.answering.per_head.size() == 2);
   CHECK(r.answering.per_head[1][1].answer == Approx(h1.answer));
   CHECK(r.answering.per_head[1][1].noise == Approx(h1.noise));
@@ -131,13 +134,15 @@ TEST_CASE("needle lab: the report writes JSON, CSV, tables and heatmaps", "[need
   const auto j = nlohmann::json::parse(test::read_all(dir / "out/needle.json"));
   CHECK(j["models"][0]["runs"].size() == 2);
   CHECK(j["models"][0]["cells"][1]["length"] == 256);
-  CHECK(test::read_all(dir / "out/needle.csv").find("m1,128,0,1,1,1,1,0.2,0.3,0.7,0.05,0.7\n") != std::string::npos);
+  CHECK(test::read_all(dir / "out/needle.csv").find("m1,128,0,1,1,1,1,0.2,0.3,0.7,0.05,0.7\n") !=
+        std::string::npos);
   CHECK(j["models"][0]["runs"][0]["answering_strongest_head"]["answer"] == 0.7);
   CHECK(std::filesystem::file_size(dir / "out/m1-accuracy-N1R1.png") > 500);
   CHECK(std::filesystem::file_size(dir / "out/m1-attention-N1R1.png") > 500);
   const std::string svg = test::read_all(dir / "out/m1-accuracy-N1R1.svg");
   size_t cells = 0;
-  for (size_t p = svg.find("class=\"cell\""); p != std::string::npos; p = svg.find("class=\"cell\"", p + 1)) ++cells;
+  for (size_t p = svg.find("class=\"cell\""); p != std::string::npos; p = svg.find("class=\"cell\"", p + 1))
+    ++cells;
   CHECK(cells == 2);  // one depth × two lengths
   CHECK(svg.find(">1.00</text>") != std::string::npos);
   // The cell size sets the PNG resolution.
@@ -149,8 +154,10 @@ TEST_CASE("needle lab: the report writes JSON, CSV, tables and heatmaps", "[need
   };
   REQUIRE(small.size() > 24);
   CHECK(png_width(test::read_all(dir / "big/m1-accuracy-N1R1.png")) > png_width(small) + 2 * (200 - 72));
-  CHECK_THROWS_WITH(app::write_needle_report(dir / "bad", {"m1"}, {runs}, 4), Catch::Contains("between 16 and 512"));
-  CHECK_THROWS_WITH(app::write_needle_report(dir / "bad", {"m1", "m2"}, {runs}), Catch::Contains("one list of runs"));
+  CHECK_THROWS_WITH(app::write_needle_report(dir / "bad", {"m1"}, {runs}, 4),
+                    Catch::Contains("between 16 and 512"));
+  CHECK_THROWS_WITH(app::write_needle_report(dir / "bad", {"m1", "m2"}, {runs}),
+                    Catch::Contains("one list of runs"));
 }
 
 TEST_CASE("needle lab: sweeps parse from typed fields and expand in a fixed order", "[needle][lab]") {
@@ -179,10 +186,17 @@ TEST_CASE("needle lab: sweeps parse from typed fields and expand in a fixed orde
   for (const auto& [what, message] : bad) {
     INFO(what);
     const std::string w = what;
-    CHECK_THROWS_WITH(parse_needle_sweep(w == "lengths" ? "32" : w == "text" ? "128,x" : w == "empty" ? "" : "128",
-                                         w == "depths" ? "150" : w == "huge" ? "0,1,2,3,4,5,6,7,8,9" : "50",
+    CHECK_THROWS_WITH(parse_needle_sweep(w == "lengths" ? "32"
+                                         : w == "text"  ? "128,x"
+                                         : w == "empty" ? ""
+                                                        : "128",
+                                         w == "depths" ? "150"
+                                         : w == "huge" ? "0,1,2,3,4,5,6,7,8,9"
+                                                       : "50",
                                          w == "needles" ? "1" : "1", w == "needles" ? "2" : "1",
-                                         w == "seeds" ? 0 : w == "huge" ? 20000 : 1),
+                                         w == "seeds"  ? 0
+                                         : w == "huge" ? 20000
+                                                       : 1),
                       Catch::Contains(message));
   }
 }

@@ -101,9 +101,10 @@ TEST_CASE("histogram figure: series drawn in their colours, empty input refused"
   for (size_t at = 0; (at = svg.find("<text ", at)) != std::string::npos; ++at) ++texts;
   CHECK(rects == sc.rects.size());
   CHECK(texts == sc.texts.size());
-  CHECK(reds == static_cast<size_t>(std::count_if(sc.rects.begin(), sc.rects.end(), [](const viz::FigureScene::Rect& r) {
-          return r.color.r == 200 && r.color.g == 0 && r.color.b == 0;
-        })));
+  CHECK(reds == static_cast<size_t>(
+                    std::count_if(sc.rects.begin(), sc.rects.end(), [](const viz::FigureScene::Rect& r) {
+                      return r.color.r == 200 && r.color.g == 0 && r.color.b == 0;
+                    })));
   CHECK(reds > 4);
   CHECK(svg.find(">a</text>") != std::string::npos);
   CHECK(svg.find(">1e+0</text>") != std::string::npos);
@@ -142,9 +143,11 @@ TEST_CASE("capture: statistics can start after the first positions, maps stay wh
     for (int64_t h = 0; h < H; ++h)
       for (int64_t q = 3; q < T; ++q)
         for (int64_t k = 0; k <= q; ++k)
-          ltop = std::max(ltop, std::fabs(a.layers[l].logits1.data[static_cast<size_t>((h * T + q) * T + k)]));
+          ltop =
+              std::max(ltop, std::fabs(a.layers[l].logits1.data[static_cast<size_t>((h * T + q) * T + k)]));
     CHECK(b.layers[l].logit_stats.top[0] == ltop);
   }
   later.stats_from = 12;
-  CHECK_THROWS_WITH(m.capture(ids, later), Catch::Contains("statistics from position 12 of a 12-token prompt"));
+  CHECK_THROWS_WITH(m.capture(ids, later),
+                    Catch::Contains("statistics from position 12 of a 12-token prompt"));
 }

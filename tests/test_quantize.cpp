@@ -14,14 +14,16 @@ using namespace difflens;
 
 namespace {
 
-// The rule, written out: per head, step = max |l| over causal entries / (2^(bits−1) − 1); l ↦ round(l/step)·step.
+// The rule, written out: per head, step = max |l| over causal entries / (2^(bits−1) − 1); l ↦
+// round(l/step)·step.
 std::vector<float> reference_quantize(const std::vector<float>& l, int64_t heads, int64_t T, int bits) {
   std::vector<float> out = l;
   const double levels = std::pow(2.0, bits - 1) - 1;
   for (int64_t h = 0; h < heads; ++h) {
     double amax = 0;
     for (int64_t i = 0; i < T; ++i)
-      for (int64_t j = 0; j <= i; ++j) amax = std::max(amax, std::fabs(static_cast<double>(l[(h * T + i) * T + j])));
+      for (int64_t j = 0; j <= i; ++j)
+        amax = std::max(amax, std::fabs(static_cast<double>(l[(h * T + i) * T + j])));
     const double step = amax / levels;
     for (int64_t i = 0; i < T; ++i)
       for (int64_t j = 0; j <= i; ++j) {
@@ -52,7 +54,8 @@ TEST_CASE("quantize: DIFF and baseline quantize their logits by the absmax rule"
     const int64_t T = 9, E = 32;
     const std::vector<float> x = [&] {
       std::vector<float> v(static_cast<size_t>(T * E));
-      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 2.0);
+      for (size_t i = 0; i < v.size(); ++i)
+        v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 2.0);
       return v;
     }();
     const LayerTrace exact = m.attention_probe(0, x, T, nullptr);
@@ -79,8 +82,9 @@ TEST_CASE("quantize: DIFF and baseline quantize their logits by the absmax rule"
           const double p = std::exp(static_cast<double>(row[j] - mx)) / z;
           const float got = kind == AttentionKind::Diff ? q4.a1.data[k] : q4.a.data[k];
           worst_map = std::max(worst_map, std::fabs(got - p));
-          worst_moved = std::max(worst_moved, std::fabs(static_cast<double>(got) -
-                                                        (kind == AttentionKind::Diff ? exact.a1.data[k] : exact.a.data[k])));
+          worst_moved = std::max(
+              worst_moved, std::fabs(static_cast<double>(got) -
+                                     (kind == AttentionKind::Diff ? exact.a1.data[k] : exact.a.data[k])));
         }
       }
     INFO(to_string(kind));
@@ -101,7 +105,8 @@ TEST_CASE("quantize: DIFF and baseline quantize their logits by the absmax rule"
   CHECK_THROWS_WITH(m.set_logit_bits(33), Catch::Contains("between 2 and 32"));
 }
 
-TEST_CASE("quantize: map drift measures |dA| and top-1 agreement over causal entries", "[quantize][metrics]") {
+TEST_CASE("quantize: map drift measures |dA| and top-1 agreement over causal entries",
+          "[quantize][metrics]") {
   auto trace = [](std::vector<float> a) {
     Trace t;
     t.token_ids = {1, 2};

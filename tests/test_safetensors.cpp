@@ -137,7 +137,8 @@ TEST_CASE("writer rejects duplicate names and missing data", "[safetensors][erro
   CHECK_THROWS_AS(write_safetensors(dir / "no/such/dir/a.safetensors", {{"x", {2}, v}}), Error);
 }
 
-TEST_CASE("declared sizes are checked before anything is allocated, with the numbers", "[safetensors][errors][limits]") {
+TEST_CASE("declared sizes are checked before anything is allocated, with the numbers",
+          "[safetensors][errors][limits]") {
   test::ScratchDir dir("limits");
   const auto p = dir / "big.safetensors";
   auto message = [&](const std::string& bytes) {
@@ -147,11 +148,13 @@ TEST_CASE("declared sizes are checked before anything is allocated, with the num
   // A header that claims a terabyte.
   std::string tera(8, '\0');
   tera[5] = 1;  // 2^40
-  CHECK_THAT(message(tera + "{}"), Catch::Contains("header length 1099511627776 is invalid for a file of 10 bytes"));
+  CHECK_THAT(message(tera + "{}"),
+             Catch::Contains("header length 1099511627776 is invalid for a file of 10 bytes"));
   // A shape whose element count overflows (2^40 x 2^40).
-  CHECK_THAT(message(raw_file(R"({"a":{"dtype":"F32","shape":[1099511627776,1099511627776],"data_offsets":[0,8]}})",
-                              f32_bytes({1, 2}))),
-             Catch::Contains("shape [1099511627776,1099511627776] has more than 2^60 elements"));
+  CHECK_THAT(
+      message(raw_file(R"({"a":{"dtype":"F32","shape":[1099511627776,1099511627776],"data_offsets":[0,8]}})",
+                       f32_bytes({1, 2}))),
+      Catch::Contains("shape [1099511627776,1099511627776] has more than 2^60 elements"));
   // More tensors than any checkpoint: the reader stops at the first one past 1,000,000 (12 MB of header).
   std::string header = "{";
   for (int i = 0; i <= 1000000; ++i) header += (i ? ",\"" : "\"") + std::to_string(i) + "\":0";

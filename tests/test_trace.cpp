@@ -137,10 +137,11 @@ TEST_CASE("broken trace bundles are rejected with a message", "[trace][bundle][e
     // A sparse maps.safetensors whose one tensor declares 2^38 floats (1 TB, valid offsets): refused from
     // its header, before any of it is copied.
     const uint64_t bytes = uint64_t{1} << 40;
-    const std::string header =
-        R"({"layers.0.A":{"dtype":"F32","shape":[262144,1048576],"data_offsets":[0,)" + std::to_string(bytes) + "]}}";
+    const std::string header = R"({"layers.0.A":{"dtype":"F32","shape":[262144,1048576],"data_offsets":[0,)" +
+                               std::to_string(bytes) + "]}}";
     std::string head(8, '\0');
-    for (int i = 0; i < 8; ++i) head[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    for (int i = 0; i < 8; ++i)
+      head[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
     test::write_all(dir / "maps.safetensors", head + header);
     std::filesystem::resize_file(dir / "maps.safetensors", 8 + header.size() + bytes);
     CHECK_THROWS_WITH(read_trace_bundle(dir.path()),

@@ -190,7 +190,6 @@ TEST_CASE("train: bad options are refused", "[train][errors]") {
   CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("precision must be auto, fp32 or bf16"));
 }
 
-
 TEST_CASE("train: batches built ahead by several workers are the serial ones", "[train]") {
   test::ScratchDir dir("prefetch");
   make_corpus(dir.path());
@@ -272,13 +271,16 @@ TEST_CASE("text loss is the mean next-token cross-entropy of consecutive windows
   // Progress after every pass of (up to 8) windows; a stop ends the run with the windows scored so far, whose
   // loss is theirs alone (here the first window's: the same as max_windows 1 gives).
   std::vector<std::pair<int64_t, int64_t>> seen;
-  const TextLoss all_windows = text_loss(m, text, window, 0, [&](int64_t d, int64_t n) { seen.push_back({d, n}); });
+  const TextLoss all_windows = text_loss(m, text, window, 0, [&](int64_t d, int64_t n) {
+    seen.push_back({d, n});
+  });
   REQUIRE_FALSE(seen.empty());
   CHECK(seen.back() == std::make_pair(windows, windows));
   CHECK(all_windows.planned == windows);
   REQUIRE(static_cast<int64_t>(ids.size()) / 2 > 8);  // more than one pass of 1-token windows
   std::atomic<bool> stop{false};
-  const TextLoss stopped = text_loss(m, text, 1, 0, [&](int64_t d, int64_t) { stop = d >= 8; }, &stop);
+  const TextLoss stopped = text_loss(
+      m, text, 1, 0, [&](int64_t d, int64_t) { stop = d >= 8; }, &stop);
   CHECK(stopped.windows == 8);
   CHECK(stopped.planned > 8);
   CHECK(stopped.nats_per_token == Approx(text_loss(m, text, 1, 8).nats_per_token).epsilon(1e-6));

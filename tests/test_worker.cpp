@@ -145,7 +145,8 @@ TEST_CASE("worker: loads go where set_device says, a CUDA request without CUDA f
     CHECK(w.status().slots[0].description.find("cuda") != std::string::npos);
   } else {
     CHECK_FALSE(w.status().slots[0].loaded);
-    CHECK(w.status().slots[0].error == "CUDA was requested but this LibTorch build has no usable CUDA device");
+    CHECK(w.status().slots[0].error ==
+          "CUDA was requested but this LibTorch build has no usable CUDA device");
   }
   w.set_device(DeviceChoice::Cpu);  // what the menu does: set the device, load the folder again
   w.load(0, dir);
@@ -206,7 +207,8 @@ bool eventually(F done, int seconds = 60) {
 
 }  // namespace
 
-TEST_CASE("worker: a needle sweep runs both slots, episode for episode like a direct run", "[worker][needle][lab]") {
+TEST_CASE("worker: a needle sweep runs both slots, episode for episode like a direct run",
+          "[worker][needle][lab]") {
   PairOnDisk pair;
   InferenceWorker w({}, 1);
   w.load(0, (pair.dir / "diff").string());
@@ -250,7 +252,8 @@ TEST_CASE("worker: a needle sweep runs both slots, episode for episode like a di
   }
 }
 
-TEST_CASE("worker: prompts run during a sweep, cancel stops it, finished episodes stay", "[worker][needle][lab]") {
+TEST_CASE("worker: prompts run during a sweep, cancel stops it, finished episodes stay",
+          "[worker][needle][lab]") {
   PairOnDisk pair;
   InferenceWorker w({}, 1);
   w.load(0, (pair.dir / "diff").string());
@@ -389,7 +392,8 @@ TEST_CASE("worker: a model without a text tokenizer reads typed token ids", "[wo
                         Catch::Contains("type token ids separated by commas or spaces, e.g. 1, 450, 3") &&
                         Catch::Contains("expected comma-separated non-negative integers near 'hello'"));
   CHECK_THROWS_WITH(app::encode_prompt(m, ""), Catch::Contains("type token ids"));
-  CHECK_THROWS_WITH(app::encode_prompt(m, "1, 100000"), Catch::Contains("id 100000 is outside the vocabulary"));
+  CHECK_THROWS_WITH(app::encode_prompt(m, "1, 100000"),
+                    Catch::Contains("id 100000 is outside the vocabulary"));
   // A model with a tokenizer reads text, with BOS.
   const Model b = Model::random(test::tiny_config(AttentionKind::Baseline), 3);
   CHECK(app::encode_prompt(b, "1, 2").ids.size() == 5);  // BOS + the 4 bytes of "1, 2"

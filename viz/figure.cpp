@@ -69,14 +69,19 @@ void append_utf8(std::string& out, int cp) {
 std::string xml_text(const std::string& s) {
   std::string out;
   for (int cp : code_points(s)) {
-    if ((cp < 0x20 && cp != '\t' && cp != '\n') || (cp >= 0xd800 && cp < 0xe000) || cp == 0xfffe || cp == 0xffff ||
-        cp > 0x10ffff)
+    if ((cp < 0x20 && cp != '\t' && cp != '\n') || (cp >= 0xd800 && cp < 0xe000) || cp == 0xfffe ||
+        cp == 0xffff || cp > 0x10ffff)
       cp = 0xfffd;
-    if (cp == '&') out += "&amp;";
-    else if (cp == '<') out += "&lt;";
-    else if (cp == '>') out += "&gt;";
-    else if (cp == '"') out += "&quot;";
-    else append_utf8(out, cp);
+    if (cp == '&')
+      out += "&amp;";
+    else if (cp == '<')
+      out += "&lt;";
+    else if (cp == '>')
+      out += "&gt;";
+    else if (cp == '"')
+      out += "&quot;";
+    else
+      append_utf8(out, cp);
   }
   return out;
 }
@@ -99,7 +104,8 @@ struct Faces {
   const stbtt_fontinfo* main;
   const stbtt_fontinfo* fallback;  // may be null
   const stbtt_fontinfo* for_char(int cp) const {
-    if (fallback && stbtt_FindGlyphIndex(main, cp) == 0 && stbtt_FindGlyphIndex(fallback, cp) != 0) return fallback;
+    if (fallback && stbtt_FindGlyphIndex(main, cp) == 0 && stbtt_FindGlyphIndex(fallback, cp) != 0)
+      return fallback;
     return main;
   }
 };
@@ -227,14 +233,16 @@ void Image::blit(const Image& src, int x, int y) {
 
 namespace {
 
-void load_font(const std::filesystem::path& ttf, std::vector<unsigned char>& data, std::vector<unsigned char>& info) {
+void load_font(const std::filesystem::path& ttf, std::vector<unsigned char>& data,
+               std::vector<unsigned char>& info) {
   std::ifstream in(ttf, std::ios::binary);
   if (!in) throw Error(ttf.string() + ": cannot open the font file");
   data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   info.resize(sizeof(stbtt_fontinfo));
   auto* f = reinterpret_cast<stbtt_fontinfo*>(info.data());
   const int offset = data.size() >= 12 ? stbtt_GetFontOffsetForIndex(data.data(), 0) : -1;
-  if (offset < 0 || !stbtt_InitFont(f, data.data(), offset)) throw Error(ttf.string() + ": not a TrueType font");
+  if (offset < 0 || !stbtt_InitFont(f, data.data(), offset))
+    throw Error(ttf.string() + ": not a TrueType font");
 }
 
 }  // namespace
@@ -270,8 +278,8 @@ std::filesystem::path find_font(std::initializer_list<const char*> names,
 }  // namespace
 
 std::filesystem::path find_system_font() {
-  return find_font({"DejaVuSans.ttf"},
-                   {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"});
+  return find_font({"DejaVuSans.ttf"}, {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+                                        "/usr/share/fonts/TTF/DejaVuSans.ttf"});
 }
 
 std::filesystem::path find_fallback_font() {
@@ -285,8 +293,9 @@ const FigureFont& FigureFont::standard() {
   static const FigureFont font = [] {
     const auto path = find_system_font();
     if (path.empty())
-      throw Error("no figure font: install fonts-dejavu-core (DejaVuSans.ttf is looked up in "
-                  "/usr/share/fonts/truetype/dejavu, and first under $DIFFLENS_FONT_DIR when that is set)");
+      throw Error(
+          "no figure font: install fonts-dejavu-core (DejaVuSans.ttf is looked up in "
+          "/usr/share/fonts/truetype/dejavu, and first under $DIFFLENS_FONT_DIR when that is set)");
     return FigureFont(path, find_fallback_font());
   }();
   return font;
@@ -311,7 +320,8 @@ int FigureFont::text_width(const std::string& utf8, float px) const {
 
 void FigureFont::draw(Image& img, int x, int y, const std::string& utf8, float px, Rgb8 color,
                       bool vertical) const {
-  const Mask m = rasterize({font_info(info_), fallback_info_.empty() ? nullptr : font_info(fallback_info_)}, utf8, px);
+  const Mask m =
+      rasterize({font_info(info_), fallback_info_.empty() ? nullptr : font_info(fallback_info_)}, utf8, px);
   for (int my = 0; my < m.height; ++my)
     for (int mx = 0; mx < m.width; ++mx) {
       const unsigned char a = m.a[static_cast<size_t>(my) * m.width + mx];
@@ -372,14 +382,16 @@ void paint_scene(Image& img, const FigureScene& sc, const FigureFont& font) {
 }
 
 // The same scene as SVG; `maps` appends the map groups (drawn under the legends, rectangles and texts).
-std::string scene_svg(const FigureScene& sc, const FigureFont& font, const std::function<void(std::string&)>& maps) {
+std::string scene_svg(const FigureScene& sc, const FigureFont& font,
+                      const std::function<void(std::string&)>& maps) {
   std::string o;
   char b[256];
-  std::snprintf(b, sizeof b,
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
-                "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-                "font-family=\"DejaVu Sans, Verdana, sans-serif\" xml:space=\"preserve\" style=\"white-space:pre\">\n",
-                sc.width, sc.height, sc.width, sc.height);
+  std::snprintf(
+      b, sizeof b,
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
+      "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+      "font-family=\"DejaVu Sans, Verdana, sans-serif\" xml:space=\"preserve\" style=\"white-space:pre\">\n",
+      sc.width, sc.height, sc.width, sc.height);
   o += b;
   o += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n<defs>\n";
   for (const bool diverging : {false, true}) {  // legend ramps as gradients, 33 stops
@@ -395,7 +407,8 @@ std::string scene_svg(const FigureScene& sc, const FigureFont& font, const std::
   o += "</defs>\n";
   maps(o);
   for (const auto& r : sc.ramps) {
-    std::snprintf(b, sizeof b, "<rect class=\"legend\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"url(#%s)\"/>\n",
+    std::snprintf(b, sizeof b,
+                  "<rect class=\"legend\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"url(#%s)\"/>\n",
                   r.x, r.y, r.w, r.h, r.diverging ? "diverging" : "sequential");
     o += b;
   }
@@ -407,7 +420,8 @@ std::string scene_svg(const FigureScene& sc, const FigureFont& font, const std::
   for (const auto& t : sc.texts) {
     const float base = font.ascent(t.px);
     if (t.vertical)
-      std::snprintf(b, sizeof b, "<text transform=\"translate(%.1f,%d) rotate(-90)\" font-size=\"%.2f\" fill=\"%s\">",
+      std::snprintf(b, sizeof b,
+                    "<text transform=\"translate(%.1f,%d) rotate(-90)\" font-size=\"%.2f\" fill=\"%s\">",
                     t.x + base, t.y, font.em_size(t.px), hex(t.color).c_str());
     else
       std::snprintf(b, sizeof b, "<text x=\"%d\" y=\"%.1f\" font-size=\"%.2f\" fill=\"%s\">", t.x, t.y + base,
@@ -506,8 +520,8 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
     for (const auto& [i, s] : col_labels) {  // keys, vertical, under the map
       const int cx = x0 + static_cast<int>((static_cast<double>(i - region.col0) + 0.5) * cell_x);
       sc.texts.push_back({cx - static_cast<int>(label_px / 2),
-                          map_top + P + static_cast<int>(label_px / 3) + font.text_width(s, label_px), s, label_px,
-                          ink, true});
+                          map_top + P + static_cast<int>(label_px / 3) + font.text_width(s, label_px), s,
+                          label_px, ink, true});
     }
     // Legend: the ramp, then ticks at 0, ¼, ½, ¾, 1 of it labelled with the values they stand for.
     sc.ramps.push_back({x0, sc.legend_top, P, legend_h, panel.style.range.diverging});
@@ -528,7 +542,8 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
         continue;  // would collide with a label already placed
       taken.push_back({lx, lx + w});
       sc.rects.push_back({tx, sc.legend_top + legend_h, 1, static_cast<int>(label_px / 3), grey});
-      sc.texts.push_back({lx, sc.legend_top + legend_h + static_cast<int>(label_px / 3), s, label_px, ink, false});
+      sc.texts.push_back(
+          {lx, sc.legend_top + legend_h + static_cast<int>(label_px / 3), s, label_px, ink, false});
     }
   }
   return sc;
@@ -551,9 +566,10 @@ Image render_head_figure(const HeadFigure& fig, const FigureFont& font, HeadFigu
 FigureScene layout_grid_figure(const GridFigure& g, const FigureFont& font) {
   const size_t R = g.row_labels.size(), C = g.col_labels.size();
   if (R == 0 || C == 0 || g.values.size() != R * C)
-    throw Error("grid figure: " + std::to_string(g.values.size()) + " values for " + std::to_string(R) + " x " +
-                std::to_string(C) + " labels");
-  if (g.cell < 16 || g.cell > 512) throw Error("grid figure: the cell size must be between 16 and 512 pixels");
+    throw Error("grid figure: " + std::to_string(g.values.size()) + " values for " + std::to_string(R) +
+                " x " + std::to_string(C) + " labels");
+  if (g.cell < 16 || g.cell > 512)
+    throw Error("grid figure: the cell size must be between 16 and 512 pixels");
   if (!(g.hi > g.lo)) throw Error("grid figure: hi must be above lo");
   const Rgb8 ink{20, 20, 20}, white{255, 255, 255};
   const float px = std::clamp(g.cell / 4.5f, 9.0f, 40.0f), title_px = px * 1.3f;
@@ -562,7 +578,8 @@ FigureScene layout_grid_figure(const GridFigure& g, const FigureFont& font) {
   for (const auto& l : g.row_labels) row_w = std::max(row_w, font.text_width(l, px));
   const int left = margin + row_w + margin;
   // Title, column title, column labels, then the grid.
-  const int top = margin + static_cast<int>(title_px * 1.6f) + static_cast<int>(px * 1.5f) + static_cast<int>(px * 1.5f);
+  const int top =
+      margin + static_cast<int>(title_px * 1.6f) + static_cast<int>(px * 1.5f) + static_cast<int>(px * 1.5f);
   const int grid_w = static_cast<int>(C) * g.cell, grid_h = static_cast<int>(R) * g.cell;
   FigureScene sc;
   sc.legend_top = top + grid_h + static_cast<int>(px * 1.8f);
@@ -635,7 +652,8 @@ FigureScene layout_histogram_figure(const HistogramFigure& h, const FigureFont& 
   for (const auto& s : h.series) {
     if (s.counts.size() != bins) throw Error("histogram figure: the series have different bin counts");
     for (size_t b = 0; b < bins; ++b)
-      if (s.counts[b] > 0) first = std::min(first, b), last = std::max(last, b), top = std::max(top, s.counts[b]);
+      if (s.counts[b] > 0)
+        first = std::min(first, b), last = std::max(last, b), top = std::max(top, s.counts[b]);
   }
   if (first > last) throw Error("histogram figure: every series is empty");
   // Whole decades around the data.
@@ -675,8 +693,10 @@ FigureScene layout_histogram_figure(const HistogramFigure& h, const FigureFont& 
   }
   rect(left, top_margin + ph, pw, 1, ink);
   rect(left, top_margin, 1, ph, ink);
-  text(left + (pw - font.text_width(h.x_label, px)) / 2, top_margin + ph + static_cast<int>(px * 1.8f), h.x_label, px);
-  text(static_cast<int>(px * 0.3f), top_margin + ph / 2 + font.text_width("count", px) / 2, "count", px, true);
+  text(left + (pw - font.text_width(h.x_label, px)) / 2, top_margin + ph + static_cast<int>(px * 1.8f),
+       h.x_label, px);
+  text(static_cast<int>(px * 0.3f), top_margin + ph / 2 + font.text_width("count", px) / 2, "count", px,
+       true);
   // Step lines, two pixels thick.
   for (const auto& s : h.series) {
     int prev_y = Y(0);
@@ -730,11 +750,13 @@ std::string head_figure_svg(const HeadFigure& fig, const FigureFont& font, int m
       for (int64_t r = 0; r < p.rows; ++r)
         for (int64_t c = 0; c < p.cols; ++c) {
           const float v = p.at(r, c);
-          const Rgb8 col = std::isnan(v) ? panel.style.masked
-                                         : cmap.at(colormap_coordinate(v, panel.style.range, panel.style.scale));
-          std::snprintf(b, sizeof b,
-                        "<rect class=\"cell\" x=\"%.3f\" y=\"%.3f\" width=\"%.3f\" height=\"%.3f\" fill=\"%s\"/>\n",
-                        c * cw, r * ch, cw, ch, hex(col).c_str());
+          const Rgb8 col = std::isnan(v)
+                               ? panel.style.masked
+                               : cmap.at(colormap_coordinate(v, panel.style.range, panel.style.scale));
+          std::snprintf(
+              b, sizeof b,
+              "<rect class=\"cell\" x=\"%.3f\" y=\"%.3f\" width=\"%.3f\" height=\"%.3f\" fill=\"%s\"/>\n",
+              c * cw, r * ch, cw, ch, hex(col).c_str());
           o += b;
         }
       o += "</g>\n";

@@ -41,7 +41,8 @@ class FigureFont {
 
  private:
   std::vector<unsigned char> data_, fallback_data_;
-  std::vector<unsigned char> info_, fallback_info_;  // stbtt_fontinfo, kept opaque here (fallback: empty if none)
+  std::vector<unsigned char> info_,
+      fallback_info_;  // stbtt_fontinfo, kept opaque here (fallback: empty if none)
 
  public:
   // Distance from the top of the line box to the baseline at `px` (for SVG text anchors).
@@ -72,7 +73,7 @@ Image colorize_map(const float* data, int64_t rows, int64_t cols, const MapRegio
 double value_at_coordinate(double t, const ValueRange& range, ValueScale scale);
 
 struct FigurePanel {
-  std::string title;  // e.g. "A1 (softmax 1)"
+  std::string title;            // e.g. "A1 (softmax 1)"
   const float* data = nullptr;  // T × T, row-major
   HeatmapStyle style;           // range, scale, masked colour
 };
@@ -146,7 +147,7 @@ struct GridFigure {
   std::vector<std::string> row_labels, col_labels;
   std::vector<double> values;  // rows × cols, row-major; NaN cells are drawn empty ("n/a")
   double lo = 0, hi = 1;
-  int cell = 72;            // pixels per cell side
+  int cell = 72;  // pixels per cell side
   std::string format = "%.2f";
 };
 
@@ -177,6 +178,7 @@ struct HistogramFigure {
 // (grid, axes, step lines and legend swatches as rectangles; labels as text).
 FigureScene layout_histogram_figure(const HistogramFigure& figure, const FigureFont& font);
 Image render_histogram_figure(const HistogramFigure& figure, const FigureFont& font = FigureFont::standard());
-std::string histogram_figure_svg(const HistogramFigure& figure, const FigureFont& font = FigureFont::standard());
+std::string histogram_figure_svg(const HistogramFigure& figure,
+                                 const FigureFont& font = FigureFont::standard());
 
 }  // namespace difflens::viz

@@ -9,7 +9,9 @@ namespace {
 
 constexpr int kTile = 16;
 
-__device__ bool visible(int i, int j, int window) { return j <= i && (window <= 0 || i - j < window); }
+__device__ bool visible(int i, int j, int window) {
+  return j <= i && (window <= 0 || i - j < window);
+}
 
 __device__ float dot(const float* a, const float* b, int d) {
   float s = 0;
@@ -29,7 +31,8 @@ __device__ void atomic_max_magnitude(float* addr, float v) {
 }
 
 // One block of 256 threads per (head, row): a two-pass max / sum-of-exp over the row's visible keys.
-__global__ void row_lse_kernel(const float* q, const float* k, float* lse, int H, int Hkv, int T, int d, int window) {
+__global__ void row_lse_kernel(const float* q, const float* k, float* lse, int H, int Hkv, int T, int d,
+                               int window) {
   const int h = blockIdx.y, i = blockIdx.x;
   if (h >= H || i >= T) return;
   const int kv = h / (H / Hkv);
@@ -61,16 +64,19 @@ __global__ void row_lse_kernel(const float* q, const float* k, float* lse, int H
 __global__ void pooled_kernel(PooledAttentionArgs a, bool diff) {
   const int h = blockIdx.z;
   const int i = blockIdx.y * kTile + threadIdx.y, j = blockIdx.x * kTile + threadIdx.x;
-  if (h >= a.H || i >= a.T || j >= a.T || blockIdx.x > blockIdx.y) return;  // tiles above the diagonal: future
+  if (h >= a.H || i >= a.T || j >= a.T || blockIdx.x > blockIdx.y)
+    return;  // tiles above the diagonal: future
   if (!visible(i, j, a.window) && j > i) return;
   const int kv = h / (a.H / a.Hkv);
   const size_t cell = (static_cast<size_t>(h) * a.P + a.bin[i]) * a.P + a.bin[j];
   float p1 = 0, p2 = 0;  // hidden (window) entries count as 0, like the CPU pooling of the exact map
   if (visible(i, j, a.window)) {
-    p1 = expf(dot(a.q1 + (static_cast<size_t>(h) * a.T + i) * a.d, a.k1 + (static_cast<size_t>(kv) * a.T + j) * a.d, a.d) -
+    p1 = expf(dot(a.q1 + (static_cast<size_t>(h) * a.T + i) * a.d,
+                  a.k1 + (static_cast<size_t>(kv) * a.T + j) * a.d, a.d) -
               a.lse1[static_cast<size_t>(h) * a.T + i]);
     if (diff)
-      p2 = expf(dot(a.q2 + (static_cast<size_t>(h) * a.T + i) * a.d, a.k2 + (static_cast<size_t>(kv) * a.T + j) * a.d, a.d) -
+      p2 = expf(dot(a.q2 + (static_cast<size_t>(h) * a.T + i) * a.d,
+                    a.k2 + (static_cast<size_t>(kv) * a.T + j) * a.d, a.d) -
                 a.lse2[static_cast<size_t>(h) * a.T + i]);
   }
   if (diff) {

@@ -15,11 +15,12 @@ struct PooledAttentionArgs {
   const float *lse1 = nullptr, *lse2 = nullptr;  // [H, T], from row_lse()
   float lambda = 0;                              // DIFF: A = A1 − λ A2
   int H = 0, Hkv = 0, T = 0, d = 0, P = 0;
-  int window = 0;           // > 0: keys at least `window` back are hidden (sliding window)
+  int window = 0;            // > 0: keys at least `window` back are hidden (sliding window)
   const int* bin = nullptr;  // [T]: the pooled cell of each token
   // Outputs [H, P, P], zeroed by the caller: sums and largest-magnitude entries of A1, A2, A (baseline:
   // only the `a` pair).
-  float *sum1 = nullptr, *best1 = nullptr, *sum2 = nullptr, *best2 = nullptr, *suma = nullptr, *besta = nullptr;
+  float *sum1 = nullptr, *best1 = nullptr, *sum2 = nullptr, *best2 = nullptr, *suma = nullptr,
+        *besta = nullptr;
 };
 
 // lse[h, i] = log Σ_{visible j} exp(q[h, i] · k[kv(h), j]). Returns a cudaError_t value (0: success).

@@ -85,10 +85,28 @@ void run(const std::string& input) {
 
 // One to four random edits of `s`, some of them aimed at what the readers parse: numbers, lengths, JSON.
 void mutate(std::string& s, const std::vector<std::string>& corpus, std::mt19937_64& rng) {
-  static const char* const kNumbers[] = {"0", "-1", "1", "255", "65536", "2147483647", "-2147483648",
-                                         "4294967296", "9223372036854775807", "18446744073709551615",
-                                         "1e308", "-1e308", "1e-320", "NaN", "Infinity", "3.5", "[]", "{}",
-                                         "null", "true", "\"\"", "99999999999999999999999"};
+  static const char* const kNumbers[] = {"0",
+                                         "-1",
+                                         "1",
+                                         "255",
+                                         "65536",
+                                         "2147483647",
+                                         "-2147483648",
+                                         "4294967296",
+                                         "9223372036854775807",
+                                         "18446744073709551615",
+                                         "1e308",
+                                         "-1e308",
+                                         "1e-320",
+                                         "NaN",
+                                         "Infinity",
+                                         "3.5",
+                                         "[]",
+                                         "{}",
+                                         "null",
+                                         "true",
+                                         "\"\"",
+                                         "99999999999999999999999"};
   auto pick = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
   const int edits = 1 + static_cast<int>(rng() % 4);
   for (int e = 0; e < edits; ++e) {
@@ -130,7 +148,8 @@ void mutate(std::string& s, const std::vector<std::string>& corpus, std::mt19937
       }
       case 6:  // the 8-byte little-endian length in front of a safetensors header
         if (s.size() >= 8) {
-          const uint64_t v = rng() % 3 == 0 ? rng() : (rng() % 2 ? s.size() : s.size() - 8 + (rng() % 17) - 8);
+          const uint64_t v =
+              rng() % 3 == 0 ? rng() : (rng() % 2 ? s.size() : s.size() - 8 + (rng() % 17) - 8);
           std::memcpy(&s[0], &v, 8);
         }
         break;
@@ -183,7 +202,8 @@ int main(int argc, char** argv) {
   std::printf("replayed %zu inputs\n", files.size());
   if (seconds <= 0) return 0;
 
-  std::snprintf(g_crash_path, sizeof g_crash_path, "%s/crash-%d", crash_dir.c_str(), static_cast<int>(::getpid()));
+  std::snprintf(g_crash_path, sizeof g_crash_path, "%s/crash-%d", crash_dir.c_str(),
+                static_cast<int>(::getpid()));
   std::mt19937_64 rng(seed);
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t execs = 0;
@@ -204,7 +224,7 @@ int main(int argc, char** argv) {
     }
   }
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("mutated: %llu executions in %.1f s (%.0f/s), no crash\n", static_cast<unsigned long long>(execs), took,
-              static_cast<double>(execs) / took);
+  std::printf("mutated: %llu executions in %.1f s (%.0f/s), no crash\n",
+              static_cast<unsigned long long>(execs), took, static_cast<double>(execs) / took);
   return 0;
 }

@@ -18,12 +18,12 @@
 #include <vector>
 
 // An invariant of what a reader accepted; a violation is reported like a crash.
-#define FUZZ_CHECK(cond)                                                                       \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
+#define FUZZ_CHECK(cond)                                                                  \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
       std::fprintf(stderr, "fuzz check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-      std::abort();                                                                            \
-    }                                                                                          \
+      std::abort();                                                                       \
+    }                                                                                     \
   } while (0)
 
 namespace difflens::fuzz {

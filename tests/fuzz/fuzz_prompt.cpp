@@ -45,7 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<std::shared_ptr<const ByteLevelBpe>> tokenizers = [] {
     std::vector<std::shared_ptr<const ByteLevelBpe>> t;
     for (const char* name : {"gpt2-style", "llama3-style", "prefix-space"})
-      t.push_back(ByteLevelBpe::load(std::string(DIFFLENS_SOURCE_DIR "/tests/data/bpe/") + name + ".tokenizer.json"));
+      t.push_back(
+          ByteLevelBpe::load(std::string(DIFFLENS_SOURCE_DIR "/tests/data/bpe/") + name + ".tokenizer.json"));
     return t;
   }();
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -62,15 +63,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // covers the whitespace beside it.
       const std::string bytes = bpe->token_bytes(t.id), covered = text.substr(t.begin, t.end - t.begin);
       const size_t inside = bytes.empty() ? std::string::npos : covered.find(bytes);
-      const bool stripped = inside != std::string::npos &&
-                            whitespace_only(covered.substr(0, inside) + covered.substr(inside + bytes.size()));
+      const bool stripped =
+          inside != std::string::npos &&
+          whitespace_only(covered.substr(0, inside) + covered.substr(inside + bytes.size()));
       FUZZ_CHECK(bytes == covered || bytes == " " + covered || stripped);
     }
     FUZZ_CHECK(at == text.size());
   }
   try {
-    for (int64_t id : parse_token_ids(text, 4096))
-      FUZZ_CHECK(id >= 0 && id < 4096);
+    for (int64_t id : parse_token_ids(text, 4096)) FUZZ_CHECK(id >= 0 && id < 4096);
   } catch (const Error&) {
   }
   return 0;

@@ -1,6 +1,6 @@
 // Fuzz target: a Hugging Face tokenizer.json (vocabulary, merges, added tokens, pre-tokenizer regexes).
-// What loads must encode text (ASCII, multi-byte UTF-8, invalid UTF-8) into tokens that cover every byte once,
-// in order, and decode back to the same bytes.
+// What loads must encode text (ASCII, multi-byte UTF-8, invalid UTF-8) into tokens that cover every byte
+// once, in order, and decode back to the same bytes.
 #include "core/bpe.h"
 #include "core/error.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -14,8 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   for (const std::string& text : {std::string("The secret code of Mira is 4821."), std::string(" \n\t  x"),
-                                 std::string("na\xc3\xafve \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80"),
-                                 std::string("\xff\xfe\xc3(\x80 bad", 10), std::string()}) {
+                                  std::string("na\xc3\xafve \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80"),
+                                  std::string("\xff\xfe\xc3(\x80 bad", 10), std::string()}) {
     const std::vector<ByteLevelBpe::Token> tokens = bpe->encode(text);
     size_t at = 0;
     std::vector<int64_t> ids;
