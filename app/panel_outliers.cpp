@@ -67,7 +67,10 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
     dl->AddLine(ImVec2(x, p.y), ImVec2(x, p.y + plot_h), IM_COL32(0, 0, 0, 60));
     char t[16];
     std::snprintf(t, sizeof t, "1e%d", static_cast<int>(std::round(std::log10(lower))));
-    dl->AddText(ImVec2(x + 2, p.y + plot_h), IM_COL32(60, 60, 60, 255), t);
+    // Right of its tick, or left of it where the label would run past the plot's right edge.
+    const float w = ImGui::CalcTextSize(t).x;
+    dl->AddText(ImVec2(x + 2 + w > p.x + size.x ? x - 2 - w : x + 2, p.y + plot_h), IM_COL32(60, 60, 60, 255),
+                t);
   }
   const char* x_title = "|value| (log scale)";
   dl->AddText(ImVec2(p.x + size.x - ImGui::CalcTextSize(x_title).x - 2, p.y + plot_h + label_h / 2),
