@@ -296,14 +296,11 @@ int run_gui(const GuiOptions& opt) {
         }
         ImGui::BeginChild("main", ImVec2(0, 0), false, ImGuiWindowFlags_NoScrollbar);
         draw_prompt_editor(state);
-        std::shared_ptr<const Trace> any;
-        if (state.shown)
-          for (int s = kSlots - 1; s >= 0; --s)
-            if (state.shown->traces[s]) any = state.shown->traces[s];
-        if (any) {
-          const int T = static_cast<int>(any->length());
+        if (const int s = state.shown ? first_trace_slot(*state.shown) : -1; s >= 0) {
+          const Trace& t = *state.shown->traces[static_cast<size_t>(s)];
+          const int T = static_cast<int>(t.length());
           if (state.selection.query < 0 || state.selection.query >= T) state.selection.query = T - 1;
-          draw_token_strip(state, any->tokens);
+          draw_token_strip(state, t.tokens, state.shown->labels[static_cast<size_t>(s)]);
           state.drawn.note("tokens", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
                            ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
         }

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/trace_io.h"
+#include "viz/token_text.h"
 
 namespace difflens::app {
 namespace {
@@ -410,6 +411,8 @@ void InferenceWorker::loop() {
         r.prompt = "(trace bundle " + job.dir + ")";
         try {
           r.traces[static_cast<size_t>(job.slot)] = std::make_shared<Trace>(read_trace_bundle(job.dir));
+          r.labels[static_cast<size_t>(job.slot)] =
+              viz::display_tokens(r.traces[static_cast<size_t>(job.slot)]->tokens, viz::Spaces::Visible);
         } catch (const std::exception& e) {
           r.errors[static_cast<size_t>(job.slot)] = user_message(e);
         }
@@ -442,6 +445,7 @@ void InferenceWorker::loop() {
           auto trace = std::make_shared<Trace>(models_[s]->capture(enc.ids, options, &cancel_));
           trace->tokens = enc.pieces;  // display pieces as the tokenizer produced them
           r.offsets[s] = enc.offsets;
+          r.labels[s] = viz::display_tokens(trace->tokens, viz::Spaces::Visible);
           r.traces[s] = std::move(trace);
         } catch (const Cancelled&) {
           cancelled = true;

@@ -52,8 +52,17 @@ struct RunResult {
   std::array<std::shared_ptr<const Trace>, kSlots> traces;  // null where the slot failed or is empty
   std::array<std::string, kSlots> errors;                   // per-slot message ("" when fine)
   std::vector<std::pair<size_t, size_t>> offsets[kSlots];   // byte span of each token in the prompt
-  double elapsed_ms = 0;                                    // both slots, tokenization included
+  // Each trace's tokens as the UI shows them (viz/token_text.h), made once here rather than every frame.
+  std::array<std::vector<std::string>, kSlots> labels;
+  double elapsed_ms = 0;  // both slots, tokenization included
 };
+
+// The first slot that holds a trace (the one the token strip shows), -1 when none does.
+inline int first_trace_slot(const RunResult& r) {
+  for (int s = 0; s < kSlots; ++s)
+    if (r.traces[static_cast<size_t>(s)]) return s;
+  return -1;
+}
 
 struct WorkerStatus {
   bool busy = false;

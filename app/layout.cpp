@@ -172,17 +172,4 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
   return out;
 }
 
-RowShare query_row_share(const float* row, int64_t q, int64_t answer_begin, int64_t answer_end) {
-  double total = 0, answer = 0, noise = 0;
-  for (int64_t j = 0; j <= q; ++j) {
-    total += std::fabs(row[j]);
-    if (j >= answer_begin && j < answer_end)
-      answer += row[j];
-    else if (j != q)
-      noise += row[j];
-  }
-  if (total <= 0) return {};
-  return {answer / total, noise / total};
-}
-
 }  // namespace difflens::app

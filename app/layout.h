@@ -65,11 +65,4 @@ MapGrid plan_map_grid(int maps, float width, float height, float legend_w, float
 // 0 among them when the range spans it. A range of zero width gets one tick.
 std::vector<double> nice_ticks(double lo, double hi, int max_ticks);
 
-// One query row's share of attention (core/metrics.h's definition, for a single row): the answer keys'
-// signed sum and the noise (keys outside the answer and the query itself), each over Σ_{j<=q} |row[j]|.
-struct RowShare {
-  double answer = 0, noise = 0;
-};
-RowShare query_row_share(const float* row, int64_t q, int64_t answer_begin, int64_t answer_end);
-
 }  // namespace difflens::app

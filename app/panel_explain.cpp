@@ -128,12 +128,9 @@ void ExplainView::draw_tab(GuiState& state) {
 
 void ExplainView::draw_presentation(GuiState& state) {
   ExplainView::handle_keys(state);
-  if (state.shown) {
-    std::shared_ptr<const Trace> any;
-    for (int s = kSlots - 1; s >= 0; --s)
-      if (state.shown->traces[s]) any = state.shown->traces[s];
-    if (any) draw_token_strip(state, any->tokens);
-  }
+  if (const int s = state.shown ? first_trace_slot(*state.shown) : -1; s >= 0)
+    draw_token_strip(state, state.shown->traces[static_cast<size_t>(s)]->tokens,
+                     state.shown->labels[static_cast<size_t>(s)]);
   if (ImGui::Button("< Back")) state.explain.step = std::max(1, state.explain.step - 1);
   ImGui::SameLine();
   if (ImGui::Button("Next >")) state.explain.step = std::min(kExplainSteps, state.explain.step + 1);

@@ -16,7 +16,6 @@
 #include "core/tiles.h"
 #include "viz/export.h"
 #include "viz/figure.h"
-#include "viz/token_text.h"
 
 namespace difflens::app {
 
@@ -163,13 +162,13 @@ void HeadView::draw_notes(GuiState& state, const std::vector<MapSpec>& maps) {
 }
 
 bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
-                    const std::vector<std::string>& token_text, const viz::HeatmapRenderer& renderer,
-                    const MapGrid& grid, int first_cell, ImVec2 origin, float gap) {
+                    const std::vector<std::string>& token_text, const std::vector<std::string>& shown_tokens,
+                    const viz::HeatmapRenderer& renderer, const MapGrid& grid, int first_cell, ImVec2 origin,
+                    float gap) {
   if (maps.empty()) return false;
   const int64_t pooled_from = maps[0].pooled_from;
   const std::vector<int64_t> starts =
       pooled_from > 0 ? cell_starts(pooled_from, maps[0].T) : std::vector<int64_t>{};
-  const std::vector<std::string> shown_tokens = viz::display_tokens(token_text, viz::Spaces::Visible);
   const std::vector<std::string> cell_text =
       pooled_from > 0 ? cell_labels(shown_tokens, maps[0].T) : std::vector<std::string>{};
   const std::vector<std::string>& tokens = pooled_from > 0 ? cell_text : shown_tokens;
@@ -481,8 +480,9 @@ void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::He
   int first = 0;
   for (int s = 0; s < kSlots; ++s) {
     if (maps[s].empty()) continue;
-    state.exact_tile_shown[s] = head_views[s].draw(state, maps[s], state.shown->traces[s]->tokens, renderer,
-                                                   grid, first, origin, gap);
+    state.exact_tile_shown[s] =
+        head_views[s].draw(state, maps[s], state.shown->traces[s]->tokens, state.shown->labels[s], renderer,
+                           grid, first, origin, gap);
     first += static_cast<int>(maps[s].size());
   }
   // Keep the window's content extent to what the grid used (the images were placed by position).

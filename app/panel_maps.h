@@ -78,9 +78,10 @@ class HeadView {
   void draw_notes(GuiState& state, const std::vector<MapSpec>& maps);
   // Draws the maps into the grid's cells first_cell, first_cell + 1, ... (cell 0 at `origin`). Returns
   // whether an exact tile of a long prompt was drawn.
+  // `token_text`: the trace's token pieces; `shown_tokens`: them as the UI shows them (RunResult::labels).
   bool draw(GuiState& state, const std::vector<MapSpec>& maps, const std::vector<std::string>& token_text,
-            const viz::HeatmapRenderer& renderer, const MapGrid& grid, int first_cell, ImVec2 origin,
-            float gap);
+            const std::vector<std::string>& shown_tokens, const viz::HeatmapRenderer& renderer,
+            const MapGrid& grid, int first_cell, ImVec2 origin, float gap);
 
  private:
   void export_head_figure(GuiState& state, viz::HeadFigure& figure, viz::Pooling pooling) const;

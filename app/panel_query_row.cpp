@@ -83,7 +83,7 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
                     ImVec2 max, double lo, double hi) {
   const SelectionState& sel = state.selection;
   const std::string name = t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
-  const std::vector<std::string> labels = viz::display_tokens(t.tokens, viz::Spaces::Visible);
+  const std::vector<std::string>& labels = state.shown->labels[static_cast<size_t>(slot)];
   char title[256];
   std::snprintf(title, sizeof title, "%s  L%d H%d   query %d '%s':  %s over keys 0-%d", name.c_str(),
                 state.view.layer, state.view.head[slot], q, labels[static_cast<size_t>(q)].c_str(),
@@ -135,7 +135,7 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
     for (int j = 0; j < n; ++j) try_label(j, ImGui::GetColorU32(ImGuiCol_TextDisabled));
   // The shares, at the right end of the title line (over the title's end where the chart is narrow).
   if (answer_marked) {
-    const RowShare share = query_row_share(row.values.data(), q, sel.answer_begin, sel.answer_end);
+    const AttentionShare share = query_row_share(row.values.data(), q, {sel.answer_begin, sel.answer_end});
     char text[160];
     std::snprintf(text, sizeof text, "to the answer %.3f   noise %.3f", share.answer, share.noise);
     if (ImGui::CalcTextSize(text).x > (max.x - min.x) * 0.6f)

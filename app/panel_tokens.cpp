@@ -9,16 +9,15 @@
 #include <vector>
 
 #include "app/panels.h"
-#include "viz/token_text.h"
 
 namespace difflens::app {
 
 // The prompt's tokens as chips that read as the text: word markers drawn as spaces, byte-fallback runs
 // decoded, neighbours told apart by alternating shades. Hover marks the key in every map, click selects the
 // query token, right-drag marks the answer span.
-void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens) {
+void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens,
+                      const std::vector<std::string>& labels) {
   if (!ImGui::IsMouseDown(ImGuiMouseButton_Right)) state.selection.answer_anchor = -1;
-  const std::vector<std::string> labels = viz::display_tokens(tokens, viz::Spaces::Visible);
   const ImVec2 pad(2, 1);
   ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(1, 2));
   // Long prompts: at most four lines of chips, scrolling, so the views keep their room.

@@ -16,7 +16,9 @@ void draw_device_menu(GuiState& state, InferenceWorker& worker);
 void draw_prompt_editor(GuiState& state);
 
 // panel_tokens.cpp
-void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens);
+// `pieces` are a trace's tokens, `labels` the same as RunResult::labels shows them.
+void draw_token_strip(GuiState& state, const std::vector<std::string>& pieces,
+                      const std::vector<std::string>& labels);
 
 // panel_query_row.cpp: the "Figure 1" view: each model's attention of the selected query over all keys,
 // the answer span marked, its share and the noise written on the chart, and the next-token top 5.

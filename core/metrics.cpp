@@ -89,6 +89,12 @@ HeadSummary summary_of_rows(RowOf&& row_of, int64_t T, int64_t window, const std
 
 }  // namespace
 
+AttentionShare query_row_share(const float* row, int64_t q, TokenSpan answer) {
+  const TokenSpan seen{std::clamp<int64_t>(answer.begin, 0, q + 1),
+                       std::clamp<int64_t>(answer.end, 0, q + 1)};
+  return share_of_rows([row](int64_t) { return row; }, q + 1, {q}, seen, {q, q + 1});
+}
+
 AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& rows,
                                TokenSpan answer, TokenSpan question) {
   return share_of_rows([&](int64_t i) { return map + i * T; }, T, rows, answer, question);

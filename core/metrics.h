@@ -25,6 +25,10 @@ struct AttentionShare {
   double noise = 0;
 };
 
+// One query row q (keys 0..q): the answer span's share and the noise (keys outside the answer and q itself),
+// as attention_share defines them; the answer is cut to the keys the row sees.
+AttentionShare query_row_share(const float* row, int64_t q, TokenSpan answer);
+
 // One [T, T] row-major map, averaged over `query_rows`. Throws Error on rows or spans outside the map.
 AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& query_rows,
                                TokenSpan answer, TokenSpan question);

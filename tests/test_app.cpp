@@ -146,13 +146,13 @@ TEST_CASE("Figure 1's shares of one query row equal the attention-noise metric's
                                   0.1f,  0.6f, -0.1f, 0.4f, 0,  //
                                   0.05f, 0.7f, 0.05f, 0.1f, 0.1f};
   // Row 3 with the answer at key 1: |row| sums to 1.2; answer 0.6 / 1.2; noise (keys 0 and 2) 0.0 / 1.2.
-  const auto r3 = difflens::app::query_row_share(&map[3 * T], 3, 1, 2);
+  const auto r3 = difflens::query_row_share(&map[3 * T], 3, {1, 2});
   CHECK(r3.answer == Approx(0.5));
   CHECK(r3.noise == Approx(0.0).margin(1e-7));
   for (int64_t q = 0; q < T; ++q)
     for (int64_t a0 = 0; a0 < T; ++a0)
       for (int64_t a1 = a0 + 1; a1 <= T; ++a1) {
-        const auto mine = difflens::app::query_row_share(&map[static_cast<size_t>(q * T)], q, a0, a1);
+        const auto mine = difflens::query_row_share(&map[static_cast<size_t>(q * T)], q, {a0, a1});
         const auto ref = difflens::attention_share(map.data(), T, {q}, {a0, a1}, {q, T});
         INFO("q " << q << " answer " << a0 << "-" << a1);
         CHECK(mine.answer == Approx(ref.answer).margin(1e-7));
