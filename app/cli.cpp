@@ -65,7 +65,7 @@ GUI options:
   --hover ROW,COL       headless: the mouse over this query row and key of the first map (else no hover)
   --settings FILE       layout settings read at start, written at exit (default ~/.config/difflens/layout.ini;
                         headless screenshots use none unless given)
-  --explain-step N      the Explain tab's step (1-6)   --present   start presenting its slides (Esc leaves)
+  --explain-step N      the Explain view's step (1-6)   --present   start presenting its slides (Esc leaves)
   --export-all          export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E
   --export-dir DIR      export folder     --maps-height F   the maps' share of a split view (0.2-0.85)
   --logit-bits 8|6|4    show both models with absmax-quantized attention logits (0: exact)
@@ -74,7 +74,7 @@ GUI options:
                         marked, the heads that attend most to the answer selected. Without --prompt or
                         --needle the app starts with --needle 256,50,1,1,1,1
   --lab-lengths 128,256 --lab-depths 0,50,100 --lab-needles 1 --lab-queried 1 --lab-seeds 3
-                        the Needle lab tab's sweep grid; --lab-run starts it (a screenshot waits for it)
+                        the Needle lab view's sweep grid; --lab-run starts it (a screenshot waits for it)
   --haystack FILE       haystack text for the needle builder and lab (default assets/haystack.txt)
   --pooled-budget MB    long prompts: pooled maps (mean/max) within MB per model once exact maps would not
                         fit (default 256; 0: always exact); rows and tiles are recomputed exactly
@@ -132,7 +132,7 @@ commands:
              --trace DIR --out F.png|F.svg [--layer 0] [--head 0] [--map all|A1|A2|A] [--size 1024]
              [--scale linear|sqrt|log] [--pooling max|mean] [--clamp 99.5] [--per-map-scale]
              [--zoom ROW,COL,N] [--max-cells 256 (SVG cells per side)]
-  explain    step-by-step slides (PNG + SVG) of one head of each model for one query, as the app's Explain tab
+  explain    step-by-step slides (PNG + SVG) of one head of each model for one query, as the app's Explain view
              (--prompt TEXT | --prompt-file F) --out DIR [--models DIFF_DIR,BASELINE_DIR] [--layer L (last)]
              [--head H (0)] [--base-head H] [--query I (last token)] [--answer B,E] [--question B,E]
              [--size 1920x1080]
@@ -145,7 +145,7 @@ commands:
 
   --layers/--heads choose whose maps are kept (statistics are kept for all); --keep-logits and
   --keep-hidden add the full pre-softmax logits and hidden states to the bundle; --keep-qkv the rotated
-  queries and keys, values and output-norm weights the app's Explain tab recomputes a head from.
+  queries and keys, values and output-norm weights the app's Explain view recomputes a head from.
 )";
 
 std::string read_file(const std::string& path, const char* what = "prompt file") {
@@ -1098,7 +1098,7 @@ std::string shown_piece(const std::string& piece) {
   return out;
 }
 
-// Step-by-step slides of one head of each model for one query: what the app's Explain tab shows.
+// Step-by-step slides of one head of each model for one query: what the app's Explain view shows.
 int cmd_explain(const Args& a) {
   a.reject_unknown({"models", "prompt", "prompt-file", "out", "layer", "head", "base-head", "query", "answer",
                     "question", "size", "threads", "device"});
