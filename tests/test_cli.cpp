@@ -235,10 +235,11 @@ TEST_CASE("gui: headless screenshot of both bundled models", "[gui][cli]") {
     CHECK(std::filesystem::file_size(std::filesystem::path(exports) / f) > 20000);
   // Bad GUI options are refused before any window opens.
   const std::pair<std::string, std::string> bad[] = {
-      {"--size 10x10 --screenshot x.png", "at least 320x240"},
+      {"--size 10x10 --screenshot x.png", "option --size expects WIDTHxHEIGHT with each from 240 to 16384"},
       {"--needle 256,50,2,3,1 --screenshot x.png", "1 <= ASKED <= NEEDLES <= 6"},
-      {"--logit-bits 5 --screenshot x.png", "--logit-bits must be 0 (exact), 8, 6 or 4"},
-      {"--maps-height 0.99 --screenshot x.png", "between 0.2 and 0.85"},
+      {"--logit-bits 5 --screenshot x.png", "option --logit-bits must be 0, 8, 6 or 4, got '5'"},
+      {"--maps-height 0.99 --screenshot x.png", "option --maps-height expects a number from 0.2 to 0.85"},
+      {"--size 300x400 --screenshot x.png", "the window must be at least 320x240"},
   };
   expect_failures(bad, dir);
 }
@@ -294,7 +295,10 @@ TEST_CASE("gui: with no prompt the app opens on a needle episode and shows the h
   CHECK(sel.out.find("could not build") == std::string::npos);
   const std::pair<std::string, std::string> bad[] = {
       {"--needle 256,50,1,1,1,2 --screenshot x.png", "ANSWER 1"},
-      {"--needle 256,50,1,1,1,1,1 --screenshot x.png", "TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER]"},
+      {"--needle 256,50,1,1,1,1,1 --screenshot x.png",
+       "option --needle expects T,D,N,R,S[,A] (5 to 6 integers)"},
+      {"--needle 32,50,1,1,1 --screenshot x.png",
+       "TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER] with TOKENS >= 64"},
   };
   expect_failures(bad, dir);
 }
@@ -334,10 +338,10 @@ TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, an
   const std::pair<std::string, std::string> bad[] = {
       {base + " --layer 5", "layer 5 does not exist (the trace has 2 layers)"},
       {base + " --head 7", "head 7 of layer 0 has no maps in this trace (kept heads: 0,1)"},
-      {base + " --map B", "map B does not exist for a diff model"},
-      {base + " --size 10", "between 64 and 8192"},
+      {base + " --map B", "option --map must be all, A1, A2 or A, got 'B'"},
+      {base + " --size 10", "option --size expects an integer from 64 to 8192, got '10'"},
       {base + " --zoom 0,0,99", "outside the map"},
-      {base + " --scale cubic", "--scale must be linear, sqrt or log"},
+      {base + " --scale cubic", "option --scale must be linear, sqrt or log, got 'cubic'"},
       {"render --trace " + trace + " --out x.jpg", "--out must end in .png or .svg"},
       {"render --trace /nonexistent --out x.png", "cannot open"},
   };
@@ -376,8 +380,8 @@ TEST_CASE("cli: needle sweeps a pair end to end and refuses bad grids", "[cli][n
       {"needle" + pair + " --out x --depths 150", "percentages in [0, 100]"},
       {"needle" + pair + " --out x --depths a,b", "comma-separated numbers"},
       {"needle" + pair + " --out x --needles 1 --queried 2", "no combination"},
-      {"needle" + pair + " --out x --seeds 0", "at least 1"},
-      {"needle" + pair + " --out x --cell 5", "16 to 512 pixels"},
+      {"needle" + pair + " --out x --seeds 0", "option --seeds expects an integer from 1 to 10000, got '0'"},
+      {"needle" + pair + " --out x --cell 5", "option --cell expects an integer from 16 to 512, got '5'"},
       {"needle" + pair + " --out x --needle-template 'no placeholders'", "{code} exactly once"},
       {"needle --models /nonexistent --out x", "not a model directory"},
       {"needle" + pair + " --out x --haystack /nonexistent", "cannot open"},
@@ -401,8 +405,8 @@ TEST_CASE("cli: outliers measures a pair over a text file and refuses bad input"
   CHECK(std::filesystem::exists(dir / "o/hidden.png"));
   test::write_all(dir / "empty.txt", "");
   const std::pair<std::string, std::string> bad[] = {
-      {base + " --out x --window 1", "at least 2 tokens"},
-      {base + " --out x --max-windows -1", "0 (all) or more"},
+      {base + " --out x --window 1", "option --window expects an integer from 2 to 1048576, got '1'"},
+      {base + " --out x --max-windows -1", "option --max-windows expects an integer from 0 to"},
       {"outliers --models " + models + "/diff --text-file " + (dir / "empty.txt").string() + " --out x",
        "the text is empty"},
       {"outliers --models " + models + "/diff --text-file /nonexistent --out x", "cannot open"},
@@ -424,9 +428,9 @@ TEST_CASE("cli: quantize reports map drift per width and refuses bad widths", "[
   CHECK(r.out.find("| baseline (untrained, seed 1) | 3 |") != std::string::npos);
   CHECK(std::filesystem::exists(dir / "q/quantize.md"));
   const std::pair<std::string, std::string> bad[] = {
-      {base + " --bits 1", "integer from 2 to 32"},
-      {base + " --bits 4.5", "integer from 2 to 32"},
-      {base + " --needle-seeds -1", "0 (no needle runs) or more"},
+      {base + " --bits 1", "option --bits: each item is an integer from 2 to 32, got '1'"},
+      {base + " --bits 4.5", "option --bits expects comma-separated integers (8,6,4), got '4.5'"},
+      {base + " --needle-seeds -1", "option --needle-seeds expects an integer from 0 to 10000"},
       {"quantize --models " + models + "/diff", "give exactly one of --prompt"},
   };
   expect_failures(bad, dir);
@@ -686,12 +690,14 @@ TEST_CASE("cli: explain writes six slides of both models' heads, and refuses bad
       CHECK(std::filesystem::file_size(dir / "slides" / ("explain-step-" + std::to_string(step) + ext)) >
             2000);
   const std::pair<std::string, std::string> bad[] = {
-      {"explain --out x", "give --prompt TEXT or --prompt-file F"},
+      {"explain --out x", "give exactly one of --prompt, --prompt-file"},
       {"explain --prompt hi --out x --layer 9", "layer 9 is not in the trace"},
       {"explain --prompt hi --out x --head 7", "head 7 does not exist"},
       {"explain --prompt hi --out x --query 50", "query 50 is outside"},
       {"explain --prompt hi --out x --answer 3,1", "--answer expects BEGIN,END"},
-      {"explain --prompt hi --out x --size 10x10", "slides are 480x270 to 8192x8192 pixels"},
+      {"explain --prompt hi --out x --size 10x10",
+       "option --size expects WIDTHxHEIGHT with each from 270 to 8192"},
+      {"explain --prompt hi --out x --size 300x300", "slides are 480x270 to 8192x8192 pixels"},
   };
   expect_failures(bad, dir);
 }
@@ -731,7 +737,8 @@ TEST_CASE("gui: the Explain tab steps, presents and exports its slides headless"
   CHECK(white > 20);
   stbi_image_free(px);
   const std::pair<std::string, std::string> bad[] = {
-      {"--explain-step 7 --screenshot x.png", "--explain-step must be 1 to 6"},
+      {"--explain-step 7 --screenshot x.png",
+       "option --explain-step expects an integer from 1 to 6, got '7'"},
       {"--tab explained --screenshot x.png",
        "--view must be maps, query-row, models, lambda, noise, lab, outliers or explain (got 'explained')"},
   };

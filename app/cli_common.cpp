@@ -1,0 +1,192 @@
+// What several difflens commands share (see cli_common.h).
+#include "app/cli_common.h"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "core/checkpoint.h"
+#include "core/error.h"
+#include "core/tokenizer.h"
+
+namespace difflens::cli {
+
+Option threads_option() {
+  return integer("threads", "N", 1, 4096, "", "CPU threads (default: LibTorch's)");
+}
+
+Option device_option(const std::string& fallback) {
+  return choice("device", "auto|cpu|cuda", fallback,
+                "where the models run (auto: CUDA when this LibTorch build has a GPU)");
+}
+
+Option models_option(const std::string& help) {
+  return text("models", "DIR1,DIR2", help + " (default: the bundled diff-small,baseline-small)");
+}
+
+Option prompt_option() {
+  return text("prompt", "TEXT", "the prompt");
+}
+
+Option prompt_file_option() {
+  return text("prompt-file", "F", "the prompt read from a file (any bytes)");
+}
+
+Option pooled_budget_option(const std::string& fallback) {
+  return number("pooled-budget", "MB", 0, 1e6, fallback,
+                "long prompts: pooled maps (mean/max) within MB per model once exact maps would not fit "
+                "(0: always exact); rows and tiles are recomputed exactly");
+}
+
+Option haystack_option() {
+  return text("haystack", "FILE", "haystack text for needle episodes (default: assets/haystack.txt)");
+}
+
+std::vector<Option> pair_shape_options() {
+  const PairSpec d;
+  return {integer("hidden", "E", 8, 65536, std::to_string(d.hidden_size), "hidden size"),
+          integer("layers", "N", 1, 1024, std::to_string(d.num_layers), "layers"),
+          integer("heads", "H", 1, 1024, std::to_string(d.diff_heads), "DIFF heads (the baseline gets 2H)"),
+          integer("kv-heads", "H", 1, 1024, "", "DIFF key/value heads, GQA when fewer (default: --heads)"),
+          integer("vocab", "V", 259, 1 << 24, std::to_string(d.vocab_size), "vocabulary size")};
+}
+
+PairSpec pair_spec(const Args& a) {
+  PairSpec s;
+  s.hidden_size = a.get_int("hidden");
+  s.num_layers = a.get_int("layers");
+  s.diff_heads = a.get_int("heads");
+  s.diff_kv_heads = a.get_int("kv-heads", static_cast<int>(s.diff_heads));
+  s.vocab_size = a.get_int("vocab");
+  return s;
+}
+
+std::string bundled_asset(const std::string& relative) {
+  std::vector<std::filesystem::path> candidates;
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    const std::filesystem::path dir =
+        std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
+    candidates.push_back(dir / "../share/difflens" / relative);
+  }
+#ifdef DIFFLENS_SOURCE_DIR
+  candidates.push_back(std::filesystem::path(DIFFLENS_SOURCE_DIR) / "assets" / relative);
+#endif
+  for (const auto& c : candidates)
+    if (std::filesystem::exists(c)) return std::filesystem::weakly_canonical(c).string();
+  return candidates.empty() ? relative : candidates.back().string();
+}
+
+std::string bundled_model(const char* name) {
+  return bundled_asset(std::string("models/") + name);
+}
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the " + what);
+  // Read whole: refuse a file that would take more than half the memory available.
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec), have = available_memory_bytes();
+  if (!ec && have > 0 && size > have / 2)
+    throw Error(path + ": the " + what + " is " + human_bytes(size) + ", more than half of the " +
+                human_bytes(have) + " of memory available");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void apply_threads(const Args& a) {
+  if (a.has("threads")) set_num_threads(a.get_int("threads"));  // absent: LibTorch's default
+}
+
+DeviceChoice device(const Args& a) {
+  return parse_device(a.get("device"));
+}
+
+std::vector<std::string> model_dirs(const Args& a, size_t exactly, const char* expects) {
+  std::vector<std::string> dirs;
+  if (!a.has("models")) return {bundled_model("diff-small"), bundled_model("baseline-small")};
+  std::stringstream ss(a.get("models"));
+  for (std::string d; std::getline(ss, d, ',');)
+    if (!d.empty()) dirs.push_back(d);
+  if (exactly > 0 && dirs.size() != exactly)
+    throw Error(std::string("--models expects ") + expects + ", got '" + a.get("models") + "'");
+  if (dirs.empty()) throw Error("--models expects one or more model directories, comma-separated");
+  return dirs;
+}
+
+std::string prompt_text(const Args& a) {
+  if (a.has("prompt") == a.has("prompt-file")) throw Error("give exactly one of --prompt, --prompt-file");
+  return a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
+}
+
+std::vector<int64_t> prompt_ids(const Args& a, const Model& model) {
+  const bool ids = a.takes("token-ids") && a.has("token-ids");
+  const int sources = a.has("prompt") + a.has("prompt-file") + ids;
+  if (sources != 1)
+    throw Error(a.takes("token-ids") ? "give exactly one of --prompt, --prompt-file, --token-ids"
+                                     : "give exactly one of --prompt, --prompt-file");
+  if (ids) return parse_token_ids(a.get("token-ids"), model.config().vocab_size);
+  const std::string text = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
+  if (text.empty()) throw Error("the prompt is empty: nothing to run");
+  return model.tokenizer().encode(text, !(a.takes("no-bos") && a.has("no-bos"))).ids;
+}
+
+size_t pooled_budget_bytes(const Args& a) {
+  return a.has("pooled-budget") ? static_cast<size_t>(a.get_double("pooled-budget") * 1024 * 1024) : 0;
+}
+
+std::string mb(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+std::atomic<bool> g_stop{false};
+
+void on_interrupt(int) {
+  g_stop = true;
+}
+
+Model load_model(const std::string& dir, DeviceChoice device) {
+  auto previous = std::signal(SIGINT, on_interrupt);
+  bool shown = false;
+  try {
+    Model m = Model::load(
+        dir, device,
+        [&](int64_t done, int64_t total) {
+          if (total < 50 || !isatty(2)) return;  // a live line for people, nothing for logs
+          std::fprintf(stderr, "\rloading %s: %lld/%lld tensors", dir.c_str(), static_cast<long long>(done),
+                       static_cast<long long>(total));
+          shown = true;
+        },
+        &g_stop);
+    if (shown) std::fprintf(stderr, "\n");
+    std::signal(SIGINT, previous);
+    return m;
+  } catch (const Cancelled&) {
+    std::signal(SIGINT, previous);
+    throw Error("loading " + dir + " stopped by Ctrl-C");
+  } catch (...) {
+    if (shown) std::fprintf(stderr, "\n");
+    std::signal(SIGINT, previous);
+    throw;
+  }
+}
+
+const std::vector<Command>& all_commands() {
+  static const std::vector<Command> commands = [] {
+    std::vector<Command> all;
+    for (auto family : {model_commands, measure_commands, figure_commands, train_commands})
+      for (Command& c : family()) all.push_back(std::move(c));
+    return all;
+  }();
+  return commands;
+}
+
+}  // namespace difflens::cli

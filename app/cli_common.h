@@ -1,0 +1,64 @@
+// What several difflens commands share: their common option rows, bundled assets, loading models with
+// progress and Ctrl-C, prompts, and the command families' tables.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "app/cli_options.h"
+#include "core/config.h"
+#include "core/model.h"
+
+namespace difflens::cli {
+
+// Option rows several commands take, written once.
+Option threads_option();                            // --threads N (absent: LibTorch's default)
+Option device_option(const std::string& fallback);  // --device auto|cpu|cuda
+Option models_option(const std::string& help);      // --models DIR1,DIR2,...
+Option prompt_option();                             // --prompt TEXT
+Option prompt_file_option();                        // --prompt-file F
+Option pooled_budget_option(const std::string& fallback);
+Option haystack_option();
+// --hidden, --layers, --heads, --kv-heads, --vocab: the shape of a matched pair (init-pair, bench), and
+// the PairSpec they give.
+std::vector<Option> pair_shape_options();
+PairSpec pair_spec(const Args& a);
+
+// A bundled asset (e.g. "models/diff-small", "haystack.txt"): beside the source tree this binary was built
+// from, or installed next to it. Returns the last candidate when none exists (its error names it).
+std::string bundled_asset(const std::string& relative);
+std::string bundled_model(const char* name);
+
+// A whole file; refuses one over half the memory available. `what` names it in messages.
+std::string read_file(const std::string& path, const char* what = "prompt file");
+void apply_threads(const Args& a);
+DeviceChoice device(const Args& a);
+// --models as a list (default: the bundled DIFF and baseline pair). `exactly` > 0 requires that many;
+// `expects` names them in the message ("DIFF_DIR,BASELINE_DIR").
+std::vector<std::string> model_dirs(const Args& a, size_t exactly = 0, const char* expects = "");
+// The prompt's ids from exactly one of --prompt, --prompt-file, --token-ids (where the table has it).
+std::vector<int64_t> prompt_ids(const Args& a, const Model& model);
+// The text of --prompt or --prompt-file (exactly one).
+std::string prompt_text(const Args& a);
+size_t pooled_budget_bytes(const Args& a);  // --pooled-budget MB; 0 when absent
+std::string mb(size_t bytes);
+
+// Set by SIGINT (and SIGTERM while training) once a command installs on_interrupt.
+extern std::atomic<bool> g_stop;
+void on_interrupt(int);
+// Model::load with a progress line on a terminal for checkpoints of over 50 tensors, and Ctrl-C to stop.
+Model load_model(const std::string& dir, DeviceChoice device);
+
+// The commands, by family (each file keeps its commands' tables beside the code that reads them).
+std::vector<Command> model_commands();    // capture, init-pair, generate, tokenize, info, convert
+std::vector<Command> measure_commands();  // needle, outliers, quantize, loss, bench
+std::vector<Command> figure_commands();   // render, explain
+std::vector<Command> train_commands();    // train
+Command gui_command();                    // the desktop app's options (no command word)
+// Every command in the order `difflens --help` lists them.
+const std::vector<Command>& all_commands();
+
+}  // namespace difflens::cli

@@ -1,0 +1,137 @@
+// Commands that draw figures: render (one head of a trace bundle) and explain (step-by-step slides).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "app/cli_common.h"
+#include "app/explain_slides.h"
+#include "app/figures.h"
+#include "app/inference_worker.h"
+#include "core/error.h"
+#include "core/explain.h"
+#include "core/trace_io.h"
+#include "viz/export.h"
+#include "viz/figure.h"
+
+namespace difflens::cli {
+namespace {
+
+int cmd_render(const Args& a) {
+  const std::string out = a.require("out");
+  const std::string ext = std::filesystem::path(out).extension().string();
+  if (ext != ".png" && ext != ".svg") throw Error("--out must end in .png or .svg");
+  const Trace trace = read_trace_bundle(a.require("trace"));
+  app::FigureOptions o;
+  o.size = a.get_int("size");
+  o.scale = std::array<viz::ValueScale, 3>{viz::ValueScale::Linear, viz::ValueScale::Sqrt,
+                                           viz::ValueScale::Log}[a.choice_index("scale")];
+  o.pooling = a.get("pooling") == "max" ? viz::Pooling::Max : viz::Pooling::Mean;
+  o.clamp_percentile = a.get_double("clamp");
+  o.shared_scale = !a.has("per-map-scale");
+  if (a.get("map") != "all") o.only = a.get("map");
+  const std::vector<int> zoom = a.get_int_list("zoom");
+  if (!zoom.empty()) {
+    if (zoom[2] < 1) throw Error("--zoom: N must be at least 1");
+    o.region = {zoom[0], zoom[1], zoom[2], zoom[2]};
+  }
+  const viz::HeadFigure fig = app::head_figure(trace, a.get_int("layer"), a.get_int("head"), o);
+  if (ext == ".svg") {
+    const std::string svg = viz::head_figure_svg(fig, viz::FigureFont::standard(), a.get_int("max-cells"));
+    std::ofstream f(out, std::ios::binary | std::ios::trunc);
+    if (!f || !(f << svg)) throw Error(out + ": cannot write");
+    std::printf("wrote %s (%zu panels, %.1f KB)\n", out.c_str(), fig.panels.size(), svg.size() / 1024.0);
+  } else {
+    const viz::Image img = viz::render_head_figure(fig);
+    viz::write_png(out, img.rgb, img.width, img.height);
+    std::printf("wrote %s (%zu panels, %dx%d)\n", out.c_str(), fig.panels.size(), img.width, img.height);
+  }
+  return 0;
+}
+
+Command render_command() {
+  const app::FigureOptions d;
+  char clamp[32];
+  std::snprintf(clamp, sizeof clamp, "%g", d.clamp_percentile);
+  return {"render",
+          "draw one head of a trace bundle with token labels and legends, PNG or SVG",
+          {required(text("trace", "DIR", "the trace bundle (capture --out)")),
+           required(text("out", "F.png|F.svg", "the figure")), integer("layer", "L", 0, 1e6, "0", "layer"),
+           integer("head", "H", 0, 1e6, "0", "head"),
+           choice("map", "all|A1|A2|A", "all", "which maps (DIFF: A1, A2 and A = A1 - lambda A2)"),
+           integer("size", "PX", 64, 8192, std::to_string(d.size), "each map's side in pixels"),
+           choice("scale", "linear|sqrt|log", "sqrt", "colour scale"),
+           choice("pooling", "max|mean", "max", "how cells pool when a map has more tokens than pixels"),
+           number("clamp", "P", 1e-9, 100, clamp, "the colour scale ends at this percentile"),
+           flag("per-map-scale", "each map its own colour scale (default: one shared scale)"),
+           int_list("zoom", "ROW,COL,N", 0, 1e9, 3, 3, "only the N x N tokens from query ROW, key COL"),
+           integer("max-cells", "N", 1, 1 << 16, "256", "SVG cells per side (pooled beyond)")},
+          "",
+          cmd_render};
+}
+
+// Step-by-step slides of one head of each model for one query: what the app's Explain view shows.
+int cmd_explain(const Args& a) {
+  apply_threads(a);
+  const std::string text = prompt_text(a);
+  const std::string out = a.require("out");
+  const std::vector<std::string> dirs = model_dirs(a, 2, "DIFF_DIR,BASELINE_DIR");
+  const auto [width, height] = a.get_size("size");
+  auto span = [&](const char* key) {
+    const std::vector<int> v = a.get_int_list(key);
+    if (v.empty()) return TokenSpan{-1, -1};
+    if (v[1] <= v[0]) throw Error(std::string("--") + key + " expects BEGIN,END tokens with BEGIN < END");
+    return TokenSpan{v[0], v[1]};
+  };
+  app::ExplainInput in;
+  in.answer = span("answer");
+  in.question = span("question");
+  for (int s = 0; s < 2; ++s) {
+    const Model m = load_model(dirs[s], device(a));
+    CaptureOptions o;
+    o.keep_qkv = true;
+    const Trace t = m.capture(app::encode_prompt(m, text).ids, o);
+    const int layer = a.get_int("layer", static_cast<int>(m.config().num_hidden_layers) - 1);
+    const int head = s == 0 ? a.get_int("head") : a.get_int("base-head", a.get_int("head"));
+    const int64_t query = a.get_int("query", static_cast<int>(t.length()) - 1);
+    app::ExplainSide side = app::explain_side(m.config().name, &t, layer, head, query);
+    if (!side.head) throw Error(dirs[s] + ": " + side.why);
+    const HeadExplain& e = *side.head;
+    std::printf("%s layer %d head %d query %lld: ", m.config().name.c_str(), layer, head,
+                static_cast<long long>(query));
+    if (e.diff)
+      std::printf("lambda %.4f = %.4f - %.4f + %.4f; cancelled %.4f; row of A sums to %.4f; |out| %.4f\n",
+                  e.lambda, e.lambda_exp1, e.lambda_exp2, e.lambda_init, e.common_sum, e.a_sum, e.out_norm);
+    else
+      std::printf("row of A sums to %.4f; |A.V| %.4f\n", e.a_sum, e.out_norm);
+    (s == 0 ? in.diff : in.base) = std::move(side);
+  }
+  const std::vector<std::string> files = app::export_explain_slides(in, out, width, height);
+  std::printf("wrote %zu files: %s ... %s\n", files.size(), files.front().c_str(), files.back().c_str());
+  return 0;
+}
+
+Command explain_command() {
+  return {
+      "explain",
+      "step-by-step slides (PNG + SVG) of one head of each model for one query, as the app's Explain view",
+      {prompt_option(), prompt_file_option(), required(text("out", "DIR", "the slides' folder")),
+       text("models", "DIFF_DIR,BASELINE_DIR", "the pair (default: the bundled diff-small,baseline-small)"),
+       integer("layer", "L", 0, 1e6, "", "layer (default: the last)"),
+       integer("head", "H", 0, 1e6, "0", "the DIFF model's head"),
+       integer("base-head", "H", 0, 1e6, "", "the baseline's head (default: --head)"),
+       integer("query", "I", 0, 1e9, "", "the query token (default: the last)"),
+       int_list("answer", "BEGIN,END", 0, 1e9, 2, 2, "the answer's tokens, marked"),
+       int_list("question", "BEGIN,END", 0, 1e9, 2, 2, "the question's tokens, marked"),
+       size("size", 270, 8192, "1920x1080", "slide size in pixels (at least 480x270)"), device_option("cpu"),
+       threads_option()},
+      "Give exactly one of --prompt, --prompt-file.",
+      cmd_explain};
+}
+
+}  // namespace
+
+std::vector<Command> figure_commands() {
+  return {render_command(), explain_command()};
+}
+
+}  // namespace difflens::cli

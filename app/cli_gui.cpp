@@ -1,0 +1,197 @@
+// The desktop app's options (difflens with no command), read into GuiOptions for run_gui.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <tuple>
+
+#include "app/cli_common.h"
+#include "app/explain_slides.h"
+#include "app/gui.h"
+#include "app/layout.h"
+#include "core/error.h"
+#include "core/needle.h"
+
+namespace difflens::cli {
+namespace {
+
+// A fraction typed for a float option, checked by its table (Number) and narrowed.
+float as_float(const Args& a, const char* name) {
+  return static_cast<float>(a.get_double(name));
+}
+
+int cmd_gui(const Args& a) {
+  app::GuiOptions o;
+  if (a.has("prompt") && a.has("prompt-file")) throw Error("give --prompt or --prompt-file, not both");
+  const std::vector<std::string> dirs = model_dirs(a, 2, "LEFT_DIR,RIGHT_DIR");
+  o.models[0] = dirs[0];
+  o.models[1] = dirs[1];
+  // A needle the bundled pair never saw in training (held-out name, code a multiple of 7); used as it is
+  // when the left model has no SentencePiece tokenizer to build a whole needle episode with.
+  o.prompt = a.has("prompt-file") ? read_file(a.get("prompt-file")) : a.get("prompt");
+  o.bundle = a.get("bundle");  // a trace bundle shown at start instead of running the prompt
+  const std::vector<int> sel = a.get_int_list("select");
+  if (!sel.empty()) {
+    o.layer = sel[0];
+    o.head = sel[1];
+  }
+  o.screenshot = a.get("screenshot");
+  o.exit_after_frames = a.get_int("exit-after-frames");
+  if (a.has("size")) {
+    std::tie(o.width, o.height) = a.get_size("size");
+    if (o.width < 320) throw Error("--size: the window must be at least 320x240");
+    o.size_given = true;
+  }
+  o.font_scale = as_float(a, "font-scale");
+  o.haystack = a.get("haystack", bundled_asset("haystack.txt"));
+  o.lab_lengths = a.get("lab-lengths");
+  o.lab_depths = a.get("lab-depths");
+  o.lab_needles = a.get("lab-needles");
+  o.lab_queried = a.get("lab-queried");
+  o.lab_seeds = a.get_int("lab-seeds");
+  o.lab_run = a.has("lab-run");
+  if (o.lab_run)  // refuse a bad grid before a window opens
+    (void)parse_needle_sweep(o.lab_lengths, o.lab_depths, o.lab_needles, o.lab_queried, o.lab_seeds);
+  o.needle = a.get_int_list("needle");
+  if (!o.needle.empty()) {
+    const auto& n = o.needle;
+    if (n[0] < 64 || n[1] > 100 || n[2] < 1 || n[2] > 6 || n[3] < 1 || n[3] > n[2] ||
+        (n.size() == 6 && n[5] > 1))
+      throw Error(
+          "--needle expects TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER] with TOKENS >= 64, DEPTH in "
+          "0..100, 1 <= ASKED <= NEEDLES <= 6 and ANSWER 1 (the prompt ends with the code, the default) "
+          "or 0 (it stops before the code)");
+  } else if (!a.has("prompt") && !a.has("prompt-file") && !a.has("bundle") &&
+             std::filesystem::exists(std::filesystem::path(o.models[0]) / "tokenizer.model")) {
+    o.needle = {app::kDefaultNeedle.begin(),
+                app::kDefaultNeedle.end()};  // the first screen: a held-out needle episode
+  }
+  o.logit_bits = std::stoi(a.get("logit-bits"));
+  if (a.has("maps-height")) o.split_fraction = as_float(a, "maps-height");
+  o.threads = a.get_int("threads", 0);
+  o.device = a.get("device");
+  if (a.has("pooled-budget")) o.pooled_budget_mb = a.get_double("pooled-budget");
+  if (a.has("tab") && a.has("view")) throw Error("give --view or --tab (the same), not both");
+  if (a.has("tab") || a.has("view")) {
+    const std::string name = a.get(a.has("view") ? "view" : "tab");
+    o.view = app::parse_view(name);
+    if (!o.view) throw Error("--view must be " + app::view_names() + " (got '" + name + "')");
+  }
+  if (a.has("split")) o.split = a.choice_index("split");
+  o.head_metric = a.choice_index("head-metric");
+  o.metric_rows = a.choice_index("metric-rows");
+  const std::vector<int> hover = a.get_int_list("hover");
+  if (!hover.empty()) {
+    if (hover[1] > hover[0])
+      throw Error("--hover expects ROW,COL with 0 <= COL <= ROW (a query row and a key it sees)");
+    o.hover[0] = hover[0];
+    o.hover[1] = hover[1];
+  }
+  if (a.has("settings")) {
+    o.settings_path = a.get("settings");
+  } else if (!a.has("screenshot")) {  // a window for a person: remember its layout between runs
+    const char* xdg = std::getenv("XDG_CONFIG_HOME");
+    const char* home = std::getenv("HOME");
+    if (xdg && *xdg)
+      o.settings_path = (std::filesystem::path(xdg) / "difflens" / "layout.ini").string();
+    else if (home && *home)
+      o.settings_path = (std::filesystem::path(home) / ".config" / "difflens" / "layout.ini").string();
+  }
+  o.query = a.get_int("query", -1);
+  o.explain_step = a.get_int("explain-step");
+  o.present = a.has("present");
+  o.export_all = a.has("export-all");
+  o.lecture = a.has("lecture");
+  const std::vector<int> zoom = a.get_int_list("zoom");
+  if (!zoom.empty()) {
+    if (zoom[2] < 1) throw Error("--zoom expects ROW0,COL0,SPAN with SPAN at least 1");
+    std::copy(zoom.begin(), zoom.end(), o.zoom);
+  }
+  o.export_dir = a.get("export-dir");
+  const std::vector<int> answer = a.get_int_list("answer");
+  if (!answer.empty()) {
+    if (answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
+    o.answer_begin = answer[0];
+    o.answer_end = answer[1];
+  }
+#ifdef DIFFLENS_GUI
+  return app::run_gui(o);
+#else
+  throw Error(
+      "this difflens was built without the desktop app (DIFFLENS_GUI=OFF); the commands work: difflens "
+      "--help");
+#endif
+}
+
+}  // namespace
+
+Command gui_command() {
+  const app::GuiOptions d;
+  const std::string needle_default = [] {
+    std::string s;
+    for (int v : app::kDefaultNeedle) s += (s.empty() ? "" : ",") + std::to_string(v);
+    return s;
+  }();
+  return {
+      "",
+      "the desktop app: both models' attention on a prompt, as maps and analysis views",
+      {models_option("the left (DIFF) and right (baseline) models"),
+       text(
+           "prompt", "TEXT", "the first prompt",
+           "The secret code of Rachel is 4823. The river was high that spring. Q: What is the secret code of "
+           "Rachel?\nA: The secret code of Rachel is"),
+       prompt_file_option(),
+       text("bundle", "DIR", "open a trace bundle (capture --out) into the left slot at start"),
+       int_list(
+           "needle", "T,D,N,R,S[,A]", 0, 1e9, 5, 6,
+           "start with a held-out needle prompt: T tokens, depth D %, N needles, R asked, seed S; A=1 the "
+           "prompt ends with the asked code, 0 before it (without --prompt, --prompt-file or --bundle the "
+           "app starts with " +
+               needle_default + ")"),
+       int_list("select", "LAYER,HEAD", 0, 1e6, 2, 2, "the layer and head selected at start"),
+       integer("query", "I", 0, 1e9, "", "the selected query token (default: the last)"),
+       int_list("answer", "BEGIN,END", 0, 1e9, 2, 2, "the answer's tokens, marked"),
+       text("view", "NAME",
+            "the view shown: " + app::view_names() + " (keys 1-8; default: the last one, first query-row)"),
+       text("tab", "NAME", "the same as --view (the old name)"),
+       choice("split", "off|below|beside", "",
+              "the view alone, below the maps or beside them (default: as last left)"),
+       number("maps-height", "F", 0.2, 0.85, "", "the maps' share of a split view"),
+       choice("head-metric", "maps|answer|noise|entropy|sink", "maps",
+              "the Model view's grid: maps, or each head coloured by its attention to the answer, noise, "
+              "entropy or first-token share"),
+       choice("metric-rows", "query|question", "query",
+              "the Model view's metrics over the selected query's row or the question's rows"),
+       int_list("zoom", "R,C,N", 0, 1e9, 3, 3, "head view zoomed to N tokens from query R, key C"),
+       integer("explain-step", "N", 1, app::kExplainSteps, "1", "the Explain view's step"),
+       flag("present", "start presenting the Explain slides (Esc leaves)"),
+       choice("logit-bits", "0|8|6|4", "0",
+              "show both models with absmax-quantized attention logits (0: exact)"),
+       text("lab-lengths", "128,256", "the Needle lab's prompt lengths", d.lab_lengths),
+       text("lab-depths", "0,50,100", "the Needle lab's depths (%)", d.lab_depths),
+       text("lab-needles", "1,2", "the Needle lab's needles per prompt", d.lab_needles),
+       text("lab-queried", "1", "the Needle lab's needles asked", d.lab_queried),
+       integer("lab-seeds", "N", 1, 10000, std::to_string(d.lab_seeds), "the Needle lab's episodes per cell"),
+       flag("lab-run", "start the Needle lab's sweep (a screenshot waits for it)"),
+       haystack_option(),
+       pooled_budget_option("256"),
+       device_option("auto"),
+       threads_option(),
+       size("size", 240, 16384, "",
+            "window size, at least 320x240 (default: the last one, or 90 % of the screen)"),
+       number("font-scale", "X", 0.5, 4, "1", "text size (HiDPI)"),
+       flag("lecture", "start with the large lecture font"),
+       text("settings", "FILE",
+            "layout settings read at start, written at exit (default "
+            "~/.config/difflens/layout.ini; headless screenshots use none unless given)"),
+       text("screenshot", "F.png", "write the window to F.png once both maps are shown, then exit"),
+       integer("exit-after-frames", "N", 0, 100000, "3",
+               "frames rendered after the result before the screenshot"),
+       int_list("hover", "ROW,COL", 0, 1e9, 2, 2,
+                "headless: the mouse over this query row and key of the first map"),
+       flag("export-all", "export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E"),
+       text("export-dir", "DIR", "the export folder (default ./difflens-exports)")},
+      "",
+      cmd_gui};
+}
+
+}  // namespace difflens::cli
