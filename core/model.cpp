@@ -21,6 +21,7 @@
 #include <numeric>
 #include <set>
 
+#include "core/capture_plan.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/model_impl.h"
@@ -327,31 +328,15 @@ void keep_inputs(const nn::AttentionInputs& in, nn::DecoderLayerImpl& layer, Lay
 // queries and keys, so that any tile can be recomputed exactly later.
 LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn::Rope& rope,
                                 const ModelConfig& c, int index, const std::vector<int64_t>& keep_heads,
-                                const PoolGrid& grid, const CaptureOptions& options,
+                                const PoolGrid& grid, const CapturePlan& plan, const CaptureOptions& options,
                                 const std::atomic<bool>* cancel) {
   const int64_t T = grid.T, P = grid.P, H = c.map_heads();
   const bool diff = c.is_diff();
   const int64_t maps = diff ? 3 : 1;
   // Pooling on the maps' device (tensor operations, one read-back per layer) or on the host (the CPU's
-  // tight loops below, faster there): see CaptureOptions::pooling.
-  const bool on_device = options.pooling == PoolingPath::Device ||
-                         (options.pooling == PoolingPath::Auto && h.device().is_cuda());
-  // Rows per block: the block's logits and maps (2 + 3 tensors for DIFF, 2 for the baseline) within ~24 MB on
-  // the CPU (statistics and pooling make a few temporary copies of a block). On a GPU a 32nd of its memory,
-  // between 256 MB and 2 GB: each block costs a few dozen kernel launches, so fewer, larger blocks keep it
-  // busy (64K tokens of the bundled DIFF: ~400 rows per block, 160 blocks per layer on an 80 GB GPU).
-  const int64_t per_row = H * T * 4 * (diff ? 5 : 2);
-  int64_t block_bytes = int64_t{24} << 20;
-  if (h.device().is_cuda()) {
-    uint64_t free_bytes = 0, total_bytes = 0;
-    block_bytes = cuda_memory(free_bytes, total_bytes)
-                      ? std::clamp<int64_t>(static_cast<int64_t>(total_bytes / 32), int64_t{256} << 20,
-                                            int64_t{2} << 30)
-                      : int64_t{512} << 20;
-  }
-  const int64_t block_rows = options.block_rows > 0
-                                 ? std::min<int64_t>(options.block_rows, T)
-                                 : std::clamp<int64_t>(block_bytes / std::max<int64_t>(per_row, 1), 16, T);
+  // tight loops below, faster there): see CaptureOptions::pooling. Rows per block: see plan_capture.
+  const bool on_device = plan.pool_on_device;
+  const int64_t block_rows = plan.block_rows;
   const size_t nh = keep_heads.size();
   const size_t cells = static_cast<size_t>(P * P);
   std::vector<std::vector<float>> sum(nh * static_cast<size_t>(maps),
@@ -369,7 +354,7 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
   Tensor head_index;
   if (on_device && nh > 0) {
     pooler = std::make_unique<DevicePooler>(grid, static_cast<int64_t>(nh), maps, diff, h.device());
-    if (static_cast<int64_t>(nh) != H) head_index = at::tensor(keep_heads, opts);
+    if (!plan.all_heads) head_index = at::tensor(keep_heads, opts);
   }
   nn::AttentionInputs in;
   h = layer.forward_blocked(h, rope, c, block_rows, in, [&](const nn::DecoderLayerImpl::Block& b) {
@@ -800,123 +785,35 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
                      const std::atomic<bool>* cancel) const {
   const auto t0 = std::chrono::steady_clock::now();
   const ModelConfig& c = impl_->config;
-  const int64_t T = static_cast<int64_t>(ids.size());
-  if (T == 0) throw Error("the prompt is empty: nothing to run");
-  if (T > c.max_position_embeddings)
-    throw Error("the prompt has " + std::to_string(T) + " tokens; this model supports at most " +
-                std::to_string(c.max_position_embeddings));
-  for (int64_t id : ids)
-    if (id < 0 || id >= c.vocab_size)
-      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                  std::to_string(c.vocab_size) + ")");
+  const at::Device dev = impl_->device;
+  CaptureMachine machine;
+  machine.host_available = available_memory_bytes();
+  machine.cuda = dev.is_cuda();
+  if (machine.cuda) {
+    uint64_t free_bytes = 0;
+    cuda_memory(free_bytes, machine.device_total);
+    for (const auto& p : impl_->net->parameters())
+      machine.weight_bytes += static_cast<double>(p.numel() * p.element_size());
+  }
+  const CapturePlan plan = plan_capture(
+      c, ids, options, options.logit_bits >= 0 ? options.logit_bits : impl_->logit_bits, machine);
+  const int64_t T = plan.tokens, pooled = plan.pooled;
   // A per-capture quantization width, restored afterwards (also when the capture throws).
-  if (options.logit_bits == 1 || options.logit_bits > 32)
-    throw Error("logit quantization: bits must be between 2 and 32 (0: off)");
   struct BitsGuard {
     Model::Impl& impl;
     int saved;
     ~BitsGuard() { impl.apply_logit_bits(saved); }
   } bits_guard{*impl_, impl_->logit_bits};
   if (options.logit_bits >= 0) impl_->apply_logit_bits(options.logit_bits);
-  const int64_t heads_total = c.map_heads();
-  for (int h : options.heads)
-    if (h < 0 || h >= heads_total)
-      throw Error("head " + std::to_string(h) + " does not exist (model has " + std::to_string(heads_total) +
-                  ")");
-  for (int l : options.layers)
-    if (l < 0 || l >= c.num_hidden_layers)
-      throw Error("layer " + std::to_string(l) + " does not exist (model has " +
-                  std::to_string(c.num_hidden_layers) + ")");
 
   c10::InferenceMode inference;  // thread-local: set on whichever thread captures
-  const at::Device dev = impl_->device;
   Trace trace;
   trace.config = c;
   trace.model_path = impl_->path.string();
   trace.token_ids = ids;
   for (int64_t id : ids) trace.tokens.push_back(impl_->tokenizer.piece(id));
-
-  std::vector<int64_t> keep_heads;
-  if (options.heads.empty())
-    for (int64_t h = 0; h < heads_total; ++h) keep_heads.push_back(h);
-  else
-    keep_heads.assign(options.heads.begin(), options.heads.end());
-  const std::set<int> keep_layers(options.layers.begin(), options.layers.end());
-  Tensor head_index = at::tensor(keep_heads, at::TensorOptions().dtype(at::kLong)).to(dev);
-
+  Tensor head_index = at::tensor(plan.heads, at::TensorOptions().dtype(at::kLong)).to(dev);
   const Rope rope(T, c, dev);
-  if (options.stats_from < 0 || options.stats_from >= T)
-    throw Error("capture: statistics from position " + std::to_string(options.stats_from) + " of a " +
-                std::to_string(T) + "-token prompt");
-  // Long prompts: pooled maps when the exact ones would not fit the budget.
-  const int64_t maps_per_head = c.is_diff() ? 3 : 1;
-  const int64_t kept_layers =
-      options.keep_maps
-          ? (keep_layers.empty() ? c.num_hidden_layers : static_cast<int64_t>(keep_layers.size()))
-          : 0;
-  const double exact_bytes = static_cast<double>(kept_layers) * static_cast<double>(keep_heads.size()) *
-                             static_cast<double>(maps_per_head) * static_cast<double>(T) *
-                             static_cast<double>(T) * 4.0;
-  // One layer's attention computed whole (logits and maps of every head) would take this much at once.
-  const double transient = static_cast<double>(heads_total) * static_cast<double>(T) *
-                           static_cast<double>(T) * 4.0 * (c.is_diff() ? 5.0 : 2.0);
-  int64_t pooled = 0;
-  if (options.pooled_budget_bytes > 0 && (exact_bytes > static_cast<double>(options.pooled_budget_bytes) ||
-                                          transient > static_cast<double>(options.pooled_budget_bytes))) {
-    if (impl_->logit_bits > 0) throw Error("long-prompt capture does not combine with logit quantization");
-    const double maps =
-        std::max<double>(1.0, static_cast<double>(kept_layers) * static_cast<double>(keep_heads.size()) *
-                                  static_cast<double>(maps_per_head) * 2.0);
-    pooled = std::max<int64_t>(
-        1, static_cast<int64_t>(std::sqrt(static_cast<double>(options.pooled_budget_bytes) / (maps * 4.0))));
-    // No maps kept: blocked, with nothing pooled. Room for every entry: exact maps after all.
-    if (exact_bytes == 0)
-      pooled = 1;
-    else if (pooled >= T)
-      pooled = 0;
-    if (options.keep_logits) throw Error("full logits (--keep-logits) do not fit a long-prompt capture");
-  }
-  if (pooled == 0) {
-    // An exact capture holds every kept map twice for a while (the layer's tensors and the Trace's buffers
-    // they are copied into; measured on the bundled pair: peak RSS 1.9-3.3 x the kept maps), plus one
-    // layer's attention computed whole, kept logits and the T x T masks. Refuse, with the numbers, what the
-    // machine cannot hold rather than be killed half-way.
-    const double logits = options.keep_logits
-                              ? static_cast<double>(kept_layers) * static_cast<double>(heads_total) *
-                                    static_cast<double>(T) * static_cast<double>(T) * 4.0 *
-                                    (c.is_diff() ? 2.0 : 1.0)
-                              : 0.0;
-    const double need =
-        2.0 * exact_bytes + logits + transient + 2.0 * static_cast<double>(T) * static_cast<double>(T);
-    const uint64_t have = available_memory_bytes();
-    if (have > 0 && need > static_cast<double>(have))
-      throw Error(
-          "an exact capture of " + std::to_string(T) + " tokens would need about " +
-          human_bytes(static_cast<uint64_t>(need)) + " of memory (the kept maps, " +
-          human_bytes(static_cast<uint64_t>(exact_bytes)) + ", twice while they are copied, and " +
-          human_bytes(static_cast<uint64_t>(transient)) + " for one layer's attention), and " +
-          human_bytes(have) +
-          " is available: give a pooled budget (--pooled-budget MB; in the app the "
-          "long-prompt MB) to keep pooled maps with exact values on zoom, or keep fewer layers or heads "
-          "(--layers, --heads)");
-  }
-  // On a GPU, one layer's attention computed whole (exact captures) lives there, beside the weights; the kept
-  // maps are copied to the host as above. What can never fit the device is refused now; what does not fit
-  // its free memory at the moment surfaces as LibTorch's out-of-memory error, translated below.
-  const double device_need = transient + 2.0 * static_cast<double>(T) * static_cast<double>(T);
-  uint64_t device_free = 0, device_total = 0;
-  if (dev.is_cuda() && cuda_memory(device_free, device_total) && pooled == 0) {
-    double weights = 0;
-    for (const auto& p : impl_->net->parameters())
-      weights += static_cast<double>(p.numel() * p.element_size());
-    if (device_need + weights > static_cast<double>(device_total))
-      throw Error(
-          "an exact capture of " + std::to_string(T) + " tokens would need about " +
-          human_bytes(static_cast<uint64_t>(device_need)) +
-          " of GPU memory for one layer's attention beside the weights (" +
-          human_bytes(static_cast<uint64_t>(weights)) + "), and the GPU has " + human_bytes(device_total) +
-          ": give a pooled budget (--pooled-budget MB; in the app the long-prompt MB), or capture on the CPU");
-  }
   // The capture itself; a GPU's out-of-memory error is translated at the end of this function.
   auto run = [&]() -> Trace {
     // Masks are T x T: built only for exact captures.
@@ -940,11 +837,9 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
       if (pooled > 0) {
-        const bool keep =
-            options.keep_maps && (keep_layers.empty() || keep_layers.count(static_cast<int>(i)));
         trace.layers.push_back(capture_layer_pooled(*layers[i], h, rope, c, static_cast<int>(i),
-                                                    keep ? keep_heads : std::vector<int64_t>{}, grid, options,
-                                                    cancel));
+                                                    plan.keeps_layer(i) ? plan.heads : std::vector<int64_t>{},
+                                                    grid, plan, options, cancel));
         continue;
       }
       AttentionResult r;
@@ -963,12 +858,10 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
         lt.lambda_exp2 = r.lambda_exp2.item<double>();
         lt.lambda_init = r.lambda_init;
       }
-      const bool keep = options.keep_maps && (keep_layers.empty() || keep_layers.count(static_cast<int>(i)));
-      if (keep) {
-        lt.heads.assign(keep_heads.begin(), keep_heads.end());
-        const bool all_heads = static_cast<int64_t>(keep_heads.size()) == heads_total;
+      if (plan.keeps_layer(i)) {
+        lt.heads.assign(plan.heads.begin(), plan.heads.end());
         auto kept = [&](const Tensor& maps) {
-          return to_array(all_heads ? maps[0] : maps[0].index_select(0, head_index));
+          return to_array(plan.all_heads ? maps[0] : maps[0].index_select(0, head_index));
         };
         lt.a = kept(r.a);
         if (c.is_diff()) {
@@ -1016,7 +909,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     cuda_memory(now_free, total);
     throw Error("the GPU ran out of memory capturing " + std::to_string(T) + " tokens" +
                 (pooled == 0 ? " (one layer's attention computed whole takes about " +
-                                   human_bytes(static_cast<uint64_t>(device_need)) + ")"
+                                   human_bytes(static_cast<uint64_t>(plan.device_bytes)) + ")"
                              : std::string(" (pooled, in blocks of query rows)")) +
                 (total > 0
                      ? "; " + human_bytes(now_free) + " of the GPU's " + human_bytes(total) + " is free now"

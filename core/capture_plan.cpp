@@ -1,0 +1,137 @@
+// Planning a capture (see capture_plan.h).
+#include "core/capture_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/checkpoint.h"
+#include "core/error.h"
+
+namespace difflens {
+
+namespace {
+
+std::string bytes(double b) {
+  return human_bytes(static_cast<uint64_t>(b));
+}
+
+void check_request(const ModelConfig& c, const std::vector<int64_t>& ids, const CaptureOptions& o,
+                   int logit_bits) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (T == 0) throw Error("the prompt is empty: nothing to run");
+  if (T > c.max_position_embeddings)
+    throw Error("the prompt has " + std::to_string(T) + " tokens; this model supports at most " +
+                std::to_string(c.max_position_embeddings));
+  for (int64_t id : ids)
+    if (id < 0 || id >= c.vocab_size)
+      throw Error("token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                  std::to_string(c.vocab_size) + ")");
+  if (logit_bits == 1 || logit_bits > 32 || logit_bits < 0)
+    throw Error("logit quantization: bits must be between 2 and 32 (0: off)");
+  const int64_t heads = c.map_heads();
+  for (int h : o.heads)
+    if (h < 0 || h >= heads)
+      throw Error("head " + std::to_string(h) + " does not exist (model has " + std::to_string(heads) + ")");
+  for (int l : o.layers)
+    if (l < 0 || l >= c.num_hidden_layers)
+      throw Error("layer " + std::to_string(l) + " does not exist (model has " +
+                  std::to_string(c.num_hidden_layers) + ")");
+  if (o.stats_from < 0 || o.stats_from >= T)
+    throw Error("capture: statistics from position " + std::to_string(o.stats_from) + " of a " +
+                std::to_string(T) + "-token prompt");
+}
+
+}  // namespace
+
+CapturePlan plan_capture(const ModelConfig& c, const std::vector<int64_t>& ids, const CaptureOptions& o,
+                         int logit_bits, const CaptureMachine& machine) {
+  check_request(c, ids, o, logit_bits);
+  CapturePlan p;
+  const int64_t T = static_cast<int64_t>(ids.size()), H = c.map_heads();
+  const double TT = static_cast<double>(T) * static_cast<double>(T);
+  p.tokens = T;
+  if (o.heads.empty()) {
+    for (int64_t h = 0; h < H; ++h) p.heads.push_back(h);
+  } else {
+    p.heads.assign(o.heads.begin(), o.heads.end());
+  }
+  p.all_heads = static_cast<int64_t>(p.heads.size()) == H;
+  for (int64_t h = 0; p.all_heads && h < H; ++h) p.all_heads = p.heads[static_cast<size_t>(h)] == h;
+  p.layers.assign(static_cast<size_t>(c.num_hidden_layers), o.keep_maps && o.layers.empty());
+  if (o.keep_maps)
+    for (int l : o.layers) p.layers[static_cast<size_t>(l)] = true;
+  p.kept_layers = std::count(p.layers.begin(), p.layers.end(), true);
+
+  const double maps_per_head = c.is_diff() ? 3 : 1;  // DIFF: A1, A2 and A
+  const double kept_maps =
+      static_cast<double>(p.kept_layers) * static_cast<double>(p.heads.size()) * maps_per_head;
+  p.exact_map_bytes = kept_maps * TT * 4.0;
+  // One layer's attention computed whole: DIFF holds two logits and three maps per head, the baseline one of
+  // each.
+  p.layer_bytes = static_cast<double>(H) * TT * 4.0 * (c.is_diff() ? 5.0 : 2.0);
+  const double budget = static_cast<double>(o.pooled_budget_bytes);
+
+  // Long prompts: pooled maps when the exact ones, or one layer computed whole, would not fit the budget.
+  if (o.pooled_budget_bytes > 0 && (p.exact_map_bytes > budget || p.layer_bytes > budget)) {
+    if (logit_bits > 0) throw Error("long-prompt capture does not combine with logit quantization");
+    if (o.keep_logits) throw Error("full logits (--keep-logits) do not fit a long-prompt capture");
+    // Each kept map keeps a mean and a max grid: 2 x pooled^2 floats per map within the budget.
+    const double grids = std::max(1.0, kept_maps * 2.0);
+    p.pooled = std::max<int64_t>(1, static_cast<int64_t>(std::sqrt(budget / (grids * 4.0))));
+    if (p.exact_map_bytes == 0)
+      p.pooled = 1;  // no maps kept: blocks, nothing pooled
+    else if (p.pooled >= T)
+      p.pooled = 0;  // room for every entry: exact maps after all
+  }
+
+  if (p.pooled > 0) {
+    // Rows per block: the block's logits and maps (2 + 3 tensors per head for DIFF, 2 for the baseline)
+    // within ~24 MB on the CPU (statistics and pooling make a few temporary copies of a block). On a GPU a
+    // 32nd of its memory, between 256 MB and 2 GB: each block costs a few dozen kernel launches, so fewer,
+    // larger blocks keep it busy (64K tokens of the bundled DIFF: ~400 rows per block, 160 blocks per layer
+    // on an 80 GB GPU).
+    const int64_t per_row = H * T * 4 * (c.is_diff() ? 5 : 2);
+    int64_t block_bytes = int64_t{24} << 20;
+    if (machine.cuda)
+      block_bytes = machine.device_total > 0
+                        ? std::clamp<int64_t>(static_cast<int64_t>(machine.device_total / 32),
+                                              int64_t{256} << 20, int64_t{2} << 30)
+                        : int64_t{512} << 20;
+    p.block_rows = o.block_rows > 0 ? std::min<int64_t>(o.block_rows, T)
+                                    : std::clamp<int64_t>(block_bytes / std::max<int64_t>(per_row, 1), 16, T);
+    p.pool_on_device = o.pooling == PoolingPath::Device || (o.pooling == PoolingPath::Auto && machine.cuda);
+    return p;
+  }
+
+  // An exact capture holds every kept map twice for a while (the layer's tensors and the Trace's buffers they
+  // are copied into; measured on the bundled pair: peak RSS 1.9-3.3 x the kept maps), plus one layer's
+  // attention computed whole, kept logits and the T x T masks. Refuse, with the numbers, what the machine
+  // cannot hold rather than be killed half-way.
+  // Full logits are kept for every layer and head (keep_logits does not follow --layers and --heads).
+  p.logits_bytes = o.keep_logits ? static_cast<double>(c.num_hidden_layers) * static_cast<double>(H) * TT *
+                                       4.0 * (c.is_diff() ? 2.0 : 1.0)
+                                 : 0.0;
+  p.host_bytes = 2.0 * p.exact_map_bytes + p.logits_bytes + p.layer_bytes + 2.0 * TT;
+  if (machine.host_available > 0 && p.host_bytes > static_cast<double>(machine.host_available))
+    throw Error(
+        "an exact capture of " + std::to_string(T) + " tokens would need about " + bytes(p.host_bytes) +
+        " of memory (the kept maps, " + bytes(p.exact_map_bytes) + ", twice while they are copied, and " +
+        bytes(p.layer_bytes) + " for one layer's attention), and " + bytes(machine.host_available) +
+        " is available: give a pooled budget (--pooled-budget MB; in the app the long-prompt MB) to keep "
+        "pooled maps with exact values on zoom, or keep fewer layers or heads (--layers, --heads)");
+  // On a GPU, one layer's attention computed whole lives there, beside the weights; the kept maps are copied
+  // to the host as above. What can never fit the device is refused now; what does not fit its free memory at
+  // the moment surfaces as LibTorch's out-of-memory error, translated by the capture.
+  p.device_bytes = p.layer_bytes + 2.0 * TT;
+  if (machine.cuda && machine.device_total > 0 &&
+      p.device_bytes + machine.weight_bytes > static_cast<double>(machine.device_total))
+    throw Error(
+        "an exact capture of " + std::to_string(T) + " tokens would need about " + bytes(p.device_bytes) +
+        " of GPU memory for one layer's attention beside the weights (" + bytes(machine.weight_bytes) +
+        "), and the GPU has " + bytes(static_cast<double>(machine.device_total)) +
+        ": give a pooled budget (--pooled-budget MB; in the app the long-prompt MB), or capture on the CPU");
+  return p;
+}
+
+}  // namespace difflens

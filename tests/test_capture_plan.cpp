@@ -1,0 +1,207 @@
+// Capture planning alone: what a capture keeps, whether its maps are exact or pooled, its blocks, the
+// memory it needs (hand-computed), and what it refuses, on any machine (the machine is a parameter).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/capture_plan.h"
+#include "core/error.h"
+#include "core/model.h"
+#include "core/trace.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+namespace {
+
+// DIFF, 2 layers, 2 heads (d = 8), positions up to 4096.
+ModelConfig diff_config() {
+  ModelConfig c = test::tiny_config(AttentionKind::Diff);
+  c.max_position_embeddings = 4096;
+  return c;
+}
+
+std::vector<int64_t> ids(int64_t n) {
+  return std::vector<int64_t>(static_cast<size_t>(n), 5);
+}
+
+}  // namespace
+
+TEST_CASE("capture plan: an exact capture's kept maps and memory, by hand", "[capture][plan]") {
+  const ModelConfig c = diff_config();
+  REQUIRE(c.map_heads() == 2);
+  const CapturePlan p = plan_capture(c, ids(10), {}, 0, {});
+  CHECK(p.tokens == 10);
+  CHECK(p.pooled == 0);
+  CHECK(p.heads == std::vector<int64_t>{0, 1});
+  CHECK(p.all_heads);
+  CHECK(p.kept_layers == 2);
+  CHECK(p.exact_map_bytes == 2 * 2 * 3 * 100 * 4);     // layers x heads x (A1, A2, A) x T² x 4
+  CHECK(p.layer_bytes == 2 * 100 * 4 * 5);             // heads x T² x 4 x (2 logits + 3 maps)
+  CHECK(p.host_bytes == 2.0 * 4800 + 4000 + 2 * 100);  // maps twice, one layer, two T x T masks
+  CHECK(p.device_bytes == 4000 + 2 * 100);
+
+  CaptureOptions some;
+  some.layers = {1};
+  some.heads = {1};
+  some.keep_logits = true;
+  const CapturePlan q = plan_capture(c, ids(10), some, 0, {});
+  CHECK(q.layers == std::vector<bool>{false, true});
+  CHECK(q.heads == std::vector<int64_t>{1});
+  CHECK_FALSE(q.all_heads);
+  CHECK(q.exact_map_bytes == 1 * 1 * 3 * 100 * 4);
+  CHECK(q.logits_bytes == 2 * 2 * 100 * 4 * 2);  // every layer and head, both logits: not only those kept
+
+  // The baseline: one map and one logit per head.
+  const ModelConfig b = test::tiny_config(AttentionKind::Baseline);
+  const CapturePlan r = plan_capture(b, ids(10), {}, 0, {});
+  CHECK(r.exact_map_bytes == 2 * 4 * 1 * 100 * 4);
+  CHECK(r.layer_bytes == 4 * 100 * 4 * 2);
+
+  // Heads asked in another order are kept in that order, not as "all heads".
+  CaptureOptions swapped;
+  swapped.heads = {1, 0};
+  CHECK_FALSE(plan_capture(c, ids(10), swapped, 0, {}).all_heads);
+  CaptureOptions no_maps;
+  no_maps.keep_maps = false;
+  const CapturePlan n = plan_capture(c, ids(10), no_maps, 0, {});
+  CHECK(n.kept_layers == 0);
+  CHECK(n.exact_map_bytes == 0);
+}
+
+TEST_CASE("capture plan: long prompts pool their maps within the budget, in blocks of rows",
+          "[capture][plan]") {
+  const ModelConfig c = diff_config();
+  CaptureOptions o;
+  o.pooled_budget_bytes = 1 << 20;
+  // 2 layers x 2 heads x 3 maps x 1000² x 4 = 48 MB > 1 MB: pooled. 12 maps, each a mean and a max grid:
+  // floor(sqrt(1048576 / (24 x 4))) = 104 cells per side.
+  const CapturePlan p = plan_capture(c, ids(1000), o, 0, {});
+  CHECK(p.pooled == 104);
+  CHECK(p.host_bytes == 0);
+  // CPU: a block's logits and maps within 24 MB: 25165824 / (2 heads x 1000 x 4 x 5) = 629 rows.
+  CHECK(p.block_rows == 629);
+  CHECK_FALSE(p.pool_on_device);
+  // An 80 GB GPU: a 32nd of it, at most 2 GB, is more than the whole prompt: one block; pooled there.
+  CaptureMachine gpu;
+  gpu.cuda = true;
+  gpu.device_total = uint64_t{80} << 30;
+  const CapturePlan g = plan_capture(c, ids(1000), o, 0, gpu);
+  CHECK(g.block_rows == 1000);
+  CHECK(g.pool_on_device);
+  o.pooling = PoolingPath::Host;
+  CHECK_FALSE(plan_capture(c, ids(1000), o, 0, gpu).pool_on_device);
+  o.block_rows = 100;
+  CHECK(plan_capture(c, ids(1000), o, 0, gpu).block_rows == 100);
+
+  // One layer computed whole would exceed the budget though the kept map fits: blocks, and with room for
+  // every entry the map stays exact. Kept: 1 map triple of 100² (120 KB); one layer: 2 x 100² x 20 = 400 KB.
+  CaptureOptions one;
+  one.layers = {0};
+  one.heads = {0};
+  one.pooled_budget_bytes = 300000;
+  CHECK(plan_capture(c, ids(100), one, 0, {}).pooled == 0);
+  // No maps kept: blocks with nothing pooled.
+  CaptureOptions none;
+  none.keep_maps = false;
+  none.pooled_budget_bytes = 1000;
+  CHECK(plan_capture(c, ids(100), none, 0, {}).pooled == 1);
+  // Under the budget: exact.
+  o = {};
+  o.pooled_budget_bytes = 1 << 20;
+  CHECK(plan_capture(c, ids(50), o, 0, {}).pooled == 0);  // 120 KB of maps, 100 KB for one layer
+}
+
+TEST_CASE("capture plan: refusals name the numbers and what to do", "[capture][plan][errors]") {
+  const ModelConfig c = diff_config();
+  auto refusal = [&](int64_t n, const CaptureOptions& o, int bits, const CaptureMachine& m) -> std::string {
+    try {
+      plan_capture(c, ids(n), o, bits, m);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(refusal(0, {}, 0, {}) == "the prompt is empty: nothing to run");
+  CHECK(refusal(4097, {}, 0, {}) == "the prompt has 4097 tokens; this model supports at most 4096");
+  CHECK_THROWS_WITH(plan_capture(c, {1, 259}, {}, 0, {}),
+                    "token id 259 is outside the vocabulary (size 259)");
+  CHECK_THAT(refusal(10, {}, 1, {}), Catch::Contains("bits must be between 2 and 32"));
+  CaptureOptions bad_head;
+  bad_head.heads = {2};
+  CHECK(refusal(10, bad_head, 0, {}) == "head 2 does not exist (model has 2)");
+  CaptureOptions bad_layer;
+  bad_layer.layers = {2};
+  CHECK(refusal(10, bad_layer, 0, {}) == "layer 2 does not exist (model has 2)");
+  CaptureOptions late;
+  late.stats_from = 10;
+  CHECK(refusal(10, late, 0, {}) == "capture: statistics from position 10 of a 10-token prompt");
+
+  // The host: 4096 tokens keep 2 x 2 x 3 x 4096² x 4 = 805 MB of maps; with 1 GB available that is refused.
+  CaptureMachine small;
+  small.host_available = uint64_t{1} << 30;
+  CHECK_THAT(
+      refusal(4096, {}, 0, small),
+      Catch::StartsWith("an exact capture of 4096 tokens would need about 2.3 GB of memory (the kept maps, "
+                        "805 MB, twice while they are copied, and 671 MB for one layer's attention), "
+                        "and 1.1 GB is available: give a pooled budget"));
+  CaptureOptions pooled;
+  pooled.pooled_budget_bytes = 16 << 20;
+  CHECK(refusal(4096, pooled, 0, small).empty());  // a pooled capture fits
+  // A GPU of 1 GB holds the weights but not one layer of 4096 tokens computed whole (671 MB + masks).
+  CaptureMachine gpu;
+  gpu.cuda = true;
+  gpu.device_total = uint64_t{700} << 20;
+  gpu.weight_bytes = 40e6;
+  CHECK_THAT(
+      refusal(4096, {}, 0, gpu),
+      Catch::Contains("of GPU memory for one layer's attention beside the weights (40 MB), and the GPU "
+                      "has 734 MB: give a pooled budget"));
+  // What a pooled capture cannot do.
+  CHECK(refusal(4096, pooled, 4, {}) == "long-prompt capture does not combine with logit quantization");
+  pooled.keep_logits = true;
+  CHECK(refusal(4096, pooled, 0, {}) == "full logits (--keep-logits) do not fit a long-prompt capture");
+}
+
+TEST_CASE("capture: heads asked in another order keep their own maps, exact and pooled", "[capture][plan]") {
+  // Every head named, in another order: each kept map must be the map of the head it is labelled with (all
+  // heads once counted as "every head in order" and kept head 0's map under head 1's label).
+  const Model m = Model::random(diff_config(), 7);
+  const std::vector<int64_t> prompt = test::random_ids(40, 259, 3);
+  const Trace all = m.capture(prompt);
+  CaptureOptions swapped;
+  swapped.heads = {1, 0};
+  const Trace t = m.capture(prompt, swapped);
+  REQUIRE(t.layers[0].heads == std::vector<int>{1, 0});
+  const size_t n = 40 * 40;
+  for (int layer = 0; layer < 2; ++layer)
+    for (size_t k = 0; k < 2; ++k) {
+      const size_t head = static_cast<size_t>(t.layers[layer].heads[k]);
+      for (const auto& [got, want] : {std::pair{&t.layers[layer].a, &all.layers[layer].a},
+                                      std::pair{&t.layers[layer].a1, &all.layers[layer].a1}})
+        CHECK(std::equal(got->data.begin() + k * n, got->data.begin() + (k + 1) * n,
+                         want->data.begin() + head * n));
+    }
+  // Pooled: the same order through the blocked path (device pooling on the CPU selects heads by index).
+  swapped.pooled_budget_bytes = 20000;
+  swapped.pooling = PoolingPath::Device;
+  CaptureOptions pooled_all = swapped;
+  pooled_all.heads = {};
+  const Trace p = m.capture(prompt, swapped), q = m.capture(prompt, pooled_all);
+  REQUIRE(p.layers[0].pooled > 0);
+  REQUIRE(q.layers[0].pooled == p.layers[0].pooled);
+  const size_t cells = static_cast<size_t>(p.layers[0].pooled * p.layers[0].pooled);
+  for (size_t k = 0; k < 2; ++k) {
+    const size_t head = static_cast<size_t>(p.layers[1].heads[k]);
+    for (const auto& [got, want] : {std::pair{&p.layers[1].a_mean, &q.layers[1].a_mean},
+                                    std::pair{&p.layers[1].a1_max, &q.layers[1].a1_max}}) {
+      REQUIRE(got->data.size() == 2 * cells);
+      // NaN cells (no causal entry) compare by position: both NaN.
+      for (size_t i = 0; i < cells; ++i) {
+        const float x = got->data[k * cells + i], y = want->data[head * cells + i];
+        CHECK(((std::isnan(x) && std::isnan(y)) || x == y));
+      }
+    }
+  }
+}
