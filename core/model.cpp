@@ -31,7 +31,6 @@ namespace difflens {
 namespace {
 
 using at::Tensor;
-using nn::AttentionResult;
 using nn::Rope;
 
 // ---------------------------------------------------------------------------------------------------
@@ -302,6 +301,15 @@ class DevicePooler {
   std::vector<Tensor> sum_, best_;
 };
 
+// A DIFF layer's λ and its parts, from the inputs its attention ran with.
+void keep_lambda(const nn::AttentionInputs& in, LayerTrace& lt) {
+  if (!in.diff()) return;
+  lt.lambda = in.lambda.item<double>();
+  lt.lambda_exp1 = in.lambda_exp1.item<double>();
+  lt.lambda_exp2 = in.lambda_exp2.item<double>();
+  lt.lambda_init = in.lambda_init;
+}
+
 // What CaptureOptions::keep_qkv keeps of one layer: rotated queries (scaled) and keys (unless a long-prompt
 // capture has them already), values, and the DIFF output norm's weight (ones when the model has none, so a
 // recomputation needs no special case).
@@ -357,8 +365,18 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
     if (!plan.all_heads) head_index = at::tensor(keep_heads, opts);
   }
   nn::AttentionInputs in;
-  h = layer.forward_blocked(h, rope, c, block_rows, in, [&](const nn::DecoderLayerImpl::Block& b) {
+  h = layer.forward_blocked(h, rope, block_rows, in, [&](const nn::AttentionBlock& block) {
     if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
+    struct {  // the block of the one sequence: [H, rows, keys]
+      int64_t row0, rows;
+      Tensor l1, l2, a1, a2, a;
+    } b{block.row0,
+        block.rows,
+        block.l1[0],
+        diff ? block.l2[0] : Tensor(),
+        diff ? block.a1[0] : Tensor(),
+        diff ? block.a2[0] : Tensor(),
+        block.a[0]};
     lse1.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l1, -1));
     if (diff) lse2.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l2, -1));
     if (options.logit_stats && b.row0 + b.rows > options.stats_from) {
@@ -423,12 +441,7 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
   LayerTrace lt;
   lt.index = index;
   lt.pooled = P;
-  if (diff) {
-    lt.lambda = in.lambda.item<double>();
-    lt.lambda_exp1 = in.lambda_exp1.item<double>();
-    lt.lambda_exp2 = in.lambda_exp2.item<double>();
-    lt.lambda_init = in.lambda_init;
-  }
+  keep_lambda(in, lt);
   if (have_stats) lt.logit_stats = on_device && grid.T > block_rows ? streamed.finish() : std::move(stats);
   lt.hidden_stats = value_stats({h[0].slice(0, options.stats_from)});
   if (options.keep_hidden) lt.hidden = to_array(h[0]);
@@ -762,7 +775,7 @@ std::string Model::device_name() const {
 // Every attention module quantizes its logits to `bits` from now on (0: exact).
 void Model::Impl::apply_logit_bits(int bits) {
   logit_bits = bits;
-  for (auto& layer : net->model->layer_ptrs) layer->set_logit_bits(bits);
+  for (auto& layer : net->model->layer_ptrs) layer->logit_bits = bits;
 }
 
 void Model::set_logit_bits(int bits) {
@@ -819,7 +832,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     // Masks are T x T: built only for exact captures.
     Tensor future, stats_skip;
     if (pooled == 0) {
-      future = nn::masked_keys(T, c, dev);  // key j > query i, and beyond a sliding window
+      future = nn::hidden_keys(0, T, c, dev);  // key j > query i, and beyond a sliding window
       // Cells left out of the logit statistics: the causal future, and rows before stats_from.
       stats_skip = future;
       if (options.stats_from > 0)
@@ -842,22 +855,13 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
                                                     grid, plan, options, cancel));
         continue;
       }
-      AttentionResult r;
+      nn::AttentionInputs in;
+      nn::AttentionBlock r;  // every row: [1, H, T, T]
+      h = layers[i]->forward(h, rope, in, r);
       LayerTrace lt;
-      if (options.keep_qkv) {  // the layer's inputs, from the same normed hidden state its forward uses
-        nn::DecoderLayerImpl& layer = *layers[i];
-        const Tensor x = layer.input_layernorm(h);
-        keep_inputs(layer.diff_attn ? layer.diff_attn->inputs(x, rope) : layer.base_attn->inputs(x, rope),
-                    layer, lt);
-      }
-      h = layers[i]->forward(h, rope, future, r);
       lt.index = static_cast<int>(i);
-      if (c.is_diff()) {
-        lt.lambda = r.lambda.item<double>();
-        lt.lambda_exp1 = r.lambda_exp1.item<double>();
-        lt.lambda_exp2 = r.lambda_exp2.item<double>();
-        lt.lambda_init = r.lambda_init;
-      }
+      keep_lambda(in, lt);
+      if (options.keep_qkv) keep_inputs(in, *layers[i], lt);
       if (plan.keeps_layer(i)) {
         lt.heads.assign(plan.heads.begin(), plan.heads.end());
         auto kept = [&](const Tensor& maps) {
@@ -875,9 +879,8 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
             r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, stats_skip) : value_stats({r.l1[0]}, stats_skip);
       }
       if (options.keep_logits) {
-        lt.logits1 = to_array(r.l1[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
-        if (r.l2.defined())
-          lt.logits2 = to_array(r.l2[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
+        lt.logits1 = to_array(r.l1[0]);  // hidden keys -inf
+        if (r.l2.defined()) lt.logits2 = to_array(r.l2[0]);
       }
       lt.hidden_stats = value_stats({h[0].slice(0, options.stats_from)});
       if (options.keep_hidden) lt.hidden = to_array(h[0]);
@@ -928,19 +931,15 @@ std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_ne
   std::vector<int64_t> all = ids, out;
   for (int i = 0; i < max_new && static_cast<int64_t>(all.size()) < c.max_position_embeddings; ++i) {
     Tensor x = at::tensor(all, at::TensorOptions().dtype(at::kLong)).unsqueeze(0).to(impl_->device);
-    Tensor logits;  // [V] after the last token
-    const int64_t T = x.size(1);
-    if (T <= 1024) {
-      logits = impl_->net->forward(x)[0][-1].to(at::kCPU, at::kFloat);
-    } else {  // long contexts: attention in blocks of query rows, never a T x T tensor per layer
-      const nn::Rope rope(T, c, impl_->device);
-      Tensor h = impl_->net->model->embed_tokens(x);
-      for (auto& layer : impl_->net->model->layer_ptrs) {
-        nn::AttentionInputs in;
-        h = layer->forward_blocked(h, rope, c, 256, in, [](const nn::DecoderLayerImpl::Block&) {});
-      }
-      logits = impl_->net->unembed(impl_->net->model->norm(h[0][T - 1])).to(at::kCPU, at::kFloat);
+    // Long contexts go in blocks of query rows, never a T x T tensor per layer.
+    const int64_t T = x.size(1), block_rows = T <= 1024 ? T : 256;
+    const nn::Rope rope(T, c, impl_->device);
+    Tensor h = impl_->net->model->embed_tokens(x);
+    for (auto& layer : impl_->net->model->layer_ptrs) {
+      nn::AttentionInputs in;
+      h = layer->forward_blocked(h, rope, block_rows, in, [](const nn::AttentionBlock&) {});
     }
+    const Tensor logits = impl_->net->unembed(impl_->net->model->norm(h[0][T - 1])).to(at::kCPU, at::kFloat);
     int64_t next;
     if (temperature <= 0) {
       next = logits.argmax().item<int64_t>();
@@ -970,23 +969,22 @@ LayerTrace Model::attention_probe(int layer, const std::vector<float>& x, int64_
                   .to(dev)
                   .clone();
   const Rope rope(T, c, dev);
-  Tensor future = nn::masked_keys(T, c, dev);
-  AttentionResult r = impl_->net->model->layer_ptrs[layer]->attend(xt, rope, future);
+  nn::AttentionInputs in;
+  nn::AttentionBlock r;
+  const Tensor out =
+      impl_->net->model->layer_ptrs[layer]->attention(xt, rope, T, in, [&](nn::AttentionBlock& b) { r = b; });
   LayerTrace lt;
   lt.index = layer;
   for (int64_t hd = 0; hd < c.map_heads(); ++hd) lt.heads.push_back(static_cast<int>(hd));
   lt.a = to_array(r.a[0]);
-  lt.logits1 = to_array(r.l1[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
+  lt.logits1 = to_array(r.l1[0]);  // hidden keys -inf
   if (c.is_diff()) {
     lt.a1 = to_array(r.a1[0]);
     lt.a2 = to_array(r.a2[0]);
-    lt.logits2 = to_array(r.l2[0].masked_fill(future, -std::numeric_limits<float>::infinity()));
-    lt.lambda = r.lambda.item<double>();
-    lt.lambda_exp1 = r.lambda_exp1.item<double>();
-    lt.lambda_exp2 = r.lambda_exp2.item<double>();
-    lt.lambda_init = r.lambda_init;
+    lt.logits2 = to_array(r.l2[0]);
   }
-  if (output) *output = to_vector(r.out[0]);
+  keep_lambda(in, lt);
+  if (output) *output = to_vector(out[0]);
   return lt;
 }
 

@@ -6,6 +6,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -109,48 +110,101 @@ struct Rope {
   }
 };
 
-// What an attention block hands back besides its output; tensors are [B, heads, T, T].
-struct AttentionResult {
-  Tensor out;                               // [B, T, E]
-  Tensor a1, a2, a;                         // DIFF: component softmaxes and A1 - λA2; baseline: only a
-  Tensor l1, l2;                            // scaled logits, masked positions -inf (DIFF: both; baseline: l1)
-  Tensor lambda, lambda_exp1, lambda_exp2;  // 0-dim (DIFF only)
+// A layer's attention inputs, made once per layer by its architecture (inputs() below): rotated queries
+// scaled by d^-1/2, rotated keys, values, and λ (DIFF). Keys and values are not repeated over GQA groups.
+// Shapes [B, heads, T, width].
+struct AttentionInputs {
+  Tensor q1, q2;                            // [B, H, T, d] (q2: DIFF only)
+  Tensor k1, k2;                            // [B, Hkv, T, d]
+  Tensor v;                                 // [B, Hkv, T, dv] (DIFF: dv = 2d)
+  Tensor lambda, lambda_exp1, lambda_exp2;  // 0-dim (DIFF only): λ = exp1 − exp2 + λ_init
   double lambda_init = 0;
+  bool diff() const { return q2.defined(); }
 };
 
-// What a blocked (long-prompt) capture needs of one attention block: rotated queries (scaled by
-// d^-1/2) and keys, values, and λ. Keys and values are not repeated over GQA groups.
-struct AttentionInputs {
-  Tensor q1, q2;  // [B, H, T, d] (q2: DIFF only)
-  Tensor k1, k2;  // [B, Hkv, T, d]
-  Tensor v;       // [B, Hkv, T, dv] (DIFF: dv = 2d)
-  Tensor lambda, lambda_exp1, lambda_exp2;
-  double lambda_init = 0;
+// One block of query rows [row0, row0 + rows) against the keys [0, row0 + rows) they may see.
+struct AttentionBlock {
+  int64_t row0 = 0, rows = 0;
+  Tensor l1, l2;     // [B, H, rows, keys] scaled (and quantized) logits, hidden keys -inf (l2: DIFF)
+  Tensor a1, a2, a;  // [B, H, rows, keys] DIFF: component softmaxes and A1 − λA2; baseline: only a
+  Tensor o;          // [B, H, rows, dv] = a · v
 };
+
+// Keys the query rows [row0, row0 + rows) may not see, [rows, row0 + rows] bool: the future (key j > query
+// i) and, with a sliding window of W (Mistral), keys at least W positions back (j <= i - W).
+inline Tensor hidden_keys(int64_t row0, int64_t rows, const ModelConfig& c, const at::Device& device) {
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(device);
+  const Tensor r = at::arange(row0, row0 + rows, opts).unsqueeze(1),
+               k = at::arange(row0 + rows, opts).unsqueeze(0);
+  Tensor hidden = k.gt(r);
+  if (c.sliding_window > 0) hidden = hidden.logical_or(k.le(r - c.sliding_window));
+  return hidden;
+}
+
+// The queries' keys and values repeated over GQA groups, so head h reads kv group h / (H / Hkv).
+inline AttentionInputs expand_groups(const AttentionInputs& in) {
+  AttentionInputs g = in;
+  const int64_t groups = in.q1.size(1) / in.k1.size(1);
+  if (groups > 1) {
+    g.k1 = in.k1.repeat_interleave(groups, 1);
+    if (in.k2.defined()) g.k2 = in.k2.repeat_interleave(groups, 1);
+    g.v = in.v.repeat_interleave(groups, 1);
+  }
+  return g;
+}
+
+// Scaled logits of query rows [row0, row0 + rows) against keys [0, row0 + rows), hidden keys -inf.
+inline Tensor block_logits(const Tensor& q, const Tensor& k, int64_t row0, int64_t rows,
+                           const Tensor& hidden) {
+  return product(q.narrow(2, row0, rows), k.narrow(2, 0, row0 + rows).transpose(-2, -1))
+      .masked_fill(hidden, -std::numeric_limits<float>::infinity());
+}
 
 // Absmax quantization of attention logits to `bits` (the paper's Fig. 8 setting), per head and dynamic:
-// s = max |l| over the head's causal entries / (2^(bits−1) − 1), l ↦ round(l / s) · s. bits ≤ 0 or ≥ 32
-// leaves the logits exact. logits [B, H, T, T], future [T, T].
-inline Tensor quantize_logits(const Tensor& logits, const Tensor& future, int bits) {
-  if (bits <= 0 || bits >= 32) return logits;
+// s = max |l| over the head's visible entries / (2^(bits−1) − 1), l ↦ round(l / s) · s; hidden entries stay
+// -inf. The steps [B, H, 1, 1] of both components come from a pass over the map in blocks of `block_rows`
+// (undefined when bits ≤ 0 or ≥ 32: exact logits).
+inline std::pair<Tensor, Tensor> logit_steps(const AttentionInputs& g, const ModelConfig& c, int bits,
+                                             int64_t block_rows) {
+  if (bits <= 0 || bits >= 32) return {};
   const double levels = std::pow(2.0, bits - 1) - 1;
-  const Tensor amax =
-      logits.masked_fill(future, 0).abs().amax({-2, -1}, true).clamp_min(1e-30);  // [B, H, 1, 1]
-  const Tensor step = amax / levels;
-  return at::round(logits / step) * step;
+  const int64_t T = g.q1.size(2);
+  auto step = [&](const Tensor& q, const Tensor& k) {
+    Tensor m;
+    for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
+      const int64_t n = std::min(block_rows, T - r0);
+      const Tensor hidden = hidden_keys(r0, n, c, q.device());
+      const Tensor a = block_logits(q, k, r0, n, hidden).masked_fill(hidden, 0).abs().amax({-2, -1}, true);
+      m = m.defined() ? at::maximum(m, a) : a;
+    }
+    return m.clamp_min(1e-30) / levels;
+  };
+  return {step(g.q1, g.k1), g.diff() ? step(g.q2, g.k2) : Tensor()};
 }
 
-// Keys a query may not see, [T, T] bool: the future (key j > query i) and, with a sliding window of W
-// (Mistral), keys at least W positions back (j <= i - W).
-inline Tensor masked_keys(int64_t T, const ModelConfig& c, const at::Device& device) {
-  Tensor ones = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device));
-  Tensor m = ones.triu(1);
-  if (c.sliding_window > 0 && c.sliding_window < T) m = m.logical_or(ones.tril(-c.sliding_window));
-  return m;
-}
-
-inline Tensor causal_softmax(const Tensor& logits, const Tensor& future) {
-  return at::softmax(logits.masked_fill(future, -std::numeric_limits<float>::infinity()), -1, at::kFloat);
+// The attention of one block of query rows: the one implementation of the attention math (logits, their
+// quantization, the causal and sliding-window softmax, A1 − λA2, A·V) that forward, capture, generation
+// and training share. `g`: inputs with keys and values expanded over groups; `steps`: logit_steps().
+inline AttentionBlock attend_rows(const AttentionInputs& g, const ModelConfig& c, int64_t row0, int64_t rows,
+                                  const std::pair<Tensor, Tensor>& steps) {
+  AttentionBlock b;
+  b.row0 = row0;
+  b.rows = rows;
+  const Tensor hidden = hidden_keys(row0, rows, c, g.q1.device());
+  auto quantized = [](const Tensor& l, const Tensor& step) {
+    return step.defined() ? at::round(l / step) * step : l;  // -inf stays -inf
+  };
+  b.l1 = quantized(block_logits(g.q1, g.k1, row0, rows, hidden), steps.first);
+  if (g.diff()) {
+    b.l2 = quantized(block_logits(g.q2, g.k2, row0, rows, hidden), steps.second);
+    b.a1 = at::softmax(b.l1, -1, at::kFloat);
+    b.a2 = at::softmax(b.l2, -1, at::kFloat);
+    b.a = b.a1 - g.lambda * b.a2;  // rows sum to 1 − λ
+  } else {
+    b.a = at::softmax(b.l1, -1, at::kFloat);
+  }
+  b.o = product(b.a.to(g.v.scalar_type()), g.v.narrow(2, 0, row0 + rows));
+  return b;
 }
 
 // Baseline multi-head attention: 2H heads of width d, GQA by head groups.
@@ -163,26 +217,7 @@ struct BaselineAttentionImpl : torch::nn::Module {
     o_proj = register_module("o_proj", Projection(c.num_attention_heads * d, E));
   }
 
-  AttentionResult forward(const Tensor& x, const Rope& rope, const Tensor& future) {
-    const int64_t B = x.size(0), T = x.size(1), d = c.head_dim;
-    const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
-    Tensor q = q_proj(x).view({B, T, H, d}).transpose(1, 2);    // [B, H, T, d]
-    Tensor k = k_proj(x).view({B, T, Hkv, d}).transpose(1, 2);  // [B, Hkv, T, d]
-    Tensor v = v_proj(x).view({B, T, Hkv, d}).transpose(1, 2);  // [B, Hkv, T, d]
-    q = rope.apply(q) * (1.0 / std::sqrt(static_cast<double>(d)));
-    k = rope.apply(k);
-    if (H != Hkv) {
-      k = k.repeat_interleave(H / Hkv, 1);
-      v = v.repeat_interleave(H / Hkv, 1);
-    }
-    AttentionResult r;
-    r.l1 = quantize_logits(product(q, k.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
-    r.a = causal_softmax(r.l1, future);                                           // [B, H, T, T]
-    Tensor o = product(r.a.to(v.scalar_type()), v);                               // [B, H, T, d]
-    r.out = o_proj(o.transpose(1, 2).reshape({B, T, H * d}));
-    return r;
-  }
-
+  // x [B, T, E] (normed) -> the attention's inputs.
   AttentionInputs inputs(const Tensor& x, const Rope& rope) {
     const int64_t B = x.size(0), T = x.size(1), d = c.head_dim;
     AttentionInputs in;
@@ -198,7 +233,6 @@ struct BaselineAttentionImpl : torch::nn::Module {
   }
 
   ModelConfig c;
-  int logit_bits = 0;  // quantize the logits before the softmax (0: exact)
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
 TORCH_MODULE(BaselineAttention);
@@ -230,57 +264,20 @@ struct DiffAttentionImpl : torch::nn::Module {
     return {v.select(2, 0).transpose(1, 2), v.select(2, 1).transpose(1, 2)};
   }
 
-  AttentionResult forward(const Tensor& x, const Rope& rope, const Tensor& future) {
-    const int64_t B = x.size(0), T = x.size(1), d = c.head_dim;
-    const int64_t H = c.num_attention_heads / 2, Hkv = c.num_key_value_heads / 2;
-    auto [q1, q2] = components(q_proj(x), H);    // [B, H, T, d] each
-    auto [k1, k2] = components(k_proj(x), Hkv);  // [B, Hkv, T, d] each
-    Tensor v;                                    // [B, Hkv, T, 2d]
-    if (c.diff_pairing == DiffPairing::Adjacent) {
-      v = v_proj(x).view({B, T, Hkv, 2 * d}).transpose(1, 2);
-    } else {
-      auto [v1, v2] = components(v_proj(x), Hkv);
-      v = at::cat({v1, v2}, -1);
-    }
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));  // component width, not 2d
-    q1 = rope.apply(q1) * scale;
-    q2 = rope.apply(q2) * scale;
-    k1 = rope.apply(k1);
-    k2 = rope.apply(k2);
-    if (H != Hkv) {  // head h uses kv group h / (H/Hkv); component 1 with 1, 2 with 2
-      k1 = k1.repeat_interleave(H / Hkv, 1);
-      k2 = k2.repeat_interleave(H / Hkv, 1);
-      v = v.repeat_interleave(H / Hkv, 1);
-    }
-    AttentionResult r;
-    r.lambda_init = lambda_init;
-    r.lambda_exp1 = at::exp((lambda_q1.to(at::kFloat) * lambda_k1.to(at::kFloat)).sum());
-    r.lambda_exp2 = at::exp((lambda_q2.to(at::kFloat) * lambda_k2.to(at::kFloat)).sum());
-    r.lambda = r.lambda_exp1 - r.lambda_exp2 + lambda_init;
-    r.l1 = quantize_logits(product(q1, k1.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
-    r.l2 = quantize_logits(product(q2, k2.transpose(-2, -1)), future, logit_bits);  // [B, H, T, T]
-    r.a1 = causal_softmax(r.l1, future);
-    r.a2 = causal_softmax(r.l2, future);
-    r.a = r.a1 - r.lambda * r.a2;                    // rows sum to 1 - λ
-    Tensor o = product(r.a.to(v.scalar_type()), v);  // [B, H, T, 2d]
-    o = rms_norm(o, subln ? subln->weight : Tensor(), c.subln_eps) * (1.0 - lambda_init);
-    r.out = o_proj(o.transpose(1, 2).reshape({B, T, H * 2 * d}));
-    return r;
-  }
-
+  // x [B, T, E] (normed) -> the attention's inputs, λ included.
   AttentionInputs inputs(const Tensor& x, const Rope& rope) {
     const int64_t B = x.size(0), T = x.size(1), d = c.head_dim;
     const int64_t H = c.num_attention_heads / 2, Hkv = c.num_key_value_heads / 2;
     AttentionInputs in;
-    auto [q1, q2] = components(q_proj(x), H);
-    auto [k1, k2] = components(k_proj(x), Hkv);
+    auto [q1, q2] = components(q_proj(x), H);    // [B, H, T, d] each
+    auto [k1, k2] = components(k_proj(x), Hkv);  // [B, Hkv, T, d] each
     if (c.diff_pairing == DiffPairing::Adjacent) {
-      in.v = v_proj(x).view({B, T, Hkv, 2 * d}).transpose(1, 2);
+      in.v = v_proj(x).view({B, T, Hkv, 2 * d}).transpose(1, 2);  // [B, Hkv, T, 2d]
     } else {
       auto [v1, v2] = components(v_proj(x), Hkv);
       in.v = at::cat({v1, v2}, -1);
     }
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));  // component width, not 2d
     in.q1 = rope.apply(q1) * scale;
     in.q2 = rope.apply(q2) * scale;
     in.k1 = rope.apply(k1);
@@ -291,7 +288,7 @@ struct DiffAttentionImpl : torch::nn::Module {
     in.lambda = in.lambda_exp1 - in.lambda_exp2 + lambda_init;
     return in;
   }
-  // o [B, H, T, 2d] = (A1 - λA2)·V per head -> [B, T, E]
+  // o [B, H, T, 2d] = (A1 - λA2)·V per head -> RMSNorm per head × (1 − λ_init) -> [B, T, E]
   Tensor output(const Tensor& o) {
     const Tensor n = rms_norm(o, subln ? subln->weight : Tensor(), c.subln_eps) * (1.0 - lambda_init);
     return o_proj(
@@ -300,7 +297,6 @@ struct DiffAttentionImpl : torch::nn::Module {
 
   ModelConfig c;
   double lambda_init;
-  int logit_bits = 0;  // quantize both components' logits before their softmaxes (0: exact)
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Tensor lambda_q1, lambda_k1, lambda_q2, lambda_k2;
   RmsNorm subln{nullptr};
@@ -319,7 +315,7 @@ struct SwiGluImpl : torch::nn::Module {
 TORCH_MODULE(SwiGlu);
 
 struct DecoderLayerImpl : torch::nn::Module {
-  DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
+  DecoderLayerImpl(const ModelConfig& c, int64_t layer) : c(c) {
     if (c.is_diff())
       diff_attn = register_module("self_attn", DiffAttention(c, layer));
     else
@@ -329,94 +325,54 @@ struct DecoderLayerImpl : torch::nn::Module {
     post_attention_layernorm =
         register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
   }
-  void set_logit_bits(int bits) {
-    if (diff_attn) diff_attn->logit_bits = bits;
-    if (base_attn) base_attn->logit_bits = bits;
+  // The architecture's inputs and output around the shared attention math.
+  AttentionInputs inputs(const Tensor& x, const Rope& rope) {
+    return diff_attn ? diff_attn->inputs(x, rope) : base_attn->inputs(x, rope);
   }
-  AttentionResult attend(const Tensor& x, const Rope& rope, const Tensor& future) {
-    return diff_attn ? diff_attn->forward(x, rope, future) : base_attn->forward(x, rope, future);
-  }
-  // One block of query rows of a blocked forward: rows [row0, row0 + rows) against keys [0, row0 + rows).
-  struct Block {
-    int64_t row0 = 0, rows = 0;
-    Tensor l1, l2;     // [H, rows, keys] scaled logits, hidden keys -inf (l2: DIFF)
-    Tensor a1, a2, a;  // [H, rows, keys] (baseline: a only)
-  };
-  // The layer over h [1, T, E] with attention computed `block_rows` query rows at a time (memory
-  // O(T · block) instead of O(T²)); `visit(block)` sees every block, `in` receives the inputs.
+  Tensor output(const Tensor& o) { return diff_attn ? diff_attn->output(o) : base_attn->output(o); }
+
+  // The attention of x [B, T, E] (normed), computed `block_rows` query rows at a time (memory O(T · block)
+  // instead of O(T²) when block_rows < T) -> [B, T, E]; `visit(block)` sees every block in order, `in`
+  // receives the inputs. One block of every row is the plain forward (and what training differentiates).
   template <typename Visit>
-  Tensor forward_blocked(const Tensor& h, const Rope& rope, const ModelConfig& c, int64_t block_rows,
-                         AttentionInputs& in, Visit&& visit) {
-    const Tensor x = input_layernorm(h);
-    in = diff_attn ? diff_attn->inputs(x, rope) : base_attn->inputs(x, rope);
-    const int64_t T = h.size(1);
-    const int64_t H = c.map_heads(), g = H / in.k1.size(1);
-    const Tensor k1 = g > 1 ? in.k1.repeat_interleave(g, 1) : in.k1;
-    const Tensor k2 = in.k2.defined() ? (g > 1 ? in.k2.repeat_interleave(g, 1) : in.k2) : Tensor();
-    const Tensor v = g > 1 ? in.v.repeat_interleave(g, 1) : in.v;
-    Tensor o = at::empty({1, H, T, v.size(-1)}, v.options());
-    const auto opts = at::TensorOptions().dtype(at::kLong).device(h.device());
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    // Block [r0, r0 + rows) of query rows: its keys' mask and scaled logits (hidden keys -inf).
-    auto block_logits = [&](int64_t r0, int64_t n, const Tensor& q, const Tensor& k, Tensor* hidden_out) {
-      const int64_t K = r0 + n;
-      const Tensor rows = at::arange(r0, K, opts).unsqueeze(1), cols = at::arange(K, opts).unsqueeze(0);
-      Tensor hidden = cols.gt(rows);
-      if (c.sliding_window > 0) hidden = hidden.logical_or(cols.le(rows - c.sliding_window));
-      if (hidden_out) *hidden_out = hidden;
-      return at::matmul(q[0].narrow(1, r0, n), k[0].narrow(1, 0, K).transpose(-2, -1))
-          .masked_fill(hidden, neg_inf);
-    };
-    // Quantized logits (quantize_logits' absmax per head over the whole map): a first pass over the blocks
-    // finds each head's largest |logit| among the keys it sees, the second quantizes with that step.
-    const int bits = diff_attn ? diff_attn->logit_bits : base_attn->logit_bits;
-    Tensor step1, step2;  // [H, 1, 1]
-    if (bits > 0 && bits < 32) {
-      const double levels = std::pow(2.0, bits - 1) - 1;
-      auto amax = [&](const Tensor& q, const Tensor& k) {
-        Tensor m;
-        for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
-          Tensor hidden;
-          const Tensor l = block_logits(r0, std::min(block_rows, T - r0), q, k, &hidden);  // [H, rows, K]
-          const Tensor a = l.masked_fill(hidden, 0).abs().amax({-2, -1}, true);            // [H, 1, 1]
-          m = m.defined() ? at::maximum(m, a) : a;
-        }
-        return m.clamp_min(1e-30) / levels;
-      };
-      step1 = amax(in.q1, k1);
-      if (diff_attn) step2 = amax(in.q2, k2);
-    }
-    auto quantized = [](const Tensor& l, const Tensor& step) {
-      return step.defined() ? at::round(l / step) * step : l;  // -inf stays -inf
-    };
-    for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
-      Block b;
-      b.row0 = r0;
-      b.rows = std::min(block_rows, T - r0);
-      const int64_t K = r0 + b.rows;
-      b.l1 = quantized(block_logits(r0, b.rows, in.q1, k1, nullptr), step1);
-      if (diff_attn) {
-        b.l2 = quantized(block_logits(r0, b.rows, in.q2, k2, nullptr), step2);
-        b.a1 = at::softmax(b.l1, -1, at::kFloat);
-        b.a2 = at::softmax(b.l2, -1, at::kFloat);
-        b.a = b.a1 - in.lambda * b.a2;
-      } else {
-        b.a = at::softmax(b.l1, -1, at::kFloat);
-      }
-      o[0].narrow(1, r0, b.rows).copy_(at::matmul(b.a.to(v.scalar_type()), v[0].narrow(1, 0, K)));
+  Tensor attention(const Tensor& x, const Rope& rope, int64_t block_rows, AttentionInputs& in,
+                   Visit&& visit) {
+    in = inputs(x, rope);
+    const AttentionInputs g = expand_groups(in);
+    const int64_t T = x.size(1);
+    block_rows = std::clamp<int64_t>(block_rows, 1, T);
+    const std::pair<Tensor, Tensor> steps = logit_steps(g, c, logit_bits, block_rows);
+    Tensor o;  // [B, H, T, dv]
+    if (block_rows == T) {
+      AttentionBlock b = attend_rows(g, c, 0, T, steps);
+      o = b.o;
       visit(b);
+    } else {
+      o = at::empty({x.size(0), g.q1.size(1), T, g.v.size(-1)}, g.v.options());
+      for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
+        AttentionBlock b = attend_rows(g, c, r0, std::min(block_rows, T - r0), steps);
+        o.narrow(2, r0, b.rows).copy_(b.o);
+        visit(b);
+      }
     }
-    const Tensor out = diff_attn ? diff_attn->output(o) : base_attn->output(o);
-    const Tensor y = h + out;
+    return output(o);
+  }
+
+  // The layer over h [B, T, E]: attention in blocks of `block_rows` query rows (see attention()), the MLP.
+  template <typename Visit>
+  Tensor forward_blocked(const Tensor& h, const Rope& rope, int64_t block_rows, AttentionInputs& in,
+                         Visit&& visit) {
+    const Tensor y = h + attention(input_layernorm(h), rope, block_rows, in, visit);
     return y + mlp(post_attention_layernorm(y));
   }
 
-  // h: [B, T, E] → [B, T, E]; the attention details stay in `r`.
-  Tensor forward(const Tensor& h, const Rope& rope, const Tensor& future, AttentionResult& r) {
-    r = attend(input_layernorm(h), rope, future);
-    Tensor y = h + r.out;
-    return y + mlp(post_attention_layernorm(y));
+  // h [B, T, E] -> [B, T, E], the whole map at once; its attention stays in `block`, the inputs in `in`.
+  Tensor forward(const Tensor& h, const Rope& rope, AttentionInputs& in, AttentionBlock& block) {
+    return forward_blocked(h, rope, h.size(1), in, [&](AttentionBlock& b) { block = std::move(b); });
   }
+
+  ModelConfig c;
+  int logit_bits = 0;  // quantize the attention logits before the softmax (0: exact)
   DiffAttention diff_attn{nullptr};
   BaselineAttention base_attn{nullptr};
   SwiGlu mlp{nullptr};
@@ -462,11 +418,11 @@ struct CausalLmImpl : torch::nn::Module {
   Tensor forward(const Tensor& ids) {
     const int64_t T = ids.size(1);
     const Rope rope(T, c, ids.device());
-    const Tensor future = masked_keys(T, c, ids.device());
     Tensor h = model->embed_tokens(ids);  // [B, T, E]
     for (auto& layer : model->layer_ptrs) {
-      AttentionResult r;
-      h = layer->forward(h, rope, future, r);
+      AttentionInputs in;
+      AttentionBlock block;
+      h = layer->forward(h, rope, in, block);
     }
     return unembed(model->norm(h));
   }
