@@ -21,6 +21,7 @@
 #include <numeric>
 #include <set>
 
+#include "core/attention_cpu.h"
 #include "core/capture_plan.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
@@ -331,6 +332,42 @@ void keep_inputs(const nn::AttentionInputs& in, nn::DecoderLayerImpl& layer, Lay
   }
 }
 
+// A layer's inputs as the CPU's fused pass (core/attention_cpu.h) reads them: contiguous float32 on the
+// host, kept alive as long as this object.
+struct FusedInputs {
+  Tensor q1, k1, q2, k2, v;
+  CpuAttentionInputs ci;
+  FusedInputs(const nn::AttentionInputs& in, const ModelConfig& c, int bits) {
+    q1 = in.q1[0].to(at::kCPU, at::kFloat).contiguous();
+    k1 = in.k1[0].to(at::kCPU, at::kFloat).contiguous();
+    v = in.v[0].to(at::kCPU, at::kFloat).contiguous();
+    ci.T = q1.size(1);
+    ci.heads = q1.size(0);
+    ci.kv_heads = k1.size(0);
+    ci.d = q1.size(2);
+    ci.dv = v.size(2);
+    ci.q1 = q1.data_ptr<float>();
+    ci.k1 = k1.data_ptr<float>();
+    ci.v = v.data_ptr<float>();
+    if (in.diff()) {
+      q2 = in.q2[0].to(at::kCPU, at::kFloat).contiguous();
+      k2 = in.k2[0].to(at::kCPU, at::kFloat).contiguous();
+      ci.q2 = q2.data_ptr<float>();
+      ci.k2 = k2.data_ptr<float>();
+      ci.lambda = in.lambda.item<float>();
+    }
+    ci.window = c.sliding_window;
+    ci.bits = bits;
+  }
+};
+
+// The fused pass on LibTorch's intra-op threads.
+void run_fused(const CpuAttentionInputs& ci, CpuAttentionOutputs& co) {
+  attention_cpu(ci, co, at::get_num_threads(), [](int64_t n, const auto& body) {
+    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) { body(begin, end, at::get_thread_num()); });
+  });
+}
+
 // One layer of a long-prompt capture: attention in blocks of query rows; each kept head's maps pooled
 // (mean and largest-magnitude entry per cell), exact statistics, each row's log-sum-exp, and the rotated
 // queries and keys, so that any tile can be recomputed exactly later.
@@ -364,61 +401,18 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
     pooler = std::make_unique<DevicePooler>(grid, static_cast<int64_t>(nh), maps, diff, h.device());
     if (!plan.all_heads) head_index = at::tensor(keep_heads, opts);
   }
-  nn::AttentionInputs in;
-  h = layer.forward_blocked(h, rope, block_rows, in, [&](const nn::AttentionBlock& block) {
-    if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
-    struct {  // the block of the one sequence: [H, rows, keys]
-      int64_t row0, rows;
-      Tensor l1, l2, a1, a2, a;
-    } b{block.row0,
-        block.rows,
-        block.l1[0],
-        diff ? block.l2[0] : Tensor(),
-        diff ? block.a1[0] : Tensor(),
-        diff ? block.a2[0] : Tensor(),
-        block.a[0]};
-    lse1.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l1, -1));
-    if (diff) lse2.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l2, -1));
-    if (options.logit_stats && b.row0 + b.rows > options.stats_from) {
-      // Hidden keys are -inf; rows before stats_from are left out too.
-      Tensor skip = b.l1.isinf();
-      if (options.stats_from > b.row0)
-        skip = skip.logical_or(
-            at::arange(b.row0, b.row0 + b.rows, opts).lt(options.stats_from).view({1, b.rows, 1}));
-      // A single block (short prompts) keeps the exact median; several merge into the histogram's.
-      const bool one_block = b.rows == T;
-      if (on_device && !one_block) {
-        streamed.add(b.l1, skip);
-        if (diff) streamed.add(b.l2, skip);
-      } else {
-        ValueStats s =
-            diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
-        if (!have_stats)
-          stats = std::move(s);
-        else
-          stats.merge(s);
-      }
-      have_stats = true;
-    }
-    if (nh == 0) return;
-    const Tensor* src[3] = {diff ? &b.a1 : &b.a, diff ? &b.a2 : nullptr, diff ? &b.a : nullptr};
-    if (on_device) {
-      for (int64_t m = 0; m < maps; ++m)
-        pooler->add(m, head_index.defined() ? src[m]->index_select(0, head_index) : *src[m], b.row0);
-      return;
-    }
-    std::vector<Tensor> cpu;
-    for (int64_t m = 0; m < maps; ++m) cpu.push_back(src[m]->to(at::kCPU, at::kFloat).contiguous());
-    const int64_t K = b.row0 + b.rows;
+  // Adds the maps of query rows [row0, row0 + rows) to the host's pooled cells: src[m] holds map m of the
+  // block, [heads, rows, keys]: every head (all_heads_layout: indexed by head) or the kept heads in order.
+  auto pool_host = [&](const float* const src[3], bool all_heads_layout, int64_t row0, int64_t rows) {
+    const int64_t K = row0 + rows;
     at::parallel_for(0, static_cast<int64_t>(nh) * maps, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t job = lo; job < hi; ++job) {
         const int64_t k = job / maps, m = job % maps;
-        const float* a =
-            cpu[static_cast<size_t>(m)].data_ptr<float>() + keep_heads[static_cast<size_t>(k)] * b.rows * K;
+        const float* a = src[m] + (all_heads_layout ? keep_heads[static_cast<size_t>(k)] : k) * rows * K;
         float* su = sum[static_cast<size_t>(job)].data();
         float* be = best[static_cast<size_t>(job)].data();
-        for (int64_t i = 0; i < b.rows; ++i) {
-          const int64_t q = b.row0 + i;
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t q = row0 + i;
           const int64_t rb = grid.bin[static_cast<size_t>(q)];
           const float* row = a + i * K;
           // One column cell at a time: a tight loop over its keys, then one update of the cell.
@@ -437,7 +431,104 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
         }
       }
     });
-  });
+  };
+  nn::AttentionInputs in;
+  if (!on_device && !h.is_cuda()) {  // the CPU: the fused pass block by block, pooled by the host's loops
+    h = layer.forward_with(h, rope, in, [&](const nn::AttentionInputs& inputs) {
+      const FusedInputs f(inputs, c, 0);
+      Tensor o = at::empty({1, H, T, f.ci.dv}, at::TensorOptions().dtype(at::kFloat));
+      std::vector<float> buffers[3];  // the block's maps of the kept heads: A1, A2, A (baseline: A only)
+      for (int64_t m = 0; m < (nh > 0 ? maps : 0); ++m)
+        buffers[m].resize(nh * static_cast<size_t>(std::min(block_rows, T) * T));
+      for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
+        if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
+        const int64_t r1 = std::min(r0 + block_rows, T);
+        CpuAttentionOutputs co;
+        co.row0 = r0;
+        co.row1 = co.ld = r1;
+        co.o = o.data_ptr<float>();
+        co.lse1 = lse1.data_ptr<float>();
+        if (diff) co.lse2 = lse2.data_ptr<float>();
+        if (nh > 0) {
+          co.map_heads = keep_heads;
+          co.a = buffers[diff ? 2 : 0].data();
+          if (diff) {
+            co.a1 = buffers[0].data();
+            co.a2 = buffers[1].data();
+          }
+        }
+        ValueStats block_stats;
+        if (options.logit_stats && r1 > options.stats_from) {
+          co.logit_stats = &block_stats;
+          co.stats_from = options.stats_from;
+          co.exact_median = r0 == 0 && r1 == T;  // several blocks merge into the histogram's median
+        }
+        run_fused(f.ci, co);
+        if (co.logit_stats) {
+          if (!have_stats)
+            stats = std::move(block_stats);
+          else
+            stats.merge(block_stats);
+          have_stats = true;
+        }
+        if (nh > 0) {
+          const float* host[3] = {buffers[0].data(), diff ? buffers[1].data() : nullptr,
+                                  diff ? buffers[2].data() : nullptr};
+          pool_host(host, false, r0, r1 - r0);
+        }
+      }
+      return o;
+    });
+  } else {
+    h = layer.forward_blocked(h, rope, block_rows, in, [&](const nn::AttentionBlock& block) {
+      if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
+      struct {  // the block of the one sequence: [H, rows, keys]
+        int64_t row0, rows;
+        Tensor l1, l2, a1, a2, a;
+      } b{block.row0,
+          block.rows,
+          block.l1[0],
+          diff ? block.l2[0] : Tensor(),
+          diff ? block.a1[0] : Tensor(),
+          diff ? block.a2[0] : Tensor(),
+          block.a[0]};
+      lse1.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l1, -1));
+      if (diff) lse2.narrow(1, b.row0, b.rows).copy_(at::logsumexp(b.l2, -1));
+      if (options.logit_stats && b.row0 + b.rows > options.stats_from) {
+        // Hidden keys are -inf; rows before stats_from are left out too.
+        Tensor skip = b.l1.isinf();
+        if (options.stats_from > b.row0)
+          skip = skip.logical_or(
+              at::arange(b.row0, b.row0 + b.rows, opts).lt(options.stats_from).view({1, b.rows, 1}));
+        // A single block (short prompts) keeps the exact median; several merge into the histogram's.
+        const bool one_block = b.rows == T;
+        if (on_device && !one_block) {
+          streamed.add(b.l1, skip);
+          if (diff) streamed.add(b.l2, skip);
+        } else {
+          ValueStats s =
+              diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
+          if (!have_stats)
+            stats = std::move(s);
+          else
+            stats.merge(s);
+        }
+        have_stats = true;
+      }
+      if (nh == 0) return;
+      const Tensor* src[3] = {diff ? &b.a1 : &b.a, diff ? &b.a2 : nullptr, diff ? &b.a : nullptr};
+      if (on_device) {
+        for (int64_t m = 0; m < maps; ++m)
+          pooler->add(m, head_index.defined() ? src[m]->index_select(0, head_index) : *src[m], b.row0);
+        return;
+      }
+      std::vector<Tensor> cpu;
+      for (int64_t m = 0; m < maps; ++m) cpu.push_back(src[m]->to(at::kCPU, at::kFloat).contiguous());
+      const float* host[3] = {cpu[0].data_ptr<float>(), diff ? cpu[1].data_ptr<float>() : nullptr,
+                              diff ? cpu[2].data_ptr<float>() : nullptr};
+      pool_host(host, true, b.row0, b.rows);
+    });
+  }
   LayerTrace lt;
   lt.index = index;
   lt.pooled = P;
@@ -794,6 +885,45 @@ int64_t Model::parameter_count() const {
   return n;
 }
 
+// One layer's attention by the fused pass: the maps the plan keeps, the logits and statistics asked for,
+// written straight into the layer's trace; returns the heads' outputs o [1, H, T, dv].
+Tensor attend_fused(const nn::AttentionInputs& in, const ModelConfig& c, int bits,
+                    const std::vector<int64_t>* map_heads, const CaptureOptions& options, LayerTrace& lt) {
+  const FusedInputs f(in, c, bits);
+  const CpuAttentionInputs& ci = f.ci;
+  const int64_t T = ci.T, H = ci.heads;
+  Tensor o = at::empty({1, H, T, ci.dv}, at::TensorOptions().dtype(at::kFloat));
+  CpuAttentionOutputs co;
+  co.row0 = 0;
+  co.row1 = co.ld = T;
+  co.o = o.data_ptr<float>();
+  auto allocate = [&](FloatArray& a, int64_t heads) {
+    a.shape = {heads, T, T};
+    a.data.resize(static_cast<size_t>(heads * T * T));
+    return a.data.data();
+  };
+  if (map_heads) {
+    lt.heads.assign(map_heads->begin(), map_heads->end());
+    co.map_heads = *map_heads;
+    const int64_t n = static_cast<int64_t>(map_heads->size());
+    co.a = allocate(lt.a, n);
+    if (in.diff()) {
+      co.a1 = allocate(lt.a1, n);
+      co.a2 = allocate(lt.a2, n);
+    }
+  }
+  if (options.keep_logits) {
+    co.logits1 = allocate(lt.logits1, H);
+    if (in.diff()) co.logits2 = allocate(lt.logits2, H);
+  }
+  if (options.logit_stats) {
+    co.logit_stats = &lt.logit_stats;
+    co.stats_from = options.stats_from;
+  }
+  run_fused(ci, co);
+  return o;
+}
+
 Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& options,
                      const std::atomic<bool>* cancel) const {
   const auto t0 = std::chrono::steady_clock::now();
@@ -856,32 +986,39 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
         continue;
       }
       nn::AttentionInputs in;
-      nn::AttentionBlock r;  // every row: [1, H, T, T]
-      h = layers[i]->forward(h, rope, in, r);
       LayerTrace lt;
       lt.index = static_cast<int>(i);
-      keep_lambda(in, lt);
-      if (options.keep_qkv) keep_inputs(in, *layers[i], lt);
-      if (plan.keeps_layer(i)) {
-        lt.heads.assign(plan.heads.begin(), plan.heads.end());
-        auto kept = [&](const Tensor& maps) {
-          return to_array(plan.all_heads ? maps[0] : maps[0].index_select(0, head_index));
-        };
-        lt.a = kept(r.a);
-        if (c.is_diff()) {
-          lt.a1 = kept(r.a1);
-          lt.a2 = kept(r.a2);
+      if (!dev.is_cuda()) {
+        h = layers[i]->forward_with(h, rope, in, [&](const nn::AttentionInputs& inputs) {
+          return attend_fused(inputs, c, layers[i]->logit_bits, plan.keeps_layer(i) ? &plan.heads : nullptr,
+                              options, lt);
+        });
+      } else {
+        nn::AttentionBlock r;  // every row: [1, H, T, T]
+        h = layers[i]->forward(h, rope, in, r);
+        if (plan.keeps_layer(i)) {
+          lt.heads.assign(plan.heads.begin(), plan.heads.end());
+          auto kept = [&](const Tensor& maps) {
+            return to_array(plan.all_heads ? maps[0] : maps[0].index_select(0, head_index));
+          };
+          lt.a = kept(r.a);
+          if (c.is_diff()) {
+            lt.a1 = kept(r.a1);
+            lt.a2 = kept(r.a2);
+          }
+        }
+        if (options.logit_stats) {
+          // Causal entries of every head (DIFF: both components pooled).
+          lt.logit_stats = r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, stats_skip)
+                                          : value_stats({r.l1[0]}, stats_skip);
+        }
+        if (options.keep_logits) {
+          lt.logits1 = to_array(r.l1[0]);  // hidden keys -inf
+          if (r.l2.defined()) lt.logits2 = to_array(r.l2[0]);
         }
       }
-      if (options.logit_stats) {
-        // Causal entries of every head (DIFF: both components pooled).
-        lt.logit_stats =
-            r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, stats_skip) : value_stats({r.l1[0]}, stats_skip);
-      }
-      if (options.keep_logits) {
-        lt.logits1 = to_array(r.l1[0]);  // hidden keys -inf
-        if (r.l2.defined()) lt.logits2 = to_array(r.l2[0]);
-      }
+      keep_lambda(in, lt);
+      if (options.keep_qkv) keep_inputs(in, *layers[i], lt);
       lt.hidden_stats = value_stats({h[0].slice(0, options.stats_from)});
       if (options.keep_hidden) lt.hidden = to_array(h[0]);
       trace.layers.push_back(std::move(lt));
@@ -956,7 +1093,7 @@ std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_ne
 }
 
 LayerTrace Model::attention_probe(int layer, const std::vector<float>& x, int64_t T,
-                                  std::vector<float>* output) const {
+                                  std::vector<float>* output, bool tensor_ops) const {
   const ModelConfig& c = impl_->config;
   if (layer < 0 || layer >= c.num_hidden_layers)
     throw Error("layer " + std::to_string(layer) + " does not exist");
@@ -969,19 +1106,30 @@ LayerTrace Model::attention_probe(int layer, const std::vector<float>& x, int64_
                   .to(dev)
                   .clone();
   const Rope rope(T, c, dev);
+  nn::DecoderLayerImpl& l = *impl_->net->model->layer_ptrs[layer];
   nn::AttentionInputs in;
-  nn::AttentionBlock r;
-  const Tensor out =
-      impl_->net->model->layer_ptrs[layer]->attention(xt, rope, T, in, [&](nn::AttentionBlock& b) { r = b; });
   LayerTrace lt;
   lt.index = layer;
-  for (int64_t hd = 0; hd < c.map_heads(); ++hd) lt.heads.push_back(static_cast<int>(hd));
-  lt.a = to_array(r.a[0]);
-  lt.logits1 = to_array(r.l1[0]);  // hidden keys -inf
-  if (c.is_diff()) {
-    lt.a1 = to_array(r.a1[0]);
-    lt.a2 = to_array(r.a2[0]);
-    lt.logits2 = to_array(r.l2[0]);
+  Tensor out;
+  if (!dev.is_cuda() && !tensor_ops) {
+    in = l.inputs(xt, rope);
+    std::vector<int64_t> heads(static_cast<size_t>(c.map_heads()));
+    std::iota(heads.begin(), heads.end(), int64_t{0});
+    CaptureOptions o;
+    o.keep_logits = true;
+    o.logit_stats = false;
+    out = l.output(attend_fused(in, c, l.logit_bits, &heads, o, lt));
+  } else {
+    nn::AttentionBlock r;
+    out = l.attention(xt, rope, T, in, [&](nn::AttentionBlock& b) { r = b; });
+    for (int64_t hd = 0; hd < c.map_heads(); ++hd) lt.heads.push_back(static_cast<int>(hd));
+    lt.a = to_array(r.a[0]);
+    lt.logits1 = to_array(r.l1[0]);  // hidden keys -inf
+    if (c.is_diff()) {
+      lt.a1 = to_array(r.a1[0]);
+      lt.a2 = to_array(r.a2[0]);
+      lt.logits2 = to_array(r.l2[0]);
+    }
   }
   keep_lambda(in, lt);
   if (output) *output = to_vector(out[0]);

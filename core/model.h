@@ -130,8 +130,10 @@ class Model {
   // Runs only layer `layer`'s attention on a given input x ([T, E] row-major, i.e. what the attention
   // sees after input_layernorm) at positions 0..T-1. Returns all maps, logits and λ in a LayerTrace and
   // the attention block's output (before the residual add) in `output` ([T, E]). For tests and probes.
-  LayerTrace attention_probe(int layer, const std::vector<float>& x, int64_t T,
-                             std::vector<float>* output) const;
+  // It computes as a capture does on this device (on the CPU the fused pass, core/attention_cpu.h);
+  // `tensor_ops` runs the tensor operations training and the GPU use instead (tests compare the two).
+  LayerTrace attention_probe(int layer, const std::vector<float>& x, int64_t T, std::vector<float>* output,
+                             bool tensor_ops = false) const;
 
  private:
   struct Impl;

