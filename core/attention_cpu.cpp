@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 namespace difflens {
 namespace {
@@ -44,8 +45,8 @@ int bucket_by_log(float v) {
 
 struct BucketTable {
   static constexpr int kShift = 15;
-  std::vector<uint16_t> first;  // bucket at the start of each range (index: bits >> kShift)
-  std::vector<float> next;      // where the next bucket starts inside the range (+inf: it does not)
+  std::vector<int32_t> first;  // bucket at the start of each range (index: bits >> kShift)
+  std::vector<float> next;     // where the next bucket starts inside the range (+inf: it does not)
   // lower[b]: the smallest |v| in bucket b (lower[0] = 0; lower[kBuckets] = +inf, past the last).
   std::vector<float> lower = std::vector<float>(kBuckets + 1, std::numeric_limits<float>::infinity());
   BucketTable() : first(size_t{1} << (32 - 1 - kShift)), next(first.size()) {
@@ -59,7 +60,7 @@ struct BucketTable {
         continue;
       }
       const int b = bucket_by_log(bits_float(lo));
-      first[r] = static_cast<uint16_t>(b);
+      first[r] = b;
       next[r] = std::numeric_limits<float>::infinity();
       if (bucket_by_log(bits_float(hi)) == b) continue;
       uint32_t a = lo, z = hi;  // bucket(a) == b, bucket(z) > b
@@ -139,6 +140,21 @@ __attribute__((always_inline)) inline v16 exp_nonpositive(v16 x) {
   return (v16)((i16)v & keep);
 }
 
+// A growing array of floats without a std::vector's zero-filling resize (rows append up to T values at a
+// time).
+struct ValueBuffer {
+  std::unique_ptr<float[]> data;
+  size_t size = 0, capacity = 0;
+  void reserve_more(size_t n) {
+    if (size + n <= capacity) return;
+    const size_t grown = std::max(size + n, 2 * capacity);
+    std::unique_ptr<float[]> more(new float[grown]);
+    if (size) std::memcpy(more.get(), data.get(), size * sizeof(float));
+    data = std::move(more);
+    capacity = grown;
+  }
+};
+
 // Per worker: its statistics so far and scratch rows.
 struct Worker {
   std::vector<float> s1, s2;                                             // a row's logits, then its softmax
@@ -147,8 +163,9 @@ struct Worker {
   double sum = 0;
   std::vector<float> top;  // candidates for the top-k, all > top_floor
   float top_floor = -1;
-  std::vector<float> median_values;  // the median pass: values inside the median bucket
-  std::vector<float> amax;           // cpu_logit_steps: per head
+  ValueBuffer median_values;  // values inside the window around the median
+  std::vector<uint32_t> sample = std::vector<uint32_t>(kBuckets, 0);  // the sampling pass's bucket counts
+  std::vector<float> amax;                                            // cpu_logit_steps: per head
 };
 
 void trim_top(Worker& w) {
@@ -167,30 +184,16 @@ struct RowArgs {
   const float* k2t;
   const int* slot;  // head -> map slot, -1 when its maps are not written
   const BucketTable* buckets;
-  int mode;  // 0: the full pass; 1: the median pass (collect |logits| in [median_lo, median_hi)); 2: amax
+  // 0: the full pass (collecting |logits| in [median_lo, median_hi) when that is not empty); 1: only that
+  // collection; 2: the largest |logit| per head; 3: bucket counts of every sample_stride-th row.
+  int mode;
   float median_lo, median_hi;
+  int64_t sample_stride;
 };
 
-// Rows are processed in chunks of kLanes values (two vectors); scratch rows and transposed keys are padded
-// by kLanes so that the last chunk may read and write past the row's end.
+// Logits are computed in chunks of kLanes keys (two vectors); scratch rows and transposed keys are padded so
+// that the last chunk may read and write past the row's end.
 constexpr int64_t kLanes = 32;
-
-// s[j] = q · k_{j0 + j} for j < n (and garbage up to the next multiple of kLanes), from keys transposed
-// ([d, ldk], rows padded by kLanes).
-__attribute__((always_inline)) inline void row_logits(const float* __restrict q, const float* __restrict kt,
-                                                      int64_t ldk, int64_t d, int64_t j0, int64_t n,
-                                                      float* __restrict s) {
-  for (int64_t j = 0; j < n; j += kLanes) {
-    v16 a0{}, a1{};
-    const float* __restrict k = kt + j0 + j;
-    for (int64_t t = 0; t < d; ++t, k += ldk) {
-      a0 += q[t] * load(k);
-      a1 += q[t] * load(k + kW);
-    }
-    store(s + j, a0);
-    store(s + j + kW, a1);
-  }
-}
 
 __attribute__((always_inline)) inline void quantize(float* __restrict s, int64_t n, float step) {
   for (int64_t j = 0; j < n; ++j) s[j] = std::nearbyint(s[j] / step) * step;
@@ -219,6 +222,58 @@ __attribute__((always_inline)) inline float softmax(float* __restrict s, int64_t
   return m + std::log(sum);
 }
 
+// Adds the buckets of |s[0..n)| to four interleaved histograms (neighbours often share a bin, and one counter
+// would serialise on it). The buckets of 16 (AVX-512) or 8 (AVX2) values at a time come from gathers into
+// the bucket table; the counting stays scalar. Picked once at start.
+__attribute__((target("avx512f"))) void histogram_avx512(const BucketTable& t, const float* s, int64_t n,
+                                                         uint32_t* h) {
+  int64_t j = 0;
+  alignas(64) int32_t b[16];
+  for (; j + 16 <= n; j += 16) {
+    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(s + j));
+    const __m512i r = _mm512_srli_epi32(_mm512_castps_si512(a), BucketTable::kShift);
+    const __m512i first = _mm512_i32gather_epi32(r, t.first.data(), 4);
+    const __m512 next = _mm512_i32gather_ps(r, t.next.data(), 4);
+    __m512i bucket =
+        _mm512_mask_add_epi32(first, _mm512_cmp_ps_mask(a, next, _CMP_GE_OQ), first, _mm512_set1_epi32(1));
+    bucket = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), bucket);  // NaN: below
+    _mm512_store_si512(b, bucket);
+    for (int l = 0; l < 16; ++l) ++h[(l & 3) * kBuckets + b[l]];
+  }
+  for (; j < n; ++j) ++h[bucket_of(t, std::fabs(s[j]))];
+}
+
+__attribute__((target("avx2"))) void histogram_avx2(const BucketTable& t, const float* s, int64_t n,
+                                                    uint32_t* h) {
+  int64_t j = 0;
+  alignas(32) int32_t b[8];
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (; j + 8 <= n; j += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(s + j), abs_mask);
+    const __m256i r = _mm256_srli_epi32(_mm256_castps_si256(a), BucketTable::kShift);
+    const __m256i first = _mm256_i32gather_epi32(t.first.data(), r, 4);
+    const __m256 next = _mm256_i32gather_ps(t.next.data(), r, 4);
+    // a >= next: all ones (-1), subtracted: + 1. NaN lanes: masked to 0 (below).
+    __m256i bucket = _mm256_sub_epi32(first, _mm256_castps_si256(_mm256_cmp_ps(a, next, _CMP_GE_OQ)));
+    bucket = _mm256_and_si256(bucket, _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_ORD_Q)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(b), bucket);
+    for (int l = 0; l < 8; ++l) ++h[(l & 3) * kBuckets + b[l]];
+  }
+  for (; j < n; ++j) ++h[bucket_of(t, std::fabs(s[j]))];
+}
+
+void histogram_plain(const BucketTable& t, const float* s, int64_t n, uint32_t* h) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (int64_t l = 0; l < 4; ++l) ++h[l * kBuckets + bucket_of(t, std::fabs(s[j + l]))];
+  for (; j < n; ++j) ++h[bucket_of(t, std::fabs(s[j]))];
+}
+
+using HistogramFn = void (*)(const BucketTable&, const float*, int64_t, uint32_t*);
+const HistogramFn kHistogram = __builtin_cpu_supports("avx512f") ? histogram_avx512
+                               : __builtin_cpu_supports("avx2")  ? histogram_avx2
+                                                                 : histogram_plain;
+
 __attribute__((always_inline)) inline void accumulate_stats(Worker& w, const BucketTable& t, const float* s,
                                                             int64_t n) {
   // |s| summed in vector lanes, flushed to double every 16 chunks (a float lane then holds at most 16
@@ -244,12 +299,7 @@ __attribute__((always_inline)) inline void accumulate_stats(Worker& w, const Buc
     rowmax = std::max(rowmax, std::fabs(s[j]));
   }
   w.sum += sum;
-  // Four interleaved histograms: neighbours often share a bin, and one counter would serialise on it.
-  uint32_t* h = w.hist4.data();
-  j = 0;
-  for (; j + 4 <= n; j += 4)
-    for (int64_t l = 0; l < 4; ++l) ++h[l * kBuckets + bucket_of(t, std::fabs(s[j + l]))];
-  for (; j < n; ++j) ++h[bucket_of(t, std::fabs(s[j]))];
+  kHistogram(t, s, n, w.hist4.data());
   if (rowmax > w.top_floor) {
     for (j = 0; j < n; ++j)
       if (std::fabs(s[j]) > w.top_floor) w.top.push_back(std::fabs(s[j]));
@@ -257,26 +307,66 @@ __attribute__((always_inline)) inline void accumulate_stats(Worker& w, const Buc
   }
 }
 
-// Values of s in [lo, hi) by magnitude, appended to `into` (the median pass).
-__attribute__((always_inline)) inline void collect(const float* s, int64_t n, float lo, float hi,
-                                                   std::vector<float>& into) {
+// Appends the |values| of s[0..n) in [lo, hi) to `into` (the values around the median). The CPU's widest
+// instructions pick them without a branch per value (AVX-512's compress-store), picked once at start.
+__attribute__((target("avx512f"))) size_t select_avx512(const float* s, int64_t n, float lo, float hi,
+                                                        float* out) {
+  size_t c = 0;
+  const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
   int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    int any = 0;
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const float a = std::fabs(s[j + l]);
-      any |= (a >= lo) & (a < hi);
-    }
-    if (!any) continue;
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const float a = std::fabs(s[j + l]);
-      if (a >= lo && a < hi) into.push_back(a);
+  for (; j + 16 <= n; j += 16) {
+    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(s + j));
+    const __mmask16 m = _mm512_cmp_ps_mask(a, vlo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(a, vhi, _CMP_LT_OQ);
+    _mm512_mask_compressstoreu_ps(out + c, m, a);
+    c += static_cast<size_t>(__builtin_popcount(m));
+  }
+  for (; j < n; ++j) {
+    const float a = std::fabs(s[j]);
+    if (a >= lo && a < hi) out[c++] = a;
+  }
+  return c;
+}
+
+__attribute__((target("avx2"))) size_t select_avx2(const float* s, int64_t n, float lo, float hi,
+                                                   float* out) {
+  size_t c = 0;
+  const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(s + j), abs_mask);
+    int m = _mm256_movemask_ps(
+        _mm256_and_ps(_mm256_cmp_ps(a, vlo, _CMP_GE_OQ), _mm256_cmp_ps(a, vhi, _CMP_LT_OQ)));
+    while (m) {
+      const int l = __builtin_ctz(m);
+      out[c++] = std::fabs(s[j + l]);
+      m &= m - 1;
     }
   }
   for (; j < n; ++j) {
     const float a = std::fabs(s[j]);
-    if (a >= lo && a < hi) into.push_back(a);
+    if (a >= lo && a < hi) out[c++] = a;
   }
+  return c;
+}
+
+size_t select_plain(const float* s, int64_t n, float lo, float hi, float* out) {
+  size_t c = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float a = std::fabs(s[j]);
+    if (a >= lo && a < hi) out[c++] = a;
+  }
+  return c;
+}
+
+using SelectFn = size_t (*)(const float*, int64_t, float, float, float*);
+const SelectFn kSelect = __builtin_cpu_supports("avx512f") ? select_avx512
+                         : __builtin_cpu_supports("avx2")  ? select_avx2
+                                                           : select_plain;
+
+inline void collect(const float* s, int64_t n, float lo, float hi, ValueBuffer& into) {
+  into.reserve_more(static_cast<size_t>(n) + 16);
+  into.size += kSelect(s, n, lo, hi, into.data.get() + into.size);
 }
 
 // A map row of `ld` keys from the row's n visible values starting at key j0; the row's other keys (before
@@ -301,6 +391,33 @@ __attribute__((always_inline)) inline void write_row(float* __restrict dst, int6
   for (; c < ld; ++c) dst[c] = at(c);
 }
 
+// Rows are taken four at a time: their logits share each chunk of keys loaded (eight independent
+// accumulator chains instead of two), and so does their A·V.
+constexpr int64_t kGroup = 4;
+
+// s_r[j] = q_r · k_{j0 + j} for the group's rows r (queries q + r·d) and j < n, from keys transposed ([d,
+// ldk], rows padded by kLanes); rows beyond `rows` are left alone.
+__attribute__((always_inline)) inline void group_logits(const float* __restrict q, int64_t rows,
+                                                        const float* __restrict kt, int64_t ldk, int64_t d,
+                                                        int64_t j0, int64_t n, float* const* s) {
+  for (int64_t j = 0; j < n; j += kLanes) {
+    v16 acc[kGroup][2] = {};
+    const float* __restrict k = kt + j0 + j;
+    for (int64_t t = 0; t < d; ++t, k += ldk) {
+      const v16 k0 = load(k), k1 = load(k + kW);
+      for (int64_t r = 0; r < kGroup; ++r) {
+        const float qr = q[std::min(r, rows - 1) * d + t];
+        acc[r][0] += qr * k0;
+        acc[r][1] += qr * k1;
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      store(s[r] + j, acc[r][0]);
+      store(s[r] + j + kW, acc[r][1]);
+    }
+  }
+}
+
 // Rows [r0, r1) of head h.
 __attribute__((target_clones("avx512f", "avx2,fma", "default"))) void attention_rows(const RowArgs& a,
                                                                                      Worker& w, int64_t h,
@@ -319,88 +436,119 @@ __attribute__((target_clones("avx512f", "avx2,fma", "default"))) void attention_
   const float lambda = in.lambda;
   const int slot = a.slot[h];
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  float* s1 = w.s1.data();
-  float* s2 = w.s2.data();
-  for (int64_t i = r0; i < r1; ++i) {
-    const int64_t j0 = in.window > 0 ? std::max<int64_t>(0, i - in.window + 1) : 0, n = i - j0 + 1;
-    row_logits(in.q1 + (h * T + i) * d, kt1, ldk, d, j0, n, s1);
-    if (step1 > 0) quantize(s1, n, step1);
-    if (diff) {
-      row_logits(in.q2 + (h * T + i) * d, kt2, ldk, d, j0, n, s2);
-      if (step2 > 0) quantize(s2, n, step2);
-    }
-    if (a.mode == 2) {  // largest |logit| per head (quantization steps)
-      float m = w.amax[static_cast<size_t>(2 * h)], m2 = w.amax[static_cast<size_t>(2 * h + 1)];
-      for (int64_t j = 0; j < n; ++j) m = std::max(m, std::fabs(s1[j]));
-      if (diff)
-        for (int64_t j = 0; j < n; ++j) m2 = std::max(m2, std::fabs(s2[j]));
-      w.amax[static_cast<size_t>(2 * h)] = m;
-      w.amax[static_cast<size_t>(2 * h + 1)] = m2;
-      continue;
-    }
-    const bool stats = out.logit_stats && i >= out.stats_from;
-    if (a.mode == 1) {  // the median pass
-      if (!stats) continue;
-      collect(s1, n, a.median_lo, a.median_hi, w.median_values);
-      if (diff) collect(s2, n, a.median_lo, a.median_hi, w.median_values);
-      continue;
-    }
-    const int64_t row = i - out.row0;
-    const int64_t rows = out.row1 - out.row0;
-    if (out.logits1) write_row(out.logits1 + (h * rows + row) * out.ld, out.ld, j0, s1, n, neg_inf);
-    if (out.logits2 && diff) write_row(out.logits2 + (h * rows + row) * out.ld, out.ld, j0, s2, n, neg_inf);
-    if (stats) {
-      accumulate_stats(w, *a.buckets, s1, n);
-      if (diff) accumulate_stats(w, *a.buckets, s2, n);
-    }
-    const float lse1 = softmax(s1, n);
-    if (out.lse1) out.lse1[h * T + i] = lse1;
-    const float* arow = s1;
-    if (diff) {
-      const float lse2 = softmax(s2, n);
-      if (out.lse2) out.lse2[h * T + i] = lse2;
-      float* __restrict ad = w.arow.data();
-      for (int64_t j = 0; j < n; ++j) ad[j] = s1[j] - lambda * s2[j];
-      arow = ad;
-    }
-    if (slot >= 0) {
-      const int64_t at = (slot * (out.row1 - out.row0) + row) * out.ld;
+  const int64_t stride = T + 2 * kLanes;  // a scratch row
+  float* S1[kGroup];
+  float* S2[kGroup];
+  float* A[kGroup];  // the group's rows of A over the group's keys, zero where a row does not see
+  for (int64_t r = 0; r < kGroup; ++r) {
+    S1[r] = w.s1.data() + r * stride;
+    S2[r] = diff ? w.s2.data() + r * stride : nullptr;
+    A[r] = w.arow.data() + r * stride;
+  }
+  for (int64_t i0 = r0; i0 < r1; i0 += kGroup) {
+    const int64_t rows = std::min(kGroup, r1 - i0);
+    // The keys any row of the group sees: [jlo, jlo + N).
+    const int64_t jlo = in.window > 0 ? std::max<int64_t>(0, i0 - in.window + 1) : 0, N = i0 + rows - jlo;
+    group_logits(in.q1 + (h * T + i0) * d, rows, kt1, ldk, d, jlo, N, S1);
+    if (diff) group_logits(in.q2 + (h * T + i0) * d, rows, kt2, ldk, d, jlo, N, S2);
+    const bool output = a.mode == 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r;
+      const int64_t j0 = in.window > 0 ? std::max<int64_t>(0, i - in.window + 1) : 0, n = i - j0 + 1;
+      float* s1 = S1[r] + (j0 - jlo);
+      float* s2 = diff ? S2[r] + (j0 - jlo) : nullptr;
+      if (step1 > 0) quantize(s1, n, step1);
+      if (diff && step2 > 0) quantize(s2, n, step2);
+      if (a.mode == 2) {  // largest |logit| per head (quantization steps)
+        float m = w.amax[static_cast<size_t>(2 * h)], m2 = w.amax[static_cast<size_t>(2 * h + 1)];
+        for (int64_t j = 0; j < n; ++j) m = std::max(m, std::fabs(s1[j]));
+        if (diff)
+          for (int64_t j = 0; j < n; ++j) m2 = std::max(m2, std::fabs(s2[j]));
+        w.amax[static_cast<size_t>(2 * h)] = m;
+        w.amax[static_cast<size_t>(2 * h + 1)] = m2;
+        continue;
+      }
+      const bool stats = out.logit_stats && i >= out.stats_from;
+      if (a.mode == 3) {  // sampling: where the median lies, roughly
+        if (!stats || (i - out.row0) % a.sample_stride != 0) continue;
+        for (int64_t j = 0; j < n; ++j)
+          ++w.sample[static_cast<size_t>(bucket_of(*a.buckets, std::fabs(s1[j])))];
+        if (diff)
+          for (int64_t j = 0; j < n; ++j)
+            ++w.sample[static_cast<size_t>(bucket_of(*a.buckets, std::fabs(s2[j])))];
+        continue;
+      }
+      if (a.mode == 1) {  // the median pass
+        if (!stats) continue;
+        collect(s1, n, a.median_lo, a.median_hi, w.median_values);
+        if (diff) collect(s2, n, a.median_lo, a.median_hi, w.median_values);
+        continue;
+      }
+      const int64_t row = i - out.row0;
+      const int64_t rows_out = out.row1 - out.row0;
+      if (out.logits1) write_row(out.logits1 + (h * rows_out + row) * out.ld, out.ld, j0, s1, n, neg_inf);
+      if (out.logits2 && diff)
+        write_row(out.logits2 + (h * rows_out + row) * out.ld, out.ld, j0, s2, n, neg_inf);
+      if (stats) {
+        accumulate_stats(w, *a.buckets, s1, n);
+        if (diff) accumulate_stats(w, *a.buckets, s2, n);
+        if (a.median_lo < a.median_hi) {
+          collect(s1, n, a.median_lo, a.median_hi, w.median_values);
+          if (diff) collect(s2, n, a.median_lo, a.median_hi, w.median_values);
+        }
+      }
+      const float lse1 = softmax(s1, n);
+      if (out.lse1) out.lse1[h * T + i] = lse1;
+      // The row of A over the group's keys: zeros where this row does not see.
+      float* __restrict ar = A[r];
+      for (int64_t j = 0; j < j0 - jlo; ++j) ar[j] = 0.0f;
+      float* __restrict arow = ar + (j0 - jlo);
       if (diff) {
-        write_row(out.a1 + at, out.ld, j0, s1, n, 0.0f);
-        write_row(out.a2 + at, out.ld, j0, s2, n, 0.0f);
+        const float lse2 = softmax(s2, n);
+        if (out.lse2) out.lse2[h * T + i] = lse2;
+        for (int64_t j = 0; j < n; ++j) arow[j] = s1[j] - lambda * s2[j];
+      } else {
+        std::memcpy(arow, s1, static_cast<size_t>(n) * sizeof(float));
       }
-      write_row(out.a + at, out.ld, j0, arow, n, 0.0f);
-    }
-    // o_i = Σ_j A_ij v_j, 16 value columns at a time in a vector.
-    float* __restrict o = out.o + (h * T + i) * dv;
-    int64_t c0 = 0;
-    for (; c0 + 2 * kW <= dv; c0 += 2 * kW) {
-      v16 a0{}, a1{};
-      const float* __restrict vj = vg + j0 * dv + c0;
-      for (int64_t j = 0; j < n; ++j, vj += dv) {
-        a0 += arow[j] * load(vj);
-        a1 += arow[j] * load(vj + kW);
+      for (int64_t j = j0 - jlo + n; j < N; ++j) ar[j] = 0.0f;
+      if (slot >= 0) {
+        const int64_t at = (slot * rows_out + row) * out.ld;
+        if (diff) {
+          write_row(out.a1 + at, out.ld, j0, s1, n, 0.0f);
+          write_row(out.a2 + at, out.ld, j0, s2, n, 0.0f);
+        }
+        write_row(out.a + at, out.ld, j0, arow, n, 0.0f);
       }
-      store(o + c0, a0);
-      store(o + c0 + kW, a1);
     }
-    for (; c0 + kW <= dv; c0 += kW) {
-      v16 a0{};
-      const float* __restrict vj = vg + j0 * dv + c0;
-      for (int64_t j = 0; j < n; ++j, vj += dv) a0 += arow[j] * load(vj);
-      store(o + c0, a0);
-    }
-    for (; c0 < dv; ++c0) {
-      float acc = 0;
-      for (int64_t j = 0; j < n; ++j) acc += arow[j] * vg[(j0 + j) * dv + c0];
-      o[c0] = acc;
+    if (!output) continue;
+    // o_i = Σ_j A_ij v_j for the group's rows, 16 value columns at a time: each v_j chunk loaded once.
+    for (int64_t c0 = 0; c0 < dv; c0 += kW) {
+      const int64_t width = std::min(kW, dv - c0);
+      v16 acc[kGroup] = {};
+      const float* __restrict vj = vg + jlo * dv + c0;
+      if (width == kW) {
+        for (int64_t j = 0; j < N; ++j, vj += dv) {
+          const v16 v = load(vj);
+          for (int64_t r = 0; r < kGroup; ++r) acc[r] += A[std::min(r, rows - 1)][j] * v;
+        }
+      } else {  // the last, narrower columns
+        for (int64_t j = 0; j < N; ++j, vj += dv) {
+          v16 v{};
+          for (int64_t c = 0; c < width; ++c) v[c] = vj[c];
+          for (int64_t r = 0; r < kGroup; ++r) acc[r] += A[std::min(r, rows - 1)][j] * v;
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* o = out.o + (h * T + i0 + r) * dv + c0;
+        for (int64_t c = 0; c < width; ++c) o[c] = acc[r][c];
+      }
     }
   }
   _mm_sfence();  // the streamed map rows are visible to other threads once the job is done
 }
 
 // Keys transposed per kv head: [kv_heads, T, d] -> [kv_heads, d, T + kLanes], rows padded with zeros so
-// that row_logits may read a whole chunk past the last key.
+// that group_logits may read a whole chunk past the last key.
 std::vector<float> transposed(const float* k, int64_t kv_heads, int64_t T, int64_t d) {
   const int64_t ldk = T + kLanes;
   std::vector<float> t(static_cast<size_t>(kv_heads * d * ldk), 0.0f);
@@ -429,11 +577,10 @@ void for_each_block(int64_t heads, int64_t row0, int64_t row1, const CpuParallel
 std::vector<Worker> make_workers(int workers, int64_t T, bool diff) {
   std::vector<Worker> w(static_cast<size_t>(std::max(1, workers)));
   for (Worker& x : w) {
-    x.s1.resize(static_cast<size_t>(T + kLanes));
-    if (diff) {
-      x.s2.resize(static_cast<size_t>(T + kLanes));
-      x.arow.resize(static_cast<size_t>(T + kLanes));
-    }
+    const size_t rows = static_cast<size_t>(kGroup * (T + 2 * kLanes));
+    x.s1.resize(rows);
+    x.arow.resize(rows);
+    if (diff) x.s2.resize(rows);
   }
   return w;
 }
@@ -454,7 +601,8 @@ std::pair<std::vector<float>, std::vector<float>> cpu_logit_steps(const CpuAtten
   for (Worker& w : ws) w.amax.assign(static_cast<size_t>(2 * in.heads), 0.0f);
   CpuAttentionOutputs none;
   std::vector<int> slots(static_cast<size_t>(in.heads), -1);
-  RowArgs args{&in, &none, k1t.data(), diff ? k2t.data() : nullptr, slots.data(), &bucket_table(), 2, 0, 0};
+  RowArgs args{&in, &none, k1t.data(), diff ? k2t.data() : nullptr, slots.data(), &bucket_table(), 2,
+               0,   0,     1};
   for_each_block(in.heads, 0, in.T, parallel, [&](int worker, int64_t h, int64_t r0, int64_t r1) {
     attention_rows(args, ws[worker], h, r0, r1);
   });
@@ -484,10 +632,39 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
     slots[static_cast<size_t>(out.map_heads[k])] = static_cast<int>(k);
   const BucketTable& buckets = bucket_table();
   std::vector<Worker> ws = make_workers(workers, in.T, diff);
-  RowArgs args{&in, &out, k1t.data(), diff ? k2t.data() : nullptr, slots.data(), &buckets, 0, 0, 0};
-  for_each_block(in.heads, out.row0, out.row1, parallel, [&](int worker, int64_t h, int64_t r0, int64_t r1) {
-    attention_rows(args, ws[worker], h, r0, r1);
-  });
+  RowArgs args{&in, &out, k1t.data(), diff ? k2t.data() : nullptr, slots.data(), &buckets, 0, 0, 0, 1};
+  auto run = [&]() {
+    for_each_block(
+        in.heads, out.row0, out.row1, parallel,
+        [&](int worker, int64_t h, int64_t r0, int64_t r1) { attention_rows(args, ws[worker], h, r0, r1); });
+  };
+  // An exact median: a first, sampling pass over every 32nd of the rows (their logits only) says where the
+  // median lies, and the full pass keeps the values within a bin of it; a second pass over every row is
+  // left for the rare case where the median falls outside.
+  constexpr int kWindow = 1;
+  int window_lo = 0, window_hi = -1;  // the buckets the full pass collects
+  if (out.logit_stats && out.exact_median) {
+    args.mode = 3;
+    args.sample_stride = std::max<int64_t>(1, (out.row1 - out.row0) / 32);
+    run();
+    std::vector<uint64_t> sample(kBuckets, 0);
+    uint64_t total = 0;
+    for (const Worker& w : ws)
+      for (int b = 0; b < kBuckets; ++b) sample[static_cast<size_t>(b)] += w.sample[static_cast<size_t>(b)];
+    for (uint64_t c : sample) total += c;
+    if (total > 0) {
+      uint64_t below = 0;
+      int b = kBelow;
+      for (; b < kAbove && below + sample[static_cast<size_t>(b)] < (total + 1) / 2; ++b)
+        below += sample[static_cast<size_t>(b)];
+      window_lo = std::max(kBelow, b - kWindow);
+      window_hi = std::min(kAbove, b + kWindow);
+      args.median_lo = buckets.lower[static_cast<size_t>(window_lo)];
+      args.median_hi = buckets.lower[static_cast<size_t>(window_hi + 1)];
+    }
+  }
+  args.mode = 0;
+  run();
   if (!out.logit_stats) return;
 
   // Merge the workers' statistics.
@@ -519,7 +696,7 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
     s.median = static_cast<float>(s.histogram.quantile(0.5));
     return;
   }
-  // Lower median: rank (n + 1) / 2 from the bottom, found among the values of its bucket (a second pass).
+  // Lower median: rank (n + 1) / 2 from the bottom, found among the values of its bucket.
   const uint64_t rank = (n + 1) / 2;
   uint64_t below = 0;
   int b = kBelow;
@@ -527,14 +704,19 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
     if (below + counts[static_cast<size_t>(b)] >= rank) break;
     below += counts[static_cast<size_t>(b)];
   }
-  args.mode = 1;
-  args.median_lo = buckets.lower[static_cast<size_t>(b)];
-  args.median_hi = buckets.lower[static_cast<size_t>(b + 1)];
-  for_each_block(in.heads, out.row0, out.row1, parallel, [&](int worker, int64_t h, int64_t r0, int64_t r1) {
-    attention_rows(args, ws[worker], h, r0, r1);
-  });
-  std::vector<float> values;
-  for (Worker& w : ws) values.insert(values.end(), w.median_values.begin(), w.median_values.end());
+  if (b < window_lo || b > window_hi) {  // outside the window: collect the median's bucket in a second pass
+    for (Worker& w : ws) w.median_values.size = 0;
+    args.mode = 1;
+    args.median_lo = buckets.lower[static_cast<size_t>(b)];
+    args.median_hi = buckets.lower[static_cast<size_t>(b + 1)];
+    run();
+  }
+  std::vector<float> values;  // the median bucket's values
+  const float lo = buckets.lower[static_cast<size_t>(b)], hi = buckets.lower[static_cast<size_t>(b + 1)];
+  for (const Worker& w : ws)
+    for (size_t k = 0; k < w.median_values.size; ++k)
+      if (w.median_values.data[k] >= lo && w.median_values.data[k] < hi)
+        values.push_back(w.median_values.data[k]);
   const size_t k = static_cast<size_t>(rank - below - 1);
   if (k >= values.size()) {  // NaN or infinite logits in the median's bucket (not collected): the estimate
     s.median = static_cast<float>(s.histogram.quantile(0.5));
