@@ -585,6 +585,61 @@ std::vector<Worker> make_workers(int workers, int64_t T, bool diff) {
   return w;
 }
 
+// The workers' statistics as one ValueStats. With exact_median the median is found among the values of its
+// bucket: those the workers collected when the bucket lies in [window_lo, window_hi], else the ones
+// `collect_bucket(lo, hi)` gathers into the workers' median_values.
+template <typename Collect>
+ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo, int window_hi,
+                       Collect&& collect_bucket) {
+  ValueStats s;
+  std::vector<uint64_t> counts(kBuckets, 0);
+  double sum = 0;
+  std::vector<float> top;
+  for (Worker& w : ws) {
+    for (int b = 0; b < kBuckets; ++b)
+      for (int k = 0; k < 4; ++k)
+        counts[static_cast<size_t>(b)] += w.hist4[static_cast<size_t>(k * kBuckets + b)];
+    sum += w.sum;
+    top.insert(top.end(), w.top.begin(), w.top.end());
+  }
+  uint64_t n = 0;
+  for (uint64_t c : counts) n += c;
+  s.count = n;
+  if (n == 0) return s;
+  s.histogram.below = counts[kBelow];
+  s.histogram.above = counts[kAbove];
+  for (int b = 0; b < LogHistogram::kBins; ++b)
+    s.histogram.counts[static_cast<size_t>(b)] = counts[static_cast<size_t>(b + 1)];
+  s.mean = static_cast<float>(sum / static_cast<double>(n));
+  std::sort(top.begin(), top.end(), std::greater<float>());
+  top.resize(std::min<size_t>(top.size(), std::min<uint64_t>(ValueStats::kTopK, n)));
+  s.top = std::move(top);
+  s.median = static_cast<float>(s.histogram.quantile(0.5));  // the estimate, unless exact below
+  if (!exact_median) return s;
+  // Lower median: rank (n + 1) / 2 from the bottom, found among the values of its bucket.
+  const uint64_t rank = (n + 1) / 2;
+  uint64_t below = 0;
+  int b = kBelow;
+  for (; b < kAbove; ++b) {
+    if (below + counts[static_cast<size_t>(b)] >= rank) break;
+    below += counts[static_cast<size_t>(b)];
+  }
+  const BucketTable& buckets = bucket_table();
+  const float lo = buckets.lower[static_cast<size_t>(b)], hi = buckets.lower[static_cast<size_t>(b + 1)];
+  if (b < window_lo || b > window_hi) collect_bucket(lo, hi);  // not collected yet: a pass for it
+  std::vector<float> values;                                   // the median bucket's values
+  for (const Worker& w : ws)
+    for (size_t k = 0; k < w.median_values.size; ++k)
+      if (w.median_values.data[k] >= lo && w.median_values.data[k] < hi)
+        values.push_back(w.median_values.data[k]);
+  const size_t k = static_cast<size_t>(rank - below - 1);
+  if (k >= values.size())
+    return s;  // NaN or infinite values in the median's bucket (not collected): the estimate
+  std::nth_element(values.begin(), values.begin() + static_cast<int64_t>(k), values.end());
+  s.median = values[k];
+  return s;
+}
+
 }  // namespace
 
 int log_bucket(float v) {
@@ -667,63 +722,25 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
   run();
   if (!out.logit_stats) return;
 
-  // Merge the workers' statistics.
-  ValueStats& s = *out.logit_stats;
-  s = ValueStats{};
-  std::vector<uint64_t> counts(kBuckets, 0);
-  double sum = 0;
-  std::vector<float> top;
-  for (Worker& w : ws) {
-    for (int b = 0; b < kBuckets; ++b)
-      for (int k = 0; k < 4; ++k)
-        counts[static_cast<size_t>(b)] += w.hist4[static_cast<size_t>(k * kBuckets + b)];
-    sum += w.sum;
-    top.insert(top.end(), w.top.begin(), w.top.end());
-  }
-  uint64_t n = 0;
-  for (uint64_t c : counts) n += c;
-  s.count = n;
-  if (n == 0) return;
-  s.histogram.below = counts[kBelow];
-  s.histogram.above = counts[kAbove];
-  for (int b = 0; b < LogHistogram::kBins; ++b)
-    s.histogram.counts[static_cast<size_t>(b)] = counts[static_cast<size_t>(b + 1)];
-  s.mean = static_cast<float>(sum / static_cast<double>(n));
-  std::sort(top.begin(), top.end(), std::greater<float>());
-  top.resize(std::min<size_t>(top.size(), std::min<uint64_t>(ValueStats::kTopK, n)));
-  s.top = std::move(top);
-  if (!out.exact_median) {
-    s.median = static_cast<float>(s.histogram.quantile(0.5));
-    return;
-  }
-  // Lower median: rank (n + 1) / 2 from the bottom, found among the values of its bucket.
-  const uint64_t rank = (n + 1) / 2;
-  uint64_t below = 0;
-  int b = kBelow;
-  for (; b < kAbove; ++b) {
-    if (below + counts[static_cast<size_t>(b)] >= rank) break;
-    below += counts[static_cast<size_t>(b)];
-  }
-  if (b < window_lo || b > window_hi) {  // outside the window: collect the median's bucket in a second pass
+  *out.logit_stats = merge_stats(ws, out.exact_median, window_lo, window_hi, [&](float lo, float hi) {
     for (Worker& w : ws) w.median_values.size = 0;
     args.mode = 1;
-    args.median_lo = buckets.lower[static_cast<size_t>(b)];
-    args.median_hi = buckets.lower[static_cast<size_t>(b + 1)];
+    args.median_lo = lo;
+    args.median_hi = hi;
     run();
-  }
-  std::vector<float> values;  // the median bucket's values
-  const float lo = buckets.lower[static_cast<size_t>(b)], hi = buckets.lower[static_cast<size_t>(b + 1)];
-  for (const Worker& w : ws)
-    for (size_t k = 0; k < w.median_values.size; ++k)
-      if (w.median_values.data[k] >= lo && w.median_values.data[k] < hi)
-        values.push_back(w.median_values.data[k]);
-  const size_t k = static_cast<size_t>(rank - below - 1);
-  if (k >= values.size()) {  // NaN or infinite logits in the median's bucket (not collected): the estimate
-    s.median = static_cast<float>(s.histogram.quantile(0.5));
-    return;
-  }
-  std::nth_element(values.begin(), values.begin() + static_cast<int64_t>(k), values.end());
-  s.median = values[k];
+  });
+}
+
+ValueStats value_stats_cpu(const float* values, int64_t n, bool exact_median) {
+  std::vector<Worker> ws(1);
+  Worker& w = ws[0];
+  constexpr int64_t kChunk = 4096;  // rows of the statistics' own loops
+  for (int64_t at = 0; at < n; at += kChunk)
+    accumulate_stats(w, bucket_table(), values + at, std::min(kChunk, n - at));
+  return merge_stats(ws, exact_median, 0, -1, [&](float lo, float hi) {
+    for (int64_t at = 0; at < n; at += kChunk)
+      collect(values + at, std::min(kChunk, n - at), lo, hi, w.median_values);
+  });
 }
 
 }  // namespace difflens

@@ -65,6 +65,10 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
 std::pair<std::vector<float>, std::vector<float>> cpu_logit_steps(const CpuAttentionInputs& in, int workers,
                                                                   const CpuParallelFor& parallel);
 
+// Statistics of |values| (count, exact top-k, mean, histogram, the exact lower median or, without
+// exact_median, the histogram's) in plain C++: what the capture keeps of each layer's hidden state.
+ValueStats value_stats_cpu(const float* values, int64_t n, bool exact_median = true);
+
 // The bin of LogHistogram that |v| falls in, as ValueStats' buckets: 0 below 10^kLogMin (zeros, NaN),
 // 1..kBins the histogram's bins, kBins + 1 at or above 10^kLogMax. The same bins as LogHistogram::add.
 int log_bucket(float v);

@@ -124,6 +124,15 @@ ValueStats value_stats(const std::vector<Tensor>& parts, const Tensor& skip = Te
   return s;
 }
 
+// Statistics of a layer's |hidden state| h [1, T, E] from row `from` on: on the host in plain C++, on a GPU
+// by value_stats()'s tensor operations.
+ValueStats hidden_stats(const Tensor& h, int64_t from) {
+  const Tensor rows = h[0].slice(0, from);
+  if (h.is_cuda()) return value_stats({rows});
+  const Tensor x = rows.to(at::kFloat).contiguous();
+  return value_stats_cpu(x.data_ptr<float>(), x.numel());
+}
+
 // The statistics of value_stats() accumulated block by block on the blocks' own device, read back once at
 // the end: bucket counts (histc over chunks of at most 2^24 values, whose float counts are exact), the sum
 // of |values| and the running top-k. Equal to merging value_stats() of each block (exact top-k, mean and
@@ -534,7 +543,7 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
   lt.pooled = P;
   keep_lambda(in, lt);
   if (have_stats) lt.logit_stats = on_device && grid.T > block_rows ? streamed.finish() : std::move(stats);
-  lt.hidden_stats = value_stats({h[0].slice(0, options.stats_from)});
+  lt.hidden_stats = hidden_stats(h, options.stats_from);
   if (options.keep_hidden) lt.hidden = to_array(h[0]);
   lt.q1 = to_array(in.q1[0]);
   lt.k1 = to_array(in.k1[0]);
@@ -959,9 +968,9 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   const Rope rope(T, c, dev);
   // The capture itself; a GPU's out-of-memory error is translated at the end of this function.
   auto run = [&]() -> Trace {
-    // Masks are T x T: built only for exact captures.
+    // Masks are T x T: built only for exact captures on a GPU.
     Tensor future, stats_skip;
-    if (pooled == 0) {
+    if (pooled == 0 && dev.is_cuda()) {  // the tensor path's statistics (the CPU's fused pass has no masks)
       future = nn::hidden_keys(0, T, c, dev);  // key j > query i, and beyond a sliding window
       // Cells left out of the logit statistics: the causal future, and rows before stats_from.
       stats_skip = future;
@@ -1019,7 +1028,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
       }
       keep_lambda(in, lt);
       if (options.keep_qkv) keep_inputs(in, *layers[i], lt);
-      lt.hidden_stats = value_stats({h[0].slice(0, options.stats_from)});
+      lt.hidden_stats = hidden_stats(h, options.stats_from);
       if (options.keep_hidden) lt.hidden = to_array(h[0]);
       trace.layers.push_back(std::move(lt));
     }

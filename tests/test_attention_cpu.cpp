@@ -185,3 +185,37 @@ TEST_CASE("fused attention: histogram bins are LogHistogram's, at bin edges too"
     REQUIRE(log_bucket(-v) == expected);
   }
 }
+
+TEST_CASE("fused attention: hidden-state statistics are exact", "[attention][fused][stats]") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (const size_t n : {size_t{1}, size_t{2}, size_t{99}, size_t{5000}, size_t{70001}}) {
+    INFO(n << " values");
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng);
+    if (n > 10) {
+      v[3] = 0.0f;     // below the histogram
+      v[7] = 250.0f;   // an outlier: the top
+      v[8] = -250.0f;  // the same magnitude, negative
+      v[9] = 1e-9f;
+    }
+    const ValueStats s = value_stats_cpu(v.data(), static_cast<int64_t>(n));
+    LogHistogram hist;
+    double sum = 0;
+    std::vector<float> a;
+    for (float x : v) {
+      hist.add(x);
+      sum += std::fabs(x);
+      a.push_back(std::fabs(x));
+    }
+    std::sort(a.begin(), a.end());
+    CHECK(s.count == n);
+    CHECK(s.histogram.counts == hist.counts);
+    CHECK(s.histogram.below == hist.below);
+    CHECK(s.mean == Approx(sum / static_cast<double>(n)).epsilon(1e-6));
+    CHECK(s.median == a[(n + 1) / 2 - 1]);
+    const size_t k = std::min<size_t>(n, ValueStats::kTopK);
+    CHECK(s.top == std::vector<float>(a.rbegin(), a.rbegin() + static_cast<std::ptrdiff_t>(k)));
+  }
+  CHECK(value_stats_cpu(nullptr, 0).count == 0);
+}
