@@ -511,7 +511,28 @@ __attribute__((target_clones("avx512f", "avx2,fma", "default"))) void attention_
         std::memcpy(arow, s1, static_cast<size_t>(n) * sizeof(float));
       }
       for (int64_t j = j0 - jlo + n; j < N; ++j) ar[j] = 0.0f;
-      if (slot >= 0) {
+      if (slot >= 0 && out.pool_cells > 0) {  // long prompts: the row pooled into its cell row
+        const int64_t maps = diff ? 3 : 1, P = out.pool_cells, rb = out.pool_bin[i];
+        const float* vals[3] = {s1, diff ? s2 : nullptr, diff ? arow : nullptr};
+        for (int64_t m = 0; m < maps; ++m) {
+          float* su = out.pool_sum[static_cast<size_t>(slot * maps + m)] + rb * P;
+          float* be = out.pool_best[static_cast<size_t>(slot * maps + m)] + rb * P;
+          const float* v = vals[m];
+          for (int64_t c = 0; c <= rb; ++c) {
+            const int64_t a0 = std::max(out.pool_start[c], j0), a1 = std::min(out.pool_start[c + 1], i + 1);
+            if (a0 >= a1) continue;
+            float sum = 0, hi = v[a0 - j0], lo = hi;
+            for (int64_t j = a0 - j0; j < a1 - j0; ++j) {
+              sum += v[j];
+              hi = std::max(hi, v[j]);
+              lo = std::min(lo, v[j]);
+            }
+            su[c] += sum;
+            const float top = hi >= -lo ? hi : lo;
+            if (std::fabs(top) > std::fabs(be[c])) be[c] = top;
+          }
+        }
+      } else if (slot >= 0) {
         const int64_t at = (slot * rows_out + row) * out.ld;
         if (diff) {
           write_row(out.a1 + at, out.ld, j0, s1, n, 0.0f);
@@ -559,17 +580,28 @@ std::vector<float> transposed(const float* k, int64_t kv_heads, int64_t T, int64
 }
 
 // Runs `rows(worker, head, r0, r1)` over every head and block of rows [row0, row1), the blocks of a head
-// handed out from both ends alternately so that contiguous ranges of jobs carry similar work.
+// handed out from both ends alternately so that contiguous ranges of jobs carry similar work. Blocks are 16
+// rows, or, with `cells` (pooling), the rows of one cell row each.
 template <typename Rows>
-void for_each_block(int64_t heads, int64_t row0, int64_t row1, const CpuParallelFor& parallel, Rows&& rows) {
+void for_each_block(int64_t heads, int64_t row0, int64_t row1, const CpuParallelFor& parallel, Rows&& rows,
+                    const CpuAttentionOutputs* cells = nullptr) {
   constexpr int64_t kBlock = 16;
-  const int64_t blocks = (row1 - row0 + kBlock - 1) / kBlock;
+  std::vector<int64_t> bounds;  // block b: rows [bounds[b], bounds[b + 1])
+  if (cells && cells->pool_cells > 0) {
+    bounds.push_back(row0);
+    for (int64_t c = 0; c <= cells->pool_cells; ++c)
+      if (cells->pool_start[c] > row0 && cells->pool_start[c] < row1) bounds.push_back(cells->pool_start[c]);
+    bounds.push_back(row1);
+  } else {
+    for (int64_t r = row0; r < row1; r += kBlock) bounds.push_back(r);
+    bounds.push_back(row1);
+  }
+  const int64_t blocks = static_cast<int64_t>(bounds.size()) - 1;
   parallel(heads * blocks, [&](int64_t begin, int64_t end, int worker) {
     for (int64_t job = begin; job < end; ++job) {
       const int64_t h = job / blocks, k = job % blocks;
       const int64_t b = k % 2 == 0 ? k / 2 : blocks - 1 - k / 2;
-      const int64_t r0 = row0 + b * kBlock;
-      rows(worker, h, r0, std::min(r0 + kBlock, row1));
+      rows(worker, h, bounds[static_cast<size_t>(b)], bounds[static_cast<size_t>(b + 1)]);
     }
   });
 }
@@ -640,6 +672,16 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
   return s;
 }
 
+// The input's keys transposed for the pass, made once per input (component 2: empty for the baseline).
+const std::vector<float>& keys_of(const CpuAttentionInputs& in, bool second) {
+  std::shared_ptr<const std::vector<float>>& slot = second ? in.k2t : in.k1t;
+  if (!slot)
+    slot = std::make_shared<const std::vector<float>>(
+        second && !in.k2 ? std::vector<float>{}
+                         : transposed(second ? in.k2 : in.k1, in.kv_heads, in.T, in.d));
+  return *slot;
+}
+
 }  // namespace
 
 int log_bucket(float v) {
@@ -650,8 +692,8 @@ std::pair<std::vector<float>, std::vector<float>> cpu_logit_steps(const CpuAtten
                                                                   const CpuParallelFor& parallel) {
   if (in.bits <= 0 || in.bits >= 32) return {};
   const bool diff = in.q2 != nullptr;
-  const std::vector<float> k1t = transposed(in.k1, in.kv_heads, in.T, in.d);
-  const std::vector<float> k2t = diff ? transposed(in.k2, in.kv_heads, in.T, in.d) : std::vector<float>{};
+  const std::vector<float>& k1t = keys_of(in, false);
+  const std::vector<float>& k2t = keys_of(in, true);
   std::vector<Worker> ws = make_workers(workers, in.T, diff);
   for (Worker& w : ws) w.amax.assign(static_cast<size_t>(2 * in.heads), 0.0f);
   CpuAttentionOutputs none;
@@ -680,8 +722,8 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
   const bool diff = in.q2 != nullptr;
   if (in.bits > 0 && in.bits < 32 && out.step1.empty())
     std::tie(out.step1, out.step2) = cpu_logit_steps(in, workers, parallel);
-  const std::vector<float> k1t = transposed(in.k1, in.kv_heads, in.T, in.d);
-  const std::vector<float> k2t = diff ? transposed(in.k2, in.kv_heads, in.T, in.d) : std::vector<float>{};
+  const std::vector<float>& k1t = keys_of(in, false);
+  const std::vector<float>& k2t = keys_of(in, true);
   std::vector<int> slots(static_cast<size_t>(in.heads), -1);
   for (size_t k = 0; k < out.map_heads.size(); ++k)
     slots[static_cast<size_t>(out.map_heads[k])] = static_cast<int>(k);
@@ -691,7 +733,8 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
   auto run = [&]() {
     for_each_block(
         in.heads, out.row0, out.row1, parallel,
-        [&](int worker, int64_t h, int64_t r0, int64_t r1) { attention_rows(args, ws[worker], h, r0, r1); });
+        [&](int worker, int64_t h, int64_t r0, int64_t r1) { attention_rows(args, ws[worker], h, r0, r1); },
+        &out);
   };
   // An exact median: a first, sampling pass over every 32nd of the rows (their logits only) says where the
   // median lies, and the full pass keeps the values within a bin of it; a second pass over every row is

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/trace.h"
@@ -26,6 +27,9 @@ struct CpuAttentionInputs {
   float lambda = 0;          // DIFF: A = A1 − λ A2
   int64_t window = 0;        // sliding window W: keys j <= i − W hidden too (0: none)
   int bits = 0;              // absmax-quantized logits, per head over its visible entries (0: exact)
+  // The keys as the pass reads them (transposed, padded), made by the first call and kept here so that the
+  // calls of a blocked capture share them.
+  mutable std::shared_ptr<const std::vector<float>> k1t, k2t;
 };
 
 // What the pass writes. Rows [row0, row1) of the map; buffers indexed by (slot, row − row0, key) with a row
@@ -46,6 +50,15 @@ struct CpuAttentionOutputs {
   ValueStats* logit_stats = nullptr;
   int64_t stats_from = 0;
   bool exact_median = true;
+  // Long prompts: instead of map rows, each kept map pooled as its rows are made. Cell (r, c) of a
+  // P x P grid covers rows and keys [pool_start[r], pool_start[r + 1]) x [pool_start[c], pool_start[c + 1]);
+  // its causal entries' sum and the entry of largest magnitude (+x on a tie with -x) are added to
+  // pool_sum[slot * maps + m] and pool_best[...] ([P, P] each; maps: DIFF A1, A2, A; baseline A). The rows
+  // of one cell row go to one worker, so no two threads touch a cell.
+  int64_t pool_cells = 0;               // P (0: no pooling)
+  const int64_t* pool_start = nullptr;  // [P + 1]
+  const int64_t* pool_bin = nullptr;    // [T]: token -> cell
+  std::vector<float*> pool_sum, pool_best;
   // Quantization steps per head (bits > 0): computed over the whole map when empty, else used as given
   // (a blocked capture computes them once, see cpu_logit_steps).
   std::vector<float> step1, step2;

@@ -442,16 +442,23 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
     });
   };
   nn::AttentionInputs in;
-  if (!on_device && !h.is_cuda()) {  // the CPU: the fused pass block by block, pooled by the host's loops
+  if (!on_device && !h.is_cuda()) {  // the CPU: the fused pass block by block, pooling as it goes
     h = layer.forward_with(h, rope, in, [&](const nn::AttentionInputs& inputs) {
       const FusedInputs f(inputs, c, 0);
       Tensor o = at::empty({1, H, T, f.ci.dv}, at::TensorOptions().dtype(at::kFloat));
-      std::vector<float> buffers[3];  // the block's maps of the kept heads: A1, A2, A (baseline: A only)
-      for (int64_t m = 0; m < (nh > 0 ? maps : 0); ++m)
-        buffers[m].resize(nh * static_cast<size_t>(std::min(block_rows, T) * T));
-      for (int64_t r0 = 0; r0 < T; r0 += block_rows) {
+      // The kept heads' maps are pooled by the pass itself as their rows are made: no block of maps.
+      std::vector<float*> pool_sum, pool_best;
+      for (size_t job = 0; job < sum.size(); ++job) {
+        pool_sum.push_back(sum[job].data());
+        pool_best.push_back(best[job].data());
+      }
+      // Blocks here hold no maps, only the cancellation points: about 16M entries each (unless the options
+      // ask for a block size).
+      const int64_t rows =
+          options.block_rows > 0 ? block_rows : std::clamp<int64_t>((int64_t{1} << 24) / T, block_rows, T);
+      for (int64_t r0 = 0; r0 < T; r0 += rows) {
         if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
-        const int64_t r1 = std::min(r0 + block_rows, T);
+        const int64_t r1 = std::min(r0 + rows, T);
         CpuAttentionOutputs co;
         co.row0 = r0;
         co.row1 = co.ld = r1;
@@ -460,11 +467,11 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
         if (diff) co.lse2 = lse2.data_ptr<float>();
         if (nh > 0) {
           co.map_heads = keep_heads;
-          co.a = buffers[diff ? 2 : 0].data();
-          if (diff) {
-            co.a1 = buffers[0].data();
-            co.a2 = buffers[1].data();
-          }
+          co.pool_cells = P;
+          co.pool_start = grid.start.data();
+          co.pool_bin = grid.bin.data();
+          co.pool_sum = pool_sum;
+          co.pool_best = pool_best;
         }
         ValueStats block_stats;
         if (options.logit_stats && r1 > options.stats_from) {
@@ -479,11 +486,6 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
           else
             stats.merge(block_stats);
           have_stats = true;
-        }
-        if (nh > 0) {
-          const float* host[3] = {buffers[0].data(), diff ? buffers[1].data() : nullptr,
-                                  diff ? buffers[2].data() : nullptr};
-          pool_host(host, false, r0, r1 - r0);
         }
       }
       return o;
