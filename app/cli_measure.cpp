@@ -318,12 +318,13 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Peak resident memory of this process so far (VmHWM), in KB; 0 when unknown.
-int64_t peak_rss_kb() {
+// A field of /proc/self/status in KB ("VmHWM:" the peak resident memory so far, "VmRSS:" the present one);
+// 0 when unknown.
+int64_t status_kb(const char* field) {
   std::ifstream in("/proc/self/status");
   std::string key;
   while (in >> key) {
-    if (key == "VmHWM:") {
+    if (key == field) {
       int64_t kb = 0;
       in >> kb;
       return kb;
@@ -331,6 +332,12 @@ int64_t peak_rss_kb() {
     std::getline(in, key);
   }
   return 0;
+}
+int64_t peak_rss_kb() {
+  return status_kb("VmHWM:");
+}
+int64_t resident_kb() {
+  return status_kb("VmRSS:");
 }
 
 int cmd_bench(const Args& a) {
@@ -370,10 +377,12 @@ int cmd_bench(const Args& a) {
     std::printf(
         "long prompts: pooled maps within %s per model once the exact maps would exceed it, pooled %s\n",
         mb(opt.pooled_budget_bytes).c_str(),
-        opt.pooling == PoolingPath::Host     ? "by the host's loops"
+        opt.pooling == PoolingPath::Host     ? "on the host (the CPU's fused pass, as rows are made)"
         : opt.pooling == PoolingPath::Device ? "by tensor operations on the model's device"
-        : models[0].device_name() == "cpu"   ? "by the host's loops (auto)"
+        : models[0].device_name() == "cpu"   ? "by the CPU's fused pass as rows are made (auto)"
                                              : "on the GPU (auto)");
+  std::printf("resident before the captures (process, libraries, weights): %s\n",
+              mb(static_cast<size_t>(resident_kb()) * 1024).c_str());
   std::printf("%-9s %6s %12s %12s %12s %8s %12s\n", "model", "T", "median ms", "min ms", "trace", "pooled",
               "peak RSS");
   for (int T : lengths) {

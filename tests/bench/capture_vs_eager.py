@@ -57,8 +57,11 @@ def main():
 
     print("running the eager reference ...", flush=True)
     rows = {}
+    idle = {}
     for line in run(eager + ["--lengths", args.lengths, "--repeats", str(args.repeats)]).splitlines():
         f = line.split()
+        if f and f[0] == "eager-resident":
+            idle["eager"] = float(f[1])
         if f and f[0] == "eager":
             rows[(f[1], int(f[2]))] = {"eager": float(f[3]), "eager_rss": float(f[5])}
     print("running difflens bench ...", flush=True)
@@ -69,17 +72,22 @@ def main():
         f = line.split()
         if line.startswith("bench:"):
             header = line
+        if line.startswith("resident before the captures"):
+            idle["difflens"] = float(line.split(":")[1].split()[0])
         if len(f) >= 8 and f[0] in ("diff", "baseline") and f[1].isdigit():
             rows.setdefault((f[0], int(f[1])), {}).update({"difflens": float(f[2]), "difflens_rss": float(f[-2])})
     print(header)
-    print("%-9s %6s %12s %12s %8s %14s %14s" % ("model", "T", "eager ms", "difflens ms", "ratio", "eager peak MB",
-                                              "difflens peak"))
+    print("peak memory: resident at the length's end (both models' runs so far), and in brackets above what the"
+          " process held before its first run (eager %.0f MB, difflens %.0f MB: libraries and weights)"
+          % (idle.get("eager", 0), idle.get("difflens", 0)))
+    print("%-9s %6s %12s %12s %8s %20s %20s" % ("model", "T", "eager ms", "difflens ms", "ratio", "eager peak MB",
+                                              "difflens peak MB"))
     for (model, T), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] != "diff")):
         if "eager" not in r or "difflens" not in r:
             continue
-        print("%-9s %6d %12.1f %12.1f %7.2fx %14.0f %11.0f MB" % (model, T, r["eager"], r["difflens"],
-                                                                  r["eager"] / r["difflens"], r["eager_rss"],
-                                                                  r["difflens_rss"]))
+        print("%-9s %6d %12.1f %12.1f %7.2fx %11.0f (+%5.0f) %11.0f (+%5.0f)" % (
+            model, T, r["eager"], r["difflens"], r["eager"] / r["difflens"], r["eager_rss"],
+            r["eager_rss"] - idle.get("eager", 0), r["difflens_rss"], r["difflens_rss"] - idle.get("difflens", 0)))
 
 
 if __name__ == "__main__":

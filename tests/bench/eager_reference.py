@@ -123,12 +123,16 @@ class Model:
         return torch.softmax(last @ head.T, -1), maps
 
 
-def peak_rss_mb():
+def status_mb(field):
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024.0
     return 0.0
+
+
+def peak_rss_mb():
+    return status_mb("VmHWM:")
 
 
 def main():
@@ -155,6 +159,7 @@ def main():
             print("check %s %d tokens: largest |difference| of every map %.3g" % (m.name, ids.numel(), worst))
         return
     lengths = [int(t) for t in args.lengths.split(",")]
+    print("eager-resident %.1f" % status_mb("VmRSS:"), flush=True)
     with torch.inference_mode():
         for T in sorted(lengths):
             for m in models:
