@@ -54,9 +54,9 @@ struct BucketTable {
     const uint32_t finite = float_bits(std::numeric_limits<float>::infinity()) >> kShift;
     for (uint32_t r = 0; r < ranges; ++r) {
       const uint32_t lo = r << kShift, hi = lo + (1u << kShift) - 1;
-      if (r >= finite) {  // infinities and NaN: decided before the table is read
-        first[r] = kAbove;
-        next[r] = std::numeric_limits<float>::infinity();
+      if (r >= finite) {    // infinity: above (NaN is masked to below by the readers); `next` NaN, so that
+        first[r] = kAbove;  // a >= next never adds one past the last bucket
+        next[r] = std::numeric_limits<float>::quiet_NaN();
         continue;
       }
       const int b = bucket_by_log(bits_float(lo));
@@ -285,7 +285,7 @@ __attribute__((always_inline)) inline void accumulate_stats(Worker& w, const Buc
   for (; j + kW <= n; j += kW) {
     const v16 x = load(s + j);
     const v16 a = (v16)((i16)x & abs_mask);  // |x|: the sign bit cleared
-    acc += a;
+    acc += a == a ? a : v16{};               // NaN adds nothing (it counts as below the histogram)
     mx = a > mx ? a : mx;
     if (++chunks % 16 == 0) {
       sum += lane_sum(acc);
@@ -295,7 +295,7 @@ __attribute__((always_inline)) inline void accumulate_stats(Worker& w, const Buc
   sum += lane_sum(acc);
   float rowmax = lane_max(mx);
   for (; j < n; ++j) {
-    sum += std::fabs(s[j]);
+    if (s[j] == s[j]) sum += std::fabs(s[j]);
     rowmax = std::max(rowmax, std::fabs(s[j]));
   }
   w.sum += sum;

@@ -219,3 +219,25 @@ TEST_CASE("fused attention: hidden-state statistics are exact", "[attention][fus
   }
   CHECK(value_stats_cpu(nullptr, 0).count == 0);
 }
+
+TEST_CASE("fused attention: statistics count infinities above and NaN below, on every instruction set",
+          "[attention][fused][stats]") {
+  // 40 values (the vector paths take 16 or 8 at a time) with infinities and NaN among them: counted in the
+  // histogram's `above` and `below`, never past its last bin.
+  std::vector<float> v(40, 0.5f);
+  v[0] = std::numeric_limits<float>::infinity();
+  v[17] = -std::numeric_limits<float>::infinity();
+  v[5] = std::nanf("");
+  v[33] = 2e9f;
+  const ValueStats s = value_stats_cpu(v.data(), static_cast<int64_t>(v.size()));
+  CHECK(s.count == 40);
+  CHECK(s.histogram.above == 3);  // two infinities and 2e9
+  CHECK(s.histogram.below == 1);  // NaN
+  CHECK(s.top[0] == std::numeric_limits<float>::infinity());
+  CHECK(s.top[1] == std::numeric_limits<float>::infinity());
+  CHECK(s.top[2] == 2e9f);
+  CHECK(std::isinf(s.mean));  // NaN adds nothing to the sum: the infinities make it infinite, not NaN
+  v[0] = v[17] = 1.0f;
+  CHECK(value_stats_cpu(v.data(), 40).mean == Approx((36 * 0.5 + 2 * 1.0 + 2e9) / 40.0));  // NaN counted as 0
+  CHECK(log_bucket(std::numeric_limits<float>::infinity()) == LogHistogram::kBins + 1);
+}
