@@ -1,5 +1,6 @@
 // Commands that measure models over many prompts: needle, outliers, quantize, loss, bench.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -10,6 +11,7 @@
 #include "app/cli_common.h"
 #include "app/needle_report.h"
 #include "app/outlier_report.h"
+#include "core/attention_cpu.h"
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/needle.h"
@@ -349,6 +351,9 @@ int cmd_bench(const Args& a) {
   opt.pooling = std::array<PoolingPath, 3>{PoolingPath::Auto, PoolingPath::Host,
                                            PoolingPath::Device}[a.choice_index("pooling")];
   set_num_threads(a.get_int("threads"));
+  const CpuIsa isa =
+      std::array<CpuIsa, 4>{CpuIsa::Auto, CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Plain}[a.choice_index("isa")];
+  if (!set_cpu_isa(isa)) throw Error("--isa " + a.get("isa") + ": this CPU does not have it");
   const std::vector<int> lengths = a.get_int_list("lengths");
   const int repeats = a.get_int("repeats");
 
@@ -365,12 +370,12 @@ int cmd_bench(const Args& a) {
   }
   const ModelConfig& c0 = models[0].config();
   std::printf(
-      "bench: %lld layers, E=%lld, %lld DIFF heads / %lld baseline heads, vocab %lld, %s, %d threads, "
+      "bench: %lld layers, E=%lld, %lld DIFF heads / %lld baseline heads, vocab %lld, %s (%s), %d threads, "
       "median of %d runs (after one untimed warm-up run unless a run takes over 60 s), %s + %s\n",
       static_cast<long long>(c0.num_hidden_layers), static_cast<long long>(c0.hidden_size),
       static_cast<long long>(models[0].config().map_heads()),
       static_cast<long long>(models[1].config().map_heads()), static_cast<long long>(c0.vocab_size),
-      models[0].device_name().c_str(), num_threads(), repeats,
+      models[0].device_name().c_str(), cpu_isa_name(), num_threads(), repeats,
       opt.keep_maps ? "all maps kept" : "no maps kept",
       opt.logit_stats ? "logit statistics" : "no logit statistics");
   if (opt.pooled_budget_bytes)
@@ -439,6 +444,9 @@ Command bench_command() {
   c.options.push_back(pooled_budget_option(""));
   c.options.push_back(device_option("cpu"));
   c.options.push_back(choice("pooling", "auto|host|device", "auto", "who pools long prompts' maps"));
+  c.options.push_back(
+      choice("isa", "auto|avx512|avx2|x86-64", "auto",
+             "the CPU's attention pass compiled for this instruction set (auto: the widest there is)"));
   return c;
 }
 

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -18,6 +19,17 @@ namespace difflens {
 namespace {
 
 constexpr int kBelow = 0, kAbove = LogHistogram::kBins + 1, kBuckets = LogHistogram::kBins + 2;
+
+// The instruction set in use: the widest this CPU has unless set_cpu_isa() chose another.
+CpuIsa widest_isa() {
+  return __builtin_cpu_supports("avx512f")                                 ? CpuIsa::Avx512
+         : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? CpuIsa::Avx2
+                                                                           : CpuIsa::Plain;
+}
+std::atomic<int> g_isa{static_cast<int>(widest_isa())};
+CpuIsa current_isa() {
+  return static_cast<CpuIsa>(g_isa.load(std::memory_order_relaxed));
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Buckets of |v| without a logarithm per value: the float's exponent and top 8 mantissa bits (a range of
@@ -92,52 +104,67 @@ inline int bucket_of(const BucketTable& t, float a) {                           
 // ---------------------------------------------------------------------------------------------------
 // Vectorisable pieces (inlined into the row function, compiled per instruction set).
 
-// 16 floats, and 16 ints: GCC vector types, one AVX-512 register, two AVX2 or four SSE registers as the clone
-// compiled for; element-wise arithmetic, comparisons give -1 / 0 per lane.
+// Vectors of floats as GCC vector types, element-wise arithmetic; a comparison gives the ints of the same
+// width, -1 / 0 per lane. Each instruction set gets the width of its registers — 16 floats for AVX-512, 8
+// for AVX2, 4 for plain x86-64 (SSE2) — since a wider type is split into halves and some of its operations
+// (selects, comparisons) then run lane by lane.
 typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t i16 __attribute__((vector_size(64)));
-constexpr int64_t kW = 16;
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+template <typename V>
+using IntOf = decltype(V{} < V{});
+template <typename V>
+constexpr int64_t lanes() {
+  return static_cast<int64_t>(sizeof(V) / sizeof(float));
+}
 
-__attribute__((always_inline)) inline v16 load(const float* p) {
-  v16 x;
+template <typename V>
+__attribute__((always_inline)) inline V load(const float* p) {
+  V x;
   std::memcpy(&x, p, sizeof x);
   return x;
 }
-__attribute__((always_inline)) inline void store(float* p, v16 x) {
+template <typename V>
+__attribute__((always_inline)) inline void store(float* p, V x) {
   std::memcpy(p, &x, sizeof x);
 }
-__attribute__((always_inline)) inline v16 splat(float f) {
-  return v16{} + f;
+template <typename V>
+__attribute__((always_inline)) inline V splat(float f) {
+  return V{} + f;
 }
-__attribute__((always_inline)) inline float lane_sum(v16 x) {
+template <typename V>
+__attribute__((always_inline)) inline float lane_sum(V x) {
   float s = 0;
-  for (int l = 0; l < kW; ++l) s += x[l];
+  for (int l = 0; l < lanes<V>(); ++l) s += x[l];
   return s;
 }
-__attribute__((always_inline)) inline float lane_max(v16 x) {
+template <typename V>
+__attribute__((always_inline)) inline float lane_max(V x) {
   float m = x[0];
-  for (int l = 1; l < kW; ++l) m = std::max(m, x[l]);
+  for (int l = 1; l < lanes<V>(); ++l) m = std::max(m, x[l]);
   return m;
 }
 
 // e^x for x <= 0, lane by lane: Cephes' single-precision polynomial after 2^n range reduction (within 2 ulp);
 // 0 below -87.3, where e^x leaves the normal floats.
-__attribute__((always_inline)) inline v16 exp_nonpositive(v16 x) {
-  const i16 keep = x >= -87.3f;  // -1 where kept
-  x = x < -87.3f ? splat(-87.3f) : x;
-  const i16 ni = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, i16);  // round(x / ln 2), x <= 0
-  const v16 n = __builtin_convertvector(ni, v16);
-  v16 r = x - n * 0.693359375f;
+template <typename V>
+__attribute__((always_inline)) inline V exp_nonpositive(V x) {
+  using I = IntOf<V>;
+  const I keep = x >= -87.3f;  // -1 where kept
+  x = x < -87.3f ? splat<V>(-87.3f) : x;
+  const I ni = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, I);  // round(x / ln 2), x <= 0
+  const V n = __builtin_convertvector(ni, V);
+  V r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  v16 p = splat(1.9875691500e-4f);
+  V p = splat<V>(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const v16 v = p * (v16)((ni + 127) << 23);  // (a cast between vector types keeps the bits)
-  return (v16)((i16)v & keep);
+  const V v = p * (V)((ni + 127) << 23);  // (a cast between vector types keeps the bits)
+  return (V)((I)v & keep);
 }
 
 // A growing array of floats without a std::vector's zero-filling resize (rows append up to T values at a
@@ -200,25 +227,27 @@ __attribute__((always_inline)) inline void quantize(float* __restrict s, int64_t
 }
 
 // In place over the n values of s: s -> softmax(s); returns the log-sum-exp. The row's padding (up to the
-// next multiple of kW) is set to -inf first, which adds nothing.
+// next multiple of the vector width) is set to -inf first, which adds nothing.
+template <typename V>
 __attribute__((always_inline)) inline float softmax(float* __restrict s, int64_t n) {
-  const int64_t padded = (n + kW - 1) / kW * kW;
+  constexpr int64_t W = lanes<V>();
+  const int64_t padded = (n + W - 1) / W * W;
   for (int64_t j = n; j < padded; ++j) s[j] = -std::numeric_limits<float>::infinity();
-  v16 mx = splat(-std::numeric_limits<float>::infinity());
-  for (int64_t j = 0; j < padded; j += kW) {
-    const v16 x = load(s + j);
+  V mx = splat<V>(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < padded; j += W) {
+    const V x = load<V>(s + j);
     mx = x > mx ? x : mx;
   }
   const float m = lane_max(mx);
-  v16 acc{};
-  for (int64_t j = 0; j < padded; j += kW) {
-    const v16 e = exp_nonpositive(load(s + j) - m);
+  V acc{};
+  for (int64_t j = 0; j < padded; j += W) {
+    const V e = exp_nonpositive(load<V>(s + j) - m);
     store(s + j, e);
     acc += e;
   }
   const float sum = lane_sum(acc);
   const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < padded; j += kW) store(s + j, load(s + j) * inv);
+  for (int64_t j = 0; j < padded; j += W) store(s + j, load<V>(s + j) * inv);
   return m + std::log(sum);
 }
 
@@ -269,27 +298,32 @@ void histogram_plain(const BucketTable& t, const float* s, int64_t n, uint32_t* 
   for (; j < n; ++j) ++h[bucket_of(t, std::fabs(s[j]))];
 }
 
-using HistogramFn = void (*)(const BucketTable&, const float*, int64_t, uint32_t*);
-const HistogramFn kHistogram = __builtin_cpu_supports("avx512f") ? histogram_avx512
-                               : __builtin_cpu_supports("avx2")  ? histogram_avx2
-                                                                 : histogram_plain;
+void histogram(const BucketTable& t, const float* s, int64_t n, uint32_t* h) {
+  const CpuIsa isa = current_isa();
+  (isa == CpuIsa::Avx512 ? histogram_avx512
+   : isa == CpuIsa::Avx2 ? histogram_avx2
+                         : histogram_plain)(t, s, n, h);
+}
 
+template <typename V>
 __attribute__((always_inline)) inline void accumulate_stats(Worker& w, const BucketTable& t, const float* s,
                                                             int64_t n) {
   // |s| summed in vector lanes, flushed to double every 16 chunks (a float lane then holds at most 16
   // values: the mean stays within 1e-7).
+  using I = IntOf<V>;
+  constexpr int64_t W = lanes<V>();
   double sum = 0;
-  v16 acc{}, mx{};
+  V acc{}, mx{};
   int64_t j = 0, chunks = 0;
-  const i16 abs_mask = i16{} + 0x7fffffff;
-  for (; j + kW <= n; j += kW) {
-    const v16 x = load(s + j);
-    const v16 a = (v16)((i16)x & abs_mask);  // |x|: the sign bit cleared
-    acc += a == a ? a : v16{};               // NaN adds nothing (it counts as below the histogram)
+  const I abs_mask = I{} + 0x7fffffff;
+  for (; j + W <= n; j += W) {
+    const V x = load<V>(s + j);
+    const V a = (V)((I)x & abs_mask);  // |x|: the sign bit cleared
+    acc += a == a ? a : V{};           // NaN adds nothing (it counts as below the histogram)
     mx = a > mx ? a : mx;
     if (++chunks % 16 == 0) {
       sum += lane_sum(acc);
-      acc = v16{};
+      acc = V{};
     }
   }
   sum += lane_sum(acc);
@@ -299,7 +333,7 @@ __attribute__((always_inline)) inline void accumulate_stats(Worker& w, const Buc
     rowmax = std::max(rowmax, std::fabs(s[j]));
   }
   w.sum += sum;
-  kHistogram(t, s, n, w.hist4.data());
+  histogram(t, s, n, w.hist4.data());
   if (rowmax > w.top_floor) {
     for (j = 0; j < n; ++j)
       if (std::fabs(s[j]) > w.top_floor) w.top.push_back(std::fabs(s[j]));
@@ -359,14 +393,16 @@ size_t select_plain(const float* s, int64_t n, float lo, float hi, float* out) {
   return c;
 }
 
-using SelectFn = size_t (*)(const float*, int64_t, float, float, float*);
-const SelectFn kSelect = __builtin_cpu_supports("avx512f") ? select_avx512
-                         : __builtin_cpu_supports("avx2")  ? select_avx2
-                                                           : select_plain;
+size_t select_values(const float* s, int64_t n, float lo, float hi, float* out) {
+  const CpuIsa isa = current_isa();
+  return (isa == CpuIsa::Avx512 ? select_avx512
+          : isa == CpuIsa::Avx2 ? select_avx2
+                                : select_plain)(s, n, lo, hi, out);
+}
 
 inline void collect(const float* s, int64_t n, float lo, float hi, ValueBuffer& into) {
   into.reserve_more(static_cast<size_t>(n) + 16);
-  into.size += kSelect(s, n, lo, hi, into.data.get() + into.size);
+  into.size += select_values(s, n, lo, hi, into.data.get() + into.size);
 }
 
 // A map row of `ld` keys from the row's n visible values starting at key j0; the row's other keys (before
@@ -395,16 +431,19 @@ __attribute__((always_inline)) inline void write_row(float* __restrict dst, int6
 // accumulator chains instead of two), and so does their A·V.
 constexpr int64_t kGroup = 4;
 
-// s_r[j] = q_r · k_{j0 + j} for the group's rows r (queries q + r·d) and j < n, from keys transposed ([d,
-// ldk], rows padded by kLanes); rows beyond `rows` are left alone.
+// s_r[j] = q_r · k_{j0 + j} for the group's rows r (queries q + r·d) and j < n (and garbage up to the next
+// multiple of two vectors), from keys transposed ([d, ldk], rows padded by kLanes); rows beyond `rows` are
+// left alone.
+template <typename V>
 __attribute__((always_inline)) inline void group_logits(const float* __restrict q, int64_t rows,
                                                         const float* __restrict kt, int64_t ldk, int64_t d,
                                                         int64_t j0, int64_t n, float* const* s) {
-  for (int64_t j = 0; j < n; j += kLanes) {
-    v16 acc[kGroup][2] = {};
+  constexpr int64_t W = lanes<V>();
+  for (int64_t j = 0; j < n; j += 2 * W) {
+    V acc[kGroup][2] = {};
     const float* __restrict k = kt + j0 + j;
     for (int64_t t = 0; t < d; ++t, k += ldk) {
-      const v16 k0 = load(k), k1 = load(k + kW);
+      const V k0 = load<V>(k), k1 = load<V>(k + W);
       for (int64_t r = 0; r < kGroup; ++r) {
         const float qr = q[std::min(r, rows - 1) * d + t];
         acc[r][0] += qr * k0;
@@ -413,15 +452,15 @@ __attribute__((always_inline)) inline void group_logits(const float* __restrict 
     }
     for (int64_t r = 0; r < rows; ++r) {
       store(s[r] + j, acc[r][0]);
-      store(s[r] + j + kW, acc[r][1]);
+      store(s[r] + j + W, acc[r][1]);
     }
   }
 }
 
-// Rows [r0, r1) of head h.
-__attribute__((target_clones("avx512f", "avx2,fma", "default"))) void attention_rows(const RowArgs& a,
-                                                                                     Worker& w, int64_t h,
-                                                                                     int64_t r0, int64_t r1) {
+// Rows [r0, r1) of head h, with vectors of type V.
+template <typename V>
+__attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a, Worker& w, int64_t h,
+                                                               int64_t r0, int64_t r1) {
   const CpuAttentionInputs& in = *a.in;
   const CpuAttentionOutputs& out = *a.out;
   const int64_t T = in.T, d = in.d, dv = in.dv;
@@ -449,8 +488,8 @@ __attribute__((target_clones("avx512f", "avx2,fma", "default"))) void attention_
     const int64_t rows = std::min(kGroup, r1 - i0);
     // The keys any row of the group sees: [jlo, jlo + N).
     const int64_t jlo = in.window > 0 ? std::max<int64_t>(0, i0 - in.window + 1) : 0, N = i0 + rows - jlo;
-    group_logits(in.q1 + (h * T + i0) * d, rows, kt1, ldk, d, jlo, N, S1);
-    if (diff) group_logits(in.q2 + (h * T + i0) * d, rows, kt2, ldk, d, jlo, N, S2);
+    group_logits<V>(in.q1 + (h * T + i0) * d, rows, kt1, ldk, d, jlo, N, S1);
+    if (diff) group_logits<V>(in.q2 + (h * T + i0) * d, rows, kt2, ldk, d, jlo, N, S2);
     const bool output = a.mode == 0;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
@@ -490,21 +529,21 @@ __attribute__((target_clones("avx512f", "avx2,fma", "default"))) void attention_
       if (out.logits2 && diff)
         write_row(out.logits2 + (h * rows_out + row) * out.ld, out.ld, j0, s2, n, neg_inf);
       if (stats) {
-        accumulate_stats(w, *a.buckets, s1, n);
-        if (diff) accumulate_stats(w, *a.buckets, s2, n);
+        accumulate_stats<V>(w, *a.buckets, s1, n);
+        if (diff) accumulate_stats<V>(w, *a.buckets, s2, n);
         if (a.median_lo < a.median_hi) {
           collect(s1, n, a.median_lo, a.median_hi, w.median_values);
           if (diff) collect(s2, n, a.median_lo, a.median_hi, w.median_values);
         }
       }
-      const float lse1 = softmax(s1, n);
+      const float lse1 = softmax<V>(s1, n);
       if (out.lse1) out.lse1[h * T + i] = lse1;
       // The row of A over the group's keys: zeros where this row does not see.
       float* __restrict ar = A[r];
       for (int64_t j = 0; j < j0 - jlo; ++j) ar[j] = 0.0f;
       float* __restrict arow = ar + (j0 - jlo);
       if (diff) {
-        const float lse2 = softmax(s2, n);
+        const float lse2 = softmax<V>(s2, n);
         if (out.lse2) out.lse2[h * T + i] = lse2;
         for (int64_t j = 0; j < n; ++j) arow[j] = s1[j] - lambda * s2[j];
       } else {
@@ -543,18 +582,19 @@ __attribute__((target_clones("avx512f", "avx2,fma", "default"))) void attention_
     }
     if (!output) continue;
     // o_i = Σ_j A_ij v_j for the group's rows, 16 value columns at a time: each v_j chunk loaded once.
-    for (int64_t c0 = 0; c0 < dv; c0 += kW) {
-      const int64_t width = std::min(kW, dv - c0);
-      v16 acc[kGroup] = {};
+    constexpr int64_t W = lanes<V>();
+    for (int64_t c0 = 0; c0 < dv; c0 += W) {
+      const int64_t width = std::min(W, dv - c0);
+      V acc[kGroup] = {};
       const float* __restrict vj = vg + jlo * dv + c0;
-      if (width == kW) {
+      if (width == W) {
         for (int64_t j = 0; j < N; ++j, vj += dv) {
-          const v16 v = load(vj);
+          const V v = load<V>(vj);
           for (int64_t r = 0; r < kGroup; ++r) acc[r] += A[std::min(r, rows - 1)][j] * v;
         }
       } else {  // the last, narrower columns
         for (int64_t j = 0; j < N; ++j, vj += dv) {
-          v16 v{};
+          V v{};
           for (int64_t c = 0; c < width; ++c) v[c] = vj[c];
           for (int64_t r = 0; r < kGroup; ++r) acc[r] += A[std::min(r, rows - 1)][j] * v;
         }
@@ -566,6 +606,24 @@ __attribute__((target_clones("avx512f", "avx2,fma", "default"))) void attention_
     }
   }
   _mm_sfence();  // the streamed map rows are visible to other threads once the job is done
+}
+
+// The row function compiled for each instruction set: the body above is inlined into each.
+__attribute__((target("avx512f"))) void rows_avx512(const RowArgs& a, Worker& w, int64_t h, int64_t r0,
+                                                    int64_t r1) {
+  attention_rows_body<v16>(a, w, h, r0, r1);
+}
+__attribute__((target("avx2,fma"))) void rows_avx2(const RowArgs& a, Worker& w, int64_t h, int64_t r0,
+                                                   int64_t r1) {
+  attention_rows_body<v8>(a, w, h, r0, r1);
+}
+void rows_plain(const RowArgs& a, Worker& w, int64_t h, int64_t r0, int64_t r1) {
+  attention_rows_body<v4>(a, w, h, r0, r1);
+}
+
+void attention_rows(const RowArgs& a, Worker& w, int64_t h, int64_t r0, int64_t r1) {
+  const CpuIsa isa = current_isa();
+  (isa == CpuIsa::Avx512 ? rows_avx512 : isa == CpuIsa::Avx2 ? rows_avx2 : rows_plain)(a, w, h, r0, r1);
 }
 
 // Keys transposed per kv head: [kv_heads, T, d] -> [kv_heads, d, T + kLanes], rows padded with zeros so
@@ -672,6 +730,23 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
   return s;
 }
 
+// A whole array's statistics (value_stats_cpu) in chunks, with vectors of each instruction set's width.
+constexpr int64_t kStatsChunk = 4096;
+template <typename V>
+__attribute__((always_inline)) inline void stats_of(Worker& w, const float* values, int64_t n) {
+  for (int64_t at = 0; at < n; at += kStatsChunk)
+    accumulate_stats<V>(w, bucket_table(), values + at, std::min(kStatsChunk, n - at));
+}
+__attribute__((target("avx512f"))) void stats_avx512(Worker& w, const float* v, int64_t n) {
+  stats_of<v16>(w, v, n);
+}
+__attribute__((target("avx2,fma"))) void stats_avx2(Worker& w, const float* v, int64_t n) {
+  stats_of<v8>(w, v, n);
+}
+void stats_plain(Worker& w, const float* v, int64_t n) {
+  stats_of<v4>(w, v, n);
+}
+
 // The input's keys transposed for the pass, made once per input (component 2: empty for the baseline).
 const std::vector<float>& keys_of(const CpuAttentionInputs& in, bool second) {
   std::shared_ptr<const std::vector<float>>& slot = second ? in.k2t : in.k1t;
@@ -683,6 +758,19 @@ const std::vector<float>& keys_of(const CpuAttentionInputs& in, bool second) {
 }
 
 }  // namespace
+
+bool set_cpu_isa(CpuIsa isa) {
+  const CpuIsa widest = widest_isa();
+  if (isa == CpuIsa::Auto) isa = widest;
+  if (static_cast<int>(isa) < static_cast<int>(widest)) return false;  // the CPU lacks it
+  g_isa = static_cast<int>(isa);
+  return true;
+}
+
+const char* cpu_isa_name() {
+  const CpuIsa isa = current_isa();
+  return isa == CpuIsa::Avx512 ? "AVX-512" : isa == CpuIsa::Avx2 ? "AVX2" : "x86-64";
+}
 
 int log_bucket(float v) {
   return bucket_of(bucket_table(), std::fabs(v));
@@ -777,12 +865,11 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
 ValueStats value_stats_cpu(const float* values, int64_t n, bool exact_median) {
   std::vector<Worker> ws(1);
   Worker& w = ws[0];
-  constexpr int64_t kChunk = 4096;  // rows of the statistics' own loops
-  for (int64_t at = 0; at < n; at += kChunk)
-    accumulate_stats(w, bucket_table(), values + at, std::min(kChunk, n - at));
+  const CpuIsa isa = current_isa();
+  (isa == CpuIsa::Avx512 ? stats_avx512 : isa == CpuIsa::Avx2 ? stats_avx2 : stats_plain)(w, values, n);
   return merge_stats(ws, exact_median, 0, -1, [&](float lo, float hi) {
-    for (int64_t at = 0; at < n; at += kChunk)
-      collect(values + at, std::min(kChunk, n - at), lo, hi, w.median_values);
+    for (int64_t at = 0; at < n; at += kStatsChunk)
+      collect(values + at, std::min(kStatsChunk, n - at), lo, hi, w.median_values);
   });
 }
 

@@ -4,7 +4,7 @@
 // buffer, and the row's output A·V. No T x T temporary: memory is the inputs, the outputs and a few rows
 // per worker. The same math as nn::attend_rows (core/nn.h), which training and the GPU use; a test holds
 // the two equal. Plain C++ on float arrays (no LibTorch), vectorised for AVX-512, AVX2 or plain x86-64,
-// picked at run time.
+// picked at run time (set_cpu_isa).
 #pragma once
 
 #include <cstdint>
@@ -81,6 +81,13 @@ std::pair<std::vector<float>, std::vector<float>> cpu_logit_steps(const CpuAtten
 // Statistics of |values| (count, exact top-k, mean, histogram, the exact lower median or, without
 // exact_median, the histogram's) in plain C++: what the capture keeps of each layer's hidden state.
 ValueStats value_stats_cpu(const float* values, int64_t n, bool exact_median = true);
+
+// The instruction set the pass runs with: by default the widest this CPU has (AVX-512, AVX2 + FMA, or plain
+// x86-64); set_cpu_isa picks a narrower one (tests run every one the CPU has; benchmarks compare them) and
+// returns false, changing nothing, when the CPU lacks it. Process-wide.
+enum class CpuIsa { Auto = -1, Avx512 = 0, Avx2 = 1, Plain = 2 };
+bool set_cpu_isa(CpuIsa isa);
+const char* cpu_isa_name();
 
 // The bin of LogHistogram that |v| falls in, as ValueStats' buckets: 0 below 10^kLogMin (zeros, NaN),
 // 1..kBins the histogram's bins, kBins + 1 at or above 10^kLogMax. The same bins as LogHistogram::add.

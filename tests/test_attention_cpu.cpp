@@ -42,6 +42,22 @@ std::vector<float> normal_input(int64_t T, int64_t E, uint32_t seed) {
   return x;
 }
 
+// Runs `check` once per instruction set this CPU has (the pass's AVX-512, AVX2 and plain x86-64 code), then
+// returns to the widest.
+template <typename Check>
+void on_every_isa(Check&& check) {
+  for (const CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Plain}) {
+    if (!set_cpu_isa(isa)) {
+      WARN("this CPU lacks " << (isa == CpuIsa::Avx512 ? "AVX-512" : "AVX2")
+                             << ": that code is not run here");
+      continue;
+    }
+    INFO("instruction set " << cpu_isa_name());
+    check();
+  }
+  set_cpu_isa(CpuIsa::Auto);
+}
+
 }  // namespace
 
 TEST_CASE("fused attention: maps, logits and outputs equal the tensor operations' on the same inputs",
@@ -56,41 +72,43 @@ TEST_CASE("fused attention: maps, logits and outputs equal the tensor operations
   // The bundled pair: trained, sharp maps (its logits reach tens).
   for (const char* name : {"diff-small", "baseline-small"})
     models.emplace_back(name, Model::load(std::string(DIFFLENS_SOURCE_DIR "/assets/models/") + name));
-  for (auto& [name, m] : models) {
-    const ModelConfig& c = m.config();
-    for (const int64_t T : {int64_t{1}, int64_t{17}, int64_t{130}})
-      for (const int layer : {0, static_cast<int>(c.num_hidden_layers) - 1}) {
-        INFO(name << ", T " << T << ", layer " << layer);
-        const std::vector<float> x = normal_input(T, c.hidden_size, static_cast<uint32_t>(T + layer));
-        std::vector<float> out_fused, out_tensor;
-        const LayerTrace f = m.attention_probe(layer, x, T, &out_fused);
-        const LayerTrace t = m.attention_probe(layer, x, T, &out_tensor, /*tensor_ops=*/true);
-        CHECK(f.heads == t.heads);
-        CHECK(worst_difference(f.a, t.a) < 1e-6);
-        if (c.is_diff()) {
-          CHECK(worst_difference(f.a1, t.a1) < 1e-6);
-          CHECK(worst_difference(f.a2, t.a2) < 1e-6);
-          CHECK(f.lambda == t.lambda);
-          CHECK(worst_difference(f.logits2, t.logits2) < 2e-5);
+  on_every_isa([&] {
+    for (auto& [name, m] : models) {
+      const ModelConfig& c = m.config();
+      for (const int64_t T : {int64_t{1}, int64_t{17}, int64_t{130}})
+        for (const int layer : {0, static_cast<int>(c.num_hidden_layers) - 1}) {
+          INFO(name << ", T " << T << ", layer " << layer);
+          const std::vector<float> x = normal_input(T, c.hidden_size, static_cast<uint32_t>(T + layer));
+          std::vector<float> out_fused, out_tensor;
+          const LayerTrace f = m.attention_probe(layer, x, T, &out_fused);
+          const LayerTrace t = m.attention_probe(layer, x, T, &out_tensor, /*tensor_ops=*/true);
+          CHECK(f.heads == t.heads);
+          CHECK(worst_difference(f.a, t.a) < 1e-6);
+          if (c.is_diff()) {
+            CHECK(worst_difference(f.a1, t.a1) < 1e-6);
+            CHECK(worst_difference(f.a2, t.a2) < 1e-6);
+            CHECK(f.lambda == t.lambda);
+            CHECK(worst_difference(f.logits2, t.logits2) < 2e-5);
+          }
+          CHECK(worst_difference(f.logits1, t.logits1) < 2e-5);
+          double worst_out = 0;
+          for (size_t i = 0; i < out_fused.size(); ++i)
+            worst_out = std::max(worst_out, static_cast<double>(std::fabs(out_fused[i] - out_tensor[i])));
+          CHECK(worst_out < 1e-5);
+          // Nothing on the future or outside the window: exact zeros and -inf.
+          const int64_t H = c.map_heads();
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < T; ++i)
+              for (int64_t j = 0; j < T; ++j) {
+                const bool hidden = j > i || (c.sliding_window > 0 && j <= i - c.sliding_window);
+                if (!hidden) continue;
+                const size_t at = static_cast<size_t>((h * T + i) * T + j);
+                REQUIRE(f.a.data[at] == 0.0f);
+                REQUIRE(f.logits1.data[at] == -std::numeric_limits<float>::infinity());
+              }
         }
-        CHECK(worst_difference(f.logits1, t.logits1) < 2e-5);
-        double worst_out = 0;
-        for (size_t i = 0; i < out_fused.size(); ++i)
-          worst_out = std::max(worst_out, static_cast<double>(std::fabs(out_fused[i] - out_tensor[i])));
-        CHECK(worst_out < 1e-5);
-        // Nothing on the future or outside the window: exact zeros and -inf.
-        const int64_t H = c.map_heads();
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t i = 0; i < T; ++i)
-            for (int64_t j = 0; j < T; ++j) {
-              const bool hidden = j > i || (c.sliding_window > 0 && j <= i - c.sliding_window);
-              if (!hidden) continue;
-              const size_t at = static_cast<size_t>((h * T + i) * T + j);
-              REQUIRE(f.a.data[at] == 0.0f);
-              REQUIRE(f.logits1.data[at] == -std::numeric_limits<float>::infinity());
-            }
-      }
-  }
+    }
+  });
 }
 
 TEST_CASE("fused attention: quantized logits are the tensor operations' quantized logits",
@@ -121,45 +139,47 @@ TEST_CASE("fused attention: quantized logits are the tensor operations' quantize
 
 TEST_CASE("fused attention: logit statistics are the kept logits' own, exactly",
           "[attention][fused][stats]") {
-  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
-                               windowed(test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 2), 11)})
-    for (const int64_t stats_from : {int64_t{0}, int64_t{13}}) {
-      INFO(to_string(c.attention) << " window " << c.sliding_window << ", statistics from " << stats_from);
-      const Model m = Model::random(c, 77);
-      CaptureOptions o;
-      o.keep_logits = true;
-      o.stats_from = stats_from;
-      const Trace t = m.capture(test::random_ids(90, c.vocab_size, 4), o);
-      const int64_t T = t.length();
-      for (const LayerTrace& l : t.layers) {
-        std::vector<float> values;
-        LogHistogram hist;
-        double sum = 0;
-        for (const FloatArray* logits : {&l.logits1, &l.logits2}) {
-          if (logits->empty()) continue;
-          const int64_t H = logits->shape[0];
-          for (int64_t h = 0; h < H; ++h)
-            for (int64_t i = stats_from; i < T; ++i)
-              for (int64_t j = 0; j < T; ++j) {
-                const float v = logits->data[static_cast<size_t>((h * T + i) * T + j)];
-                if (std::isinf(v)) continue;  // hidden
-                values.push_back(std::fabs(v));
-                hist.add(v);
-                sum += std::fabs(v);
-              }
+  on_every_isa([&] {
+    for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
+                                 windowed(test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 2), 11)})
+      for (const int64_t stats_from : {int64_t{0}, int64_t{13}}) {
+        INFO(to_string(c.attention) << " window " << c.sliding_window << ", statistics from " << stats_from);
+        const Model m = Model::random(c, 77);
+        CaptureOptions o;
+        o.keep_logits = true;
+        o.stats_from = stats_from;
+        const Trace t = m.capture(test::random_ids(90, c.vocab_size, 4), o);
+        const int64_t T = t.length();
+        for (const LayerTrace& l : t.layers) {
+          std::vector<float> values;
+          LogHistogram hist;
+          double sum = 0;
+          for (const FloatArray* logits : {&l.logits1, &l.logits2}) {
+            if (logits->empty()) continue;
+            const int64_t H = logits->shape[0];
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t i = stats_from; i < T; ++i)
+                for (int64_t j = 0; j < T; ++j) {
+                  const float v = logits->data[static_cast<size_t>((h * T + i) * T + j)];
+                  if (std::isinf(v)) continue;  // hidden
+                  values.push_back(std::fabs(v));
+                  hist.add(v);
+                  sum += std::fabs(v);
+                }
+          }
+          const ValueStats& s = l.logit_stats;
+          REQUIRE(s.count == values.size());
+          CHECK(s.histogram.counts == hist.counts);
+          CHECK(s.histogram.below == hist.below);
+          CHECK(s.histogram.above == hist.above);
+          CHECK(s.mean == Approx(sum / static_cast<double>(values.size())).epsilon(1e-6));
+          std::sort(values.begin(), values.end());
+          CHECK(s.median == values[(values.size() + 1) / 2 - 1]);  // the lower median
+          std::vector<float> top(values.rbegin(), values.rbegin() + ValueStats::kTopK);
+          CHECK(s.top == top);
         }
-        const ValueStats& s = l.logit_stats;
-        REQUIRE(s.count == values.size());
-        CHECK(s.histogram.counts == hist.counts);
-        CHECK(s.histogram.below == hist.below);
-        CHECK(s.histogram.above == hist.above);
-        CHECK(s.mean == Approx(sum / static_cast<double>(values.size())).epsilon(1e-6));
-        std::sort(values.begin(), values.end());
-        CHECK(s.median == values[(values.size() + 1) / 2 - 1]);  // the lower median
-        std::vector<float> top(values.rbegin(), values.rbegin() + ValueStats::kTopK);
-        CHECK(s.top == top);
       }
-    }
+  });
 }
 
 TEST_CASE("fused attention: histogram bins are LogHistogram's, at bin edges too",
@@ -222,22 +242,25 @@ TEST_CASE("fused attention: hidden-state statistics are exact", "[attention][fus
 
 TEST_CASE("fused attention: statistics count infinities above and NaN below, on every instruction set",
           "[attention][fused][stats]") {
-  // 40 values (the vector paths take 16 or 8 at a time) with infinities and NaN among them: counted in the
-  // histogram's `above` and `below`, never past its last bin.
-  std::vector<float> v(40, 0.5f);
-  v[0] = std::numeric_limits<float>::infinity();
-  v[17] = -std::numeric_limits<float>::infinity();
-  v[5] = std::nanf("");
-  v[33] = 2e9f;
-  const ValueStats s = value_stats_cpu(v.data(), static_cast<int64_t>(v.size()));
-  CHECK(s.count == 40);
-  CHECK(s.histogram.above == 3);  // two infinities and 2e9
-  CHECK(s.histogram.below == 1);  // NaN
-  CHECK(s.top[0] == std::numeric_limits<float>::infinity());
-  CHECK(s.top[1] == std::numeric_limits<float>::infinity());
-  CHECK(s.top[2] == 2e9f);
-  CHECK(std::isinf(s.mean));  // NaN adds nothing to the sum: the infinities make it infinite, not NaN
-  v[0] = v[17] = 1.0f;
-  CHECK(value_stats_cpu(v.data(), 40).mean == Approx((36 * 0.5 + 2 * 1.0 + 2e9) / 40.0));  // NaN counted as 0
-  CHECK(log_bucket(std::numeric_limits<float>::infinity()) == LogHistogram::kBins + 1);
+  on_every_isa([&] {
+    // 40 values (the vector paths take 16 or 8 at a time) with infinities and NaN among them: counted in the
+    // histogram's `above` and `below`, never past its last bin.
+    std::vector<float> v(40, 0.5f);
+    v[0] = std::numeric_limits<float>::infinity();
+    v[17] = -std::numeric_limits<float>::infinity();
+    v[5] = std::nanf("");
+    v[33] = 2e9f;
+    const ValueStats s = value_stats_cpu(v.data(), static_cast<int64_t>(v.size()));
+    CHECK(s.count == 40);
+    CHECK(s.histogram.above == 3);  // two infinities and 2e9
+    CHECK(s.histogram.below == 1);  // NaN
+    CHECK(s.top[0] == std::numeric_limits<float>::infinity());
+    CHECK(s.top[1] == std::numeric_limits<float>::infinity());
+    CHECK(s.top[2] == 2e9f);
+    CHECK(std::isinf(s.mean));  // NaN adds nothing to the sum: the infinities make it infinite, not NaN
+    v[0] = v[17] = 1.0f;
+    CHECK(value_stats_cpu(v.data(), 40).mean ==
+          Approx((36 * 0.5 + 2 * 1.0 + 2e9) / 40.0));  // NaN counted as 0
+    CHECK(log_bucket(std::numeric_limits<float>::infinity()) == LogHistogram::kBins + 1);
+  });
 }
