@@ -183,8 +183,8 @@ TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, 
               }
               CHECK(nan_mismatch == 0);
               // The host's pooling reads the CPU's fused pass, the device's the tensor operations: 1e-6 apart
-              // on the same inputs. Past the first layer the inputs themselves differ by float rounding, which
-              // the trained model's sharp maps amplify (measured up to 1.8e-6 by its last layer).
+              // on the same inputs. Past the first layer the inputs themselves differ by float rounding,
+              // which the trained model's sharp maps amplify (measured up to 1.8e-6 by its last layer).
               CHECK(worst < (bundled && l > 0 ? 2.5e-6 : 1e-6));
             }
             // The bundled DIFF's A1 − λA2 has negative cells: the largest magnitude keeps its sign.
