@@ -1079,13 +1079,23 @@ std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_ne
   std::vector<int64_t> all = ids, out;
   for (int i = 0; i < max_new && static_cast<int64_t>(all.size()) < c.max_position_embeddings; ++i) {
     Tensor x = at::tensor(all, at::TensorOptions().dtype(at::kLong)).unsqueeze(0).to(impl_->device);
-    // Long contexts go in blocks of query rows, never a T x T tensor per layer.
+    // On the CPU the fused pass (heads' outputs only: no maps, no statistics); on a GPU the tensor blocks,
+    // long contexts in blocks of query rows, never a T x T tensor per layer.
     const int64_t T = x.size(1), block_rows = T <= 1024 ? T : 256;
     const nn::Rope rope(T, c, impl_->device);
     Tensor h = impl_->net->model->embed_tokens(x);
     for (auto& layer : impl_->net->model->layer_ptrs) {
       nn::AttentionInputs in;
-      h = layer->forward_blocked(h, rope, block_rows, in, [](const nn::AttentionBlock&) {});
+      if (!impl_->device.is_cuda()) {
+        CaptureOptions outputs_only;
+        outputs_only.logit_stats = false;
+        LayerTrace unused;
+        h = layer->forward_with(h, rope, in, [&](const nn::AttentionInputs& inputs) {
+          return attend_fused(inputs, c, layer->logit_bits, nullptr, outputs_only, unused);
+        });
+      } else {
+        h = layer->forward_blocked(h, rope, block_rows, in, [](const nn::AttentionBlock&) {});
+      }
     }
     const Tensor logits = impl_->net->unembed(impl_->net->model->norm(h[0][T - 1])).to(at::kCPU, at::kFloat);
     int64_t next;
