@@ -435,8 +435,9 @@ Command bench_command() {
        integer("repeats", "N", 1, 1000, "5", "timed runs per length"),
        integer("threads", "N", 1, 4096, "2", "CPU threads"),
        text("models", "DIFF_DIR,BASELINE_DIR", "a pair to time (default: a random pair of the shape below)")},
-      "Prints the peak resident memory after each row; long prompts' maps are pooled by the host's "
-      "loops, or by tensor operations on the model's device (--pooling auto = device on a GPU).",
+      "Prints the memory resident before the captures and the peak after each row; long prompts' maps are "
+      "pooled on the host (on the CPU by the fused attention pass as rows are made), or by tensor operations "
+      "on the model's device (--pooling auto = device on a GPU).",
       cmd_bench};
   for (Option& o : pair_shape_options()) c.options.push_back(std::move(o));
   c.options.push_back(flag("no-maps", "keep no maps"));

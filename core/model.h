@@ -57,8 +57,9 @@ struct CaptureOptions {
   // tile exactly. Statistics and next-token stay exact (pooled medians are histogram estimates).
   size_t pooled_budget_bytes = 0;
   // Long-prompt mode only: where the blocks' maps are pooled. Auto: on the GPU when the model is there
-  // (tensor operations; nothing leaves the device until the layer is done), else on the host. Both give
-  // the same cells; Device on a CPU model runs the GPU path's operations on the CPU (tests).
+  // (tensor operations; nothing leaves the device until the layer is done), else on the host (a CPU model:
+  // by the fused attention pass as rows are made). Both give the same cells; Device on a CPU model runs the
+  // GPU path's operations on the CPU (tests).
   PoolingPath pooling = PoolingPath::Auto;
   int64_t block_rows = 0;  // query rows per block (0: chosen from the memory a block takes)
 };
