@@ -12,6 +12,7 @@
 #include "app/needle_report.h"
 #include "app/outlier_report.h"
 #include "core/attention_cpu.h"
+#include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/needle.h"
@@ -152,24 +153,24 @@ int cmd_outliers(const Args& a) {
   return 0;
 }
 
-// --window and --max-windows: how outliers and loss cut a text.
-std::vector<Option> window_options(const std::string& window_help) {
-  return {integer("window", "N", 2, 1 << 20, "512", window_help),
-          integer("max-windows", "N", 0, 1 << 30, "0", "windows read at most (0: all)")};
-}
-
-Command outliers_command() {
-  Command c{"outliers",
-            "the paper's Table 5 over a whole text: k-th largest |attention logit| and |hidden state|",
-            {required(text("out", "DIR", "the report's folder")), models_option("the models measured"),
-             text("text-file", "F", "the text (default: assets/haystack.txt)")},
-            "Writes tables.md, outliers.json, outliers.csv and histograms (PNG + SVG).",
-            cmd_outliers};
-  for (Option& o : window_options("tokens per window (each starts with BOS)"))
-    c.options.push_back(std::move(o));
+// --window and --max-windows (how outliers and loss cut a text), --device and --threads, after `c`'s own.
+Command with_text_options(Command c, const std::string& window_help) {
+  c.options.push_back(integer("window", "N", 2, 1 << 20, "512", window_help));
+  c.options.push_back(integer("max-windows", "N", 0, 1 << 30, "0", "windows read at most (0: all)"));
   c.options.push_back(device_option("auto"));
   c.options.push_back(threads_option());
   return c;
+}
+
+Command outliers_command() {
+  return with_text_options(
+      {"outliers",
+       "the paper's Table 5 over a whole text: k-th largest |attention logit| and |hidden state|",
+       {required(text("out", "DIR", "the report's folder")), models_option("the models measured"),
+        text("text-file", "F", "the text (default: assets/haystack.txt)")},
+       "Writes tables.md, outliers.json, outliers.csv and histograms (PNG + SVG).",
+       cmd_outliers},
+      "tokens per window (each starts with BOS)");
 }
 
 int cmd_loss(const Args& a) {
@@ -218,17 +219,14 @@ int cmd_loss(const Args& a) {
 }
 
 Command loss_command() {
-  Command c{"loss",
-            "next-token cross-entropy (nats/token) and perplexity of models over a text, in consecutive "
-            "windows as training validates",
-            {required(text("text-file", "F", "the text")), models_option("the models scored")},
-            "Ctrl-C ends the model being scored with the windows scored so far.",
-            cmd_loss};
-  for (Option& o : window_options("tokens per window (no BOS, as training validates)"))
-    c.options.push_back(std::move(o));
-  c.options.push_back(device_option("auto"));
-  c.options.push_back(threads_option());
-  return c;
+  return with_text_options(
+      {"loss",
+       "next-token cross-entropy (nats/token) and perplexity of models over a text, in consecutive "
+       "windows as training validates",
+       {required(text("text-file", "F", "the text")), models_option("the models scored")},
+       "Ctrl-C ends the model being scored with the windows scored so far.",
+       cmd_loss},
+      "tokens per window (no BOS, as training validates)");
 }
 
 int cmd_quantize(const Args& a) {
@@ -320,28 +318,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// A field of /proc/self/status in KB ("VmHWM:" the peak resident memory so far, "VmRSS:" the present one);
-// 0 when unknown.
-int64_t status_kb(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string key;
-  while (in >> key) {
-    if (key == field) {
-      int64_t kb = 0;
-      in >> kb;
-      return kb;
-    }
-    std::getline(in, key);
-  }
-  return 0;
-}
-int64_t peak_rss_kb() {
-  return status_kb("VmHWM:");
-}
-int64_t resident_kb() {
-  return status_kb("VmRSS:");
-}
-
 int cmd_bench(const Args& a) {
   const DeviceChoice where = device(a);
   CaptureOptions opt;
@@ -387,7 +363,7 @@ int cmd_bench(const Args& a) {
         : models[0].device_name() == "cpu"   ? "by the CPU's fused pass as rows are made (auto)"
                                              : "on the GPU (auto)");
   std::printf("resident before the captures (process, libraries, weights): %s\n",
-              mb(static_cast<size_t>(resident_kb()) * 1024).c_str());
+              mb(static_cast<size_t>(static_cast<int64_t>(process_memory_kb("VmRSS:"))) * 1024).c_str());
   std::printf("%-9s %6s %12s %12s %12s %8s %12s\n", "model", "T", "median ms", "min ms", "trace", "pooled",
               "peak RSS");
   for (int T : lengths) {
@@ -419,7 +395,7 @@ int cmd_bench(const Args& a) {
       std::printf("%-9s %6d %12.1f %12.1f %12s %8s %12s\n", to_string(m.config().attention), T, median(ms),
                   *std::min_element(ms.begin(), ms.end()), mb(bytes).c_str(),
                   pooled_cells > 0 ? (std::to_string(pooled_cells) + "^2").c_str() : "exact",
-                  mb(static_cast<size_t>(peak_rss_kb()) * 1024).c_str());
+                  mb(static_cast<size_t>(static_cast<int64_t>(process_memory_kb("VmHWM:"))) * 1024).c_str());
       std::fflush(stdout);
     }
   }

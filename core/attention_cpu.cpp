@@ -2,8 +2,9 @@
 //
 // Work is split into jobs of (head, block of query rows); a row's cost grows with its position (causal),
 // so blocks are handed out from both ends alternately and each worker's contiguous range of jobs carries
-// about the same work. Each job keeps its rows' logits in a scratch row per worker. The hot loops are
-// compiled three times (AVX-512, AVX2 + FMA, plain x86-64) and the CPU picks one when the program starts.
+// about the same work. Each job keeps its rows' logits in scratch rows per worker. The hot loops are
+// compiled three times (AVX-512, AVX2 + FMA, plain x86-64); the widest the CPU has runs unless
+// set_cpu_isa() picks another.
 #include "core/attention_cpu.h"
 
 #include <immintrin.h>
@@ -184,8 +185,8 @@ struct ValueBuffer {
 
 // Per worker: its statistics so far and scratch rows.
 struct Worker {
-  std::vector<float> s1, s2;                                             // a row's logits, then its softmax
-  std::vector<float> arow;                                               // DIFF: A1 − λA2 of the row
+  std::vector<float> s1, s2;  // a group's rows of logits, then their softmaxes (kGroup scratch rows each)
+  std::vector<float> arow;    // the group's rows of A over its keys
   std::vector<uint32_t> hist4 = std::vector<uint32_t>(4 * kBuckets, 0);  // four interleaved histograms
   double sum = 0;
   std::vector<float> top;  // candidates for the top-k, all > top_floor
@@ -207,7 +208,7 @@ void trim_top(Worker& w) {
 struct RowArgs {
   const CpuAttentionInputs* in;
   const CpuAttentionOutputs* out;
-  const float* k1t;  // keys transposed per kv head: [kv_heads, d, T]
+  const float* k1t;  // keys transposed per kv head: [kv_heads, d, T + kLanes]
   const float* k2t;
   const int* slot;  // head -> map slot, -1 when its maps are not written
   const BucketTable* buckets;
@@ -253,7 +254,7 @@ __attribute__((always_inline)) inline float softmax(float* __restrict s, int64_t
 
 // Adds the buckets of |s[0..n)| to four interleaved histograms (neighbours often share a bin, and one counter
 // would serialise on it). The buckets of 16 (AVX-512) or 8 (AVX2) values at a time come from gathers into
-// the bucket table; the counting stays scalar. Picked once at start.
+// the bucket table; the counting stays scalar.
 __attribute__((target("avx512f"))) void histogram_avx512(const BucketTable& t, const float* s, int64_t n,
                                                          uint32_t* h) {
   int64_t j = 0;
@@ -342,7 +343,7 @@ __attribute__((always_inline)) inline void accumulate_stats(Worker& w, const Buc
 }
 
 // Appends the |values| of s[0..n) in [lo, hi) to `into` (the values around the median). The CPU's widest
-// instructions pick them without a branch per value (AVX-512's compress-store), picked once at start.
+// instructions pick them without a branch per value (AVX-512's compress-store).
 __attribute__((target("avx512f"))) size_t select_avx512(const float* s, int64_t n, float lo, float hi,
                                                         float* out) {
   size_t c = 0;
@@ -581,7 +582,8 @@ __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a,
       }
     }
     if (!output) continue;
-    // o_i = Σ_j A_ij v_j for the group's rows, 16 value columns at a time: each v_j chunk loaded once.
+    // o_i = Σ_j A_ij v_j for the group's rows, one vector of value columns at a time: each v_j chunk loaded
+    // once.
     constexpr int64_t W = lanes<V>();
     for (int64_t c0 = 0; c0 < dv; c0 += W) {
       const int64_t width = std::min(W, dv - c0);

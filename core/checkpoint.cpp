@@ -128,6 +128,20 @@ uint64_t available_memory_bytes() {
   return 0;
 }
 
+uint64_t process_memory_kb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == field) {
+      uint64_t kb = 0;
+      in >> kb;
+      return kb;
+    }
+    std::getline(in, key);
+  }
+  return 0;
+}
+
 std::string human_bytes(uint64_t bytes) {
   char b[32];
   const double v = static_cast<double>(bytes);

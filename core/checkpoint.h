@@ -39,6 +39,9 @@ class CheckpointFiles {
 
 // Bytes of memory the kernel says are available now (MemAvailable), or 0 when unknown.
 uint64_t available_memory_bytes();
+// A field of this process's /proc/self/status in KB ("VmRSS:" resident now, "VmHWM:" the peak so far); 0
+// when unknown.
+uint64_t process_memory_kb(const char* field);
 
 // "1.2 GB", "830 MB", "12 KB".
 std::string human_bytes(uint64_t bytes);

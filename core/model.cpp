@@ -387,8 +387,9 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
   const int64_t T = grid.T, P = grid.P, H = c.map_heads();
   const bool diff = c.is_diff();
   const int64_t maps = diff ? 3 : 1;
-  // Pooling on the maps' device (tensor operations, one read-back per layer) or on the host (the CPU's
-  // tight loops below, faster there): see CaptureOptions::pooling. Rows per block: see plan_capture.
+  // Pooling on the maps' device (tensor operations, one read-back per layer) or on the host (a CPU model:
+  // the fused pass; a GPU model: the loops of pool_host): see CaptureOptions::pooling. Rows per block: see
+  // plan_capture.
   const bool on_device = plan.pool_on_device;
   const int64_t block_rows = plan.block_rows;
   const size_t nh = keep_heads.size();
@@ -410,14 +411,14 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
     pooler = std::make_unique<DevicePooler>(grid, static_cast<int64_t>(nh), maps, diff, h.device());
     if (!plan.all_heads) head_index = at::tensor(keep_heads, opts);
   }
-  // Adds the maps of query rows [row0, row0 + rows) to the host's pooled cells: src[m] holds map m of the
-  // block, [heads, rows, keys]: every head (all_heads_layout: indexed by head) or the kept heads in order.
-  auto pool_host = [&](const float* const src[3], bool all_heads_layout, int64_t row0, int64_t rows) {
+  // Adds the maps of query rows [row0, row0 + rows) to the host's pooled cells (a GPU model pooling on the
+  // host): src[m] holds map m of the block for every head, [heads, rows, keys].
+  auto pool_host = [&](const float* const src[3], int64_t row0, int64_t rows) {
     const int64_t K = row0 + rows;
     at::parallel_for(0, static_cast<int64_t>(nh) * maps, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t job = lo; job < hi; ++job) {
         const int64_t k = job / maps, m = job % maps;
-        const float* a = src[m] + (all_heads_layout ? keep_heads[static_cast<size_t>(k)] : k) * rows * K;
+        const float* a = src[m] + keep_heads[static_cast<size_t>(k)] * rows * K;
         float* su = sum[static_cast<size_t>(job)].data();
         float* be = best[static_cast<size_t>(job)].data();
         for (int64_t i = 0; i < rows; ++i) {
@@ -537,7 +538,7 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
       for (int64_t m = 0; m < maps; ++m) cpu.push_back(src[m]->to(at::kCPU, at::kFloat).contiguous());
       const float* host[3] = {cpu[0].data_ptr<float>(), diff ? cpu[1].data_ptr<float>() : nullptr,
                               diff ? cpu[2].data_ptr<float>() : nullptr};
-      pool_host(host, true, b.row0, b.rows);
+      pool_host(host, b.row0, b.rows);
     });
   }
   LayerTrace lt;

@@ -30,20 +30,6 @@ size_t pooled_bytes(const Trace& t) {
   return b;
 }
 
-int64_t rss_kb(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string key;
-  while (in >> key) {
-    if (key == field) {
-      int64_t kb = 0;
-      in >> kb;
-      return kb;
-    }
-    std::getline(in, key);
-  }
-  return -1;
-}
-
 ModelConfig windowed(ModelConfig c, int64_t w) {
   c.sliding_window = w;
   return c;
@@ -284,9 +270,9 @@ TEST_CASE("long prompts: memory stays within the budget instead of growing with 
     std::ofstream clear("/proc/self/clear_refs");
     clear << "5";  // reset the peak-RSS mark
   }
-  const int64_t before = rss_kb("VmRSS:");
+  const int64_t before = static_cast<int64_t>(process_memory_kb("VmRSS:"));
   const Trace t = m.capture(ids, o);
-  const int64_t peak = rss_kb("VmHWM:");
+  const int64_t peak = static_cast<int64_t>(process_memory_kb("VmHWM:"));
   INFO("RSS before " << before << " KB, peak " << peak << " KB, pooled maps " << pooled_bytes(t)
                      << " bytes, P = " << t.layers[0].pooled);
   CHECK(pooled_bytes(t) <= o.pooled_budget_bytes);
