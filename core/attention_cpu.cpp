@@ -487,6 +487,11 @@ __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a,
   }
   for (int64_t i0 = r0; i0 < r1; i0 += kGroup) {
     const int64_t rows = std::min(kGroup, r1 - i0);
+    if (a.mode == 3) {  // sampling: only groups holding a sampled row compute their logits
+      const int64_t first = std::max(i0, out.stats_from) - out.row0;
+      const int64_t next = (first + a.sample_stride - 1) / a.sample_stride * a.sample_stride + out.row0;
+      if (!out.logit_stats || next >= i0 + rows) continue;
+    }
     // The keys any row of the group sees: [jlo, jlo + N).
     const int64_t jlo = in.window > 0 ? std::max<int64_t>(0, i0 - in.window + 1) : 0, N = i0 + rows - jlo;
     group_logits<V>(in.q1 + (h * T + i0) * d, rows, kt1, ldk, d, jlo, N, S1);
