@@ -47,7 +47,9 @@ std::vector<float> to_vector(const Tensor& t) {
 FloatArray to_array(const Tensor& t) {
   FloatArray a;
   a.shape.assign(t.sizes().begin(), t.sizes().end());
-  a.data = to_vector(t);
+  const Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
+  a.data.resize(static_cast<size_t>(c.numel()));
+  if (!a.data.empty()) std::memcpy(a.data.data(), c.data_ptr<float>(), a.data.size() * sizeof(float));
   return a;
 }
 

@@ -292,12 +292,17 @@ const uint8_t* SafetensorsFile::data(const TensorInfo& info) const {
 }
 
 std::vector<float> SafetensorsFile::read_f32(const TensorInfo& info) const {
+  std::vector<float> out(static_cast<size_t>(info.numel()));
+  read_f32(info, out.data());
+  return out;
+}
+
+void SafetensorsFile::read_f32(const TensorInfo& info, float* out) const {
   const size_t n = static_cast<size_t>(info.numel());
-  std::vector<float> out(n);
   const uint8_t* p = data(info);
   switch (info.dtype) {
     case DType::F32:
-      if (n > 0) std::memcpy(out.data(), p, n * 4);  // host is little-endian (x86-64, aarch64)
+      if (n > 0) std::memcpy(out, p, n * 4);  // host is little-endian (x86-64, aarch64)
       break;
     case DType::F16:
       for (size_t i = 0; i < n; ++i)
@@ -308,7 +313,6 @@ std::vector<float> SafetensorsFile::read_f32(const TensorInfo& info) const {
         out[i] = bfloat16_to_float(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
       break;
   }
-  return out;
 }
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,

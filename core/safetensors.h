@@ -45,8 +45,9 @@ class SafetensorsFile {
   const TensorInfo& at(const std::string& name) const;    // FormatError when absent
   // Pointer to the tensor's bytes inside the mapping (valid while this object lives).
   const uint8_t* data(const TensorInfo& info) const;
-  // Converts any supported dtype to F32.
+  // Converts any supported dtype to F32 (into `out`: info.numel() floats).
   std::vector<float> read_f32(const TensorInfo& info) const;
+  void read_f32(const TensorInfo& info, float* out) const;
   std::vector<float> read_f32(const std::string& name) const { return read_f32(at(name)); }
 
  private:

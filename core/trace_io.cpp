@@ -95,7 +95,8 @@ FloatArray read_array(const SafetensorsFile& file, const std::string& name,
     throw FormatError(file.path().string() + ": tensor '" + name + "' is " + shape_string(t->shape) +
                       ", trace.json implies " + shape_string(expected));
   a.shape = t->shape;
-  a.data = file.read_f32(*t);
+  a.data.resize(static_cast<size_t>(t->numel()));
+  file.read_f32(*t, a.data.data());
   return a;
 }
 

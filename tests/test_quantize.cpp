@@ -16,8 +16,9 @@ namespace {
 
 // The rule, written out: per head, step = max |l| over causal entries / (2^(bits−1) − 1); l ↦
 // round(l/step)·step.
-std::vector<float> reference_quantize(const std::vector<float>& l, int64_t heads, int64_t T, int bits) {
-  std::vector<float> out = l;
+template <typename Floats>
+std::vector<float> reference_quantize(const Floats& l, int64_t heads, int64_t T, int bits) {
+  std::vector<float> out(l.begin(), l.end());
   const double levels = std::pow(2.0, bits - 1) - 1;
   for (int64_t h = 0; h < heads; ++h) {
     double amax = 0;
@@ -112,7 +113,7 @@ TEST_CASE("quantize: map drift measures |dA| and top-1 agreement over causal ent
     t.token_ids = {1, 2};
     LayerTrace l;
     l.heads = {0};
-    l.a = {{1, 2, 2}, std::move(a)};
+    l.a = {{1, 2, 2}, FloatBuffer(a.begin(), a.end())};
     t.layers.push_back(l);
     return t;
   };
