@@ -78,6 +78,12 @@ def main():
                 r[key] = float(f[3])
                 if key == "eager":
                     r["eager_rss"] = float(f[5])
+    print("running the eager reference's products alone (memory kept) ...", flush=True)
+    for line in run(eager + ["--lengths", args.lengths, "--repeats", str(args.repeats), "--products-only"],
+                    kept).splitlines():
+        f = line.split()
+        if f and f[0] == "products":
+            rows.setdefault((f[1], int(f[2])), {})["products"] = float(f[3])
     print("running difflens bench ...", flush=True)
     bench = run([args.difflens, "bench", "--models", ",".join(models), "--lengths", args.lengths, "--repeats",
                  str(args.repeats), "--threads", str(args.threads)])
@@ -95,15 +101,17 @@ def main():
           " process held before its first run (eager %.0f MB, difflens %.0f MB: libraries and weights)"
           % (idle.get("eager", 0), idle.get("difflens", 0)))
     print("eager ms: as a user runs it; kept ms: the same with DiffLens's allocator settings (the computation"
-          " alone); each ratio is that eager time / DiffLens's")
-    print("%-9s %6s %10s %10s %12s %8s %8s %20s %20s" % (
-        "model", "T", "eager ms", "kept ms", "difflens ms", "ratio", "kept", "eager peak MB", "difflens peak MB"))
+          " alone); each ratio is that eager time / DiffLens's; products ms: eager's forward without attention"
+          " (projections, norms, MLP on the same BLAS), memory kept")
+    print("%-9s %6s %10s %10s %12s %8s %8s %12s %20s %20s" % (
+        "model", "T", "eager ms", "kept ms", "difflens ms", "ratio", "kept", "products ms", "eager peak MB",
+        "difflens peak MB"))
     for (model, T), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0] != "diff")):
         if "eager" not in r or "kept" not in r or "difflens" not in r:
             continue
-        print("%-9s %6d %10.1f %10.1f %12.1f %7.2fx %7.2fx %11.0f (+%5.0f) %11.0f (+%5.0f)" % (
+        print("%-9s %6d %10.1f %10.1f %12.1f %7.2fx %7.2fx %12.1f %11.0f (+%5.0f) %11.0f (+%5.0f)" % (
             model, T, r["eager"], r["kept"], r["difflens"], r["eager"] / r["difflens"], r["kept"] / r["difflens"],
-            r["eager_rss"], r["eager_rss"] - idle.get("eager", 0), r["difflens_rss"],
+            r.get("products", float("nan")), r["eager_rss"], r["eager_rss"] - idle.get("eager", 0), r["difflens_rss"],
             r["difflens_rss"] - idle.get("difflens", 0)))
 
 

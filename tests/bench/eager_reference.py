@@ -7,7 +7,8 @@ Per layer: RMSNorm, q/k/v projections, RoPE, one batched softmax(q k^T + causal 
 o_proj, SwiGLU. Timed like `difflens bench`: the same token ids, one untimed warm-up run, the median of
 --repeats runs; after each length the process's peak resident memory (VmHWM).
 
-Prints one line per length: "eager MODEL T median_ms min_ms peak_rss_mb top1_id top1_prob".
+Prints one line per length: "eager MODEL T median_ms min_ms peak_rss_mb top1_id top1_prob"; with
+--products-only the forward without attention instead: "products MODEL T median_ms".
 Debian: apt install python3-torch (run with /usr/bin/python3).
 """
 import argparse
@@ -67,6 +68,24 @@ class Model:
     def rotate(x, cos, sin):  # interleaved pairs, x [B, h, T, d]
         x0, x1 = x[..., 0::2], x[..., 1::2]
         return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
+
+    def products(self, ids):
+        """The forward's matrix products, norms and MLP without attention (the heads' outputs replaced by the
+        values): the part of the work any implementation on the same BLAS shares, and its floor."""
+        c, w = self.c, self.w
+        h = w["model.embed_tokens.weight"][ids].unsqueeze(0)
+        for i in range(self.layers):
+            p = "model.layers.%d." % i
+            x = rms_norm(h, w[p + "input_layernorm.weight"], c["rms_norm_eps"])
+            q = x @ w[p + "self_attn.q_proj.weight"].T
+            k = x @ w[p + "self_attn.k_proj.weight"].T
+            v = x @ w[p + "self_attn.v_proj.weight"].T
+            o = v.repeat(1, 1, q.size(-1) // v.size(-1)) + q + k.sum(-1, keepdim=True)
+            h = h + o @ w[p + "self_attn.o_proj.weight"].T
+            y = rms_norm(h, w[p + "post_attention_layernorm.weight"], c["rms_norm_eps"])
+            gate = torch.nn.functional.silu(y @ w[p + "mlp.gate_proj.weight"].T)
+            h = h + (gate * (y @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        return h
 
     def forward(self, ids):
         """ids [T] -> (next-token probabilities [V], maps: per layer a tuple of [H, T, T] tensors)."""
@@ -141,6 +160,8 @@ def main():
     ap.add_argument("--lengths", default="256,1024,2048")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--products-only", action="store_true", help="time the forward without attention "
+                    "(projections, norms, MLP: Model.products) and print 'products MODEL T median_ms'")
     ap.add_argument("--check", metavar="BUNDLE,BUNDLE", help="trace bundles of the same models (difflens capture "
                     "--out): print the largest |difference| between their maps and this forward's, then exit")
     args = ap.parse_args()
@@ -165,6 +186,16 @@ def main():
             for m in models:
                 vocab = m.c["vocab_size"]
                 ids = torch.tensor([3 + (i * 7919) % (vocab - 3) for i in range(T)])
+                if args.products_only:
+                    m.products(ids)
+                    times = []
+                    for _ in range(args.repeats):
+                        t0 = time.perf_counter()
+                        m.products(ids)
+                        times.append((time.perf_counter() - t0) * 1000)
+                    print("products %s %d %.1f" % ("diff" if m.diff else "baseline", T, statistics.median(times)),
+                          flush=True)
+                    continue
                 m.forward(ids)  # warm-up, untimed
                 times = []
                 for _ in range(args.repeats):
