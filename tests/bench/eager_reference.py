@@ -69,22 +69,27 @@ class Model:
         x0, x1 = x[..., 0::2], x[..., 1::2]
         return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), -1).flatten(-2)
 
+    def projections(self, h, i):
+        """Layer i's pre-norm and q, k, v projections of h [1, T, E]."""
+        p = "model.layers.%d.self_attn." % i
+        x = rms_norm(h, self.w["model.layers.%d.input_layernorm.weight" % i], self.c["rms_norm_eps"])
+        return x @ self.w[p + "q_proj.weight"].T, x @ self.w[p + "k_proj.weight"].T, x @ self.w[p + "v_proj.weight"].T
+
+    def rest(self, h, o, i):
+        """Layer i after its heads' outputs o [1, T, width]: o_proj, residual, post-norm, SwiGLU, residual."""
+        w, p = self.w, "model.layers.%d." % i
+        h = h + o @ w[p + "self_attn.o_proj.weight"].T
+        y = rms_norm(h, w[p + "post_attention_layernorm.weight"], self.c["rms_norm_eps"])
+        gate = torch.nn.functional.silu(y @ w[p + "mlp.gate_proj.weight"].T)
+        return h + (gate * (y @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+
     def products(self, ids):
         """The forward's matrix products, norms and MLP without attention (the heads' outputs replaced by the
         values): the part of the work any implementation on the same BLAS shares, and its floor."""
-        c, w = self.c, self.w
-        h = w["model.embed_tokens.weight"][ids].unsqueeze(0)
+        h = self.w["model.embed_tokens.weight"][ids].unsqueeze(0)
         for i in range(self.layers):
-            p = "model.layers.%d." % i
-            x = rms_norm(h, w[p + "input_layernorm.weight"], c["rms_norm_eps"])
-            q = x @ w[p + "self_attn.q_proj.weight"].T
-            k = x @ w[p + "self_attn.k_proj.weight"].T
-            v = x @ w[p + "self_attn.v_proj.weight"].T
-            o = v.repeat(1, 1, q.size(-1) // v.size(-1)) + q + k.sum(-1, keepdim=True)
-            h = h + o @ w[p + "self_attn.o_proj.weight"].T
-            y = rms_norm(h, w[p + "post_attention_layernorm.weight"], c["rms_norm_eps"])
-            gate = torch.nn.functional.silu(y @ w[p + "mlp.gate_proj.weight"].T)
-            h = h + (gate * (y @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+            q, k, v = self.projections(h, i)
+            h = self.rest(h, v.repeat(1, 1, q.size(-1) // v.size(-1)) + q + k.sum(-1, keepdim=True), i)
         return h
 
     def forward(self, ids):
@@ -97,10 +102,7 @@ class Model:
         maps = []
         for i in range(self.layers):
             p = "model.layers.%d." % i
-            x = rms_norm(h, w[p + "input_layernorm.weight"], c["rms_norm_eps"])
-            q = x @ w[p + "self_attn.q_proj.weight"].T
-            k = x @ w[p + "self_attn.k_proj.weight"].T
-            v = x @ w[p + "self_attn.v_proj.weight"].T
+            q, k, v = self.projections(h, i)
             if self.diff:
                 q = q.view(1, T, H, 2, d).permute(0, 3, 2, 1, 4).reshape(1, 2 * H, T, d)  # [q1 heads, q2 heads]
                 k = k.view(1, T, Hkv, 2, d).permute(0, 3, 2, 1, 4).reshape(1, 2 * Hkv, T, d)
@@ -133,10 +135,7 @@ class Model:
             else:
                 o = (a @ v).transpose(1, 2).reshape(1, T, H * d)
                 maps.append((a[0],))
-            h = h + o @ w[p + "self_attn.o_proj.weight"].T
-            y = rms_norm(h, w[p + "post_attention_layernorm.weight"], c["rms_norm_eps"])
-            gate = torch.nn.functional.silu(y @ w[p + "mlp.gate_proj.weight"].T)
-            h = h + (gate * (y @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+            h = self.rest(h, o, i)
         last = rms_norm(h[0, -1], w["model.norm.weight"], c["rms_norm_eps"])
         head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
         return torch.softmax(last @ head.T, -1), maps
