@@ -473,7 +473,7 @@ __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a,
   const float* vg = in.v + g * T * dv;
   const float step1 = out.step1.empty() ? 0.0f : out.step1[static_cast<size_t>(h)];
   const float step2 = out.step2.empty() ? 0.0f : out.step2[static_cast<size_t>(h)];
-  const float lambda = in.lambda;
+  const float* lambda_rows = in.lambda_rows ? in.lambda_rows + h * T : nullptr;  // DIFF V2
   const int slot = a.slot[h];
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const int64_t stride = T + 2 * kLanes;  // a scratch row
@@ -551,6 +551,7 @@ __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a,
       if (diff) {
         const float lse2 = softmax<V>(s2, n);
         if (out.lse2) out.lse2[h * T + i] = lse2;
+        const float lambda = lambda_rows ? lambda_rows[i] : in.lambda;
         for (int64_t j = 0; j < n; ++j) arow[j] = s1[j] - lambda * s2[j];
       } else {
         std::memcpy(arow, s1, static_cast<size_t>(n) * sizeof(float));
@@ -757,6 +758,10 @@ void stats_plain(Worker& w, const float* v, int64_t n) {
 // The input's keys transposed for the pass, made once per input (component 2: empty for the baseline).
 const std::vector<float>& keys_of(const CpuAttentionInputs& in, bool second) {
   std::shared_ptr<const std::vector<float>>& slot = second ? in.k2t : in.k1t;
+  if (!slot && second && in.k2 && in.k2 == in.k1) {  // DIFF V2: both components read the same keys
+    keys_of(in, false);
+    slot = in.k1t;
+  }
   if (!slot)
     slot = std::make_shared<const std::vector<float>>(
         second && !in.k2 ? std::vector<float>{}

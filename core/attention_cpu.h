@@ -25,8 +25,10 @@ struct CpuAttentionInputs {
   const float* k2 = nullptr;
   const float* v = nullptr;  // [kv_heads, T, dv]
   float lambda = 0;          // DIFF: A = A1 − λ A2
-  int64_t window = 0;        // sliding window W: keys j <= i − W hidden too (0: none)
-  int bits = 0;              // absmax-quantized logits, per head over its visible entries (0: exact)
+  const float* lambda_rows =
+      nullptr;         // DIFF V2: λ per head and query row [heads, T] (used instead of lambda)
+  int64_t window = 0;  // sliding window W: keys j <= i − W hidden too (0: none)
+  int bits = 0;        // absmax-quantized logits, per head over its visible entries (0: exact)
   // The keys as the pass reads them (transposed, padded), made by the first call and kept here so that the
   // calls of a blocked capture share them.
   mutable std::shared_ptr<const std::vector<float>> k1t, k2t;

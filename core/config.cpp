@@ -248,7 +248,7 @@ ModelConfig config_from_hf(const json& j, const std::string& src) {
 }  // namespace
 
 const char* to_string(AttentionKind kind) {
-  return kind == AttentionKind::Diff ? "diff" : "baseline";
+  return kind == AttentionKind::Diff ? "diff" : kind == AttentionKind::DiffV2 ? "diff-v2" : "baseline";
 }
 
 std::vector<double> rope_inv_freq(const ModelConfig& c) {
@@ -316,7 +316,16 @@ void ModelConfig::validate(const std::string& src) const {
     fail(src, "'num_attention_heads' (" + std::to_string(num_attention_heads) +
                   ") must be a multiple of 'num_key_value_heads' (" + std::to_string(num_key_value_heads) +
                   ")");
-  if (is_diff()) {
+  if (is_diff_v2()) {
+    // Query sub-head j reads key/value head j / (2H / Hkv) (FlashAttention's grouping); a head's two
+    // components (sub-heads 2h, 2h + 1) must read the same one, so that A = A1 − σ(λ)·A2 meets one V.
+    if (num_attention_heads % 2 != 0 || (num_attention_heads / num_key_value_heads) % 2 != 0)
+      fail(src, "a DIFF V2 model needs 'num_attention_heads' (" + std::to_string(num_attention_heads) +
+                    ", two query sub-heads per head) to be an even multiple of 'num_key_value_heads' (" +
+                    std::to_string(num_key_value_heads) +
+                    "), so that both components of a head share its key "
+                    "and value head");
+  } else if (is_diff()) {
     if (num_attention_heads % 2 != 0 || num_key_value_heads % 2 != 0)
       fail(src,
            "a DIFF model needs even 'num_attention_heads' and 'num_key_value_heads' (two components per "
@@ -349,7 +358,10 @@ int64_t parameter_count(const ModelConfig& c) {
   int64_t layer = q * E + 2 * kv * E + E * q     // q, k, v, o projections
                   + 3 * E * c.intermediate_size  // gate, up, down
                   + 2 * E;                       // two RMSNorm weights
-  if (c.is_diff()) layer += 4 * d + (c.subln_weight ? 2 * d : 0);
+  if (c.is_diff_v2())
+    layer += -E * q / 2 + E * c.map_heads();  // o_proj reads H·d (not 2H·d); lambda_proj [H, E]
+  else if (c.is_diff())
+    layer += 4 * d + (c.subln_weight ? 2 * d : 0);
   int64_t total = c.num_hidden_layers * layer + c.vocab_size * E + E;
   if (!c.tie_word_embeddings) total += c.vocab_size * E;
   return total;
@@ -369,10 +381,12 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
   const std::string attention = get_string(j, "attention", src, "baseline");
   if (attention == "diff")
     c.attention = AttentionKind::Diff;
+  else if (attention == "diff-v2")
+    c.attention = AttentionKind::DiffV2;
   else if (attention == "baseline")
     c.attention = AttentionKind::Baseline;
   else
-    fail(src, "'attention' must be \"diff\" or \"baseline\", got \"" + attention + "\"");
+    fail(src, "'attention' must be \"diff\", \"diff-v2\" or \"baseline\", got \"" + attention + "\"");
   c.hidden_size = get_int(j, "hidden_size", src, true, 0);
   c.num_hidden_layers = get_int(j, "num_hidden_layers", src, true, 0);
   c.num_attention_heads = get_int(j, "num_attention_heads", src, true, 0);
@@ -399,7 +413,11 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
     c.diff_pairing = DiffPairing::Half;
   else
     fail(src, "'diff_pairing' must be \"adjacent\" or \"half\", got \"" + pairing + "\"");
-  c.subln_weight = get_bool(j, "subln_weight", src, true);
+  if (c.is_diff_v2() && c.diff_pairing != DiffPairing::Adjacent)
+    fail(src,
+         "a DIFF V2 model's components are always adjacent query sub-heads: 'diff_pairing' must be "
+         "\"adjacent\" or absent");
+  c.subln_weight = !c.is_diff_v2() && get_bool(j, "subln_weight", src, true);  // V2 has no per-head norm
   c.rms_norm_eps = get_double(j, "rms_norm_eps", src, 1e-5);
   c.subln_eps = get_double(j, "subln_eps", src, 1e-5);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, false);
@@ -436,7 +454,7 @@ std::string config_to_json_text(const ModelConfig& c) {
   write_rope_scaling(j, c.rope_scaling);
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   j["rope_style"] = c.rope_style == RopeStyle::Interleaved ? "interleaved" : "half";
-  if (c.is_diff()) {
+  if (c.is_diff() && !c.is_diff_v2()) {  // V2: components always adjacent, no per-head norm
     j["diff_pairing"] = c.diff_pairing == DiffPairing::Adjacent ? "adjacent" : "half";
     j["subln_weight"] = c.subln_weight;
     j["subln_eps"] = c.subln_eps;

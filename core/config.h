@@ -10,7 +10,10 @@
 
 namespace difflens {
 
-enum class AttentionKind { Diff, Baseline };
+// Diff: Differential Attention V1 (one learned λ per layer, per-head RMSNorm). DiffV2: Differential
+// Attention V2 (a λ per token and head, σ(x_t · w_λ,h); the two components of a head share its key and value
+// head; no per-head norm). Both have two softmax maps per head; see core/FORMATS.md.
+enum class AttentionKind { Diff, Baseline, DiffV2 };
 // Rotary embedding pairing: Interleaved rotates (x[2i], x[2i+1]) (official DIFF code); Half rotates
 // (x[i], x[i + d/2]) (Hugging Face "rotate_half", Llama/DiffLlama).
 enum class RopeStyle { Interleaved, Half };
@@ -37,8 +40,8 @@ struct ModelConfig {
   AttentionKind attention = AttentionKind::Baseline;
   int64_t hidden_size = 0;          // E
   int64_t num_hidden_layers = 0;    // L
-  int64_t num_attention_heads = 0;  // d-wide query sub-heads (2H for DIFF)
-  int64_t num_key_value_heads = 0;  // d-wide key sub-heads (2Hkv for DIFF)
+  int64_t num_attention_heads = 0;  // d-wide query sub-heads (2H for DIFF V1 and V2)
+  int64_t num_key_value_heads = 0;  // d-wide key sub-heads (2Hkv for DIFF V1; V2: Hkv, shared by a pair)
   int64_t head_dim = 0;             // d: width of one sub-head / one DIFF component
   int64_t intermediate_size = 0;    // SwiGLU hidden width
   int64_t vocab_size = 0;
@@ -60,10 +63,15 @@ struct ModelConfig {
   // architecture (LlamaForCausalLM, MistralForCausalLM, DiffLlamaForCausalLM).
   std::string architecture = "difflens";
 
-  bool is_diff() const { return attention == AttentionKind::Diff; }
+  // Two softmax maps per head (DIFF V1 or V2).
+  bool is_diff() const { return attention == AttentionKind::Diff || attention == AttentionKind::DiffV2; }
+  bool is_diff_v2() const { return attention == AttentionKind::DiffV2; }
   // Number of heads whose maps are shown: H for DIFF, 2H for the baseline.
   int64_t map_heads() const { return is_diff() ? num_attention_heads / 2 : num_attention_heads; }
-  int64_t kv_groups() const { return is_diff() ? num_key_value_heads / 2 : num_key_value_heads; }
+  // Key/value heads as the attention reads them (a DIFF V1 head's two components are one group).
+  int64_t kv_groups() const {
+    return attention == AttentionKind::Diff ? num_key_value_heads / 2 : num_key_value_heads;
+  }
 
   // Throws ConfigError naming `source` and the first inconsistent field.
   void validate(const std::string& source = "config") const;

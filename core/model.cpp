@@ -316,6 +316,14 @@ class DevicePooler {
 // A DIFF layer's λ and its parts, from the inputs its attention ran with.
 void keep_lambda(const nn::AttentionInputs& in, LayerTrace& lt) {
   if (!in.diff()) return;
+  if (in.lambda_rows.defined()) {  // DIFF V2: per head and token
+    lt.lambda_rows = to_array(in.lambda_rows[0]);
+    lt.lambda_logits = to_array(in.lambda_logits[0]);
+    double sum = 0;
+    for (float x : lt.lambda_rows.data) sum += x;
+    lt.lambda = lt.lambda_rows.data.empty() ? 0 : sum / static_cast<double>(lt.lambda_rows.data.size());
+    return;
+  }
   lt.lambda = in.lambda.item<double>();
   lt.lambda_exp1 = in.lambda_exp1.item<double>();
   lt.lambda_exp2 = in.lambda_exp2.item<double>();
@@ -346,7 +354,7 @@ void keep_inputs(const nn::AttentionInputs& in, nn::DecoderLayerImpl& layer, Lay
 // A layer's inputs as the CPU's fused pass (core/attention_cpu.h) reads them: contiguous float32 on the
 // host, kept alive as long as this object.
 struct FusedInputs {
-  Tensor q1, k1, q2, k2, v;
+  Tensor q1, k1, q2, k2, v, lambda_rows;
   CpuAttentionInputs ci;
   FusedInputs(const nn::AttentionInputs& in, const ModelConfig& c, int bits) {
     q1 = in.q1[0].to(at::kCPU, at::kFloat).contiguous();
@@ -362,10 +370,19 @@ struct FusedInputs {
     ci.v = v.data_ptr<float>();
     if (in.diff()) {
       q2 = in.q2[0].to(at::kCPU, at::kFloat).contiguous();
-      k2 = in.k2[0].to(at::kCPU, at::kFloat).contiguous();
       ci.q2 = q2.data_ptr<float>();
-      ci.k2 = k2.data_ptr<float>();
-      ci.lambda = in.lambda.item<float>();
+      if (in.k2.is_same(in.k1)) {  // DIFF V2: one set of keys for both components
+        ci.k2 = ci.k1;
+      } else {
+        k2 = in.k2[0].to(at::kCPU, at::kFloat).contiguous();
+        ci.k2 = k2.data_ptr<float>();
+      }
+      if (in.lambda_rows.defined()) {
+        lambda_rows = in.lambda_rows[0].to(at::kCPU, at::kFloat).contiguous();
+        ci.lambda_rows = lambda_rows.data_ptr<float>();
+      } else {
+        ci.lambda = in.lambda.item<float>();
+      }
     }
     ci.window = c.sliding_window;
     ci.bits = bits;
@@ -710,8 +727,9 @@ uint64_t Model::weight_memory_bytes(const ModelConfig& config, bool half_storage
   if (!half_storage) return n * sizeof(float);
   // Norms and λ stay F32; everything else (projections, embeddings) 2 bytes.
   const int64_t per_layer =
-      2 * config.hidden_size +
-      (config.is_diff() ? 4 * config.head_dim + (config.subln_weight ? 2 * config.head_dim : 0) : 0);
+      2 * config.hidden_size + (config.attention == AttentionKind::Diff
+                                    ? 4 * config.head_dim + (config.subln_weight ? 2 * config.head_dim : 0)
+                                    : 0);  // DIFF V1's λ vectors and norm (V2's lambda_proj is a projection)
   const uint64_t small = static_cast<uint64_t>(config.num_hidden_layers * per_layer + config.hidden_size);
   return (n - small) * 2 + small * 4;
 }

@@ -115,10 +115,13 @@ struct Rope {
 // Shapes [B, heads, T, width].
 struct AttentionInputs {
   Tensor q1, q2;                            // [B, H, T, d] (q2: DIFF only)
-  Tensor k1, k2;                            // [B, Hkv, T, d]
-  Tensor v;                                 // [B, Hkv, T, dv] (DIFF: dv = 2d)
-  Tensor lambda, lambda_exp1, lambda_exp2;  // 0-dim (DIFF only): λ = exp1 − exp2 + λ_init
+  Tensor k1, k2;                            // [B, Hkv, T, d] (DIFF V2: k2 is k1)
+  Tensor v;                                 // [B, Hkv, T, dv] (DIFF V1: dv = 2d)
+  Tensor lambda, lambda_exp1, lambda_exp2;  // 0-dim (DIFF V1 only): λ = exp1 − exp2 + λ_init
   double lambda_init = 0;
+  // DIFF V2: λ per head and query token, σ(z) with z = x_t · w_λ,h (x the attention's normed input):
+  // lambda_rows = σ(z) and lambda_logits = z, [B, H, T]. When defined, A = A1 − λ_rows[t] · A2 row by row.
+  Tensor lambda_rows, lambda_logits;
   bool diff() const { return q2.defined(); }
 };
 
@@ -147,7 +150,7 @@ inline AttentionInputs expand_groups(const AttentionInputs& in) {
   const int64_t groups = in.q1.size(1) / in.k1.size(1);
   if (groups > 1) {
     g.k1 = in.k1.repeat_interleave(groups, 1);
-    if (in.k2.defined()) g.k2 = in.k2.repeat_interleave(groups, 1);
+    if (in.k2.defined()) g.k2 = in.k2.is_same(in.k1) ? g.k1 : in.k2.repeat_interleave(groups, 1);
     g.v = in.v.repeat_interleave(groups, 1);
   }
   return g;
@@ -199,7 +202,10 @@ inline AttentionBlock attend_rows(const AttentionInputs& g, const ModelConfig& c
     b.l2 = quantized(block_logits(g.q2, g.k2, row0, rows, hidden), steps.second);
     b.a1 = at::softmax(b.l1, -1, at::kFloat);
     b.a2 = at::softmax(b.l2, -1, at::kFloat);
-    b.a = b.a1 - g.lambda * b.a2;  // rows sum to 1 − λ
+    if (g.lambda_rows.defined())  // V2: row t of head h subtracts σ(z_h,t) · A2; rows sum to 1 − σ(z)
+      b.a = b.a1 - g.lambda_rows.narrow(2, row0, rows).unsqueeze(-1) * b.a2;
+    else
+      b.a = b.a1 - g.lambda * b.a2;  // rows sum to 1 − λ
   } else {
     b.a = at::softmax(b.l1, -1, at::kFloat);
   }
@@ -303,6 +309,45 @@ struct DiffAttentionImpl : torch::nn::Module {
 };
 TORCH_MODULE(DiffAttention);
 
+// Differential attention V2: 2H query sub-heads (sub-head 2h is component 1 of head h, 2h + 1 component
+// 2), Hkv key/value heads of width d shared by both components of a head (sub-head j reads key/value head
+// j / (2H / Hkv)), λ per head and token σ(x_t · w_λ,h) from lambda_proj [H, E], output heads d wide, no
+// per-head norm and no scale.
+struct DiffV2AttentionImpl : torch::nn::Module {
+  explicit DiffV2AttentionImpl(const ModelConfig& c) : c(c) {
+    const int64_t E = c.hidden_size, d = c.head_dim, H = c.map_heads();
+    q_proj = register_module("q_proj", Projection(E, c.num_attention_heads * d));
+    k_proj = register_module("k_proj", Projection(E, c.num_key_value_heads * d));
+    v_proj = register_module("v_proj", Projection(E, c.num_key_value_heads * d));
+    o_proj = register_module("o_proj", Projection(H * d, E));
+    lambda_proj = register_module("lambda_proj", Projection(E, H));
+  }
+
+  // x [B, T, E] (normed) -> the attention's inputs, λ per token included.
+  AttentionInputs inputs(const Tensor& x, const Rope& rope) {
+    const int64_t B = x.size(0), T = x.size(1), d = c.head_dim, H = c.map_heads();
+    AttentionInputs in;
+    const Tensor q = q_proj(x).view({B, T, H, 2, d});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    in.q1 = rope.apply(q.select(3, 0).transpose(1, 2)) * scale;  // [B, H, T, d]
+    in.q2 = rope.apply(q.select(3, 1).transpose(1, 2)) * scale;
+    in.k1 = rope.apply(k_proj(x).view({B, T, c.num_key_value_heads, d}).transpose(1, 2));
+    in.k2 = in.k1;
+    in.v = v_proj(x).view({B, T, c.num_key_value_heads, d}).transpose(1, 2);
+    in.lambda_logits = lambda_proj(x).to(at::kFloat).transpose(1, 2).contiguous();  // [B, H, T]
+    in.lambda_rows = at::sigmoid(in.lambda_logits);
+    return in;
+  }
+  // o [B, H, T, d] = (A1 − σ(λ) A2)·V per head -> [B, T, E]
+  Tensor output(const Tensor& o) {
+    return o_proj(o.transpose(1, 2).reshape({o.size(0), o.size(2), c.map_heads() * c.head_dim}));
+  }
+
+  ModelConfig c;
+  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr}, lambda_proj{nullptr};
+};
+TORCH_MODULE(DiffV2Attention);
+
 struct SwiGluImpl : torch::nn::Module {
   SwiGluImpl(int64_t E, int64_t F) {
     gate_proj = register_module("gate_proj", Projection(E, F));
@@ -316,7 +361,9 @@ TORCH_MODULE(SwiGlu);
 
 struct DecoderLayerImpl : torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& c, int64_t layer) : c(c) {
-    if (c.is_diff())
+    if (c.is_diff_v2())
+      diff_v2_attn = register_module("self_attn", DiffV2Attention(c));
+    else if (c.is_diff())
       diff_attn = register_module("self_attn", DiffAttention(c, layer));
     else
       base_attn = register_module("self_attn", BaselineAttention(c));
@@ -327,9 +374,13 @@ struct DecoderLayerImpl : torch::nn::Module {
   }
   // The architecture's inputs and output around the shared attention math.
   AttentionInputs inputs(const Tensor& x, const Rope& rope) {
-    return diff_attn ? diff_attn->inputs(x, rope) : base_attn->inputs(x, rope);
+    return diff_v2_attn ? diff_v2_attn->inputs(x, rope)
+           : diff_attn  ? diff_attn->inputs(x, rope)
+                        : base_attn->inputs(x, rope);
   }
-  Tensor output(const Tensor& o) { return diff_attn ? diff_attn->output(o) : base_attn->output(o); }
+  Tensor output(const Tensor& o) {
+    return diff_v2_attn ? diff_v2_attn->output(o) : diff_attn ? diff_attn->output(o) : base_attn->output(o);
+  }
 
   // The attention's heads' outputs o [B, H, T, dv] from its inputs, computed `block_rows` query rows at a
   // time (memory O(T · block) instead of O(T²) when block_rows < T); `visit(block)` sees every block in
@@ -389,6 +440,7 @@ struct DecoderLayerImpl : torch::nn::Module {
   ModelConfig c;
   int logit_bits = 0;  // quantize the attention logits before the softmax (0: exact)
   DiffAttention diff_attn{nullptr};
+  DiffV2Attention diff_v2_attn{nullptr};
   BaselineAttention base_attn{nullptr};
   SwiGlu mlp{nullptr};
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};

@@ -92,7 +92,9 @@ AttentionTile attention_tile(const Trace& t, int layer, int head, int64_t row0, 
   component(l.q1, l.k1, l.lse1, tile.a1);
   component(l.q2, l.k2, l.lse2, tile.a2);
   tile.a.resize(n);
-  for (size_t x = 0; x < n; ++x) tile.a[x] = static_cast<float>(tile.a1[x] - l.lambda * tile.a2[x]);
+  for (size_t x = 0; x < n; ++x)  // λ of the row (DIFF V2: per head and token)
+    tile.a[x] = static_cast<float>(tile.a1[x] -
+                                   l.lambda_at(head, row0 + static_cast<int64_t>(x) / cols) * tile.a2[x]);
   return tile;
 }
 

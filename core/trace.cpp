@@ -90,7 +90,9 @@ Trace::KeptBytes Trace::kept_bytes() const {
   for (const auto& l : layers) {
     for (const FloatArray* a : {&l.a1_mean, &l.a1_max, &l.a2_mean, &l.a2_max, &l.a_mean, &l.a_max})
       k.pooled_maps += a->bytes();
-    for (const FloatArray* a : {&l.q1, &l.k1, &l.q2, &l.k2, &l.lse1, &l.lse2}) k.tile_inputs += a->bytes();
+    for (const FloatArray* a :
+         {&l.q1, &l.k1, &l.q2, &l.k2, &l.lse1, &l.lse2, &l.lambda_rows, &l.lambda_logits})
+      k.tile_inputs += a->bytes();  // (DIFF V2's λ per token: A = A1 − λ(t)·A2 of a recomputed tile)
     k.values += l.v.bytes() + l.subln_weight.bytes();
   }
   return k;

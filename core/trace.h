@@ -83,8 +83,17 @@ struct LayerTrace {
   std::vector<int> heads;  // which heads' maps are kept (indices into 0..map_heads-1); empty = none
   // DIFF: a1, a2 = component softmax maps, a = a1 - lambda*a2. Baseline: only `a` (its softmax map).
   FloatArray a1, a2, a;  // each [heads.size(), T, T]
-  // λ of this layer (DIFF only): lambda = exp1 - exp2 + lambda_init.
+  // λ of this layer (DIFF only): lambda = exp1 - exp2 + lambda_init. DIFF V2: the mean of lambda_rows (the
+  // parts stay 0).
   double lambda = 0, lambda_exp1 = 0, lambda_exp2 = 0, lambda_init = 0;
+  // DIFF V2: λ per head and query token, σ(z) with z = x_t · w_λ,h: lambda_rows [map_heads, T] and its
+  // pre-sigmoid z, lambda_logits [map_heads, T]. Row t of head h's A is A1 − lambda_rows[h, t] · A2.
+  FloatArray lambda_rows, lambda_logits;
+  // λ that row `row` of head `head` subtracts A2 with (V1: the layer's λ).
+  double lambda_at(int64_t head, int64_t row) const {
+    return lambda_rows.empty() ? lambda
+                               : lambda_rows.data[static_cast<size_t>(head * lambda_rows.shape[1] + row)];
+  }
   // |scaled QKᵀ| over causal entries (DIFF: both components pooled), all heads.
   ValueStats logit_stats;
   FloatArray logits1, logits2;  // optional full pre-softmax logits [map_heads, T, T] (masked = -inf)
@@ -109,8 +118,9 @@ struct LayerTrace {
 
   // Every buffer above, once: what byte counts and copies walk (a new buffer is added here too).
   std::vector<const FloatArray*> arrays() const {
-    return {&a1,     &a2,    &a,  &logits1, &logits2, &hidden, &a1_mean, &a1_max,       &a2_mean, &a2_max,
-            &a_mean, &a_max, &q1, &k1,      &q2,      &k2,     &v,       &subln_weight, &lse1,    &lse2};
+    return {&a1,      &a2,           &a,      &logits1, &logits2,     &hidden,       &a1_mean, &a1_max,
+            &a2_mean, &a2_max,       &a_mean, &a_max,   &q1,          &k1,           &q2,      &k2,
+            &v,       &subln_weight, &lse1,   &lse2,    &lambda_rows, &lambda_logits};
   }
 };
 

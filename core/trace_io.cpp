@@ -164,6 +164,8 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
     add_array(tensors, p + "lse2", l.lse2);
     add_array(tensors, p + "v", l.v);  // CaptureOptions::keep_qkv
     add_array(tensors, p + "subln_weight", l.subln_weight);
+    add_array(tensors, p + "lambda", l.lambda_rows);  // DIFF V2: λ per head and token, and its logit
+    add_array(tensors, p + "lambda_logits", l.lambda_logits);
   }
   write_safetensors(dir / "maps.safetensors", tensors, {{"format", "difflens-trace"}});
   std::ofstream out(dir / "trace.json", std::ios::binary | std::ios::trunc);
@@ -247,8 +249,7 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
         throw FormatError(where + ": pooled size " + std::to_string(l.pooled) + " is invalid");
       if (l.pooled > 0) {
         const int64_t P = l.pooled, d = t.config.head_dim;
-        const int64_t Hkv =
-            t.config.is_diff() ? t.config.num_key_value_heads / 2 : t.config.num_key_value_heads;
+        const int64_t Hkv = t.config.kv_groups();
         const std::vector<int64_t> pooled_shape{static_cast<int64_t>(l.heads.size()), P, P};
         l.a_mean = read_array(maps, p + "A.mean", pooled_shape);
         l.a_max = read_array(maps, p + "A.max", pooled_shape);
@@ -284,9 +285,8 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
       }
       {  // queries and keys of exact traces, values and the output norm's weight (CaptureOptions::keep_qkv)
         const int64_t d = t.config.head_dim;
-        const int64_t Hkv =
-            t.config.is_diff() ? t.config.num_key_value_heads / 2 : t.config.num_key_value_heads;
-        const int64_t dv = t.config.is_diff() ? 2 * d : d;
+        const int64_t Hkv = t.config.kv_groups();
+        const int64_t dv = t.config.attention == AttentionKind::Diff ? 2 * d : d;
         if (l.pooled == 0) {
           l.q1 = read_array(maps, p + "q1", {H, T, d});
           l.k1 = read_array(maps, p + "k1", {Hkv, T, d});
@@ -296,7 +296,19 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
           }
         }
         l.v = read_array(maps, p + "v", {Hkv, T, dv});
-        if (t.config.is_diff()) l.subln_weight = read_array(maps, p + "subln_weight", {dv});
+        if (t.config.attention == AttentionKind::Diff)
+          l.subln_weight = read_array(maps, p + "subln_weight", {dv});
+      }
+      if (t.config.is_diff_v2()) {
+        l.lambda_rows = read_array(maps, p + "lambda", {H, T});
+        l.lambda_logits = read_array(maps, p + "lambda_logits", {H, T});
+        if (l.lambda_rows.empty() || l.lambda_logits.empty())
+          throw FormatError(maps.path().string() + ": the DIFF V2 λ of layer " + std::to_string(l.index) +
+                            " is missing");
+        for (float x : l.lambda_rows.data)
+          if (!(x >= 0.0f && x <= 1.0f))
+            throw FormatError(maps.path().string() + ": layer " + std::to_string(l.index) +
+                              " has a DIFF V2 λ outside [0, 1] (" + std::to_string(x) + ")");
       }
       l.logits1 = read_array(maps, p + "logits1", {H, T, T});
       l.logits2 = read_array(maps, p + "logits2", {H, T, T});

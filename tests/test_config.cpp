@@ -56,7 +56,7 @@ TEST_CASE("config errors name the file and the field", "[config][errors]") {
   CHECK(err("{" + base + R"(, "num_attention_heads": "4"})") ==
         "my/config.json: field 'num_attention_heads' must be an integer");
   CHECK(err("{" + base + R"(, "num_attention_heads": 4, "attention": "sparse"})")
-            .find("'attention' must be \"diff\" or \"baseline\"") != std::string::npos);
+            .find("'attention' must be \"diff\", \"diff-v2\" or \"baseline\"") != std::string::npos);
   CHECK(err("{" + base + R"(, "num_attention_heads": 3, "head_dim": 16, "num_key_value_heads": 2})")
             .find("multiple of 'num_key_value_heads'") != std::string::npos);
   CHECK(err("{" + base + R"(, "num_attention_heads": 4, "head_dim": 15})").find("'head_dim' must be even") !=
