@@ -13,7 +13,10 @@ bool explain_available(const Trace& trace, int layer) {
   for (const LayerTrace& l : trace.layers)
     if (l.index == layer)
       return !l.q1.empty() && !l.k1.empty() && !l.v.empty() &&
-             (!trace.config.is_diff() || (!l.q2.empty() && !l.k2.empty() && !l.subln_weight.empty()));
+             (!trace.config.is_diff() ||
+              (!l.q2.empty() && !l.k2.empty() &&
+               (trace.config.is_diff_v2() ? !l.lambda_rows.empty() && !l.lambda_logits.empty()
+                                          : !l.subln_weight.empty())));
   return false;
 }
 
@@ -39,6 +42,7 @@ HeadExplain explain_head(const Trace& trace, int layer, int head, int64_t query)
   e.head = head;
   e.query = query;
   e.diff = c.is_diff();
+  e.v2 = c.is_diff_v2();
   e.d = c.head_dim;
   const int64_t Hkv = l.k1.shape[0];
   e.dv = l.v.shape[2];
@@ -75,10 +79,15 @@ HeadExplain explain_head(const Trace& trace, int layer, int head, int64_t query)
   e.a1 = softmax(e.logits1);
   if (e.diff) {
     e.a2 = softmax(e.logits2);
-    e.lambda = l.lambda;
-    e.lambda_exp1 = l.lambda_exp1;
-    e.lambda_exp2 = l.lambda_exp2;
-    e.lambda_init = l.lambda_init;
+    if (e.v2) {
+      e.lambda_logit = l.lambda_logits.data[static_cast<size_t>(head * T + query)];
+      e.lambda = 1.0 / (1.0 + std::exp(-e.lambda_logit));
+    } else {
+      e.lambda = l.lambda;
+      e.lambda_exp1 = l.lambda_exp1;
+      e.lambda_exp2 = l.lambda_exp2;
+      e.lambda_init = l.lambda_init;
+    }
   }
   e.a.resize(e.keys.size());
   e.common.assign(e.keys.size(), 0.0);
@@ -98,7 +107,7 @@ HeadExplain explain_head(const Trace& trace, int layer, int head, int64_t query)
     for (double v : x) s += v * v;
     return std::sqrt(s);
   };
-  if (e.diff) {  // RMSNorm over the head's 2d output (fp32 statistics in the model; double here)
+  if (e.diff && !e.v2) {  // RMSNorm over the head's 2d output (fp32 statistics in the model; double here)
     double ms = 0;
     for (double v : e.o) ms += v * v;
     ms /= static_cast<double>(e.dv);

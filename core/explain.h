@@ -17,7 +17,8 @@ struct HeadExplain {
   int layer = 0, head = 0;
   int64_t query = 0;
   bool diff = false;
-  int64_t d = 0, dv = 0;      // query/key width and value width (DIFF: 2d)
+  bool v2 = false;            // DIFF V2: λ per token, no per-head norm (steps 4 and 6 below)
+  int64_t d = 0, dv = 0;      // query/key width and value width (DIFF V1: 2d)
   std::vector<int64_t> keys;  // the keys the query sees (j <= query, inside a sliding window), in order
   // 1. The query's rotated vectors, scaled by d^-1/2 (DIFF: both components), and each visible key's.
   std::vector<float> q1, q2;               // [d]
@@ -26,13 +27,15 @@ struct HeadExplain {
   std::vector<double> logits1, logits2;
   // 3. Softmax of each logit row: A1 and A2 over the visible keys (the baseline: A1 only).
   std::vector<double> a1, a2;
-  // 4. λ = exp(λq1·λk1) − exp(λq2·λk2) + λ_init(layer).
-  double lambda = 0, lambda_exp1 = 0, lambda_exp2 = 0, lambda_init = 0;
+  // 4. λ = exp(λq1·λk1) − exp(λq2·λk2) + λ_init(layer). DIFF V2: λ = σ(z), z = x_query · w_λ,head
+  //    (lambda_logit), the parts 0.
+  double lambda = 0, lambda_exp1 = 0, lambda_exp2 = 0, lambda_init = 0, lambda_logit = 0;
   // 5. A = A1 − λ·A2 and the common mass min(A1, λ·A2) per key, which the subtraction cancels. Rows of A
   //    sum to 1 − λ (baseline: A = A1, sums to 1).
   std::vector<double> a, common;
   double a_sum = 0, common_sum = 0;
-  // 6. o = Σ_j A_j v_j [dv]; DIFF: n = RMSNorm(o) · w, out = n · (1 − λ_init). Baseline: out = o.
+  // 6. o = Σ_j A_j v_j [dv]; DIFF V1: n = RMSNorm(o) · w, out = n · (1 − λ_init). Baseline and DIFF V2:
+  //    out = o.
   std::vector<double> o, normed, out;
   double o_norm = 0, normed_norm = 0, out_norm = 0;  // Euclidean lengths
 };

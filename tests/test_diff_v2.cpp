@@ -10,6 +10,7 @@
 
 #include "core/attention_cpu.h"
 #include "core/error.h"
+#include "core/explain.h"
 #include "core/model.h"
 #include "core/trace_io.h"
 #include "helpers.h"
@@ -401,4 +402,30 @@ TEST_CASE("DIFF V2 trace bundle: λ per token round-trips, and a λ outside [0, 
   bad.layers[1].lambda_rows = FloatArray{};
   write_trace_bundle(bad, dir.path());
   CHECK_THROWS_WITH(read_trace_bundle(dir.path()), Catch::Contains("DIFF V2"));
+}
+
+TEST_CASE("DIFF V2 explain: λ = σ(z) of the query's token, A = A1 − λA2, out = A·V with no norm step",
+          "[v2][explain]") {
+  const ModelConfig c = v2_config(4, 2);
+  CaptureOptions o;
+  o.keep_qkv = true;
+  const Trace t = Model::random(c, 8).capture(test::random_ids(19, c.vocab_size, 2), o);
+  const int64_t T = t.length();
+  for (const int head : {0, 3})
+    for (const int64_t query : {int64_t{0}, int64_t{11}, T - 1}) {
+      INFO("head " << head << ", query " << query);
+      REQUIRE(explain_available(t, 1));
+      const HeadExplain e = explain_head(t, 1, head, query);
+      const LayerTrace& l = t.layers[1];
+      CHECK(e.v2);
+      CHECK(e.lambda == Approx(l.lambda_at(head, query)).epsilon(1e-6));
+      CHECK(e.lambda == Approx(1.0 / (1.0 + std::exp(-e.lambda_logit))).epsilon(1e-12));
+      CHECK(e.lambda_init == 0);
+      CHECK(e.a_sum == Approx(1.0 - e.lambda).margin(1e-6));
+      for (size_t k = 0; k < e.keys.size(); ++k)  // the explained row is the captured one
+        CHECK(e.a[k] ==
+              Approx(l.a.data[static_cast<size_t>((head * T + query) * T + e.keys[k])]).margin(1e-6));
+      CHECK(e.out == e.o);  // no per-head norm, no (1 − λ_init) scale
+      CHECK(e.dv == c.head_dim);
+    }
 }
