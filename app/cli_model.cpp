@@ -41,7 +41,15 @@ int cmd_capture(const Args& a) {
               model.device_name().c_str());
   std::printf("tokens    %lld\n", static_cast<long long>(trace.length()));
   std::printf("capture   %.1f ms, trace %s\n", trace.elapsed_ms, mb(trace.byte_size()).c_str());
-  if (c.is_diff()) {
+  if (c.is_diff_v2()) {  // λ per head and token: each layer's mean and range
+    std::printf("lambda   ");
+    for (const auto& l : trace.layers) {
+      const auto [lo, hi] = std::minmax_element(l.lambda_rows.data.begin(), l.lambda_rows.data.end());
+      std::printf(" L%d=%.4f [%.4f, %.4f]", l.index, l.lambda, l.lambda_rows.data.empty() ? 0.0f : *lo,
+                  l.lambda_rows.data.empty() ? 0.0f : *hi);
+    }
+    std::printf("  (mean [range] of sigma(x_t . w_lambda,h) over tokens and heads)\n");
+  } else if (c.is_diff()) {
     std::printf("lambda   ");
     for (const auto& l : trace.layers) std::printf(" L%d=%.4f", l.index, l.lambda);
     std::printf("\n");
@@ -84,26 +92,34 @@ Command capture_command() {
 
 int cmd_init_pair(const Args& a) {
   const std::filesystem::path out = a.require("out");
-  auto [diff_cfg, base_cfg] = make_matched_pair(pair_spec(a));
+  const PairSpec spec = pair_spec(a);
+  auto [diff_cfg, base_cfg] = make_matched_pair(spec);
+  const bool v2 = a.get("arch") == "diff-v2";
+  if (v2) diff_cfg = make_matched_diff_v2(spec);
+  const std::string name = v2 ? "diff-v2" : "diff";
   const uint64_t seed = static_cast<uint64_t>(a.get_int("seed"));
-  diff_cfg.name = "diff (untrained, seed " + std::to_string(seed) + ")";
+  diff_cfg.name = name + " (untrained, seed " + std::to_string(seed) + ")";
   base_cfg.name = "baseline (untrained, seed " + std::to_string(seed) + ")";
   const Model diff = Model::random(diff_cfg, seed);
   const Model base = Model::random(base_cfg, seed);
-  diff.save(out / "diff");
+  diff.save(out / name);
   base.save(out / "baseline");
-  std::printf("wrote %s/diff (%lld params) and %s/baseline (%lld params): untrained, seeded random weights\n",
-              out.c_str(), static_cast<long long>(diff.parameter_count()), out.c_str(),
+  std::printf("wrote %s/%s (%lld params) and %s/baseline (%lld params): untrained, seeded random weights\n",
+              out.c_str(), name.c_str(), static_cast<long long>(diff.parameter_count()), out.c_str(),
               static_cast<long long>(base.parameter_count()));
   return 0;
 }
 
 Command init_pair_command() {
-  Command c{"init-pair",
-            "write a seeded, untrained, parameter-matched DIFF + baseline pair (DIR/diff and DIR/baseline)",
-            {required(text("out", "DIR", "the folder for both models"))},
-            "",
-            cmd_init_pair};
+  Command c{
+      "init-pair",
+      "write a seeded, untrained, parameter-matched DIFF + baseline pair (DIR/diff and DIR/baseline)",
+      {required(text("out", "DIR", "the folder for both models")),
+       choice("arch", "diff|diff-v2", "diff",
+              "diff: DIFF V1 with H heads beside the baseline's 2H; diff-v2 (written to DIR/diff-v2): DIFF "
+              "V2 with the baseline's 2H heads, twice the query sub-heads and a lambda_proj")},
+      "",
+      cmd_init_pair};
   for (Option& o : pair_shape_options()) c.options.push_back(std::move(o));
   c.options.push_back(integer("seed", "S", 0, 2147483647, "1", "random seed"));
   return c;
@@ -117,9 +133,11 @@ int cmd_info(const Args& a) {
       "architecture: %s\nattention: %s%s\nparameters: %lld\nweights on disk: %s (in memory: %s, %s)\n"
       "device: %s\n",
       c.architecture.c_str(), to_string(c.attention),
-      c.is_diff() ? (c.diff_pairing == DiffPairing::Adjacent ? " (official layout: adjacent components)"
-                                                             : " (DiffLlama layout: components in halves)")
-                  : "",
+      c.is_diff_v2() ? " (Differential Attention V2: lambda per token and head, query sub-heads 2h and 2h+1 "
+                       "share a key/value head)"
+      : c.is_diff()  ? (c.diff_pairing == DiffPairing::Adjacent ? " (official layout: adjacent components)"
+                                                                : " (DiffLlama layout: components in halves)")
+                     : "",
       static_cast<long long>(m.parameter_count()), m.source_dtype().c_str(), m.weight_storage().c_str(),
       human_bytes(Model::weight_memory_bytes(c, m.weight_storage() != "F32")).c_str(),
       m.device_name().c_str());
@@ -170,6 +188,8 @@ int cmd_convert(const Args& a) {
   }
   std::printf("wrote %s (DiffLens format, %s layout)\n", to.c_str(),
               !target.is_diff() ? (target.rope_style == RopeStyle::Half ? "rotate-half" : "interleaved")
+              : target.is_diff_v2()
+                  ? (target.rope_style == RopeStyle::Half ? "DIFF V2, rotate-half" : "official DIFF V2")
               : target.diff_pairing == DiffPairing::Adjacent ? "official DIFF"
                                                              : "DiffLlama");
   return 0;

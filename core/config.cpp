@@ -511,4 +511,14 @@ std::pair<ModelConfig, ModelConfig> make_matched_pair(const PairSpec& s) {
   return {diff, base};
 }
 
+ModelConfig make_matched_diff_v2(const PairSpec& s) {
+  ModelConfig v2 = make_matched_pair(s).second;  // the baseline's width, depth, heads and MLP
+  v2.attention = AttentionKind::DiffV2;
+  v2.num_attention_heads *= 2;  // two query sub-heads per head, sharing the baseline's key/value heads
+  v2.subln_weight = false;
+  v2.name = "diff-v2";
+  v2.validate();
+  return v2;
+}
+
 }  // namespace difflens

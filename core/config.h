@@ -109,5 +109,9 @@ struct PairSpec {
   TokenizerKind tokenizer = TokenizerKind::Bytes;
 };
 std::pair<ModelConfig, ModelConfig> make_matched_pair(const PairSpec& spec);
+// A DIFF V2 model matched to that pair's baseline: its 2H heads (width d) as V2's output heads, with twice
+// the query sub-heads and the same key/value heads; parameters: the baseline's plus q_proj's extra 2H·d·E
+// and lambda_proj's 2H·E per layer.
+ModelConfig make_matched_diff_v2(const PairSpec& spec);
 
 }  // namespace difflens

@@ -58,7 +58,9 @@ std::vector<NamedTensor> convert_layout(const ModelConfig& from, const std::vect
   if (config_to_json_text(a) != config_to_json_text(b))
     throw Error("layout conversion: the two configs differ in more than the layout");
   const int64_t E = from.hidden_size, d = from.head_dim;
-  const bool diff = from.is_diff();
+  // DIFF V2 permutes like the baseline: every query sub-head and key head is one d-wide rotary head, its
+  // components adjacent whatever the rotary style; lambda_proj passes through.
+  const bool diff = from.attention == AttentionKind::Diff;
   const int64_t H = diff ? from.num_attention_heads / 2 : from.num_attention_heads;
   const int64_t Hkv = diff ? from.num_key_value_heads / 2 : from.num_key_value_heads;
   std::map<std::string, std::vector<float>> subln;  // layer prefix -> learned norm weight
@@ -114,6 +116,10 @@ ModelConfig official_layout(const ModelConfig& from) {
 }
 
 ModelConfig hf_layout(const ModelConfig& from) {
+  if (from.is_diff_v2())
+    throw Error(
+        "DIFF V2 has no Hugging Face architecture (transformers has none for it): keep it in "
+        "DiffLens's format, whose tensor names are the official module's");
   ModelConfig c = from;
   c.rope_style = RopeStyle::Half;
   if (c.is_diff()) {

@@ -86,6 +86,33 @@ TEST_CASE("cli: init-pair then capture writes a readable trace bundle", "[cli]")
   CHECK(r.out.find("\"attention\": \"diff\"") != std::string::npos);
 }
 
+TEST_CASE("cli: init-pair --arch diff-v2, then capture, info and convert of a DIFF V2 model", "[cli][v2]") {
+  test::ScratchDir dir("cliv2");
+  const std::string models = (dir / "models").string();
+  Result r =
+      run("init-pair --out " + models + " --arch diff-v2 --hidden 32 --layers 2 --heads 2 --vocab 300", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const Model v2 = Model::load(models + "/diff-v2"), b = Model::load(models + "/baseline");
+  CHECK(v2.config().is_diff_v2());
+  CHECK(v2.config().map_heads() == b.config().map_heads());  // the baseline's 4 heads of width 8
+  // The baseline's parameters plus q_proj's extra 4·8·32 and lambda_proj's 4·32 per layer.
+  CHECK(v2.parameter_count() - b.parameter_count() == 2 * (4 * 8 * 32 + 4 * 32));
+  const std::string out = (dir / "trace").string();
+  r = run("capture --model " + models + "/diff-v2 --prompt 'Mira is 4821.' --out " + out + " --threads 1",
+          dir);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("(mean [range] of sigma") != std::string::npos);
+  const Trace t = read_trace_bundle(out);
+  CHECK(t.layers[1].lambda_rows.shape == std::vector<int64_t>{4, 14});
+  CHECK(v2.capture(t.token_ids).layers[1].a.data == t.layers[1].a.data);
+  r = run("info --model " + models + "/diff-v2", dir);
+  CHECK(r.out.find("\"attention\": \"diff-v2\"") != std::string::npos);
+  r = run("convert --from " + models + "/diff-v2 --to " + (dir / "hf").string() + " --format hf", dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("no Hugging Face architecture") != std::string::npos);
+}
+
 namespace {
 // The shared libraries `binary` needs (DT_NEEDED), in the order the dynamic loader searches them.
 std::vector<std::string> needed_libraries(const std::string& binary, const test::ScratchDir& dir) {

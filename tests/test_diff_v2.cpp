@@ -11,6 +11,7 @@
 #include "core/attention_cpu.h"
 #include "core/error.h"
 #include "core/explain.h"
+#include "core/layout.h"
 #include "core/model.h"
 #include "core/trace_io.h"
 #include "helpers.h"
@@ -428,4 +429,25 @@ TEST_CASE("DIFF V2 explain: λ = σ(z) of the query's token, A = A1 − λA2, ou
       CHECK(e.out == e.o);  // no per-head norm, no (1 − λ_init) scale
       CHECK(e.dv == c.head_dim);
     }
+}
+
+TEST_CASE(
+    "DIFF V2 layouts: rotate-half written in the official module's interleaved layout captures the same",
+    "[v2][layout]") {
+  ModelConfig half = v2_config(4, 2);
+  half.rope_style = RopeStyle::Half;
+  const Model m = Model::random(half, 31);
+  const ModelConfig official = official_layout(half);
+  CHECK(official.rope_style == RopeStyle::Interleaved);
+  const Model o = Model::from_tensors(official, convert_layout(half, m.tensors(), official));
+  const std::vector<int64_t> ids = test::random_ids(29, half.vocab_size, 4);
+  const Trace a = m.capture(ids), b = o.capture(ids);
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    double worst = 0;
+    for (size_t i = 0; i < a.layers[l].a.data.size(); ++i)
+      worst = std::max(worst, static_cast<double>(std::fabs(a.layers[l].a.data[i] - b.layers[l].a.data[i])));
+    CHECK(worst < 1e-6);
+    CHECK(a.layers[l].lambda_rows.data == b.layers[l].lambda_rows.data);
+  }
+  CHECK_THROWS_WITH(hf_layout(half), Catch::Contains("no Hugging Face architecture"));
 }
