@@ -217,12 +217,20 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
         bar_chart(cv, x, y, w, row_h,
                   "query " + q + ":  q1 | q2  (rotated, /√d; " + std::to_string(e.d) + " each)",
                   groups({e.q1, e.q2}, col), true);
-        bar_chart(cv, x, y + row_h, w, row_h, "k1 of the keys A1 − λA2 weighs most: " + names,
-                  groups(k1s, col), true);
-        bar_chart(cv, x, y + 2 * row_h, w, row_h, "k2 of the same keys", groups(k2s, col), true);
-        note(y + 3 * row_h + 6, "|q1| = " + fmt("%.3f", length(e.q1)) +
-                                    ",  |q2| = " + fmt("%.3f", length(e.q2)) +
-                                    ": two queries, two keys per token, two maps");
+        if (e.v2) {  // one key per token, read by both queries
+          bar_chart(cv, x, y + row_h, w, row_h, "k of the keys A1 − λA2 weighs most: " + names,
+                    groups(k1s, col), true);
+          note(y + 2 * row_h + 6, "|q1| = " + fmt("%.3f", length(e.q1)) +
+                                      ",  |q2| = " + fmt("%.3f", length(e.q2)) +
+                                      ": two queries, one shared key and value per token, two maps");
+        } else {
+          bar_chart(cv, x, y + row_h, w, row_h, "k1 of the keys A1 − λA2 weighs most: " + names,
+                    groups(k1s, col), true);
+          bar_chart(cv, x, y + 2 * row_h, w, row_h, "k2 of the same keys", groups(k2s, col), true);
+          note(y + 3 * row_h + 6, "|q1| = " + fmt("%.3f", length(e.q1)) +
+                                      ",  |q2| = " + fmt("%.3f", length(e.q2)) +
+                                      ": two queries, two keys per token, two maps");
+        }
       } else {
         bar_chart(cv, x, y, w, row_h, "query " + q + ":  q  (rotated, /√d; " + std::to_string(e.d) + ")",
                   plain_bars(e.q1, col), true);
@@ -262,7 +270,35 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
       break;
     }
     case 4:
-      if (e.diff) {
+      if (e.v2) {  // λ of this head and query token: a sigmoid of one dot product
+        cv.text(x, y, "λ = σ(x_t · w_λ,h): this token's and this head's own", 30);
+        cv.text(x, y + 50,
+                "   = σ(" + fmt("%.4f", e.lambda_logit) + ") = 1 / (1 + e^" + fmt("%.4f", -e.lambda_logit) +
+                    ") = " + fmt("%.4f", e.lambda),
+                30, col);
+        cv.text(x, y + 100,
+                "x_t: the layer's normed input at the query token; w_λ,h: row " + std::to_string(e.head) +
+                    " of lambda_proj",
+                24, kMuted);
+        const std::vector<double>& tl = side.token_lambdas;
+        std::vector<Bar> lam;
+        for (size_t t = 0; t < tl.size(); ++t) lam.push_back({tl[t], t + 1 == tl.size() ? col : kShared, 0});
+        if (!lam.empty()) {  // labelled: the lowest and highest λ, and the query
+          std::vector<size_t> at = {static_cast<size_t>(std::min_element(tl.begin(), tl.end()) - tl.begin()),
+                                    static_cast<size_t>(std::max_element(tl.begin(), tl.end()) - tl.begin()),
+                                    tl.size() - 1};
+          std::sort(at.begin(), at.end());
+          at.erase(std::unique(at.begin(), at.end()), at.end());
+          std::vector<std::pair<size_t, std::string>> lab;
+          for (size_t t : at)
+            lab.push_back({t, key_label(side.tokens, static_cast<int64_t>(t)) + " " + fmt("%.2f", tl[t])});
+          bar_chart(cv, x, y + 170, w, 330,
+                    "λ of head " + std::to_string(e.head) +
+                        " at every token up to the query (the query's in colour)",
+                    lam, false, lab);
+        }
+        note(y + 540, "λ lies in (0, 1) and changes from token to token and head to head");
+      } else if (e.diff) {
         cv.text(x, y, "λ = exp(λq1·λk1) − exp(λq2·λk2) + λ_init", 30);
         cv.text(x, y + 50,
                 "   = " + fmt("%.4f", e.lambda_exp1) + " − " + fmt("%.4f", e.lambda_exp2) + " + " +
@@ -325,7 +361,12 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
       break;
     }
     case 6:
-      if (e.diff) {
+      if (e.v2) {
+        bar_chart(cv, x, y, w, row_h,
+                  "o = (A1 − λA2)·V  (" + std::to_string(e.dv) + " wide),  |o| = " + fmt("%.4f", e.o_norm),
+                  plain_bars(e.o, col), true);
+        note(y + row_h + 6, "DIFF V2: no per-head norm, no scale: straight to o_proj");
+      } else if (e.diff) {
         const float h3 = row_h;
         bar_chart(cv, x, y, w, h3,
                   "o = (A1 − λA2)·V  (" + std::to_string(e.dv) + " wide),  |o| = " + fmt("%.4f", e.o_norm),
@@ -362,7 +403,7 @@ const char* explain_step_title(int step) {
     case 5:
       return "A1 − λ·A2: attention both maps share cancels";
     case 6:
-      return "Output: (A1 − λA2)·V, normalised per head, scaled by 1 − λ_init";
+      return "Output: (A1 − λA2)·V, normalised per head and scaled by 1 − λ_init (DIFF V2: neither)";
   }
   return "";
 }
@@ -409,6 +450,10 @@ ExplainSide explain_side(const std::string& model, const Trace* trace, int layer
     for (const LayerTrace& l : trace->layers) s.layer_lambdas.push_back(l.lambda);
   try {
     s.head = explain_head(*trace, layer, head, query);
+    if (trace->config.is_diff_v2())
+      for (const LayerTrace& l : trace->layers)
+        if (l.index == layer)
+          for (int64_t t = 0; t <= query; ++t) s.token_lambdas.push_back(l.lambda_at(head, t));
   } catch (const std::exception& e) {
     s.why = e.what();
   }

@@ -17,6 +17,7 @@ struct ExplainSide {
   std::string model;                  // name shown above its column
   std::vector<std::string> tokens;    // its tokens as display labels (viz/token_text.h), for key labels
   std::vector<double> layer_lambdas;  // DIFF: λ of every layer (step 4); empty otherwise
+  std::vector<double> token_lambdas;  // DIFF V2: λ of the explained head at tokens 0..query (step 4)
   std::optional<HeadExplain> head;    // empty: `why` says what is missing
   std::string why;
 };

@@ -113,6 +113,48 @@ TEST_CASE("cli: init-pair --arch diff-v2, then capture, info and convert of a DI
   CHECK(r.out.find("no Hugging Face architecture") != std::string::npos);
 }
 
+TEST_CASE("gui: the λ view shows a DIFF V2 model's λ(token, head) heatmap beside a V1 model's λ plot",
+          "[gui][cli][v2]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guiv2");
+  const std::string models = (dir / "models").string();
+  REQUIRE(
+      run("init-pair --out " + models + " --arch diff-v2 --hidden 32 --layers 2 --heads 2 --vocab 300", dir)
+          .status == 0);
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status ==
+          0);
+  const std::string png = (dir / "shot.png").string();
+  const Result r = run("--models " + models + "/diff-v2," + models +
+                           "/diff --prompt 'The secret code of Mira is 4821.' --view lambda --size 1280x800 "
+                           "--screenshot " +
+                           png + " --exit-after-frames 2 --threads 1",
+                       dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("0 outside or clipped") != std::string::npos);
+  // The heatmap's data area (layout record) is most of the view's width; the V1 plot is drawn too.
+  const size_t at = r.out.find("layout: lambda.heat.0 ");
+  REQUIRE(at != std::string::npos);
+  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  REQUIRE(std::sscanf(r.out.c_str() + at, "layout: lambda.heat.0 %d %d %d %d", &x0, &y0, &x1, &y1) == 4);
+  CHECK(x1 - x0 > 500);
+  CHECK(y1 - y0 > 100);
+  CHECK(r.out.find("layout: lambda.1 ") != std::string::npos);
+  // Inside it: the colormap's colours, many of them (λ differs from token to token and head to head).
+  int w = 0, h = 0, n = 0;
+  unsigned char* px = stbi_load(png.c_str(), &w, &h, &n, 3);
+  REQUIRE(px);
+  std::set<std::array<int, 3>> colours;
+  for (int y = y0 + 2; y < y1 - 2; y += 7)
+    for (int x = x0 + 2; x < x1 - 2; x += 5) {
+      const unsigned char* p =
+          px + (static_cast<size_t>(y) * static_cast<size_t>(w) + static_cast<size_t>(x)) * 3;
+      colours.insert({p[0], p[1], p[2]});
+    }
+  stbi_image_free(px);
+  CHECK(colours.size() > 20);
+}
+
 namespace {
 // The shared libraries `binary` needs (DT_NEEDED), in the order the dynamic loader searches them.
 std::vector<std::string> needed_libraries(const std::string& binary, const test::ScratchDir& dir) {
