@@ -31,6 +31,16 @@ std::vector<std::string> cell_labels(const std::vector<std::string>& tokens, int
   return out;
 }
 
+namespace {
+// The title of a DIFF head's A: its λ (V1), or "λ(t)" (V2: λ differs from row to row).
+std::string diff_title(const Trace& t, const LayerTrace& l) {
+  if (t.config.is_diff_v2()) return "A1 - \xce\xbb(t) A2";
+  char title[64];
+  std::snprintf(title, sizeof title, "A1 - %.3f A2", l.lambda);
+  return title;
+}
+}  // namespace
+
 std::vector<HeadMap> head_maps(const Trace& t, int layer, int head, bool max_pooled) {
   std::vector<HeadMap> out;
   if (layer < 0 || layer >= static_cast<int>(t.layers.size())) return out;
@@ -44,8 +54,7 @@ std::vector<HeadMap> head_maps(const Trace& t, int layer, int head, bool max_poo
     };
     const std::string how = max_pooled ? " [max]" : " [mean]";
     if (t.config.is_diff()) {
-      char title[64];
-      std::snprintf(title, sizeof title, "A1 - %.3f A2", l.lambda);
+      const std::string title = diff_title(t, l);
       out.push_back({"A1 (softmax 1)" + how, "A1", ptr(l.a1_mean, l.a1_max), P, false, n});
       out.push_back({"A2 (softmax 2)" + how, "A2", ptr(l.a2_mean, l.a2_max), P, false, n});
       out.push_back({title + how, "A", ptr(l.a_mean, l.a_max), P, true, n});
@@ -58,8 +67,7 @@ std::vector<HeadMap> head_maps(const Trace& t, int layer, int head, bool max_poo
   const int64_t T = t.length(), h = it - l.heads.begin();
   auto ptr = [&](const FloatArray& a) { return a.data.data() + h * T * T; };
   if (t.config.is_diff()) {
-    char title[64];
-    std::snprintf(title, sizeof title, "A1 - %.3f A2", l.lambda);
+    const std::string title = diff_title(t, l);
     out.push_back({"A1 (softmax 1)", "A1", ptr(l.a1), T, false});
     out.push_back({"A2 (softmax 2)", "A2", ptr(l.a2), T, false});
     out.push_back({title, "A", ptr(l.a), T, true});

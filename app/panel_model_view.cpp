@@ -136,7 +136,9 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
     const double top_logit = l.logit_stats.top.empty() ? 0.0 : l.logit_stats.top[0];
     const double top_hidden = l.hidden_stats.top.empty() ? 0.0 : l.hidden_stats.top[0];
     ImGui::BeginGroup();
-    if (t.config.is_diff())
+    if (t.config.is_diff_v2())  // λ per token and head: its mean over the layer
+      ImGui::Text("L%d  mean \xce\xbb %.3f", l.index, l.lambda);
+    else if (t.config.is_diff())
       ImGui::Text("L%d  lambda %.3f", l.index, l.lambda);
     else
       ImGui::Text("L%d", l.index);
