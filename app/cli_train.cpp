@@ -40,6 +40,7 @@ int cmd_train(const Args& a) {
   last.mix.drill_fraction = a.get_double("drill-fraction", last.mix.drill_fraction);
   last.answer_weight = a.get_double("answer-weight", last.answer_weight);
   if (a.has("names")) last.mix.names = parse_name_set(a.get("names"));
+  if (a.has("arch")) o.diff_arch = a.get("arch") == "diff-v2" ? AttentionKind::DiffV2 : AttentionKind::Diff;
   if (a.has("only")) {
     o.train_diff = a.get("only") == "diff";
     o.train_baseline = a.get("only") == "baseline";
@@ -108,6 +109,9 @@ Command train_command() {
        integer("eval-every", "N", 1, 1e9, "", or_default("steps between evaluations", d.eval_every)),
        integer("save-every", "N", 1, 1e9, "", or_default("steps between saves", d.save_every)),
        choice("only", "diff|baseline", "", "train one model of the pair"),
+       choice("arch", "diff|diff-v2", "",
+              "the differential model: DIFF V1 (out/diff-small) or DIFF V2 matched to the baseline "
+              "(out/diff-v2-small; --heads still sets the baseline's 2H heads)"),
        flag("fresh", "start over instead of resuming"),
        device_option(""),
        number("episode-fraction", "F", 0, 1, "",

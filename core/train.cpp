@@ -399,7 +399,11 @@ TrainOptions train_options_from_json(const fs::path& file) {
     get("heads", o.model.diff_heads);
     o.model.diff_kv_heads = o.model.diff_heads;
     get("kv_heads", o.model.diff_kv_heads);
-    std::string corpus, out;
+    std::string corpus, out, arch = to_string(o.diff_arch);
+    get("arch", arch);
+    if (arch != "diff" && arch != "diff-v2")
+      throw Error(file.string() + ": 'arch' must be \"diff\" or \"diff-v2\", got \"" + arch + "\"");
+    o.diff_arch = arch == "diff-v2" ? AttentionKind::DiffV2 : AttentionKind::Diff;
     get("corpus", corpus);
     get("out", out);
     if (!corpus.empty())
@@ -483,9 +487,13 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   spec.tokenizer = TokenizerKind::SentencePiece;
   spec.max_position_embeddings = std::max<int64_t>(8192, o.seq_len);
   auto [diff_cfg, base_cfg] = make_matched_pair(spec);
+  if (o.diff_arch == AttentionKind::DiffV2)
+    diff_cfg = make_matched_diff_v2(spec);
+  else if (o.diff_arch != AttentionKind::Diff)
+    throw Error("train: the differential model is diff or diff-v2");
   diff_cfg.bos_token_id = base_cfg.bos_token_id = tok.bos_id();
   diff_cfg.eos_token_id = base_cfg.eos_token_id = tok.eos_id();
-  diff_cfg.name = "diff-small";
+  diff_cfg.name = o.diff_arch == AttentionKind::DiffV2 ? "diff-v2-small" : "diff-small";
   base_cfg.name = "baseline-small";
 
   const std::string train_text = read_text(o.corpus_dir / "train.txt");

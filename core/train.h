@@ -34,6 +34,9 @@ struct TrainOptions {
   std::filesystem::path out_dir;     // out/diff-small, out/baseline-small
   bool train_diff = true;
   bool train_baseline = true;
+  // The differential model: DIFF V1 (out/diff-small, matched to the baseline as make_matched_pair) or DIFF
+  // V2 (out/diff-v2-small, make_matched_diff_v2: the baseline's heads, twice the query sub-heads).
+  AttentionKind diff_arch = AttentionKind::Diff;
   int64_t steps = 2000;
   int64_t seq_len = 512;
   int64_t batch = 8;

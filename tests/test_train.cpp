@@ -323,3 +323,41 @@ TEST_CASE("train: a JSON config with phases inherits what a phase does not name"
   test::write_all(dir / "bad2.json", R"({"names": "long"})");
   CHECK_THROWS_WITH(train_options_from_json(dir / "bad2.json"), Catch::Contains("unknown needle name set"));
 }
+
+TEST_CASE("train --arch diff-v2: the V2 model's loss falls and its λ distribution moves", "[train][v2]") {
+  test::ScratchDir dir("trainv2");
+  make_corpus(dir.path());
+  TrainOptions o = tiny(dir.path(), dir / "out", 60);
+  o.diff_arch = AttentionKind::DiffV2;
+  o.train_baseline = false;
+  o.lr = 1e-2;
+  // λ over a fixed prompt, before (the same seed's initial weights) and after.
+  std::vector<int64_t> ids;
+  auto lambdas = [&](const Model& m) {
+    std::vector<double> out;
+    const Trace t = m.capture(ids);
+    for (const LayerTrace& l : t.layers)
+      out.insert(out.end(), l.lambda_rows.data.begin(), l.lambda_rows.data.end());
+    return out;
+  };
+  CHECK(train_pair(o, nullptr, nullptr) == 60);
+  const auto model_dir = dir / "out" / "diff-v2-small";
+  const Model trained = Model::load(model_dir);
+  REQUIRE(trained.config().is_diff_v2());
+  CHECK(trained.config().map_heads() == 4);  // the baseline's 2H heads
+  const auto val = column(model_dir / "train_log.csv", 2);
+  REQUIRE(val.size() == 3);
+  CHECK(val[2] < val[0]);
+  ids = trained.tokenizer().encode("The secret code of Mira is 4821. The code is", true).ids;
+  const Model initial =
+      Model::from_tensors(trained.config(), Model::random(trained.config(), o.seed).tensors());
+  const std::vector<double> before = lambdas(initial), after = lambdas(trained);
+  REQUIRE(before.size() == after.size());
+  double moved = 0;
+  for (size_t i = 0; i < before.size(); ++i) moved = std::max(moved, std::fabs(after[i] - before[i]));
+  CHECK(moved > 0.05);
+  for (double x : after) {
+    REQUIRE(x > 0.0);
+    REQUIRE(x < 1.0);
+  }
+}
