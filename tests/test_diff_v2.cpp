@@ -451,3 +451,44 @@ TEST_CASE(
   }
   CHECK_THROWS_WITH(hf_layout(half), Catch::Contains("no Hugging Face architecture"));
 }
+
+TEST_CASE("DIFF V2 quantized logits: the fused pass quantizes as the tensor operations do",
+          "[v2][quantize]") {
+  Model m = Model::random(v2_config(4, 2), 12);
+  const int64_t T = 45;
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(T * 32));
+  for (float& v : x) v = nd(rng);
+  for (const int bits : {8, 4}) {
+    INFO(bits << " bits");
+    m.set_logit_bits(bits);
+    const LayerTrace f = m.attention_probe(0, x, T, nullptr), t = m.attention_probe(0, x, T, nullptr, true);
+    size_t moved = 0, visible = 0;  // a value within rounding of a half step may round the other way
+    for (const auto* pair : {&f.logits1, &f.logits2}) {
+      const FloatArray& other = pair == &f.logits1 ? t.logits1 : t.logits2;
+      for (size_t i = 0; i < pair->data.size(); ++i) {
+        if (std::isinf(other.data[i])) continue;
+        ++visible;
+        if (std::fabs(pair->data[i] - other.data[i]) > 1e-5) ++moved;
+      }
+    }
+    CHECK(visible > 0);
+    CHECK(moved * 1000 <= visible);
+  }
+}
+
+TEST_CASE("DIFF V2 checkpoints: a wrong lambda_proj or a V1 tensor is refused by name", "[v2][checkpoint]") {
+  const ModelConfig c = v2_config(2, 2);
+  std::vector<NamedTensor> w = Model::random(c, 1).tensors();
+  test::ScratchDir dir("v2ckpt");
+  for (NamedTensor& t : w)
+    if (t.name == "model.layers.1.self_attn.lambda_proj.weight") {
+      t.shape = {3, 32};  // 3 heads, not 2
+      t.data.resize(3 * 32, 0.0f);
+    }
+  CHECK_THROWS_WITH(Model::from_tensors(c, w), Catch::Contains("lambda_proj"));
+  std::vector<NamedTensor> v1 = Model::random(c, 1).tensors();
+  v1.push_back({"model.layers.0.self_attn.lambda_q1", {8}, std::vector<float>(8, 0.0f)});
+  CHECK_THROWS_WITH(Model::from_tensors(c, v1), Catch::Contains("lambda_q1"));
+}
