@@ -84,7 +84,8 @@ __global__ void pooled_kernel(PooledAttentionArgs a, bool diff) {
     atomic_max_magnitude(a.best1 + cell, p1);
     atomicAdd(a.sum2 + cell, p2);
     atomic_max_magnitude(a.best2 + cell, p2);
-    const float v = p1 - a.lambda * p2;
+    const float lambda = a.lambda_rows ? a.lambda_rows[static_cast<size_t>(h) * a.T + i] : a.lambda;
+    const float v = p1 - lambda * p2;
     atomicAdd(a.suma + cell, v);
     atomic_max_magnitude(a.besta + cell, v);
   } else {

@@ -14,6 +14,7 @@ struct PooledAttentionArgs {
   const float *q1 = nullptr, *k1 = nullptr, *q2 = nullptr, *k2 = nullptr;
   const float *lse1 = nullptr, *lse2 = nullptr;  // [H, T], from row_lse()
   float lambda = 0;                              // DIFF: A = A1 − λ A2
+  const float* lambda_rows = nullptr;            // DIFF V2: λ per head and query row [H, T] (instead)
   int H = 0, Hkv = 0, T = 0, d = 0, P = 0;
   int window = 0;            // > 0: keys at least `window` back are hidden (sliding window)
   const int* bin = nullptr;  // [T]: the pooled cell of each token
