@@ -57,6 +57,7 @@ std::vector<Command> model_commands();    // capture, init-pair, generate, token
 std::vector<Command> measure_commands();  // needle, outliers, quantize, loss, bench
 std::vector<Command> figure_commands();   // render, explain
 std::vector<Command> train_commands();    // train
+std::vector<Command> serve_commands();    // serve
 Command gui_command();                    // the desktop app's options (no command word)
 // Every command in the order `difflens --help` lists them.
 const std::vector<Command>& all_commands();

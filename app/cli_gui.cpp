@@ -61,7 +61,8 @@ int cmd_gui(const Args& a) {
           "0..100, 1 <= ASKED <= NEEDLES <= 6 and ANSWER 1 (the prompt ends with the code, the default) "
           "or 0 (it stops before the code)");
   } else if (!a.has("prompt") && !a.has("prompt-file") && !a.has("bundle") &&
-             std::filesystem::exists(std::filesystem::path(o.models[0]) / "tokenizer.model")) {
+             (std::filesystem::exists(std::filesystem::path(o.models[0]) / "tokenizer.model") ||
+              o.models[0].rfind("remote://", 0) == 0)) {  // a remote model's tokenizer comes from its server
     o.needle = {app::kDefaultNeedle.begin(),
                 app::kDefaultNeedle.end()};  // the first screen: a held-out needle episode
   }

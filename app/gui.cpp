@@ -33,6 +33,7 @@
 #include "app/panel_explain.h"
 #include "app/panel_maps.h"
 #include "app/panels.h"
+#include "app/remote_client.h"
 #include "app/shell.h"
 #include "app/ui_fonts.h"
 #include "core/data.h"
@@ -141,7 +142,7 @@ int run_gui(const GuiOptions& opt) {
     state.cuda = cuda_available();
     worker.set_device(state.device);
     for (int s = 0; s < kSlots; ++s) {
-      state.slots[s].path_field = opt.models[s];
+      state.slots[s].path_field = without_token(opt.models[s]);  // shown on screen
       if (!opt.models[s].empty()) worker.load(s, opt.models[s]);
     }
     state.prompt.text = opt.prompt;
@@ -178,11 +179,19 @@ int run_gui(const GuiOptions& opt) {
       state.needle.asked = opt.needle[3];
       state.needle.seed = opt.needle[4];
       if (opt.needle.size() == 6) state.needle.with_answer = opt.needle[5] != 0;
-      build_needle_prompt(state, opt.models[0]);
-      if (opt.layer >= 0 || opt.head >= 0) state.needle.focus_pending = false;  // --select wins
-      if (opt.query >= 0) state.selection.query = opt.query;                    // and --query
-      if (state.needle.built.rfind("could not", 0) == 0)
-        std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
+      if (is_remote(opt.models[0])) {  // its tokenizer comes from the server once the slot connects
+        state.needle.build_on_load = true;
+        state.needle.select_layer = opt.layer;
+        state.needle.select_head = opt.head;
+        state.needle.select_query = opt.query;
+        state.prompt.pending = false;
+      } else {
+        build_needle_prompt(state, opt.models[0]);
+        if (opt.layer >= 0 || opt.head >= 0) state.needle.focus_pending = false;  // --select wins
+        if (opt.query >= 0) state.selection.query = opt.query;                    // and --query
+        if (state.needle.built.rfind("could not", 0) == 0)
+          std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
+      }
     }
     for (int k = 0; k < 4; ++k)
       if (kQuantizationBits[k] == opt.logit_bits) state.view.quantization = k;
@@ -220,6 +229,22 @@ int run_gui(const GuiOptions& opt) {
         if (state.edited_at > 0) state.edit_to_screen_ms = 1000.0 * (now_seconds() - state.edited_at);
       }
       state.status = worker.status();
+      if (state.needle.build_on_load &&
+          (state.status.slots[0].loaded || !state.status.slots[0].error.empty())) {
+        state.needle.build_on_load = false;
+        const std::string& dir = state.status.slots[0].tokenizer_dir;
+        if (!dir.empty() && state.status.slots[0].error.empty()) {
+          build_needle_prompt(state, dir);
+          if (state.needle.select_layer >= 0 || state.needle.select_head >= 0)
+            state.needle.focus_pending = false;
+          if (state.needle.select_query >= 0) state.selection.query = state.needle.select_query;
+        }
+        if (dir.empty() || state.needle.built.rfind("could not", 0) == 0) {
+          if (!state.needle.built.empty()) std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
+          state.prompt.pending = true;  // the plain prompt instead
+          state.prompt.last_edit = 0;
+        }
+      }
       poll_lab(state, worker);
       headless.after_poll(state);
       if (state.prompt.pending && now_seconds() - state.prompt.last_edit > kDebounceSeconds) {
@@ -310,10 +335,25 @@ int run_gui(const GuiOptions& opt) {
         ImGui::EndChild();
         ImGui::Separator();
         // One line, cut at the window's edge (the whole of it on hover).
-        char status[1024];
-        std::snprintf(status, sizeof status, "%s | both models %.0f ms, keystroke to screen %.0f ms%s%s",
+        std::string remote;  // remote slots: the round trip, or why the last one failed
+        if (state.shown)
+          for (int s = 0; s < kSlots; ++s) {
+            const size_t i = static_cast<size_t>(s);
+            char part[512] = "";
+            if (!state.shown->notes[i].empty())
+              std::snprintf(part, sizeof part, " | %s: %s", s == 0 ? "left" : "right",
+                            state.shown->notes[i].c_str());
+            else if (state.shown->round_trip_ms[i] > 0)
+              std::snprintf(part, sizeof part, " | %s remote: round trip %.0f ms (server %.0f ms)",
+                            s == 0 ? "left" : "right", state.shown->round_trip_ms[i],
+                            state.shown->server_ms[i]);
+            remote += part;
+          }
+        char status[2048];
+        std::snprintf(status, sizeof status, "%s | both models %.0f ms, keystroke to screen %.0f ms%s%s%s",
                       state.status.busy ? "running..." : "idle", state.status.last_run_ms,
-                      state.edit_to_screen_ms, state.message.empty() ? "" : " | ", state.message.c_str());
+                      state.edit_to_screen_ms, remote.c_str(), state.message.empty() ? "" : " | ",
+                      state.message.c_str());
         const ImVec2 at = ImGui::GetCursorScreenPos();
         const float width = ImGui::GetContentRegionAvail().x;
         ImGui::Dummy(ImVec2(width, ImGui::GetTextLineHeight()));

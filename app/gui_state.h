@@ -126,12 +126,17 @@ struct GuiState {
     int slot = 0;
     bool bundle = false;
     std::string path;
+    bool remote = false;  // a `difflens serve` address (path) and its token
+    std::string token;
   } open_dialog;
   // Needle builder (Attention noise tab): the episode it built last and the haystack it reads.
   struct Needle {
     int length = 256, depth_pct = 50, needles = 1, asked = 1, seed = 1;
     bool with_answer = true;     // the prompt goes on through the asked code (where retrieval shows)
     bool focus_pending = false;  // select the strongest answer head once the built prompt's result arrives
+    // A remote left slot at start: build the episode once the worker has fetched its tokenizer.
+    bool build_on_load = false;
+    int select_layer = -1, select_head = -1, select_query = -1;  // --select / --query to apply after it
     std::string haystack_path;
     NeedleTemplate wording;      // needle and question sentences (builder and lab)
     std::string built;           // description of the last built episode, or why building failed

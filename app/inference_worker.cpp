@@ -4,18 +4,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
+#include "app/remote_client.h"
 #include "core/error.h"
+#include "core/remote.h"
 #include "core/trace_io.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {
-namespace {
-
-std::string describe(const Model& m) {
+std::string describe_model(const Model& m) {
   const ModelConfig& c = m.config();
   char buf[512];
   std::snprintf(buf, sizeof buf, "%s, %lld layers x %lld heads, %.2f M params, %s", to_string(c.attention),
@@ -29,8 +30,6 @@ std::string describe(const Model& m) {
   if (!m.tokenizer_note().empty()) d += "; " + m.tokenizer_note();
   return d;
 }
-
-}  // namespace
 
 DeviceSwitch plan_device_switch(DeviceChoice from, DeviceChoice to, bool cuda) {
   DeviceSwitch d;
@@ -237,6 +236,25 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
     for (size_t s = 0; s < kSlots; ++s) {
       const Model* m = models_[s].get();
       const std::string side = s == 0 ? "left slot" : "right slot";
+      if (remotes_[s]) {  // the server builds and runs the episodes from the haystack text sent along
+        const RemoteModelInfo& info = *remote_info_[s];
+        if (!info.can_encode) {
+          slot_notes.push_back(side + ": its remote model has no text tokenizer");
+          continue;
+        }
+        try {
+          validate(req.sweep, info.config.max_position_embeddings);
+        } catch (const std::exception& e) {
+          slot_notes.push_back(side + ": " + user_message(e));
+          continue;
+        }
+        sweep_texts_[s] = text;
+        names[s] = info.config.name.empty() ? to_string(info.config.attention) : info.config.name;
+        names[s] += " (remote)";
+        if (req.logit_bits > 0) names[s] += " (logits " + std::to_string(req.logit_bits) + "-bit)";
+        slots.push_back(static_cast<int>(s));
+        continue;
+      }
       if (!m) {
         slot_notes.push_back(side + ": no model loaded");
         continue;
@@ -320,14 +338,25 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
   std::optional<NeedleRun> run;
   std::string error;
   try {
-    models_[slot]->set_logit_bits(
-        bits);  // only for this episode: prompt runs between episodes see exact logits
-    run = run_needle(*models_[slot], *sweep_builders_[slot], job.cell, job.seed, &cancel_);
+    if (remotes_[slot]) {
+      remote::NeedleRequest r;
+      r.cell = job.cell;
+      r.seed = job.seed;
+      r.haystack = sweep_texts_[slot];
+      r.names = sweep_.request.names;
+      r.wording = sweep_.request.wording;
+      r.logit_bits = bits;
+      run = remotes_[slot]->needle(r);
+    } else {
+      models_[slot]->set_logit_bits(
+          bits);  // only for this episode: prompt runs between episodes see exact logits
+      run = run_needle(*models_[slot], *sweep_builders_[slot], job.cell, job.seed, &cancel_);
+    }
   } catch (const Cancelled&) {
   } catch (const std::exception& e) {
     error = user_message(e);
   }
-  models_[slot]->set_logit_bits(0);
+  if (models_[slot]) models_[slot]->set_logit_bits(0);
   lock.lock();
   sweep_in_episode_ = false;
   if (sweep_.id != id) return;  // a new sweep was requested meanwhile
@@ -344,7 +373,52 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
   if (sweep_next_ == steps) end_sweep("", false);
 }
 
+void InferenceWorker::connect_remote(const Load& job, std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  std::shared_ptr<RemoteClient> client;
+  std::shared_ptr<RemoteModelInfo> info;
+  std::string error, tokenizer_dir;
+  try {
+    RemoteAddress a = parse_remote(job.dir);
+    if (a.model < 0) a.model = job.slot;
+    client = std::make_shared<RemoteClient>(a);
+    info = std::make_shared<RemoteModelInfo>(client->model_info());
+    const char* cache = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    const std::string root = cache && *cache ? std::string(cache) + "/difflens/remote"
+                             : home && *home
+                                 ? std::string(home) + "/.cache/difflens/remote"
+                                 : (std::filesystem::temp_directory_path() / "difflens-remote").string();
+    try {
+      tokenizer_dir = client->fetch_tokenizer(root);
+    } catch (const std::exception&) {
+      tokenizer_dir.clear();  // the needle builder then says the slot has no tokenizer file
+    }
+  } catch (const std::exception& e) {
+    error = user_message(e);
+  }
+  lock.lock();
+  SlotInfo& slot = status_.slots[static_cast<size_t>(job.slot)];
+  slot.error = error;
+  if (!client || !info) return;
+  if (sweep_active_ && std::find(sweep_slots_.begin(), sweep_slots_.end(), job.slot) != sweep_slots_.end())
+    end_sweep("stopped: the model in the " + std::string(job.slot == 0 ? "left" : "right") + " slot changed",
+              true);
+  const size_t s = static_cast<size_t>(job.slot);
+  ++model_generation_[s];
+  slot.path = client->address().text();
+  slot.description = std::filesystem::path(info->path).filename().string() + " on " + client->address().host +
+                     ":" + std::to_string(client->address().port) + ": " + info->description;
+  slot.tokenizer_dir = tokenizer_dir;
+  slot.loaded = true;
+  models_[s].reset();
+  remotes_[s] = std::move(client);
+  remote_info_[s] = std::move(info);
+  remote_last_[s] = {};
+}
+
 void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& lock) {
+  if (is_remote(job.dir)) return connect_remote(job, lock);
   load_cancel_ = false;
   const DeviceChoice device = device_;
   lock.unlock();
@@ -376,9 +450,62 @@ void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& 
   if (model) {
     ++model_generation_[static_cast<size_t>(job.slot)];
     info.path = job.dir;
-    info.description = describe(*model);
+    info.tokenizer_dir = job.dir;
+    info.description = describe_model(*model);
     info.loaded = true;
     models_[static_cast<size_t>(job.slot)] = std::move(model);
+    remotes_[static_cast<size_t>(job.slot)].reset();
+    remote_info_[static_cast<size_t>(job.slot)].reset();
+  }
+}
+
+// One slot's run on its server: the prompt's text (or its ids, for a model without a text tokenizer) and
+// the capture options go, the trace comes back. A server that cannot be reached leaves the slot's last
+// trace on screen, with a note saying so.
+void InferenceWorker::run_remote(size_t s, const std::string& prompt, const CaptureOptions& options,
+                                 RunResult& r, bool& cancelled) {
+  const RemoteModelInfo& info = *remote_info_[s];
+  remote::CaptureRequest q;
+  q.keep_maps = options.keep_maps;
+  q.layers = options.layers;
+  q.heads = options.heads;
+  q.keep_logits = options.keep_logits;
+  q.keep_hidden = options.keep_hidden;
+  q.keep_qkv = options.keep_qkv;
+  q.top_k = options.next_token_top_k;
+  q.logit_bits = options.logit_bits;
+  q.pooled_budget_bytes = options.pooled_budget_bytes;
+  try {
+    if (info.can_encode) {
+      q.prompt = prompt;
+    } else {
+      q.token_ids = parse_token_ids(prompt, info.config.vocab_size);
+      if (q.token_ids.empty())
+        throw Error("this model has no text tokenizer (" + info.tokenizer_note +
+                    "): type token ids separated by commas or spaces, e.g. 1, 450, 3");
+    }
+    if (q.prompt && q.prompt->empty()) throw Error("the prompt is empty");
+    RemoteCapture c = remotes_[s]->capture(q, &cancel_);
+    r.offsets[s] = std::move(c.offsets);
+    r.labels[s] = viz::display_tokens(c.trace->tokens, viz::Spaces::Visible);
+    r.round_trip_ms[s] = c.round_trip_ms;
+    r.server_ms[s] = c.server_ms;
+    r.traces[s] = std::move(c.trace);
+    remote_last_[s] = {r.traces[s], r.offsets[s], r.labels[s]};
+  } catch (const Cancelled&) {
+    cancelled = true;
+  } catch (const RemoteUnreachable& e) {
+    r.notes[s] = user_message(e);
+    if (remote_last_[s].trace) {  // keep the last trace on screen
+      r.traces[s] = remote_last_[s].trace;
+      r.offsets[s] = remote_last_[s].offsets;
+      r.labels[s] = remote_last_[s].labels;
+      r.notes[s] += " (showing the last trace)";
+    } else {
+      r.errors[s] = r.notes[s];
+    }
+  } catch (const std::exception& e) {
+    r.errors[s] = user_message(e);
   }
 }
 
@@ -436,6 +563,10 @@ void InferenceWorker::loop() {
       r.prompt = prompt;
       bool cancelled = false;
       for (size_t s = 0; s < kSlots && !cancelled; ++s) {
+        if (remotes_[s]) {
+          run_remote(s, prompt, options, r, cancelled);
+          continue;
+        }
         if (!models_[s]) {
           r.errors[s] = "no model loaded";
           continue;

@@ -24,6 +24,9 @@
 
 namespace difflens::app {
 
+class RemoteClient;
+struct RemoteModelInfo;
+
 constexpr int kSlots = 2;  // 0 = left (DIFF by default), 1 = right (baseline by default)
 
 // The app's device menu: what picking `to` does while the models were loaded for `from`, given whether
@@ -39,11 +42,17 @@ DeviceSwitch plan_device_switch(DeviceChoice from, DeviceChoice to, bool cuda);
 // tokenizer, token ids typed as "1, 450, 3". Throws Error saying what to type.
 Encoding encode_prompt(const Model& model, const std::string& prompt);
 
+// One line about a loaded model: "diff, 4 layers x 4 heads, 1.84 M params, cpu" (+ its checkpoint's notes).
+std::string describe_model(const Model& model);
+
 struct SlotInfo {
   std::string path;         // directory it was loaded from
   std::string description;  // "diff, 4 layers x 4 heads, 1.84 M params, cpu"
   std::string error;        // why the last load failed (the previous model stays loaded)
   bool loaded = false;
+  // Where the model's tokenizer.model is (the needle builder reads it): the model's folder, or for a remote
+  // model a local copy fetched from its server; "" when there is none.
+  std::string tokenizer_dir;
 };
 
 struct RunResult {
@@ -55,6 +64,10 @@ struct RunResult {
   // Each trace's tokens as the UI shows them (viz/token_text.h), made once here rather than every frame.
   std::array<std::vector<std::string>, kSlots> labels;
   double elapsed_ms = 0;  // both slots, tokenization included
+  // A remote slot (remote://): the request's round trip and the server's own capture time, else 0; and what
+  // to say about it ("connection lost ...: showing the last trace", "" when fine).
+  std::array<double, kSlots> round_trip_ms{}, server_ms{};
+  std::array<std::string, kSlots> notes;
 };
 
 // The first slot that holds a trace (the one the token strip shows), -1 when none does.
@@ -105,7 +118,9 @@ class InferenceWorker {
   InferenceWorker(const InferenceWorker&) = delete;
   InferenceWorker& operator=(const InferenceWorker&) = delete;
 
-  // Queues a model load; on failure the slot keeps its previous model and reports the error.
+  // Queues a model load; on failure the slot keeps its previous model and reports the error. A
+  // remote://HOST:PORT[/N][?token=T] spec connects the slot to `difflens serve` instead (model N, by
+  // default the slot's index): runs and needle episodes of the slot then go to the server.
   void load(int slot, const std::string& dir);
   // Stops a model load in progress between tensors (the slot keeps its previous model).
   void cancel_load();
@@ -159,6 +174,21 @@ class InferenceWorker {
   std::atomic<bool> load_cancel_{false};
   DeviceChoice device_ = DeviceChoice::Auto;           // guarded by mutex_
   std::array<std::unique_ptr<Model>, kSlots> models_;  // worker thread only
+  // Remote slots (worker thread only): the client, what the server said about its model, and the slot's
+  // last trace, kept on screen when the connection is lost.
+  std::array<std::shared_ptr<RemoteClient>, kSlots> remotes_;
+  std::array<std::shared_ptr<RemoteModelInfo>, kSlots> remote_info_;
+  struct Kept {
+    std::shared_ptr<const Trace> trace;
+    std::vector<std::pair<size_t, size_t>> offsets;
+    std::vector<std::string> labels;
+  };
+  std::array<Kept, kSlots> remote_last_;
+  std::array<std::string, kSlots> sweep_texts_;  // a remote slot's haystack text, sent with each episode
+  void connect_remote(const Load& job, std::unique_lock<std::mutex>& lock);
+  void run_remote(size_t slot, const std::string& prompt, const CaptureOptions& options, RunResult& r,
+                  bool& cancelled);
+  bool has_model(size_t slot) const { return models_[slot] || remotes_[slot]; }
   // Sweep: the request waiting to start, the public progress, and the worker's private plan.
   std::optional<SweepRequest> pending_sweep_;
   SweepProgress sweep_;

@@ -267,7 +267,7 @@ void draw_lambda_distribution(GuiState& state, const RunResult& r, int slot, ImV
   auto x_of = [&](double v) { return x0 + static_cast<float>(v) * (x1 - x0); };
   const float rh = (a.max.y - a.min.y - th) / static_cast<float>(std::max(1, L));
   for (int i = 0; i <= 4; ++i) {  // the λ axis along the bottom
-    char s[8];
+    char s[16];
     std::snprintf(s, sizeof s, "%.2g", i / 4.0);
     dl->AddLine(ImVec2(x_of(i / 4.0), a.min.y), ImVec2(x_of(i / 4.0), a.max.y - th),
                 IM_COL32(225, 225, 225, 255));

@@ -97,8 +97,9 @@ void draw_needle_builder(GuiState& state) {
   ImGui::Checkbox("with the answer", &n.with_answer);
   flow_next(ImGui::CalcTextSize("Build prompt").x + 2 * ImGui::GetStyle().FramePadding.x);
   if (ImGui::Button("Build prompt"))
-    build_needle_prompt(
-        state, state.status.slots[0].path.empty() ? state.status.slots[1].path : state.status.slots[0].path);
+    build_needle_prompt(state, state.status.slots[0].tokenizer_dir.empty()
+                                   ? state.status.slots[1].tokenizer_dir
+                                   : state.status.slots[0].tokenizer_dir);
   if (!n.built.empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextWrapped("%s", n.built.c_str());

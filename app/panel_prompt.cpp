@@ -20,7 +20,9 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
     ImGui::PushID(s);
     const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
     const std::string& path = info.path.empty() ? state.slots[s].path_field : info.path;
-    const size_t cut = path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
+    const size_t cut = path.rfind("remote://", 0) == 0
+                           ? std::string::npos  // remote://HOST:PORT/N whole
+                           : path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
     ImGui::TextWrapped("%s: %s", s == 0 ? "Left" : "Right",
                        path.empty()               ? "(empty)"
                        : cut == std::string::npos ? path.c_str()
@@ -39,10 +41,14 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
                              : info.loaded       ? info.description.c_str()
                                                  : "(loading)");
     ImGui::PopStyleColor();
-    if (ImGui::SmallButton("Open model...")) state.open_dialog = {true, s, false, state.slots[s].path_field};
+    if (ImGui::SmallButton("Open model..."))
+      state.open_dialog = {true, s, false, state.slots[s].path_field, false, state.open_dialog.token};
     flow_next(ImGui::CalcTextSize("Open bundle...").x + 2 * ImGui::GetStyle().FramePadding.x);
     if (ImGui::SmallButton("Open bundle..."))
-      state.open_dialog = {true, s, true, state.slots[s].bundle_field};
+      state.open_dialog = {true, s, true, state.slots[s].bundle_field, false, state.open_dialog.token};
+    flow_next(ImGui::CalcTextSize("Remote...").x + 2 * ImGui::GetStyle().FramePadding.x);
+    if (ImGui::SmallButton("Remote..."))
+      state.open_dialog = {true, s, false, state.slots[s].path_field, true, state.open_dialog.token};
     ImGui::PopID();
     ImGui::Spacing();
   }
@@ -73,6 +79,7 @@ void draw_device_menu(GuiState& state, InferenceWorker& worker) {
         // A loaded model again from where it came; a slot whose load failed (e.g. CUDA asked at start on
         // a CPU-only build) tries its typed folder again.
         const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
+        if (info.path.rfind("remote://", 0) == 0) continue;  // runs where its server put it
         if (info.loaded && !info.path.empty())
           worker.load(s, info.path);
         else if (!info.error.empty() && !state.slots[s].path_field.empty())

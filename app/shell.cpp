@@ -11,6 +11,7 @@
 
 #include "app/panels.h"
 #include "app/plot.h"
+#include "app/remote_client.h"
 
 namespace difflens::app {
 namespace {
@@ -117,11 +118,12 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
     for (int s = 0; s < kSlots; ++s) {
       const std::string label = std::string("Open model into the ") + slot_name(s) + " slot...";
       if (ImGui::MenuItem(label.c_str(), s == 0 ? "Ctrl+O" : nullptr))
-        state.open_dialog = {true, s, false, state.slots[s].path_field};
+        state.open_dialog = {true, s, false, state.slots[s].path_field, false, state.open_dialog.token};
     }
     for (int s = 0; s < kSlots; ++s) {
       const std::string label = std::string("Open trace bundle into the ") + slot_name(s) + " slot...";
-      if (ImGui::MenuItem(label.c_str())) state.open_dialog = {true, s, true, state.slots[s].bundle_field};
+      if (ImGui::MenuItem(label.c_str()))
+        state.open_dialog = {true, s, true, state.slots[s].bundle_field, false, state.open_dialog.token};
     }
     ImGui::Separator();
     if (ImGui::MenuItem("Export the maps shown (PNG, NPY, CSV)", "Ctrl+E", false, state.shown.has_value()))
@@ -232,18 +234,38 @@ void draw_open_dialog(GuiState& state, InferenceWorker& worker) {
   ImGui::RadioButton("right", &d.slot, 1);
   ImGui::TextUnformatted("What:");
   ImGui::SameLine();
-  int kind = d.bundle ? 1 : 0;
+  int kind = d.remote ? 2 : d.bundle ? 1 : 0;
   ImGui::RadioButton("a model folder", &kind, 0);
   ImGui::SameLine();
   ImGui::RadioButton("a trace bundle (capture --out)", &kind, 1);
+  ImGui::SameLine();
+  ImGui::RadioButton("remote (difflens serve)", &kind, 2);
+  if (kind == 2 && !is_remote(d.path)) d.path = "remote://127.0.0.1:8765/" + std::to_string(d.slot);
   d.bundle = kind == 1;
-  ImGui::TextDisabled(d.bundle ? "a folder with trace.json and maps.safetensors"
-                               : "DiffLens, Hugging Face Llama/Mistral/DiffLlama or official DIFF layout");
+  d.remote = kind == 2;
+  ImGui::TextDisabled(d.remote ? "remote://HOST:PORT/MODEL as `difflens serve` printed it (MODEL: 0, 1, ...)"
+                      : d.bundle ? "a folder with trace.json and maps.safetensors"
+                                 : "DiffLens, Hugging Face Llama/Mistral/DiffLlama or official DIFF layout");
   if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
   ImGui::SetNextItemWidth(-1);
-  const bool enter = ImGui::InputText("##path", &d.path, ImGuiInputTextFlags_EnterReturnsTrue);
+  bool enter = ImGui::InputText("##path", &d.path, ImGuiInputTextFlags_EnterReturnsTrue);
+  if (d.remote) {
+    ImGui::TextUnformatted("Token:");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(-1);
+    enter |= ImGui::InputText("##token", &d.token,
+                              ImGuiInputTextFlags_Password | ImGuiInputTextFlags_EnterReturnsTrue);
+    ImGui::TextDisabled("the token serve printed; over SSH: ssh -N -L 8765:localhost:8765 gpu-box first");
+  }
   if (ImGui::Button("Open") || enter) {
-    if (d.bundle) {
+    if (d.remote) {
+      std::string spec = d.path;
+      if (!d.token.empty() && spec.find("token=") == std::string::npos)
+        spec += (spec.find('?') == std::string::npos ? "?token=" : "&token=") + d.token;
+      state.slots[d.slot].path_field = d.path;
+      worker.load(d.slot, spec);
+      state.prompt.rerun();
+    } else if (d.bundle) {
       state.slots[d.slot].bundle_field = d.path;
       worker.open_bundle(d.slot, d.path);
     } else {
@@ -341,7 +363,7 @@ void handle_keys(GuiState& state, const ModelShape& shape) {
   if (io.WantTextInput) return;
   if (io.KeyCtrl) {
     if (ImGui::IsKeyPressed(GLFW_KEY_O, false))
-      state.open_dialog = {true, 0, false, state.slots[0].path_field};
+      state.open_dialog = {true, 0, false, state.slots[0].path_field, false, state.open_dialog.token};
     return;
   }
   for (int i = 0; i < kViews; ++i)

@@ -1011,6 +1011,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     auto& layers = impl_->net->model->layer_ptrs;
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
+      if (options.on_layer) options.on_layer(i, c.num_hidden_layers);
       if (pooled > 0) {
         trace.layers.push_back(capture_layer_pooled(*layers[i], h, rope, c, static_cast<int>(i),
                                                     plan.keeps_layer(i) ? plan.heads : std::vector<int64_t>{},

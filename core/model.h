@@ -62,6 +62,8 @@ struct CaptureOptions {
   // GPU path's operations on the CPU (tests).
   PoolingPath pooling = PoolingPath::Auto;
   int64_t block_rows = 0;  // query rows per block (0: chosen from the memory a block takes)
+  // Called on the capturing thread as each layer starts (layer, layers): progress for a server's client.
+  std::function<void(int64_t, int64_t)> on_layer;
 };
 
 struct NamedTensor {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <set>
 
@@ -151,8 +152,29 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
   ::close(fd);
   if (m == MAP_FAILED) fail(path, std::string("mmap failed (") + std::strerror(errno) + ")");
   map_ = static_cast<const uint8_t*>(m);
-
+  mapped_ = true;
   try {
+    parse();
+  } catch (...) {
+    ::munmap(const_cast<uint8_t*>(map_), map_size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsFile SafetensorsFile::view(const void* data, size_t size, const std::filesystem::path& name) {
+  SafetensorsFile f;
+  f.path_ = name;
+  if (size < 8) fail(name, std::to_string(size) + " bytes, too short for a safetensors header");
+  f.map_ = static_cast<const uint8_t*>(data);
+  f.map_size_ = size;
+  f.parse();
+  return f;
+}
+
+void SafetensorsFile::parse() {
+  const std::filesystem::path& path = path_;
+  {
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | map_[i];
     if (header_len == 0 || header_len > kMaxHeaderBytes || header_len > map_size_ - 8)
@@ -245,15 +267,11 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
     for (size_t i = 1; i < by_offset.size(); ++i)
       if (by_offset[i]->begin < by_offset[i - 1]->end && by_offset[i]->begin != by_offset[i]->end)
         fail(path, "tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap");
-  } catch (...) {
-    ::munmap(const_cast<uint8_t*>(map_), map_size_);
-    map_ = nullptr;
-    throw;
   }
 }
 
 SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+  if (map_ && mapped_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
 }
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept {
@@ -262,9 +280,10 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept {
 
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
   if (this != &o) {
-    if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+    if (map_ && mapped_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
     path_ = std::move(o.path_);
     map_ = o.map_;
+    mapped_ = o.mapped_;
     map_size_ = o.map_size_;
     data_begin_ = o.data_begin_;
     tensors_ = std::move(o.tensors_);
@@ -315,8 +334,14 @@ void SafetensorsFile::read_f32(const TensorInfo& info, float* out) const {
   }
 }
 
-void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The header and data of a safetensors file, written to `out`; `path` names it in messages.
+// Writes the header and data through `write(bytes, n)`; returns the total size. With no `write`, only
+// checks and counts.
+uint64_t serialize(const std::function<void(const char*, size_t)>& write, const std::filesystem::path& path,
+                   const std::vector<TensorToWrite>& tensors,
+                   const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -337,30 +362,51 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
         {"dtype", to_string(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string h = header.dump();
+  // Metadata may carry text from elsewhere (token strings): invalid UTF-8 is replaced, not refused.
+  std::string h = header.dump(-1, ' ', false, json::error_handler_t::replace);
   while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // keep the data buffer 8-byte aligned
+  const uint64_t total = 8 + h.size() + offset;
+  if (!write) return total;
+  uint8_t len[8];
+  uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+  write(reinterpret_cast<const char*>(len), 8);
+  write(h.data(), h.size());
+  for (const auto& t : tensors) {
+    uint64_t numel = 1;
+    for (int64_t s : t.shape) numel *= static_cast<uint64_t>(s);
+    if (!numel) continue;
+    if (t.dtype == DType::F32) {
+      write(reinterpret_cast<const char*>(t.data), numel * 4);
+      continue;
+    }
+    std::vector<uint16_t> half(numel);
+    for (uint64_t i = 0; i < numel; ++i)
+      half[i] = t.dtype == DType::F16 ? float_to_half(t.data[i]) : float_to_bfloat16(t.data[i]);
+    write(reinterpret_cast<const char*>(half.data()), numel * 2);
+  }
+  return total;
+}
+
+}  // namespace
+
+std::string safetensors_bytes(const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  // Sized first, written once: a trace's reply is tens of MB, and every copy of it costs page faults.
+  std::string out;
+  out.reserve(serialize({}, "(in memory)", tensors, metadata));
+  serialize([&](const char* p, size_t n) { out.append(p, n); }, "(in memory)", tensors, metadata);
+  return out;
+}
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
   const std::filesystem::path tmp = path.string() + ".partial";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error(tmp.string() + ": cannot write");
-    uint8_t len[8];
-    uint64_t n = h.size();
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const auto& t : tensors) {
-      uint64_t numel = 1;
-      for (int64_t s : t.shape) numel *= static_cast<uint64_t>(s);
-      if (!numel) continue;
-      if (t.dtype == DType::F32) {
-        out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(numel * 4));
-        continue;
-      }
-      std::vector<uint16_t> half(numel);
-      for (uint64_t i = 0; i < numel; ++i)
-        half[i] = t.dtype == DType::F16 ? float_to_half(t.data[i]) : float_to_bfloat16(t.data[i]);
-      out.write(reinterpret_cast<const char*>(half.data()), static_cast<std::streamsize>(numel * 2));
-    }
+    serialize([&](const char* p, size_t n) { out.write(p, static_cast<std::streamsize>(n)); }, path, tensors,
+              metadata);
     out.flush();
     if (!out) throw Error(tmp.string() + ": write failed (disk full?)");
   }

@@ -32,6 +32,9 @@ class SafetensorsFile {
  public:
   // Throws FormatError when the file is missing, truncated or has an invalid header.
   explicit SafetensorsFile(const std::filesystem::path& path);
+  // The same checks over bytes already in memory (a network reply), borrowed: they must outlive the view.
+  // `name` stands for the path in messages.
+  static SafetensorsFile view(const void* data, size_t size, const std::filesystem::path& name);
   ~SafetensorsFile();
   SafetensorsFile(SafetensorsFile&& other) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
@@ -51,8 +54,11 @@ class SafetensorsFile {
   std::vector<float> read_f32(const std::string& name) const { return read_f32(at(name)); }
 
  private:
+  SafetensorsFile() = default;
+  void parse();  // reads and checks the header of map_[0, map_size_)
   std::filesystem::path path_;
   const uint8_t* map_ = nullptr;
+  bool mapped_ = false;  // map_ is our mmap (else borrowed bytes)
   size_t map_size_ = 0;
   const uint8_t* data_begin_ = nullptr;
   std::vector<TensorInfo> tensors_;
@@ -72,6 +78,9 @@ struct TensorToWrite {
 // and Error when the file cannot be written.
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+// The same file as bytes in memory (what a server sends).
+std::string safetensors_bytes(const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
 
 float half_to_float(uint16_t h);
 float bfloat16_to_float(uint16_t b);

@@ -100,13 +100,8 @@ FloatArray read_array(const SafetensorsFile& file, const std::string& name,
   return a;
 }
 
-}  // namespace
-
-void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error(dir.string() + ": cannot create directory (" + ec.message() + ")");
-
+// trace.json of a bundle.
+json trace_json(const Trace& trace) {
   json j;
   j["format"] = "difflens-trace";
   j["version"] = kTraceBundleVersion;
@@ -139,7 +134,11 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
   for (const auto& t : trace.next_token)
     next.push_back({{"id", t.id}, {"text", t.text}, {"probability", t.probability}});
   j["next_token"] = next;
+  return j;
+}
 
+// maps.safetensors of a bundle: the arrays, borrowed from the trace.
+std::vector<TensorToWrite> trace_tensors(const Trace& trace) {
   std::vector<TensorToWrite> tensors;
   for (const auto& l : trace.layers) {
     const std::string p = "layers." + std::to_string(l.index) + ".";
@@ -167,27 +166,20 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
     add_array(tensors, p + "lambda", l.lambda_rows);  // DIFF V2: λ per head and token, and its logit
     add_array(tensors, p + "lambda_logits", l.lambda_logits);
   }
-  write_safetensors(dir / "maps.safetensors", tensors, {{"format", "difflens-trace"}});
-  std::ofstream out(dir / "trace.json", std::ios::binary | std::ios::trunc);
-  if (!out) throw Error((dir / "trace.json").string() + ": cannot write");
-  // Token text may hold partial UTF-8 sequences: replace them rather than fail.
-  out << j.dump(1, ' ', false, json::error_handler_t::replace) << "\n";
-  if (!out) throw Error((dir / "trace.json").string() + ": write failed");
+  return tensors;
 }
 
-Trace read_trace_bundle(const std::filesystem::path& dir) {
-  const std::filesystem::path jpath = dir / "trace.json";
-  std::ifstream in(jpath, std::ios::binary);
-  if (!in) throw FormatError(jpath.string() + ": cannot open (is this a trace bundle directory?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  Trace t;
-  json j;
+json parse_trace_json(const std::string& text, const std::string& where) {
   try {
-    j = json::parse(ss.str());
+    return json::parse(text);
   } catch (const json::exception& e) {
-    throw FormatError(jpath.string() + ": not valid JSON (" + e.what() + ")");
+    throw FormatError(where + ": not valid JSON (" + e.what() + ")");
   }
+}
+
+// A trace from its trace.json (`jpath` names it in messages) and its arrays.
+Trace trace_from(const json& j, const std::filesystem::path& jpath, const SafetensorsFile& maps) {
+  Trace t;
   try {
     if (j.value("format", "") != "difflens-trace")
       throw FormatError(jpath.string() + ": not a DiffLens trace");
@@ -213,7 +205,6 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
                               n.at("text").get<std::string>(),
                               float_field(n.at("probability"), w + ": a probability")});
     const int64_t T = t.length(), H = t.config.map_heads(), E = t.config.hidden_size;
-    const SafetensorsFile maps(dir / "maps.safetensors");
     // Every array is copied out as F32: refuse, before copying, what the machine cannot hold.
     uint64_t need = 0;
     for (const TensorInfo& info : maps.tensors()) need += static_cast<uint64_t>(info.numel()) * 4;
@@ -318,6 +309,50 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
   } catch (const json::exception& e) {
     throw FormatError(jpath.string() + ": missing or mistyped field (" + e.what() + ")");
   }
+  return t;
+}
+
+}  // namespace
+
+void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error(dir.string() + ": cannot create directory (" + ec.message() + ")");
+  write_safetensors(dir / "maps.safetensors", trace_tensors(trace), {{"format", "difflens-trace"}});
+  std::ofstream out(dir / "trace.json", std::ios::binary | std::ios::trunc);
+  if (!out) throw Error((dir / "trace.json").string() + ": cannot write");
+  // Token text may hold partial UTF-8 sequences: replace them rather than fail.
+  out << trace_json(trace).dump(1, ' ', false, json::error_handler_t::replace) << "\n";
+  if (!out) throw Error((dir / "trace.json").string() + ": write failed");
+}
+
+Trace read_trace_bundle(const std::filesystem::path& dir) {
+  const std::filesystem::path jpath = dir / "trace.json";
+  std::ifstream in(jpath, std::ios::binary);
+  if (!in) throw FormatError(jpath.string() + ": cannot open (is this a trace bundle directory?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const json j = parse_trace_json(ss.str(), jpath.string());
+  const SafetensorsFile maps(dir / "maps.safetensors");
+  return trace_from(j, jpath, maps);
+}
+
+std::string trace_to_bytes(const Trace& trace, const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> metadata = extra;
+  metadata["format"] = "difflens-trace";
+  metadata["trace.json"] = trace_json(trace).dump(-1, ' ', false, json::error_handler_t::replace);
+  return safetensors_bytes(trace_tensors(trace), metadata);
+}
+
+Trace trace_from_bytes(const std::string& bytes, const std::string& where,
+                       std::map<std::string, std::string>* metadata) {
+  const SafetensorsFile maps = SafetensorsFile::view(bytes.data(), bytes.size(), where);
+  const auto it = maps.metadata().find("trace.json");
+  if (it == maps.metadata().end())
+    throw FormatError(where + ": no trace.json in its metadata (not a DiffLens trace)");
+  const json j = parse_trace_json(it->second, where + " (trace.json)");
+  Trace t = trace_from(j, where + " (trace.json)", maps);
+  if (metadata) *metadata = maps.metadata();
   return t;
 }
 

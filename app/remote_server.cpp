@@ -1,0 +1,612 @@
+// RemoteServer: HTTP endpoints over cpp-httplib, one model thread, latest-wins per named client.
+#include "app/remote_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <list>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "app/inference_worker.h"
+#include "core/capture_plan.h"
+#include "core/config.h"
+#include "core/data.h"
+#include "core/error.h"
+#include "core/needle.h"
+#include "core/safetensors.h"
+#include "core/tiles.h"
+#include "core/trace_io.h"
+
+namespace difflens::app {
+
+using nlohmann::json;
+using remote::RequestError;
+
+std::string random_token() {
+  std::ifstream in("/dev/urandom", std::ios::binary);
+  unsigned char bytes[16] = {};
+  in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  if (!in) throw Error("cannot read /dev/urandom for the server's token");
+  static const char* hex = "0123456789abcdef";
+  std::string t;
+  for (unsigned char b : bytes) {
+    t += hex[b >> 4];
+    t += hex[b & 15];
+  }
+  return t;
+}
+
+namespace {
+
+// One request for the model thread.
+struct Job {
+  std::string client;  // "" for a client that did not name itself
+  std::string what;    // for the log: "capture 256 tokens"
+  bool supersedable = false;
+  std::function<std::string(Job&)> work;  // the reply body; throws on refusal or failure
+  std::atomic<bool> cancel{false};
+  // Guarded by the server's mutex:
+  bool done = false;
+  int status = 200;
+  std::string body, error;
+  int64_t layer = -1, layers = 0;  // progress of a capture
+  std::map<std::string, std::string> reply_headers;
+};
+
+const char* status_text(int status) {
+  switch (status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Payload Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "";
+  }
+}
+
+bool same_token(const std::string& a, const std::string& b) {  // constant time in the given token's length
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0 && !b.empty();
+}
+
+}  // namespace
+
+struct RemoteServer::Impl {
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<std::string> paths;
+  ServeOptions options;
+  httplib::Server http;
+  std::thread listener, runner;
+  int port = 0;
+  bool started = false;
+
+  mutable std::mutex mutex;
+  std::condition_variable cv;  // jobs queued, a job done, progress
+  std::deque<std::shared_ptr<Job>> queue;
+  int active = 0;  // queued or running
+  bool stopping = false;
+  std::map<std::string, std::weak_ptr<Job>> latest;  // per named client: its supersedable job
+  // The last trace each named client captured with each model (for /v1/tile), at most kKeptTraces of them.
+  static constexpr size_t kKeptTraces = 4;
+  std::list<std::pair<std::pair<std::string, int>, std::shared_ptr<const Trace>>> traces;
+  // Haystacks of needle requests, counted with a model's tokenizer: (model, text) -> haystack, the last few.
+  std::list<std::pair<std::pair<int, std::string>, std::shared_ptr<const Haystack>>> haystacks;
+  ServeCounters counters;
+
+  void log(const httplib::Request& req, int status, const std::string& what) {
+    if (!options.log) return;
+    std::fprintf(stderr, "serve: %s %s %s%s -> %d %s\n", req.remote_addr.c_str(), req.method.c_str(),
+                 req.path.c_str(), what.empty() ? "" : (" (" + what + ")").c_str(), status,
+                 status_text(status));
+  }
+
+  void count(int status) {  // with the mutex held
+    if (status == 200)
+      ++counters.served;
+    else if (status == 409)
+      ++counters.cancelled;
+    else
+      ++counters.refused;
+  }
+
+  // `counted`: the model thread counted it already (a job's outcome).
+  void reply_error(const httplib::Request& req, httplib::Response& res, int status,
+                   const std::string& message, bool counted = false) {
+    res.status = status;
+    res.set_content(remote::error_json(status, message), "application/json");
+    if (!counted) {
+      std::lock_guard<std::mutex> lock(mutex);
+      count(status);
+    }
+    log(req, status, message);
+  }
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
+    const std::string h = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (h.rfind(prefix, 0) == 0 && same_token(h.substr(prefix.size()), options.token)) return true;
+    reply_error(req, res, 401,
+                h.empty()
+                    ? "this server needs its token: send 'Authorization: Bearer TOKEN' (serve printed it)"
+                    : "wrong token (the one `difflens serve` printed at start is needed)");
+    return false;
+  }
+
+  const Model& model_at(int index) const {
+    if (index < 0 || index >= static_cast<int>(models.size()))
+      throw RequestError(404, "no model " + std::to_string(index) + ": this server has " +
+                                  std::to_string(models.size()) + " (0.." +
+                                  std::to_string(models.size() - 1) + ")");
+    return *models[static_cast<size_t>(index)];
+  }
+
+  // Queues `job`; a named client's older supersedable job is cancelled. 503 beyond max_active.
+  void submit(const std::shared_ptr<Job>& job) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (stopping) throw RequestError(503, "the server is stopping");
+    if (active >= options.limits.max_active)
+      throw RequestError(503, "busy: " + std::to_string(active) +
+                                  " requests are queued or running (this server takes " +
+                                  std::to_string(options.limits.max_active) + " at once); try again");
+    if (job->supersedable && !job->client.empty()) {
+      auto it = latest.find(job->client);
+      if (it != latest.end())
+        if (auto old = it->second.lock()) old->cancel = true;
+      latest[job->client] = job;
+    }
+    ++active;
+    queue.push_back(job);
+    cv.notify_all();
+  }
+
+  // Waits for `job` (the plain, non-streaming replies).
+  void wait(const std::shared_ptr<Job>& job) {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return job->done; });
+  }
+
+  void run_jobs() {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (stopping && queue.empty()) return;
+      std::shared_ptr<Job> job = queue.front();
+      queue.pop_front();
+      lock.unlock();
+      int status = 200;
+      std::string body, error;
+      try {
+        if (job->cancel) throw Cancelled();
+        body = job->work(*job);
+      } catch (const Cancelled&) {
+        status = 409;
+        error = "superseded: a newer request from the same client (or its disconnection) cancelled this one";
+      } catch (const RequestError& e) {
+        status = e.status;
+        error = e.what();
+      } catch (const std::exception& e) {
+        status = 400;
+        error = user_message(e);
+      }
+      lock.lock();
+      job->status = status;
+      job->body = std::move(body);
+      job->error = std::move(error);
+      job->done = true;
+      --active;
+      count(status);
+      cv.notify_all();
+    }
+  }
+
+  void set_progress(Job& job, int64_t layer, int64_t layers) {
+    std::lock_guard<std::mutex> lock(mutex);
+    job.layer = layer;
+    job.layers = layers;
+    cv.notify_all();
+  }
+
+  std::string capture(Job& job, const remote::CaptureRequest& r) {
+    const Model& m = model_at(r.model);
+    const ModelConfig& c = m.config();
+    Encoding enc;
+    if (r.prompt) {
+      if (!m.tokenizer().can_encode())
+        throw RequestError(400, "model " + std::to_string(r.model) + " has no text tokenizer (" +
+                                    m.tokenizer_note() + "): send 'token_ids'");
+      enc = m.tokenizer().encode(*r.prompt, r.bos);
+    } else {
+      enc.ids = r.token_ids;
+    }
+    const int64_t T = static_cast<int64_t>(enc.ids.size());
+    if (T == 0) throw RequestError(400, "the prompt has no tokens");
+    if (T > options.limits.max_tokens)
+      throw RequestError(413, "the prompt has " + std::to_string(T) + " tokens; this server takes at most " +
+                                  std::to_string(options.limits.max_tokens));
+    CaptureOptions o;
+    o.keep_maps = r.keep_maps;
+    o.layers = r.layers;
+    o.heads = r.heads;
+    o.keep_logits = r.keep_logits;
+    o.keep_hidden = r.keep_hidden;
+    o.keep_qkv = r.keep_qkv;
+    o.next_token_top_k = r.top_k;
+    o.logit_bits = r.logit_bits;
+    o.pooled_budget_bytes = r.pooled_budget_bytes;
+    // What the reply would carry, refused before any work (plan_capture checks ids, layers and heads).
+    const CapturePlan plan =
+        plan_capture(c, enc.ids, o, r.logit_bits >= 0 ? r.logit_bits : m.logit_bits(), CaptureMachine{});
+    double reply = plan.pooled > 0 ? 0.0 : plan.exact_map_bytes;
+    reply += plan.logits_bytes;
+    if (r.keep_hidden)
+      reply += static_cast<double>(T) * static_cast<double>(c.hidden_size) * 4.0 * c.num_hidden_layers;
+    if (reply > options.limits.max_reply_bytes)
+      throw RequestError(413,
+                         "the reply would carry " + std::to_string(static_cast<int64_t>(reply / 1048576)) +
+                             " MB of arrays; this server sends at most " +
+                             std::to_string(static_cast<int64_t>(options.limits.max_reply_bytes / 1048576)) +
+                             " MB (keep fewer layers or heads, or give pooled_budget_bytes)");
+    o.on_layer = [&](int64_t layer, int64_t layers) { set_progress(job, layer, layers); };
+    const auto t0 = std::chrono::steady_clock::now();
+    auto trace = std::make_shared<Trace>(m.capture(enc.ids, o, &job.cancel));
+    if (r.prompt) trace->tokens = enc.pieces;
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    json offsets = json::array();
+    for (const auto& [b, e] : enc.offsets) offsets.push_back({b, e});
+    std::string bytes = trace_to_bytes(
+        *trace,
+        {{"offsets", offsets.dump()}, {"server_ms", std::to_string(ms)}, {"model", std::to_string(r.model)}});
+    if (!job.client.empty()) {  // kept for the client's tile requests
+      std::lock_guard<std::mutex> lock(mutex);
+      const auto key = std::make_pair(job.client, r.model);
+      traces.remove_if([&](const auto& e) { return e.first == key; });
+      traces.emplace_front(key, std::move(trace));
+      while (traces.size() > kKeptTraces) traces.pop_back();
+    }
+    return bytes;
+  }
+
+  std::string needle(Job& job, const remote::NeedleRequest& r) {
+    Model& m = *models[static_cast<size_t>(r.model)];
+    if (!m.tokenizer().can_encode())
+      throw RequestError(
+          400, "model " + std::to_string(r.model) + " has no text tokenizer: the needle lab needs one");
+    validate(NeedleSweep{{r.cell.length}, {r.cell.depth}, {{r.cell.needles, r.cell.queried}}, 1},
+             m.config().max_position_embeddings);
+    std::shared_ptr<const Haystack> hay;
+    const auto key = std::make_pair(r.model, r.haystack);
+    for (const auto& e : haystacks)
+      if (e.first == key) hay = e.second;
+    if (!hay) {
+      hay = std::make_shared<const Haystack>(r.haystack, m.tokenizer());
+      haystacks.emplace_front(key, hay);
+      while (haystacks.size() > 2) haystacks.pop_back();
+    }
+    const EpisodeBuilder builder(*hay, m.tokenizer(), NeedleSplit::Eval, r.names, r.wording);
+    m.set_logit_bits(r.logit_bits);
+    try {
+      const NeedleRun run = run_needle(m, builder, r.cell, r.seed, &job.cancel);
+      m.set_logit_bits(0);
+      return remote::needle_run_to_json(run);
+    } catch (...) {
+      m.set_logit_bits(0);
+      throw;
+    }
+  }
+
+  std::string info() const {
+    json j;
+    j["protocol"] = remote::kProtocolVersion;
+    j["server"] = "difflens serve";
+    j["limits"] = json::parse(options.limits.to_json());
+    j["models"] = json::array();
+    for (size_t i = 0; i < models.size(); ++i) {
+      const Model& m = *models[i];
+      j["models"].push_back({{"index", i},
+                             {"path", paths[i]},
+                             {"description", describe_model(m)},
+                             {"device", m.device_name()},
+                             {"can_encode", m.tokenizer().can_encode()},
+                             {"tokenizer_note", m.tokenizer_note()},
+                             {"logit_bits", m.logit_bits()},
+                             {"config", json::parse(config_to_json_text(m.config()))}});
+    }
+    return j.dump(1, ' ', false, json::error_handler_t::replace);
+  }
+
+  // Streams progress lines while `job` waits or runs, then the result line and the reply bytes.
+  void stream(const httplib::Request& req, httplib::Response& res, const std::shared_ptr<Job>& job) {
+    auto sent = std::make_shared<int64_t>(-2);
+    res.set_chunked_content_provider(
+        "application/x-difflens-stream",
+        [this, job, sent](size_t, httplib::DataSink& sink) {
+          std::unique_lock<std::mutex> lock(mutex);
+          cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return job->done || job->layer != *sent; });
+          std::string line;
+          bool done = false;
+          if (job->layer != *sent) {  // the newest progress first, also when the job has finished since
+            *sent = job->layer;
+            line = job->layer < 0 ? json{{"queued", true}}.dump() + "\n"
+                                  : json{{"layer", job->layer}, {"layers", job->layers}}.dump() + "\n";
+          } else if (job->done) {
+            done = true;
+            line = job->status == 200 ? json{{"result", "trace"}, {"bytes", job->body.size()}}.dump() + "\n"
+                                      : remote::error_json(job->status, job->error);
+          } else {
+            line = "{}\n";  // a heartbeat: a client that went away is noticed within 100 ms
+          }
+          lock.unlock();
+          bool ok = sink.write(line.data(), line.size());
+          if (ok && done && job->status == 200) {
+            const std::string& b = job->body;
+            for (size_t at = 0; ok && at < b.size(); at += (1u << 20))
+              ok = sink.write(b.data() + at, std::min<size_t>(1u << 20, b.size() - at));
+          }
+          if (!ok) {
+            job->cancel = true;  // the client is gone
+            return false;
+          }
+          if (done) sink.done();
+          return true;
+        },
+        [job](bool success) {
+          if (!success) job->cancel = true;
+        });
+    log(req, 200, job->what + ", streamed");
+  }
+
+  void handle_job(const httplib::Request& req, httplib::Response& res, std::shared_ptr<Job> job,
+                  bool streamed, const char* content_type) {
+    submit(job);
+    if (streamed) return stream(req, res, job);
+    wait(job);
+    if (job->status != 200) return reply_error(req, res, job->status, job->error, true);
+    res.status = 200;
+    res.set_content(std::move(job->body), content_type);
+    log(req, 200, job->what);
+  }
+
+  std::string client_of(const httplib::Request& req) {
+    std::string c = req.get_header_value("X-DiffLens-Client");
+    if (c.size() > 128) c.resize(128);
+    return c;
+  }
+
+  template <typename F>
+  void guarded(const httplib::Request& req, httplib::Response& res, F&& f) {
+    if (!authorized(req, res)) return;
+    try {
+      f();
+    } catch (const RequestError& e) {
+      reply_error(req, res, e.status, e.what());
+    } catch (const std::exception& e) {
+      reply_error(req, res, 400, user_message(e));
+    }
+  }
+
+  void routes() {
+    http.Get("/v1/info", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(req, res, [&] {
+        res.set_content(info(), "application/json");
+        log(req, 200, "");
+      });
+    });
+    http.Get(R"(/v1/tokenizer/(\d+))", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(req, res, [&] {
+        const std::string n = req.matches[1];
+        const int index = n.size() > 5 ? -1 : std::stoi(n);
+        (void)model_at(index);
+        // The SentencePiece file the model was loaded with (the app builds needle prompts with it).
+        const std::filesystem::path file =
+            std::filesystem::path(paths[static_cast<size_t>(index)]) / "tokenizer.model";
+        std::ifstream in(file, std::ios::binary);
+        if (!in) throw RequestError(404, "model " + n + " has no tokenizer.model");
+        std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (bytes.size() > options.limits.max_reply_bytes)
+          throw RequestError(413, "tokenizer.model is too large");
+        res.set_content(std::move(bytes), "application/octet-stream");
+        log(req, 200, "tokenizer");
+      });
+    });
+    http.Post("/v1/capture", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(req, res, [&] {
+        const remote::CaptureRequest r = remote::parse_capture_request(req.body, options.limits);
+        (void)model_at(r.model);
+        auto job = std::make_shared<Job>();
+        job->client = client_of(req);
+        job->supersedable = true;
+        job->what = "capture, model " + std::to_string(r.model) +
+                    (r.prompt ? ", " + std::to_string(r.prompt->size()) + " bytes of text"
+                              : ", " + std::to_string(r.token_ids.size()) + " ids");
+        job->work = [this, r](Job& j) { return capture(j, r); };
+        handle_job(req, res, job, r.stream, "application/x-safetensors");
+      });
+    });
+    http.Post("/v1/tile", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(req, res, [&] {
+        const remote::TileRequest r = remote::parse_tile_request(req.body, options.limits);
+        (void)model_at(r.model);
+        std::shared_ptr<const Trace> trace;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          for (const auto& e : traces)
+            if (e.first == std::make_pair(client_of(req), r.model)) trace = e.second;
+        }
+        if (!trace)
+          throw RequestError(404, "no trace of model " + std::to_string(r.model) +
+                                      " from this client (X-DiffLens-Client) is kept: capture first");
+        const AttentionTile t = attention_tile(*trace, r.layer, r.head, r.row0, r.rows, r.col0, r.cols);
+        std::vector<TensorToWrite> arrays;
+        for (const auto& [name, v] :
+             {std::make_pair("A1", &t.a1), std::make_pair("A2", &t.a2), std::make_pair("A", &t.a)})
+          if (!v->empty()) arrays.push_back({name, {t.rows, t.cols}, v->data()});
+        res.set_content(
+            safetensors_bytes(arrays, {{"row0", std::to_string(t.row0)}, {"col0", std::to_string(t.col0)}}),
+            "application/x-safetensors");
+        log(req, 200, "tile");
+      });
+    });
+    http.Post("/v1/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(req, res, [&] {
+        const remote::TokenizeRequest r = remote::parse_tokenize_request(req.body, options.limits);
+        (void)model_at(r.model);
+        auto job = std::make_shared<Job>();
+        job->what = "tokenize";
+        job->work = [this, r](Job&) {
+          const Model& m = *models[static_cast<size_t>(r.model)];
+          if (!m.tokenizer().can_encode())
+            throw RequestError(400, "model " + std::to_string(r.model) + " has no text tokenizer");
+          const Encoding e = m.tokenizer().encode(r.text, r.bos);
+          json offsets = json::array();
+          for (const auto& [b, en] : e.offsets) offsets.push_back({b, en});
+          return json{{"ids", e.ids}, {"pieces", e.pieces}, {"offsets", offsets}}.dump(
+              -1, ' ', false, json::error_handler_t::replace);
+        };
+        handle_job(req, res, job, false, "application/json");
+      });
+    });
+    http.Post("/v1/needle", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(req, res, [&] {
+        const remote::NeedleRequest r = remote::parse_needle_request(req.body, options.limits);
+        (void)model_at(r.model);
+        auto job = std::make_shared<Job>();
+        job->client = client_of(req);
+        job->supersedable = true;
+        job->what = "needle episode, " + std::to_string(r.cell.length) + " tokens";
+        job->work = [this, r](Job& j) { return needle(j, r); };
+        handle_job(req, res, job, false, "application/json");
+      });
+    });
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const std::string m =
+          res.status == 404 ? "no such endpoint: " + req.path +
+                                  " (GET /v1/info, POST /v1/capture, /v1/tile, /v1/tokenize, /v1/needle)"
+          : res.status == 413 ? "the request body is over this server's limit of " +
+                                    std::to_string(options.limits.max_request_bytes) + " bytes"
+                              : std::string(status_text(res.status));
+      res.set_content(remote::error_json(res.status, m), "application/json");
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        count(res.status);
+      }
+      log(req, res.status, m);
+    });
+    http.set_exception_handler(
+        [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+          std::string m = "internal error";
+          try {
+            if (ep) std::rethrow_exception(ep);
+          } catch (const std::exception& e) {
+            m = user_message(e);
+          } catch (...) {
+          }
+          res.status = 500;
+          res.set_content(remote::error_json(500, m), "application/json");
+          log(req, 500, m);
+        });
+  }
+};
+
+RemoteServer::RemoteServer(std::vector<Model> models, std::vector<std::string> paths, ServeOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (models.empty()) throw Error("serve: no models to serve");
+  if (paths.size() != models.size()) throw Error("serve: one path per model");
+  for (Model& m : models) impl_->models.push_back(std::make_unique<Model>(std::move(m)));
+  impl_->paths = std::move(paths);
+  if (options.token.empty()) options.token = random_token();
+  impl_->options = std::move(options);
+  const int threads = std::max(2, impl_->options.http_threads);
+  impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  impl_->http.set_payload_max_length(impl_->options.limits.max_request_bytes);
+  impl_->http.set_read_timeout(30, 0);
+  impl_->http.set_write_timeout(60, 0);
+  impl_->routes();
+}
+
+RemoteServer::~RemoteServer() {
+  stop();
+}
+
+int RemoteServer::start() {
+  Impl& d = *impl_;
+  if (d.started) return d.port;
+  if (d.options.port == 0) {
+    d.port = d.http.bind_to_any_port(d.options.host);
+    if (d.port < 0) throw Error("serve: cannot listen on " + d.options.host + " (any port)");
+  } else {
+    if (!d.http.bind_to_port(d.options.host, d.options.port))
+      throw Error("serve: cannot listen on " + d.options.host + ":" + std::to_string(d.options.port) +
+                  " (in use by another program? --port picks another)");
+    d.port = d.options.port;
+  }
+  d.started = true;
+  d.runner = std::thread([&d] { d.run_jobs(); });
+  d.listener = std::thread([&d] { d.http.listen_after_bind(); });
+  return d.port;
+}
+
+void RemoteServer::stop() {
+  Impl& d = *impl_;
+  if (!d.started) return;
+  {
+    std::lock_guard<std::mutex> lock(d.mutex);
+    d.stopping = true;
+    for (auto& j : d.queue) j->cancel = true;
+  }
+  d.cv.notify_all();
+  {  // what runs now stops at its next layer
+    std::lock_guard<std::mutex> lock(d.mutex);
+    for (auto& [client, w] : d.latest)
+      if (auto j = w.lock()) j->cancel = true;
+  }
+  d.runner.join();
+  d.http.stop();
+  d.listener.join();
+  d.started = false;
+}
+
+const std::string& RemoteServer::token() const {
+  return impl_->options.token;
+}
+
+int RemoteServer::port() const {
+  return impl_->port;
+}
+
+std::string RemoteServer::url(int index) const {
+  return "remote://" + impl_->options.host + ":" + std::to_string(impl_->port) + "/" + std::to_string(index);
+}
+
+ServeCounters RemoteServer::counters() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->counters;
+}
+
+}  // namespace difflens::app

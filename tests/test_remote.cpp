@@ -1,0 +1,459 @@
+// Remote mode: the protocol's parser, traces as bytes, and `difflens serve` on loopback against local
+// captures (bit for bit), with wrong tokens, oversized and garbage requests, cancels, two clients, a client
+// that leaves mid-stream, and the app's worker driving a remote slot.
+#include <httplib.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "app/inference_worker.h"
+#include "app/remote_client.h"
+#include "app/remote_server.h"
+#include "core/remote.h"
+#include "core/safetensors.h"
+#include "core/tiles.h"
+#include "core/trace_io.h"
+#include "tests/helpers.h"
+
+using namespace difflens;
+using namespace difflens::app;
+
+namespace {
+
+void require_same_trace(const Trace& a, const Trace& b) {
+  REQUIRE(a.token_ids == b.token_ids);
+  REQUIRE(a.layers.size() == b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    INFO("layer " << l);
+    const LayerTrace &x = a.layers[l], &y = b.layers[l];
+    const auto xs = x.arrays(), ys = y.arrays();
+    for (size_t k = 0; k < xs.size(); ++k) {
+      INFO("array " << k);
+      CHECK(xs[k]->shape == ys[k]->shape);
+      REQUIRE(xs[k]->data.size() == ys[k]->data.size());  // bit for bit (pooled cells hold NaN)
+      CHECK(std::memcmp(xs[k]->data.data(), ys[k]->data.data(), xs[k]->bytes()) == 0);
+    }
+    CHECK(x.lambda == y.lambda);
+    CHECK(x.heads == y.heads);
+    CHECK(x.pooled == y.pooled);
+    CHECK(x.logit_stats.top == y.logit_stats.top);
+    CHECK(x.hidden_stats.histogram.counts == y.hidden_stats.histogram.counts);
+  }
+  REQUIRE(a.next_token.size() == b.next_token.size());
+  for (size_t i = 0; i < a.next_token.size(); ++i) {
+    CHECK(a.next_token[i].id == b.next_token[i].id);
+    CHECK(a.next_token[i].probability == b.next_token[i].probability);
+  }
+}
+
+// A server on a free loopback port with a DIFF and a baseline model (seeded: the test builds the same ones).
+struct Loopback {
+  static constexpr const char* kToken = "0123456789abcdef0123";
+  explicit Loopback(remote::Limits limits = {}, int64_t layers = 2, int64_t hidden = 32) {
+    ServeOptions o;
+    o.port = 0;
+    o.token = kToken;
+    o.limits = limits;
+    o.log = false;
+    std::vector<Model> models;
+    models.push_back(Model::random(test::tiny_config(AttentionKind::Diff, hidden, layers), 5));
+    models.push_back(Model::random(test::tiny_config(AttentionKind::Baseline, hidden, layers), 6));
+    server =
+        std::make_unique<RemoteServer>(std::move(models), std::vector<std::string>{"diff", "baseline"}, o);
+    port = server->start();
+  }
+  RemoteAddress address(int model, const std::string& token = kToken) const {
+    RemoteAddress a;
+    a.host = "127.0.0.1";
+    a.port = port;
+    a.model = model;
+    a.token = token;
+    return a;
+  }
+  std::unique_ptr<RemoteServer> server;
+  int port = 0;
+};
+
+remote::CaptureRequest ids_request(std::vector<int64_t> ids) {
+  remote::CaptureRequest r;
+  r.token_ids = std::move(ids);
+  return r;
+}
+
+// A raw request, for what the client would never send.
+httplib::Result raw_post(int port, const std::string& path, const std::string& body,
+                         const std::string& token = Loopback::kToken) {
+  httplib::Client cli("127.0.0.1", port);
+  return cli.Post(path.c_str(), {{"Authorization", "Bearer " + token}}, body, "application/json");
+}
+
+}  // namespace
+
+TEST_CASE("remote protocol: a capture request is read back as written, wrong fields are refused by name",
+          "[remote]") {
+  const remote::Limits limits;
+  remote::CaptureRequest r;
+  r.model = 1;
+  r.prompt = "The cat";
+  r.layers = {0, 2};
+  r.heads = {1};
+  r.keep_qkv = true;
+  r.top_k = 7;
+  r.logit_bits = 8;
+  r.pooled_budget_bytes = 1 << 20;
+  r.stream = true;
+  const remote::CaptureRequest b = remote::parse_capture_request(remote::to_json(r), limits);
+  CHECK(b.model == 1);
+  CHECK(*b.prompt == "The cat");
+  CHECK(b.layers == r.layers);
+  CHECK(b.heads == r.heads);
+  CHECK(b.keep_qkv);
+  CHECK(b.top_k == 7);
+  CHECK(b.logit_bits == 8);
+  CHECK(b.pooled_budget_bytes == (1u << 20));
+  CHECK(b.stream);
+
+  const auto refused = [&](const std::string& body, int status, const std::string& words) {
+    INFO(body);
+    try {
+      remote::parse_capture_request(body, limits);
+      FAIL("accepted");
+    } catch (const remote::RequestError& e) {
+      CHECK(e.status == status);
+      CHECK_THAT(e.what(), Catch::Contains(words));
+    }
+  };
+  refused("{\"promt\": \"x\"}", 400, "unknown field 'promt'");
+  refused("{\"prompt\": \"x\", \"token_ids\": [1]}", 400, "exactly one of");
+  refused("{}", 400, "exactly one of");
+  refused("{\"prompt\": \"\"}", 400, "empty");
+  refused("{\"token_ids\": [1, -2]}", 400, "non-negative");
+  refused("{\"token_ids\": [1], \"top_k\": 1.5}", 400, "'top_k' must be an integer");
+  refused("{\"token_ids\": [1], \"logit_bits\": 1}", 400, "2 to 32 bits");
+  refused("{\"token_ids\": [1], \"layers\": [0, 99999999999]}", 400, "'layers' must hold integers");
+  refused("[1, 2]", 400, "must be a JSON object");
+  refused("{\"prompt\": \"x\"", 400, "not valid JSON");
+  refused("{\"token_ids\": [1], \"keep_qkv\": \"yes\"}", 400, "true or false");
+  std::string many = "{\"token_ids\": [";
+  for (int i = 0; i <= limits.max_tokens; ++i) many += (i ? ",1" : "1");
+  refused(many + "]}", 413, "at most 16384");
+  remote::Limits small;
+  small.max_request_bytes = 100;
+  CHECK_THROWS_WITH(remote::parse_capture_request("{\"prompt\": \"" + std::string(200, 'a') + "\"}", small),
+                    Catch::Contains("over this server's limit of 100 bytes"));
+}
+
+TEST_CASE("remote protocol: needle requests and runs round-trip, remote:// addresses parse or say the form",
+          "[remote]") {
+  remote::NeedleRequest n;
+  n.model = 1;
+  n.cell = {128, 0.25, 2, 1};
+  n.seed = 9;
+  n.haystack = "Some text. More text.";
+  n.names = NameSet::Original;
+  n.logit_bits = 6;
+  const remote::NeedleRequest m = remote::parse_needle_request(remote::to_json(n), {});
+  CHECK(m.cell.length == 128);
+  CHECK(m.cell.depth == 0.25);
+  CHECK(m.cell.needles == 2);
+  CHECK(m.seed == 9);
+  CHECK(m.haystack == n.haystack);
+  CHECK(m.names == NameSet::Original);
+  CHECK(m.logit_bits == 6);
+  CHECK_THROWS_WITH(remote::parse_needle_request("{\"haystack\": \"x\", \"needles\": 1, \"queried\": 2}", {}),
+                    Catch::Contains("'queried' must not exceed 'needles'"));
+  CHECK_THROWS_WITH(remote::parse_needle_request("{\"haystack\": \"x\", \"question\": \"no name\"}", {}),
+                    Catch::Contains("{name}"));
+
+  NeedleRun run;
+  run.cell = {256, 0.5, 1, 1};
+  run.seed = 3;
+  run.tokens = 250;
+  run.answered = 1;
+  run.asked = 1;
+  run.replies = {"4823"};
+  run.truths = {"4823"};
+  run.attention.layers = {0, 1};
+  run.attention.heads = {{0, 1}, {0, 1}};
+  run.attention.per_head = {{{0.5, 0.25}, {0.125, 0.75}}, {{0.1, 0.2}, {0.3, 0.4}}};
+  run.attention.per_layer = {{0.3125, 0.5}, {0.2, 0.3}};
+  run.attention.mean = {0.25625, 0.4};
+  run.answering = run.attention;
+  run.seconds = 1.5;
+  const NeedleRun back = remote::needle_run_from_json(remote::needle_run_to_json(run));
+  CHECK(back.replies == run.replies);
+  CHECK(back.attention.per_head[1][1].noise == 0.4);
+  CHECK(back.attention.mean.answer == 0.25625);
+  CHECK(back.answering.heads == run.answering.heads);
+  CHECK_THROWS_AS(remote::needle_run_from_json("{\"length\": 1}"), FormatError);
+
+  const RemoteAddress a = parse_remote("remote://gpu-box:9000/1?token=abc");
+  CHECK(a.host == "gpu-box");
+  CHECK(a.port == 9000);
+  CHECK(a.model == 1);
+  CHECK(a.token == "abc");
+  CHECK(a.text() == "remote://gpu-box:9000/1");
+  CHECK(parse_remote("remote://localhost").port == 8765);
+  CHECK(parse_remote("remote://localhost").model == -1);
+  CHECK(without_token("remote://h:1/0?token=secret") == "remote://h:1/0");
+  CHECK(without_token("assets/models/diff-small") == "assets/models/diff-small");
+  CHECK_THROWS_WITH(parse_remote("remote://h:99999/0"), Catch::Contains("port must be 1..65535"));
+  CHECK_THROWS_WITH(parse_remote("remote://h:1/x"), Catch::Contains("model index"));
+  CHECK_THROWS_WITH(parse_remote("remote://h:1/0?tokn=1"), Catch::Contains("unknown parameter 'tokn'"));
+  CHECK_THROWS_WITH(parse_remote("remote://:80"), Catch::Contains("no host"));
+}
+
+TEST_CASE("trace bytes: a trace round-trips through one safetensors buffer, damaged bytes are refused",
+          "[remote][trace]") {
+  const Model m = Model::random(test::tiny_config(AttentionKind::Diff), 3);
+  CaptureOptions o;
+  o.keep_qkv = true;
+  o.keep_hidden = true;
+  const Trace t = m.capture(test::random_ids(37, 259, 2), o);
+  std::map<std::string, std::string> meta;
+  const std::string bytes = trace_to_bytes(t, {{"note", "x"}});
+  const Trace back = trace_from_bytes(bytes, "reply", &meta);
+  require_same_trace(t, back);
+  CHECK(meta.at("note") == "x");
+  CHECK(meta.at("format") == "difflens-trace");
+  CHECK_THROWS_WITH(trace_from_bytes(bytes.substr(0, bytes.size() - 5), "reply"), Catch::Contains("reply"));
+  CHECK_THROWS_AS(trace_from_bytes("short", "reply"), FormatError);
+  std::vector<float> x{1, 2};
+  CHECK_THROWS_WITH(trace_from_bytes(safetensors_bytes({{"a", {2}, x.data()}}), "reply"),
+                    Catch::Contains("no trace.json"));
+}
+
+TEST_CASE("serve: captures on loopback equal local captures bit for bit, exact and pooled, and tiles",
+          "[remote]") {
+  Loopback lb;
+  const Model diff = Model::random(test::tiny_config(AttentionKind::Diff), 5);
+  const Model base = Model::random(test::tiny_config(AttentionKind::Baseline), 6);
+  RemoteClient c0(lb.address(0)), c1(lb.address(1));
+  const std::vector<RemoteModelInfo> info = c0.models();
+  REQUIRE(info.size() == 2);
+  CHECK(info[0].config.attention == AttentionKind::Diff);
+  CHECK(info[1].config.attention == AttentionKind::Baseline);
+  CHECK(info[1].path == "baseline");
+  CHECK(info[0].can_encode);
+
+  const std::vector<int64_t> ids = test::random_ids(61, 259, 8);
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  RemoteCapture r = c0.capture(ids_request(ids), nullptr, [&](int64_t l, int64_t n) {
+    seen.push_back({l, n});
+  });
+  require_same_trace(*r.trace, diff.capture(ids));
+  // Progress as the stream saw it: layers in order, ending at the last (a fast layer may be skipped).
+  REQUIRE_FALSE(seen.empty());
+  CHECK(seen.back() == std::make_pair<int64_t, int64_t>(1, 2));
+  CHECK(std::is_sorted(seen.begin(), seen.end()));
+  CHECK(r.round_trip_ms > 0);
+  CHECK(r.bytes > 61 * 61 * 4 * 3 * 2 * 2);
+  require_same_trace(*c1.capture(ids_request(ids)).trace, base.capture(ids));
+
+  // Text: the server's tokenizer, the pieces and byte offsets the app underlines tokens with.
+  remote::CaptureRequest text;
+  text.prompt = "héllo, world";
+  text.keep_qkv = true;
+  text.layers = {1};
+  text.heads = {1};
+  const RemoteCapture rt = c0.capture(text);
+  const Encoding enc = diff.tokenizer().encode(*text.prompt, true);
+  CaptureOptions o;
+  o.keep_qkv = true;
+  o.layers = {1};
+  o.heads = {1};
+  Trace local = diff.capture(enc.ids, o);
+  require_same_trace(*rt.trace, local);
+  CHECK(rt.trace->tokens == enc.pieces);
+  CHECK(rt.offsets == enc.offsets);
+
+  // Pooled, then exact tiles of it from the server equal tiles computed here.
+  remote::CaptureRequest pooled = ids_request(test::random_ids(300, 259, 9));
+  pooled.pooled_budget_bytes = 20000;
+  const RemoteCapture rp = c0.capture(pooled);
+  CaptureOptions po;
+  po.pooled_budget_bytes = 20000;
+  const Trace lp = diff.capture(pooled.token_ids, po);
+  REQUIRE(lp.layers[0].pooled > 0);
+  require_same_trace(*rp.trace, lp);
+  remote::TileRequest tr;
+  tr.layer = 1;
+  tr.head = 1;
+  tr.row0 = 200;
+  tr.rows = 40;
+  tr.col0 = 150;
+  tr.cols = 70;
+  const AttentionTile remote_tile = c0.tile(tr);
+  const AttentionTile local_tile = attention_tile(lp, 1, 1, 200, 40, 150, 70);
+  CHECK(remote_tile.a == local_tile.a);
+  CHECK(remote_tile.a1 == local_tile.a1);
+  CHECK(remote_tile.a2 == local_tile.a2);
+  tr.row0 = 290;  // past the end
+  CHECK_THROWS_WITH(c0.tile(tr), Catch::Contains("remote://127.0.0.1"));
+  RemoteClient stranger(lb.address(0));  // another client has no trace kept
+  tr.row0 = 0;
+  CHECK_THROWS_WITH(stranger.tile(tr), Catch::Contains("capture first"));
+}
+
+TEST_CASE(
+    "serve: wrong token, unknown model, oversized and garbage requests are refused and it keeps serving",
+    "[remote]") {
+  remote::Limits limits;
+  limits.max_tokens = 100;
+  limits.max_request_bytes = 4096;
+  limits.max_reply_bytes = 60000;
+  Loopback lb(limits);
+  CHECK_THROWS_WITH(RemoteClient(lb.address(0, "not-the-token")).models(),
+                    Catch::Contains("refused the token"));
+  CHECK_THROWS_WITH(RemoteClient(lb.address(0, "")).models(), Catch::Contains("refused the token"));
+  CHECK_THROWS_WITH(RemoteClient(lb.address(5)).model_info(), Catch::Contains("no model 5"));
+  CHECK_THROWS_WITH(RemoteClient(lb.address(5)).capture(ids_request({1, 2})), Catch::Contains("no model 5"));
+  RemoteClient c(lb.address(0));
+  CHECK_THROWS_WITH(c.capture(ids_request(test::random_ids(101, 259, 1))), Catch::Contains("at most 100"));
+  CHECK_THROWS_WITH(c.capture(ids_request({1, 2, 999})), Catch::Contains("999"));  // outside the vocabulary
+  // 90 tokens of DIFF maps (2 layers x 2 heads x 3 maps x 90 x 90 floats) is over 60 KB: refused before work.
+  CHECK_THROWS_WITH(c.capture(ids_request(test::random_ids(90, 259, 1))), Catch::Contains("MB of arrays"));
+  remote::CaptureRequest big;
+  big.prompt = std::string(5000, 'a');
+  CHECK_THROWS_WITH(c.capture(big), Catch::Contains("4096 bytes"));
+
+  auto garbage = raw_post(lb.port, "/v1/capture", "\x01\x02 not json {{{");
+  REQUIRE(garbage);
+  CHECK(garbage->status == 400);
+  CHECK(remote::error_message(garbage->body).find("not valid JSON") != std::string::npos);
+  auto nowhere = raw_post(lb.port, "/v1/nothing", "{}");
+  REQUIRE(nowhere);
+  CHECK(nowhere->status == 404);
+  auto unauthorized = raw_post(lb.port, "/v1/capture", "{\"token_ids\": [1]}", "guess");
+  REQUIRE(unauthorized);
+  CHECK(unauthorized->status == 401);
+  // Still serving.
+  CHECK(c.capture(ids_request({1, 2, 3})).trace->length() == 3);
+  CHECK(lb.server->counters().refused >= 9);
+}
+
+TEST_CASE("serve: a newer request of the same client cancels the older, two clients run side by side",
+          "[remote]") {
+  Loopback lb({}, 6, 64);
+  const std::vector<int64_t> ids = test::random_ids(400, 259, 4);
+  RemoteClient first(lb.address(0), "client-a"), again(lb.address(0), "client-a"),
+      other(lb.address(1), "client-b");
+  std::atomic<bool> started{false};
+  std::string first_outcome;
+  std::thread t([&] {
+    try {
+      first.capture(ids_request(ids), nullptr, [&](int64_t, int64_t) { started = true; });
+      first_outcome = "finished";
+    } catch (const Cancelled&) {
+      first_outcome = "cancelled";
+    } catch (const std::exception& e) {
+      first_outcome = e.what();
+    }
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  RemoteCapture second;
+  std::thread u([&] { second = other.capture(ids_request(ids)); });  // another client: not cancelled
+  const RemoteCapture latest = again.capture(ids_request({5, 6, 7}));
+  t.join();
+  u.join();
+  CHECK(first_outcome == "cancelled");
+  CHECK(latest.trace->length() == 3);
+  CHECK(second.trace->length() == 400);
+  CHECK(lb.server->counters().cancelled >= 1);
+}
+
+TEST_CASE("serve: a client that cancels or leaves mid-stream stops its capture, the server goes on",
+          "[remote]") {
+  Loopback lb({}, 8, 64);
+  RemoteClient c(lb.address(0));
+  std::atomic<bool> cancel{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(c.capture(ids_request(test::random_ids(500, 259, 2)), &cancel,
+                            [&](int64_t layer, int64_t) {
+                              if (layer == 1) cancel = true;
+                            }),
+                  Cancelled);
+  // A raw client reads the first progress line and hangs up.
+  {
+    httplib::Client cli("127.0.0.1", lb.port);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/capture";
+    req.headers = {{"Authorization", std::string("Bearer ") + Loopback::kToken}};
+    req.body = "{\"token_ids\": [" + std::string("1,2,3,4,5,6,7,8,9,10") + "], \"stream\": true}";
+    int chunks = 0;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };
+    httplib::Response res;
+    httplib::Error err;
+    CHECK_FALSE(cli.send(req, res, err));
+    CHECK(err == httplib::Error::Canceled);
+  }
+  // Both stopped early, and the server answers the next request.
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+  CHECK(c.capture(ids_request({1, 2})).trace->length() == 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(lb.server->counters().cancelled >= 1);
+}
+
+TEST_CASE("serve: requests beyond max_active are refused at once with 'busy'", "[remote]") {
+  remote::Limits limits;
+  limits.max_active = 1;
+  Loopback lb(limits, 8, 64);
+  RemoteClient slow(lb.address(0), "slow"), quick(lb.address(1), "quick");
+  std::atomic<bool> started{false};
+  std::thread t([&] {
+    slow.capture(ids_request(test::random_ids(500, 259, 1)), nullptr,
+                 [&](int64_t, int64_t) { started = true; });
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK_THROWS_WITH(quick.capture(ids_request({1, 2})), Catch::Contains("busy"));
+  t.join();
+  CHECK(quick.capture(ids_request({1, 2})).trace->length() == 2);
+}
+
+TEST_CASE("the app's worker runs a remote slot as a local one, a lost server leaves the last trace on screen",
+          "[remote][worker]") {
+  auto lb = std::make_unique<Loopback>();
+  const std::string spec = "remote://127.0.0.1:" + std::to_string(lb->port) + "?token=" + Loopback::kToken;
+  InferenceWorker w({}, 1);
+  w.load(0, spec);  // model 0: the slot's index
+  w.load(1, spec);  // model 1
+  w.wait_idle();
+  const WorkerStatus st = w.status();
+  CHECK(st.slots[0].error.empty());
+  CHECK(st.slots[0].loaded);
+  CHECK(st.slots[0].path == "remote://127.0.0.1:" + std::to_string(lb->port) + "/0");
+  CHECK_THAT(st.slots[1].description, Catch::Contains("baseline on 127.0.0.1"));
+  CHECK(st.slots[1].description.find(Loopback::kToken) == std::string::npos);
+  CaptureOptions o;
+  o.keep_qkv = true;
+  w.run("The quick brown fox", o);
+  w.wait_idle();
+  std::optional<RunResult> r = w.take_result();
+  REQUIRE(r);
+  REQUIRE(r->traces[0]);
+  REQUIRE(r->traces[1]);
+  const Model diff = Model::random(test::tiny_config(AttentionKind::Diff), 5);
+  const Encoding enc = diff.tokenizer().encode("The quick brown fox", true);
+  require_same_trace(*r->traces[0], diff.capture(enc.ids, o));
+  CHECK(r->offsets[0] == enc.offsets);
+  CHECK(r->round_trip_ms[0] > 0);
+  CHECK(r->notes[0].empty());
+
+  lb.reset();  // the server goes away
+  w.run("The quick brown fox jumps", o);
+  w.wait_idle();
+  r = w.take_result();
+  REQUIRE(r);
+  CHECK_THAT(r->notes[0], Catch::Contains("cannot connect") && Catch::Contains("showing the last trace"));
+  REQUIRE(r->traces[0]);
+  CHECK(r->traces[0]->length() == static_cast<int64_t>(enc.ids.size()));  // the last one
+  CHECK(r->errors[0].empty());
+
+  w.load(0, "remote://127.0.0.1:1/0?token=x");  // nothing listens there
+  w.wait_idle();
+  CHECK_THAT(w.status().slots[0].error, Catch::Contains("cannot connect"));
+}
