@@ -6,19 +6,57 @@
 #include <iostream>
 
 #include "app/cli_common.h"
+#include "app/remote_client.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/layout.h"
 #include "core/metrics.h"
+#include "core/remote.h"
 #include "core/trace.h"
 #include "core/trace_io.h"
 
 namespace difflens::cli {
 namespace {
 
+// capture --model remote://HOST:PORT/N: the same request to `difflens serve`, the reply written as a bundle.
+int capture_remote(const Args& a) {
+  const std::string out = a.require("out");
+  app::RemoteAddress addr = app::parse_remote(a.get("model"));
+  if (addr.model < 0) addr.model = 0;
+  const app::RemoteClient client(addr);
+  const app::RemoteModelInfo info = client.model_info();
+  remote::CaptureRequest q;
+  const int sources = a.has("prompt") + a.has("prompt-file") + a.has("token-ids");
+  if (sources != 1) throw Error("give exactly one of --prompt, --prompt-file, --token-ids");
+  if (a.has("token-ids"))
+    q.token_ids = parse_token_ids(a.get("token-ids"), info.config.vocab_size);
+  else
+    q.prompt = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
+  if (q.prompt && q.prompt->empty()) throw Error("the prompt is empty: nothing to run");
+  q.bos = !a.has("no-bos");
+  q.keep_maps = !a.has("no-maps");
+  q.pooled_budget_bytes = pooled_budget_bytes(a);
+  for (int l : a.get_int_list("layers")) q.layers.push_back(l);
+  for (int h : a.get_int_list("heads")) q.heads.push_back(h);
+  q.keep_logits = a.has("keep-logits");
+  q.keep_hidden = a.has("keep-hidden");
+  q.keep_qkv = a.has("keep-qkv");
+  q.top_k = a.get_int("top-k");
+  const app::RemoteCapture c = client.capture(q, &g_stop);
+  write_trace_bundle(*c.trace, out);
+  std::printf("model     %s (%s on %s: %s)\n", addr.text().c_str(), info.path.c_str(), addr.host.c_str(),
+              info.description.c_str());
+  std::printf("tokens    %lld\n", static_cast<long long>(c.trace->length()));
+  std::printf("capture   %.1f ms on the server, round trip %.1f ms, reply %s\n", c.server_ms, c.round_trip_ms,
+              mb(c.bytes).c_str());
+  std::printf("wrote     %s/trace.json, %s/maps.safetensors\n", out.c_str(), out.c_str());
+  return 0;
+}
+
 int cmd_capture(const Args& a) {
   apply_threads(a);
+  if (app::is_remote(a.get("model"))) return capture_remote(a);
   const std::string out = a.require("out");
   Model model = load_model(a.require("model"), device(a));
   const std::vector<int64_t> ids = prompt_ids(a, model);
@@ -71,8 +109,9 @@ Command capture_command() {
   return {
       "capture",
       "run one model on a prompt and write a trace bundle (trace.json + maps.safetensors)",
-      {required(text("model", "DIR", "the model directory")), prompt_option(), prompt_file_option(),
-       text("token-ids", "1,2,3", "the prompt as token ids"),
+      {required(
+           text("model", "DIR", "the model directory, or remote://HOST:PORT/N?token=T (difflens serve)")),
+       prompt_option(), prompt_file_option(), text("token-ids", "1,2,3", "the prompt as token ids"),
        required(text("out", "DIR", "the bundle's folder")),
        int_list("layers", "0,1", 0, 1e6, 0, 0, "the layers whose maps are kept (default all)"),
        int_list("heads", "0,3", 0, 1e6, 0, 0, "the heads whose maps are kept (default all)"),

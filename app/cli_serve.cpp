@@ -1,12 +1,15 @@
 // `difflens serve`: load models once and answer the desktop app (remote://) and other tools over HTTP.
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include "app/cli_common.h"
 #include "app/inference_worker.h"
+#include "app/remote_client.h"
 #include "app/remote_server.h"
 #include "core/error.h"
 
@@ -31,6 +34,7 @@ int cmd_serve(const Args& a) {
   o.limits.max_reply_bytes = a.get_double("max-reply-mb") * 1048576.0;
   o.limits.max_active = a.get_int("max-active");
   o.log = !a.has("quiet");
+  o.threads = a.get_int("threads", 0);
   std::vector<std::string> descriptions;
   for (const Model& m : models) descriptions.push_back(app::describe_model(m));
   app::RemoteServer server(std::move(models), dirs, o);
@@ -89,10 +93,122 @@ Command serve_command() {
           cmd_serve};
 }
 
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+// A bounded load test on loopback: a server with the models in this process, CLIENTS threads each sending
+// REQUESTS captures of a TOKENS-token prompt (alternating the models), every reply read as the app reads it.
+int cmd_serve_bench(const Args& a) {
+  apply_threads(a);
+  const std::vector<std::string> dirs = model_dirs(a);
+  std::vector<Model> models;
+  for (const std::string& d : dirs) models.push_back(load_model(d, device(a)));
+  const int64_t tokens = a.get_int("tokens");
+  const int clients = a.get_int("clients"), requests = a.get_int("requests");
+  // The prompt: ids cycling through the vocabulary of the smallest model (the same for every request).
+  int64_t vocab = models[0].config().vocab_size;
+  for (const Model& m : models) vocab = std::min(vocab, m.config().vocab_size);
+  std::vector<int64_t> ids(static_cast<size_t>(tokens));
+  for (int64_t i = 0; i < tokens; ++i) ids[static_cast<size_t>(i)] = 3 + (i * 7919) % (vocab - 3);
+  // The same captures in this process, for the overhead (median of 5 per model).
+  std::vector<double> local;
+  for (const Model& m : models) {
+    std::vector<double> t;
+    for (int r = 0; r < 5; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      (void)m.capture(ids);
+      t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    local.push_back(percentile(t, 0.5));
+  }
+  app::ServeOptions o;
+  o.port = 0;
+  o.log = false;
+  o.limits.max_active = clients + 1;
+  o.threads = a.get_int("threads", 0);
+  const size_t n_models = models.size();
+  app::RemoteServer server(std::move(models), dirs, o);
+  const int port = server.start();
+  std::vector<std::vector<double>> round_trip(static_cast<size_t>(clients)),
+      server_ms(static_cast<size_t>(clients));
+  std::vector<size_t> bytes(static_cast<size_t>(clients), 0);
+  std::vector<std::string> errors(static_cast<size_t>(clients));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&, c] {
+      try {
+        for (int r = 0; r < requests; ++r) {
+          app::RemoteAddress addr;
+          addr.host = "127.0.0.1";
+          addr.port = port;
+          addr.model = static_cast<int>((c + r) % static_cast<int>(n_models));
+          addr.token = server.token();
+          const app::RemoteClient client(addr, "bench-" + std::to_string(c));
+          remote::CaptureRequest q;
+          q.token_ids = ids;
+          const app::RemoteCapture got = client.capture(q);
+          round_trip[static_cast<size_t>(c)].push_back(got.round_trip_ms);
+          server_ms[static_cast<size_t>(c)].push_back(got.server_ms);
+          bytes[static_cast<size_t>(c)] += got.bytes;
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(c)] = user_message(e);
+      }
+    });
+  for (auto& t : threads) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  server.stop();
+  for (const auto& e : errors)
+    if (!e.empty()) throw Error("serve-bench: a client failed: " + e);
+  std::vector<double> all_rt, all_server;
+  size_t total_bytes = 0;
+  for (int c = 0; c < clients; ++c) {
+    all_rt.insert(all_rt.end(), round_trip[static_cast<size_t>(c)].begin(),
+                  round_trip[static_cast<size_t>(c)].end());
+    all_server.insert(all_server.end(), server_ms[static_cast<size_t>(c)].begin(),
+                      server_ms[static_cast<size_t>(c)].end());
+    total_bytes += bytes[static_cast<size_t>(c)];
+  }
+  std::printf(
+      "serve-bench: %zu model(s), %lld-token captures (every map), %d client(s) x %d request(s), "
+      "loopback, %d thread(s)\n",
+      n_models, static_cast<long long>(tokens), clients, requests, num_threads());
+  std::printf("  throughput   %.2f requests/s, %.1f MB/s of replies\n",
+              static_cast<double>(all_rt.size()) / seconds,
+              static_cast<double>(total_bytes) / 1048576.0 / seconds);
+  std::printf("  round trip   p50 %.1f ms, p99 %.1f ms (request sent to trace read, queueing included)\n",
+              percentile(all_rt, 0.5), percentile(all_rt, 0.99));
+  std::printf("  server       p50 %.1f ms of capture per request\n", percentile(all_server, 0.5));
+  for (size_t m = 0; m < local.size(); ++m)
+    std::printf("  in process   model %zu: %.1f ms per capture (median of 5, no server)\n", m, local[m]);
+  std::printf(
+      "  reply        %.1f MB per request\n",
+      static_cast<double>(total_bytes) / 1048576.0 / static_cast<double>(std::max<size_t>(1, all_rt.size())));
+  return 0;
+}
+
+Command serve_bench_command() {
+  return {
+      "serve-bench",
+      "a bounded load test of serve on loopback: requests/s and p50/p99 latency of captures of the models "
+      "(default: the bundled pair)",
+      {models_option("the models served (default: the bundled pair)"), device_option("auto"),
+       threads_option(), integer("tokens", "N", 1, 16384, "256", "prompt length"),
+       integer("clients", "N", 1, 16, "2", "clients sending at once"),
+       integer("requests", "N", 1, 1000, "20", "captures per client")},
+      "Loopback only: the server runs in this process on a free port of 127.0.0.1.",
+      cmd_serve_bench};
+}
+
 }  // namespace
 
 std::vector<Command> serve_commands() {
-  return {serve_command()};
+  return {serve_command(), serve_bench_command()};
 }
 
 }  // namespace difflens::cli

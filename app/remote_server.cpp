@@ -191,6 +191,10 @@ struct RemoteServer::Impl {
   }
 
   void run_jobs() {
+    // OpenMP/LibTorch thread counts are per thread: set on the thread that runs the models.
+    set_num_threads(options.threads > 0
+                        ? options.threads
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
       cv.wait(lock, [&] { return stopping || !queue.empty(); });

@@ -24,6 +24,7 @@ struct ServeOptions {
   remote::Limits limits;
   int http_threads = 16;  // connections served at once (requests beyond limits.max_active are refused)
   bool log = true;        // one line per request on stderr
+  int threads = 0;        // intra-op threads of the model thread (0: every core)
 };
 
 struct ServeCounters {

@@ -296,8 +296,18 @@ json readout_json(const NoiseReadout& r) {
 
 NoiseReadout readout_from(const json& j) {
   NoiseReadout r;
-  r.layers = j.at("layers").get<std::vector<int>>();
-  r.heads = j.at("heads").get<std::vector<std::vector<int>>>();
+  const auto ints = [](const json& list) {
+    std::vector<int> out;
+    if (!list.is_array()) throw FormatError("needle run: a list of layers or heads is not a list");
+    for (const json& v : list) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20))
+        throw FormatError("needle run: a layer or head is not a small non-negative integer");
+      out.push_back(static_cast<int>(v.get<int64_t>()));
+    }
+    return out;
+  };
+  r.layers = ints(j.at("layers"));
+  for (const json& h : j.at("heads")) r.heads.push_back(ints(h));
   for (const json& layer : j.at("per_head")) {
     r.per_head.emplace_back();
     for (const json& s : layer) r.per_head.back().push_back(share_from(s));
@@ -334,23 +344,32 @@ std::string needle_run_to_json(const NeedleRun& r) {
 
 NeedleRun needle_run_from_json(const std::string& text) {
   NeedleRun r;
+  // A reply read with the request parser's checked getters (a hostile server is refused, never UB); their
+  // RequestError becomes the FormatError of a reply.
   try {
     const json j = json::parse(text);
-    r.cell.length = j.at("length").get<int64_t>();
-    r.cell.depth = j.at("depth").get<double>();
-    r.cell.needles = j.at("needles").get<int>();
-    r.cell.queried = j.at("queried").get<int>();
-    r.seed = j.at("seed").get<uint64_t>();
-    r.tokens = j.at("tokens").get<int64_t>();
-    r.answered = j.at("answered").get<int>();
-    r.asked = j.at("asked").get<int>();
+    if (!j.is_object()) throw FormatError("needle run: not a JSON object");
+    const int64_t most = std::numeric_limits<int32_t>::max();
+    r.cell.length = get_int(j, "length", 0, most, -1);
+    r.cell.depth = get_number(j, "depth", -1.0, 1.0, 0.0);
+    r.cell.needles = static_cast<int>(get_int(j, "needles", 0, most, -1));
+    r.cell.queried = static_cast<int>(get_int(j, "queried", 0, most, -1));
+    r.seed = get_count(j, "seed", 0);
+    r.tokens = get_int(j, "tokens", 0, most, -1);
+    r.answered = static_cast<int>(get_int(j, "answered", 0, most, -1));
+    r.asked = static_cast<int>(get_int(j, "asked", 0, most, -1));
+    if (r.cell.length < 0 || r.cell.needles < 0 || r.cell.queried < 0 || r.tokens < 0 || r.answered < 0 ||
+        r.asked < 0)
+      throw FormatError("needle run: a count is missing");
     r.replies = j.at("replies").get<std::vector<std::string>>();
     r.truths = j.at("truths").get<std::vector<std::string>>();
     r.attention = readout_from(j.at("attention"));
     r.answering = readout_from(j.at("answering"));
-    r.seconds = j.at("seconds").get<double>();
+    r.seconds = get_number(j, "seconds", 0.0, 1e12, 0.0);
   } catch (const json::exception& e) {
     throw FormatError(std::string("needle run: missing or mistyped field (") + e.what() + ")");
+  } catch (const RequestError& e) {
+    throw FormatError(std::string("needle run: ") + e.what());
   }
   return r;
 }

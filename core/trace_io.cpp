@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -178,7 +180,9 @@ json parse_trace_json(const std::string& text, const std::string& where) {
 }
 
 // A trace from its trace.json (`jpath` names it in messages) and its arrays.
-Trace trace_from(const json& j, const std::filesystem::path& jpath, const SafetensorsFile& maps) {
+// `open_maps` is called once trace.json's own fields have been read (their errors come first).
+Trace trace_from(const json& j, const std::filesystem::path& jpath,
+                 const std::function<const SafetensorsFile&()>& open_maps) {
   Trace t;
   try {
     if (j.value("format", "") != "difflens-trace")
@@ -205,6 +209,7 @@ Trace trace_from(const json& j, const std::filesystem::path& jpath, const Safete
                               n.at("text").get<std::string>(),
                               float_field(n.at("probability"), w + ": a probability")});
     const int64_t T = t.length(), H = t.config.map_heads(), E = t.config.hidden_size;
+    const SafetensorsFile& maps = open_maps();
     // Every array is copied out as F32: refuse, before copying, what the machine cannot hold.
     uint64_t need = 0;
     for (const TensorInfo& info : maps.tensors()) need += static_cast<uint64_t>(info.numel()) * 4;
@@ -333,8 +338,11 @@ Trace read_trace_bundle(const std::filesystem::path& dir) {
   std::stringstream ss;
   ss << in.rdbuf();
   const json j = parse_trace_json(ss.str(), jpath.string());
-  const SafetensorsFile maps(dir / "maps.safetensors");
-  return trace_from(j, jpath, maps);
+  std::optional<SafetensorsFile> maps;
+  return trace_from(j, jpath, [&]() -> const SafetensorsFile& {
+    if (!maps) maps.emplace(dir / "maps.safetensors");
+    return *maps;
+  });
 }
 
 std::string trace_to_bytes(const Trace& trace, const std::map<std::string, std::string>& extra) {
@@ -351,7 +359,7 @@ Trace trace_from_bytes(const std::string& bytes, const std::string& where,
   if (it == maps.metadata().end())
     throw FormatError(where + ": no trace.json in its metadata (not a DiffLens trace)");
   const json j = parse_trace_json(it->second, where + " (trace.json)");
-  Trace t = trace_from(j, where + " (trace.json)", maps);
+  Trace t = trace_from(j, where + " (trace.json)", [&]() -> const SafetensorsFile& { return maps; });
   if (metadata) *metadata = maps.metadata();
   return t;
 }
