@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -16,11 +17,30 @@
 namespace difflens::cli {
 namespace {
 
+// --device auto|cpu|cuda, or a list of devices the layers are spread over: cuda:0,cuda:1 (or cpu,cpu).
+std::vector<Model> load_placed(const std::vector<std::string>& dirs, const std::string& device_text) {
+  std::vector<std::string> list;
+  std::stringstream ss(device_text);
+  for (std::string d; std::getline(ss, d, ',');)
+    if (!d.empty()) list.push_back(d);
+  const bool spread =
+      device_text.find(',') != std::string::npos || device_text.find(':') != std::string::npos;
+  std::vector<Model> models;
+  for (const std::string& d : dirs) {
+    models.push_back(load_model(d, spread ? DeviceChoice::Cpu : parse_device(device_text)));
+    if (spread) models.back().place_layers(list);  // refuses with the numbers when it cannot fit
+  }
+  return models;
+}
+
+Option placement_option(const std::string& help) {
+  return text("device", "auto|cpu|cuda|cuda:0,cuda:1,...", help, "auto");
+}
+
 int cmd_serve(const Args& a) {
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
-  std::vector<Model> models;
-  for (const std::string& d : dirs) models.push_back(load_model(d, device(a)));
+  std::vector<Model> models = load_placed(dirs, a.get("device"));
   app::ServeOptions o;
   o.host = a.get("host");
   o.port = a.get_int("port");
@@ -77,7 +97,10 @@ Command serve_command() {
           "answer the desktop app (remote://HOST:PORT/N) and other tools over HTTP with the models of this "
           "machine, e.g. a GPU server reached through an SSH tunnel",
           {models_option("the models to serve (default: the bundled pair), numbered 0, 1, ... in this order"),
-           device_option("auto"), threads_option(),
+           placement_option(
+               "where the models run; a list spreads each model's consecutive layers over those GPUs, "
+               "planned from their free memory (cpu,cpu: the same path on the CPU)"),
+           threads_option(),
            text("host", "ADDRESS", "where to listen (127.0.0.1: this machine only; 0.0.0.0: every network)",
                 "127.0.0.1"),
            integer("port", "N", 0, 65535, "8765", "the port (0: any free one, printed)"),
@@ -105,8 +128,7 @@ double percentile(std::vector<double> v, double p) {
 int cmd_serve_bench(const Args& a) {
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
-  std::vector<Model> models;
-  for (const std::string& d : dirs) models.push_back(load_model(d, device(a)));
+  std::vector<Model> models = load_placed(dirs, a.get("device"));
   const int64_t tokens = a.get_int("tokens");
   const int clients = a.get_int("clients"), requests = a.get_int("requests");
   // The prompt: ids cycling through the vocabulary of the smallest model (the same for every request).
@@ -197,8 +219,9 @@ Command serve_bench_command() {
       "serve-bench",
       "a bounded load test of serve on loopback: requests/s and p50/p99 latency of captures of the models "
       "(default: the bundled pair)",
-      {models_option("the models served (default: the bundled pair)"), device_option("auto"),
-       threads_option(), integer("tokens", "N", 1, 16384, "256", "prompt length"),
+      {models_option("the models served (default: the bundled pair)"),
+       placement_option("where the models run (as serve's --device)"), threads_option(),
+       integer("tokens", "N", 1, 16384, "256", "prompt length"),
        integer("clients", "N", 1, 16, "2", "clients sending at once"),
        integer("requests", "N", 1, 1000, "20", "captures per client")},
       "Loopback only: the server runs in this process on a free port of 127.0.0.1.",

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/checkpoint.h"
@@ -132,6 +133,57 @@ CapturePlan plan_capture(const ModelConfig& c, const std::vector<int64_t>& ids, 
         "), and the GPU has " + bytes(static_cast<double>(machine.device_total)) +
         ": give a pooled budget (--pooled-budget MB; in the app the long-prompt MB), or capture on the CPU");
   return p;
+}
+
+std::vector<int> plan_layer_split(const std::vector<double>& layer_bytes, double first_bytes,
+                                  double last_bytes, const std::vector<double>& capacity,
+                                  const std::vector<std::string>& names) {
+  if (capacity.empty() || capacity.size() != names.size())
+    throw Error("plan_layer_split: one name per device");
+  if (layer_bytes.empty()) throw Error("plan_layer_split: a model without layers");
+  const size_t D = capacity.size();
+  double total = first_bytes + last_bytes, room = 0;
+  for (double b : layer_bytes) total += b;
+  for (double c : capacity) room += std::max(0.0, c);
+  auto gb = [](double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+    return std::string(buf);
+  };
+  auto devices = [&] {
+    std::string s;
+    for (size_t k = 0; k < D; ++k) s += (k ? ", " : "") + names[k] + " " + gb(std::max(0.0, capacity[k]));
+    return s;
+  };
+  if (total > room)
+    throw Error("the weights need " + gb(total) + " and the devices can hold " + gb(room) + " (" + devices() +
+                "): add a device or load a smaller or half-precision checkpoint");
+  std::vector<int> out(layer_bytes.size(), 0);
+  std::vector<double> used(D, 0.0);
+  std::vector<int> layers_on(D, 0);
+  size_t d = 0;
+  used[0] = first_bytes;
+  double placed = first_bytes, share = std::max(0.0, capacity[0]);
+  for (size_t i = 0; i < layer_bytes.size(); ++i) {
+    const double b = layer_bytes[i] + (i + 1 == layer_bytes.size() ? last_bytes : 0.0);
+    // Move on when this layer would pass the device's proportional share (of the whole model) or its room.
+    while (d + 1 < D) {
+      const bool past_share = layers_on[d] > 0 && placed + b > total * share / room * (1 + 1e-12);
+      const bool no_room = used[d] + b > capacity[d];
+      if (!past_share && !no_room) break;
+      ++d;
+      share += std::max(0.0, capacity[d]);
+    }
+    if (used[d] + b > capacity[d])
+      throw Error("layer " + std::to_string(i) + " (" + gb(b) + ") does not fit on " + names[d] + " beside " +
+                  gb(used[d]) + " already placed there; the weights need " + gb(total) + " in all (" +
+                  devices() + ")");
+    used[d] += b;
+    ++layers_on[d];
+    placed += b;
+    out[i] = static_cast<int>(d);
+  }
+  return out;
 }
 
 }  // namespace difflens

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/config.h"
@@ -46,5 +47,14 @@ struct CapturePlan {
 // host or the GPU cannot hold (suggesting a pooled budget), full logits or quantized logits with pooled maps.
 CapturePlan plan_capture(const ModelConfig& config, const std::vector<int64_t>& ids,
                          const CaptureOptions& options, int logit_bits, const CaptureMachine& machine);
+
+// Consecutive layers on consecutive devices (`difflens serve --device cuda:0,cuda:1`): device k takes layers
+// while the weights placed so far stay within the first k+1 devices' share of the whole, shares in proportion
+// to `capacity` (the bytes each may hold), the embedding (`first_bytes`) with the first layer and the final
+// norm and output (`last_bytes`) with the last. Returns each layer's device index. Throws Error with the
+// numbers, naming the devices (`names`), when the weights cannot fit.
+std::vector<int> plan_layer_split(const std::vector<double>& layer_bytes, double first_bytes,
+                                  double last_bytes, const std::vector<double>& capacity,
+                                  const std::vector<std::string>& names);
 
 }  // namespace difflens

@@ -210,6 +210,29 @@ at::Device resolve_device(DeviceChoice choice) {
   return torch::cuda::is_available() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
 }
 
+// The device a module's parameters live on (a model's layers may be spread over several, place_layers).
+at::Device device_of(const torch::nn::Module& m) {
+  for (const auto& p : m.parameters()) return p.device();
+  return at::Device(at::kCPU);
+}
+
+// RoPE tables of one prompt on each device its layers use, made on first use.
+class RopeByDevice {
+ public:
+  RopeByDevice(int64_t T, const ModelConfig& c) : T_(T), c_(c) {}
+  const nn::Rope& on(at::Device d) {
+    for (const auto& [device, rope] : tables_)
+      if (device == d) return *rope;
+    tables_.emplace_back(d, std::make_unique<nn::Rope>(T_, c_, d));
+    return *tables_.back().second;
+  }
+
+ private:
+  int64_t T_;
+  const ModelConfig& c_;
+  std::vector<std::pair<at::Device, std::unique_ptr<nn::Rope>>> tables_;
+};
+
 // Bins of a pooled map (viz::pool_region's): cell r covers rows/columns [r·T/P, (r+1)·T/P); `count` holds
 // each cell's number of causal entries (key <= query).
 struct PoolGrid {
@@ -655,6 +678,24 @@ bool cuda_memory(uint64_t& free_bytes, uint64_t& total_bytes) {
   total_bytes = t;
   return true;
 }
+int cuda_device_count() {
+  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+}
+
+bool cuda_memory_on(int device, uint64_t& free_bytes, uint64_t& total_bytes) {
+  free_bytes = total_bytes = 0;
+  if (!torch::cuda::is_available()) return false;
+  using GetDevice = int (*)(int*);
+  using SetDevice = int (*)(int);
+  static const auto get_device = reinterpret_cast<GetDevice>(dlsym(RTLD_DEFAULT, "cudaGetDevice"));
+  static const auto set_device = reinterpret_cast<SetDevice>(dlsym(RTLD_DEFAULT, "cudaSetDevice"));
+  int current = 0;
+  if (!get_device || !set_device || get_device(&current) != 0 || set_device(device) != 0) return false;
+  const bool ok = cuda_memory(free_bytes, total_bytes);
+  set_device(current);
+  return ok;
+}
+
 void set_num_threads(int threads) {
   at::set_num_threads(std::max(1, threads));
 }
@@ -892,7 +933,82 @@ const std::filesystem::path& Model::path() const {
   return impl_->path;
 }
 std::string Model::device_name() const {
-  return impl_->device.str();
+  const auto devices = layer_devices();
+  std::string out;
+  size_t first = 0;
+  for (size_t i = 1; i <= devices.size(); ++i)
+    if (i == devices.size() || devices[i] != devices[first]) {
+      if (first == 0 && i == devices.size()) return devices[0];  // one device
+      out += (out.empty() ? "" : ", ") + devices[first] + " (layers " + std::to_string(first) +
+             (i - 1 > first ? "-" + std::to_string(i - 1) : "") + ")";
+      first = i;
+    }
+  return out.empty() ? impl_->device.str() : out;
+}
+
+std::vector<std::string> Model::layer_devices() const {
+  std::vector<std::string> out;
+  for (const auto& layer : impl_->net->model->layer_ptrs) out.push_back(device_of(*layer).str());
+  return out;
+}
+
+std::vector<int> Model::place_layers(const std::vector<std::string>& devices) {
+  if (devices.empty()) throw Error("--device: no devices given");
+  std::vector<at::Device> ds;
+  std::vector<double> capacity;
+  const uint64_t host = available_memory_bytes();
+  size_t cpus = 0;
+  for (const std::string& d : devices) cpus += d == "cpu";
+  for (const std::string& d : devices) {
+    at::Device dev(at::kCPU);
+    try {
+      dev = at::Device(d);
+    } catch (const c10::Error&) {
+      throw Error("--device: '" + d + "' is not a device (cuda:0, cuda:1, ... or cpu)");
+    }
+    if (dev.is_cuda()) {
+      if (!torch::cuda::is_available())
+        throw Error("--device " + d + ": this LibTorch build has no usable CUDA device");
+      const int index = dev.has_index() ? dev.index() : 0;
+      if (index >= static_cast<int>(torch::cuda::device_count()))
+        throw Error("--device " + d + ": this machine has " + std::to_string(torch::cuda::device_count()) +
+                    " GPU(s)");
+      dev = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+      uint64_t free_bytes = 0, total = 0;
+      if (!cuda_memory_on(index, free_bytes, total))
+        throw Error("--device " + d + ": cannot read its free memory");
+      // What this model already holds there counts as room; a tenth is kept for the activations.
+      double held = 0;
+      for (const auto& p : impl_->net->parameters())
+        if (p.device() == dev) held += static_cast<double>(p.numel() * p.element_size());
+      capacity.push_back(0.9 * static_cast<double>(free_bytes) + held);
+    } else if (dev.is_cpu()) {
+      capacity.push_back(host > 0 ? static_cast<double>(host) / static_cast<double>(cpus) : 1e18);
+    } else {
+      throw Error("--device: '" + d + "' is neither a GPU nor the CPU");
+    }
+    if (!ds.empty() && dev.is_cuda() != ds.front().is_cuda())
+      throw Error("--device " + d + ": the layers go on GPUs or on the CPU, not both");
+    ds.push_back(dev);
+  }
+  auto bytes_of = [](const torch::nn::Module& m) {
+    double b = 0;
+    for (const auto& p : m.parameters()) b += static_cast<double>(p.numel() * p.element_size());
+    return b;
+  };
+  auto& model = *impl_->net->model;
+  std::vector<double> layer_bytes;
+  for (const auto& layer : model.layer_ptrs) layer_bytes.push_back(bytes_of(*layer));
+  const double last = bytes_of(*model.norm) + (impl_->net->lm_head ? bytes_of(*impl_->net->lm_head) : 0.0);
+  const std::vector<int> plan =
+      plan_layer_split(layer_bytes, bytes_of(*model.embed_tokens), last, capacity, devices);
+  at::NoGradGuard no_grad;
+  model.embed_tokens->to(ds[static_cast<size_t>(plan.front())]);
+  for (size_t i = 0; i < plan.size(); ++i) model.layer_ptrs[i]->to(ds[static_cast<size_t>(plan[i])]);
+  model.norm->to(ds[static_cast<size_t>(plan.back())]);
+  if (impl_->net->lm_head) impl_->net->lm_head->to(ds[static_cast<size_t>(plan.back())]);
+  impl_->device = ds[static_cast<size_t>(plan.front())];
+  return plan;
 }
 
 // Every attention module quantizes its logits to `bits` from now on (0: exact).
@@ -987,22 +1103,26 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   trace.model_path = impl_->path.string();
   trace.token_ids = ids;
   for (int64_t id : ids) trace.tokens.push_back(impl_->tokenizer.piece(id));
-  Tensor head_index = at::tensor(plan.heads, at::TensorOptions().dtype(at::kLong)).to(dev);
-  const Rope rope(T, c, dev);
+  const Tensor head_index = at::tensor(plan.heads, at::TensorOptions().dtype(at::kLong));
+  RopeByDevice ropes(T, c);
   // The capture itself; a GPU's out-of-memory error is translated at the end of this function.
   auto run = [&]() -> Trace {
-    // Masks are T x T: built only for exact captures on a GPU.
-    Tensor future, stats_skip;
-    if (pooled == 0 && dev.is_cuda()) {  // the tensor path's statistics (the CPU's fused pass has no masks)
-      future = nn::hidden_keys(0, T, c, dev);  // key j > query i, and beyond a sliding window
-      // Cells left out of the logit statistics: the causal future, and rows before stats_from.
-      stats_skip = future;
+    // The cells left out of the logit statistics, T x T: built only for exact captures on a GPU (the CPU's
+    // fused pass has no masks), once per GPU the layers use: the causal future (and beyond a sliding
+    // window), and rows before stats_from.
+    std::vector<std::pair<at::Device, Tensor>> skips;
+    auto stats_skip_on = [&](at::Device d) -> const Tensor& {
+      for (const auto& [device, mask] : skips)
+        if (device == d) return mask;
+      Tensor skip = nn::hidden_keys(0, T, c, d);
       if (options.stats_from > 0)
-        stats_skip = future.logical_or(at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev))
-                                           .lt(options.stats_from)
-                                           .unsqueeze(1)
-                                           .expand({T, T}));
-    }
+        skip = skip.logical_or(at::arange(T, at::TensorOptions().dtype(at::kLong).device(d))
+                                   .lt(options.stats_from)
+                                   .unsqueeze(1)
+                                   .expand({T, T}));
+      skips.emplace_back(d, skip);
+      return skips.back().second;
+    };
     trace.pooled_budget = pooled > 0 ? options.pooled_budget_bytes : 0;
     PoolGrid grid(T, pooled);
 
@@ -1012,6 +1132,10 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
       if (options.on_layer) options.on_layer(i, c.num_hidden_layers);
+      // A model spread over devices: the hidden state follows the layers (a no-op on one device).
+      const at::Device ld = device_of(*layers[i]);
+      if (h.device() != ld) h = h.to(ld);
+      const nn::Rope& rope = ropes.on(ld);
       if (pooled > 0) {
         trace.layers.push_back(capture_layer_pooled(*layers[i], h, rope, c, static_cast<int>(i),
                                                     plan.keeps_layer(i) ? plan.heads : std::vector<int64_t>{},
@@ -1021,7 +1145,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
       nn::AttentionInputs in;
       LayerTrace lt;
       lt.index = static_cast<int>(i);
-      if (!dev.is_cuda()) {
+      if (!ld.is_cuda()) {
         h = layers[i]->forward_with(h, rope, in, [&](const nn::AttentionInputs& inputs) {
           return attend_fused(inputs, c, layers[i]->logit_bits, plan.keeps_layer(i) ? &plan.heads : nullptr,
                               options, lt);
@@ -1032,7 +1156,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
         if (plan.keeps_layer(i)) {
           lt.heads.assign(plan.heads.begin(), plan.heads.end());
           auto kept = [&](const Tensor& maps) {
-            return to_array(plan.all_heads ? maps[0] : maps[0].index_select(0, head_index));
+            return to_array(plan.all_heads ? maps[0] : maps[0].index_select(0, head_index.to(ld)));
           };
           lt.a = kept(r.a);
           if (c.is_diff()) {
@@ -1042,6 +1166,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
         }
         if (options.logit_stats) {
           // Causal entries of every head (DIFF: both components pooled).
+          const Tensor& stats_skip = stats_skip_on(ld);
           lt.logit_stats = r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, stats_skip)
                                           : value_stats({r.l1[0]}, stats_skip);
         }
@@ -1056,8 +1181,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
       if (options.keep_hidden) lt.hidden = to_array(h[0]);
       trace.layers.push_back(std::move(lt));
     }
-    Tensor last = impl_->net->model->norm(h[0][T - 1]);
-    Tensor probs = at::softmax(impl_->net->unembed(last).to(at::kFloat), -1);  // [vocab]
+    Tensor probs = at::softmax(impl_->next_logits(h[0][T - 1]).to(at::kFloat), -1);  // [vocab]
     const int64_t k = std::min<int64_t>(std::max(options.next_token_top_k, 0), c.vocab_size);
     if (k > 0) {
       auto [p, idx] = at::topk(probs, k);
@@ -1104,11 +1228,14 @@ std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_ne
     // On the CPU the fused pass (heads' outputs only: no maps, no statistics); on a GPU the tensor blocks,
     // long contexts in blocks of query rows, never a T x T tensor per layer.
     const int64_t T = x.size(1), block_rows = T <= 1024 ? T : 256;
-    const nn::Rope rope(T, c, impl_->device);
+    RopeByDevice ropes(T, c);
     Tensor h = impl_->net->model->embed_tokens(x);
     for (auto& layer : impl_->net->model->layer_ptrs) {
       nn::AttentionInputs in;
-      if (!impl_->device.is_cuda()) {
+      const at::Device ld = device_of(*layer);
+      if (h.device() != ld) h = h.to(ld);
+      const nn::Rope& rope = ropes.on(ld);
+      if (!ld.is_cuda()) {
         CaptureOptions outputs_only;
         outputs_only.logit_stats = false;
         LayerTrace unused;
@@ -1119,7 +1246,7 @@ std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_ne
         h = layer->forward_blocked(h, rope, block_rows, in, [](const nn::AttentionBlock&) {});
       }
     }
-    const Tensor logits = impl_->net->unembed(impl_->net->model->norm(h[0][T - 1])).to(at::kCPU, at::kFloat);
+    const Tensor logits = impl_->next_logits(h[0][T - 1]).to(at::kCPU, at::kFloat);
     int64_t next;
     if (temperature <= 0) {
       next = logits.argmax().item<int64_t>();
@@ -1143,7 +1270,7 @@ LayerTrace Model::attention_probe(int layer, const std::vector<float>& x, int64_
   if (T <= 0 || static_cast<int64_t>(x.size()) != T * c.hidden_size)
     throw Error("attention_probe: x must hold T x hidden_size values");
   c10::InferenceMode inference;
-  const at::Device dev = impl_->device;
+  const at::Device dev = device_of(*impl_->net->model->layer_ptrs[layer]);
   std::vector<float> copy = x;
   Tensor xt = at::from_blob(copy.data(), {1, T, c.hidden_size}, at::TensorOptions().dtype(at::kFloat))
                   .to(dev)

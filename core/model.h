@@ -20,10 +20,12 @@ namespace difflens {
 enum class DeviceChoice { Auto, Cpu, Cuda };
 DeviceChoice parse_device(const std::string& text);  // "auto" | "cpu" | "cuda"; throws Error
 bool cuda_available();
+int cuda_device_count();  // GPUs LibTorch can use (0 without CUDA)
 // Free and total bytes of the CUDA device LibTorch uses, read from the CUDA runtime it has loaded (the CPU
 // build links nothing of CUDA). False when there is none. Memory LibTorch holds in its cache for reuse
 // counts as used here.
 bool cuda_memory(uint64_t& free_bytes, uint64_t& total_bytes);
+bool cuda_memory_on(int device, uint64_t& free_bytes, uint64_t& total_bytes);  // GPU `device` (0, 1, ...)
 // Intra-op threads for LibTorch work started FROM THE CALLING THREAD (OpenMP settings are per thread):
 // a worker thread must call it itself.
 void set_num_threads(int threads);
@@ -106,7 +108,15 @@ class Model {
   const Tokenizer& tokenizer() const;
   const std::filesystem::path& path() const;  // empty for models not loaded from disk
   int64_t parameter_count() const;            // counted from the live parameters
+  // "cpu", "cuda:0", or for a model spread over GPUs "cuda:0 (layers 0-39), cuda:1 (layers 40-79)".
   std::string device_name() const;
+  std::vector<std::string> layer_devices() const;  // each layer's device ("cuda:1")
+  // Spreads consecutive layers over `devices` ("cuda:0", "cuda:1", ...; "cpu" entries keep them on the CPU,
+  // the same path where no GPU is), planned from each device's free memory by plan_layer_split
+  // (core/capture_plan.h): the embedding goes with the first layer, the final norm and output with the last;
+  // captures move the hidden state from device to device and pool each layer's maps on its own. Throws Error
+  // with the numbers when the weights do not fit, before anything moves. Returns each layer's device index.
+  std::vector<int> place_layers(const std::vector<std::string>& devices);
   // The checkpoint's weight dtype(s) on disk ("BF16", "F32"); "F32" for models built in memory.
   const std::string& source_dtype() const;
   // How projection and embedding weights are held in memory: "F32", "BF16" or "F16".

@@ -48,6 +48,16 @@ struct Model::Impl {
   }
 
   void to_device() { net->to(device); }
+  // The next-token logits from the last hidden state [E], on whichever devices the final norm and the
+  // output projection (or the tied embedding) sit (a model may be spread over several).
+  at::Tensor next_logits(const at::Tensor& last) {
+    at::Tensor x = last;
+    for (const auto& p : net->model->norm->parameters()) x = x.to(p.device());
+    x = net->model->norm(x);
+    const auto out = net->lm_head ? net->lm_head->parameters() : net->model->embed_tokens->parameters();
+    if (!out.empty()) x = x.to(out.front().device());
+    return net->unembed(x);
+  }
   void apply_logit_bits(int bits);  // model.cpp
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/capture_plan.h"
 #include "core/error.h"
@@ -204,4 +205,63 @@ TEST_CASE("capture: heads asked in another order keep their own maps, exact and 
       }
     }
   }
+}
+
+TEST_CASE(
+    "layer split: consecutive layers on consecutive devices in proportion to their room, refusals with numbers",
+    "[capture][plan][placement]") {
+  const std::vector<std::string> two{"cuda:0", "cuda:1"};
+  CHECK(plan_layer_split({1, 1, 1, 1}, 0, 0, {10, 10}, two) == std::vector<int>{0, 0, 1, 1});
+  CHECK(plan_layer_split({1, 1, 1, 1}, 0, 0, {30, 10}, two) == std::vector<int>{0, 0, 0, 1});
+  CHECK(plan_layer_split({1, 1, 1, 1}, 0, 0, {10}, {"cuda:0"}) == std::vector<int>{0, 0, 0, 0});
+  // The embedding counts on the first device, the output on the last: 2 + 4 + 2 = 8 split 4 / 4.
+  CHECK(plan_layer_split({1, 1, 1, 1}, 2, 2, {10, 10}, two) == std::vector<int>{0, 0, 1, 1});
+  // 2 + 1 | 1 + 1 + 1: balanced; the first layer always stays with the embedding.
+  CHECK(plan_layer_split({1, 1, 1, 1}, 2, 0, {10, 10}, two) == std::vector<int>{0, 1, 1, 1});
+  CHECK(plan_layer_split({1, 1, 1, 1}, 3, 0, {10, 10}, two) == std::vector<int>{0, 1, 1, 1});
+  // A device too small for one layer is passed over.
+  CHECK(plan_layer_split({4, 4}, 0, 0, {3, 10, 10}, {"a", "b", "c"}) == std::vector<int>{1, 2});
+  // Three devices, six layers: two each.
+  CHECK(plan_layer_split({1, 1, 1, 1, 1, 1}, 0, 0, {5, 5, 5}, {"a", "b", "c"}) ==
+        std::vector<int>{0, 0, 1, 1, 2, 2});
+  CHECK_THROWS_WITH(
+      plan_layer_split({4e9, 4e9, 4e9}, 1e9, 1e9, {6e9, 6e9}, two),
+      Catch::Contains("the weights need 14.00 GB and the devices can hold 12.00 GB (cuda:0 6.00 GB, "
+                      "cuda:1 6.00 GB)"));
+  // Enough room in all, but no way to place a 7 GB layer on 6 GB devices.
+  CHECK_THROWS_WITH(plan_layer_split({7e9}, 0, 0, {6e9, 6e9}, two),
+                    Catch::Contains("layer 0 (7.00 GB) does not fit on cuda:1"));
+}
+
+TEST_CASE("layer split on the CPU: a model spread over cpu,cpu captures and generates as one on one device",
+          "[capture][placement]") {
+  const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 4);
+  const Model one = Model::random(c, 7);
+  Model spread = Model::random(c, 7);
+  CHECK(spread.place_layers({"cpu", "cpu"}) == std::vector<int>{0, 0, 1, 1});
+  CHECK(spread.layer_devices() == std::vector<std::string>{"cpu", "cpu", "cpu", "cpu"});
+  CHECK(spread.device_name() == "cpu");
+  const std::vector<int64_t> ids = test::random_ids(70, 259, 3);
+  for (const size_t budget : {size_t{0}, size_t{4000}}) {
+    CaptureOptions o;
+    o.pooled_budget_bytes = budget;
+    o.keep_qkv = true;
+    const Trace a = one.capture(ids, o), b = spread.capture(ids, o);
+    INFO("pooled budget " << budget);
+    REQUIRE(a.layers.size() == b.layers.size());
+    CHECK(a.layers[0].pooled == (budget > 0 ? b.layers[0].pooled : 0));
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+      const auto xs = a.layers[l].arrays(), ys = b.layers[l].arrays();
+      for (size_t k = 0; k < xs.size(); ++k) {
+        REQUIRE(xs[k]->data.size() == ys[k]->data.size());
+        CHECK(std::memcmp(xs[k]->data.data(), ys[k]->data.data(), xs[k]->bytes()) == 0);
+      }
+    }
+    CHECK(a.next_token[0].probability == b.next_token[0].probability);
+  }
+  CHECK(one.generate(ids, 5) == spread.generate(ids, 5));
+  CHECK_THROWS_WITH(spread.place_layers({"gpu0"}), Catch::Contains("'gpu0' is not a device"));
+  CHECK_THROWS_WITH(spread.place_layers({}), Catch::Contains("no devices"));
+  if (!cuda_available())
+    CHECK_THROWS_WITH(spread.place_layers({"cuda:0", "cuda:1"}), Catch::Contains("no usable CUDA device"));
 }

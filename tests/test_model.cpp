@@ -243,6 +243,33 @@ TEST_CASE("CUDA capture matches CPU", "[model][gpu]") {
       REQUIRE(a.layers[l].a.data[i] == Approx(b.layers[l].a.data[i]).margin(1e-5));
 }
 
+// Layers spread over GPUs (serve --device cuda:0,cuda:1; on a one-GPU machine cuda:0 twice): the same
+// maps as one GPU, exact and pooled, and the layers where the plan put them.
+TEST_CASE("CUDA layer split: a model spread over GPUs captures as on one", "[model][gpu][placement]") {
+  if (!cuda_available()) test::skip("no CUDA device (this LibTorch build or this machine has no GPU)");
+  const ModelConfig c = test::tiny_config(AttentionKind::Diff, 64, 4, 4, 2);
+  const Model cpu = Model::random(c, 51, DeviceChoice::Cpu);
+  const Model one = Model::from_tensors(c, cpu.tensors(), DeviceChoice::Cuda);
+  Model spread = Model::from_tensors(c, cpu.tensors(), DeviceChoice::Cpu);
+  const bool two = cuda_device_count() >= 2;
+  const std::vector<int> plan = spread.place_layers({"cuda:0", two ? "cuda:1" : "cuda:0"});
+  CHECK(plan == std::vector<int>{0, 0, 1, 1});
+  CHECK(spread.layer_devices().back() == (two ? "cuda:1" : "cuda:0"));
+  const auto ids = test::random_ids(300, c.vocab_size, 7);
+  for (const size_t budget : {size_t{0}, size_t{20000}}) {
+    CaptureOptions o;
+    o.pooled_budget_bytes = budget;
+    const Trace a = one.capture(ids, o), b = spread.capture(ids, o);
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+      const FloatArray& x = budget ? a.layers[l].a_mean : a.layers[l].a;
+      const FloatArray& y = budget ? b.layers[l].a_mean : b.layers[l].a;
+      REQUIRE(x.data.size() == y.data.size());
+      for (size_t i = 0; i < x.data.size(); ++i)
+        if (!std::isnan(x.data[i])) REQUIRE(x.data[i] == Approx(y.data[i]).margin(1e-6));
+    }
+  }
+}
+
 // A long capture on the GPU pools there (PoolingPath::Auto): it must give the CPU host loops' cells,
 // statistics and tile inputs, and the GPU's memory query must answer where CUDA runs.
 TEST_CASE("CUDA long capture pools on the GPU and matches the CPU's pooling", "[model][gpu][long]") {
