@@ -6,12 +6,17 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "app/inference_worker.h"
 #include "app/remote_client.h"
 #include "app/remote_server.h"
+#include "core/data.h"
+#include "core/needle.h"
 #include "core/remote.h"
 #include "core/safetensors.h"
 #include "core/tiles.h"
@@ -456,4 +461,92 @@ TEST_CASE("the app's worker runs a remote slot as a local one, a lost server lea
   w.load(0, "remote://127.0.0.1:1/0?token=x");  // nothing listens there
   w.wait_idle();
   CHECK_THAT(w.status().slots[0].error, Catch::Contains("cannot connect"));
+}
+
+namespace {
+
+// The bundled pair served in this process (what `difflens serve` with no --models does).
+std::unique_ptr<RemoteServer> serve_bundled(int& port) {
+  const std::string root = std::string(DIFFLENS_SOURCE_DIR) + "/assets/models/";
+  std::vector<Model> models;
+  models.push_back(Model::load(root + "diff-small", DeviceChoice::Cpu));
+  models.push_back(Model::load(root + "baseline-small", DeviceChoice::Cpu));
+  ServeOptions o;
+  o.port = 0;
+  o.token = Loopback::kToken;
+  o.log = false;
+  o.threads = 1;
+  auto server = std::make_unique<RemoteServer>(
+      std::move(models), std::vector<std::string>{root + "diff-small", root + "baseline-small"}, o);
+  port = server->start();
+  return server;
+}
+
+}  // namespace
+
+TEST_CASE("serve: a needle-lab episode run on the server equals the same episode run here",
+          "[remote][needle]") {
+  int port = 0;
+  const auto server = serve_bundled(port);
+  const Model diff =
+      Model::load(std::string(DIFFLENS_SOURCE_DIR) + "/assets/models/diff-small", DeviceChoice::Cpu);
+  const std::string text = test::read_all(std::string(DIFFLENS_SOURCE_DIR) + "/assets/haystack.txt");
+  RemoteAddress a;
+  a.host = "127.0.0.1";
+  a.port = port;
+  a.model = 0;
+  a.token = Loopback::kToken;
+  remote::NeedleRequest q;
+  q.cell = {128, 0.5, 2, 1};
+  q.seed = 3;
+  q.haystack = text;
+  const NeedleRun got = RemoteClient(a).needle(q);
+  const Haystack hay(text, diff.tokenizer());
+  const EpisodeBuilder builder(hay, diff.tokenizer(), NeedleSplit::Eval);
+  const NeedleRun want = run_needle(diff, builder, q.cell, q.seed);
+  CHECK(got.tokens == want.tokens);
+  CHECK(got.replies == want.replies);
+  CHECK(got.truths == want.truths);
+  CHECK(got.answered == want.answered);
+  CHECK(got.attention.mean.answer == want.attention.mean.answer);  // JSON keeps doubles exactly
+  CHECK(got.answering.per_layer.size() == want.answering.per_layer.size());
+  q.cell.length = 100000;
+  CHECK_THROWS_WITH(RemoteClient(a).needle(q), Catch::Contains("16384"));
+}
+
+TEST_CASE("gui: the app on remote:// slots shows the first screen of local models, maps equal byte for byte",
+          "[gui][remote]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  int port = 0;
+  const auto server = serve_bundled(port);
+  test::ScratchDir dir("remote-gui");
+  const std::string spec = "remote://127.0.0.1:" + std::to_string(port) + "/%d?token=" + Loopback::kToken;
+  char models[512];
+  std::snprintf(models, sizeof models, ("'" + spec + "," + spec + "'").c_str(), 0, 1);
+  auto app = [&](const std::string& extra, const std::string& name) {
+    const std::string log = (dir / (name + ".log")).string();
+    const std::string cmd = std::string(DIFFLENS_EXE) + " " + extra + " --size 1280x800 --threads 1 " +
+                            "--exit-after-frames 2 --screenshot " + (dir / (name + ".png")).string() +
+                            " --export-all --export-dir " + (dir / name).string() + " > " + log + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    return std::make_pair(status, test::read_all(log));
+  };
+  const auto [local_status, local] = app("", "local");
+  const auto [remote_status, remote_out] = app(std::string("--models ") + models, "remote");
+  INFO(local << "\n----\n" << remote_out);
+  REQUIRE(local_status == 0);
+  REQUIRE(remote_status == 0);
+  CHECK(remote_out.find("251 tokens") != std::string::npos);  // the held-out needle episode, as locally
+  CHECK(local.find("251 tokens") != std::string::npos);
+  CHECK(remote_out.find(Loopback::kToken) == std::string::npos);  // the token is never printed
+  size_t compared = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "local")) {
+    if (e.path().extension() != ".npy") continue;
+    const std::filesystem::path other = dir / "remote" / e.path().filename();
+    INFO(e.path().filename());
+    REQUIRE(std::filesystem::exists(other));
+    CHECK(test::read_all(e.path()) == test::read_all(other));
+    ++compared;
+  }
+  CHECK(compared >= 4);  // A1, A2, A of DIFF and the baseline's A
 }
