@@ -549,7 +549,7 @@ RemoteServer::RemoteServer(std::vector<Model> models, std::vector<std::string> p
   const int threads = std::max(2, impl_->options.http_threads);
   impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   impl_->http.set_payload_max_length(impl_->options.limits.max_request_bytes);
-  impl_->http.set_read_timeout(30, 0);
+  impl_->http.set_read_timeout(std::max(1, impl_->options.read_timeout_s), 0);
   impl_->http.set_write_timeout(60, 0);
   impl_->routes();
 }

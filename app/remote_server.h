@@ -22,9 +22,10 @@ struct ServeOptions {
   int port = 8765;                 // 0: any free port (tests)
   std::string token;               // required on every request; empty: a random one is made
   remote::Limits limits;
-  int http_threads = 16;  // connections served at once (requests beyond limits.max_active are refused)
-  bool log = true;        // one line per request on stderr
-  int threads = 0;        // intra-op threads of the model thread (0: every core)
+  int http_threads = 16;    // connections served at once (requests beyond limits.max_active are refused)
+  bool log = true;          // one line per request on stderr
+  int threads = 0;          // intra-op threads of the model thread (0: every core)
+  int read_timeout_s = 30;  // a client that sends nothing for this long is dropped (slow or stalled)
 };
 
 struct ServeCounters {

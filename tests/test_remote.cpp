@@ -1,7 +1,11 @@
 // Remote mode: the protocol's parser, traces as bytes, and `difflens serve` on loopback against local
 // captures (bit for bit), with wrong tokens, oversized and garbage requests, cancels, two clients, a client
 // that leaves mid-stream, and the app's worker driving a remote slot.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -549,4 +553,60 @@ TEST_CASE("gui: the app on remote:// slots shows the first screen of local model
     ++compared;
   }
   CHECK(compared >= 4);  // A1, A2, A of DIFF and the baseline's A
+}
+
+TEST_CASE("serve: a stalled client is dropped after the read timeout, a silent server times its client out",
+          "[remote]") {
+  ServeOptions o;
+  o.port = 0;
+  o.token = Loopback::kToken;
+  o.log = false;
+  o.read_timeout_s = 1;
+  std::vector<Model> models;
+  models.push_back(Model::random(test::tiny_config(AttentionKind::Baseline), 6));
+  RemoteServer server(std::move(models), {"baseline"}, o);
+  const int port = server.start();
+  // Half a request, then nothing: the server closes the connection (read returns 0) after about a second.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string partial = "POST /v1/capture HTTP/1.1\r\nHost: x\r\n";
+  REQUIRE(::send(fd, partial.data(), partial.size(), 0) == static_cast<ssize_t>(partial.size()));
+  const auto t0 = std::chrono::steady_clock::now();
+  timeval limit{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  char buf[256];
+  const ssize_t got = ::recv(fd, buf, sizeof buf, 0);  // 0: closed (or an error reply, then closed)
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  CHECK(got >= 0);
+  CHECK(waited < 5);
+  // Meanwhile and after, the server answers.
+  RemoteAddress a;
+  a.host = "127.0.0.1";
+  a.port = port;
+  a.model = 0;
+  a.token = Loopback::kToken;
+  CHECK(RemoteClient(a).capture(ids_request({1, 2, 3})).trace->length() == 3);
+
+  // A "server" that accepts and never answers: the client gives up after its timeout with a message.
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(silent, reinterpret_cast<sockaddr*>(&any), sizeof any) == 0);
+  REQUIRE(::listen(silent, 4) == 0);
+  socklen_t len = sizeof any;
+  REQUIRE(::getsockname(silent, reinterpret_cast<sockaddr*>(&any), &len) == 0);
+  a.port = ntohs(any.sin_port);
+  RemoteClient patient(a);
+  patient.set_timeout(1);
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(patient.capture(ids_request({1, 2})), RemoteUnreachable);
+  CHECK(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(5));
+  ::close(silent);
 }
