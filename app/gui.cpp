@@ -335,20 +335,24 @@ int run_gui(const GuiOptions& opt) {
         ImGui::EndChild();
         ImGui::Separator();
         // One line, cut at the window's edge (the whole of it on hover).
-        std::string remote;  // remote slots: the round trip, or why the last one failed
+        // Remote slots: each round trip (the server's own capture time in brackets), or why the last failed.
+        std::string remote, trips;
         if (state.shown)
           for (int s = 0; s < kSlots; ++s) {
             const size_t i = static_cast<size_t>(s);
             char part[512] = "";
-            if (!state.shown->notes[i].empty())
+            if (!state.shown->notes[i].empty()) {
               std::snprintf(part, sizeof part, " | %s: %s", s == 0 ? "left" : "right",
                             state.shown->notes[i].c_str());
-            else if (state.shown->round_trip_ms[i] > 0)
-              std::snprintf(part, sizeof part, " | %s remote: round trip %.0f ms (server %.0f ms)",
+              remote += part;
+            } else if (state.shown->round_trip_ms[i] > 0) {
+              std::snprintf(part, sizeof part, "%s%s %.0f ms (%.0f)", trips.empty() ? "" : ", ",
                             s == 0 ? "left" : "right", state.shown->round_trip_ms[i],
                             state.shown->server_ms[i]);
-            remote += part;
+              trips += part;
+            }
           }
+        if (!trips.empty()) remote = " | remote round trip " + trips + remote;
         char status[2048];
         std::snprintf(status, sizeof status, "%s | both models %.0f ms, keystroke to screen %.0f ms%s%s%s",
                       state.status.busy ? "running..." : "idle", state.status.last_run_ms,
