@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/trace.h"
 
 namespace difflens::test {
 
@@ -58,6 +60,12 @@ inline ModelConfig tiny_config(AttentionKind kind, int64_t hidden = 32, int64_t 
   s.max_position_embeddings = 512;
   auto [d, b] = make_matched_pair(s);
   return kind == AttentionKind::Diff ? d : b;
+}
+
+// Two float arrays hold the same bits (NaN cells included); memcmp of empty arrays' null data is UB.
+inline bool same_bits(const FloatArray& a, const FloatArray& b) {
+  return a.data.size() == b.data.size() && a.shape == b.shape &&
+         (a.data.empty() || std::memcmp(a.data.data(), b.data.data(), a.bytes()) == 0);
 }
 
 inline std::vector<int64_t> random_ids(size_t n, int64_t vocab, uint32_t seed) {

@@ -253,8 +253,7 @@ TEST_CASE("layer split on the CPU: a model spread over cpu,cpu captures and gene
     for (size_t l = 0; l < a.layers.size(); ++l) {
       const auto xs = a.layers[l].arrays(), ys = b.layers[l].arrays();
       for (size_t k = 0; k < xs.size(); ++k) {
-        REQUIRE(xs[k]->data.size() == ys[k]->data.size());
-        CHECK(std::memcmp(xs[k]->data.data(), ys[k]->data.data(), xs[k]->bytes()) == 0);
+        CHECK(test::same_bits(*xs[k], *ys[k]));
       }
     }
     CHECK(a.next_token[0].probability == b.next_token[0].probability);

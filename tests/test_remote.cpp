@@ -41,9 +41,7 @@ void require_same_trace(const Trace& a, const Trace& b) {
     const auto xs = x.arrays(), ys = y.arrays();
     for (size_t k = 0; k < xs.size(); ++k) {
       INFO("array " << k);
-      CHECK(xs[k]->shape == ys[k]->shape);
-      REQUIRE(xs[k]->data.size() == ys[k]->data.size());  // bit for bit (pooled cells hold NaN)
-      CHECK(std::memcmp(xs[k]->data.data(), ys[k]->data.data(), xs[k]->bytes()) == 0);
+      CHECK(test::same_bits(*xs[k], *ys[k]));  // bit for bit (pooled cells hold NaN)
     }
     CHECK(x.lambda == y.lambda);
     CHECK(x.heads == y.heads);
