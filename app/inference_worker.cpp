@@ -484,7 +484,6 @@ void InferenceWorker::run_remote(size_t s, const std::string& prompt, const Capt
         throw Error("this model has no text tokenizer (" + info.tokenizer_note +
                     "): type token ids separated by commas or spaces, e.g. 1, 450, 3");
     }
-    if (q.prompt && q.prompt->empty()) throw Error("the prompt is empty");
     RemoteCapture c = remotes_[s]->capture(q, &cancel_);
     r.offsets[s] = std::move(c.offsets);
     r.labels[s] = viz::display_tokens(c.trace->tokens, viz::Spaces::Visible);

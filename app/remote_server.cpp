@@ -108,7 +108,8 @@ struct RemoteServer::Impl {
   mutable std::mutex mutex;
   std::condition_variable cv;  // jobs queued, a job done, progress
   std::deque<std::shared_ptr<Job>> queue;
-  int active = 0;  // queued or running
+  std::shared_ptr<Job> running;  // the job the model thread runs now
+  int active = 0;                // queued or running
   bool stopping = false;
   std::map<std::string, std::weak_ptr<Job>> latest;  // per named client: its supersedable job
   // The last trace each named client captured with each model (for /v1/tile), at most kKeptTraces of them.
@@ -201,6 +202,7 @@ struct RemoteServer::Impl {
       if (stopping && queue.empty()) return;
       std::shared_ptr<Job> job = queue.front();
       queue.pop_front();
+      running = job;  // stop() cancels it
       lock.unlock();
       int status = 200;
       std::string body, error;
@@ -222,6 +224,7 @@ struct RemoteServer::Impl {
       job->body = std::move(body);
       job->error = std::move(error);
       job->done = true;
+      running.reset();
       --active;
       count(status);
       cv.notify_all();
@@ -587,8 +590,7 @@ void RemoteServer::stop() {
   d.cv.notify_all();
   {  // what runs now stops at its next layer
     std::lock_guard<std::mutex> lock(d.mutex);
-    for (auto& [client, w] : d.latest)
-      if (auto j = w.lock()) j->cancel = true;
+    if (d.running) d.running->cancel = true;
   }
   d.runner.join();
   d.http.stop();

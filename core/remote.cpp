@@ -125,8 +125,7 @@ CaptureRequest parse_capture_request(const std::string& body, const Limits& limi
   const bool has_prompt = j.contains("prompt"), has_ids = j.contains("token_ids");
   if (has_prompt == has_ids) bad("give exactly one of 'prompt' (text) and 'token_ids' (a list of ids)");
   if (has_prompt) {
-    r.prompt = get_string(j, "prompt", "");
-    if (r.prompt->empty()) bad("'prompt' is empty: type some text");
+    r.prompt = get_string(j, "prompt", "");  // "" is BOS alone (as in the app); without BOS it is refused
   } else {
     const json& ids = j.at("token_ids");
     if (!ids.is_array()) bad("'token_ids' must be a list of integers");

@@ -136,7 +136,6 @@ TEST_CASE("remote protocol: a capture request is read back as written, wrong fie
   refused("{\"promt\": \"x\"}", 400, "unknown field 'promt'");
   refused("{\"prompt\": \"x\", \"token_ids\": [1]}", 400, "exactly one of");
   refused("{}", 400, "exactly one of");
-  refused("{\"prompt\": \"\"}", 400, "empty");
   refused("{\"token_ids\": [1, -2]}", 400, "non-negative");
   refused("{\"token_ids\": [1], \"top_k\": 1.5}", 400, "'top_k' must be an integer");
   refused("{\"token_ids\": [1], \"logit_bits\": 1}", 400, "2 to 32 bits");
@@ -276,6 +275,13 @@ TEST_CASE("serve: captures on loopback equal local captures bit for bit, exact a
   require_same_trace(*rt.trace, local);
   CHECK(rt.trace->tokens == enc.pieces);
   CHECK(rt.offsets == enc.offsets);
+
+  // An empty text is BOS alone, as in the app; without BOS nothing is left to run.
+  remote::CaptureRequest empty;
+  empty.prompt = "";
+  CHECK(c0.capture(empty).trace->token_ids == diff.tokenizer().encode("", true).ids);
+  empty.bos = false;
+  CHECK_THROWS_WITH(c0.capture(empty), Catch::Contains("the prompt has no tokens"));
 
   // Pooled, then exact tiles of it from the server equal tiles computed here.
   remote::CaptureRequest pooled = ids_request(test::random_ids(300, 259, 9));
