@@ -102,6 +102,14 @@ httplib::Headers headers_for(const RemoteAddress& a, const std::string& client) 
   return {{"Authorization", "Bearer " + a.token}, {"X-DiffLens-Client", client}};
 }
 
+// Timeouts of every request: connecting 10 s, writing 60 s, reading `read_s` (the server streams heartbeats
+// while a capture runs, so a long capture does not trip it).
+void set_timeouts(httplib::Client& cli, int read_s) {
+  cli.set_connection_timeout(10, 0);
+  cli.set_read_timeout(read_s, 0);
+  cli.set_write_timeout(60, 0);
+}
+
 [[noreturn]] void transport_failure(const RemoteAddress& a, httplib::Error e) {
   if (e == httplib::Error::Canceled) throw Cancelled();
   std::string why = httplib::to_string(e);
@@ -123,9 +131,7 @@ httplib::Headers headers_for(const RemoteAddress& a, const std::string& client) 
 
 std::string RemoteClient::post(const std::string& path, const std::string& body) const {
   httplib::Client cli(address_.host, address_.port);
-  cli.set_connection_timeout(10, 0);
-  cli.set_read_timeout(timeout_s_, 0);
-  cli.set_write_timeout(60, 0);
+  set_timeouts(cli, timeout_s_);
   auto res = cli.Post(path.c_str(), headers_for(address_, client_id_), body, "application/json");
   if (!res) transport_failure(address_, res.error());
   if (res->status != 200) refused(address_, res->status, res->body);
@@ -134,8 +140,7 @@ std::string RemoteClient::post(const std::string& path, const std::string& body)
 
 std::vector<RemoteModelInfo> RemoteClient::models() const {
   httplib::Client cli(address_.host, address_.port);
-  cli.set_connection_timeout(10, 0);
-  cli.set_read_timeout(30, 0);
+  set_timeouts(cli, 30);
   auto res = cli.Get("/v1/info", headers_for(address_, client_id_));
   if (!res) transport_failure(address_, res.error());
   if (res->status != 200) refused(address_, res->status, res->body);
@@ -177,9 +182,7 @@ RemoteCapture RemoteClient::capture(remote::CaptureRequest request, const std::a
   request.model = address_.model < 0 ? request.model : address_.model;
   request.stream = true;
   httplib::Client cli(address_.host, address_.port);
-  cli.set_connection_timeout(10, 0);
-  cli.set_read_timeout(timeout_s_, 0);
-  cli.set_write_timeout(60, 0);
+  set_timeouts(cli, timeout_s_);
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/capture";
@@ -298,8 +301,7 @@ AttentionTile RemoteClient::tile(const remote::TileRequest& request) const {
 std::string RemoteClient::fetch_tokenizer(const std::string& cache_root) const {
   const int model = address_.model < 0 ? 0 : address_.model;
   httplib::Client cli(address_.host, address_.port);
-  cli.set_connection_timeout(10, 0);
-  cli.set_read_timeout(60, 0);
+  set_timeouts(cli, 60);
   auto res = cli.Get(("/v1/tokenizer/" + std::to_string(model)).c_str(), headers_for(address_, client_id_));
   if (!res) transport_failure(address_, res.error());
   if (res->status == 404) return "";

@@ -87,6 +87,13 @@ const char* status_text(int status) {
   }
 }
 
+// Each token's [begin, end) bytes in the text, as JSON (capture metadata and tokenize replies).
+json offsets_json(const Encoding& e) {
+  json offsets = json::array();
+  for (const auto& [b, end] : e.offsets) offsets.push_back({b, end});
+  return offsets;
+}
+
 bool same_token(const std::string& a, const std::string& b) {  // constant time in the given token's length
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (size_t i = 0; i < a.size(); ++i)
@@ -179,6 +186,9 @@ struct RemoteServer::Impl {
       if (it != latest.end())
         if (auto old = it->second.lock()) old->cancel = true;
       latest[job->client] = job;
+      // Forget clients whose last job has ended (every app run names itself anew).
+      for (auto e = latest.begin(); e != latest.end();)
+        e = e->second.expired() ? latest.erase(e) : std::next(e);
     }
     ++active;
     queue.push_back(job);
@@ -284,11 +294,9 @@ struct RemoteServer::Impl {
     if (r.prompt) trace->tokens = enc.pieces;
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    json offsets = json::array();
-    for (const auto& [b, e] : enc.offsets) offsets.push_back({b, e});
-    std::string bytes = trace_to_bytes(
-        *trace,
-        {{"offsets", offsets.dump()}, {"server_ms", std::to_string(ms)}, {"model", std::to_string(r.model)}});
+    std::string bytes = trace_to_bytes(*trace, {{"offsets", offsets_json(enc).dump()},
+                                                {"server_ms", std::to_string(ms)},
+                                                {"model", std::to_string(r.model)}});
     if (!job.client.empty()) {  // kept for the client's tile requests
       std::lock_guard<std::mutex> lock(mutex);
       const auto key = std::make_pair(job.client, r.model);
@@ -461,9 +469,10 @@ struct RemoteServer::Impl {
         (void)model_at(r.model);
         std::shared_ptr<const Trace> trace;
         {
+          const auto key = std::make_pair(client_of(req), r.model);
           std::lock_guard<std::mutex> lock(mutex);
           for (const auto& e : traces)
-            if (e.first == std::make_pair(client_of(req), r.model)) trace = e.second;
+            if (e.first == key) trace = e.second;
         }
         if (!trace)
           throw RequestError(404, "no trace of model " + std::to_string(r.model) +
@@ -490,9 +499,7 @@ struct RemoteServer::Impl {
           if (!m.tokenizer().can_encode())
             throw RequestError(400, "model " + std::to_string(r.model) + " has no text tokenizer");
           const Encoding e = m.tokenizer().encode(r.text, r.bos);
-          json offsets = json::array();
-          for (const auto& [b, en] : e.offsets) offsets.push_back({b, en});
-          return json{{"ids", e.ids}, {"pieces", e.pieces}, {"offsets", offsets}}.dump(
+          return json{{"ids", e.ids}, {"pieces", e.pieces}, {"offsets", offsets_json(e)}}.dump(
               -1, ' ', false, json::error_handler_t::replace);
         };
         handle_job(req, res, job, false, "application/json");
