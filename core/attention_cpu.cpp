@@ -7,6 +7,8 @@
 // set_cpu_isa() picks another.
 #include "core/attention_cpu.h"
 
+#include "core/cpu_simd.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 
 namespace difflens {
 namespace {
+using namespace simd;  // NOLINT: the vector helpers of core/cpu_simd.h
 
 constexpr int kBelow = 0, kAbove = LogHistogram::kBins + 1, kBuckets = LogHistogram::kBins + 2;
 
@@ -104,69 +107,6 @@ inline int bucket_of(const BucketTable& t, float a) {                           
 
 // ---------------------------------------------------------------------------------------------------
 // Vectorisable pieces (inlined into the row function, compiled per instruction set).
-
-// Vectors of floats as GCC vector types, element-wise arithmetic; a comparison gives the ints of the same
-// width, -1 / 0 per lane. Each instruction set gets the width of its registers — 16 floats for AVX-512, 8
-// for AVX2, 4 for plain x86-64 (SSE2) — since a wider type is split into halves and some of its operations
-// (selects, comparisons) then run lane by lane.
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v4 __attribute__((vector_size(16)));
-template <typename V>
-using IntOf = decltype(V{} < V{});
-template <typename V>
-constexpr int64_t lanes() {
-  return static_cast<int64_t>(sizeof(V) / sizeof(float));
-}
-
-template <typename V>
-__attribute__((always_inline)) inline V load(const float* p) {
-  V x;
-  std::memcpy(&x, p, sizeof x);
-  return x;
-}
-template <typename V>
-__attribute__((always_inline)) inline void store(float* p, V x) {
-  std::memcpy(p, &x, sizeof x);
-}
-template <typename V>
-__attribute__((always_inline)) inline V splat(float f) {
-  return V{} + f;
-}
-template <typename V>
-__attribute__((always_inline)) inline float lane_sum(V x) {
-  float s = 0;
-  for (int l = 0; l < lanes<V>(); ++l) s += x[l];
-  return s;
-}
-template <typename V>
-__attribute__((always_inline)) inline float lane_max(V x) {
-  float m = x[0];
-  for (int l = 1; l < lanes<V>(); ++l) m = std::max(m, x[l]);
-  return m;
-}
-
-// e^x for x <= 0, lane by lane: Cephes' single-precision polynomial after 2^n range reduction (within 2 ulp);
-// 0 below -87.3, where e^x leaves the normal floats.
-template <typename V>
-__attribute__((always_inline)) inline V exp_nonpositive(V x) {
-  using I = IntOf<V>;
-  const I keep = x >= -87.3f;  // -1 where kept
-  x = x < -87.3f ? splat<V>(-87.3f) : x;
-  const I ni = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, I);  // round(x / ln 2), x <= 0
-  const V n = __builtin_convertvector(ni, V);
-  V r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  V p = splat<V>(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const V v = p * (V)((ni + 127) << 23);  // (a cast between vector types keeps the bits)
-  return (V)((I)v & keep);
-}
 
 // A growing array of floats without a std::vector's zero-filling resize (rows append up to T values at a
 // time).
@@ -782,6 +722,10 @@ bool set_cpu_isa(CpuIsa isa) {
 const char* cpu_isa_name() {
   const CpuIsa isa = current_isa();
   return isa == CpuIsa::Avx512 ? "AVX-512" : isa == CpuIsa::Avx2 ? "AVX2" : "x86-64";
+}
+
+CpuIsa cpu_isa() {
+  return current_isa();
 }
 
 int log_bucket(float v) {

@@ -90,6 +90,7 @@ ValueStats value_stats_cpu(const float* values, int64_t n, bool exact_median = t
 enum class CpuIsa { Auto = -1, Avx512 = 0, Avx2 = 1, Plain = 2 };
 bool set_cpu_isa(CpuIsa isa);
 const char* cpu_isa_name();
+CpuIsa cpu_isa();  // the one in use (never Auto)
 
 // The bin of LogHistogram that |v| falls in, as ValueStats' buckets: 0 below 10^kLogMin (zeros, NaN),
 // 1..kBins the histogram's bins, kBins + 1 at or above 10^kLogMax. The same bins as LogHistogram::add.

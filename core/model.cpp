@@ -25,6 +25,7 @@
 #include "core/capture_plan.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
+#include "core/layer_cpu.h"
 #include "core/model_impl.h"
 #include "core/safetensors.h"
 
@@ -413,18 +414,247 @@ struct FusedInputs {
 };
 
 // The fused pass on LibTorch's intra-op threads.
-void run_fused(const CpuAttentionInputs& ci, CpuAttentionOutputs& co) {
-  attention_cpu(ci, co, at::get_num_threads(), [](int64_t n, const auto& body) {
+
+// The fused pass's parallel loop: LibTorch's intra-op threads.
+const CpuParallelFor& cpu_parallel() {
+  static const CpuParallelFor parallel = [](int64_t n, const auto& body) {
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) { body(begin, end, at::get_thread_num()); });
-  });
+  };
+  return parallel;
+}
+
+void run_fused(const CpuAttentionInputs& ci, CpuAttentionOutputs& co) {
+  attention_cpu(ci, co, at::get_num_threads(), cpu_parallel());
+}
+
+WeightDtype weight_dtype(const Tensor& w) {
+  switch (w.scalar_type()) {
+    case at::kFloat:
+      return WeightDtype::F32;
+    case at::kHalf:
+      return WeightDtype::F16;
+    case at::kBFloat16:
+      return WeightDtype::BF16;
+    default:
+      throw Error(std::string("a weight of dtype ") + c10::toString(w.scalar_type()) +
+                  " (expected F32, F16 or BF16)");
+  }
+}
+
+// The columns of each attention input in a row of the stacked q | k | v (| λ) projection, as nn.h's
+// inputs() split them (BaselineAttention; DiffAttention::components, adjacent or split pairing;
+// DiffV2Attention). tests/test_layer_cpu.cpp holds every architecture's inputs equal to the modules'.
+void attention_columns(const ModelConfig& c, CpuLayer& L) {
+  const int64_t d = c.head_dim, nq = c.num_attention_heads, nk = c.num_key_value_heads;
+  const int64_t k0 = nq * d, v0 = k0 + nk * d;
+  L.d = d;
+  if (!c.is_diff()) {
+    L.heads = nq;
+    L.kv_heads = nk;
+    L.dv = d;
+    for (int64_t h = 0; h < nq; ++h) L.q1_col.push_back(h * d);
+    for (int64_t g = 0; g < nk; ++g) {
+      L.k1_col.push_back(k0 + g * d);
+      L.v_col.push_back(v0 + g * d);
+    }
+    return;
+  }
+  if (c.is_diff_v2()) {  // q [H, 2, d] (sub-heads 2h, 2h + 1); keys and values [Hkv, d]; then H λ logits
+    L.heads = nq / 2;
+    L.kv_heads = nk;
+    L.dv = d;
+    for (int64_t h = 0; h < L.heads; ++h) {
+      L.q1_col.push_back(2 * h * d);
+      L.q2_col.push_back((2 * h + 1) * d);
+    }
+    for (int64_t g = 0; g < nk; ++g) {
+      L.k1_col.push_back(k0 + g * d);
+      L.v_col.push_back(v0 + g * d);
+    }
+    L.lambda_col = v0 + nk * d;
+    return;
+  }
+  // DIFF V1: component `which` of head h among n, adjacent [n, 2, d] or split [2, n, d]; a value head is
+  // its two components side by side (2d).
+  const bool adjacent = c.diff_pairing == DiffPairing::Adjacent;
+  auto part = [&](int64_t base, int64_t n, int64_t h, int64_t which) {
+    return base + (adjacent ? 2 * h + which : which * n + h) * d;
+  };
+  L.heads = nq / 2;
+  L.kv_heads = nk / 2;
+  L.dv = 2 * d;
+  for (int64_t h = 0; h < L.heads; ++h) {
+    L.q1_col.push_back(part(0, L.heads, h, 0));
+    L.q2_col.push_back(part(0, L.heads, h, 1));
+  }
+  for (int64_t g = 0; g < L.kv_heads; ++g) {
+    L.k1_col.push_back(part(k0, L.kv_heads, g, 0));
+    L.k2_col.push_back(part(k0, L.kv_heads, g, 1));
+    L.v_col.push_back(part(v0, L.kv_heads, g, 0));
+    L.v_col.push_back(part(v0, L.kv_heads, g, 1));
+  }
+}
+
+}  // namespace
+
+// A layer as the plain-C++ passes read it (core/layer_cpu.h): its weights packed, the norm weights as
+// float32, and what the packing saw of each weight (its storage and version), so that a weight changed
+// in place or moved is packed again.
+struct CpuLayerPack {
+  CpuLayer layer;
+  Tensor input_norm, post_norm, head_norm;
+  std::vector<std::pair<const void*, int64_t>> seen;
+  double bytes = 0;
+
+  static std::vector<Tensor> weights(nn::DecoderLayerImpl& l) {
+    std::vector<Tensor> w;
+    for (const auto& p : l.parameters()) w.push_back(p);
+    return w;
+  }
+  static std::vector<std::pair<const void*, int64_t>> look(nn::DecoderLayerImpl& l) {
+    std::vector<std::pair<const void*, int64_t>> v;
+    for (const Tensor& t : weights(l)) v.emplace_back(t.data_ptr(), static_cast<int64_t>(t._version()));
+    return v;
+  }
+
+  CpuLayerPack(nn::DecoderLayerImpl& l, const ModelConfig& c) : seen(look(l)) {
+    CpuLayer& L = layer;
+    L.E = c.hidden_size;
+    L.F = c.intermediate_size;
+    L.eps = c.rms_norm_eps;
+    attention_columns(c, L);
+    auto f32 = [](const Tensor& t) { return t.to(at::kCPU, at::kFloat).contiguous(); };
+    input_norm = f32(l.input_layernorm->weight);
+    post_norm = f32(l.post_attention_layernorm->weight);
+    L.input_norm = input_norm.data_ptr<float>();
+    L.post_norm = post_norm.data_ptr<float>();
+    auto part = [](const Tensor& w) {
+      if (!w.is_contiguous() || w.device().is_cuda()) throw Error("a weight not contiguous on the host");
+      return MatrixPart{w.data_ptr(), weight_dtype(w), w.size(0)};
+    };
+    auto pack = [&](std::initializer_list<Tensor> ws) {
+      std::vector<MatrixPart> parts;
+      for (const Tensor& w : ws) parts.push_back(part(w));
+      return pack_matrix(parts, ws.begin()->size(1));
+    };
+    if (l.diff_v2_attn) {
+      auto& a = *l.diff_v2_attn;
+      L.qkv = pack({a.q_proj->weight, a.k_proj->weight, a.v_proj->weight, a.lambda_proj->weight});
+      L.o = pack({a.o_proj->weight});
+    } else if (l.diff_attn) {
+      auto& a = *l.diff_attn;
+      L.qkv = pack({a.q_proj->weight, a.k_proj->weight, a.v_proj->weight});
+      L.o = pack({a.o_proj->weight});
+      L.head_norm = true;
+      if (a.subln) {
+        head_norm = f32(a.subln->weight);
+        L.head_norm_weight = head_norm.data_ptr<float>();
+      }
+      L.head_norm_eps = c.subln_eps;
+      L.head_scale = 1.0 - a.lambda_init;
+    } else {
+      auto& a = *l.base_attn;
+      L.qkv = pack({a.q_proj->weight, a.k_proj->weight, a.v_proj->weight});
+      L.o = pack({a.o_proj->weight});
+    }
+    L.gate_up = pack({l.mlp->gate_proj->weight, l.mlp->up_proj->weight});
+    L.down = pack({l.mlp->down_proj->weight});
+    L.rope_interleaved = c.rope_style == RopeStyle::Interleaved;
+    L.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+    for (const PackedMatrix* m : {&L.qkv, &L.o, &L.gate_up, &L.down})
+      bytes += static_cast<double>(m->panels.size() * sizeof(float));
+  }
+};
+
+namespace {
+
+// The packed copies of a CPU model's layers may take up to this much memory (DIFFLENS_PACKED_WEIGHTS_MB,
+// default 1024): up to it, a capture's layers run in plain C++ (layer_cpu.h); beyond it a layer runs as
+// LibTorch's modules (nn.h), its attention still the fused pass.
+double packed_budget_bytes() {
+  const char* env = std::getenv("DIFFLENS_PACKED_WEIGHTS_MB");
+  double mb = 1024;
+  if (env && *env) {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    if (end && *end == '\0' && v >= 0) mb = v;
+  }
+  return mb * 1024 * 1024;
+}
+
+// Layer `i` of a CPU model packed (made on first use, kept while the weights are unchanged), or null when
+// the model's packed layers would exceed the budget.
+std::shared_ptr<const CpuLayerPack> cpu_layer(CpuLayerCache& cache, const ModelConfig& c,
+                                              nn::DecoderLayerImpl& l, int64_t i) {
+  const std::lock_guard<std::mutex> lock(cache.mutex);
+  // The F32 copies of all layers, estimated from the shapes before anything is packed.
+  const int64_t d = c.head_dim, E = c.hidden_size;
+  const double per_layer =
+      4.0 *
+      static_cast<double>((c.num_attention_heads + 2 * c.num_key_value_heads) * d * E + c.map_heads() * E +
+                          c.map_heads() * (c.is_diff() ? 2 * d : d) * E + 3 * E * c.intermediate_size);
+  if (per_layer * static_cast<double>(c.num_hidden_layers) > packed_budget_bytes()) return nullptr;
+  if (cache.layers.size() != static_cast<size_t>(c.num_hidden_layers))
+    cache.layers.assign(static_cast<size_t>(c.num_hidden_layers), nullptr);
+  auto& slot = cache.layers[static_cast<size_t>(i)];
+  if (!slot || slot->seen != CpuLayerPack::look(l)) slot = std::make_shared<const CpuLayerPack>(l, c);
+  return slot;
+}
+
+// Layer i (`layer`) of a capture on the CPU over h [1, T, E] -> [1, T, E], the heads' outputs computed by
+// `attend(in)` (the fused attention pass, core/attention_cpu.h) -> o [1, H, T, dv]; `in` receives the
+// attention's inputs. The layer's other work runs in plain C++ when its packed weights fit the budget,
+// else as the LibTorch modules.
+template <typename Attend>
+Tensor forward_cpu(CpuLayerCache& cache, const ModelConfig& c, nn::DecoderLayerImpl& layer, int64_t i,
+                   const Tensor& h, const nn::Rope& rope, nn::AttentionInputs& in, Attend&& attend) {
+  const std::shared_ptr<const CpuLayerPack> pack = cpu_layer(cache, c, layer, i);
+  if (!pack) return layer.forward_with(h, rope, in, attend);
+  const CpuLayer& L = pack->layer;
+  const int64_t T = h.size(1);
+  Tensor out = h.to(at::kFloat).contiguous().clone();  // [1, T, E]: the inputs read it, the output adds to it
+  const auto f = at::TensorOptions().dtype(at::kFloat);
+  in = nn::AttentionInputs();
+  CpuLayerInputs io;
+  in.q1 = at::empty({1, L.heads, T, L.d}, f);
+  in.k1 = at::empty({1, L.kv_heads, T, L.d}, f);
+  in.v = at::empty({1, L.kv_heads, T, L.dv}, f);
+  io.q1 = in.q1.data_ptr<float>();
+  io.k1 = in.k1.data_ptr<float>();
+  io.v = in.v.data_ptr<float>();
+  if (!L.q2_col.empty()) {
+    in.q2 = at::empty({1, L.heads, T, L.d}, f);
+    io.q2 = in.q2.data_ptr<float>();
+    if (L.k2_col.empty()) {
+      in.k2 = in.k1;  // DIFF V2: both components read one set of keys
+    } else {
+      in.k2 = at::empty({1, L.kv_heads, T, L.d}, f);
+      io.k2 = in.k2.data_ptr<float>();
+    }
+  }
+  if (L.lambda_col >= 0) {
+    in.lambda_logits = at::empty({1, L.heads, T}, f);
+    in.lambda_rows = at::empty({1, L.heads, T}, f);
+    io.lambda_logits = in.lambda_logits.data_ptr<float>();
+    io.lambda_rows = in.lambda_rows.data_ptr<float>();
+  }
+  const Tensor cos = rope.cos.to(at::kFloat).contiguous(), sin = rope.sin.to(at::kFloat).contiguous();
+  const int workers = at::get_num_threads();
+  layer_inputs_cpu(L, out.data_ptr<float>(), T, cos.data_ptr<float>(), sin.data_ptr<float>(), io, workers,
+                   cpu_parallel());
+  if (layer.diff_attn) layer.diff_attn->set_lambda(in);
+  const Tensor o = attend(static_cast<const nn::AttentionInputs&>(in)).to(at::kFloat).contiguous();
+  layer_output_cpu(L, o.data_ptr<float>(), out.data_ptr<float>(), T, workers, cpu_parallel());
+  return out;
 }
 
 // One layer of a long-prompt capture: attention in blocks of query rows; each kept head's maps pooled
 // (mean and largest-magnitude entry per cell), exact statistics, each row's log-sum-exp, and the rotated
 // queries and keys, so that any tile can be recomputed exactly later.
-LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn::Rope& rope,
-                                const ModelConfig& c, int index, const std::vector<int64_t>& keep_heads,
-                                const PoolGrid& grid, const CapturePlan& plan, const CaptureOptions& options,
+LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& layer, Tensor& h,
+                                const nn::Rope& rope, const ModelConfig& c, int index,
+                                const std::vector<int64_t>& keep_heads, const PoolGrid& grid,
+                                const CapturePlan& plan, const CaptureOptions& options,
                                 const std::atomic<bool>* cancel) {
   const int64_t T = grid.T, P = grid.P, H = c.map_heads();
   const bool diff = c.is_diff();
@@ -486,7 +716,7 @@ LayerTrace capture_layer_pooled(nn::DecoderLayerImpl& layer, Tensor& h, const nn
   };
   nn::AttentionInputs in;
   if (!on_device && !h.is_cuda()) {  // the CPU: the fused pass block by block, pooling as it goes
-    h = layer.forward_with(h, rope, in, [&](const nn::AttentionInputs& inputs) {
+    h = forward_cpu(cache, c, layer, index, h, rope, in, [&](const nn::AttentionInputs& inputs) {
       const FusedInputs f(inputs, c, 0);
       Tensor o = at::empty({1, H, T, f.ci.dv}, at::TensorOptions().dtype(at::kFloat));
       // The kept heads' maps are pooled by the pass itself as their rows are made: no block of maps.
@@ -1137,19 +1367,20 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
       if (h.device() != ld) h = h.to(ld);
       const nn::Rope& rope = ropes.on(ld);
       if (pooled > 0) {
-        trace.layers.push_back(capture_layer_pooled(*layers[i], h, rope, c, static_cast<int>(i),
-                                                    plan.keeps_layer(i) ? plan.heads : std::vector<int64_t>{},
-                                                    grid, plan, options, cancel));
+        trace.layers.push_back(capture_layer_pooled(
+            impl_->cpu_cache, *layers[i], h, rope, c, static_cast<int>(i),
+            plan.keeps_layer(i) ? plan.heads : std::vector<int64_t>{}, grid, plan, options, cancel));
         continue;
       }
       nn::AttentionInputs in;
       LayerTrace lt;
       lt.index = static_cast<int>(i);
       if (!ld.is_cuda()) {
-        h = layers[i]->forward_with(h, rope, in, [&](const nn::AttentionInputs& inputs) {
-          return attend_fused(inputs, c, layers[i]->logit_bits, plan.keeps_layer(i) ? &plan.heads : nullptr,
-                              options, lt);
-        });
+        h = forward_cpu(impl_->cpu_cache, c, *layers[i], i, h, rope, in,
+                        [&](const nn::AttentionInputs& inputs) {
+                          return attend_fused(inputs, c, layers[i]->logit_bits,
+                                              plan.keeps_layer(i) ? &plan.heads : nullptr, options, lt);
+                        });
       } else {
         nn::AttentionBlock r;  // every row: [1, H, T, T]
         h = layers[i]->forward(h, rope, in, r);
@@ -1230,7 +1461,8 @@ std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_ne
     const int64_t T = x.size(1), block_rows = T <= 1024 ? T : 256;
     RopeByDevice ropes(T, c);
     Tensor h = impl_->net->model->embed_tokens(x);
-    for (auto& layer : impl_->net->model->layer_ptrs) {
+    for (size_t i = 0; i < impl_->net->model->layer_ptrs.size(); ++i) {
+      auto& layer = impl_->net->model->layer_ptrs[i];
       nn::AttentionInputs in;
       const at::Device ld = device_of(*layer);
       if (h.device() != ld) h = h.to(ld);
@@ -1239,9 +1471,10 @@ std::vector<int64_t> Model::generate(const std::vector<int64_t>& ids, int max_ne
         CaptureOptions outputs_only;
         outputs_only.logit_stats = false;
         LayerTrace unused;
-        h = layer->forward_with(h, rope, in, [&](const nn::AttentionInputs& inputs) {
-          return attend_fused(inputs, c, layer->logit_bits, nullptr, outputs_only, unused);
-        });
+        h = forward_cpu(impl_->cpu_cache, c, *layer, static_cast<int64_t>(i), h, rope, in,
+                        [&](const nn::AttentionInputs& inputs) {
+                          return attend_fused(inputs, c, layer->logit_bits, nullptr, outputs_only, unused);
+                        });
       } else {
         h = layer->forward_blocked(h, rope, block_rows, in, [](const nn::AttentionBlock&) {});
       }

@@ -3,12 +3,23 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/model.h"
 #include "core/nn.h"
 
 namespace difflens {
+
+struct CpuLayerPack;  // model.cpp: a layer packed for the plain-C++ CPU passes
+
+// Each CPU layer's packed weights, made by the first capture that needs them (model.cpp cpu_layer).
+struct CpuLayerCache {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<const CpuLayerPack>> layers;
+};
 
 struct Model::Impl {
   ModelConfig config;
@@ -59,6 +70,7 @@ struct Model::Impl {
     return net->unembed(x);
   }
   void apply_logit_bits(int bits);  // model.cpp
+  mutable CpuLayerCache cpu_cache;
 };
 
 struct ModelAccess {

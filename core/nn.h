@@ -288,11 +288,15 @@ struct DiffAttentionImpl : torch::nn::Module {
     in.q2 = rope.apply(q2) * scale;
     in.k1 = rope.apply(k1);
     in.k2 = rope.apply(k2);
+    set_lambda(in);
+    return in;
+  }
+  // λ = exp(λ_q1 · λ_k1) − exp(λ_q2 · λ_k2) + λ_init and its parts, into `in`.
+  void set_lambda(AttentionInputs& in) const {
     in.lambda_init = lambda_init;
     in.lambda_exp1 = at::exp((lambda_q1.to(at::kFloat) * lambda_k1.to(at::kFloat)).sum());
     in.lambda_exp2 = at::exp((lambda_q2.to(at::kFloat) * lambda_k2.to(at::kFloat)).sum());
     in.lambda = in.lambda_exp1 - in.lambda_exp2 + lambda_init;
-    return in;
   }
   // o [B, H, T, 2d] = (A1 - λA2)·V per head -> RMSNorm per head × (1 − λ_init) -> [B, T, E]
   Tensor output(const Tensor& o) {

@@ -10,6 +10,7 @@
 #include "core/attention_cpu.h"
 #include "core/model.h"
 #include "helpers.h"
+#include "isa.h"
 
 using namespace difflens;
 
@@ -42,22 +43,6 @@ std::vector<float> normal_input(int64_t T, int64_t E, uint32_t seed) {
   return x;
 }
 
-// Runs `check` once per instruction set this CPU has (the pass's AVX-512, AVX2 and plain x86-64 code), then
-// returns to the widest.
-template <typename Check>
-void on_every_isa(Check&& check) {
-  for (const CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Plain}) {
-    if (!set_cpu_isa(isa)) {
-      WARN("this CPU lacks " << (isa == CpuIsa::Avx512 ? "AVX-512" : "AVX2")
-                             << ": that code is not run here");
-      continue;
-    }
-    INFO("instruction set " << cpu_isa_name());
-    check();
-  }
-  set_cpu_isa(CpuIsa::Auto);
-}
-
 }  // namespace
 
 TEST_CASE("fused attention: maps, logits and outputs equal the tensor operations' on the same inputs",
@@ -72,7 +57,7 @@ TEST_CASE("fused attention: maps, logits and outputs equal the tensor operations
   // The bundled pair: trained, sharp maps (its logits reach tens).
   for (const char* name : {"diff-small", "baseline-small"})
     models.emplace_back(name, Model::load(std::string(DIFFLENS_SOURCE_DIR "/assets/models/") + name));
-  on_every_isa([&] {
+  test::on_every_isa([&] {
     for (auto& [name, m] : models) {
       const ModelConfig& c = m.config();
       for (const int64_t T : {int64_t{1}, int64_t{17}, int64_t{130}})
@@ -139,7 +124,7 @@ TEST_CASE("fused attention: quantized logits are the tensor operations' quantize
 
 TEST_CASE("fused attention: logit statistics are the kept logits' own, exactly",
           "[attention][fused][stats]") {
-  on_every_isa([&] {
+  test::on_every_isa([&] {
     for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
                                  windowed(test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 2), 11)})
       for (const int64_t stats_from : {int64_t{0}, int64_t{13}}) {
@@ -242,7 +227,7 @@ TEST_CASE("fused attention: hidden-state statistics are exact", "[attention][fus
 
 TEST_CASE("fused attention: statistics count infinities above and NaN below, on every instruction set",
           "[attention][fused][stats]") {
-  on_every_isa([&] {
+  test::on_every_isa([&] {
     // 40 values (the vector paths take 16 or 8 at a time) with infinities and NaN among them: counted in the
     // histogram's `above` and `below`, never past its last bin.
     std::vector<float> v(40, 0.5f);

@@ -1,0 +1,313 @@
+// A decoder layer around its attention on the CPU (see layer_cpu.h).
+//
+// Each pass hands blocks of rows to the workers; a worker runs its block through every step of the pass
+// with the intermediates in its own scratch, so the layer's weights (a few hundred KB for the bundled
+// models) stay in its cache from block to block. The matrix kernel keeps a tile of MR rows × (NV vectors)
+// of y in registers over all of K: per k, NV loads of the packed weights and MR broadcasts of x feed MR ×
+// NV fused multiply-adds.
+#include "core/layer_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/cpu_simd.h"
+
+namespace difflens {
+namespace {
+using namespace simd;  // NOLINT: the vector helpers of core/cpu_simd.h
+
+constexpr int64_t kPanel = PackedMatrix::kPanel;
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);  // inf, NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exp = 113;
+    while (!(man & 0x400u)) {
+      man <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+float weight_at(const MatrixPart& p, int64_t i) {
+  switch (p.dtype) {
+    case WeightDtype::F32:
+      return static_cast<const float*>(p.data)[i];
+    case WeightDtype::F16:
+      return half_to_float(static_cast<const uint16_t*>(p.data)[i]);
+    case WeightDtype::BF16: {
+      const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(p.data)[i]) << 16;
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      return f;
+    }
+  }
+  return 0;
+}
+
+// A tile of y: rows [0, MR) × columns [0, cols) (cols <= NV lanes) of x · Wᵀ over all of K, from the panel
+// columns at p (row stride kPanel).
+template <typename V, int MR, int NV>
+__attribute__((always_inline)) inline void tile(const float* x, int64_t ldx, const float* p, int64_t K,
+                                                float* y, int64_t ldy, int64_t cols, bool accumulate) {
+  constexpr int64_t L = lanes<V>();
+  V c[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) c[r][v] = V{};
+  for (int64_t k = 0; k < K; ++k) {
+    V b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = load<V>(p + k * kPanel + v * L);
+    for (int r = 0; r < MR; ++r) {
+      const V a = splat<V>(x[r * ldx + k]);
+      for (int v = 0; v < NV; ++v) c[r][v] += a * b[v];
+    }
+  }
+  if (cols == NV * L) {
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v) {
+        float* q = y + r * ldy + v * L;
+        store(q, accumulate ? load<V>(q) + c[r][v] : c[r][v]);
+      }
+    return;
+  }
+  float t[NV * L];
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < NV; ++v) store(t + v * L, c[r][v]);
+    float* q = y + r * ldy;
+    for (int64_t j = 0; j < cols; ++j) q[j] = accumulate ? q[j] + t[j] : t[j];
+  }
+}
+
+template <typename V, int MR, int NV>
+__attribute__((always_inline)) inline void matmul(const float* x, int64_t M, int64_t ldx,
+                                                  const PackedMatrix& w, float* y, int64_t ldy,
+                                                  bool accumulate) {
+  constexpr int64_t width = NV * lanes<V>();
+  static_assert(kPanel % width == 0, "a panel holds whole tiles");
+  const int64_t K = w.K;
+  for (int64_t n0 = 0; n0 < w.N; n0 += kPanel) {
+    const float* panel = w.panels.data() + n0 * K;
+    for (int64_t s = 0; s < kPanel && n0 + s < w.N; s += width) {
+      const int64_t cols = std::min(width, w.N - n0 - s);
+      int64_t m = 0;
+      for (; m + MR <= M; m += MR)
+        tile<V, MR, NV>(x + m * ldx, ldx, panel + s, K, y + m * ldy + n0 + s, ldy, cols, accumulate);
+      for (; m < M; ++m)
+        tile<V, 1, NV>(x + m * ldx, ldx, panel + s, K, y + m * ldy + n0 + s, ldy, cols, accumulate);
+    }
+  }
+}
+
+// act[t, f] = silu(gu[t, f]) · gu[t, F + f] for rows [0, n): silu(g) = g σ(g), σ from e^−|g| (never
+// overflows).
+template <typename V>
+__attribute__((always_inline)) inline void swiglu(const float* gu, int64_t n, int64_t F, float* act) {
+  constexpr int64_t L = lanes<V>();
+  for (int64_t t = 0; t < n; ++t) {
+    const float* g = gu + t * 2 * F;
+    const float* u = g + F;
+    float* a = act + t * F;
+    int64_t f = 0;
+    for (; f + L <= F; f += L) {
+      const V x = load<V>(g + f);
+      const V e = exp_nonpositive(x < 0 ? x : -x);
+      const V one = splat<V>(1.0f);
+      const V sigma = x >= 0 ? one / (one + e) : e / (one + e);
+      store(a + f, x * sigma * load<V>(u + f));
+    }
+    for (; f < F; ++f) {
+      const float x = g[f];
+      a[f] = x / (1.0f + std::exp(-x)) * u[f];
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) void matmul_avx512(const float* x, int64_t M, int64_t ldx,
+                                                      const PackedMatrix& w, float* y, int64_t ldy,
+                                                      bool acc) {
+  matmul<v16, 4, 4>(x, M, ldx, w, y, ldy, acc);
+}
+__attribute__((target("avx2,fma"))) void matmul_avx2(const float* x, int64_t M, int64_t ldx,
+                                                     const PackedMatrix& w, float* y, int64_t ldy, bool acc) {
+  matmul<v8, 4, 2>(x, M, ldx, w, y, ldy, acc);
+}
+void matmul_plain(const float* x, int64_t M, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
+                  bool acc) {
+  matmul<v4, 4, 2>(x, M, ldx, w, y, ldy, acc);
+}
+
+__attribute__((target("avx512f"))) void swiglu_avx512(const float* gu, int64_t n, int64_t F, float* act) {
+  swiglu<v16>(gu, n, F, act);
+}
+__attribute__((target("avx2,fma"))) void swiglu_avx2(const float* gu, int64_t n, int64_t F, float* act) {
+  swiglu<v8>(gu, n, F, act);
+}
+void swiglu_plain(const float* gu, int64_t n, int64_t F, float* act) {
+  swiglu<v4>(gu, n, F, act);
+}
+void swiglu_rows(const float* gu, int64_t n, int64_t F, float* act) {
+  const CpuIsa isa = cpu_isa();
+  (isa == CpuIsa::Avx512 ? swiglu_avx512 : isa == CpuIsa::Avx2 ? swiglu_avx2 : swiglu_plain)(gu, n, F, act);
+}
+
+// y[t] = x[t] / sqrt(mean(x[t]²) + eps) · w (w null: ones), for rows [0, n) of width E.
+void rms_norm_rows(const float* x, int64_t n, int64_t E, const float* w, double eps, float* y) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* a = x + t * E;
+    float* b = y + t * E;
+    double ss = 0;
+    for (int64_t i = 0; i < E; ++i) ss += static_cast<double>(a[i]) * a[i];
+    const float r =
+        1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(E)) + static_cast<float>(eps));
+    if (w)
+      for (int64_t i = 0; i < E; ++i) b[i] = a[i] * r * w[i];
+    else
+      for (int64_t i = 0; i < E; ++i) b[i] = a[i] * r;
+  }
+}
+
+// One d-wide piece rotated by position's cos/sin [d/2] and scaled, into dst.
+void rotate(const float* src, int64_t d, const float* cos, const float* sin, bool interleaved, float scale,
+            float* dst) {
+  const int64_t half = d / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+    const float x0 = src[a], x1 = src[b], c = cos[i], s = sin[i];
+    dst[a] = (x0 * c - x1 * s) * scale;
+    dst[b] = (x0 * s + x1 * c) * scale;
+  }
+}
+
+// Rows per block: about four blocks per worker, a multiple of the kernel's 4 rows, 4 to 256.
+int64_t block_rows(int64_t T, int workers) {
+  const int64_t per = (T + 4 * workers - 1) / (4 * static_cast<int64_t>(workers));
+  return std::clamp<int64_t>((per + 3) / 4 * 4, 4, 256);
+}
+
+}  // namespace
+
+PackedMatrix pack_matrix(const std::vector<MatrixPart>& parts, int64_t K) {
+  PackedMatrix m;
+  m.K = K;
+  for (const MatrixPart& p : parts) m.N += p.rows;
+  const int64_t panels = (m.N + kPanel - 1) / kPanel;
+  m.panels.assign(static_cast<size_t>(panels * K * kPanel), 0.0f);
+  int64_t n = 0;
+  for (const MatrixPart& p : parts)
+    for (int64_t r = 0; r < p.rows; ++r, ++n) {
+      float* col = m.panels.data() + (n / kPanel) * K * kPanel + n % kPanel;
+      for (int64_t k = 0; k < K; ++k) col[k * kPanel] = weight_at(p, r * K + k);
+    }
+  return m;
+}
+
+void matmul_cpu(const float* x, int64_t M, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
+                bool accumulate) {
+  const CpuIsa isa = cpu_isa();
+  (isa == CpuIsa::Avx512 ? matmul_avx512
+   : isa == CpuIsa::Avx2 ? matmul_avx2
+                         : matmul_plain)(x, M, ldx, w, y, ldy, accumulate);
+}
+
+void layer_inputs_cpu(const CpuLayer& L, const float* h, int64_t T, const float* cos, const float* sin,
+                      const CpuLayerInputs& out, int workers, const CpuParallelFor& parallel) {
+  workers = std::max(1, workers);
+  const int64_t rb = block_rows(T, workers), blocks = (T + rb - 1) / rb, E = L.E, N = L.qkv.N, d = L.d;
+  const int64_t pieces = L.dv / d;
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(workers));
+  parallel(blocks, [&](int64_t b0, int64_t b1, int worker) {
+    std::vector<float>& s = scratch[static_cast<size_t>(worker)];
+    s.resize(static_cast<size_t>(rb * (E + N)));
+    float* x = s.data();
+    float* y = x + rb * E;
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * rb, n = std::min(rb, T - r0);
+      rms_norm_rows(h + r0 * E, n, E, L.input_norm, L.eps, x);
+      matmul_cpu(x, n, E, L.qkv, y, N, false);
+      for (int64_t t = 0; t < n; ++t) {
+        const float* row = y + t * N;
+        const int64_t pos = r0 + t;
+        const float* c = cos + pos * (d / 2);
+        const float* sn = sin + pos * (d / 2);
+        for (int64_t hd = 0; hd < L.heads; ++hd) {
+          rotate(row + L.q1_col[static_cast<size_t>(hd)], d, c, sn, L.rope_interleaved, L.q_scale,
+                 out.q1 + (hd * T + pos) * d);
+          if (!L.q2_col.empty())
+            rotate(row + L.q2_col[static_cast<size_t>(hd)], d, c, sn, L.rope_interleaved, L.q_scale,
+                   out.q2 + (hd * T + pos) * d);
+        }
+        for (int64_t g = 0; g < L.kv_heads; ++g) {
+          rotate(row + L.k1_col[static_cast<size_t>(g)], d, c, sn, L.rope_interleaved, 1.0f,
+                 out.k1 + (g * T + pos) * d);
+          if (!L.k2_col.empty())
+            rotate(row + L.k2_col[static_cast<size_t>(g)], d, c, sn, L.rope_interleaved, 1.0f,
+                   out.k2 + (g * T + pos) * d);
+          for (int64_t p = 0; p < pieces; ++p)
+            std::memcpy(out.v + (g * T + pos) * L.dv + p * d,
+                        row + L.v_col[static_cast<size_t>(g * pieces + p)],
+                        static_cast<size_t>(d) * sizeof(float));
+        }
+        if (L.lambda_col >= 0)
+          for (int64_t hd = 0; hd < L.heads; ++hd) {
+            const float z = row[L.lambda_col + hd];
+            out.lambda_logits[hd * T + pos] = z;
+            out.lambda_rows[hd * T + pos] = 1.0f / (1.0f + std::exp(-z));
+          }
+      }
+    }
+  });
+}
+
+void layer_output_cpu(const CpuLayer& L, const float* o, float* h, int64_t T, int workers,
+                      const CpuParallelFor& parallel) {
+  workers = std::max(1, workers);
+  const int64_t rb = block_rows(T, workers), blocks = (T + rb - 1) / rb, E = L.E, F = L.F;
+  const int64_t width = L.heads * L.dv;  // o_proj's input
+  if (L.o.K != width || L.gate_up.N != 2 * F || L.down.K != F)
+    throw std::logic_error("layer_output_cpu: packed shapes do not match the layer");
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(workers));
+  parallel(blocks, [&](int64_t b0, int64_t b1, int worker) {
+    std::vector<float>& s = scratch[static_cast<size_t>(worker)];
+    s.resize(static_cast<size_t>(rb * (width + E + 3 * F)));
+    float* heads = s.data();        // [rb, width]
+    float* y = heads + rb * width;  // [rb, E]
+    float* gu = y + rb * E;         // [rb, 2F]
+    float* act = gu + rb * 2 * F;   // [rb, F]
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * rb, n = std::min(rb, T - r0);
+      float* hb = h + r0 * E;
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t hd = 0; hd < L.heads; ++hd) {
+          const float* src = o + (hd * T + r0 + t) * L.dv;
+          float* dst = heads + t * width + hd * L.dv;
+          if (!L.head_norm) {
+            std::memcpy(dst, src, static_cast<size_t>(L.dv) * sizeof(float));
+            continue;
+          }
+          rms_norm_rows(src, 1, L.dv, L.head_norm_weight, L.head_norm_eps, dst);
+          const float scale = static_cast<float>(L.head_scale);
+          for (int64_t j = 0; j < L.dv; ++j) dst[j] *= scale;
+        }
+      matmul_cpu(heads, n, width, L.o, hb, E, true);
+      rms_norm_rows(hb, n, E, L.post_norm, L.eps, y);
+      matmul_cpu(y, n, E, L.gate_up, gu, 2 * F, false);
+      swiglu_rows(gu, n, F, act);
+      matmul_cpu(act, n, F, L.down, hb, E, true);
+    }
+  });
+}
+
+}  // namespace difflens

@@ -1,0 +1,86 @@
+// A decoder layer's work around its attention, on the CPU in plain C++ (no LibTorch), for a capture: the
+// pre-attention RMSNorm, the q/k/v projections as one matrix product, RoPE and the 1/sqrt(d) scale written
+// straight into the attention pass's input layout (core/attention_cpu.h), and after the pass the heads'
+// outputs (DIFF: per-head RMSNorm × (1 − λ_init)), o_proj, the residual, the post-attention RMSNorm, the
+// SwiGLU MLP and its residual. Rows are independent, so each part is one parallel pass over blocks of rows
+// with every intermediate in a few rows of scratch per worker: two parallel regions per layer instead of
+// one per tensor operation, which at a few hundred tokens is most of a layer's time.
+//
+// The math is the LibTorch modules' (core/nn.h: DecoderLayerImpl, used by training and GPUs); tests hold
+// the two equal (tests/test_layer_cpu.cpp). Matrix products use register-blocked kernels per instruction
+// set (AVX-512, AVX2 + FMA, plain x86-64, as the attention pass: set_cpu_isa) over weights packed once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/attention_cpu.h"
+
+namespace difflens {
+
+enum class WeightDtype { F32, F16, BF16 };
+
+// One weight matrix W [rows, K] (row-major, as nn.Linear stores it) in any of the stored dtypes.
+struct MatrixPart {
+  const void* data = nullptr;
+  WeightDtype dtype = WeightDtype::F32;
+  int64_t rows = 0;
+};
+
+// The right-hand side of y = x · Wᵀ as the kernels read it: W's rows stacked from one or more parts (q, k
+// and v as one matrix), converted to float32 and cut into panels of kPanel output columns, each [K, kPanel]
+// row-major (zero past N).
+struct PackedMatrix {
+  static constexpr int64_t kPanel = 64;
+  int64_t N = 0, K = 0;
+  std::vector<float> panels;
+};
+PackedMatrix pack_matrix(const std::vector<MatrixPart>& parts, int64_t K);
+
+// y [M, N] (row stride ldy) = x [M, K] (row stride ldx) · Wᵀ, or y += x · Wᵀ with accumulate (each entry
+// y + the product, as y + (x · Wᵀ) rounds). On the calling thread.
+void matmul_cpu(const float* x, int64_t M, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
+                bool accumulate);
+
+// One layer as the passes read it. Pointers borrow from the model (norm weights float32).
+struct CpuLayer {
+  int64_t E = 0, F = 0;  // hidden size, MLP width
+  double eps = 1e-5;     // the two layer norms'
+  const float* input_norm = nullptr;
+  const float* post_norm = nullptr;
+  PackedMatrix qkv;  // output columns: the q, k, v projections' (and DIFF V2's λ projection's) in turn
+  PackedMatrix o, gate_up, down;  // gate_up: gate's F columns, then up's
+  // The attention's inputs in a row of qkv's output: the first column of each d-wide piece. q1_col,
+  // q2_col per head; k1_col, k2_col per key/value head; v_col per key/value head and d-wide piece of its
+  // dv-wide value (dv / d pieces); q2_col/k2_col empty for a baseline, k2_col empty when DIFF V2's two
+  // components share the keys; lambda_col: V2's first λ-logit column (-1: none).
+  int64_t heads = 0, kv_heads = 0, d = 0, dv = 0;
+  std::vector<int64_t> q1_col, q2_col, k1_col, k2_col, v_col;
+  int64_t lambda_col = -1;
+  bool rope_interleaved = true;  // pairs (2i, 2i + 1); else halves (i, i + d/2)
+  float q_scale = 1;             // d^-1/2
+  // DIFF V1's output: each head's dv values RMS-normed (times head_norm_weight unless null) and scaled.
+  bool head_norm = false;
+  const float* head_norm_weight = nullptr;
+  double head_norm_eps = 1e-5;
+  double head_scale = 1;
+};
+
+// Where layer_inputs_cpu writes, in CpuAttentionInputs' layouts: q1, q2 [heads, T, d]; k1, k2 [kv_heads,
+// T, d] (k2 unused when the components share keys); v [kv_heads, T, dv]; DIFF V2's λ logits z and σ(z)
+// [heads, T]. Null where the layer has none.
+struct CpuLayerInputs {
+  float *q1 = nullptr, *q2 = nullptr, *k1 = nullptr, *k2 = nullptr, *v = nullptr;
+  float *lambda_logits = nullptr, *lambda_rows = nullptr;
+};
+
+// h [T, E] -> the attention's inputs. cos, sin: [T, d/2] rotary tables (core/nn.h Rope).
+void layer_inputs_cpu(const CpuLayer& L, const float* h, int64_t T, const float* cos, const float* sin,
+                      const CpuLayerInputs& out, int workers, const CpuParallelFor& parallel);
+
+// h [T, E] += o_proj(the heads' outputs o [heads, T, dv]), then h += MLP(post-norm(h)): the layer's output,
+// in place.
+void layer_output_cpu(const CpuLayer& L, const float* o, float* h, int64_t T, int workers,
+                      const CpuParallelFor& parallel);
+
+}  // namespace difflens
