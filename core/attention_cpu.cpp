@@ -665,16 +665,15 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
   const BucketTable& buckets = bucket_table();
   const float lo = buckets.lower[static_cast<size_t>(b)], hi = buckets.lower[static_cast<size_t>(b + 1)];
   if (b < window_lo || b > window_hi) collect_bucket(lo, hi);  // not collected yet: a pass for it
-  std::vector<float> values;                                   // the median bucket's values
+  ValueBuffer values;                                          // the median bucket's values
   for (const Worker& w : ws)
-    for (size_t k = 0; k < w.median_values.size; ++k)
-      if (w.median_values.data[k] >= lo && w.median_values.data[k] < hi)
-        values.push_back(w.median_values.data[k]);
+    collect(w.median_values.data.get(), static_cast<int64_t>(w.median_values.size), lo, hi, values);
   const size_t k = static_cast<size_t>(rank - below - 1);
-  if (k >= values.size())
+  if (k >= values.size)
     return s;  // NaN or infinite values in the median's bucket (not collected): the estimate
-  std::nth_element(values.begin(), values.begin() + static_cast<int64_t>(k), values.end());
-  s.median = values[k];
+  float* v = values.data.get();
+  std::nth_element(v, v + k, v + values.size);
+  s.median = v[k];
   return s;
 }
 
@@ -694,6 +693,19 @@ __attribute__((target("avx2,fma"))) void stats_avx2(Worker& w, const float* v, i
 void stats_plain(Worker& w, const float* v, int64_t n) {
   stats_of<v4>(w, v, n);
 }
+
+// How many logits the statistics count: the visible keys of every row from stats_from on, every head and
+// component.
+uint64_t stats_entries(const CpuAttentionInputs& in, const CpuAttentionOutputs& out) {
+  uint64_t n = 0;
+  for (int64_t i = std::max(out.row0, out.stats_from); i < out.row1; ++i)
+    n += static_cast<uint64_t>(in.window > 0 ? std::min<int64_t>(i + 1, in.window) : i + 1);
+  return n * static_cast<uint64_t>(in.heads) * (in.q2 ? 2u : 1u);
+}
+
+// Up to this many values, the exact median's pass collects all of them (4 bytes each) instead of sampling
+// first where the median lies.
+constexpr uint64_t kCollectAll = uint64_t{1} << 22;
 
 // The input's keys transposed for the pass, made once per input (component 2: empty for the baseline).
 const std::vector<float>& keys_of(const CpuAttentionInputs& in, bool second) {
@@ -785,7 +797,16 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
   // left for the rare case where the median falls outside.
   constexpr int kWindow = 1;
   int window_lo = 0, window_hi = -1;  // the buckets the full pass collects
-  if (out.logit_stats && out.exact_median) {
+  const uint64_t counted = out.logit_stats ? stats_entries(in, out) : 0;
+  if (out.logit_stats && out.exact_median && counted <= kCollectAll) {
+    // Small maps: the full pass keeps every value (a few MB at most) and no pass samples. At a few hundred
+    // tokens the sampling pass alone cost half the logits' work (every 8th row computes its group's).
+    window_lo = kBelow;
+    window_hi = kAbove;
+    args.median_lo = buckets.lower[static_cast<size_t>(kBelow)];
+    args.median_hi = buckets.lower[static_cast<size_t>(kAbove + 1)];
+    for (Worker& w : ws) w.median_values.reserve_more(counted / ws.size() + static_cast<size_t>(in.T) + 16);
+  } else if (out.logit_stats && out.exact_median) {
     args.mode = 3;
     args.sample_stride = std::max<int64_t>(1, (out.row1 - out.row0) / 32);
     run();
