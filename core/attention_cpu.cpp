@@ -634,6 +634,7 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
   double sum = 0;
   std::vector<float> top;
   for (Worker& w : ws) {
+    trim_top(w);  // its top k alone: sorting thousands of candidates took longer than the histogram
     for (int b = 0; b < kBuckets; ++b)
       for (int k = 0; k < 4; ++k)
         counts[static_cast<size_t>(b)] += w.hist4[static_cast<size_t>(k * kBuckets + b)];

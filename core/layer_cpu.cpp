@@ -168,10 +168,14 @@ void rms_norm_rows(const float* x, int64_t n, int64_t E, const float* w, double 
   for (int64_t t = 0; t < n; ++t) {
     const float* a = x + t * E;
     float* b = y + t * E;
-    double ss = 0;
-    for (int64_t i = 0; i < E; ++i) ss += static_cast<double>(a[i]) * a[i];
-    const float r =
-        1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(E)) + static_cast<float>(eps));
+    float part[8] = {};  // eight running sums (a vector's worth), in float as LibTorch's mean
+    int64_t i = 0;
+    for (; i + 8 <= E; i += 8)
+      for (int l = 0; l < 8; ++l) part[l] += a[i + l] * a[i + l];
+    for (; i < E; ++i) part[i % 8] += a[i] * a[i];
+    float ss = 0;
+    for (float p : part) ss += p;
+    const float r = 1.0f / std::sqrt(ss / static_cast<float>(E) + static_cast<float>(eps));
     if (w)
       for (int64_t i = 0; i < E; ++i) b[i] = a[i] * r * w[i];
     else

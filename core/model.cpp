@@ -1356,6 +1356,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     trace.pooled_budget = pooled > 0 ? options.pooled_budget_bytes : 0;
     PoolGrid grid(T, pooled);
 
+    std::vector<std::pair<size_t, Tensor>> host_hidden;  // (layer, its hidden state's counted rows)
     Tensor id_tensor = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).to(dev);
     Tensor h = impl_->net->model->embed_tokens(id_tensor.unsqueeze(0));  // [1, T, E]
     auto& layers = impl_->net->model->layer_ptrs;
@@ -1408,10 +1409,22 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
       }
       keep_lambda(in, lt);
       if (options.keep_qkv) keep_inputs(in, *layers[i], lt);
-      lt.hidden_stats = hidden_stats(h, options.stats_from);
+      if (ld.is_cuda())
+        lt.hidden_stats = hidden_stats(h, options.stats_from);
+      else
+        host_hidden.emplace_back(trace.layers.size(),
+                                 h[0].slice(0, options.stats_from).to(at::kFloat).contiguous());
       if (options.keep_hidden) lt.hidden = to_array(h[0]);
       trace.layers.push_back(std::move(lt));
     }
+    // The host layers' hidden-state statistics, several layers at once on the intra-op threads (each a
+    // serial pass over T x E values).
+    at::parallel_for(0, static_cast<int64_t>(host_hidden.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) {
+        const auto& [layer, rows] = host_hidden[static_cast<size_t>(k)];
+        trace.layers[layer].hidden_stats = value_stats_cpu(rows.data_ptr<float>(), rows.numel());
+      }
+    });
     Tensor probs = at::softmax(impl_->next_logits(h[0][T - 1]).to(at::kFloat), -1);  // [vocab]
     const int64_t k = std::min<int64_t>(std::max(options.next_token_top_k, 0), c.vocab_size);
     if (k > 0) {

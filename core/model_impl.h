@@ -67,6 +67,9 @@ struct Model::Impl {
     x = net->model->norm(x);
     const auto out = net->lm_head ? net->lm_head->parameters() : net->model->embed_tokens->parameters();
     if (!out.empty()) x = x.to(out.front().device());
+    // One row: a matrix-vector product (the matrix product would first copy the whole matrix).
+    const at::Tensor& w = net->lm_head ? net->lm_head->weight : net->model->embed_tokens->weight;
+    if (x.dim() == 1 && nn::g_matmul_dtype == at::kFloat) return at::mv(nn::as_compute(w, x), x);
     return net->unembed(x);
   }
   void apply_logit_bits(int bits);  // model.cpp
