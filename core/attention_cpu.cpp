@@ -61,8 +61,13 @@ int bucket_by_log(float v) {
 
 struct BucketTable {
   static constexpr int kShift = 15;
+  static constexpr int32_t kLow = (1 << kShift) - 1;  // a value's bits within its range
   std::vector<int32_t> first;  // bucket at the start of each range (index: bits >> kShift)
   std::vector<float> next;     // where the next bucket starts inside the range (+inf: it does not)
+  // Both in one word for the vector code's one gather: first << 16 | the low kShift bits of `next` (a value
+  // of the range is in the next bucket when its own low bits are at least these), or 1 << kShift when no
+  // bucket starts inside the range (no value's low bits reach it).
+  std::vector<uint32_t> packed;
   // lower[b]: the smallest |v| in bucket b (lower[0] = 0; lower[kBuckets] = +inf, past the last).
   std::vector<float> lower = std::vector<float>(kBuckets + 1, std::numeric_limits<float>::infinity());
   BucketTable() : first(size_t{1} << (32 - 1 - kShift)), next(first.size()) {
@@ -86,6 +91,10 @@ struct BucketTable {
       }
       next[r] = bits_float(z);
     }
+    packed.resize(ranges);
+    for (uint32_t r = 0; r < ranges; ++r)
+      packed[r] = static_cast<uint32_t>(first[r]) << 16 |
+                  (next[r] < std::numeric_limits<float>::infinity() ? float_bits(next[r]) & kLow : kLow + 1u);
     lower[kBelow] = 0;
     for (uint32_t r = ranges; r-- > 0;) {  // each bucket's first value, from the top down
       if (next[r] < std::numeric_limits<float>::infinity()) lower[first[r] + 1u] = next[r];
@@ -193,19 +202,21 @@ __attribute__((always_inline)) inline float softmax(float* __restrict s, int64_t
 }
 
 // Adds the buckets of |s[0..n)| to four interleaved histograms (neighbours often share a bin, and one counter
-// would serialise on it). The buckets of 16 (AVX-512) or 8 (AVX2) values at a time come from gathers into
-// the bucket table; the counting stays scalar.
+// would serialise on it). The buckets of 16 (AVX-512) or 8 (AVX2) values at a time come from one gather into
+// the bucket table's packed words; the counting stays scalar.
 __attribute__((target("avx512f"))) void histogram_avx512(const BucketTable& t, const float* s, int64_t n,
                                                          uint32_t* h) {
   int64_t j = 0;
   alignas(64) int32_t b[16];
   for (; j + 16 <= n; j += 16) {
     const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(s + j));
-    const __m512i r = _mm512_srli_epi32(_mm512_castps_si512(a), BucketTable::kShift);
-    const __m512i first = _mm512_i32gather_epi32(r, t.first.data(), 4);
-    const __m512 next = _mm512_i32gather_ps(r, t.next.data(), 4);
-    __m512i bucket =
-        _mm512_mask_add_epi32(first, _mm512_cmp_ps_mask(a, next, _CMP_GE_OQ), first, _mm512_set1_epi32(1));
+    const __m512i bits = _mm512_castps_si512(a);
+    const __m512i e =
+        _mm512_i32gather_epi32(_mm512_srli_epi32(bits, BucketTable::kShift), t.packed.data(), 4);
+    const __mmask16 up = _mm512_cmpge_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(BucketTable::kLow)),
+                                                 _mm512_and_si512(e, _mm512_set1_epi32(0xffff)));
+    const __m512i first = _mm512_srli_epi32(e, 16);
+    __m512i bucket = _mm512_mask_add_epi32(first, up, first, _mm512_set1_epi32(1));
     bucket = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), bucket);  // NaN: below
     _mm512_store_si512(b, bucket);
     for (int l = 0; l < 16; ++l) ++h[(l & 3) * kBuckets + b[l]];
@@ -220,11 +231,15 @@ __attribute__((target("avx2"))) void histogram_avx2(const BucketTable& t, const 
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (; j + 8 <= n; j += 8) {
     const __m256 a = _mm256_and_ps(_mm256_loadu_ps(s + j), abs_mask);
-    const __m256i r = _mm256_srli_epi32(_mm256_castps_si256(a), BucketTable::kShift);
-    const __m256i first = _mm256_i32gather_epi32(t.first.data(), r, 4);
-    const __m256 next = _mm256_i32gather_ps(t.next.data(), r, 4);
-    // a >= next: all ones (-1), subtracted: + 1. NaN lanes: masked to 0 (below).
-    __m256i bucket = _mm256_sub_epi32(first, _mm256_castps_si256(_mm256_cmp_ps(a, next, _CMP_GE_OQ)));
+    const __m256i bits = _mm256_castps_si256(a);
+    const __m256i e = _mm256_i32gather_epi32(reinterpret_cast<const int*>(t.packed.data()),
+                                             _mm256_srli_epi32(bits, BucketTable::kShift), 4);
+    // The value's low bits >= the boundary's (> boundary − 1): all ones (-1), subtracted: + 1. NaN lanes:
+    // masked to 0 (below).
+    const __m256i up = _mm256_cmpgt_epi32(
+        _mm256_and_si256(bits, _mm256_set1_epi32(BucketTable::kLow)),
+        _mm256_sub_epi32(_mm256_and_si256(e, _mm256_set1_epi32(0xffff)), _mm256_set1_epi32(1)));
+    __m256i bucket = _mm256_sub_epi32(_mm256_srli_epi32(e, 16), up);
     bucket = _mm256_and_si256(bucket, _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_ORD_Q)));
     _mm256_store_si256(reinterpret_cast<__m256i*>(b), bucket);
     for (int l = 0; l < 8; ++l) ++h[(l & 3) * kBuckets + b[l]];
@@ -368,6 +383,29 @@ __attribute__((always_inline)) inline void write_row(float* __restrict dst, int6
   for (; c < ld; ++c) dst[c] = at(c);
 }
 
+// The sum, largest and smallest of v[0..n) (n >= 1), a vector at a time: one cell of a pooled map row.
+template <typename V>
+__attribute__((always_inline)) inline void segment_stats(const float* __restrict v, int64_t n, float& sum,
+                                                         float& hi, float& lo) {
+  constexpr int64_t W = lanes<V>();
+  V s{}, h = splat<V>(v[0]), l = h;
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    const V x = load<V>(v + j);
+    s += x;
+    h = x > h ? x : h;
+    l = x < l ? x : l;
+  }
+  sum = lane_sum(s);
+  hi = lane_max(h);
+  lo = -lane_max(-l);
+  for (; j < n; ++j) {
+    sum += v[j];
+    hi = std::max(hi, v[j]);
+    lo = std::min(lo, v[j]);
+  }
+}
+
 // Rows are taken four at a time: their logits share each chunk of keys loaded (eight independent
 // accumulator chains instead of two), and so does their A·V.
 constexpr int64_t kGroup = 4;
@@ -507,12 +545,8 @@ __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a,
           for (int64_t c = 0; c <= rb; ++c) {
             const int64_t a0 = std::max(out.pool_start[c], j0), a1 = std::min(out.pool_start[c + 1], i + 1);
             if (a0 >= a1) continue;
-            float sum = 0, hi = v[a0 - j0], lo = hi;
-            for (int64_t j = a0 - j0; j < a1 - j0; ++j) {
-              sum += v[j];
-              hi = std::max(hi, v[j]);
-              lo = std::min(lo, v[j]);
-            }
+            float sum, hi, lo;
+            segment_stats<V>(v + (a0 - j0), a1 - a0, sum, hi, lo);
             su[c] += sum;
             const float top = hi >= -lo ? hi : lo;
             if (std::fabs(top) > std::fabs(be[c])) be[c] = top;
