@@ -388,17 +388,21 @@ template <typename V>
 __attribute__((always_inline)) inline void segment_stats(const float* __restrict v, int64_t n, float& sum,
                                                          float& hi, float& lo) {
   constexpr int64_t W = lanes<V>();
-  V s{}, h = splat<V>(v[0]), l = h;
   int64_t j = 0;
-  for (; j + W <= n; j += W) {
-    const V x = load<V>(v + j);
-    s += x;
-    h = x > h ? x : h;
-    l = x < l ? x : l;
+  sum = 0;
+  hi = lo = v[0];
+  if (n >= 2 * W) {  // shorter: the vectors' reductions would cost more than they save
+    V s{}, h = splat<V>(v[0]), l = h;
+    for (; j + W <= n; j += W) {
+      const V x = load<V>(v + j);
+      s += x;
+      h = x > h ? x : h;
+      l = x < l ? x : l;
+    }
+    sum = lane_sum(s);
+    hi = lane_max(h);
+    lo = -lane_max(-l);
   }
-  sum = lane_sum(s);
-  hi = lane_max(h);
-  lo = -lane_max(-l);
   for (; j < n; ++j) {
     sum += v[j];
     hi = std::max(hi, v[j]);
