@@ -1357,6 +1357,17 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
     PoolGrid grid(T, pooled);
 
     std::vector<std::pair<size_t, Tensor>> host_hidden;  // (layer, its hidden state's counted rows)
+    // The pending host layers' hidden-state statistics, several layers at once on the intra-op threads
+    // (each a serial pass over T x E values).
+    auto hidden_stats_of = [&](std::vector<std::pair<size_t, Tensor>>& pending) {
+      at::parallel_for(0, static_cast<int64_t>(pending.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+          const auto& [layer, rows] = pending[static_cast<size_t>(k)];
+          trace.layers[layer].hidden_stats = value_stats_cpu(rows.data_ptr<float>(), rows.numel());
+        }
+      });
+      pending.clear();
+    };
     Tensor id_tensor = at::tensor(ids, at::TensorOptions().dtype(at::kLong)).to(dev);
     Tensor h = impl_->net->model->embed_tokens(id_tensor.unsqueeze(0));  // [1, T, E]
     auto& layers = impl_->net->model->layer_ptrs;
@@ -1416,15 +1427,13 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
                                  h[0].slice(0, options.stats_from).to(at::kFloat).contiguous());
       if (options.keep_hidden) lt.hidden = to_array(h[0]);
       trace.layers.push_back(std::move(lt));
+      // Up to one pending layer per thread (and 64 MB) is kept for the statistics below.
+      if (static_cast<int>(host_hidden.size()) >= at::get_num_threads() ||
+          static_cast<double>(host_hidden.size()) * static_cast<double>(host_hidden.back().second.nbytes()) >
+              64.0 * 1024 * 1024)
+        hidden_stats_of(host_hidden);
     }
-    // The host layers' hidden-state statistics, several layers at once on the intra-op threads (each a
-    // serial pass over T x E values).
-    at::parallel_for(0, static_cast<int64_t>(host_hidden.size()), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t k = begin; k < end; ++k) {
-        const auto& [layer, rows] = host_hidden[static_cast<size_t>(k)];
-        trace.layers[layer].hidden_stats = value_stats_cpu(rows.data_ptr<float>(), rows.numel());
-      }
-    });
+    hidden_stats_of(host_hidden);
     Tensor probs = at::softmax(impl_->next_logits(h[0][T - 1]).to(at::kFloat), -1);  // [vocab]
     const int64_t k = std::min<int64_t>(std::max(options.next_token_top_k, 0), c.vocab_size);
     if (k > 0) {
