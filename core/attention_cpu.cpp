@@ -836,7 +836,7 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
   // left for the rare case where the median falls outside.
   constexpr int kWindow = 1;
   int window_lo = 0, window_hi = -1;  // the buckets the full pass collects
-  const uint64_t counted = out.logit_stats ? stats_entries(in, out) : 0;
+  const uint64_t counted = out.logit_stats && out.exact_median ? stats_entries(in, out) : 0;
   if (out.logit_stats && out.exact_median && counted <= kCollectAll) {
     // Small maps: the full pass keeps every value (a few MB at most) and no pass samples. At a few hundred
     // tokens the sampling pass alone cost half the logits' work (every 8th row computes its group's).

@@ -413,8 +413,6 @@ struct FusedInputs {
   }
 };
 
-// The fused pass on LibTorch's intra-op threads.
-
 // The fused pass's parallel loop: LibTorch's intra-op threads.
 const CpuParallelFor& cpu_parallel() {
   static const CpuParallelFor parallel = [](int64_t n, const auto& body) {
@@ -504,16 +502,10 @@ struct CpuLayerPack {
   CpuLayer layer;
   Tensor input_norm, post_norm, head_norm;
   std::vector<std::pair<const void*, int64_t>> seen;
-  double bytes = 0;
 
-  static std::vector<Tensor> weights(nn::DecoderLayerImpl& l) {
-    std::vector<Tensor> w;
-    for (const auto& p : l.parameters()) w.push_back(p);
-    return w;
-  }
   static std::vector<std::pair<const void*, int64_t>> look(nn::DecoderLayerImpl& l) {
     std::vector<std::pair<const void*, int64_t>> v;
-    for (const Tensor& t : weights(l)) v.emplace_back(t.data_ptr(), static_cast<int64_t>(t._version()));
+    for (const Tensor& t : l.parameters()) v.emplace_back(t.data_ptr(), static_cast<int64_t>(t._version()));
     return v;
   }
 
@@ -561,8 +553,6 @@ struct CpuLayerPack {
     L.down = pack({l.mlp->down_proj->weight});
     L.rope_interleaved = c.rope_style == RopeStyle::Interleaved;
     L.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-    for (const PackedMatrix* m : {&L.qkv, &L.o, &L.gate_up, &L.down})
-      bytes += static_cast<double>(m->panels.size() * sizeof(float));
   }
 };
 
