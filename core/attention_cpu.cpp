@@ -138,19 +138,20 @@ struct Worker {
   std::vector<float> arow;    // the group's rows of A over its keys
   std::vector<uint32_t> hist4 = std::vector<uint32_t>(4 * kBuckets, 0);  // four interleaved histograms
   double sum = 0;
-  std::vector<float> top;  // candidates for the top-k, all > top_floor
+  ValueBuffer top;  // candidates for the top-k, all > top_floor
   float top_floor = -1;
+  bool top_in_rows = true;    // false: the top-k is picked from median_values (which then holds every value)
   ValueBuffer median_values;  // values inside the window around the median
   std::vector<uint32_t> sample = std::vector<uint32_t>(kBuckets, 0);  // the sampling pass's bucket counts
   std::vector<float> amax;                                            // cpu_logit_steps: per head
 };
 
 void trim_top(Worker& w) {
-  if (w.top.size() <= static_cast<size_t>(ValueStats::kTopK)) return;
-  std::nth_element(w.top.begin(), w.top.begin() + (ValueStats::kTopK - 1), w.top.end(),
-                   std::greater<float>());
-  w.top.resize(ValueStats::kTopK);
-  w.top_floor = *std::min_element(w.top.begin(), w.top.end());
+  if (w.top.size <= static_cast<size_t>(ValueStats::kTopK)) return;
+  float* t = w.top.data.get();
+  std::nth_element(t, t + (ValueStats::kTopK - 1), t + w.top.size, std::greater<float>());
+  w.top.size = ValueStats::kTopK;
+  w.top_floor = *std::min_element(t, t + w.top.size);
 }
 
 // What one row needs beyond the inputs.
@@ -261,6 +262,8 @@ void histogram(const BucketTable& t, const float* s, int64_t n, uint32_t* h) {
                          : histogram_plain)(t, s, n, h);
 }
 
+size_t select_values(const float* s, int64_t n, float lo, float hi, float* out);
+
 template <typename V>
 __attribute__((always_inline)) inline void accumulate_stats(Worker& w, const BucketTable& t, const float* s,
                                                             int64_t n) {
@@ -290,10 +293,17 @@ __attribute__((always_inline)) inline void accumulate_stats(Worker& w, const Buc
   }
   w.sum += sum;
   histogram(t, s, n, w.hist4.data());
-  if (rowmax > w.top_floor) {
-    for (j = 0; j < n; ++j)
-      if (std::fabs(s[j]) > w.top_floor) w.top.push_back(std::fabs(s[j]));
-    if (w.top.size() >= 4096) trim_top(w);
+  if (w.top_in_rows && rowmax > w.top_floor) {
+    w.top.reserve_more(static_cast<size_t>(n) + 16);
+    float* t = w.top.data.get();
+    if (rowmax < std::numeric_limits<float>::infinity()) {  // above the floor: picked a vector at a time
+      w.top.size += select_values(s, n, std::nextafter(w.top_floor, rowmax),
+                                  std::numeric_limits<float>::infinity(), t + w.top.size);
+    } else {
+      for (j = 0; j < n; ++j)
+        if (std::fabs(s[j]) > w.top_floor) t[w.top.size++] = std::fabs(s[j]);
+    }
+    if (w.top.size >= 4096) trim_top(w);
   }
 }
 
@@ -661,6 +671,28 @@ std::vector<Worker> make_workers(int workers, int64_t T, bool diff) {
   return w;
 }
 
+// The top-k candidates when the workers kept every value they counted (median_values, collect-all) instead
+// of candidates row by row: the values from the bucket of the k-th largest up, and the infinities, which
+// the histogram counts (above) but no collection keeps.
+std::vector<float> top_of_values(const std::vector<Worker>& ws, const std::vector<uint64_t>& counts) {
+  int b = kAbove;
+  for (uint64_t above = 0; b > kBelow && above + counts[static_cast<size_t>(b)] < ValueStats::kTopK; --b)
+    above += counts[static_cast<size_t>(b)];
+  const BucketTable& buckets = bucket_table();
+  const float inf = std::numeric_limits<float>::infinity();
+  ValueBuffer picked;
+  for (const Worker& w : ws)
+    collect(w.median_values.data.get(), static_cast<int64_t>(w.median_values.size),
+            buckets.lower[static_cast<size_t>(b)], inf, picked);
+  std::vector<float> top(picked.data.get(), picked.data.get() + picked.size);
+  const float huge = buckets.lower[static_cast<size_t>(kAbove)];
+  const uint64_t finite_above =
+      static_cast<uint64_t>(std::count_if(top.begin(), top.end(), [&](float v) { return v >= huge; }));
+  const uint64_t infinite = counts[static_cast<size_t>(kAbove)] - finite_above;
+  top.insert(top.end(), static_cast<size_t>(std::min<uint64_t>(infinite, ValueStats::kTopK)), inf);
+  return top;
+}
+
 // The workers' statistics as one ValueStats. With exact_median the median is found among the values of its
 // bucket: those the workers collected when the bucket lies in [window_lo, window_hi], else the ones
 // `collect_bucket(lo, hi)` gathers into the workers' median_values.
@@ -677,8 +709,9 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
       for (int k = 0; k < 4; ++k)
         counts[static_cast<size_t>(b)] += w.hist4[static_cast<size_t>(k * kBuckets + b)];
     sum += w.sum;
-    top.insert(top.end(), w.top.begin(), w.top.end());
+    top.insert(top.end(), w.top.data.get(), w.top.data.get() + w.top.size);
   }
+  if (!ws.empty() && !ws.front().top_in_rows) top = top_of_values(ws, counts);
   uint64_t n = 0;
   for (uint64_t c : counts) n += c;
   s.count = n;
@@ -844,7 +877,10 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
     window_hi = kAbove;
     args.median_lo = buckets.lower[static_cast<size_t>(kBelow)];
     args.median_hi = buckets.lower[static_cast<size_t>(kAbove + 1)];
-    for (Worker& w : ws) w.median_values.reserve_more(counted / ws.size() + static_cast<size_t>(in.T) + 16);
+    for (Worker& w : ws) {
+      w.median_values.reserve_more(counted / ws.size() + static_cast<size_t>(in.T) + 16);
+      w.top_in_rows = false;  // the top-k is picked from those values at the end
+    }
   } else if (out.logit_stats && out.exact_median) {
     args.mode = 3;
     args.sample_stride = std::max<int64_t>(1, (out.row1 - out.row0) / 32);

@@ -167,6 +167,70 @@ TEST_CASE("fused attention: logit statistics are the kept logits' own, exactly",
   });
 }
 
+TEST_CASE("fused attention: logit statistics with infinite and huge logits, one worker or two",
+          "[attention][fused][stats]") {
+  // A baseline pass on hand-made inputs: key 3 is huge in its first dimension (every later row's logit to
+  // it is around 1e20, past the histogram), and row 10's query is so large that its logit to key 3
+  // overflows to infinity (and its others reach 1e25). The statistics must be those of the logits the pass
+  // writes: the infinities counted above the histogram and first in the top-k, the exact median.
+  const int64_t T = 40, heads = 2, d = 4;
+  std::vector<float> q = normal_input(heads * T, d, 5), k = normal_input(heads * T, d, 6),
+                     v = normal_input(heads * T, d, 7);
+  for (int64_t h = 0; h < heads; ++h) {
+    k[static_cast<size_t>((h * T + 3) * d)] = 1e20f;
+    q[static_cast<size_t>((h * T + 10) * d)] = 1e25f;
+    for (int64_t c = 1; c < d; ++c) k[static_cast<size_t>((h * T + 3) * d + c)] = 0.0f;  // no inf − inf
+  }
+  CpuAttentionInputs in;
+  in.T = T;
+  in.heads = in.kv_heads = heads;
+  in.d = in.dv = d;
+  in.q1 = q.data();
+  in.k1 = k.data();
+  in.v = v.data();
+  for (const int workers : {1, 2})
+    for (const int64_t stats_from : {int64_t{0}, int64_t{12}}) {
+      INFO(workers << " worker(s), statistics from row " << stats_from);
+      test::on_every_isa([&] {
+        std::vector<float> o(static_cast<size_t>(heads * T * d)), logits(static_cast<size_t>(heads * T * T));
+        CpuAttentionOutputs out;
+        out.row1 = out.ld = T;
+        out.o = o.data();
+        out.logits1 = logits.data();
+        ValueStats s;
+        out.logit_stats = &s;
+        out.stats_from = stats_from;
+        // Two workers take the jobs' two halves in turn.
+        const CpuParallelFor parallel = [&](int64_t n,
+                                            const std::function<void(int64_t, int64_t, int)>& body) {
+          if (workers == 1) return body(0, n, 0);
+          body(0, n / 2, 0);
+          body(n / 2, n, 1);
+        };
+        attention_cpu(in, out, workers, parallel);
+        std::vector<float> values;
+        LogHistogram hist;
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = stats_from; i < T; ++i)
+            for (int64_t j = 0; j <= i; ++j) {
+              const float x = logits[static_cast<size_t>((h * T + i) * T + j)];
+              values.push_back(std::fabs(x));
+              hist.add(x);
+            }
+        std::sort(values.begin(), values.end());
+        REQUIRE(std::count(values.begin(), values.end(), std::numeric_limits<float>::infinity()) ==
+                (stats_from <= 10 ? 2 : 0));
+        CHECK(s.count == values.size());
+        CHECK(s.histogram.counts == hist.counts);
+        CHECK(s.histogram.above == hist.above);
+        CHECK(s.histogram.below == hist.below);
+        CHECK(s.median == values[(values.size() + 1) / 2 - 1]);
+        CHECK(s.top == std::vector<float>(values.rbegin(), values.rbegin() + ValueStats::kTopK));
+        CHECK(std::isinf(s.mean) == (stats_from <= 10));
+      });
+    }
+}
+
 TEST_CASE("fused attention: histogram bins are LogHistogram's, at bin edges too",
           "[attention][fused][stats]") {
   std::vector<float> values = {0.0f,         1e-9f,    1e-8f, 0.5f,  1.0f,
