@@ -132,6 +132,10 @@ struct ValueBuffer {
   }
 };
 
+// Statistics over an array go a chunk at a time (a chunk stays in the first-level cache while it is read
+// twice).
+constexpr int64_t kStatsChunk = 4096;
+
 // Per worker: its statistics so far and scratch rows.
 struct Worker {
   std::vector<float> s1, s2;  // a group's rows of logits, then their softmaxes (kGroup scratch rows each)
@@ -140,8 +144,13 @@ struct Worker {
   double sum = 0;
   ValueBuffer top;  // candidates for the top-k, all > top_floor
   float top_floor = -1;
-  bool top_in_rows = true;    // false: the top-k is picked from median_values (which then holds every value)
+  bool top_in_rows = true;    // false: the top-k is picked from `kept` at the end
   ValueBuffer median_values;  // values inside the window around the median
+  // Every value the worker counted, when it has them (collect-all: median_values; a whole array's
+  // statistics: the array); merge_stats then picks the median's bucket and the top-k from them.
+  const float* kept = nullptr;
+  int64_t kept_n = 0;
+  ValueBuffer picked_median, picked_top;  // merge_stats: what it picked from this worker's values
   std::vector<uint32_t> sample = std::vector<uint32_t>(kBuckets, 0);  // the sampling pass's bucket counts
   std::vector<float> amax;                                            // cpu_logit_steps: per head
 };
@@ -671,34 +680,16 @@ std::vector<Worker> make_workers(int workers, int64_t T, bool diff) {
   return w;
 }
 
-// The top-k candidates when the workers kept every value they counted (median_values, collect-all) instead
-// of candidates row by row: the values from the bucket of the k-th largest up, and the infinities, which
-// the histogram counts (above) but no collection keeps.
-std::vector<float> top_of_values(const std::vector<Worker>& ws, const std::vector<uint64_t>& counts) {
-  int b = kAbove;
-  for (uint64_t above = 0; b > kBelow && above + counts[static_cast<size_t>(b)] < ValueStats::kTopK; --b)
-    above += counts[static_cast<size_t>(b)];
-  const BucketTable& buckets = bucket_table();
-  const float inf = std::numeric_limits<float>::infinity();
-  ValueBuffer picked;
-  for (const Worker& w : ws)
-    collect(w.median_values.data.get(), static_cast<int64_t>(w.median_values.size),
-            buckets.lower[static_cast<size_t>(b)], inf, picked);
-  std::vector<float> top(picked.data.get(), picked.data.get() + picked.size);
-  const float huge = buckets.lower[static_cast<size_t>(kAbove)];
-  const uint64_t finite_above =
-      static_cast<uint64_t>(std::count_if(top.begin(), top.end(), [&](float v) { return v >= huge; }));
-  const uint64_t infinite = counts[static_cast<size_t>(kAbove)] - finite_above;
-  top.insert(top.end(), static_cast<size_t>(std::min<uint64_t>(infinite, ValueStats::kTopK)), inf);
-  return top;
-}
-
 // The workers' statistics as one ValueStats. With exact_median the median is found among the values of its
-// bucket: those the workers collected when the bucket lies in [window_lo, window_hi], else the ones
-// `collect_bucket(lo, hi)` gathers into the workers' median_values.
+// bucket: picked from each worker's `kept` values when it has them (every value it counted), else from
+// those it collected when the bucket lies in [window_lo, window_hi], else from the ones
+// `collect_bucket(lo, hi)` gathers into the workers' median_values. Workers without candidates of their
+// own (top_in_rows false) have their top-k picked from `kept` too: the values from the bucket of the k-th
+// largest up, plus the infinities, which the histogram counts (above) but no pick keeps. The picking runs
+// one worker per job on `parallel` (null: here).
 template <typename Collect>
 ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo, int window_hi,
-                       Collect&& collect_bucket) {
+                       Collect&& collect_bucket, const CpuParallelFor* parallel = nullptr) {
   ValueStats s;
   std::vector<uint64_t> counts(kBuckets, 0);
   double sum = 0;
@@ -711,7 +702,6 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
     sum += w.sum;
     top.insert(top.end(), w.top.data.get(), w.top.data.get() + w.top.size);
   }
-  if (!ws.empty() && !ws.front().top_in_rows) top = top_of_values(ws, counts);
   uint64_t n = 0;
   for (uint64_t c : counts) n += c;
   s.count = n;
@@ -721,12 +711,11 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
   for (int b = 0; b < LogHistogram::kBins; ++b)
     s.histogram.counts[static_cast<size_t>(b)] = counts[static_cast<size_t>(b + 1)];
   s.mean = static_cast<float>(sum / static_cast<double>(n));
-  std::sort(top.begin(), top.end(), std::greater<float>());
-  top.resize(std::min<size_t>(top.size(), std::min<uint64_t>(ValueStats::kTopK, n)));
-  s.top = std::move(top);
   s.median = static_cast<float>(s.histogram.quantile(0.5));  // the estimate, unless exact below
-  if (!exact_median) return s;
-  // Lower median: rank (n + 1) / 2 from the bottom, found among the values of its bucket.
+
+  const BucketTable& buckets = bucket_table();
+  const float inf = std::numeric_limits<float>::infinity();
+  // The median's bucket: the lower median, rank (n + 1) / 2 from the bottom.
   const uint64_t rank = (n + 1) / 2;
   uint64_t below = 0;
   int b = kBelow;
@@ -734,12 +723,58 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
     if (below + counts[static_cast<size_t>(b)] >= rank) break;
     below += counts[static_cast<size_t>(b)];
   }
-  const BucketTable& buckets = bucket_table();
   const float lo = buckets.lower[static_cast<size_t>(b)], hi = buckets.lower[static_cast<size_t>(b + 1)];
-  if (b < window_lo || b > window_hi) collect_bucket(lo, hi);  // not collected yet: a pass for it
-  ValueBuffer values;                                          // the median bucket's values
-  for (const Worker& w : ws)
-    collect(w.median_values.data.get(), static_cast<int64_t>(w.median_values.size), lo, hi, values);
+  const bool kept = !ws.empty() && ws.front().kept;
+  if (exact_median && !kept && (b < window_lo || b > window_hi))
+    collect_bucket(lo, hi);  // not collected yet: a pass for it
+  // The top-k's lowest bucket, when it is picked here.
+  const bool pick_top = !ws.empty() && !ws.front().top_in_rows;
+  int tb = kAbove;
+  for (uint64_t above = 0; tb > kBelow && above + counts[static_cast<size_t>(tb)] < ValueStats::kTopK; --tb)
+    above += counts[static_cast<size_t>(tb)];
+  const float top_lo = buckets.lower[static_cast<size_t>(tb)];
+  auto pick = [&](int64_t w0, int64_t w1, int) {
+    for (int64_t k = w0; k < w1; ++k) {
+      Worker& w = ws[static_cast<size_t>(k)];
+      w.picked_median.size = w.picked_top.size = 0;
+      const float* v = kept ? w.kept : w.median_values.data.get();
+      const int64_t count = kept ? w.kept_n : static_cast<int64_t>(w.median_values.size);
+      for (int64_t at = 0; at < count; at += kStatsChunk) {  // a chunk read once from memory, picked twice
+        const int64_t m = std::min(kStatsChunk, count - at);
+        if (exact_median) collect(v + at, m, lo, hi, w.picked_median);
+        if (pick_top) collect(v + at, m, top_lo, inf, w.picked_top);
+      }
+    }
+  };
+  const int64_t workers = static_cast<int64_t>(ws.size());
+  if ((exact_median || pick_top) && parallel && workers > 1)
+    (*parallel)(workers, pick);
+  else if (exact_median || pick_top)
+    pick(0, workers, 0);
+
+  if (pick_top) {
+    const float huge = buckets.lower[static_cast<size_t>(kAbove)];
+    uint64_t finite_above = 0;
+    for (const Worker& w : ws) {
+      const float* t = w.picked_top.data.get();
+      top.insert(top.end(), t, t + w.picked_top.size);
+      finite_above +=
+          static_cast<uint64_t>(std::count_if(t, t + w.picked_top.size, [&](float x) { return x >= huge; }));
+    }
+    const uint64_t infinite = counts[static_cast<size_t>(kAbove)] - finite_above;
+    top.insert(top.end(), static_cast<size_t>(std::min<uint64_t>(infinite, ValueStats::kTopK)), inf);
+  }
+  std::sort(top.begin(), top.end(), std::greater<float>());
+  top.resize(std::min<size_t>(top.size(), std::min<uint64_t>(ValueStats::kTopK, n)));
+  s.top = std::move(top);
+  if (!exact_median) return s;
+  ValueBuffer values;  // the median bucket's values
+  for (const Worker& w : ws) {
+    values.reserve_more(w.picked_median.size);
+    std::memcpy(values.data.get() + values.size, w.picked_median.data.get(),
+                w.picked_median.size * sizeof(float));
+    values.size += w.picked_median.size;
+  }
   const size_t k = static_cast<size_t>(rank - below - 1);
   if (k >= values.size)
     return s;  // NaN or infinite values in the median's bucket (not collected): the estimate
@@ -750,7 +785,6 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
 }
 
 // A whole array's statistics (value_stats_cpu) in chunks, with vectors of each instruction set's width.
-constexpr int64_t kStatsChunk = 4096;
 template <typename V>
 __attribute__((always_inline)) inline void stats_of(Worker& w, const float* values, int64_t n) {
   for (int64_t at = 0; at < n; at += kStatsChunk)
@@ -905,24 +939,32 @@ void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int w
   run();
   if (!out.logit_stats) return;
 
-  *out.logit_stats = merge_stats(ws, out.exact_median, window_lo, window_hi, [&](float lo, float hi) {
-    for (Worker& w : ws) w.median_values.size = 0;
-    args.mode = 1;
-    args.median_lo = lo;
-    args.median_hi = hi;
-    run();
-  });
+  if (!ws.front().top_in_rows)  // collect-all: every counted value is in median_values
+    for (Worker& w : ws) {
+      w.kept = w.median_values.data.get();
+      w.kept_n = static_cast<int64_t>(w.median_values.size);
+    }
+  *out.logit_stats = merge_stats(
+      ws, out.exact_median, window_lo, window_hi,
+      [&](float lo, float hi) {
+        for (Worker& w : ws) w.median_values.size = 0;
+        args.mode = 1;
+        args.median_lo = lo;
+        args.median_hi = hi;
+        run();
+      },
+      &parallel);
 }
 
 ValueStats value_stats_cpu(const float* values, int64_t n, bool exact_median) {
   std::vector<Worker> ws(1);
   Worker& w = ws[0];
+  w.top_in_rows = false;
   const CpuIsa isa = current_isa();
   (isa == CpuIsa::Avx512 ? stats_avx512 : isa == CpuIsa::Avx2 ? stats_avx2 : stats_plain)(w, values, n);
-  return merge_stats(ws, exact_median, 0, -1, [&](float lo, float hi) {
-    for (int64_t at = 0; at < n; at += kStatsChunk)
-      collect(values + at, std::min(kStatsChunk, n - at), lo, hi, w.median_values);
-  });
+  w.kept = values;  // the median's bucket and the top-k picked from the array itself
+  w.kept_n = n;
+  return merge_stats(ws, exact_median, kBelow, kAbove, [](float, float) {});
 }
 
 }  // namespace difflens
