@@ -680,6 +680,32 @@ std::vector<Worker> make_workers(int workers, int64_t T, bool diff) {
   return w;
 }
 
+// The k-th smallest (from 0) of n non-negative floats, reordering them: for many, first the 256th part of
+// their range of bits that holds it (non-negative floats order as their bits do), then nth_element over
+// that part alone (a median's bucket holds thousands of values: nth_element over all of them cost ~10 ns
+// each).
+float kth_smallest(float* v, size_t n, size_t k) {
+  if (n > 2048) {
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (size_t i = 0; i < n; ++i) {
+      lo = std::min(lo, float_bits(v[i]));
+      hi = std::max(hi, float_bits(v[i]));
+    }
+    int shift = 0;
+    while (((hi - lo) >> shift) >= 256) ++shift;
+    uint32_t counts[256] = {};
+    for (size_t i = 0; i < n; ++i) ++counts[(float_bits(v[i]) - lo) >> shift];
+    uint32_t part = 0;
+    for (; k >= counts[part]; ++part) k -= counts[part];
+    size_t m = 0;  // the part's values to the front
+    for (size_t i = 0; i < n; ++i)
+      if (((float_bits(v[i]) - lo) >> shift) == part) v[m++] = v[i];
+    n = m;
+  }
+  std::nth_element(v, v + k, v + n);
+  return v[k];
+}
+
 // The workers' statistics as one ValueStats. With exact_median the median is found among the values of its
 // bucket: picked from each worker's `kept` values when it has them (every value it counted), else from
 // those it collected when the bucket lies in [window_lo, window_hi], else from the ones
@@ -778,9 +804,7 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
   const size_t k = static_cast<size_t>(rank - below - 1);
   if (k >= values.size)
     return s;  // NaN or infinite values in the median's bucket (not collected): the estimate
-  float* v = values.data.get();
-  std::nth_element(v, v + k, v + values.size);
-  s.median = v[k];
+  s.median = kth_smallest(values.data.get(), values.size, k);
   return s;
 }
 

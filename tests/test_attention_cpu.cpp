@@ -289,6 +289,30 @@ TEST_CASE("fused attention: hidden-state statistics are exact", "[attention][fus
   CHECK(value_stats_cpu(nullptr, 0).count == 0);
 }
 
+TEST_CASE("fused attention: exact median when thousands of values share its bin, ties and zeros too",
+          "[attention][fused][stats]") {
+  // The median's bin holds most values here, so that its search narrows them by their bits first.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> narrow(1.0f, 1.03f);
+  std::vector<std::vector<float>> cases;
+  std::vector<float> v(50001);
+  for (float& x : v) x = narrow(rng) * (rng() % 2 ? 1.0f : -1.0f);
+  cases.push_back(v);
+  for (size_t i = 0; i < v.size(); i += 3) v[i] = 1.01f;  // a third of them one value
+  cases.push_back(v);
+  cases.push_back(std::vector<float>(9000, 2.5f));  // all equal
+  std::vector<float> zeros(9001, 0.0f);             // the bin below the histogram, zeros and tiny values
+  for (size_t i = 0; i < zeros.size(); i += 2) zeros[i] = 1e-9f * static_cast<float>(i % 7);
+  cases.push_back(zeros);
+  for (const std::vector<float>& c : cases) {
+    std::vector<float> a;
+    for (float x : c) a.push_back(std::fabs(x));
+    std::sort(a.begin(), a.end());
+    INFO(c.size() << " values from " << a.front() << " to " << a.back());
+    CHECK(value_stats_cpu(c.data(), static_cast<int64_t>(c.size())).median == a[(a.size() + 1) / 2 - 1]);
+  }
+}
+
 TEST_CASE("fused attention: statistics count infinities above and NaN below, on every instruction set",
           "[attention][fused][stats]") {
   test::on_every_isa([&] {
