@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 
 namespace difflens {
 namespace {
@@ -402,31 +403,84 @@ __attribute__((always_inline)) inline void write_row(float* __restrict dst, int6
   for (; c < ld; ++c) dst[c] = at(c);
 }
 
-// The sum, largest and smallest of v[0..n) (n >= 1), a vector at a time: one cell of a pooled map row.
+// A vector's lanes summed (largest, smallest) pairwise: halves added, then their halves, ... (log2 W
+// steps, where a lane-by-lane loop is a chain of W dependent additions).
+template <typename V>
+struct Half;
+template <>
+struct Half<v16> {
+  using type = v8;
+};
+template <>
+struct Half<v8> {
+  using type = v4;
+};
+template <typename V, typename Op>
+__attribute__((always_inline)) inline float tree_reduce(V x, Op op) {
+  if constexpr (lanes<V>() == 4) {
+    return op(op(x[0], x[2]), op(x[1], x[3]));
+  } else {
+    using H = typename Half<V>::type;
+    H a, b;
+    std::memcpy(&a, &x, sizeof a);
+    std::memcpy(&b, reinterpret_cast<const char*>(&x) + sizeof a, sizeof b);
+    return tree_reduce(op(a, b), op);
+  }
+}
+
+// The sum, largest and smallest of v[0..n) (n >= 1), a vector at a time: one cell of a pooled map row
+// (long prompts' cells are tens of keys wide). The last, partial vector is read whole and its lanes past n
+// masked: v must be readable up to the next multiple of the vector width (the pass's scratch rows are).
 template <typename V>
 __attribute__((always_inline)) inline void segment_stats(const float* __restrict v, int64_t n, float& sum,
                                                          float& hi, float& lo) {
+  using I = IntOf<V>;
   constexpr int64_t W = lanes<V>();
-  int64_t j = 0;
-  sum = 0;
-  hi = lo = v[0];
-  if (n >= 2 * W) {  // shorter: the vectors' reductions would cost more than they save
-    V s{}, h = splat<V>(v[0]), l = h;
-    for (; j + W <= n; j += W) {
-      const V x = load<V>(v + j);
-      s += x;
-      h = x > h ? x : h;
-      l = x < l ? x : l;
+  const float inf = std::numeric_limits<float>::infinity();
+  if (n < 4) {  // too short for the reductions to pay
+    sum = hi = lo = v[0];
+    for (int64_t j = 1; j < n; ++j) {
+      sum += v[j];
+      hi = std::max(hi, v[j]);
+      lo = std::min(lo, v[j]);
     }
-    sum = lane_sum(s);
-    hi = lane_max(h);
-    lo = -lane_max(-l);
+    return;
   }
-  for (; j < n; ++j) {
-    sum += v[j];
-    hi = std::max(hi, v[j]);
-    lo = std::min(lo, v[j]);
+  V s{}, h = splat<V>(-inf), l = splat<V>(inf);
+  int64_t j = 0;
+  for (; j + W <= n; j += W) {
+    const V x = load<V>(v + j);
+    s += x;
+    h = x > h ? x : h;
+    l = x < l ? x : l;
   }
+  if (j < n) {  // (one comparison per select: GCC splits selects on combined masks into lanes)
+    alignas(64) static constexpr int32_t kLane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    I lane;
+    std::memcpy(&lane, kLane, sizeof lane);
+    const I keep = lane < (I{} + static_cast<int>(n - j));
+    const V x = load<V>(v + j);
+    const V xs = keep ? x : V{}, xh = keep ? x : splat<V>(-inf), xl = keep ? x : splat<V>(inf);
+    s += xs;
+    h = xh > h ? xh : h;
+    l = xl < l ? xl : l;
+  }
+  const auto add = [](auto a, auto b) { return a + b; };
+  const auto larger = [](auto a, auto b) {
+    if constexpr (std::is_same_v<decltype(a), float>)
+      return std::max(a, b);
+    else
+      return a > b ? a : b;
+  };
+  const auto smaller = [](auto a, auto b) {
+    if constexpr (std::is_same_v<decltype(a), float>)
+      return std::min(a, b);
+    else
+      return a < b ? a : b;
+  };
+  sum = tree_reduce(s, add);
+  hi = tree_reduce(h, larger);
+  lo = tree_reduce(l, smaller);
 }
 
 // Rows are taken four at a time: their logits share each chunk of keys loaded (eight independent
@@ -572,7 +626,7 @@ __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a,
             segment_stats<V>(v + (a0 - j0), a1 - a0, sum, hi, lo);
             su[c] += sum;
             const float top = hi >= -lo ? hi : lo;
-            if (std::fabs(top) > std::fabs(be[c])) be[c] = top;
+            be[c] = std::fabs(top) > std::fabs(be[c]) ? top : be[c];  // stored either way: no branch to miss
           }
         }
       } else if (slot >= 0) {

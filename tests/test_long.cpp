@@ -15,6 +15,7 @@
 #include "core/tiles.h"
 #include "core/trace_io.h"
 #include "helpers.h"
+#include "isa.h"
 #include "viz/map_view.h"
 
 using namespace difflens;
@@ -33,6 +34,42 @@ size_t pooled_bytes(const Trace& t) {
 ModelConfig windowed(ModelConfig c, int64_t w) {
   c.sliding_window = w;
   return c;
+}
+
+// Layer l's pooled maps (P x P cells) against the pooling of the exact trace's maps (T tokens): the largest
+// differences of the means and of the largest-magnitude entries; counts the cells with no entry (NaN in
+// both, checked).
+std::pair<double, double> worst_pooled_difference(const ModelConfig& c, const LayerTrace& e,
+                                                  const LayerTrace& p, int64_t T, int64_t P, int& nan_cells) {
+  std::vector<std::pair<const FloatArray*, std::pair<const FloatArray*, const FloatArray*>>> kinds = {
+      {&e.a, {&p.a_mean, &p.a_max}}};
+  if (c.is_diff()) {
+    kinds.push_back({&e.a1, {&p.a1_mean, &p.a1_max}});
+    kinds.push_back({&e.a2, {&p.a2_mean, &p.a2_max}});
+  }
+  double worst_mean = 0, worst_max = 0;
+  for (const auto& [full, pm] : kinds)
+    for (int64_t h = 0; h < c.map_heads(); ++h) {
+      const float* map = full->data.data() + h * T * T;
+      const viz::MapRegion all{0, 0, T, T};
+      const viz::PooledMap mean = viz::pool_region(map, T, T, all, P, P, viz::Pooling::Mean, true);
+      const viz::PooledMap mx = viz::pool_region(map, T, T, all, P, P, viz::Pooling::Max, true);
+      for (int64_t cell = 0; cell < P * P; ++cell) {
+        const float a = pm.first->data[static_cast<size_t>(h * P * P + cell)];
+        const float b = pm.second->data[static_cast<size_t>(h * P * P + cell)];
+        if (std::isnan(mean.values[static_cast<size_t>(cell)])) {
+          CHECK(std::isnan(a));
+          CHECK(std::isnan(b));
+          ++nan_cells;
+          continue;
+        }
+        worst_mean =
+            std::max(worst_mean, static_cast<double>(std::fabs(a - mean.values[static_cast<size_t>(cell)])));
+        worst_max =
+            std::max(worst_max, static_cast<double>(std::fabs(b - mx.values[static_cast<size_t>(cell)])));
+      }
+    }
+  return {worst_mean, worst_max};
 }
 
 }  // namespace
@@ -56,40 +93,8 @@ TEST_CASE("long prompts: pooled maps are the pooling of the exact maps", "[long]
       const LayerTrace &e = exact.layers[l], &p = pooled.layers[l];
       REQUIRE(p.pooled == P);
       CHECK(p.a.empty());  // no full maps
-      const std::vector<std::pair<const FloatArray*, std::pair<const FloatArray*, const FloatArray*>>> kinds =
-          c.is_diff()
-              ? std::vector<
-                    std::pair<const FloatArray*,
-                              std::pair<const FloatArray*, const FloatArray*>>>{{&e.a1,
-                                                                                 {&p.a1_mean, &p.a1_max}},
-                                                                                {&e.a2,
-                                                                                 {&p.a2_mean, &p.a2_max}},
-                                                                                {&e.a, {&p.a_mean, &p.a_max}}}
-              : std::vector<std::pair<const FloatArray*, std::pair<const FloatArray*, const FloatArray*>>>{
-                    {&e.a, {&p.a_mean, &p.a_max}}};
-      double worst_mean = 0, worst_max = 0;
       int nan_cells = 0;
-      for (const auto& [full, pm] : kinds)
-        for (int64_t h = 0; h < heads; ++h) {
-          const float* map = full->data.data() + h * 150 * 150;
-          const viz::MapRegion all{0, 0, 150, 150};
-          const viz::PooledMap mean = viz::pool_region(map, 150, 150, all, P, P, viz::Pooling::Mean, true);
-          const viz::PooledMap mx = viz::pool_region(map, 150, 150, all, P, P, viz::Pooling::Max, true);
-          for (int64_t cell = 0; cell < P * P; ++cell) {
-            const float a = pm.first->data[static_cast<size_t>(h * P * P + cell)];
-            const float b = pm.second->data[static_cast<size_t>(h * P * P + cell)];
-            if (std::isnan(mean.values[static_cast<size_t>(cell)])) {
-              CHECK(std::isnan(a));
-              CHECK(std::isnan(b));
-              ++nan_cells;
-              continue;
-            }
-            worst_mean = std::max(worst_mean,
-                                  static_cast<double>(std::fabs(a - mean.values[static_cast<size_t>(cell)])));
-            worst_max =
-                std::max(worst_max, static_cast<double>(std::fabs(b - mx.values[static_cast<size_t>(cell)])));
-          }
-        }
+      const auto [worst_mean, worst_max] = worst_pooled_difference(c, e, p, 150, P, nan_cells);
       INFO("largest differences: mean " << worst_mean << ", max " << worst_max);
       CHECK(worst_mean < 1e-6);
       CHECK(worst_max < 1e-6);
@@ -105,6 +110,30 @@ TEST_CASE("long prompts: pooled maps are the pooling of the exact maps", "[long]
     CHECK(pooled.next_token[0].id == exact.next_token[0].id);
     CHECK(pooled.next_token[0].probability == Approx(exact.next_token[0].probability).margin(1e-5));
   }
+}
+
+TEST_CASE("long prompts: pooled cells wider than a vector, on every instruction set", "[long][capture]") {
+  // 300 tokens in 13 x 13 cells: cells of about 23 keys, a whole vector and a masked part of one for every
+  // width (16, 8 and 4 floats); the fused pass's pooling against the exact maps pooled.
+  const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 1, 2, 1);
+  const Model m = Model::random(c, 23);
+  const std::vector<int64_t> ids = test::random_ids(300, c.vocab_size, 4);
+  const int64_t P = 13;
+  CaptureOptions o;
+  o.pooled_budget_bytes = static_cast<size_t>(c.num_hidden_layers * c.map_heads() * 3 * 2 * 4 * P * P);
+  test::on_every_isa([&] {
+    const Trace exact = m.capture(ids);
+    const Trace pooled = m.capture(ids, o);
+    for (size_t l = 0; l < exact.layers.size(); ++l) {
+      REQUIRE(pooled.layers[l].pooled == P);
+      int nan_cells = 0;
+      const auto [worst_mean, worst_max] =
+          worst_pooled_difference(c, exact.layers[l], pooled.layers[l], 300, P, nan_cells);
+      CHECK(worst_mean < 1e-6);
+      CHECK(worst_max < 1e-6);
+      CHECK(nan_cells == c.map_heads() * 3 * P * (P - 1) / 2);  // the cells wholly in the future
+    }
+  });
 }
 
 // The GPU's pooling path (tensor operations on the maps' device, statistics accumulated there) run on the
