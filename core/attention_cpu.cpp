@@ -836,6 +836,7 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
     const float huge = buckets.lower[static_cast<size_t>(kAbove)];
     uint64_t finite_above = 0;
     for (const Worker& w : ws) {
+      if (w.picked_top.size == 0) continue;
       const float* t = w.picked_top.data.get();
       top.insert(top.end(), t, t + w.picked_top.size);
       finite_above +=
@@ -850,6 +851,7 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
   if (!exact_median) return s;
   ValueBuffer values;  // the median bucket's values
   for (const Worker& w : ws) {
+    if (w.picked_median.size == 0) continue;  // (its buffer may never have been allocated)
     values.reserve_more(w.picked_median.size);
     std::memcpy(values.data.get() + values.size, w.picked_median.data.get(),
                 w.picked_median.size * sizeof(float));

@@ -167,7 +167,7 @@ TEST_CASE("fused attention: logit statistics are the kept logits' own, exactly",
   });
 }
 
-TEST_CASE("fused attention: logit statistics with infinite and huge logits, one worker or two",
+TEST_CASE("fused attention: logit statistics with infinite and huge logits, with idle workers too",
           "[attention][fused][stats]") {
   // A baseline pass on hand-made inputs: key 3 is huge in its first dimension (every later row's logit to
   // it is around 1e20, past the histogram), and row 10's query is so large that its logit to key 3
@@ -188,7 +188,7 @@ TEST_CASE("fused attention: logit statistics with infinite and huge logits, one 
   in.q1 = q.data();
   in.k1 = k.data();
   in.v = v.data();
-  for (const int workers : {1, 2})
+  for (const int workers : {1, 2, 3})
     for (const int64_t stats_from : {int64_t{0}, int64_t{12}}) {
       INFO(workers << " worker(s), statistics from row " << stats_from);
       test::on_every_isa([&] {
@@ -200,10 +200,11 @@ TEST_CASE("fused attention: logit statistics with infinite and huge logits, one 
         ValueStats s;
         out.logit_stats = &s;
         out.stats_from = stats_from;
-        // Two workers take the jobs' two halves in turn.
+        // Two workers take the jobs' two halves in turn; of three, the second takes every job and the
+        // others stay idle (their statistics empty: nothing collected, nothing allocated).
         const CpuParallelFor parallel = [&](int64_t n,
                                             const std::function<void(int64_t, int64_t, int)>& body) {
-          if (workers == 1) return body(0, n, 0);
+          if (workers != 2) return body(0, n, workers == 3 ? 1 : 0);
           body(0, n / 2, 0);
           body(n / 2, n, 1);
         };
