@@ -17,7 +17,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <type_traits>
 
 namespace difflens {
 namespace {
@@ -145,7 +144,7 @@ struct Worker {
   double sum = 0;
   ValueBuffer top;  // candidates for the top-k, all > top_floor
   float top_floor = -1;
-  bool top_in_rows = true;    // false: the top-k is picked from `kept` at the end
+  bool top_in_rows = true;    // false: `kept` holds every value counted, and the top-k is picked from it
   ValueBuffer median_values;  // values inside the window around the median
   // Every value the worker counted, when it has them (collect-all: median_values; a whole array's
   // statistics: the array); merge_stats then picks the median's bucket and the top-k from them.
@@ -403,31 +402,6 @@ __attribute__((always_inline)) inline void write_row(float* __restrict dst, int6
   for (; c < ld; ++c) dst[c] = at(c);
 }
 
-// A vector's lanes summed (largest, smallest) pairwise: halves added, then their halves, ... (log2 W
-// steps, where a lane-by-lane loop is a chain of W dependent additions).
-template <typename V>
-struct Half;
-template <>
-struct Half<v16> {
-  using type = v8;
-};
-template <>
-struct Half<v8> {
-  using type = v4;
-};
-template <typename V, typename Op>
-__attribute__((always_inline)) inline float tree_reduce(V x, Op op) {
-  if constexpr (lanes<V>() == 4) {
-    return op(op(x[0], x[2]), op(x[1], x[3]));
-  } else {
-    using H = typename Half<V>::type;
-    H a, b;
-    std::memcpy(&a, &x, sizeof a);
-    std::memcpy(&b, reinterpret_cast<const char*>(&x) + sizeof a, sizeof b);
-    return tree_reduce(op(a, b), op);
-  }
-}
-
 // The sum, largest and smallest of v[0..n) (n >= 1), a vector at a time: one cell of a pooled map row
 // (long prompts' cells are tens of keys wide). The last, partial vector is read whole and its lanes past n
 // masked: v must be readable up to the next multiple of the vector width (the pass's scratch rows are).
@@ -465,22 +439,9 @@ __attribute__((always_inline)) inline void segment_stats(const float* __restrict
     h = xh > h ? xh : h;
     l = xl < l ? xl : l;
   }
-  const auto add = [](auto a, auto b) { return a + b; };
-  const auto larger = [](auto a, auto b) {
-    if constexpr (std::is_same_v<decltype(a), float>)
-      return std::max(a, b);
-    else
-      return a > b ? a : b;
-  };
-  const auto smaller = [](auto a, auto b) {
-    if constexpr (std::is_same_v<decltype(a), float>)
-      return std::min(a, b);
-    else
-      return a < b ? a : b;
-  };
-  sum = tree_reduce(s, add);
-  hi = tree_reduce(h, larger);
-  lo = tree_reduce(l, smaller);
+  sum = lane_sum(s);
+  hi = lane_max(h);
+  lo = lane_min(l);
 }
 
 // Rows are taken four at a time: their logits share each chunk of keys loaded (eight independent
@@ -763,10 +724,10 @@ float kth_smallest(float* v, size_t n, size_t k) {
 // The workers' statistics as one ValueStats. With exact_median the median is found among the values of its
 // bucket: picked from each worker's `kept` values when it has them (every value it counted), else from
 // those it collected when the bucket lies in [window_lo, window_hi], else from the ones
-// `collect_bucket(lo, hi)` gathers into the workers' median_values. Workers without candidates of their
-// own (top_in_rows false) have their top-k picked from `kept` too: the values from the bucket of the k-th
-// largest up, plus the infinities, which the histogram counts (above) but no pick keeps. The picking runs
-// one worker per job on `parallel` (null: here).
+// `collect_bucket(lo, hi)` gathers into the workers' median_values. Workers with `kept` values (top_in_rows
+// false: no candidates of their own) have their top-k picked from them too: the values from the bucket of the
+// k-th largest up, plus the infinities, which the histogram counts (above) but no pick keeps. The picking
+// runs one worker per job on `parallel` (null: here).
 template <typename Collect>
 ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo, int window_hi,
                        Collect&& collect_bucket, const CpuParallelFor* parallel = nullptr) {
@@ -804,11 +765,10 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
     below += counts[static_cast<size_t>(b)];
   }
   const float lo = buckets.lower[static_cast<size_t>(b)], hi = buckets.lower[static_cast<size_t>(b + 1)];
-  const bool kept = !ws.empty() && ws.front().kept;
+  const bool kept = !ws.empty() && !ws.front().top_in_rows;  // the top-k is picked here too
   if (exact_median && !kept && (b < window_lo || b > window_hi))
     collect_bucket(lo, hi);  // not collected yet: a pass for it
   // The top-k's lowest bucket, when it is picked here.
-  const bool pick_top = !ws.empty() && !ws.front().top_in_rows;
   int tb = kAbove;
   for (uint64_t above = 0; tb > kBelow && above + counts[static_cast<size_t>(tb)] < ValueStats::kTopK; --tb)
     above += counts[static_cast<size_t>(tb)];
@@ -822,17 +782,17 @@ ValueStats merge_stats(std::vector<Worker>& ws, bool exact_median, int window_lo
       for (int64_t at = 0; at < count; at += kStatsChunk) {  // a chunk read once from memory, picked twice
         const int64_t m = std::min(kStatsChunk, count - at);
         if (exact_median) collect(v + at, m, lo, hi, w.picked_median);
-        if (pick_top) collect(v + at, m, top_lo, inf, w.picked_top);
+        if (kept) collect(v + at, m, top_lo, inf, w.picked_top);
       }
     }
   };
   const int64_t workers = static_cast<int64_t>(ws.size());
-  if ((exact_median || pick_top) && parallel && workers > 1)
+  if ((exact_median || kept) && parallel && workers > 1)
     (*parallel)(workers, pick);
-  else if (exact_median || pick_top)
+  else if (exact_median || kept)
     pick(0, workers, 0);
 
-  if (pick_top) {
+  if (kept) {
     const float huge = buckets.lower[static_cast<size_t>(kAbove)];
     uint64_t finite_above = 0;
     for (const Worker& w : ws) {

@@ -37,17 +37,60 @@ template <typename V>
 __attribute__((always_inline)) inline V splat(float f) {
   return V{} + f;
 }
+// A vector's lanes reduced pairwise: its halves combined, then their halves, ... down to one float (log2 W
+// dependent steps, where a lane-by-lane loop is a chain of W).
+template <typename V>
+struct HalfOf;
+template <>
+struct HalfOf<v16> {
+  using type = v8;
+};
+template <>
+struct HalfOf<v8> {
+  using type = v4;
+};
+template <typename V, typename Op>
+__attribute__((always_inline)) inline float lane_reduce(V x, Op op) {
+  if constexpr (lanes<V>() == 4) {
+    return op(op(x[0], x[2]), op(x[1], x[3]));
+  } else {
+    using H = typename HalfOf<V>::type;
+    H a, b;
+    std::memcpy(&a, &x, sizeof a);
+    std::memcpy(&b, reinterpret_cast<const char*>(&x) + sizeof a, sizeof b);
+    return lane_reduce(op(a, b), op);
+  }
+}
+// The operations, for floats and vectors alike.
+struct AddOp {
+  template <typename T>
+  __attribute__((always_inline)) T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  template <typename T>
+  __attribute__((always_inline)) T operator()(T a, T b) const {
+    return a > b ? a : b;
+  }
+};
+struct MinOp {
+  template <typename T>
+  __attribute__((always_inline)) T operator()(T a, T b) const {
+    return a < b ? a : b;
+  }
+};
 template <typename V>
 __attribute__((always_inline)) inline float lane_sum(V x) {
-  float s = 0;
-  for (int l = 0; l < lanes<V>(); ++l) s += x[l];
-  return s;
+  return lane_reduce(x, AddOp{});
 }
 template <typename V>
 __attribute__((always_inline)) inline float lane_max(V x) {
-  float m = x[0];
-  for (int l = 1; l < lanes<V>(); ++l) m = std::max(m, x[l]);
-  return m;
+  return lane_reduce(x, MaxOp{});
+}
+template <typename V>
+__attribute__((always_inline)) inline float lane_min(V x) {
+  return lane_reduce(x, MinOp{});
 }
 
 // e^x for x <= 0, lane by lane: Cephes' single-precision polynomial after 2^n range reduction (within 2 ulp);
