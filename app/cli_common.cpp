@@ -1,11 +1,18 @@
 // What several difflens commands share (see cli_common.h).
 #include "app/cli_common.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cctype>
 #include <csignal>
+#include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <unistd.h>
 
@@ -16,7 +23,8 @@
 namespace difflens::cli {
 
 Option threads_option() {
-  return integer("threads", "N", 1, 4096, "", "CPU threads (default: LibTorch's)");
+  return integer("threads", "N", 1, 4096, "",
+                 "CPU threads (default: every core, " + std::to_string(default_threads()) + " here)");
 }
 
 Option device_option(const std::string& fallback) {
@@ -87,6 +95,9 @@ std::string bundled_model(const char* name) {
 }
 
 std::string read_file(const std::string& path, const char* what) {
+  std::error_code dir_ec;
+  if (std::filesystem::is_directory(path, dir_ec))
+    throw Error(path + ": is a folder; the " + std::string(what) + " must be a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path + ": cannot open the " + what);
   // Read whole: refuse a file that would take more than half the memory available.
@@ -100,8 +111,74 @@ std::string read_file(const std::string& path, const char* what) {
   return ss.str();
 }
 
+void check_output_dir(const std::string& path, const char* flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_directory(path, ec))
+    throw Error(std::string(flag) + " " + path + ": is a file; give a folder (it is created when missing)");
+  fs::create_directories(path, ec);
+  if (ec) throw Error(std::string(flag) + " " + path + ": cannot create the folder (" + ec.message() + ")");
+  if (access(path.c_str(), W_OK | X_OK) != 0)
+    throw Error(std::string(flag) + " " + path + ": the folder is not writable");
+}
+
+void check_output_file(const std::string& path, const char* flag,
+                       const std::vector<std::string>& extensions) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) throw Error(std::string(flag) + ": give a file name");
+  if (fs::is_directory(path, ec))
+    throw Error(std::string(flag) + " " + path + ": is a folder; give a file name");
+  std::string ext = fs::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!extensions.empty() && std::find(extensions.begin(), extensions.end(), ext) == extensions.end()) {
+    std::string list;
+    for (const auto& e : extensions) list += (list.empty() ? "" : " or ") + e;
+    throw Error(std::string(flag) + " " + path + ": writes " + list + " files; name it " +
+                fs::path(path).replace_extension(extensions.front()).string());
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) check_output_dir(parent.string(), flag);
+}
+
+int default_threads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 void apply_threads(const Args& a) {
-  if (a.has("threads")) set_num_threads(a.get_int("threads"));  // absent: LibTorch's default
+  set_num_threads(a.has("threads") ? a.get_int("threads") : default_threads());
+}
+
+void progress(const char* format, ...) {
+  char line[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  if (isatty(fileno(stderr)))
+    std::fprintf(stderr, "\r%s   ", line);
+  else
+    std::fprintf(stderr, "%s\n", line);
+  std::fflush(stderr);
+}
+
+void progress_done() {
+  if (isatty(fileno(stderr))) std::fprintf(stderr, "\n");
+}
+
+bool quick_mode() {
+  const char* v = std::getenv("DIFFLENS_QUICK");
+  return v && *v && std::string(v) != "0";
+}
+
+int64_t quick_cap(const char* what, int64_t value, int64_t cap) {
+  if (!quick_mode() || value <= cap) return value;
+  std::fprintf(stderr, "DIFFLENS_QUICK: %s %lld -> %lld\n", what, static_cast<long long>(value),
+               static_cast<long long>(cap));
+  return cap;
 }
 
 DeviceChoice device(const Args& a) {

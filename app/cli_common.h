@@ -34,7 +34,27 @@ std::string bundled_model(const char* name);
 
 // A whole file; refuses one over half the memory available. `what` names it in messages.
 std::string read_file(const std::string& path, const char* what = "prompt file");
+// Output paths, checked before any work so that a long run never fails at its end. An output folder
+// (`flag` names it in messages, e.g. "--out"): refused when it is a file or cannot be created or written;
+// created. An output file: refused when it is a folder, when its folder cannot be created, or when its
+// extension is not one of `extensions` (".png", ".svg"; empty: any).
+void check_output_dir(const std::string& path, const char* flag);
+void check_output_file(const std::string& path, const char* flag, const std::vector<std::string>& extensions);
+
+// The CPU threads a command uses: --threads N, else every core this process may run on (as the app does).
 void apply_threads(const Args& a);
+int default_threads();
+
+// A progress update on stderr: on a terminal one line rewritten in place ("\r"), ended by progress_done();
+// in a log (not a terminal) one whole line per update, so that no "\r" lands in a file.
+void progress(const char* format, ...) __attribute__((format(printf, 1, 2)));
+void progress_done();
+
+// DIFFLENS_QUICK=1 (set by the docs-examples test, docs/development.md): commands whose examples would
+// take minutes shrink their sizes. quick_cap returns min(value, cap) in quick mode, else value, and says
+// on stderr what it shrank ("DIFFLENS_QUICK: steps 8000 -> 2").
+bool quick_mode();
+int64_t quick_cap(const char* what, int64_t value, int64_t cap);
 DeviceChoice device(const Args& a);
 // --models as a list (default: the bundled DIFF and baseline pair). `exactly` > 0 requires that many;
 // `expects` names them in the message ("DIFF_DIR,BASELINE_DIR").

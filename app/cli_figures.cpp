@@ -18,8 +18,7 @@ namespace {
 
 int cmd_render(const Args& a) {
   const std::string out = a.require("out");
-  const std::string ext = std::filesystem::path(out).extension().string();
-  if (ext != ".png" && ext != ".svg") throw Error("--out must end in .png or .svg");
+  check_output_file(out, "--out", {".png", ".svg"});
   const Trace trace = read_trace_bundle(a.require("trace"));
   app::FigureOptions o;
   o.size = a.get_int("size");
@@ -35,7 +34,7 @@ int cmd_render(const Args& a) {
     o.region = {zoom[0], zoom[1], zoom[2], zoom[2]};
   }
   const viz::HeadFigure fig = app::head_figure(trace, a.get_int("layer"), a.get_int("head"), o);
-  if (ext == ".svg") {
+  if (std::filesystem::path(out).extension() == ".svg") {
     const std::string svg = viz::head_figure_svg(fig, viz::FigureFont::standard(), a.get_int("max-cells"));
     std::ofstream f(out, std::ios::binary | std::ios::trunc);
     if (!f || !(f << svg)) throw Error(out + ": cannot write");
@@ -72,8 +71,9 @@ Command render_command() {
 // Step-by-step slides of one head of each model for one query: what the app's Explain view shows.
 int cmd_explain(const Args& a) {
   apply_threads(a);
-  const std::string text = prompt_text(a);
   const std::string out = a.require("out");
+  check_output_dir(out, "--out");
+  const std::string text = prompt_text(a);
   const std::vector<std::string> dirs = model_dirs(a, 2, "DIFF_DIR,BASELINE_DIR");
   const auto [width, height] = a.get_size("size");
   auto span = [&](const char* key) {
@@ -83,6 +83,7 @@ int cmd_explain(const Args& a) {
     return TokenSpan{v[0], v[1]};
   };
   app::ExplainInput in;
+  in.answer_hint = "give --answer BEGIN,END (the answer's tokens, END excluded)";
   in.answer = span("answer");
   in.question = span("question");
   for (int s = 0; s < 2; ++s) {
@@ -123,7 +124,8 @@ Command explain_command() {
        integer("head", "H", 0, 1e6, "0", "the DIFF model's head"),
        integer("base-head", "H", 0, 1e6, "", "the baseline's head (default: --head)"),
        integer("query", "I", 0, 1e9, "", "the query token (default: the last)"),
-       int_list("answer", "BEGIN,END", 0, 1e9, 2, 2, "the answer's tokens, marked"),
+       int_list("answer", "BEGIN,END", 0, 1e9, 2, 2,
+                "the answer's tokens, marked: [BEGIN, END), END excluded (10,13 marks tokens 10, 11 and 12)"),
        int_list("question", "BEGIN,END", 0, 1e9, 2, 2, "the question's tokens, marked"),
        size("size", 270, 8192, "1920x1080", "slide size in pixels (at least 480x270)"), device_option("cpu"),
        threads_option()},

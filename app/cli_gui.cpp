@@ -35,6 +35,8 @@ int cmd_gui(const Args& a) {
     o.head = sel[1];
   }
   o.screenshot = a.get("screenshot");
+  if (a.has("screenshot")) check_output_file(o.screenshot, "--screenshot", {".png"});
+  if (a.has("export-dir")) check_output_dir(a.get("export-dir"), "--export-dir");
   o.exit_after_frames = a.get_int("exit-after-frames");
   if (a.has("size")) {
     std::tie(o.width, o.height) = a.get_size("size");
@@ -43,6 +45,8 @@ int cmd_gui(const Args& a) {
   }
   o.font_scale = as_float(a, "font-scale");
   o.haystack = a.get("haystack", bundled_asset("haystack.txt"));
+  if (std::filesystem::is_directory(o.haystack))
+    throw Error("--haystack " + o.haystack + ": is a folder; the haystack text must be a file");
   o.lab_lengths = a.get("lab-lengths");
   o.lab_depths = a.get("lab-depths");
   o.lab_needles = a.get("lab-needles");
@@ -150,7 +154,8 @@ Command gui_command() {
                needle_default + ")"),
        int_list("select", "LAYER,HEAD", 0, 1e6, 2, 2, "the layer and head selected at start"),
        integer("query", "I", 0, 1e9, "", "the selected query token (default: the last)"),
-       int_list("answer", "BEGIN,END", 0, 1e9, 2, 2, "the answer's tokens, marked"),
+       int_list("answer", "BEGIN,END", 0, 1e9, 2, 2,
+                "the answer's tokens, marked: [BEGIN, END), END excluded (10,13 marks tokens 10, 11 and 12)"),
        text("view", "NAME",
             "the view shown: " + app::view_names() + " (keys 1-8; default: the last one, first query-row)"),
        text("tab", "NAME", "the same as --view (the old name)"),

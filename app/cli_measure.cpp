@@ -47,6 +47,7 @@ int cmd_needle(const Args& a) {
   const int logit_bits = a.get_int("logit-bits");
   if (logit_bits == 1) throw Error("option --logit-bits takes 2 to 32 bits (0: exact), got '1'");
   const int cell = a.get_int("cell");
+  check_output_dir(a.require("out"), "--out");
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
   const NeedleSweep sweep = parse_needle_sweep(a.get("lengths"), a.get("depths"), a.get("needles"),
@@ -86,10 +87,9 @@ int cmd_needle(const Args& a) {
       NeedleRun run = run_needle(model, builder, job.cell, job.seed, &g_stop);
       ++done;
       const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(
-          stderr,
-          "\r[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  answer %.3f noise %.3f"
-          "  ETA %.0f s   ",
+      progress(
+          "[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  answer %.3f noise %.3f"
+          "  ETA %.0f s",
           done, total, model_names.back().c_str(), static_cast<long long>(job.cell.length),
           job.cell.depth * 100, job.cell.needles, job.cell.queried, static_cast<int>(job.seed), run.answered,
           run.asked, run.attention.mean.answer, run.attention.mean.noise,
@@ -97,7 +97,7 @@ int cmd_needle(const Args& a) {
       results.back().push_back(std::move(run));
     }
   }
-  std::fprintf(stderr, "\n");
+  progress_done();
   const std::string tables = app::write_needle_report(out, model_names, results, cell);
   std::printf("%s\nwrote %s/needle.json, needle.csv, tables.md and PNG + SVG heatmaps\n", tables.c_str(),
               out.c_str());
@@ -128,9 +128,10 @@ Command needle_command() {
 }
 
 int cmd_outliers(const Args& a) {
+  const std::string out = a.require("out");
+  check_output_dir(out, "--out");
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
-  const std::string out = a.require("out");
   const std::string text = read_file(a.get("text-file", bundled_asset("haystack.txt")), "text file");
   std::signal(SIGINT, on_interrupt);
   std::vector<std::string> names;
@@ -141,11 +142,11 @@ int cmd_outliers(const Args& a) {
     stats.push_back(measure_outliers(
         model, text, a.get_int("window"), a.get_int("max-windows"),
         [&](int64_t done, int64_t total) {
-          std::fprintf(stderr, "\r%s: window %lld/%lld   ", names.back().c_str(),
-                       static_cast<long long>(done), static_cast<long long>(total));
+          progress("%s: window %lld/%lld", names.back().c_str(), static_cast<long long>(done),
+                   static_cast<long long>(total));
         },
         &g_stop));
-    std::fprintf(stderr, "\n");
+    progress_done();
   }
   const std::string md = app::write_outlier_report(out, names, stats);
   std::printf("%s\nwrote %s/tables.md, outliers.json, outliers.csv, logits.png/.svg, hidden.png/.svg\n",
@@ -195,11 +196,11 @@ int cmd_loss(const Args& a) {
       l = text_loss(
           m, text, window, max_windows,
           [&](int64_t done, int64_t total) {
-            std::fprintf(stderr, "\r%s: window %lld/%lld   ", name.c_str(), static_cast<long long>(done),
-                         static_cast<long long>(total));
+            progress("%s: window %lld/%lld", name.c_str(), static_cast<long long>(done),
+                     static_cast<long long>(total));
           },
           &g_stop);
-      std::fprintf(stderr, "\n");
+      progress_done();
     } catch (const Cancelled&) {
       throw Error("stopped by Ctrl-C before " + name + " scored a window");
     }
@@ -230,6 +231,7 @@ Command loss_command() {
 }
 
 int cmd_quantize(const Args& a) {
+  if (a.has("out")) check_output_dir(a.get("out"), "--out");
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
   const std::vector<int> bits = a.get_int_list("bits");
@@ -290,7 +292,6 @@ int cmd_quantize(const Args& a) {
       "Paper (Fig. 8, 3B): 4-bit DIFF behaves about like 6-bit Transformer.\n";
   std::printf("%s", md.c_str());
   if (a.has("out")) {
-    std::filesystem::create_directories(a.get("out"));
     const std::string f = (std::filesystem::path(a.get("out")) / "quantize.md").string();
     std::ofstream o(f, std::ios::trunc);
     if (!(o << md)) throw Error(f + ": cannot write");
@@ -330,8 +331,9 @@ int cmd_bench(const Args& a) {
   const CpuIsa isa =
       std::array<CpuIsa, 4>{CpuIsa::Auto, CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Plain}[a.choice_index("isa")];
   if (!set_cpu_isa(isa)) throw Error("--isa " + a.get("isa") + ": this CPU does not have it");
-  const std::vector<int> lengths = a.get_int_list("lengths");
-  const int repeats = a.get_int("repeats");
+  std::vector<int> lengths = a.get_int_list("lengths");
+  for (int& T : lengths) T = static_cast<int>(quick_cap("bench length", T, 2048));  // DIFFLENS_QUICK
+  const int repeats = static_cast<int>(quick_cap("repeats", a.get_int("repeats"), 2));
 
   std::vector<Model> models;
   if (a.has("models")) {

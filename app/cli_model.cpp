@@ -19,6 +19,36 @@
 namespace difflens::cli {
 namespace {
 
+// What a capture printed after its model and timing lines, local or remote: λ per layer (DIFF), the
+// |logit| and |hidden| statistics, the next-token top 5 and the files written.
+void print_trace_summary(const Trace& trace, const std::string& out) {
+  if (trace.config.is_diff_v2()) {  // λ per head and token: each layer's mean and range
+    std::printf("lambda   ");
+    for (const auto& l : trace.layers) {
+      const auto [lo, hi] = std::minmax_element(l.lambda_rows.data.begin(), l.lambda_rows.data.end());
+      std::printf(" L%d=%.4f [%.4f, %.4f]", l.index, l.lambda, l.lambda_rows.data.empty() ? 0.0f : *lo,
+                  l.lambda_rows.data.empty() ? 0.0f : *hi);
+    }
+    std::printf("  (mean [range] of sigma(x_t . w_lambda,h) over tokens and heads)\n");
+  } else if (trace.config.is_diff()) {
+    std::printf("lambda   ");
+    for (const auto& l : trace.layers) std::printf(" L%d=%.4f", l.index, l.lambda);
+    std::printf("\n");
+  }
+  const ValueStats logits = pooled_logit_stats(trace), hidden = pooled_hidden_stats(trace);
+  std::printf("|logits|  top-1 %.3f  top-10 %.3f  median %.3f\n", logits.top_k(1), logits.top_k(10),
+              logits.median);
+  std::printf("|hidden|  top-1 %.3f  top-10 %.3f  median %.3f\n", hidden.top_k(1), hidden.top_k(10),
+              hidden.median);
+  std::printf("next      ");
+  for (size_t i = 0; i < std::min<size_t>(5, trace.next_token.size()); ++i)
+    std::printf("%s%s %.3f", i ? ", " : "", trace.next_token[i].text.c_str(),
+                trace.next_token[i].probability);
+  const std::filesystem::path dir(out);
+  std::printf("\nwrote     %s, %s\n", (dir / "trace.json").string().c_str(),
+              (dir / "maps.safetensors").string().c_str());
+}
+
 // capture --model remote://HOST:PORT/N: the same request to `difflens serve`, the reply written as a bundle.
 int capture_remote(const Args& a) {
   const std::string out = a.require("out");
@@ -50,14 +80,15 @@ int capture_remote(const Args& a) {
   std::printf("tokens    %lld\n", static_cast<long long>(c.trace->length()));
   std::printf("capture   %.1f ms on the server, round trip %.1f ms, reply %s\n", c.server_ms, c.round_trip_ms,
               mb(c.bytes).c_str());
-  std::printf("wrote     %s/trace.json, %s/maps.safetensors\n", out.c_str(), out.c_str());
+  print_trace_summary(*c.trace, out);
   return 0;
 }
 
 int cmd_capture(const Args& a) {
+  const std::string out = a.require("out");
+  check_output_dir(out, "--out");
   apply_threads(a);
   if (app::is_remote(a.get("model"))) return capture_remote(a);
-  const std::string out = a.require("out");
   Model model = load_model(a.require("model"), device(a));
   const std::vector<int64_t> ids = prompt_ids(a, model);
   CaptureOptions opt;
@@ -78,30 +109,9 @@ int cmd_capture(const Args& a) {
               static_cast<long long>(c.map_heads()), static_cast<long long>(model.parameter_count()),
               model.device_name().c_str());
   std::printf("tokens    %lld\n", static_cast<long long>(trace.length()));
-  std::printf("capture   %.1f ms, trace %s\n", trace.elapsed_ms, mb(trace.byte_size()).c_str());
-  if (c.is_diff_v2()) {  // λ per head and token: each layer's mean and range
-    std::printf("lambda   ");
-    for (const auto& l : trace.layers) {
-      const auto [lo, hi] = std::minmax_element(l.lambda_rows.data.begin(), l.lambda_rows.data.end());
-      std::printf(" L%d=%.4f [%.4f, %.4f]", l.index, l.lambda, l.lambda_rows.data.empty() ? 0.0f : *lo,
-                  l.lambda_rows.data.empty() ? 0.0f : *hi);
-    }
-    std::printf("  (mean [range] of sigma(x_t . w_lambda,h) over tokens and heads)\n");
-  } else if (c.is_diff()) {
-    std::printf("lambda   ");
-    for (const auto& l : trace.layers) std::printf(" L%d=%.4f", l.index, l.lambda);
-    std::printf("\n");
-  }
-  const ValueStats logits = pooled_logit_stats(trace), hidden = pooled_hidden_stats(trace);
-  std::printf("|logits|  top-1 %.3f  top-10 %.3f  median %.3f\n", logits.top_k(1), logits.top_k(10),
-              logits.median);
-  std::printf("|hidden|  top-1 %.3f  top-10 %.3f  median %.3f\n", hidden.top_k(1), hidden.top_k(10),
-              hidden.median);
-  std::printf("next      ");
-  for (size_t i = 0; i < std::min<size_t>(5, trace.next_token.size()); ++i)
-    std::printf("%s%s %.3f", i ? ", " : "", trace.next_token[i].text.c_str(),
-                trace.next_token[i].probability);
-  std::printf("\nwrote     %s/trace.json, %s/maps.safetensors\n", out.c_str(), out.c_str());
+  std::printf("capture   %.1f ms on %d CPU threads, trace %s\n", trace.elapsed_ms, num_threads(),
+              mb(trace.byte_size()).c_str());
+  print_trace_summary(trace, out);
   return 0;
 }
 
@@ -136,6 +146,14 @@ int cmd_init_pair(const Args& a) {
   const bool v2 = a.get("arch") == "diff-v2";
   if (v2) diff_cfg = make_matched_diff_v2(spec);
   const std::string name = v2 ? "diff-v2" : "diff";
+  for (const std::string& sub : {name, std::string("baseline")}) {
+    std::error_code ec;
+    if (std::filesystem::exists(out / sub, ec) && !std::filesystem::is_empty(out / sub, ec) &&
+        !a.has("overwrite"))
+      throw Error((out / sub).string() +
+                  ": exists and is not empty; refusing to overwrite it (choose a new --out, or --overwrite)");
+  }
+  check_output_dir(out.string(), "--out");
   const uint64_t seed = static_cast<uint64_t>(a.get_int("seed"));
   diff_cfg.name = name + " (untrained, seed " + std::to_string(seed) + ")";
   base_cfg.name = "baseline (untrained, seed " + std::to_string(seed) + ")";
@@ -156,7 +174,8 @@ Command init_pair_command() {
       {required(text("out", "DIR", "the folder for both models")),
        choice("arch", "diff|diff-v2", "diff",
               "diff: DIFF V1 with H heads beside the baseline's 2H; diff-v2 (written to DIR/diff-v2): DIFF "
-              "V2 with the baseline's 2H heads, twice the query sub-heads and a lambda_proj")},
+              "V2 with the baseline's 2H heads, twice the query sub-heads and a lambda_proj"),
+       flag("overwrite", "replace DIR/diff and DIR/baseline when they hold files (refused without it)")},
       "",
       cmd_init_pair};
   for (Option& o : pair_shape_options()) c.options.push_back(std::move(o));
@@ -201,6 +220,7 @@ int cmd_convert(const Args& a) {
   const DType dtype = std::array<DType, 3>{DType::F32, DType::F16, DType::BF16}[a.choice_index("dtype")];
   if (std::filesystem::exists(to) && !std::filesystem::is_empty(to))
     throw Error(to + ": exists and is not empty (choose a new folder)");
+  check_output_dir(to, "--to");
   const Model m = load_model(from, DeviceChoice::Cpu);
   if (format == "hf") {
     for (const std::string& note : save_hf(m, to, dtype)) std::printf("note: %s\n", note.c_str());
@@ -253,6 +273,13 @@ int cmd_generate(const Args& a) {
   apply_threads(a);
   const Model m = load_model(a.require("model"), device(a));
   const auto ids = m.tokenizer().encode(a.require("prompt"), true).ids;
+  const int64_t positions = m.config().max_position_embeddings;
+  if (static_cast<int64_t>(ids.size()) + a.get_int("tokens") > positions)
+    throw Error("--tokens " + std::to_string(a.get_int("tokens")) + ": the prompt's " +
+                std::to_string(ids.size()) + " tokens and the new ones pass the " +
+                std::to_string(positions) + " positions the model reads; give --tokens " +
+                std::to_string(std::max<int64_t>(0, positions - static_cast<int64_t>(ids.size()))) +
+                " or less");
   const double temperature = a.get_double("temperature");
   for (int s = 0; s < a.get_int("samples"); ++s) {
     const auto out = m.generate(ids, a.get_int("tokens"), temperature, a.get_int("top-k"),

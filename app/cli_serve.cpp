@@ -96,7 +96,7 @@ Command serve_command() {
   return {"serve",
           "answer the desktop app (remote://HOST:PORT/N) and other tools over HTTP with the models of this "
           "machine, e.g. a GPU server reached through an SSH tunnel",
-          {models_option("the models to serve (default: the bundled pair), numbered 0, 1, ... in this order"),
+          {models_option("the models to serve, numbered 0, 1, ... in this order"),
            placement_option(
                "where the models run; a list spreads each model's consecutive layers over those GPUs, "
                "planned from their free memory (cpu,cpu: the same path on the CPU)"),
@@ -219,9 +219,8 @@ Command serve_bench_command() {
       "serve-bench",
       "a bounded load test of serve on loopback: requests/s and p50/p99 latency of captures of the models "
       "(default: the bundled pair)",
-      {models_option("the models served (default: the bundled pair)"),
-       placement_option("where the models run (as serve's --device)"), threads_option(),
-       integer("tokens", "N", 1, 16384, "256", "prompt length"),
+      {models_option("the models served"), placement_option("where the models run (as serve's --device)"),
+       threads_option(), integer("tokens", "N", 1, 16384, "256", "prompt length"),
        integer("clients", "N", 1, 16, "2", "clients sending at once"),
        integer("requests", "N", 1, 1000, "20", "captures per client")},
       "Loopback only: the server runs in this process on a free port of 127.0.0.1.",

@@ -45,7 +45,20 @@ int cmd_train(const Args& a) {
     o.train_diff = a.get("only") == "diff";
     o.train_baseline = a.get("only") == "baseline";
   }
+  // DIFFLENS_QUICK: two short steps and a small evaluation, so that the documented command runs in seconds.
+  o.steps = quick_cap("steps", o.steps, 2);
+  o.batch = quick_cap("batch", o.batch, 2);
+  o.seq_len = quick_cap("seq-len", o.seq_len, 64);
+  o.eval_episodes = quick_cap("evaluation episodes per length", o.eval_episodes, 2);
+  if (quick_mode() && o.eval_lengths.size() > 1) {
+    std::fprintf(stderr, "DIFFLENS_QUICK: evaluated at %lld tokens only\n",
+                 static_cast<long long>(o.eval_lengths[0]));
+    o.eval_lengths.resize(1);
+  }
   o.resume = !a.has("fresh");
+  o.overwrite = a.has("overwrite");
+  std::printf("training into %s (resumes from a train_state there; Ctrl-C saves)\n", o.out_dir.c_str());
+  std::fflush(stdout);
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
   const bool tty = isatty(fileno(stderr));
@@ -112,7 +125,10 @@ Command train_command() {
        choice("arch", "diff|diff-v2", "",
               "the differential model: DIFF V1 (out/diff-small) or DIFF V2 matched to the baseline "
               "(out/diff-v2-small; --heads still sets the baseline's 2H heads)"),
-       flag("fresh", "start over instead of resuming"),
+       flag("fresh", "start over instead of resuming (in folders train wrote; see --overwrite)"),
+       flag("overwrite",
+            "replace model folders under --out that hold weights train did not write (no train_state/); "
+            "without it train refuses them"),
        device_option(""),
        number("episode-fraction", "F", 0, 1, "",
               or_default("last phase: share of rows that are needle episodes", p.mix.episode_fraction)),

@@ -201,7 +201,27 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
   // Rows at the same heights in both columns, so the two models' rows line up.
   const float row_h = step == 1 || step == 6 ? 260 : 330;
   const std::string q = key_label(tk, e.query);
-  auto note = [&](float yy, const std::string& t) { cv.text(x, yy, t, 21, kMuted); };
+  // A note under a chart, wrapped at word boundaries to the column's width; returns the y below it.
+  auto note = [&](float yy, const std::string& t) {
+    std::string line;
+    size_t from = 0;
+    while (from < t.size()) {
+      size_t end = t.find(' ', from);
+      if (end == std::string::npos) end = t.size();
+      const std::string word = t.substr(from, end - from);
+      const std::string wider = line.empty() ? word : line + " " + word;
+      if (!line.empty() && cv.text_width(wider, 21) > w) {
+        cv.text(x, yy, line, 21, kMuted);
+        yy += 28;
+        line = word;
+      } else {
+        line = wider;
+      }
+      from = end + 1;
+    }
+    if (!line.empty()) cv.text(x, yy, line, 21, kMuted);
+    return yy + 30;
+  };
   switch (step) {
     case 1: {
       const std::vector<double>& weight = e.diff ? e.a : e.a1;
@@ -347,16 +367,16 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
       const float ny = y + (e.diff ? 2 : 1) * row_h + 6;
       if (in.answer.begin >= 0) {
         if (e.diff) {
-          note(ny, "to the answer (green): A1 " + fmt("%.3f", before.answer) + " → A " +
-                       fmt("%.3f", after.answer));
-          note(ny + 30, "noise (outside answer and question): A1 " + fmt("%.3f", before.noise) + " → A " +
-                            fmt("%.3f", after.noise));
+          const float next = note(ny, "to the answer (green): A1 " + fmt("%.3f", before.answer) + " → A " +
+                                          fmt("%.3f", after.answer));
+          note(next, "noise (outside answer and question): A1 " + fmt("%.3f", before.noise) + " → A " +
+                         fmt("%.3f", after.noise));
         } else {
-          note(ny, "to the answer (green): " + fmt("%.3f", after.answer));
-          note(ny + 30, "noise (outside answer and question): " + fmt("%.3f", after.noise));
+          const float next = note(ny, "to the answer (green): " + fmt("%.3f", after.answer));
+          note(next, "noise (outside answer and question): " + fmt("%.3f", after.noise));
         }
       } else {
-        note(ny, "mark an answer span (right-drag on the tokens) to see the noise before and after");
+        note(ny, in.answer_hint + " to see the noise before and after");
       }
       break;
     }

@@ -25,6 +25,8 @@ struct ExplainSide {
 struct ExplainInput {
   ExplainSide diff, base;                      // left and right columns
   TokenSpan answer{-1, -1}, question{-1, -1};  // marked spans (begin < 0: none)
+  // How this reader marks an answer, said where none is marked: the app's gesture, or the command's flag.
+  std::string answer_hint = "mark an answer span (right-drag on the tokens)";
 };
 
 // The one-line title of step 1..kExplainSteps.

@@ -112,6 +112,8 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
   fig.title = (t.config.name.empty() ? std::string(to_string(t.config.attention)) : t.config.name) +
               "   layer " + std::to_string(layer) + "   head " + std::to_string(head) + "   " +
               std::to_string(T) + " tokens";
+  const std::string region = viz::region_caption(o.region, static_cast<int64_t>(fig.tokens.size()));
+  if (!region.empty()) fig.title += "   " + region;
   for (const auto& m : maps) {
     viz::HeatmapStyle style;
     style.scale = o.scale;

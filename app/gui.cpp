@@ -44,6 +44,7 @@
 #include "viz/export.h"
 #include "viz/figure.h"
 #include "viz/heatmap_view.h"
+#include "viz/token_text.h"
 
 namespace difflens::app {
 namespace {
@@ -221,6 +222,13 @@ int run_gui(const GuiOptions& opt) {
       // The one point per frame where results reach the UI.
       if (auto r = worker.take_result()) {
         state.shown = std::move(r);
+        if (state.shown->prompt.rfind("(trace bundle ", 0) == 0)  // the prompt box shows the bundle's text
+          for (const auto& t : state.shown->traces)
+            if (t) {
+              const bool bos = !t->token_ids.empty() && t->token_ids[0] == t->config.bos_token_id;
+              state.prompt.text = viz::text_of_pieces(t->tokens, bos);
+              state.prompt.pending = false;
+            }
         if (state.needle.focus_pending && state.shown->prompt == state.prompt.text) {
           state.needle.focus_pending = false;
           focus_answer_head(state, *state.shown);
@@ -287,9 +295,25 @@ int run_gui(const GuiOptions& opt) {
                        ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_MenuBar);
       const ModelShape shape = shape_of(state);
       if (shape.layers > 0) {  // keep the requested selection until there is a model to check it against
-        if (state.view.layer < 0 || state.view.layer >= shape.layers) state.view.layer = shape.layers - 1;
-        for (int s = 0; s < kSlots; ++s)
-          state.view.head[s] = std::clamp(state.view.head[s], 0, std::max(0, shape.heads[s] - 1));
+        // A selection beyond the models (--select 9,9, a smaller model loaded) becomes their last layer or
+        // head, and the status line says so.
+        std::string moved;
+        if (state.view.layer < 0 || state.view.layer >= shape.layers) {
+          if (state.view.layer >= shape.layers)
+            moved = "layer " + std::to_string(state.view.layer) + " is beyond the model's " +
+                    std::to_string(shape.layers) + " layers: showing layer " +
+                    std::to_string(shape.layers - 1);
+          state.view.layer = shape.layers - 1;
+        }
+        for (int s = 0; s < kSlots; ++s) {
+          const int last = std::max(0, shape.heads[s] - 1);
+          if (shape.heads[s] > 0 && state.view.head[s] > last)
+            moved += (moved.empty() ? "" : "; ") + std::string("head ") + std::to_string(state.view.head[s]) +
+                     " is beyond the " + (s == 0 ? "left" : "right") + " model's " +
+                     std::to_string(shape.heads[s]) + " heads: showing head " + std::to_string(last);
+          state.view.head[s] = std::clamp(state.view.head[s], 0, last);
+        }
+        if (!moved.empty()) state.message = moved;
       }
       if (state.explain.present) {  // presentation: the token strip and the Explain slide fill the window
         views.explain.draw_presentation(state);

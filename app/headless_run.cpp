@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "app/panels.h"
+#include "viz/token_text.h"
 
 namespace difflens::app {
 namespace {
@@ -123,7 +124,49 @@ bool HeadlessRun::after_render(const GuiState& state, const InferenceWorker& wor
   } else {
     report(state, worker, width, height);
   }
+  check_asked(state);
   return true;
+}
+
+void HeadlessRun::check_asked(const GuiState& state) {
+  long long T = 0;
+  for (int s = kSlots - 1; s >= 0; --s)
+    if (state.shown && state.shown->traces[s]) T = state.shown->traces[s]->length();
+  if (opt_.zoom[2] > 0 && T > 0 && (opt_.zoom[0] + opt_.zoom[2] > T || opt_.zoom[1] + opt_.zoom[2] > T)) {
+    // The head view keeps the zoom inside the map: say what it shows instead of what was asked.
+    const long long span = std::min<long long>(opt_.zoom[2], T);
+    const long long r0 = std::clamp<long long>(opt_.zoom[0], 0, T - span);
+    const long long c0 = std::clamp<long long>(opt_.zoom[1], 0, T - span);
+    std::fprintf(
+        stderr,
+        "difflens: --zoom %d,%d,%d asks for rows %s and keys %s, but the prompt has %lld tokens: the "
+        "maps show rows %s, keys %s\n",
+        opt_.zoom[0], opt_.zoom[1], opt_.zoom[2],
+        viz::token_range(opt_.zoom[0], opt_.zoom[0] + opt_.zoom[2]).c_str(),
+        viz::token_range(opt_.zoom[1], opt_.zoom[1] + opt_.zoom[2]).c_str(), T,
+        viz::token_range(r0, r0 + span).c_str(), viz::token_range(c0, c0 + span).c_str());
+  }
+  if ((opt_.layer >= 0 && opt_.layer != state.view.layer) ||
+      (opt_.head >= 0 && (opt_.head != state.view.head[0] || opt_.head != state.view.head[1])))
+    std::fprintf(
+        stderr,
+        "difflens: --select %d,%d is beyond the models: shown layer %d, heads %d (left) and %d (right)\n",
+        opt_.layer, opt_.head, state.view.layer, state.view.head[0], state.view.head[1]);
+  if (opt_.export_all) {
+    std::error_code ec;
+    int written = 0;
+    const std::filesystem::path dir = state.view.export_dir;
+    for (std::filesystem::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      written += it->is_regular_file(ec) && it->last_write_time(ec) >= started_;
+    if (written == 0) {
+      std::fprintf(stderr, "difflens: --export-all wrote nothing to %s: %s%s\n", dir.string().c_str(),
+                   state.message.empty() ? "no result to export" : state.message.c_str(),
+                   state.drawn.find("map.0") ? "" : "; on the command line: --view maps, or --split below");
+      exit_status_ = 1;
+    } else {
+      std::printf("exported %d files to %s\n", written, dir.string().c_str());
+    }
+  }
 }
 
 void HeadlessRun::report(const GuiState& state, const InferenceWorker& worker, int w, int h) const {
@@ -133,6 +176,13 @@ void HeadlessRun::report(const GuiState& state, const InferenceWorker& worker, i
   std::printf("wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
               opt_.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
   if (!state.message.empty()) std::printf("status line: %s\n", state.message.c_str());
+  {
+    std::string shown = state.prompt.text.substr(0, 120);
+    for (char& c : shown)
+      if (c == '\n') c = ' ';
+    std::printf("prompt box: %zu bytes: %s%s\n", state.prompt.text.size(), shown.c_str(),
+                state.prompt.text.size() > 120 ? "..." : "");
+  }
   print_layout_report(state, w, h);
   const WorkerStatus st = worker.status();
   for (int s = 0; s < kSlots; ++s) {  // what each slot shows instead of maps, if anything

@@ -6,6 +6,7 @@
 
 #include <imgui.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,10 @@ bool write_window_png(const std::string& path, int width, int height);
 
 class HeadlessRun {
  public:
-  explicit HeadlessRun(const GuiOptions& options) : opt_(options), export_pending_(options.export_all) {}
+  explicit HeadlessRun(const GuiOptions& options)
+      : opt_(options),
+        export_pending_(options.export_all),
+        started_(std::filesystem::file_time_type::clock::now()) {}
   bool active() const { return !opt_.screenshot.empty(); }
   // Frames are being counted towards the screenshot (the loop should not sleep long).
   bool counting() const { return frames_ >= 0; }
@@ -40,6 +44,8 @@ class HeadlessRun {
 
  private:
   void report(const GuiState& state, const InferenceWorker& worker, int width, int height) const;
+  // What the run was asked and did not do, said on stderr (the status is 1 when --export-all wrote nothing).
+  void check_asked(const GuiState& state);
 
   const GuiOptions& opt_;
   int frames_ = -1;  // frames drawn since the awaited result (-1: still waiting)
@@ -48,6 +54,7 @@ class HeadlessRun {
   bool result_ready_ = false;
   std::vector<double> first_frame_ms_, steady_ms_;
   int exit_status_ = 0;
+  std::filesystem::file_time_type started_;  // files in the export folder written since count as exported
 };
 
 }  // namespace difflens::app

@@ -228,7 +228,16 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
       "(Transformer vs DIFF): N=1 R=1 1.00/1.00, N=2 R=2 .85/.92, N=4 R=2 .62/.84, N=6 R=2 .55/.85.\n";
   open_out(out / "tables.md") << md;
 
-  // Heatmaps: accuracy and attention to answer, depth rows × length columns, per model and (N, R).
+  // Heatmaps: accuracy and attention to answer, depth rows × length columns, per model and (N, R). The
+  // attention heatmaps of every model and (N, R) share one colour scale (as the app's lab), so that a
+  // model's weak retrieval does not look like another's strong one: its bounds span every cell's share.
+  double attention_lo = 0, attention_hi = 0;
+  for (size_t m = 0; m < models.size(); ++m)
+    for (const auto& c : cells[m])
+      if (!std::isnan(c.attention.answer))
+        attention_lo = std::min(attention_lo, c.attention.answer),
+        attention_hi = std::max(attention_hi, c.attention.answer);
+  if (!(attention_hi > attention_lo)) attention_hi = attention_lo + 1;
   for (size_t m = 0; m < models.size(); ++m)
     for (const auto& nr : nrs)
       for (const bool accuracy : {true, false}) {
@@ -250,11 +259,8 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
         g.hi = 1;
         g.cell = cell;
         if (!accuracy) {  // attention shares are small for small models (and DIFF's can be < 0): span them
-          double top = 0, bottom = 0;
-          for (double v : g.values)
-            if (!std::isnan(v)) top = std::max(top, v), bottom = std::min(bottom, v);
-          g.lo = bottom;
-          g.hi = top > bottom ? top : bottom + 1;
+          g.lo = attention_lo;
+          g.hi = attention_hi;
           g.format = "%.3f";
         }
         const viz::Image img = viz::render_grid_figure(g);

@@ -16,6 +16,7 @@
 #include "core/tiles.h"
 #include "viz/export.h"
 #include "viz/figure.h"
+#include "viz/token_text.h"
 
 namespace difflens::app {
 
@@ -145,14 +146,11 @@ void HeadView::draw_notes(GuiState& state, const std::vector<MapSpec>& maps) {
   if (tr1 - tr0 <= kTileTokens && tc1 - tc0 <= kTileTokens) {
     tile_ = tiles_.get(trace_, {trace_.get(), layer_, head_, tr0, tr1 - tr0, tc0, tc1 - tc0});
     if (!tile_)
-      ImGui::TextDisabled("computing the exact values of tokens %lld-%lld x %lld-%lld ...",
-                          static_cast<long long>(tr0), static_cast<long long>(tr1 - 1),
-                          static_cast<long long>(tc0), static_cast<long long>(tc1 - 1));
+      ImGui::TextDisabled("computing the exact values of query tokens %s x key tokens %s ...",
+                          viz::token_range(tr0, tr1).c_str(), viz::token_range(tc0, tc1).c_str());
     else
-      ImGui::TextColored(ImVec4(0.1f, 0.5f, 0.1f, 1),
-                         "exact values: query tokens %lld-%lld, key tokens %lld-%lld",
-                         static_cast<long long>(tr0), static_cast<long long>(tr1 - 1),
-                         static_cast<long long>(tc0), static_cast<long long>(tc1 - 1));
+      ImGui::TextColored(ImVec4(0.1f, 0.5f, 0.1f, 1), "exact values: query tokens %s, key tokens %s",
+                         viz::token_range(tr0, tr1).c_str(), viz::token_range(tc0, tc1).c_str());
     if (!tiles_.error().empty())
       ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", tiles_.error().c_str());
   } else {
@@ -376,8 +374,8 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
         else
           for (const auto& other : maps) ImGui::Text("%s = %.5f", other.title.c_str(), other.data[q * T + k]);
         if (span < T)
-          ImGui::TextDisabled("zoom: %s %lld-%lld (double-click resets)", pooled_from > 0 ? "cells" : "rows",
-                              static_cast<long long>(r0), static_cast<long long>(r0 + span - 1));
+          ImGui::TextDisabled("zoom: %s %s (double-click resets)", pooled_from > 0 ? "cells" : "rows",
+                              viz::token_range(r0, r0 + span).c_str());
       }
       ImGui::TextDisabled("right-click: export");
       ImGui::EndTooltip();
@@ -395,12 +393,10 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
 }
 void HeadView::export_head_figure(GuiState& state, viz::HeadFigure& figure, viz::Pooling pooling) const {
   try {
-    const bool zoomed = figure.region.rows < static_cast<int64_t>(figure.tokens.size());
     figure.title = model_name_ + "   layer " + std::to_string(layer_) + "   head " + std::to_string(head_) +
                    "   " + std::to_string(figure.tokens.size()) + " tokens";
-    if (zoomed)
-      figure.title += "   (rows and keys " + std::to_string(figure.region.row0) + "-" +
-                      std::to_string(figure.region.row0 + figure.region.rows - 1) + ")";
+    const std::string region = viz::region_caption(figure.region, static_cast<int64_t>(figure.tokens.size()));
+    if (!region.empty()) figure.title += "   " + region;
     figure.panel_size = std::clamp(state.view.export_size, 64, 8192);
     figure.pooling = pooling;
     std::filesystem::create_directories(state.view.export_dir);

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/needle.h"
+#include "viz/token_text.h"
 
 namespace difflens::app {
 
@@ -31,6 +32,9 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir) {
       throw Error("the needle builder needs a SentencePiece model in a slot (" + tok_path.string() +
                   " is missing)");
     if (!n.haystack || n.tokenizer_path != tok_path.string()) {  // count the haystack once per tokenizer
+      std::error_code dir_ec;
+      if (std::filesystem::is_directory(n.haystack_path, dir_ec))
+        throw Error(n.haystack_path + ": is a folder; the haystack text must be a file");
       std::ifstream in(n.haystack_path, std::ios::binary);
       if (!in) throw Error(n.haystack_path + ": cannot open the haystack text");
       const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -64,7 +68,7 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir) {
     n.built =
         "built a " + std::to_string(n.tokenizer->encode(ep.text, true).ids.size()) + "-token prompt: asked " +
         asked.name + " -> " + asked.code + " (answer span = the needle's code, tokens " +
-        std::to_string(code.begin) + "-" + std::to_string(code.end - 1) + "); " +
+        viz::token_range(code.begin, code.end) + "); " +
         (n.with_answer ? "the prompt ends with the code: the rows from the selected query on are the tokens "
                          "that produce it, so a retrieving head puts weight on the needle's code there"
                        : "a model that retrieves continues with \" " + asked.code + "\" (next-token panel)");

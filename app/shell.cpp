@@ -12,6 +12,7 @@
 #include "app/panels.h"
 #include "app/plot.h"
 #include "app/remote_client.h"
+#include "viz/token_text.h"
 
 namespace difflens::app {
 namespace {
@@ -308,7 +309,7 @@ void draw_side_panel(GuiState& state, InferenceWorker& worker, const ModelShape&
         const int64_t T = t->length();
         ImGui::TextWrapped("Query: token %d of %lld", sel.query, static_cast<long long>(T));
         if (sel.answer_begin >= 0 && sel.answer_end > sel.answer_begin) {
-          ImGui::TextWrapped("Answer: tokens %d-%d", sel.answer_begin, sel.answer_end - 1);
+          ImGui::TextWrapped("Answer: tokens %s", viz::token_range(sel.answer_begin, sel.answer_end).c_str());
           flow_next(ImGui::CalcTextSize("clear").x + 2 * ImGui::GetStyle().FramePadding.x);
           if (ImGui::SmallButton("clear")) state.selection.answer_begin = state.selection.answer_end = -1;
         } else {

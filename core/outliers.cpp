@@ -13,7 +13,12 @@ OutlierStats measure_outliers(const Model& model, const std::string& text, int64
   const Tokenizer& tok = model.tokenizer();
   if (!tok.can_encode()) throw Error("this model has no text tokenizer: it cannot read a text file");
   if (window < 2) throw Error("the window must hold at least 2 tokens");
-  window = std::min<int64_t>(window, model.config().max_position_embeddings);
+  if (window > model.config().max_position_embeddings)
+    throw Error("the window of " + std::to_string(window) + " tokens is longer than the " +
+                std::to_string(model.config().max_position_embeddings) + " positions " +
+                (model.config().name.empty() ? std::string("the model") : model.config().name) +
+                " reads: give --window " + std::to_string(model.config().max_position_embeddings) +
+                " or less");
   const std::vector<int64_t> ids = tok.encode(text, false).ids;
   if (ids.empty()) throw Error("the text is empty: nothing to measure");
   const bool bos = tok.bos_id() >= 0;

@@ -407,8 +407,10 @@ TrainOptions train_options_from_json(const fs::path& file) {
     get("corpus", corpus);
     get("out", out);
     if (!corpus.empty())
-      o.corpus_dir = fs::path(corpus).is_absolute() ? fs::path(corpus) : file.parent_path() / corpus;
-    if (!out.empty()) o.out_dir = fs::path(out).is_absolute() ? fs::path(out) : file.parent_path() / out;
+      o.corpus_dir = fs::path(corpus).is_absolute() ? fs::path(corpus)
+                                                    : (file.parent_path() / corpus).lexically_normal();
+    if (!out.empty())
+      o.out_dir = fs::path(out).is_absolute() ? fs::path(out) : (file.parent_path() / out).lexically_normal();
     get("steps", o.steps);
     get("seq_len", o.seq_len);
     get("batch", o.batch);
@@ -469,6 +471,48 @@ at::ScalarType train_precision(const TrainOptions& o, const at::Device& dev) {
 }
 }  // namespace
 
+void check_train_output(const TrainOptions& o, const std::vector<ModelConfig>& configs) {
+  std::error_code ec;
+  if (fs::exists(o.out_dir, ec) && !fs::is_directory(o.out_dir, ec))
+    throw Error("train: --out " + o.out_dir.string() + " is a file, not a folder");
+  for (const ModelConfig& cfg : configs) {
+    const fs::path dir = o.out_dir / cfg.name;
+    if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+      throw Error("train: " + dir.string() + " is a file, not a folder");
+    const bool has_weights = fs::exists(dir / "model.safetensors", ec) || fs::exists(dir / "config.json", ec);
+    if (!has_weights) continue;
+    const bool has_state = fs::exists(dir / "train_state" / "state.json", ec);
+    if (!has_state) {
+      if (o.overwrite) continue;
+      throw Error("train: " + dir.string() +
+                  " holds a model that train did not write (no train_state/ to resume from); refusing to "
+                  "overwrite it. Give another --out, or --overwrite to replace it");
+    }
+    if (!o.resume) continue;  // --fresh over train's own earlier run
+    ModelConfig saved;
+    try {
+      saved = load_config(dir / "config.json");
+    } catch (const Error& e) {
+      throw Error("train: cannot resume from " + dir.string() + ": " + e.what() +
+                  "; start over with --fresh or give another --out");
+    }
+    const nlohmann::json want = nlohmann::json::parse(config_to_json_text(cfg));
+    const nlohmann::json have = nlohmann::json::parse(config_to_json_text(saved));
+    std::string differences;
+    for (const auto& [key, value] : want.items()) {
+      if (key == "name" || key == "max_position_embeddings") continue;  // not the shape of the weights
+      const auto it = have.find(key);
+      if (it != have.end() && *it == value) continue;
+      differences += (differences.empty() ? "" : ", ") + key + " " +
+                     (it == have.end() ? std::string("missing") : it->dump()) + " there, " + value.dump() +
+                     " asked";
+    }
+    if (!differences.empty())
+      throw Error("train: " + dir.string() + " holds a training state of another model (" + differences +
+                  "); start over there with --fresh or give another --out");
+  }
+}
+
 int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
                    const std::function<void(const TrainProgress&)>& progress) {
   if (o.steps <= 0 || o.batch <= 0 || o.seq_len < 16)
@@ -495,6 +539,12 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   diff_cfg.eos_token_id = base_cfg.eos_token_id = tok.eos_id();
   diff_cfg.name = o.diff_arch == AttentionKind::DiffV2 ? "diff-v2-small" : "diff-small";
   base_cfg.name = "baseline-small";
+  {
+    std::vector<ModelConfig> trained;
+    if (o.train_diff) trained.push_back(diff_cfg);
+    if (o.train_baseline) trained.push_back(base_cfg);
+    check_train_output(o, trained);
+  }
 
   const std::string train_text = read_text(o.corpus_dir / "train.txt");
   const std::string val_text = read_text(o.corpus_dir / "val.txt");

@@ -63,6 +63,9 @@ struct TrainOptions {
   // run started, so that a machine lent for a fixed time returns a state to resume from.
   double max_seconds = 0;
   bool resume = true;  // continue from out_dir's train_state when present
+  // A model folder that holds weights train did not write (no train_state/, e.g. the shipped pair) is
+  // refused unless this is set; see check_train_output.
+  bool overwrite = false;
 };
 
 struct TrainProgress {
@@ -97,6 +100,13 @@ TextLoss text_loss(const Model& model, const std::string& text, int64_t window, 
 
 // Reads a JSON training config (same keys as the command-line options); throws ConfigError.
 TrainOptions train_options_from_json(const std::filesystem::path& file);
+
+// Refuses, before any work, an output that would overwrite what train did not write or cannot continue:
+// `out_dir` a file; a model folder (out_dir/diff-small, ...) that holds weights without train_state/ (weights
+// someone else made: the shipped pair, a converted checkpoint) unless `overwrite`; when resuming, a
+// train_state whose model has another configuration than `config` (named key by key). `configs` are the
+// models about to be trained, their `name` the folder. Throws Error.
+void check_train_output(const TrainOptions& options, const std::vector<ModelConfig>& configs);
 
 // Trains until `steps` or until `*stop` turns true (then saves and returns). Writes, per model,
 // config.json, model.safetensors, tokenizer.model, train_log.csv and eval_log.csv, plus

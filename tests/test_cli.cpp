@@ -121,8 +121,9 @@ TEST_CASE("gui: the λ view shows a DIFF V2 model's λ(token, head) heatmap besi
   REQUIRE(
       run("init-pair --out " + models + " --arch diff-v2 --hidden 32 --layers 2 --heads 2 --vocab 300", dir)
           .status == 0);
-  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300", dir).status ==
-          0);
+  // The second pair's baseline replaces the first's (the same seed and shape): --overwrite says so.
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300 --overwrite", dir)
+              .status == 0);
   const std::string png = (dir / "shot.png").string();
   const Result r = run("--models " + models + "/diff-v2," + models +
                            "/diff --prompt 'The secret code of Mira is 4821.' --view lambda --size 1280x800 "
@@ -411,7 +412,7 @@ TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, an
       {base + " --size 10", "option --size expects an integer from 64 to 8192, got '10'"},
       {base + " --zoom 0,0,99", "outside the map"},
       {base + " --scale cubic", "option --scale must be linear, sqrt or log, got 'cubic'"},
-      {"render --trace " + trace + " --out x.jpg", "--out must end in .png or .svg"},
+      {"render --trace " + trace + " --out x.jpg", "--out x.jpg: writes .png or .svg files; name it x.png"},
       {"render --trace /nonexistent --out x.png", "cannot open"},
   };
   expect_failures(bad, dir);

@@ -14,6 +14,7 @@
 #include "core/tiles.h"
 #include "core/trace_io.h"
 #include "helpers.h"
+#include "viz/font.h"
 
 using namespace difflens;
 
@@ -265,4 +266,42 @@ TEST_CASE("explain: keeping queries, keys and values changes no other readout of
                      nb = attention_noise(kept, {3, 5}, {25, 30});
   CHECK(na.mean.answer == nb.mean.answer);
   CHECK(na.mean.noise == nb.mean.noise);
+}
+
+TEST_CASE("explain slides: no text leaves a slide, and a command-line reader is told the flag",
+          "[explain][app]") {
+  const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu);
+  const Model base = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/baseline-small", DeviceChoice::Cpu);
+  const std::string text =
+      "The secret code of Mira is 4821. The river was high that spring. Q: What is the secret code of Mira? "
+      "A: The secret code of Mira is";
+  CaptureOptions o;
+  o.keep_qkv = true;
+  const Trace td = diff.capture(diff.tokenizer().encode(text, true).ids, o);
+  const Trace tb = base.capture(base.tokenizer().encode(text, true).ids, o);
+  const int64_t q = td.length() - 1;
+  app::ExplainInput in;
+  in.diff = app::explain_side("diff-small", &td, 1, 3, q);
+  in.base = app::explain_side("baseline-small", &tb, 1, 4, q);
+  in.answer_hint = "give --answer BEGIN,END";
+  const viz::FigureFont& font = viz::FigureFont::standard();
+  for (const bool answer : {false, true}) {
+    in.answer = answer ? TokenSpan{10, 14} : TokenSpan{-1, -1};
+    for (const auto [w, h] : {std::pair{1920, 1080}, std::pair{1280, 720}})
+      for (int step = 1; step <= app::kExplainSteps; ++step) {
+        const viz::FigureScene s = app::explain_slide(in, step, w, h);
+        std::string all;
+        for (const auto& t : s.texts) {
+          INFO("step " << step << " at " << w << "x" << h << (answer ? " with" : " without")
+                       << " an answer: \"" << t.text << "\" at x " << t.x);
+          CHECK(t.x >= 0);
+          if (!t.vertical) CHECK(t.x + font.text_width(t.text, t.px) <= w);
+          all += t.text + "\n";
+        }
+        if (step == 5 && !answer) {
+          CHECK_THAT(all, Catch::Contains("give --answer BEGIN,END"));
+          CHECK_THAT(all, !Catch::Contains("right-drag"));
+        }
+      }
+  }
 }

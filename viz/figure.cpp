@@ -35,6 +35,12 @@ std::string fit(const FigureFont& font, const std::string& s, float px, int max_
 
 }  // namespace
 
+std::string region_caption(const MapRegion& r, int64_t n) {
+  if (r.rows <= 0 || (r.row0 == 0 && r.col0 == 0 && r.rows >= n && r.cols >= n)) return "";
+  return "(rows " + token_range(r.row0, r.row0 + r.rows) + ", keys " + token_range(r.col0, r.col0 + r.cols) +
+         ")";
+}
+
 FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   if (fig.panels.empty()) throw Error("figure: no maps to draw");
   if (fig.panel_size < 64 || fig.panel_size > 8192)

@@ -34,6 +34,10 @@ struct HeadFigure {
 
 // Throws Error for an empty figure, a panel without data, no tokens, a region outside the map or a panel
 // size outside 64..8192.
+// What a figure's title adds for a zoomed region: "" for the whole map, else the rows (queries) and keys
+// actually drawn, e.g. "(rows [24, 40), keys [0, 16))" (token_range's convention).
+std::string region_caption(const MapRegion& region, int64_t map_size);
+
 FigureScene layout_head_figure(const HeadFigure& figure, const FigureFont& font);
 
 // The figure as SVG (vector: one <rect class="cell"> per displayed cell, cells pooled like the PNG to at

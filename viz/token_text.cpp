@@ -119,6 +119,25 @@ std::vector<std::string> display_tokens(const std::vector<std::string>& pieces, 
   return out;
 }
 
+std::string text_of_pieces(const std::vector<std::string>& pieces, bool skip_bos) {
+  const std::vector<std::string> labels = display_tokens(pieces, Spaces::Plain);
+  std::string text;
+  for (size_t i = skip_bos && !labels.empty() ? 1 : 0; i < labels.size(); ++i) text += labels[i];
+  for (const char* mark : {"↵", "⇥"}) {  // display marks of control characters back to the characters
+    const std::string m = mark, c = m == "↵" ? "\n" : "\t";
+    for (size_t at = text.find(m); at != std::string::npos; at = text.find(m, at + c.size()))
+      text.replace(at, m.size(), c);
+  }
+  if (!text.empty() && text[0] == ' ' && !pieces.empty() &&
+      pieces[skip_bos && pieces.size() > 1 ? 1 : 0].rfind("\xE2\x96\x81", 0) == 0)
+    text.erase(0, 1);
+  return text;
+}
+
+std::string token_range(long long begin, long long end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
 std::string display_token(const std::string& piece, Spaces spaces) {
   return display_tokens({piece}, spaces)[0];
 }

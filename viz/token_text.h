@@ -23,6 +23,16 @@ enum class Spaces { Plain, Visible };
 std::vector<std::string> display_tokens(const std::vector<std::string>& pieces,
                                         Spaces spaces = Spaces::Plain);
 
+// The text a sequence of pieces spells (what a prompt box shows for a trace bundle, which keeps pieces, not
+// the prompt): the pieces' Plain labels joined, a leading "<s>"-like BOS piece left out when `skip_bos`,
+// and the one space SentencePiece's word marker puts before the first word dropped.
+std::string text_of_pieces(const std::vector<std::string>& pieces, bool skip_bos);
+
+// A span of tokens as DiffLens writes it everywhere (flags, panels, help, figure titles, exports): half-open,
+// the first token and one past the last, as --answer BEGIN,END takes it: token_range(10, 13) = "[10, 13)",
+// tokens 10, 11 and 12.
+std::string token_range(long long begin, long long end);
+
 // The label of one piece on its own (a byte piece is a run of one: "<0x41>" -> "A", "<0xE2>" stays).
 std::string display_token(const std::string& piece, Spaces spaces = Spaces::Plain);
 
