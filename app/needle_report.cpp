@@ -86,6 +86,7 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
                           {"noise", r.attention.per_layer[k].noise}});
       jm["runs"].push_back({{"length", r.cell.length},
                             {"depth", r.cell.depth},
+                            {"placed_depth", r.placed_depth},
                             {"needles", r.cell.needles},
                             {"queried", r.cell.queried},
                             {"seed", r.seed},
@@ -107,6 +108,7 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
     for (const auto& c : cells[m])
       jm["cells"].push_back({{"length", c.cell.length},
                              {"depth", c.cell.depth},
+                             {"placed_depth", c.placed_depth},
                              {"needles", c.cell.needles},
                              {"queried", c.cell.queried},
                              {"runs", c.runs},
@@ -125,13 +127,13 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
   {
     std::ofstream csv = open_out(out / "needle.csv");
     csv << "model,length,depth,needles,queried,runs,accuracy,attention_to_answer,attention_noise,"
-           "answering_to_answer,answering_noise,answering_strongest_head\n";
+           "answering_to_answer,answering_noise,answering_strongest_head,placed_depth\n";
     for (size_t m = 0; m < models.size(); ++m)
       for (const auto& c : cells[m])
         csv << csv_field(models[m]) << "," << c.cell.length << "," << c.cell.depth << "," << c.cell.needles
             << "," << c.cell.queried << "," << c.runs << "," << c.accuracy << "," << c.attention.answer << ","
             << c.attention.noise << "," << c.answering.answer << "," << c.answering.noise << ","
-            << c.answering_head << "\n";
+            << c.answering_head << "," << c.placed_depth << "\n";
   }
 
   // tables.md
@@ -154,7 +156,9 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
   std::string md = "# Needle-in-a-haystack sweep\n\n";
   md += std::string("Definitions: ") + kAttentionShareDefinition +
         ". Answer span: the code tokens of the needle the last question asks about; query rows: the tokens "
-        "of that question. Accuracy: questions whose whole code the model produced greedily.\n\n";
+        "of that question. Accuracy: questions whose whole code the model produced greedily. Depth: the "
+        "share of the haystack's tokens before the needle, asked (column) and placed (last row, mean over "
+        "seeds): a needle sits between sentences, at the boundary nearest the asked depth.\n\n";
   for (const auto& nr : nrs)
     for (int64_t L : lengths) {
       md += "## Attention to answer / attention noise by depth (N=" + std::to_string(nr.first) +
@@ -177,7 +181,15 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
           }
         md += " " + (n ? fmt("%.2f", acc / n) : std::string("–")) + " |\n";
       }
-      md += "\n";
+      // Where the needles went: a needle sits between sentences, at the boundary nearest the depth asked
+      // (the same episodes for every model with this tokenizer, so the first model's runs say it).
+      md += "| *placed at* |";
+      for (double d : depths) {
+        const auto* c = models.empty() ? nullptr : find(0, L, d, nr);
+        md +=
+            " " + (c && d >= 0 ? "*" + fmt("%.0f%%", c->placed_depth * 100) + "*" : std::string("–")) + " |";
+      }
+      md += " |\n\n";
     }
   // While answering: mean over depths, per length.
   md +=

@@ -86,12 +86,14 @@ void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vecto
       }
       if (ImGui::IsMouseHoveringRect(a, b))
         ImGui::SetTooltip(
-            "%lld tokens, depth %s, N=%d R=%d\n%d episodes: accuracy %.2f\n"
+            "%lld tokens, depth %s (placed at %.0f%%: the sentence boundary nearest it), N=%d R=%d\n"
+            "%d episodes: accuracy %.2f\n"
             "reading the question: attention to answer %.3f, attention noise %.3f\n"
             "while answering: to answer %.3f, noise %.3f, strongest head %.2f",
-            static_cast<long long>(found->cell.length), depth_label(found->cell.depth).c_str(), nr.first,
-            nr.second, found->runs, found->accuracy, found->attention.answer, found->attention.noise,
-            found->answering.answer, found->answering.noise, found->answering_head);
+            static_cast<long long>(found->cell.length), depth_label(found->cell.depth).c_str(),
+            found->placed_depth * 100, nr.first, nr.second, found->runs, found->accuracy,
+            found->attention.answer, found->attention.noise, found->answering.answer, found->answering.noise,
+            found->answering_head);
     }
   }
   ImGui::Dummy(
@@ -413,7 +415,7 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
         ImGui::TableNextColumn();
         ImGui::Text("%lld", static_cast<long long>(run.tokens));
         ImGui::TableNextColumn();
-        ImGui::TextUnformatted(depth_label(run.cell.depth).c_str());
+        ImGui::Text("%s (placed %.0f%%)", depth_label(run.cell.depth).c_str(), run.placed_depth * 100);
         ImGui::TableNextColumn();
         ImGui::Text("%d", run.cell.needles);
         ImGui::TableNextColumn();

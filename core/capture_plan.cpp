@@ -109,10 +109,12 @@ CapturePlan plan_capture(const ModelConfig& c, const std::vector<int64_t>& ids, 
   // are copied into; measured on the bundled pair: peak RSS 1.9-3.3 x the kept maps), plus one layer's
   // attention computed whole, kept logits and the T x T masks. Refuse, with the numbers, what the machine
   // cannot hold rather than be killed half-way.
-  // Full logits are kept for every layer and head (keep_logits does not follow --layers and --heads).
-  p.logits_bytes = o.keep_logits ? static_cast<double>(c.num_hidden_layers) * static_cast<double>(H) * TT *
-                                       4.0 * (c.is_diff() ? 2.0 : 1.0)
-                                 : 0.0;
+  // Full logits are kept for every head of the layers --layers selects (all without it): --heads selects
+  // maps only.
+  const double logit_layers =
+      o.layers.empty() ? static_cast<double>(c.num_hidden_layers) : static_cast<double>(o.layers.size());
+  p.logits_bytes =
+      o.keep_logits ? logit_layers * static_cast<double>(H) * TT * 4.0 * (c.is_diff() ? 2.0 : 1.0) : 0.0;
   p.host_bytes = 2.0 * p.exact_map_bytes + p.logits_bytes + p.layer_bytes + 2.0 * TT;
   if (machine.host_available > 0 && p.host_bytes > static_cast<double>(machine.host_available))
     throw Error(

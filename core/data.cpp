@@ -228,25 +228,27 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
     throw Error("episode: a context of " + std::to_string(spec.context_tokens) + " tokens cannot hold " +
                 std::to_string(spec.needles) + " needles and " + std::to_string(spec.queried) + " questions");
 
-  const size_t start = std::uniform_int_distribution<size_t>(0, haystack_.size() - 1)(rng);
-  for (int attempt = 0; attempt < 64; ++attempt) {
+  size_t start = std::uniform_int_distribution<size_t>(0, haystack_.size() - 1)(rng);
+  // Consecutive sentences from `from` within `room` tokens; one that does not fit is skipped (a long
+  // sentence must not leave a short context empty), and the scan stops once little room is left.
+  auto gather = [&](size_t from, int64_t room) {
     std::vector<size_t> hay;
     int64_t used = 0;
-    // Consecutive sentences from `start`; one that does not fit is skipped (a long sentence must not
-    // leave a short context empty), and the scan stops once little room is left.
-    for (size_t k = 0; k < haystack_.size() && budget - used > 4 && k < 4096; ++k) {
-      const size_t i = (start + k) % haystack_.size();
-      if (used + haystack_.tokens(i) > budget) continue;
+    for (size_t k = 0; k < haystack_.size() && room - used > 4 && k < 4096; ++k) {
+      const size_t i = (from + k) % haystack_.size();
+      if (used + haystack_.tokens(i) > room) continue;
       used += haystack_.tokens(i);
       hay.push_back(i);
     }
-    // Needle j goes before haystack sentence round(depth·|hay|).
-    std::string text;
-    std::vector<std::pair<size_t, size_t>> needle_chars(needles.size()), code_chars(needles.size());
-    // Sentence boundary k (0..|hay|) each needle goes before.
-    std::vector<int64_t> cum(hay.size() + 1, 0);
+    return hay;
+  };
+  // Sentence boundary k (0..|hay|) each needle goes before, and the largest distance between a needle's
+  // placed and requested depth (fractions of the haystack's tokens).
+  auto place = [&](const std::vector<size_t>& hay, std::vector<size_t>& boundary, std::vector<int64_t>& cum) {
+    cum.assign(hay.size() + 1, 0);
     for (size_t k = 0; k < hay.size(); ++k) cum[k + 1] = cum[k] + haystack_.tokens(hay[k]);
-    std::vector<size_t> boundary(needles.size());
+    boundary.assign(needles.size(), 0);
+    double worst = 0;
     for (size_t j = 0; j < needles.size(); ++j) {
       if (!spec.depth_by_tokens) {
         boundary[j] = static_cast<size_t>(std::lround(depths[j] * static_cast<double>(hay.size())));
@@ -259,7 +261,30 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
             std::fabs(static_cast<double>(cum[best]) - target))
           best = k;
       boundary[j] = best;
+      if (cum.back() > 0)
+        worst = std::max(
+            worst, std::fabs(static_cast<double>(cum[best]) / static_cast<double>(cum.back()) - depths[j]));
     }
+    return worst;
+  };
+  if (spec.depth_by_tokens) {  // a stretch of the haystack with a boundary near every requested depth
+    std::vector<size_t> boundary;
+    std::vector<int64_t> cum;
+    double best_miss = place(gather(start, budget), boundary, cum);
+    for (int tries = 0; tries < 32 && best_miss > kDepthTolerance; ++tries) {
+      const size_t other = std::uniform_int_distribution<size_t>(0, haystack_.size() - 1)(rng);
+      const double miss = place(gather(other, budget), boundary, cum);
+      if (miss < best_miss) best_miss = miss, start = other;
+    }
+  }
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const std::vector<size_t> hay = gather(start, budget);
+    // Needle j goes before haystack sentence boundary[j].
+    std::string text;
+    std::vector<std::pair<size_t, size_t>> needle_chars(needles.size()), code_chars(needles.size());
+    std::vector<size_t> boundary;
+    std::vector<int64_t> cum;
+    place(hay, boundary, cum);
     size_t next = 0;
     auto put_needles_before = [&](size_t pos) {
       while (next < order.size() && boundary[static_cast<size_t>(order[next])] <= pos) {
@@ -301,6 +326,8 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
       ep.needle_spans.push_back(token_span(enc, needle_chars[j].first, needle_chars[j].second));
       ep.needle_code_spans.push_back(token_span(enc, code_chars[j].first, code_chars[j].second));
       ep.depths.push_back(depths[j]);
+      ep.placed_depths.push_back(
+          cum.back() > 0 ? static_cast<double>(cum[boundary[j]]) / static_cast<double>(cum.back()) : 0.0);
     }
     for (size_t k = 0; k < queried.size(); ++k) {
       ep.queried.push_back(

@@ -46,7 +46,12 @@ struct Episode {
   std::vector<Span> question_spans;     // each "Q: ... A: The secret code of X is" span
   std::vector<Span> answer_spans;       // the code tokens after each question
   std::vector<double> depths;           // requested depth of each needle (0..1 of the haystack)
+  // Where each needle was put: the haystack tokens before it over all haystack tokens (0..1). A needle goes
+  // between sentences, so this is the boundary nearest the request, not the request itself.
+  std::vector<double> placed_depths;
 };
+
+constexpr double kDepthTolerance = 0.1;  // of the haystack's tokens; see EpisodeSpec::depth_by_tokens
 
 struct EpisodeSpec {
   int64_t context_tokens = 256;  // total length target (haystack + needles + questions + answers)
@@ -56,8 +61,11 @@ struct EpisodeSpec {
   bool final_answer = true;      // include the last answer's code (false: prompt ends before it)
   int64_t haystack_tokens = -1;  // >= 0: exactly this much haystack budget instead of filling the context
   std::vector<int> ask;          // which needles (indices into depths) to ask, in order; empty = R at random
-  // true: a depth is a fraction of the haystack's tokens (the sentence boundary nearest to it); false: a
-  // fraction of its sentences (how the bundled pair's training data was built; kept for reproducibility).
+  // true: a depth is a fraction of the haystack's tokens, the needle put at the sentence boundary nearest to
+  // it; when the haystack's sentences leave no boundary within kDepthTolerance of a requested depth, up to
+  // 32 other stretches of the haystack are tried and the closest fit kept (so that 0 % and 25 % of a short
+  // context are two different places, not one). false: a fraction of its sentences (how the bundled pair's
+  // training data was built; kept for reproducibility).
   bool depth_by_tokens = true;
 };
 

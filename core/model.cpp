@@ -355,9 +355,16 @@ void keep_lambda(const nn::AttentionInputs& in, LayerTrace& lt) {
   lt.lambda_init = in.lambda_init;
 }
 
+// A layer --layers selects (every layer when none is named): what keep_logits, keep_hidden and keep_qkv
+// keep, whether or not its maps are kept (--no-maps).
+bool layer_selected(const CaptureOptions& o, int64_t layer) {
+  return o.layers.empty() || std::find(o.layers.begin(), o.layers.end(), layer) != o.layers.end();
+}
+
 // What CaptureOptions::keep_qkv keeps of one layer: rotated queries (scaled) and keys (unless a long-prompt
 // capture has them already), values, and the DIFF output norm's weight (ones when the model has none, so a
 // recomputation needs no special case).
+
 void keep_inputs(const nn::AttentionInputs& in, nn::DecoderLayerImpl& layer, LayerTrace& lt) {
   if (lt.q1.empty()) {
     lt.q1 = to_array(in.q1[0]);
@@ -821,7 +828,7 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
   keep_lambda(in, lt);
   if (have_stats) lt.logit_stats = on_device && grid.T > block_rows ? streamed.finish() : std::move(stats);
   lt.hidden_stats = hidden_stats(h, options.stats_from);
-  if (options.keep_hidden) lt.hidden = to_array(h[0]);
+  if (options.keep_hidden && layer_selected(options, index)) lt.hidden = to_array(h[0]);
   lt.q1 = to_array(in.q1[0]);
   lt.k1 = to_array(in.k1[0]);
   lt.lse1 = to_array(lse1);
@@ -830,7 +837,7 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
     lt.k2 = to_array(in.k2[0]);
     lt.lse2 = to_array(lse2);
   }
-  if (options.keep_qkv) keep_inputs(in, layer, lt);
+  if (options.keep_qkv && layer_selected(options, index)) keep_inputs(in, layer, lt);
   if (nh > 0) {
     lt.heads.assign(keep_heads.begin(), keep_heads.end());
     if (pooler)  // one read-back per map: [heads, P, P] sums and largest magnitudes
@@ -1292,7 +1299,7 @@ Tensor attend_fused(const nn::AttentionInputs& in, const ModelConfig& c, int bit
       co.a2 = allocate(lt.a2, n);
     }
   }
-  if (options.keep_logits) {
+  if (options.keep_logits && layer_selected(options, lt.index)) {
     co.logits1 = allocate(lt.logits1, H);
     if (in.diff()) co.logits2 = allocate(lt.logits2, H);
   }
@@ -1415,19 +1422,20 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
           lt.logit_stats = r.l2.defined() ? value_stats({r.l1[0], r.l2[0]}, stats_skip)
                                           : value_stats({r.l1[0]}, stats_skip);
         }
-        if (options.keep_logits) {
+        if (options.keep_logits && layer_selected(options, static_cast<int64_t>(i))) {
           lt.logits1 = to_array(r.l1[0]);  // hidden keys -inf
           if (r.l2.defined()) lt.logits2 = to_array(r.l2[0]);
         }
       }
       keep_lambda(in, lt);
-      if (options.keep_qkv) keep_inputs(in, *layers[i], lt);
+      if (options.keep_qkv && layer_selected(options, static_cast<int64_t>(i)))
+        keep_inputs(in, *layers[i], lt);
       if (ld.is_cuda())
         lt.hidden_stats = hidden_stats(h, options.stats_from);
       else
         host_hidden.emplace_back(trace.layers.size(),
                                  h[0].slice(0, options.stats_from).to(at::kFloat).contiguous());
-      if (options.keep_hidden) lt.hidden = to_array(h[0]);
+      if (options.keep_hidden && layer_selected(options, static_cast<int64_t>(i))) lt.hidden = to_array(h[0]);
       trace.layers.push_back(std::move(lt));
       // Up to one pending layer per thread (and 64 MB) is kept for the statistics below.
       if (static_cast<int>(host_hidden.size()) >= at::get_num_threads() ||

@@ -40,12 +40,14 @@ enum class PoolingPath { Auto, Host, Device };
 
 struct CaptureOptions {
   bool keep_maps = true;
-  std::vector<int> layers;   // layers whose maps are kept; empty = all
-  std::vector<int> heads;    // heads whose maps are kept; empty = all
-  bool keep_logits = false;  // full pre-softmax logits [heads, T, T] per layer
-  bool keep_hidden = false;  // full hidden state [T, E] per layer
-  // Rotated queries and keys, values and the DIFF output norm's weight of every layer (LayerTrace q1..v,
-  // subln_weight): what the Explain view recomputes a head's computation from. Small beside the maps.
+  std::vector<int> layers;  // layers whose maps are kept; empty = all
+  std::vector<int> heads;   // heads whose maps are kept; empty = all
+  // Logits, hidden states and q/k/v follow `layers` (every layer when it is empty) but not `heads`: a kept
+  // layer keeps them for all of its heads.
+  bool keep_logits = false;  // full pre-softmax logits [heads, T, T] per selected layer
+  bool keep_hidden = false;  // full hidden state [T, E] per selected layer
+  // Rotated queries and keys, values and the DIFF output norm's weight of each selected layer (LayerTrace
+  // q1..v, subln_weight): what the Explain view recomputes a head's computation from. Small beside the maps.
   bool keep_qkv = false;
   bool logit_stats = true;  // top-k / median / histogram of |logits| (O(T²) extra work)
   int next_token_top_k = 10;

@@ -37,6 +37,8 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
   run.cell = cell;
   run.seed = seed;
   run.tokens = static_cast<int64_t>(ep.ids.size());
+  for (int q : ep.queried) run.placed_depth += ep.placed_depths[static_cast<size_t>(q)];
+  run.placed_depth /= static_cast<double>(std::max<size_t>(1, ep.queried.size()));
   const Tokenizer& tok = model.tokenizer();
   for (size_t q = 0; q < ep.answer_spans.size(); ++q) {
     const Span a = ep.answer_spans[q];
@@ -80,6 +82,7 @@ std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs) {
     s.answering.answer += r.answering.mean.answer;
     s.answering.noise += r.answering.mean.noise;
     if (const auto h = strongest_answer_head(r.answering)) s.answering_head += h->share.answer;
+    s.placed_depth += r.placed_depth;
     asked[key] += r.asked;
     answered[key] += r.answered;
   }
@@ -90,6 +93,7 @@ std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs) {
     s.answering.answer /= s.runs;
     s.answering.noise /= s.runs;
     s.answering_head /= s.runs;
+    s.placed_depth /= s.runs;
     s.accuracy = asked[key] ? static_cast<double>(answered[key]) / asked[key] : 0.0;
     out.push_back(s);
   }

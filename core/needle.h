@@ -28,6 +28,9 @@ struct NeedleRun {
   NeedleCell cell;
   uint64_t seed = 0;
   int64_t tokens = 0;
+  // Where the asked needles were put (mean of Episode::placed_depths over them): a needle goes between
+  // sentences, so a short context's 25 % may be 22 %.
+  double placed_depth = 0;
   int answered = 0, asked = 0;       // questions whose whole code the model produced greedily
   std::vector<std::string> replies;  // what the model produced for each question (decoded)
   std::vector<std::string> truths;   // the codes asked
@@ -57,6 +60,7 @@ struct NeedleCellSummary {
   AttentionShare attention;   // mean over seeds (layers and heads averaged)
   AttentionShare answering;   // the same while answering (NeedleRun::answering)
   double answering_head = 0;  // the strongest head's attention to the answer while answering, mean over seeds
+  double placed_depth = 0;    // NeedleRun::placed_depth, mean over seeds
 };
 
 std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs);

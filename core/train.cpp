@@ -518,6 +518,11 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   if (o.steps <= 0 || o.batch <= 0 || o.seq_len < 16)
     throw Error("train: steps, batch and seq_len must be positive");
   if (!o.train_diff && !o.train_baseline) throw Error("train: nothing to train");
+  {  // the output before any work (the per-model folders are checked once their configuration is known)
+    std::error_code ec;
+    if (fs::exists(o.out_dir, ec) && !fs::is_directory(o.out_dir, ec))
+      throw Error("train: --out " + o.out_dir.string() + " is a file, not a folder");
+  }
   (void)train_precision(o, at::Device(at::kCPU));  // refuse a bad precision before any work
   if (o.phases.empty() || o.phases.front().from_step != 0)
     throw Error("train: the first training phase must start at step 0");

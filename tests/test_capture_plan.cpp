@@ -52,7 +52,7 @@ TEST_CASE("capture plan: an exact capture's kept maps and memory, by hand", "[ca
   CHECK(q.heads == std::vector<int64_t>{1});
   CHECK_FALSE(q.all_heads);
   CHECK(q.exact_map_bytes == 1 * 1 * 3 * 100 * 4);
-  CHECK(q.logits_bytes == 2 * 2 * 100 * 4 * 2);  // every layer and head, both logits: not only those kept
+  CHECK(q.logits_bytes == 1 * 2 * 100 * 4 * 2);  // the selected layer's every head, both logits
 
   // The baseline: one map and one logit per head.
   const ModelConfig b = test::tiny_config(AttentionKind::Baseline);

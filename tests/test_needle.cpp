@@ -134,7 +134,7 @@ TEST_CASE("needle lab: the report writes JSON, CSV, tables and heatmaps", "[need
   const auto j = nlohmann::json::parse(test::read_all(dir / "out/needle.json"));
   CHECK(j["models"][0]["runs"].size() == 2);
   CHECK(j["models"][0]["cells"][1]["length"] == 256);
-  CHECK(test::read_all(dir / "out/needle.csv").find("m1,128,0,1,1,1,1,0.2,0.3,0.7,0.05,0.7\n") !=
+  CHECK(test::read_all(dir / "out/needle.csv").find("m1,128,0,1,1,1,1,0.2,0.3,0.7,0.05,0.7,0\n") !=
         std::string::npos);
   CHECK(j["models"][0]["runs"][0]["answering_strongest_head"]["answer"] == 0.7);
   CHECK(std::filesystem::file_size(dir / "out/m1-accuracy-N1R1.png") > 500);

@@ -614,3 +614,24 @@ TEST_CASE("serve: a stalled client is dropped after the read timeout, a silent s
   CHECK(std::chrono::steady_clock::now() - t1 < std::chrono::seconds(5));
   ::close(silent);
 }
+
+TEST_CASE("serve: capture --model remote:// prints what a local capture prints (λ, statistics, next tokens)",
+          "[remote][cli]") {
+  const Loopback lb;
+  test::ScratchDir dir("remotecli");
+  const std::string log = (dir / "cli.log").string();
+  const std::string cmd = std::string(DIFFLENS_EXE) +
+                          " capture --model 'remote://127.0.0.1:" + std::to_string(lb.port) +
+                          "/0?token=" + Loopback::kToken + "' --token-ids 1,5,6,7 --out '" +
+                          (dir / "t").string() + "/' > '" + log + "' 2>&1";
+  const int raw = std::system(cmd.c_str());
+  const std::string out = test::read_all(log);
+  INFO(out);
+  REQUIRE(WIFEXITED(raw));
+  CHECK(WEXITSTATUS(raw) == 0);
+  for (const char* line :
+       {"capture   ", "lambda    L0=", "|logits|  top-1", "|hidden|  top-1", "next      ", "wrote     "})
+    CHECK(out.find(line) != std::string::npos);
+  CHECK(out.find((dir / "t/trace.json").string()) != std::string::npos);
+  CHECK(out.find("t//") == std::string::npos);
+}

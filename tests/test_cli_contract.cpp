@@ -1,0 +1,348 @@
+// What the docs promise is what the commands do: the places a newcomer's audit found them apart (issue
+// 40), each held here. Output paths are checked before any work, folders given as files are named, limits
+// are refused with the limit or said, token spans read [begin, end) everywhere, zoomed figures say what
+// they draw, captures follow --layers for everything they keep, and logs get whole lines.
+#include <catch2/catch.hpp>
+
+#include <sched.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "app/cli_common.h"
+#include "app/needle_report.h"
+#include "core/data.h"
+#include "core/metrics.h"
+#include "core/needle.h"
+#include "core/tokenizer.h"
+#include "core/trace_io.h"
+#include "helpers.h"
+#include "viz/figure.h"
+#include "viz/token_text.h"
+
+namespace fs = std::filesystem;
+using namespace difflens;
+
+namespace {
+
+const fs::path kSource = DIFFLENS_SOURCE_DIR;
+const std::string kModel = (kSource / "assets/models/diff-small").string();
+
+struct Result {
+  int status;
+  std::string out;  // stdout and stderr
+};
+
+Result run(const std::string& args, const test::ScratchDir& dir, const std::string& env = "") {
+  const std::string log = (dir / "cli.log").string();
+  const std::string cmd = env + " " + std::string(DIFFLENS_EXE) + " " + args + " > '" + log + "' 2>&1";
+  const int raw = std::system(cmd.c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log)};
+}
+
+std::string quoted(const fs::path& p) {
+  return "'" + p.string() + "'";
+}
+
+}  // namespace
+
+TEST_CASE("contract: every command checks its output path before any work", "[cli][errors]") {
+  test::ScratchDir dir("contract-out");
+  const fs::path file = dir / "a-file";
+  test::write_all(file, "mine\n");
+  const std::string f = quoted(file);
+  const std::pair<std::string, std::string> cases[] = {
+      {"needle --lengths 128 --seeds 1 --out " + f, "--out " + file.string() + ": is a file; give a folder"},
+      {"outliers --max-windows 1 --out " + f, "is a file; give a folder"},
+      {"capture --model " + kModel + " --prompt 'The code' --out " + f, "is a file; give a folder"},
+      {"explain --prompt 'The code' --out " + f, "is a file; give a folder"},
+      {"quantize --prompt 'The code' --out " + f, "is a file; give a folder"},
+      {"init-pair --hidden 32 --layers 1 --heads 2 --vocab 300 --out " + f, "is a file; give a folder"},
+      {"convert --from " + kModel + " --to " + f, "exists and is not empty"},
+      {"render --trace " + quoted(dir.path()) + " --out " + quoted(dir.path()),
+       "is a folder; give a file name"},
+      {"render --trace " + quoted(dir.path()) + " --out x.jpg", "writes .png or .svg files; name it x.png"},
+      {"--screenshot shot.jpg", "--screenshot shot.jpg: writes .png files; name it shot.png"},
+      {"train --corpus " + quoted(dir.path()) + " --out " + f, "is a file, not a folder"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run(args, dir);
+    INFO(args << "\n" << r.out);
+    CHECK(r.status == 1);
+    CHECK(r.out.find(message) != std::string::npos);
+    CHECK(r.out.find("[1/") == std::string::npos);  // no episode ran before the refusal
+  }
+  CHECK(test::read_all(file) == "mine\n");
+}
+
+TEST_CASE("contract: a folder given where a file is expected is named as a folder", "[cli][errors]") {
+  test::ScratchDir dir("contract-folder");
+  const std::string d = quoted(dir.path());
+  const std::pair<std::string, std::string> cases[] = {
+      {"capture --model " + kModel + " --prompt-file " + d + " --out " + quoted(dir / "t"),
+       "is a folder; the prompt file must be a file"},
+      {"outliers --text-file " + d + " --out " + quoted(dir / "o"),
+       "is a folder; the text file must be a file"},
+      {"loss --text-file " + d, "is a folder; the text must be a file"},
+      {"needle --lengths 128 --seeds 1 --haystack " + d + " --out " + quoted(dir / "n"),
+       "is a folder; the haystack text must be a file"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run(args, dir);
+    INFO(args << "\n" << r.out);
+    CHECK(r.status == 1);
+    CHECK(r.out.find(message) != std::string::npos);
+    CHECK(r.out.find("prompt is empty") == std::string::npos);
+  }
+}
+
+TEST_CASE("contract: limits are refused with the limit, not applied without a word", "[cli][errors]") {
+  test::ScratchDir dir("contract-limits");
+  Result r = run("outliers --window 10000 --max-windows 1 --out " + quoted(dir / "o"), dir);
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("longer than the 8192 positions") != std::string::npos);
+  CHECK(r.out.find("give --window 8192 or less") != std::string::npos);
+  r = run("generate --model " + kModel + " --prompt 'The jury said' --tokens 100000", dir);
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("pass the 8192 positions") != std::string::npos);
+  CHECK(r.out.find("give --tokens 8188 or less") != std::string::npos);  // BOS + 3 tokens of prompt
+  // init-pair over a pair refuses, as convert does, unless --overwrite.
+  const std::string pair =
+      "init-pair --hidden 32 --layers 1 --heads 2 --vocab 300 --out " + quoted(dir / "p");
+  REQUIRE(run(pair, dir).status == 0);
+  const std::string before = test::read_all(dir / "p/diff/model.safetensors");
+  r = run(pair + " --seed 9", dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("exists and is not empty; refusing to overwrite it") != std::string::npos);
+  CHECK(test::read_all(dir / "p/diff/model.safetensors") == before);
+  CHECK(run(pair + " --seed 9 --overwrite", dir).status == 0);
+  CHECK(test::read_all(dir / "p/diff/model.safetensors") != before);
+}
+
+TEST_CASE("contract: the app says what it showed instead of an out-of-range --select or --zoom",
+          "[cli][gui]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("contract-select");
+  const Result r =
+      run("--prompt 'The code of Mira is 4821.' --select 9,9 --zoom 24,0,16 --size 1280x800 "
+          "--screenshot " +
+              quoted(dir / "s.png") + " --exit-after-frames 1 --threads 1",
+          dir);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("layer 9 is beyond the model's 4 layers: showing layer 3") != std::string::npos);
+  CHECK(r.out.find("head 9 is beyond the left model's 4 heads: showing head 3") != std::string::npos);
+  CHECK(r.out.find("--zoom 24,0,16 asks for rows [24, 40) and keys [0, 16), but the prompt has 14 tokens: "
+                   "the maps show rows [0, 14), keys [0, 14)") != std::string::npos);
+}
+
+TEST_CASE("contract: --export-all that exports nothing fails and says why, with the maps it exports",
+          "[cli][gui][export]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("contract-export");
+  const std::string common =
+      "--prompt 'The code of Mira is 4821.' --size 1280x800 --exit-after-frames 1 "
+      "--threads 1 --export-all --export-dir " +
+      quoted(dir / "figs") + " --screenshot " + quoted(dir / "s.png");
+  Result r = run(common + " --view outliers", dir);
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("--export-all wrote nothing to") != std::string::npos);
+  CHECK(r.out.find("--view maps, or --split below") != std::string::npos);
+  r = run(common + " --view outliers --split below", dir);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("exported ") != std::string::npos);
+  CHECK(fs::exists(dir / "figs"));
+  CHECK(!fs::is_empty(dir / "figs"));
+}
+
+TEST_CASE("contract: --bundle puts the bundle's text in the prompt box", "[cli][gui]") {
+  CHECK(viz::text_of_pieces({"<s>", "\xE2\x96\x81The",
+                             "\xE2\x96\x81"
+                             "code",
+                             "<0x0A>", "x"},
+                            true) == "The code\nx");
+  CHECK(viz::text_of_pieces({"a", "b"}, false) == "ab");
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("contract-bundle");
+  REQUIRE(
+      run("capture --model " + kModel + " --prompt 'The code of Mira is 4821.' --out " + quoted(dir / "b"),
+          dir)
+          .status == 0);
+  const Result r = run("--bundle " + quoted(dir / "b") + " --size 1280x800 --screenshot " +
+                           quoted(dir / "s.png") + " --exit-after-frames 1 --threads 1",
+                       dir);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("prompt box: 25 bytes: The code of Mira is 4821.\n") != std::string::npos);
+}
+
+TEST_CASE("contract: token spans are half-open in the help, figure titles and the app", "[cli][figure]") {
+  CHECK(viz::token_range(10, 13) == "[10, 13)");
+  CHECK(viz::region_caption({0, 0, 0, 0}, 14).empty());
+  CHECK(viz::region_caption({0, 0, 14, 14}, 14).empty());
+  CHECK(viz::region_caption({24, 0, 16, 16}, 50) == "(rows [24, 40), keys [0, 16))");
+  test::ScratchDir dir("contract-span");
+  CHECK(run("--help", dir).out.find("[BEGIN, END), END excluded (10,13 marks") != std::string::npos);
+  CHECK(run("explain --help", dir).out.find("[BEGIN, END), END excluded") != std::string::npos);
+  // render --zoom: the title names the rows and keys drawn.
+  REQUIRE(
+      run("capture --model " + kModel + " --prompt 'The code of Mira is 4821.' --out " + quoted(dir / "t"),
+          dir)
+          .status == 0);
+  const Result r = run("render --trace " + quoted(dir / "t") + " --layer 1 --head 3 --zoom 6,2,4 --out " +
+                           quoted(dir / "z.svg"),
+                       dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const std::string svg = test::read_all(dir / "z.svg");
+  CHECK(svg.find("(rows [6, 10), keys [2, 6))") != std::string::npos);
+}
+
+TEST_CASE("contract: commands run on every core by default and say so", "[cli]") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cores = CPU_COUNT(&set);
+  test::ScratchDir dir("contract-threads");
+  Result r = run(
+      "capture --model " + kModel + " --prompt 'The code of Mira is 4821.' --out " + quoted(dir / "t") + "/",
+      dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("on " + std::to_string(cores) + " CPU threads") != std::string::npos);
+  // The files written, named once each (no "t//trace.json").
+  CHECK(r.out.find((dir / "t/trace.json").string() + ", " + (dir / "t/maps.safetensors").string()) !=
+        std::string::npos);
+  CHECK(r.out.find("//") == std::string::npos);
+  r = run("capture --model " + kModel + " --prompt 'The code' --threads 1 --out " + quoted(dir / "t"), dir);
+  CHECK(r.out.find("on 1 CPU threads") != std::string::npos);
+  CHECK(run("capture --help", dir)
+            .out.find("CPU threads (default: every core, " + std::to_string(cores) + " here)") !=
+        std::string::npos);
+}
+
+TEST_CASE("contract: capture --layers selects what --keep-qkv, --keep-hidden and --keep-logits keep",
+          "[cli][trace]") {
+  test::ScratchDir dir("contract-keep");
+  const Result r =
+      run("capture --model " + kModel +
+              " --prompt 'The code of Mira is 4821.' --layers 1 --heads 3 --keep-qkv --keep-hidden "
+              "--keep-logits --out " +
+              quoted(dir / "t"),
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const Trace t = read_trace_bundle((dir / "t").string());
+  REQUIRE(t.layers.size() == 4);
+  for (const LayerTrace& l : t.layers) {
+    INFO("layer " << l.index);
+    const bool kept = l.index == 1;
+    CHECK(l.q1.empty() != kept);
+    CHECK(l.k2.empty() != kept);
+    CHECK(l.v.empty() != kept);
+    CHECK(l.subln_weight.empty() != kept);
+    CHECK(l.hidden.empty() != kept);
+    CHECK(l.logits1.empty() != kept);
+    CHECK(l.a.empty() != kept);
+  }
+  // Every head of the kept layer: --heads selects maps only.
+  CHECK(t.layers[1].q1.shape == std::vector<int64_t>{4, 14, 16});
+  CHECK(t.layers[1].v.shape == std::vector<int64_t>{4, 14, 32});
+  CHECK(t.layers[1].a.shape == std::vector<int64_t>{1, 14, 14});
+  // FORMATS.md lists what --keep-qkv writes and says the selection.
+  const std::string formats = test::read_all(kSource / "core/FORMATS.md");
+  for (const char* s : {"`layers.{i}.q1`, `layers.{i}.k1` (and `q2`, `k2` for DIFF)", "`layers.{i}.v`",
+                        "`layers.{i}.subln_weight`", "follow `--layers`"})
+    CHECK(formats.find(s) != std::string::npos);
+}
+
+TEST_CASE("contract: noise is defined for signed maps where it is shown and in FORMATS.md", "[metrics]") {
+  const std::string def = kAttentionShareDefinition;
+  CHECK(def.find("both can be negative") != std::string::npos);
+  CHECK(def.find("net negative weight") != std::string::npos);
+  const std::string formats = test::read_all(kSource / "core/FORMATS.md");
+  CHECK(formats.find("### Attention to the answer and attention noise") != std::string::npos);
+  CHECK(formats.find("a negative noise") != std::string::npos);
+  // A hand-made signed row: A = [0.1, 0.6, -0.2, 0.3] at query 3, the answer key 1: Σ|A| = 1.2.
+  const float row[] = {0.1f, 0.6f, -0.2f, 0.3f};
+  const AttentionShare s = query_row_share(row, 3, {1, 2});
+  CHECK(s.answer == Approx(0.6 / 1.2));
+  CHECK(s.noise == Approx((0.1 - 0.2) / 1.2));  // negative: the query's own token is neither
+}
+
+TEST_CASE("contract: needle depths are distinct places, each reported where it was put", "[needle][lab]") {
+  const Tokenizer tok = Tokenizer::sentencepiece(kSource / "assets/models/diff-small/tokenizer.model");
+  const std::string text = test::read_all(kSource / "assets/haystack.txt");
+  const Haystack hay(text, tok);
+  const EpisodeBuilder builder(hay, tok, NeedleSplit::Eval);
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    std::vector<std::vector<int64_t>> seen;
+    for (const double depth : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+      const Episode e = needle_episode(builder, {128, depth, 1, 1}, seed);
+      INFO("seed " << seed << " depth " << depth);
+      REQUIRE(e.placed_depths.size() == 1);
+      CHECK(std::fabs(e.placed_depths[0] - depth) <= kDepthTolerance + 1e-9);
+      for (const auto& other : seen) CHECK(other != e.ids);  // never one episode in two cells
+      seen.push_back(e.ids);
+    }
+  }
+  // The report's tables give the placed depth beside the asked one.
+  std::vector<NeedleRun> runs(1);
+  runs[0].cell = {128, 0.25, 1, 1};
+  runs[0].placed_depth = 0.3;
+  runs[0].asked = runs[0].answered = 1;
+  test::ScratchDir dir("contract-needle");
+  const std::string md = app::write_needle_report(dir / "out", {"m"}, {runs});
+  CHECK(md.find("| *placed at* | *30%* |") != std::string::npos);
+  CHECK(test::read_all(dir / "out/needle.csv").find(",placed_depth\n") != std::string::npos);
+}
+
+TEST_CASE("contract: needle's attention heatmaps share one colour scale across models", "[needle][export]") {
+  std::vector<std::vector<NeedleRun>> runs(2, std::vector<NeedleRun>(2));
+  const double shares[2][2] = {{0.002, 0.006}, {0.010, 0.030}};
+  for (int m = 0; m < 2; ++m)
+    for (int k = 0; k < 2; ++k) {
+      NeedleRun& r = runs[static_cast<size_t>(m)][static_cast<size_t>(k)];
+      r.cell = {k == 0 ? 128 : 256, 0.5, 1, 1};
+      r.asked = 1;
+      r.attention.mean = {shares[m][k], 0.1};
+    }
+  test::ScratchDir dir("contract-scale");
+  app::write_needle_report(dir / "out", {"diff", "base"}, runs);
+  // The colour bar's end labels: the same for both models, spanning both.
+  auto legend = [&](const std::string& file) {
+    const std::string svg = test::read_all(dir / "out" / file);
+    std::vector<std::string> labels;
+    for (size_t at = svg.find("<text"); at != std::string::npos; at = svg.find("<text", at + 1)) {
+      const size_t b = svg.find('>', at) + 1;
+      labels.push_back(svg.substr(b, svg.find('<', b) - b));
+    }
+    return std::vector<std::string>(labels.end() - 2, labels.end());
+  };
+  const auto a = legend("diff-attention-N1R1.svg"), b = legend("base-attention-N1R1.svg");
+  CHECK(a == b);
+  CHECK(a == std::vector<std::string>{"0.000", "0.030"});
+}
+
+TEST_CASE("contract: help states each default once, and progress in a log is whole lines", "[cli]") {
+  test::ScratchDir dir("contract-help");
+  for (const auto& c : cli::all_commands()) {
+    const std::string usage = cli::command_usage(c);
+    std::istringstream in(usage);
+    for (std::string line; std::getline(in, line);) {
+      INFO(c.name << ": " << line);
+      const size_t first = line.find("default");
+      CHECK((first == std::string::npos || line.find("default", first + 1) == std::string::npos));
+    }
+  }
+  const Result r = run("needle --lengths 128 --depths 0,50 --seeds 1 --out " + quoted(dir / "n"), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find('\r') == std::string::npos);
+  CHECK(r.out.find("[1/4] diff-small") != std::string::npos);
+  CHECK(r.out.find("\n[2/4] diff-small") != std::string::npos);
+}
