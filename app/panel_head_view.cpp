@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -41,9 +42,23 @@ void export_map(GuiState& state, const std::string& model, int layer, int head, 
   }
 }
 
-// The legend's bar and its labels (%.3g: "0.0506", "-0.191"; a rarer "-0.000123" runs into the gap).
+// The legend's bar and its labels: %.3g writes at most "-1.23e-05" (a long prompt's maps reach 1e-5), so
+// that much room is kept and no label is cut at the panel's edge.
 float legend_width() {
-  return ImGui::GetFontSize() * 1.1f + ImGui::CalcTextSize("-0.0506").x;
+  return ImGui::GetFontSize() * 1.1f + ImGui::CalcTextSize("-1.23e-05").x;
+}
+
+// A note above the maps, wrapped to the panel's width (a long prompt's notes are wider than a narrow panel,
+// and an unwrapped line made the maps' window clip its contents).
+void note_line(const ImVec4& color, const char* format, ...) {
+  char line[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  ImGui::PushStyleColor(ImGuiCol_Text, color);
+  ImGui::TextWrapped("%s", line);
+  ImGui::PopStyleColor();
 }
 
 // The query axis' room: as many digits as the largest token index.
@@ -122,17 +137,21 @@ void HeadView::draw_notes(GuiState& state, const std::vector<MapSpec>& maps) {
   if (maps.empty() || maps[0].pooled_from <= 0) return;
   // Pooled maps (long prompts): the axes are cells of several tokens; selection and hover stay in tokens.
   const int64_t pooled_from = maps[0].pooled_from;
-  ImGui::TextDisabled(
-      "%s: %lld tokens pooled to %lld x %lld cells (%s per cell); hover a cell for its tokens",
-      model_name_.c_str(), static_cast<long long>(pooled_from), static_cast<long long>(maps[0].T),
-      static_cast<long long>(maps[0].T), state.view.pooling == 0 ? "largest entry" : "mean");
+  const ImVec4 muted = ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled);
   if (trace_) {  // what this model keeps for the prompt, so the budget setting can be judged
     const Trace::KeptBytes k = trace_->kept_bytes();
-    ImGui::SameLine();
-    ImGui::TextDisabled(
-        "| kept %.0f MB of pooled maps (budget %.0f MB) + %.0f MB for exact tiles + %.0f MB of values",
+    note_line(
+        muted,
+        "%s: %lld tokens pooled to %lld x %lld cells (%s per cell; hover a cell for its tokens); kept %.0f "
+        "MB of pooled maps (budget %.0f MB) + %.0f MB for exact tiles + %.0f MB of values",
+        model_name_.c_str(), static_cast<long long>(pooled_from), static_cast<long long>(maps[0].T),
+        static_cast<long long>(maps[0].T), state.view.pooling == 0 ? "largest entry" : "mean",
         k.pooled_maps / 1048576.0, trace_->pooled_budget / 1048576.0, k.tile_inputs / 1048576.0,
         k.values / 1048576.0);
+  } else {
+    note_line(muted, "%s: %lld tokens pooled to %lld x %lld cells (%s per cell; hover a cell for its tokens)",
+              model_name_.c_str(), static_cast<long long>(pooled_from), static_cast<long long>(maps[0].T),
+              static_cast<long long>(maps[0].T), state.view.pooling == 0 ? "largest entry" : "mean");
   }
   if (!trace_) return;
   // Zoomed into a long prompt's pooled map far enough (at most kTileTokens per side): the exact values of
@@ -146,16 +165,15 @@ void HeadView::draw_notes(GuiState& state, const std::vector<MapSpec>& maps) {
   if (tr1 - tr0 <= kTileTokens && tc1 - tc0 <= kTileTokens) {
     tile_ = tiles_.get(trace_, {trace_.get(), layer_, head_, tr0, tr1 - tr0, tc0, tc1 - tc0});
     if (!tile_)
-      ImGui::TextDisabled("computing the exact values of query tokens %s x key tokens %s ...",
-                          viz::token_range(tr0, tr1).c_str(), viz::token_range(tc0, tc1).c_str());
+      note_line(muted, "computing the exact values of query tokens %s x key tokens %s ...",
+                viz::token_range(tr0, tr1).c_str(), viz::token_range(tc0, tc1).c_str());
     else
-      ImGui::TextColored(ImVec4(0.1f, 0.5f, 0.1f, 1), "exact values: query tokens %s, key tokens %s",
-                         viz::token_range(tr0, tr1).c_str(), viz::token_range(tc0, tc1).c_str());
-    if (!tiles_.error().empty())
-      ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", tiles_.error().c_str());
+      note_line(ImVec4(0.1f, 0.5f, 0.1f, 1), "exact values: query tokens %s, key tokens %s",
+                viz::token_range(tr0, tr1).c_str(), viz::token_range(tc0, tc1).c_str());
+    if (!tiles_.error().empty()) note_line(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", tiles_.error().c_str());
   } else {
-    ImGui::TextDisabled("zoom in to %lld tokens or fewer per side for exact values",
-                        static_cast<long long>(kTileTokens));
+    note_line(muted, "zoom in to %lld tokens or fewer per side for exact values",
+              static_cast<long long>(kTileTokens));
   }
 }
 

@@ -346,3 +346,19 @@ TEST_CASE("contract: help states each default once, and progress in a log is who
   CHECK(r.out.find("[1/4] diff-small") != std::string::npos);
   CHECK(r.out.find("\n[2/4] diff-small") != std::string::npos);
 }
+
+TEST_CASE("contract: a long prompt's maps, notes and colour-bar labels fit their panel at 1280x800",
+          "[cli][gui][long]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("contract-long");
+  const Result r =
+      run("--needle 2048,50,1,1,1 --pooled-budget 1 --zoom 1500,1400,400 --size 1280x800 "
+          "--threads 2 --exit-after-frames 1 --screenshot " +
+              quoted(dir / "long.png"),
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("head view shows an exact tile") != std::string::npos);
+  CHECK(r.out.find("clips its contents") == std::string::npos);
+  CHECK(r.out.find("layout check: 7 windows, 0 outside or clipped") != std::string::npos);
+}

@@ -361,3 +361,47 @@ TEST_CASE("train --arch diff-v2: the V2 model's loss falls and its λ distributi
     REQUIRE(x < 1.0);
   }
 }
+
+TEST_CASE("train: never overwrites weights it did not write, resumes only its own model", "[train][errors]") {
+  test::ScratchDir dir("trainguard");
+  make_corpus(dir.path());
+  // The shipped pair in an output folder, as the old config's "out": "." put it.
+  const std::filesystem::path out = dir / "out";
+  std::filesystem::create_directories(out);
+  for (const char* name : {"diff-small", "baseline-small"})
+    std::filesystem::copy(kAssets / "models" / name, out / name, std::filesystem::copy_options::recursive);
+  const std::string shipped = test::read_all(out / "diff-small/model.safetensors");
+  TrainOptions o = tiny(dir.path(), out, 2);
+  CHECK_THROWS_WITH(
+      train_pair(o, nullptr, nullptr),
+      Catch::Contains("diff-small holds a model that train did not write (no train_state/ to "
+                      "resume from); refusing to overwrite it. Give another --out, or --overwrite"));
+  o.resume = false;  // --fresh alone does not license it either
+  CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("refusing to overwrite it"));
+  CHECK(test::read_all(out / "diff-small/model.safetensors") == shipped);
+  CHECK(test::read_all(out / "diff-small/eval_log.csv") ==
+        test::read_all(kAssets / "models/diff-small/eval_log.csv"));
+  o.overwrite = true;  // asked for: replaced
+  CHECK(train_pair(o, nullptr, nullptr) == 2);
+  CHECK(test::read_all(out / "diff-small/model.safetensors") != shipped);
+  // Now train's own: resumed without --overwrite; a different shape there is refused by key.
+  o.overwrite = false;
+  o.resume = true;
+  o.steps = 3;
+  CHECK(train_pair(o, nullptr, nullptr) == 3);
+  TrainOptions wider = o;
+  wider.model.hidden_size = 48;
+  CHECK_THROWS_WITH(train_pair(wider, nullptr, nullptr), Catch::Contains("hidden_size 32 there, 48 asked"));
+  wider.resume = false;  // --fresh over train's own folder starts it over
+  CHECK(train_pair(wider, nullptr, nullptr) == 3);
+  // An --out that is a file, before any work.
+  test::write_all(dir / "a-file", "x");
+  TrainOptions to_file = tiny(dir / "no-corpus-here", dir / "a-file", 2);
+  CHECK_THROWS_WITH(train_pair(to_file, nullptr, nullptr), Catch::Contains("is a file, not a folder"));
+}
+
+TEST_CASE("train: the shipped config trains into build/train-small, never beside itself", "[train][config]") {
+  const TrainOptions o = train_options_from_json(kAssets / "models/train-small.json");
+  CHECK(o.out_dir == std::filesystem::path(DIFFLENS_SOURCE_DIR) / "build/train-small");
+  CHECK(o.corpus_dir == std::filesystem::path(DIFFLENS_SOURCE_DIR) / "build/corpus");
+}
