@@ -44,6 +44,13 @@ std::string quoted(const fs::path& p) {
   return "'" + p.string() + "'";
 }
 
+// The desktop app headless at 1280x800: one frame after the result, written to DIR/s.png. Skips the test
+// without a display.
+Result run_app(const std::string& args, const test::ScratchDir& dir) {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  return run(args + " --size 1280x800 --exit-after-frames 1 --screenshot " + quoted(dir / "s.png"), dir);
+}
+
 }  // namespace
 
 TEST_CASE("contract: every command checks its output path before any work", "[cli][errors]") {
@@ -123,13 +130,9 @@ TEST_CASE("contract: limits are refused with the limit, not applied without a wo
 
 TEST_CASE("contract: the app says what it showed instead of an out-of-range --select or --zoom",
           "[cli][gui]") {
-  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("contract-select");
   const Result r =
-      run("--prompt 'The code of Mira is 4821.' --select 9,9 --zoom 24,0,16 --size 1280x800 "
-          "--screenshot " +
-              quoted(dir / "s.png") + " --exit-after-frames 1 --threads 1",
-          dir);
+      run_app("--prompt 'The code of Mira is 4821.' --select 9,9 --zoom 24,0,16 --threads 1", dir);
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK(r.out.find("layer 9 is beyond the model's 4 layers: showing layer 3") != std::string::npos);
@@ -140,18 +143,15 @@ TEST_CASE("contract: the app says what it showed instead of an out-of-range --se
 
 TEST_CASE("contract: --export-all that exports nothing fails and says why, with the maps it exports",
           "[cli][gui][export]") {
-  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("contract-export");
   const std::string common =
-      "--prompt 'The code of Mira is 4821.' --size 1280x800 --exit-after-frames 1 "
-      "--threads 1 --export-all --export-dir " +
-      quoted(dir / "figs") + " --screenshot " + quoted(dir / "s.png");
-  Result r = run(common + " --view outliers", dir);
+      "--prompt 'The code of Mira is 4821.' --threads 1 --export-all --export-dir " + quoted(dir / "figs");
+  Result r = run_app(common + " --view outliers", dir);
   INFO(r.out);
   CHECK(r.status == 1);
   CHECK(r.out.find("--export-all wrote nothing to") != std::string::npos);
   CHECK(r.out.find("--view maps, or --split below") != std::string::npos);
-  r = run(common + " --view outliers --split below", dir);
+  r = run_app(common + " --view outliers --split below", dir);
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK(r.out.find("exported ") != std::string::npos);
@@ -166,15 +166,12 @@ TEST_CASE("contract: --bundle puts the bundle's text in the prompt box", "[cli][
                              "<0x0A>", "x"},
                             true) == "The code\nx");
   CHECK(viz::text_of_pieces({"a", "b"}, false) == "ab");
-  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("contract-bundle");
   REQUIRE(
       run("capture --model " + kModel + " --prompt 'The code of Mira is 4821.' --out " + quoted(dir / "b"),
           dir)
           .status == 0);
-  const Result r = run("--bundle " + quoted(dir / "b") + " --size 1280x800 --screenshot " +
-                           quoted(dir / "s.png") + " --exit-after-frames 1 --threads 1",
-                       dir);
+  const Result r = run_app("--bundle " + quoted(dir / "b") + " --threads 1", dir);
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK(r.out.find("prompt box: 25 bytes: The code of Mira is 4821.\n") != std::string::npos);
@@ -349,13 +346,8 @@ TEST_CASE("contract: help states each default once, and progress in a log is who
 
 TEST_CASE("contract: a long prompt's maps, notes and colour-bar labels fit their panel at 1280x800",
           "[cli][gui][long]") {
-  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("contract-long");
-  const Result r =
-      run("--needle 2048,50,1,1,1 --pooled-budget 1 --zoom 1500,1400,400 --size 1280x800 "
-          "--threads 2 --exit-after-frames 1 --screenshot " +
-              quoted(dir / "long.png"),
-          dir);
+  const Result r = run_app("--needle 2048,50,1,1,1 --pooled-budget 1 --zoom 1500,1400,400 --threads 2", dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("head view shows an exact tile") != std::string::npos);
