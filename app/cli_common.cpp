@@ -114,12 +114,18 @@ std::string read_file(const std::string& path, const char* what) {
 void check_output_dir(const std::string& path, const char* flag) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  const std::string named = std::string(flag) + " " + path;
   if (fs::exists(path, ec) && !fs::is_directory(path, ec))
-    throw Error(std::string(flag) + " " + path + ": is a file; give a folder (it is created when missing)");
-  fs::create_directories(path, ec);
-  if (ec) throw Error(std::string(flag) + " " + path + ": cannot create the folder (" + ec.message() + ")");
-  if (access(path.c_str(), W_OK | X_OK) != 0)
-    throw Error(std::string(flag) + " " + path + ": the folder is not writable");
+    throw Error(named + ": is a file; give a folder (it is created when missing)");
+  // Nothing is created here (a command refused later leaves no empty folder behind): the folder, or the
+  // nearest part of its path that exists, must be a folder this process can write into.
+  fs::path existing = fs::path(path).lexically_normal();
+  while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
+  if (existing.empty()) existing = ".";
+  if (!fs::is_directory(existing, ec))
+    throw Error(named + ": " + existing.string() + " is a file, so the folder cannot be created there");
+  if (access(existing.c_str(), W_OK | X_OK) != 0)
+    throw Error(named + ": " + existing.string() + " is not writable");
 }
 
 void check_output_file(const std::string& path, const char* flag,

@@ -1,4 +1,5 @@
 // Commands that draw figures: render (one head of a trace bundle) and explain (step-by-step slides).
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -34,7 +35,11 @@ int cmd_render(const Args& a) {
     o.region = {zoom[0], zoom[1], zoom[2], zoom[2]};
   }
   const viz::HeadFigure fig = app::head_figure(trace, a.get_int("layer"), a.get_int("head"), o);
-  if (std::filesystem::path(out).extension() == ".svg") {
+  std::string ext = std::filesystem::path(out).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (std::filesystem::path(out).has_parent_path())
+    std::filesystem::create_directories(std::filesystem::path(out).parent_path());
+  if (ext == ".svg") {
     const std::string svg = viz::head_figure_svg(fig, viz::FigureFont::standard(), a.get_int("max-cells"));
     std::ofstream f(out, std::ios::binary | std::ios::trunc);
     if (!f || !(f << svg)) throw Error(out + ": cannot write");

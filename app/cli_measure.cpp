@@ -139,8 +139,13 @@ int cmd_outliers(const Args& a) {
   for (const std::string& dir : dirs) {
     const Model model = load_model(dir, device(a));
     names.push_back(model.config().name.empty() ? dir : model.config().name);
+    // A window given is refused beyond the model's positions (by measure_outliers, with the limit); the
+    // default 512 fits the model when it reads fewer.
+    const int64_t window =
+        a.has("window") ? a.get_int("window")
+                        : std::min<int64_t>(a.get_int("window"), model.config().max_position_embeddings);
     stats.push_back(measure_outliers(
-        model, text, a.get_int("window"), a.get_int("max-windows"),
+        model, text, window, a.get_int("max-windows"),
         [&](int64_t done, int64_t total) {
           progress("%s: window %lld/%lld", names.back().c_str(), static_cast<long long>(done),
                    static_cast<long long>(total));
@@ -292,6 +297,7 @@ int cmd_quantize(const Args& a) {
       "Paper (Fig. 8, 3B): 4-bit DIFF behaves about like 6-bit Transformer.\n";
   std::printf("%s", md.c_str());
   if (a.has("out")) {
+    std::filesystem::create_directories(a.get("out"));
     const std::string f = (std::filesystem::path(a.get("out")) / "quantize.md").string();
     std::ofstream o(f, std::ios::trunc);
     if (!(o << md)) throw Error(f + ": cannot write");

@@ -109,7 +109,10 @@ int cmd_capture(const Args& a) {
               static_cast<long long>(c.map_heads()), static_cast<long long>(model.parameter_count()),
               model.device_name().c_str());
   std::printf("tokens    %lld\n", static_cast<long long>(trace.length()));
-  std::printf("capture   %.1f ms on %d CPU threads, trace %s\n", trace.elapsed_ms, num_threads(),
+  const std::string where = model.device_name().rfind("cpu", 0) == 0
+                                ? "on " + std::to_string(num_threads()) + " CPU threads"
+                                : "on " + model.device_name();
+  std::printf("capture   %.1f ms %s, trace %s\n", trace.elapsed_ms, where.c_str(),
               mb(trace.byte_size()).c_str());
   print_trace_summary(trace, out);
   return 0;

@@ -118,7 +118,7 @@ Command train_command() {
                or_default("DIFF heads (the baseline gets 2H)", d.model.diff_heads)),
        integer("kv-heads", "H", 1, 1024, "", "DIFF key/value heads (default: --heads)"),
        integer("seed", "S", 0, 2147483647, "", or_default("random seed", d.seed)),
-       integer("threads", "N", 1, 4096, "", or_default("CPU threads", d.threads)),
+       integer("threads", "N", 1, 4096, "", "CPU threads (default: the config's, else every core)"),
        integer("eval-every", "N", 1, 1e9, "", or_default("steps between evaluations", d.eval_every)),
        integer("save-every", "N", 1, 1e9, "", or_default("steps between saves", d.save_every)),
        choice("only", "diff|baseline", "", "train one model of the pair"),

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "viz/token_text.h"
 
 namespace difflens::app {
 
@@ -24,9 +25,9 @@ std::vector<std::string> cell_labels(const std::vector<std::string>& tokens, int
   const std::vector<int64_t> s = cell_starts(n, P);
   std::vector<std::string> out;
   for (int64_t c = 0; c < P; ++c) {
-    const int64_t a = s[static_cast<size_t>(c)], b = s[static_cast<size_t>(c + 1)] - 1;
-    out.push_back(b > a ? std::to_string(a) + "-" + std::to_string(b)
-                        : std::to_string(a) + " " + tokens[static_cast<size_t>(a)]);
+    const int64_t a = s[static_cast<size_t>(c)], b = s[static_cast<size_t>(c + 1)];
+    out.push_back(b > a + 1 ? viz::token_range(a, b)
+                            : std::to_string(a) + " " + tokens[static_cast<size_t>(a)]);
   }
   return out;
 }
@@ -112,7 +113,9 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
   fig.title = (t.config.name.empty() ? std::string(to_string(t.config.attention)) : t.config.name) +
               "   layer " + std::to_string(layer) + "   head " + std::to_string(head) + "   " +
               std::to_string(T) + " tokens";
-  const std::string region = viz::region_caption(o.region, static_cast<int64_t>(fig.tokens.size()));
+  const std::string region =
+      viz::region_caption(o.region, static_cast<int64_t>(fig.tokens.size()),
+                          maps[0].pooled_from > 0 ? cell_starts(T, maps[0].T) : std::vector<int64_t>{});
   if (!region.empty()) fig.title += "   " + region;
   for (const auto& m : maps) {
     viz::HeatmapStyle style;

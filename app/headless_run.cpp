@@ -118,6 +118,9 @@ bool HeadlessRun::after_render(const GuiState& state, const InferenceWorker& wor
   glFinish();  // the frame's cost includes the GPU's work
   (frames_ == 0 ? first_frame_ms_ : steady_ms_).push_back(1000.0 * (now_seconds() - frame_start));
   if (++frames_ <= opt_.exit_after_frames) return false;
+  std::error_code ec;
+  if (std::filesystem::path(opt_.screenshot).has_parent_path())
+    std::filesystem::create_directories(std::filesystem::path(opt_.screenshot).parent_path(), ec);
   if (!write_window_png(opt_.screenshot, width, height)) {
     std::fprintf(stderr, "difflens: cannot write %s\n", opt_.screenshot.c_str());
     exit_status_ = 1;

@@ -411,9 +411,13 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
 }
 void HeadView::export_head_figure(GuiState& state, viz::HeadFigure& figure, viz::Pooling pooling) const {
   try {
+    // A pooled map's figure has a label per cell: the title counts tokens, its region says tokens.
+    const int64_t cells = static_cast<int64_t>(figure.tokens.size());
+    const int64_t T = trace_ ? trace_->length() : cells;
     figure.title = model_name_ + "   layer " + std::to_string(layer_) + "   head " + std::to_string(head_) +
-                   "   " + std::to_string(figure.tokens.size()) + " tokens";
-    const std::string region = viz::region_caption(figure.region, static_cast<int64_t>(figure.tokens.size()));
+                   "   " + std::to_string(T) + " tokens";
+    const std::string region =
+        viz::region_caption(figure.region, cells, T > cells ? cell_starts(T, cells) : std::vector<int64_t>{});
     if (!region.empty()) figure.title += "   " + region;
     figure.panel_size = std::clamp(state.view.export_size, 64, 8192);
     figure.pooling = pooling;

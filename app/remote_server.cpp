@@ -280,8 +280,10 @@ struct RemoteServer::Impl {
         plan_capture(c, enc.ids, o, r.logit_bits >= 0 ? r.logit_bits : m.logit_bits(), CaptureMachine{});
     double reply = plan.pooled > 0 ? 0.0 : plan.exact_map_bytes;
     reply += plan.logits_bytes;
-    if (r.keep_hidden)
-      reply += static_cast<double>(T) * static_cast<double>(c.hidden_size) * 4.0 * c.num_hidden_layers;
+    if (r.keep_hidden)  // the hidden state of each selected layer (every layer without a selection)
+      reply +=
+          static_cast<double>(T) * static_cast<double>(c.hidden_size) * 4.0 *
+          static_cast<double>(r.layers.empty() ? c.num_hidden_layers : static_cast<int64_t>(r.layers.size()));
     if (reply > options.limits.max_reply_bytes)
       throw RequestError(413,
                          "the reply would carry " + std::to_string(static_cast<int64_t>(reply / 1048576)) +

@@ -34,8 +34,9 @@ HeadExplain explain_head(const Trace& trace, int layer, int head, int64_t query)
     throw Error("explain: query " + std::to_string(query) + " is outside the " + std::to_string(T) +
                 "-token prompt");
   if (!explain_available(trace, layer))
-    throw Error(
-        "explain: this trace kept no queries, keys and values (capture with --keep-qkv, as the app does)");
+    throw Error("explain: this trace kept no queries, keys and values of layer " + std::to_string(layer) +
+                " (capture with --keep-qkv, as the app does, and with that layer in --layers when you select "
+                "layers)");
   const LayerTrace& l = *lp;
   HeadExplain e;
   e.layer = layer;

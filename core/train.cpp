@@ -238,7 +238,7 @@ void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_
                       {"seed", o.seed},
                       {"steps", o.steps},
                       {"wall_seconds", wall_seconds},
-                      {"threads", o.threads},
+                      {"threads", at::get_num_threads()},
                       {"precision", o.precision},
                       {"device", cuda_available() && o.device != "cpu" ? "cuda" : "cpu"}};
   std::ofstream(st / "state.json") << j.dump(2) << "\n";
@@ -484,9 +484,11 @@ void check_train_output(const TrainOptions& o, const std::vector<ModelConfig>& c
     const bool has_state = fs::exists(dir / "train_state" / "state.json", ec);
     if (!has_state) {
       if (o.overwrite) continue;
-      throw Error("train: " + dir.string() +
-                  " holds a model that train did not write (no train_state/ to resume from); refusing to "
-                  "overwrite it. Give another --out, or --overwrite to replace it");
+      throw Error(
+          "train: " + dir.string() +
+          " holds a model that train did not write (no train_state/ to resume from: weights made "
+          "elsewhere, or a run stopped before its first save finished); refusing to overwrite it. Give "
+          "another --out, or --overwrite to replace it");
     }
     if (!o.resume) continue;  // --fresh over train's own earlier run
     ModelConfig saved;
@@ -529,7 +531,8 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   for (size_t i = 1; i < o.phases.size(); ++i)
     if (o.phases[i].from_step <= o.phases[i - 1].from_step)
       throw Error("train: training phases must have increasing from_step");
-  at::set_num_threads(std::max(1, o.threads));
+  at::set_num_threads(o.threads > 0 ? o.threads
+                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const Tokenizer tok = Tokenizer::sentencepiece(o.corpus_dir / "tokenizer.model");
   PairSpec spec = o.model;
   spec.vocab_size = tok.vocab_size();

@@ -49,7 +49,7 @@ struct TrainOptions {
   double grad_clip = 1.0;
   std::vector<TrainPhase> phases = {TrainPhase{}};  // sorted by from_step; the first starts at 0
   uint64_t seed = 1;
-  int threads = 2;
+  int threads = 0;           // CPU threads; 0: every core (the config or --threads may name a number)
   int64_t eval_every = 250;  // val loss + needle accuracy
   int64_t save_every = 250;
   int64_t eval_episodes = 40;  // per context length

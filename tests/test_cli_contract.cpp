@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "app/cli_common.h"
+#include "app/figures.h"
 #include "app/needle_report.h"
 #include "core/data.h"
 #include "core/metrics.h"
@@ -81,6 +82,16 @@ TEST_CASE("contract: every command checks its output path before any work", "[cl
     CHECK(r.out.find("window 1/") == std::string::npos);  // nor a window of the text
   }
   CHECK(test::read_all(file) == "mine\n");
+  // A refusal leaves no empty output folder behind; an upper-case extension writes what it names.
+  Result r = run("needle --lengths 5 --out " + quoted(dir / "new"), dir);
+  CHECK(r.status == 1);
+  CHECK(!fs::exists(dir / "new"));
+  REQUIRE(run("capture --model " + kModel + " --prompt 'The code' --out " + quoted(dir / "t"), dir).status ==
+          0);
+  r = run("render --trace " + quoted(dir / "t") + " --out " + quoted(dir / "fig/H.SVG"), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(test::read_all(dir / "fig/H.SVG").find("<svg") != std::string::npos);
 }
 
 TEST_CASE("contract: a folder given where a file is expected is named as a folder", "[cli][errors]") {
@@ -111,6 +122,28 @@ TEST_CASE("contract: limits are refused with the limit, not applied without a wo
   CHECK(r.status == 1);
   CHECK(r.out.find("longer than the 8192 positions") != std::string::npos);
   CHECK(r.out.find("give --window 8192 or less") != std::string::npos);
+  // The default window (512) fits a model that reads fewer positions; a window given is refused.
+  REQUIRE(run("init-pair --hidden 32 --layers 1 --heads 2 --vocab 300 --out " + quoted(dir / "short"), dir)
+              .status == 0);
+  {
+    const fs::path cfg = dir / "short/diff/config.json";
+    std::string json = test::read_all(cfg);
+    const size_t at = json.find("\"max_position_embeddings\"");
+    REQUIRE(at != std::string::npos);
+    const size_t v = json.find_first_of("0123456789", at), e = json.find_first_not_of("0123456789", v);
+    json.replace(v, e - v, "128");
+    test::write_all(cfg, json);
+  }
+  r = run("outliers --models " + quoted(dir / "short/diff") + " --text-file " +
+              quoted(kSource / "assets/haystack.txt") + " --max-windows 1 --out " + quoted(dir / "o128"),
+          dir);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  r = run("outliers --models " + quoted(dir / "short/diff") + " --window 512 --max-windows 1 --out " +
+              quoted(dir / "o512"),
+          dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("give --window 128 or less") != std::string::npos);
   r = run("generate --model " + kModel + " --prompt 'The jury said' --tokens 100000", dir);
   INFO(r.out);
   CHECK(r.status == 1);
@@ -183,6 +216,10 @@ TEST_CASE("contract: token spans are half-open in the help, figure titles and th
   CHECK(viz::region_caption({0, 0, 0, 0}, 14).empty());
   CHECK(viz::region_caption({0, 0, 14, 14}, 14).empty());
   CHECK(viz::region_caption({24, 0, 16, 16}, 50) == "(rows [24, 40), keys [0, 16))");
+  // A pooled map's region is in cells: the caption says the tokens they cover.
+  CHECK(viz::region_caption({2, 0, 2, 2}, 4, {0, 3, 6, 9, 12}) == "(rows [6, 12), keys [0, 6))");
+  CHECK(app::cell_labels({"a", "b", "c", "d", "e", "f", "g"}, 3) ==
+        std::vector<std::string>{"[0, 2)", "[2, 4)", "[4, 7)"});
   test::ScratchDir dir("contract-span");
   CHECK(run("--help", dir).out.find("[BEGIN, END), END excluded (10,13 marks") != std::string::npos);
   CHECK(run("explain --help", dir).out.find("[BEGIN, END), END excluded") != std::string::npos);

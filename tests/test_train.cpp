@@ -374,8 +374,7 @@ TEST_CASE("train: never overwrites weights it did not write, resumes only its ow
   TrainOptions o = tiny(dir.path(), out, 2);
   CHECK_THROWS_WITH(
       train_pair(o, nullptr, nullptr),
-      Catch::Contains("diff-small holds a model that train did not write (no train_state/ to "
-                      "resume from); refusing to overwrite it. Give another --out, or --overwrite"));
+      Catch::Contains("diff-small holds a model that train did not write (no train_state/ to resume from"));
   o.resume = false;  // --fresh alone does not license it either
   CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("refusing to overwrite it"));
   CHECK(test::read_all(out / "diff-small/model.safetensors") == shipped);

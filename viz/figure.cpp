@@ -35,10 +35,13 @@ std::string fit(const FigureFont& font, const std::string& s, float px, int max_
 
 }  // namespace
 
-std::string region_caption(const MapRegion& r, int64_t n) {
+std::string region_caption(const MapRegion& r, int64_t n, const std::vector<int64_t>& starts) {
   if (r.rows <= 0 || (r.row0 == 0 && r.col0 == 0 && r.rows >= n && r.cols >= n)) return "";
-  return "(rows " + token_range(r.row0, r.row0 + r.rows) + ", keys " + token_range(r.col0, r.col0 + r.cols) +
-         ")";
+  auto token = [&](int64_t cell) {
+    return starts.empty() ? cell : starts[static_cast<size_t>(std::clamp<int64_t>(cell, 0, n))];
+  };
+  return "(rows " + token_range(token(r.row0), token(r.row0 + r.rows)) + ", keys " +
+         token_range(token(r.col0), token(r.col0 + r.cols)) + ")";
 }
 
 FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {

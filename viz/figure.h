@@ -35,8 +35,11 @@ struct HeadFigure {
 // Throws Error for an empty figure, a panel without data, no tokens, a region outside the map or a panel
 // size outside 64..8192.
 // What a figure's title adds for a zoomed region: "" for the whole map, else the rows (queries) and keys
-// actually drawn, e.g. "(rows [24, 40), keys [0, 16))" (token_range's convention).
-std::string region_caption(const MapRegion& region, int64_t map_size);
+// actually drawn, in tokens, e.g. "(rows [24, 40), keys [0, 16))" (token_range's convention). A pooled map's
+// region is in cells: `cell_starts` (P + 1 token positions, cell c = [starts[c], starts[c+1])) turns it
+// into tokens.
+std::string region_caption(const MapRegion& region, int64_t map_size,
+                           const std::vector<int64_t>& cell_starts = {});
 
 FigureScene layout_head_figure(const HeadFigure& figure, const FigureFont& font);
 
