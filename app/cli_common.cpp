@@ -44,6 +44,12 @@ Option prompt_file_option() {
   return text("prompt-file", "F", "the prompt read from a file (any bytes)");
 }
 
+Option answer_option() {
+  return int_list(
+      "answer", "BEGIN,END", 0, 1e9, 2, 2,
+      "the answer's tokens, marked: [BEGIN, END), END excluded (10,13 marks tokens 10, 11 and 12)");
+}
+
 Option pooled_budget_option(const std::string& fallback) {
   return number("pooled-budget", "MB", 0, 1e6, fallback,
                 "long prompts: pooled maps (mean/max) within MB per model once exact maps would not fit "
@@ -128,6 +134,12 @@ void check_output_dir(const std::string& path, const char* flag) {
     throw Error(named + ": " + existing.string() + " is not writable");
 }
 
+std::string lowercase_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+
 void check_output_file(const std::string& path, const char* flag,
                        const std::vector<std::string>& extensions) {
   namespace fs = std::filesystem;
@@ -135,8 +147,7 @@ void check_output_file(const std::string& path, const char* flag,
   if (path.empty()) throw Error(std::string(flag) + ": give a file name");
   if (fs::is_directory(path, ec))
     throw Error(std::string(flag) + " " + path + ": is a folder; give a file name");
-  std::string ext = fs::path(path).extension().string();
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string ext = lowercase_extension(path);
   if (!extensions.empty() && std::find(extensions.begin(), extensions.end(), ext) == extensions.end()) {
     std::string list;
     for (const auto& e : extensions) list += (list.empty() ? "" : " or ") + e;

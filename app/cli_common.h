@@ -20,6 +20,7 @@ Option device_option(const std::string& fallback);  // --device auto|cpu|cuda
 Option models_option(const std::string& help);      // --models DIR1,DIR2,...
 Option prompt_option();                             // --prompt TEXT
 Option prompt_file_option();                        // --prompt-file F
+Option answer_option();                             // --answer BEGIN,END (half-open)
 Option pooled_budget_option(const std::string& fallback);
 Option haystack_option();
 // --hidden, --layers, --heads, --kv-heads, --vocab: the shape of a matched pair (init-pair, bench), and
@@ -39,6 +40,7 @@ std::string read_file(const std::string& path, const char* what = "prompt file")
 // created. An output file: refused when it is a folder, when its folder cannot be created, or when its
 // extension is not one of `extensions` (".png", ".svg"; empty: any).
 void check_output_dir(const std::string& path, const char* flag);
+std::string lowercase_extension(const std::string& path);  // "F.SVG" -> ".svg"
 void check_output_file(const std::string& path, const char* flag, const std::vector<std::string>& extensions);
 
 // The CPU threads a command uses: --threads N, else every core this process may run on (as the app does).

@@ -1,5 +1,4 @@
 // Commands that draw figures: render (one head of a trace bundle) and explain (step-by-step slides).
-#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -35,8 +34,7 @@ int cmd_render(const Args& a) {
     o.region = {zoom[0], zoom[1], zoom[2], zoom[2]};
   }
   const viz::HeadFigure fig = app::head_figure(trace, a.get_int("layer"), a.get_int("head"), o);
-  std::string ext = std::filesystem::path(out).extension().string();
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string ext = lowercase_extension(out);
   if (std::filesystem::path(out).has_parent_path())
     std::filesystem::create_directories(std::filesystem::path(out).parent_path());
   if (ext == ".svg") {
@@ -128,9 +126,7 @@ Command explain_command() {
        integer("layer", "L", 0, 1e6, "", "layer (default: the last)"),
        integer("head", "H", 0, 1e6, "0", "the DIFF model's head"),
        integer("base-head", "H", 0, 1e6, "", "the baseline's head (default: --head)"),
-       integer("query", "I", 0, 1e9, "", "the query token (default: the last)"),
-       int_list("answer", "BEGIN,END", 0, 1e9, 2, 2,
-                "the answer's tokens, marked: [BEGIN, END), END excluded (10,13 marks tokens 10, 11 and 12)"),
+       integer("query", "I", 0, 1e9, "", "the query token (default: the last)"), answer_option(),
        int_list("question", "BEGIN,END", 0, 1e9, 2, 2, "the question's tokens, marked"),
        size("size", 270, 8192, "1920x1080", "slide size in pixels (at least 480x270)"), device_option("cpu"),
        threads_option()},

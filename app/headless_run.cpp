@@ -53,6 +53,13 @@ void print_layout_report(const GuiState& state, int width, int height) {
   std::printf("layout check: %d windows, %d outside or clipped\n", windows, bad);
 }
 
+// The prompt's length in tokens, from whichever slot ran it (0 before any result).
+long long shown_length(const GuiState& state) {
+  for (int s = 0; s < kSlots; ++s)
+    if (state.shown && state.shown->traces[s]) return state.shown->traces[s]->length();
+  return 0;
+}
+
 }  // namespace
 
 bool write_window_png(const std::string& path, int width, int height) {
@@ -132,9 +139,7 @@ bool HeadlessRun::after_render(const GuiState& state, const InferenceWorker& wor
 }
 
 void HeadlessRun::check_asked(const GuiState& state) {
-  long long T = 0;
-  for (int s = kSlots - 1; s >= 0; --s)
-    if (state.shown && state.shown->traces[s]) T = state.shown->traces[s]->length();
+  const long long T = shown_length(state);
   if (opt_.zoom[2] > 0 && T > 0 && (opt_.zoom[0] + opt_.zoom[2] > T || opt_.zoom[1] + opt_.zoom[2] > T)) {
     // The head view keeps the zoom inside the map: say what it shows instead of what was asked.
     const long long span = std::min<long long>(opt_.zoom[2], T);
@@ -173,9 +178,7 @@ void HeadlessRun::check_asked(const GuiState& state) {
 }
 
 void HeadlessRun::report(const GuiState& state, const InferenceWorker& worker, int w, int h) const {
-  long long T = 0;  // the prompt's length in tokens, from whichever slot ran it
-  for (int s = kSlots - 1; s >= 0; --s)
-    if (state.shown && state.shown->traces[s]) T = state.shown->traces[s]->length();
+  const long long T = shown_length(state);
   std::printf("wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
               opt_.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
   if (!state.message.empty()) std::printf("status line: %s\n", state.message.c_str());

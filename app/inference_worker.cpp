@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 
+#include "app/cli_common.h"
 #include "app/remote_client.h"
 #include "core/error.h"
 #include "core/remote.h"
@@ -226,12 +226,7 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
     jobs = expand(req.sweep);
     if (req.logit_bits != 0 && (req.logit_bits < 2 || req.logit_bits > 32))
       throw Error("logit quantization takes 2 to 32 bits (0: exact)");
-    std::error_code dir_ec;
-    if (std::filesystem::is_directory(req.haystack_path, dir_ec))
-      throw Error(req.haystack_path + ": is a folder; the haystack text must be a file");
-    std::ifstream in(req.haystack_path, std::ios::binary);
-    if (!in) throw Error(req.haystack_path + ": cannot open the haystack text");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = cli::read_file(req.haystack_path, "haystack text");
     std::error_code ec;
     const std::string file_key =
         req.haystack_path + "|" + std::to_string(std::filesystem::file_size(req.haystack_path, ec)) + "|" +

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "app/cli_common.h"
 #include "app/panels.h"
 #include "app/plot.h"
 #include "core/error.h"
@@ -32,12 +32,7 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir) {
       throw Error("the needle builder needs a SentencePiece model in a slot (" + tok_path.string() +
                   " is missing)");
     if (!n.haystack || n.tokenizer_path != tok_path.string()) {  // count the haystack once per tokenizer
-      std::error_code dir_ec;
-      if (std::filesystem::is_directory(n.haystack_path, dir_ec))
-        throw Error(n.haystack_path + ": is a folder; the haystack text must be a file");
-      std::ifstream in(n.haystack_path, std::ios::binary);
-      if (!in) throw Error(n.haystack_path + ": cannot open the haystack text");
-      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::string text = cli::read_file(n.haystack_path, "haystack text");
       n.tokenizer = std::make_unique<Tokenizer>(Tokenizer::sentencepiece(tok_path));
       n.haystack = std::make_unique<Haystack>(text, *n.tokenizer);
       n.tokenizer_path = tok_path.string();
