@@ -156,7 +156,7 @@ Command gui_command() {
        integer("query", "I", 0, 1e9, "", "the selected query token (default: the last)"),
        answer_option(),
        text("view", "NAME",
-            "the view shown: " + app::view_names() + " (keys 1-8; default: the last one, first query-row)"),
+            "the view shown: " + app::view_names() + " (keys 1-9; default: the last one, first query-row)"),
        text("tab", "NAME", "the same as --view (the old name)"),
        choice("split", "off|below|beside", "",
               "the view alone, below the maps or beside them (default: as last left)"),

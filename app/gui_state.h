@@ -144,6 +144,15 @@ struct GuiState {
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<Haystack> haystack;
   } needle;
+  // Text view: the prompt shaded by the query's attention (panel_text).
+  struct TextView {
+    int direction = 0;  // 0: from the query (its row), 1: to the query's token (its column)
+    int heads = 0;      // 0: the selected head, 1: the mean over the layer's heads, 2: over all layers
+    bool shared_scale = false;  // both models on one scale (else each its own)
+    int hover = -1;             // the token under the pointer last frame: the query while it stays there
+    int hover_next = -1;        // collected while drawing this frame
+    int scrolled_to[kSlots] = {-1, -1};  // the kept query each panel last scrolled to
+  } text;
   // Explain tab: the step shown (1..6) and whether the slide fills the window (presentation mode).
   struct Explain {
     int step = 1;

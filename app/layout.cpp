@@ -9,8 +9,8 @@
 namespace difflens::app {
 namespace {
 
-constexpr const char* kViewNames[kViews] = {"maps",  "query-row", "models",   "lambda",
-                                            "noise", "lab",       "outliers", "explain"};
+constexpr const char* kViewNames[kViews] = {"maps", "query-row", "models",  "lambda", "noise",
+                                            "lab",  "outliers",  "explain", "text"};
 constexpr const char* kViewTitles[kViews] = {"Maps",
                                              "Figure 1: query row",
                                              "Model view",
@@ -18,7 +18,8 @@ constexpr const char* kViewTitles[kViews] = {"Maps",
                                              "Attention noise",
                                              "Needle lab",
                                              "Outliers",
-                                             "Explain"};
+                                             "Explain",
+                                             "Text: the prompt shaded"};
 
 bool read_float(const std::string& v, float lo, float hi, float& out) {
   char* end = nullptr;
@@ -45,8 +46,8 @@ constexpr float kMaxWide = 1.6f, kMaxTall = 1.4f;
 
 }  // namespace
 
-constexpr const char* kViewShortTitles[kViews] = {"Maps",  "Figure 1", "Models",   "\xce\xbb",
-                                                  "Noise", "Lab",      "Outliers", "Explain"};
+constexpr const char* kViewShortTitles[kViews] = {"Maps", "Figure 1", "Models",  "\xce\xbb", "Noise",
+                                                  "Lab",  "Outliers", "Explain", "Text"};
 
 const char* view_name(View v) {
   return kViewNames[static_cast<int>(v)];

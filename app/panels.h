@@ -24,6 +24,10 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& pieces,
 // the answer span marked, its share and the noise written on the chart, and the next-token top 5.
 void draw_query_row_view(GuiState& state);
 
+// panel_text.cpp: the Text view: the prompt as running text, each token's background the selected query's
+// attention to it (or its attention to the query's token), both models side by side or stacked.
+void draw_text_view(GuiState& state);
+
 // panel_lambda.cpp: λ per layer of each DIFF model as a plot (λ and λ_init(l)) beside its table.
 void draw_lambda_view(GuiState& state);
 

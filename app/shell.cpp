@@ -80,6 +80,9 @@ void draw_view(View v, GuiState& state, InferenceWorker& worker, ViewObjects& vi
     case View::Explain:
       views.explain.draw_tab(state);
       break;
+    case View::Text:
+      draw_text_view(state);
+      break;
   }
 }
 
@@ -88,7 +91,7 @@ void draw_view(View v, GuiState& state, InferenceWorker& worker, ViewObjects& vi
 // wrap instead (a horizontal scrollbar would also let wrapped text keep the width of a wider frame).
 void draw_view_window(const char* id, View v, ImVec2 size, GuiState& state, InferenceWorker& worker,
                       ViewObjects& views, const viz::HeatmapRenderer& renderer) {
-  const bool fits = v == View::Maps || v == View::QueryRow || v == View::Explain;
+  const bool fits = v == View::Maps || v == View::QueryRow || v == View::Explain || v == View::Text;
   ImGui::BeginChild(id, size, false,
                     fits ? ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse : 0);
   const ImVec2 p = ImGui::GetWindowPos(), s = ImGui::GetWindowSize();
@@ -198,7 +201,7 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
   }
   if (ImGui::BeginMenu("Help")) {
     ImGui::TextUnformatted(
-        "1-8        views (View menu)\n"
+        "1-9        views (View menu)\n"
         "S          split the view with the maps\n"
         "Tab        side panel\n"
         "Up/Down    layer\n"
@@ -321,7 +324,7 @@ void draw_side_panel(GuiState& state, InferenceWorker& worker, const ModelShape&
       }
   ImGui::Separator();
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextWrapped("1-8 views, Up/Down layer, Left/Right head (Shift: right model), Help menu: more");
+  ImGui::TextWrapped("1-9 views, Up/Down layer, Left/Right head (Shift: right model), Help menu: more");
   ImGui::PopStyleColor();
 }
 

@@ -26,9 +26,9 @@ ModelShape shape_of(const GuiState& state);
 void draw_menu_bar(GuiState& state, InferenceWorker& worker);
 void draw_open_dialog(GuiState& state, InferenceWorker& worker);
 void draw_side_panel(GuiState& state, InferenceWorker& worker, const ModelShape& shape);
-// The row of view buttons (1-8) and the split toggle, above the central area.
+// The row of view buttons (1-9) and the split toggle, above the central area.
 void draw_view_bar(GuiState& state);
-// 1-8 pick a view, Up/Down the layer, Left/Right the left model's head (Shift: the right model's; in the
+// 1-9 pick a view, Up/Down the layer, Left/Right the left model's head (Shift: the right model's; in the
 // Explain view Left/Right step its slides), Ctrl+O opens a model, F12 saves the window.
 void handle_keys(GuiState& state, const ModelShape& shape);
 // The selected view in all the space left (split with the maps when asked).

@@ -5,6 +5,7 @@
 
 #include "viz/colormap.h"
 #include "viz/map_view.h"
+#include "viz/text_shade.h"
 
 using namespace difflens::viz;
 
@@ -255,4 +256,33 @@ TEST_CASE("a head figure labels its axes with display labels and keeps the raw p
   CHECK(svg.find("> The</text>") != std::string::npos);
   CHECK(svg.find(">" + kEmDash + "</text>") != std::string::npos);
   CHECK(svg.find(kMarker) == std::string::npos);
+}
+
+TEST_CASE("text shading: white at 0, blue for positive weights, red for negative ones, readable ink",
+          "[viz][text]") {
+  using namespace difflens::viz;
+  ValueRange diverging{0.5, true}, sequential{0.5, false};
+  const TextShade zero = text_shade(0.0, diverging, ValueScale::Linear);
+  CHECK((zero.background.r == 255 && zero.background.g == 255 && zero.background.b == 255));
+  CHECK(zero.ink.r == 20);  // dark text on white
+  const TextShade top = text_shade(0.5, diverging, ValueScale::Linear);
+  CHECK((top.background.r == kTextPositive.r && top.background.g == kTextPositive.g &&
+         top.background.b == kTextPositive.b));
+  CHECK(top.ink.r == 255);  // white text on the full blue
+  const TextShade neg = text_shade(-0.5, diverging, ValueScale::Linear);
+  CHECK((neg.background.r == kTextNegative.r && neg.background.b == kTextNegative.b));
+  // Half the range, linear: step round(0.5 * 255) = 128, halfway from white to the colour.
+  CHECK(text_shade_index(0.25, diverging, ValueScale::Linear) == 128);
+  CHECK(text_shade(0.25, diverging, ValueScale::Linear).background.r == 152);  // 255 + (50 - 255) * 128/255
+  // sqrt: a quarter of the range is halfway.
+  CHECK(text_shade_index(0.125, diverging, ValueScale::Sqrt) == 128);
+  // Beyond the range: the full colour; a sequential range shows negative weights as nothing; NaN: white.
+  CHECK(text_shade_index(7.0, diverging, ValueScale::Linear) == kTextShadeSteps - 1);
+  CHECK(text_shade_index(-0.5, sequential, ValueScale::Linear) == 0);
+  CHECK(text_shade_index(std::nan(""), diverging, ValueScale::Linear) == 0);
+  // Lightness falls monotonically with the step on both sides (darker = more weight).
+  for (bool negative : {false, true})
+    for (int k = 1; k < kTextShadeSteps; ++k)
+      CHECK(oklab_lightness(text_shade_step(k, negative).background) <
+            oklab_lightness(text_shade_step(k - 1, negative).background) + 1e-9);
 }

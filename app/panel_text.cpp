@@ -1,0 +1,289 @@
+// The Text view: the prompt laid out as running text, each token's background the selected query's
+// attention to it ("from the query": its row) or that token's attention to the query's token ("to this
+// token": its column, who reads it), of the selected head, the mean over the layer's heads or over every
+// layer. Both models side by side (stacked when narrow), each with its legend; DIFF's A1 − λA2 on a
+// diverging scale (negative weights red), the baseline's A on a sequential one. Hovering a token makes it the
+// query while the pointer stays on it; a click keeps it. Long prompts scroll, the kept query in view.
+#include <imgui.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "app/panels.h"
+#include "app/plot.h"
+#include "core/token_weights.h"
+#include "viz/text_shade.h"
+#include "viz/token_text.h"
+
+namespace difflens::app {
+namespace {
+
+constexpr const char* kHeadChoices[] = {"the selected head", "mean over the layer's heads",
+                                        "mean over all layers"};
+
+ImU32 col(viz::Rgb8 c) {
+  return IM_COL32(c.r, c.g, c.b, 255);
+}
+
+struct Weights {
+  TokenWeights w;
+  std::string error;
+  double top = 0;  // max |w| over the tokens that carry a weight
+};
+
+Weights weights_of(const GuiState& state, const Trace& t, int slot, int query) {
+  Weights out;
+  const auto& tv = state.text;
+  try {
+    out.w = token_weights(t, state.view.layer, state.view.head[slot], static_cast<HeadPool>(tv.heads),
+                          tv.direction == 0 ? WeightDirection::FromQuery : WeightDirection::ToToken, query);
+    for (int64_t i = out.w.first; i < out.w.end; ++i)
+      out.top = std::max(out.top, static_cast<double>(std::fabs(out.w.w[static_cast<size_t>(i)])));
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+// Tokens laid out as running text `width` pixels wide in the current font: boxes exactly as wide as their
+// text, so a word's pieces read as one word ("Mar" "sh" "all") and the spaces are the pieces' own; a line
+// feed (a label ending in "↵") ends its line.
+struct TextLayout {
+  std::vector<ImVec2> at;  // each token's box, from the text's top left
+  std::vector<float> widths;
+  float pad = 1, line = 16, height = 0;
+};
+
+TextLayout layout_text(const std::vector<std::string>& labels, float width) {
+  TextLayout out;
+  out.pad = std::max(1.0f, ImGui::GetFontSize() * 0.12f);
+  out.line = ImGui::GetTextLineHeight() + 2 * out.pad + std::max(2.0f, ImGui::GetFontSize() * 0.25f);
+  out.at.resize(labels.size());
+  out.widths.resize(labels.size());
+  float x = 0, y = 0;
+  static const std::string kNewline = "\xe2\x86\xb5";
+  for (size_t i = 0; i < labels.size(); ++i) {
+    out.widths[i] = ImGui::CalcTextSize(labels[i].c_str(), nullptr, false).x;
+    if (x > 0 && x + out.widths[i] > width) {
+      x = 0;
+      y += out.line;
+    }
+    out.at[i] = ImVec2(x, y);
+    x += out.widths[i];
+    const std::string& s = labels[i];
+    if (s.size() >= kNewline.size() &&
+        s.compare(s.size() - kNewline.size(), kNewline.size(), kNewline) == 0) {
+      x = 0;
+      y += out.line;
+    }
+  }
+  out.height = y + out.line;
+  return out;
+}
+
+std::string format_weight(double v) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.3g", v);
+  return s;
+}
+
+// A horizontal legend at the cursor: −top (red) .. 0 (white) .. +top (blue), or 0 .. top.
+void draw_text_legend(const viz::ValueRange& range, viz::ValueScale scale) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float em = ImGui::GetFontSize(), h = ImGui::GetTextLineHeight();
+  const std::string lo = range.diverging ? format_weight(-range.hi) : "0", hi = format_weight(range.hi);
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const float bar_x = p.x + ImGui::CalcTextSize(lo.c_str()).x + em * 0.3f, bar_w = em * 9;
+  dl->AddText(p, ImGui::GetColorU32(ImGuiCol_Text), lo.c_str());
+  const int steps = 72;
+  for (int k = 0; k < steps; ++k) {
+    const double t = (k + 0.5) / steps;  // position along the bar
+    const double v = range.diverging ? (2 * t - 1) * range.hi : t * range.hi;
+    // The bar's position is linear in the value: the scale shows in how fast the colour deepens.
+    const viz::TextShade s = viz::text_shade(v, range, scale);
+    const float x0 = bar_x + bar_w * static_cast<float>(k) / steps;
+    dl->AddRectFilled(ImVec2(x0, p.y + 2), ImVec2(x0 + bar_w / steps + 0.5f, p.y + h - 2), col(s.background));
+  }
+  dl->AddRect(ImVec2(bar_x, p.y + 2), ImVec2(bar_x + bar_w, p.y + h - 2), IM_COL32(150, 150, 150, 255));
+  if (range.diverging) {
+    const float zx = bar_x + bar_w / 2;
+    dl->AddLine(ImVec2(zx, p.y + h - 4), ImVec2(zx, p.y + h), IM_COL32(90, 90, 90, 255));
+  }
+  const char* scale_name = scale == viz::ValueScale::Sqrt  ? "sqrt"
+                           : scale == viz::ValueScale::Log ? "log"
+                                                           : "linear";
+  const std::string right =
+      hi + (range.diverging ? "   (0 at the middle, " : "   (") + scale_name + " scale)";
+  dl->AddText(ImVec2(bar_x + bar_w + em * 0.3f, p.y), ImGui::GetColorU32(ImGuiCol_Text), right.c_str());
+  ImGui::Dummy(ImVec2(bar_x + bar_w + em * 0.3f + ImGui::CalcTextSize(right.c_str()).x - p.x, h));
+}
+
+// One model's panel in a child of `size`: title, legend, and the text (scrolling).
+void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vector<std::string>& labels,
+                     const Weights& wt, int query, double shared_top, ImVec2 size) {
+  auto& tv = state.text;
+  const SelectionState& sel = state.selection;
+  ImGui::BeginChild(("text.panel." + std::to_string(slot)).c_str(), size, false,
+                    ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
+  {
+    const ImVec2 p = ImGui::GetWindowPos(), s = ImGui::GetWindowSize();
+    state.drawn.note("text." + std::to_string(slot), p.x, p.y, p.x + s.x, p.y + s.y);
+  }
+  const std::string name = t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
+  const int T = static_cast<int>(t.length());
+  const std::string qlabel = query >= 0 && query < T ? labels[static_cast<size_t>(query)] : "";
+  if (!wt.error.empty()) {
+    ImGui::TextUnformatted(name.c_str());
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.8f, 0.2f, 0.2f, 1));
+    ImGui::TextWrapped("%s", wt.error.c_str());
+    ImGui::PopStyleColor();
+    ImGui::EndChild();
+    return;
+  }
+  const std::string pool =
+      describe_pool(wt.w, static_cast<HeadPool>(tv.heads), state.view.layer, state.view.head[slot]);
+  const std::string dir = tv.direction == 0 ? "from query " : "to token ";
+  ImGui::TextWrapped("%s   %s, %s   %s%d '%s'", name.c_str(), wt.w.what.c_str(), pool.c_str(), dir.c_str(),
+                     query, qlabel.c_str());
+  viz::ValueRange range;
+  range.diverging = t.config.is_diff();
+  range.hi = shared_top > 0 ? shared_top : wt.top > 0 ? wt.top : 1;
+  const auto scale = static_cast<viz::ValueScale>(std::clamp(state.view.scale, 0, 2));
+  draw_text_legend(range, scale);
+
+  // The text, wrapped into the child's width, in the largest UI font it fits in (a short prompt reads from
+  // the back of the room); only the lines in view are drawn.
+  const ImVec2 body = ImGui::GetContentRegionAvail();
+  const ImVec2 inner(body.x - 2 * ImGui::GetStyle().WindowPadding.x - ImGui::GetStyle().ScrollbarSize,
+                     body.y - 2 * ImGui::GetStyle().WindowPadding.y);
+  ImFont* font = ImGui::GetFont();
+  for (ImFont* f : ImGui::GetIO().Fonts->Fonts)
+    if (f->FontSize > font->FontSize) {
+      ImGui::PushFont(f);
+      const bool fits = layout_text(labels, inner.x).height <= inner.y;
+      ImGui::PopFont();
+      if (fits) font = f;
+    }
+  ImGui::PushFont(font);
+  ImGui::BeginChild(("text.body." + std::to_string(slot)).c_str(), ImVec2(0, 0), true);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  const TextLayout lay = layout_text(labels, std::max(inner.x, ImGui::GetFontSize() * 4));
+  const std::vector<ImVec2>& at = lay.at;
+  const std::vector<float>& widths = lay.widths;
+  const float width = inner.x, pad = lay.pad, pad_x = 0, line = lay.line, height = lay.height;
+  // Keep the kept query in view when it changes (not the hovered one: the text would move under the pointer).
+  if (tv.scrolled_to[slot] != sel.query && sel.query >= 0 && sel.query < static_cast<int>(at.size())) {
+    const float qy = at[static_cast<size_t>(sel.query)].y, view_h = ImGui::GetWindowHeight();
+    if (qy < ImGui::GetScrollY() || qy + line > ImGui::GetScrollY() + view_h)
+      ImGui::SetScrollY(std::max(0.0f, qy - view_h / 3));
+    tv.scrolled_to[slot] = sel.query;
+  }
+  const float top = ImGui::GetScrollY() - line, bottom = ImGui::GetScrollY() + ImGui::GetWindowHeight();
+  const bool hovered_window = ImGui::IsWindowHovered();
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  const ImU32 disabled = ImGui::GetColorU32(ImGuiCol_TextDisabled);
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (at[i].y < top || at[i].y > bottom) continue;
+    const ImVec2 a(origin.x + at[i].x, origin.y + at[i].y);
+    const ImVec2 b(a.x + widths[i], a.y + ImGui::GetTextLineHeight() + 2 * pad);
+    const int ii = static_cast<int>(i);
+    const bool carries = ii >= wt.w.first && ii < wt.w.end;
+    const float w = wt.w.w[i];
+    const viz::TextShade s = viz::text_shade(carries ? w : 0.0, range, scale);
+    if (carries) dl->AddRectFilled(a, b, col(s.background));
+    dl->AddText(ImVec2(a.x + pad_x, a.y + pad), carries ? col(s.ink) : disabled, labels[i].c_str());
+    const bool answer = ii >= sel.answer_begin && ii < sel.answer_end;
+    if (answer)  // a line under the span, unbroken across its tokens
+      dl->AddRectFilled(ImVec2(a.x, b.y), ImVec2(b.x, b.y + std::max(2.0f, pad * 1.5f)),
+                        IM_COL32(20, 160, 60, 255));
+    if (ii == query)
+      dl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(b.x + 1, b.y + 1), IM_COL32(240, 130, 0, 255), 0, 0, 2.5f);
+    else if (ii == sel.query)  // the kept query while another token is hovered
+      dl->AddRect(a, b, IM_COL32(240, 130, 0, 200), 0, 0, 1.0f);
+    if (hovered_window && mouse.x >= a.x && mouse.x < b.x && mouse.y >= a.y && mouse.y < a.y + line) {
+      tv.hover_next = ii;
+      if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) state.selection.query = ii;
+      if (carries)
+        ImGui::SetTooltip("token %d '%s'\n%s = %.5f\nclick: keep it as the query", ii, labels[i].c_str(),
+                          wt.w.what.c_str(), w);
+      else
+        ImGui::SetTooltip("token %d '%s'\n%s\nclick: keep it as the query", ii, labels[i].c_str(),
+                          tv.direction == 0 ? "after the query: it does not see this token"
+                                            : "before the token: it cannot read it");
+    }
+  }
+  ImGui::Dummy(ImVec2(width, height));
+  ImGui::EndChild();
+  ImGui::PopFont();
+  ImGui::EndChild();
+}
+
+}  // namespace
+
+void draw_text_view(GuiState& state) {
+  const RunResult& r = *state.shown;
+  auto& tv = state.text;
+  int slots[kSlots], n = 0;
+  for (int s = 0; s < kSlots; ++s)
+    if (r.traces[s]) slots[n++] = s;
+  if (n == 0) return;
+  // The controls, wrapping when narrow.
+  ImGui::RadioButton("from the query", &tv.direction, 0);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Each token: how much the query attends to it (the query's row).");
+  flow_next(ImGui::GetFrameHeight() + ImGui::CalcTextSize("to this token").x);
+  ImGui::RadioButton("to this token", &tv.direction, 1);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Each later token: how much it attends to the query's token (its column: who reads it).");
+  const float combo_w = ImGui::CalcTextSize(kHeadChoices[1]).x + ImGui::GetFrameHeight() * 2;
+  flow_next(combo_w);
+  ImGui::SetNextItemWidth(combo_w);
+  ImGui::Combo("##heads", &tv.heads, kHeadChoices, 3);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "the selected head: the layer and head picked in the side panel\n"
+        "mean over the layer's heads: the average of each head's weights (DIFF: A1 - lambda A2, each head\n"
+        "  with its own lambda), every kept head of the selected layer counting once\n"
+        "mean over all layers: the same average over every kept head of every layer");
+  flow_next(ImGui::GetFrameHeight() + ImGui::CalcTextSize("one scale").x);
+  ImGui::Checkbox("one scale", &tv.shared_scale);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Both models' colours end at the larger of their largest weights (else each its own).");
+
+  // The query: the hovered token while the pointer stays on it, else the kept one.
+  const int T = static_cast<int>(r.traces[slots[0]]->length());
+  const int query = tv.hover >= 0 && tv.hover < T ? tv.hover : std::clamp(state.selection.query, 0, T - 1);
+  tv.hover_next = -1;
+  Weights w[kSlots];
+  double shared = 0;
+  for (int k = 0; k < n; ++k) {
+    const Trace& t = *r.traces[slots[k]];
+    w[k] = weights_of(state, t, slots[k], std::clamp(query, 0, static_cast<int>(t.length()) - 1));
+    shared = std::max(shared, w[k].top);
+  }
+  const ImVec2 room = ImGui::GetContentRegionAvail();
+  const float gap = ImGui::GetFontSize() * 0.6f;
+  const bool beside = n > 1 && room.x >= ImGui::GetFontSize() * 48;
+  const ImVec2 size =
+      beside ? ImVec2((room.x - gap) / 2, room.y)
+             : ImVec2(room.x, (room.y - gap * static_cast<float>(n - 1)) / static_cast<float>(n));
+  for (int k = 0; k < n; ++k) {
+    if (k > 0) {
+      if (beside)
+        ImGui::SameLine(0, gap);
+      else
+        ImGui::Dummy(ImVec2(0, gap - ImGui::GetStyle().ItemSpacing.y * 2));
+    }
+    const Trace& t = *r.traces[slots[k]];
+    draw_text_panel(state, t, slots[k], r.labels[static_cast<size_t>(slots[k])], w[k], query,
+                    tv.shared_scale ? shared : 0, size);
+  }
+  tv.hover = tv.hover_next;
+}
+
+}  // namespace difflens::app
