@@ -1,4 +1,6 @@
 // Commands that draw figures: render (one head of a trace bundle) and explain (step-by-step slides).
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +9,7 @@
 #include "app/explain_slides.h"
 #include "app/figures.h"
 #include "app/inference_worker.h"
+#include "app/text_page.h"
 #include "core/error.h"
 #include "core/explain.h"
 #include "core/trace_io.h"
@@ -16,7 +19,56 @@
 namespace difflens::cli {
 namespace {
 
+// render --html: the Text view as a self-contained page of one or two bundles of the same prompt.
+int render_page(const Args& a) {
+  const std::string out = a.require("html");
+  check_output_file(out, "--html", {".html", ".htm"});
+  std::vector<Trace> traces;
+  traces.push_back(read_trace_bundle(a.require("trace")));
+  if (a.has("compare")) traces.push_back(read_trace_bundle(a.require("compare")));
+  app::PageOptions o;
+  o.layer = a.get_int("layer");
+  for (int l : a.get_int_list("layers")) o.layers.push_back(l);
+  if (!o.layers.empty() && std::find(o.layers.begin(), o.layers.end(), o.layer) == o.layers.end())
+    o.layer = o.layers.front();  // --layers without --layer: the first of them shown first
+  o.head[0] = a.get_int("head");
+  o.head[1] = a.get_int("compare-head", o.head[0]);
+  o.query = a.get_int("query", -1);
+  const std::vector<int> answer = a.get_int_list("answer");
+  if (!answer.empty()) {
+    if (answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
+    o.answer_begin = answer[0];
+    o.answer_end = answer[1];
+  }
+  o.direction = a.get("direction") == "to" ? WeightDirection::ToToken : WeightDirection::FromQuery;
+  o.pool = std::array<HeadPool, 3>{HeadPool::Head, HeadPool::LayerMean,
+                                   HeadPool::AllLayers}[a.choice_index("pool")];
+  o.scale = a.choice_index("scale");
+  o.max_bytes = static_cast<size_t>(a.get_double("max-mb") * 1048576.0);
+  std::vector<const Trace*> shown;
+  for (const Trace& t : traces) shown.push_back(&t);
+  app::PageReport report;
+  const std::string html = app::text_page_html(shown, o, &report);
+  if (std::filesystem::path(out).has_parent_path())
+    std::filesystem::create_directories(std::filesystem::path(out).parent_path());
+  write_file_atomically(out, html);
+  std::printf("wrote %s (%.1f MB: %d maps of %lld tokens", out.c_str(), report.bytes / 1048576.0, report.maps,
+              static_cast<long long>(traces[0].length()));
+  for (const std::string& s : report.left_out) std::printf("; left out for --max-mb: %s", s.c_str());
+  std::printf(")\n");
+  return 0;
+}
+
 int cmd_render(const Args& a) {
+  if (a.has("html")) {
+    if (a.has("out")) throw Error("give --out (a figure) or --html (a page), not both");
+    return render_page(a);
+  }
+  if (!a.has("out")) throw Error("give --out F.png|F.svg (a figure) or --html F.html (a page)");
+  for (const char* page_only :
+       {"compare", "compare-head", "layers", "query", "answer", "direction", "pool", "max-mb"})
+    if (a.has(page_only))
+      throw Error(std::string("--") + page_only + " belongs to the page: give --html F.html with it");
   const std::string out = a.require("out");
   check_output_file(out, "--out", {".png", ".svg"});
   const Trace trace = read_trace_bundle(a.require("trace"));
@@ -54,21 +106,39 @@ Command render_command() {
   const app::FigureOptions d;
   char clamp[32];
   std::snprintf(clamp, sizeof clamp, "%g", d.clamp_percentile);
-  return {"render",
-          "draw one head of a trace bundle with token labels and legends, PNG or SVG",
-          {required(text("trace", "DIR", "the trace bundle (capture --out)")),
-           required(text("out", "F.png|F.svg", "the figure")), integer("layer", "L", 0, 1e6, "0", "layer"),
-           integer("head", "H", 0, 1e6, "0", "head"),
-           choice("map", "all|A1|A2|A", "all", "which maps (DIFF: A1, A2 and A = A1 - lambda A2)"),
-           integer("size", "PX", 64, 8192, std::to_string(d.size), "each map's side in pixels"),
-           choice("scale", "linear|sqrt|log", "sqrt", "colour scale"),
-           choice("pooling", "max|mean", "max", "how cells pool when a map has more tokens than pixels"),
-           number("clamp", "P", 1e-9, 100, clamp, "the colour scale ends at this percentile"),
-           flag("per-map-scale", "each map its own colour scale (default: one shared scale)"),
-           int_list("zoom", "ROW,COL,N", 0, 1e9, 3, 3, "only the N x N tokens from query ROW, key COL"),
-           integer("max-cells", "N", 1, 1 << 16, "256", "SVG cells per side (pooled beyond)")},
-          "",
-          cmd_render};
+  return {
+      "render",
+      "draw one head of a trace bundle with token labels and legends (PNG or SVG), or the Text view as a "
+      "self-contained page (HTML)",
+      {required(text("trace", "DIR", "the trace bundle (capture --out)")),
+       text("out", "F.png|F.svg", "the figure"),
+       text("html", "F.html", "the page: the prompt shaded by attention, for a browser (no network needed)"),
+       integer("layer", "L", 0, 1e6, "0", "layer"),
+       integer("head", "H", 0, 1e6, "0", "head"),
+       choice("map", "all|A1|A2|A", "all", "which maps (DIFF: A1, A2 and A = A1 - lambda A2)"),
+       integer("size", "PX", 64, 8192, std::to_string(d.size), "each map's side in pixels"),
+       choice("scale", "linear|sqrt|log", "sqrt", "colour scale"),
+       choice("pooling", "max|mean", "max", "how cells pool when a map has more tokens than pixels"),
+       number("clamp", "P", 1e-9, 100, clamp, "the colour scale ends at this percentile"),
+       flag("per-map-scale", "each map its own colour scale (default: one shared scale)"),
+       int_list("zoom", "ROW,COL,N", 0, 1e9, 3, 3, "only the N x N tokens from query ROW, key COL"),
+       integer("max-cells", "N", 1, 1 << 16, "256", "SVG cells per side (pooled beyond)"),
+       text("compare", "DIR",
+            "the page: a second bundle of the same prompt, shown beside (e.g. the baseline)"),
+       integer("compare-head", "H", 0, 1e6, "", "the page: the second bundle's head (default: --head)"),
+       int_list("layers", "0,3", 0, 1e6, 0, 0, "the page: the layers it holds (default: --layer)"),
+       integer("query", "I", 0, 1e9, "", "the page: the query shown first (default: the last token)"),
+       answer_option(),
+       choice("direction", "from|to", "from",
+              "the page: from the query (its row) or to its token (its column)"),
+       choice("pool", "head|layer|all", "head",
+              "the page: the selected head, the mean of the layer's heads or of all layers"),
+       number("max-mb", "MB", 1, 4096, "64",
+              "the page: bound on its embedded weights (exact float32, about 2.7 T^2 bytes a map)")},
+      "Give --out for a figure or --html for a page. A page holds each model's mean over all layers, the "
+      "layers' means and the selected heads (refused, with the size needed, beyond --max-mb), then the "
+      "layers' other heads while they fit.",
+      cmd_render};
 }
 
 // Step-by-step slides of one head of each model for one query: what the app's Explain view shows.

@@ -105,6 +105,14 @@ int cmd_gui(const Args& a) {
   o.explain_step = a.get_int("explain-step");
   o.present = a.has("present");
   o.export_all = a.has("export-all");
+  o.export_page = a.get("export-page");
+  if (!o.export_page.empty()) {
+    if (!a.has("screenshot"))
+      throw Error("--export-page is for headless runs: give --screenshot F.png with it");
+    check_output_file(o.export_page, "--export-page", {".html", ".htm"});
+  }
+  o.text_direction = a.choice_index("text-direction");
+  o.text_heads = a.choice_index("text-heads");
   o.lecture = a.has("lecture");
   const std::vector<int> zoom = a.get_int_list("zoom");
   if (!zoom.empty()) {
@@ -194,7 +202,13 @@ Command gui_command() {
        int_list("hover", "ROW,COL", 0, 1e9, 2, 2,
                 "headless: the mouse over this query row and key of the first map"),
        flag("export-all", "export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E"),
-       text("export-dir", "DIR", "the export folder (default ./difflens-exports)")},
+       text("export-dir", "DIR", "the export folder (default ./difflens-exports)"),
+       text("export-page", "F.html",
+            "headless: write the Text view as a page (File > Export page) once results arrive"),
+       choice("text-direction", "from|to", "from",
+              "the Text view: the query's attention (its row) or who reads its token (its column)"),
+       choice("text-heads", "head|layer|all", "head",
+              "the Text view: the selected head, the mean of the layer's heads or of all layers")},
       "",
       cmd_gui};
 }

@@ -205,6 +205,8 @@ int run_gui(const GuiOptions& opt) {
     } fullscreen;
     state.explain.step = std::clamp(opt.explain_step, 1, kExplainSteps);
     state.explain.present = opt.present;
+    state.text.direction = opt.text_direction;
+    state.text.heads = opt.text_heads;
     HeadlessRun headless(opt);
 
     while (!glfwWindowShouldClose(window)) {
@@ -398,6 +400,15 @@ int run_gui(const GuiOptions& opt) {
       state.export_all = (io.KeyCtrl && ImGui::IsKeyPressed(GLFW_KEY_E, false) && !io.WantTextInput) ||
                          headless.export_now(state);
       state.export_head_views = false;
+      if (headless.page_now(state)) {
+        state.export_page = true;
+        state.export_page_path = opt.export_page;
+      }
+      if (state.export_page) {
+        export_text_page(state);
+        state.export_page = false;
+        state.export_page_path.clear();
+      }
       const bool window_shot = state.window_shot;
       state.window_shot = false;
       if (state.quit) glfwSetWindowShouldClose(window, 1);

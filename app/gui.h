@@ -47,6 +47,10 @@ struct GuiOptions {
   bool lab_run = false;
   std::string export_dir;   // export folder (default ./difflens-exports)
   bool export_all = false;  // headless Ctrl+E: export every shown map once results arrive
+  std::string
+      export_page;         // headless File > Export page: write the Text view's page here once results arrive
+  int text_direction = 0;  // the Text view: 0 from the query, 1 to its token
+  int text_heads = 0;      // the Text view: 0 the selected head, 1 the layer's mean, 2 all layers
   int zoom[3] = {0, 0, 0};  // initial head-view zoom: first row, first column, span (0: whole map)
   int query = -1;           // initial query token (question start); -1: the last token
   int answer_begin = -1, answer_end = -1;  // initial answer span [begin, end) in tokens

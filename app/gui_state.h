@@ -118,6 +118,8 @@ struct GuiState {
   bool export_all = false;         // Ctrl+E: export every map of the head view this frame
   bool export_head_views = false;  // File menu: export each model's labelled head view this frame
   bool window_shot = false;        // F12 / File menu: save the window as a PNG after this frame
+  bool export_page = false;        // File menu: write the Text view as an HTML page after this frame
+  std::string export_page_path;    // ...to this file ("" : a new file in the export folder)
   bool quit = false;               // File menu: close the window
   float font_scale = 1.0f;  // View menu: the UI's text size (the shell rebuilds the fonts when it moves)
   // File menu / side panel: the "Open" dialog (a model folder or a trace bundle into a slot).

@@ -119,6 +119,12 @@ bool HeadlessRun::export_now(const GuiState& state) {
   return true;
 }
 
+bool HeadlessRun::page_now(const GuiState& state) {
+  if (!page_pending_ || !state.shown) return false;
+  page_pending_ = false;
+  return true;
+}
+
 bool HeadlessRun::after_render(const GuiState& state, const InferenceWorker& worker, int width, int height,
                                double frame_start) {
   if (!active() || frames_ < 0) return false;
@@ -160,6 +166,15 @@ void HeadlessRun::check_asked(const GuiState& state) {
         stderr,
         "difflens: --select %d,%d is beyond the models: shown layer %d, heads %d (left) and %d (right)\n",
         opt_.layer, opt_.head, state.view.layer, state.view.head[0], state.view.head[1]);
+  if (!opt_.export_page.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(opt_.export_page, ec) ||
+        std::filesystem::last_write_time(opt_.export_page, ec) < started_) {
+      std::fprintf(stderr, "difflens: --export-page wrote nothing: %s\n",
+                   state.message.empty() ? "no result to export" : state.message.c_str());
+      exit_status_ = 1;
+    }
+  }
   if (opt_.export_all) {
     std::error_code ec;
     int written = 0;

@@ -23,6 +23,7 @@ class HeadlessRun {
   explicit HeadlessRun(const GuiOptions& options)
       : opt_(options),
         export_pending_(options.export_all),
+        page_pending_(!options.export_page.empty()),
         started_(std::filesystem::file_time_type::clock::now()) {}
   bool active() const { return !opt_.screenshot.empty(); }
   // Frames are being counted towards the screenshot (the loop should not sleep long).
@@ -36,6 +37,8 @@ class HeadlessRun {
   void place_mouse(const GuiState& state, ImGuiIO& io) const;
   // --export-all: true once, on the first frame with a result.
   bool export_now(const GuiState& state);
+  // --export-page: true once, on the first frame with a result.
+  bool page_now(const GuiState& state);
   // After the frame is rendered (its work began at frame_start): its time, and after --exit-after-frames
   // frames the PNG and the report. True when the run is over (exit_status() then says how it went).
   bool after_render(const GuiState& state, const InferenceWorker& worker, int width, int height,
@@ -50,6 +53,7 @@ class HeadlessRun {
   const GuiOptions& opt_;
   int frames_ = -1;  // frames drawn since the awaited result (-1: still waiting)
   bool export_pending_ = false;
+  bool page_pending_ = false;
   bool simulated_edit_ = false;
   bool result_ready_ = false;
   std::vector<double> first_frame_ms_, steady_ms_;

@@ -9,11 +9,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "app/cli_common.h"
 #include "app/panels.h"
 #include "app/plot.h"
+#include "app/text_page.h"
 #include "core/token_weights.h"
 #include "viz/text_shade.h"
 #include "viz/token_text.h"
@@ -284,6 +287,61 @@ void draw_text_view(GuiState& state) {
                     tv.shared_scale ? shared : 0, size);
   }
   tv.hover = tv.hover_next;
+}
+
+void export_text_page(GuiState& state) {
+  if (!state.shown) {
+    state.message = "nothing to export: no result on screen";
+    return;
+  }
+  const RunResult& r = *state.shown;
+  std::vector<const Trace*> traces;
+  PageOptions o;
+  std::string note;
+  for (int s = 0; s < kSlots; ++s) {
+    if (!r.traces[s]) continue;
+    if (!traces.empty() && r.traces[s]->token_ids != traces[0]->token_ids) {
+      note = " (the right model tokenises the prompt differently: the page shows the left one)";
+      continue;
+    }
+    o.head[traces.size()] = state.view.head[s];
+    traces.push_back(r.traces[s].get());
+  }
+  if (traces.empty()) {
+    state.message = "nothing to export: no trace on screen";
+    return;
+  }
+  o.layer = state.view.layer;
+  o.query = std::clamp<int64_t>(state.selection.query, 0, traces[0]->length() - 1);
+  o.answer_begin = state.selection.answer_begin;
+  o.answer_end = state.selection.answer_end;
+  o.direction = state.text.direction == 0 ? WeightDirection::FromQuery : WeightDirection::ToToken;
+  o.pool = static_cast<HeadPool>(std::clamp(state.text.heads, 0, 2));
+  o.scale = std::clamp(state.view.scale, 0, 2);
+  o.shared_scale = state.text.shared_scale;
+  std::string path = state.export_page_path;
+  try {
+    if (path.empty()) {  // a new file: earlier pages stay
+      const std::filesystem::path dir = state.view.export_dir;
+      std::filesystem::create_directories(dir);
+      const std::string stem = "page-L" + std::to_string(o.layer) + "-q" + std::to_string(o.query);
+      path = (dir / (stem + ".html")).string();
+      for (int k = 2; std::filesystem::exists(path); ++k)
+        path = (dir / (stem + "-" + std::to_string(k) + ".html")).string();
+    } else if (std::filesystem::path(path).has_parent_path()) {
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    }
+    PageReport report;
+    const std::string html = text_page_html(traces, o, &report);
+    cli::write_file_atomically(path, html);
+    char text[256];
+    std::snprintf(text, sizeof text, "wrote %s (%.1f MB, %d maps)", path.c_str(), report.bytes / 1048576.0,
+                  report.maps);
+    state.message = text + note;
+    for (const std::string& left : report.left_out) state.message += "; left out: " + left;
+  } catch (const std::exception& e) {
+    state.message = "page not written: " + std::string(e.what());
+  }
 }
 
 }  // namespace difflens::app

@@ -27,6 +27,10 @@ void draw_query_row_view(GuiState& state);
 // panel_text.cpp: the Text view: the prompt as running text, each token's background the selected query's
 // attention to it (or its attention to the query's token), both models side by side or stacked.
 void draw_text_view(GuiState& state);
+// File > Export page: the Text view's page of the result on screen (its layer, heads, query, answer,
+// direction and mean) into state.export_page_path or a new file in the export folder; the status line says
+// where or why not.
+void export_text_page(GuiState& state);
 
 // panel_lambda.cpp: λ per layer of each DIFF model as a plot (λ and λ_init(l)) beside its table.
 void draw_lambda_view(GuiState& state);

@@ -134,6 +134,13 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
       state.export_all = true;
     if (ImGui::MenuItem("Export head views (labelled PNG)", nullptr, false, state.shown.has_value()))
       state.export_head_views = true;
+    if (ImGui::MenuItem("Export page (HTML: the Text view for a browser)", nullptr, false,
+                        state.shown.has_value()))
+      state.export_page = true;
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "One self-contained file (no network): the prompt shaded by both models' attention for the\n"
+          "selected layer, hover-to-query and the switches working in any browser.");
     if (ImGui::MenuItem("Save the window as PNG", "F12")) state.window_shot = true;
     ImGui::SetNextItemWidth(field);
     ImGui::InputText("export folder", &v.export_dir);

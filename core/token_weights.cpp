@@ -15,14 +15,6 @@ const LayerTrace* find_layer(const Trace& t, int layer) {
   return nullptr;
 }
 
-// The heads of a layer whose row and column attention_tile can give.
-std::vector<int> available_heads(const Trace& t, int layer) {
-  std::vector<int> out;
-  for (int h = 0; h < static_cast<int>(t.config.map_heads()); ++h)
-    if (tile_available(t, layer, h)) out.push_back(h);
-  return out;
-}
-
 // Adds one head's row or column into `sum` (length T, indexed by token).
 void add_head(const Trace& t, int layer, int head, WeightDirection d, int64_t q, std::vector<double>& sum) {
   const int64_t T = t.length();
@@ -37,6 +29,13 @@ void add_head(const Trace& t, int layer, int head, WeightDirection d, int64_t q,
 
 }  // namespace
 
+std::vector<int> kept_heads(const Trace& t, int layer) {
+  std::vector<int> out;
+  for (int h = 0; h < static_cast<int>(t.config.map_heads()); ++h)
+    if (tile_available(t, layer, h)) out.push_back(h);
+  return out;
+}
+
 TokenWeights token_weights(const Trace& t, int layer, int head, HeadPool pool, WeightDirection direction,
                            int64_t q) {
   const int64_t T = t.length();
@@ -46,7 +45,7 @@ TokenWeights token_weights(const Trace& t, int layer, int head, HeadPool pool, W
   std::vector<std::pair<int, int>> pairs;  // (layer, head)
   if (pool == HeadPool::AllLayers) {
     for (const LayerTrace& l : t.layers)
-      for (int h : available_heads(t, l.index)) pairs.push_back({l.index, h});
+      for (int h : kept_heads(t, l.index)) pairs.push_back({l.index, h});
     if (pairs.empty()) throw Error("this trace kept no attention maps");
   } else {
     if (!find_layer(t, layer))
@@ -61,7 +60,7 @@ TokenWeights token_weights(const Trace& t, int layer, int head, HeadPool pool, W
                     std::to_string(head));
       pairs.push_back({layer, head});
     } else {
-      for (int h : available_heads(t, layer)) pairs.push_back({layer, h});
+      for (int h : kept_heads(t, layer)) pairs.push_back({layer, h});
       if (pairs.empty()) throw Error("this trace kept no map of layer " + std::to_string(layer));
     }
   }

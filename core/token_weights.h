@@ -32,6 +32,10 @@ struct TokenWeights {
 TokenWeights token_weights(const Trace& trace, int layer, int head, HeadPool pool, WeightDirection direction,
                            int64_t query);
 
+// The heads of `layer` whose rows and columns token_weights can give (their maps, or for a long prompt the
+// queries and keys that recompute them, were kept), ascending; empty for a layer not in the trace.
+std::vector<int> kept_heads(const Trace& trace, int layer);
+
 // "head 2", "mean of layer 3's 8 heads", "mean of 32 heads over 4 layers": what `weights` averaged.
 std::string describe_pool(const TokenWeights& weights, HeadPool pool, int layer, int head);
 

@@ -920,7 +920,8 @@ TEST_CASE("gui layout: every view fits 1280x800 and 3840x2160 at font scale 2, a
           "[gui][cli][layout]") {
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("guiviews");
-  const char* views[] = {"maps", "query-row", "models", "lambda", "noise", "lab", "outliers", "explain", "text"};
+  const char* views[] = {"maps", "query-row", "models",  "lambda", "noise",
+                         "lab",  "outliers",  "explain", "text"};
   for (const auto& [size, w, h, extra] :
        {std::tuple<const char*, int, int, const char*>{"1280x800", 1280, 800, ""},
         std::tuple<const char*, int, int, const char*>{"3840x2160", 3840, 2160, " --font-scale 2"}}) {

@@ -4,6 +4,8 @@
 // they draw, captures follow --layers for everything they keep, and logs get whole lines.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <sched.h>
 
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include "app/cli_common.h"
 #include "app/figures.h"
 #include "app/needle_report.h"
+#include "app/text_page.h"
 #include "core/data.h"
 #include "core/metrics.h"
 #include "core/needle.h"
@@ -394,4 +397,76 @@ TEST_CASE("contract: a long prompt's maps, notes and colour-bar labels fit their
   CHECK(r.out.find("head view shows an exact tile") != std::string::npos);
   CHECK(r.out.find("clips its contents") == std::string::npos);
   CHECK(r.out.find("layout check: 7 windows, 0 outside or clipped") != std::string::npos);
+}
+
+TEST_CASE("contract: render --html writes a page of one or two bundles, and refuses what belongs elsewhere",
+          "[cli][page]") {
+  test::ScratchDir dir("contract-page");
+  const std::string prompt =
+      " --prompt 'The secret code of Mira is 4821. Q: What is the secret code of Mira?'";
+  REQUIRE(run("capture --model " + kModel + prompt + " --out " + quoted(dir / "d"), dir).status == 0);
+  const std::string base = (kSource / "assets/models/baseline-small").string();
+  REQUIRE(run("capture --model " + base + prompt + " --out " + quoted(dir / "b"), dir).status == 0);
+  Result r =
+      run("render --trace " + quoted(dir / "d") + " --compare " + quoted(dir / "b") +
+              " --layers 0,1 --head 3 --compare-head 4 --answer 7,11 --pool layer --direction to --html " +
+              quoted(dir / "p" / "page.html"),
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("wrote " + (dir / "p" / "page.html").string() + " (") != std::string::npos);
+  const auto data = nlohmann::json::parse(app::page_data_json(test::read_all(dir / "p" / "page.html")));
+  CHECK(data["models"].size() == 2);
+  CHECK(data["models"][0]["name"] == "diff-small");
+  CHECK(data["models"][1]["head"] == 4);
+  CHECK(data["models"][0]["layers"].size() == 2);
+  CHECK(data["layer"] == 0);  // --layers without --layer: the first shown first
+  CHECK(data["pool"] == "layer");
+  CHECK(data["direction"] == "to");
+  CHECK(data["answer"] == nlohmann::json::array({7, 11}));
+  CHECK(std::distance(fs::directory_iterator(dir / "p"), fs::directory_iterator()) == 1);  // no temporary left
+  // Refusals, each before anything is written.
+  const std::string d = " --trace " + quoted(dir / "d");
+  r = run("render" + d + " --out " + quoted(dir / "a.png") + " --html " + quoted(dir / "a.html"), dir);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("give --out (a figure) or --html (a page), not both") != std::string::npos);
+  r = run("render" + d, dir);
+  CHECK(r.out.find("give --out F.png|F.svg (a figure) or --html F.html (a page)") != std::string::npos);
+  r = run("render" + d + " --out " + quoted(dir / "a.png") + " --pool layer", dir);
+  CHECK(r.out.find("--pool belongs to the page: give --html F.html with it") != std::string::npos);
+  r = run("render" + d + " --html " + quoted(dir / "a.txt"), dir);
+  CHECK(r.status != 0);
+  CHECK(r.out.find(".html") != std::string::npos);
+  r = run("render" + d + " --head 9 --html " + quoted(dir / "a.html"), dir);
+  CHECK(r.out.find("diff-small: head 9 of layer 0 is not in this trace (kept: 0, 1, 2, 3)") !=
+        std::string::npos);
+  r = run("render" + d + " --max-mb 1 --html " + quoted(dir / "a.html"), dir);  // fits: 23 tokens
+  CHECK(r.status == 0);
+  CHECK_FALSE(fs::exists(dir / "a.png"));
+  CHECK_FALSE(fs::exists(dir / "a.txt"));
+}
+
+TEST_CASE("contract: the app's --export-page writes the Text view's page, and needs a headless run",
+          "[cli][gui][page]") {
+  test::ScratchDir dir("contract-app-page");
+  Result r = run("--export-page " + quoted(dir / "x.html"), dir);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("--export-page is for headless runs: give --screenshot F.png with it") !=
+        std::string::npos);
+  r = run_app(
+      "--prompt 'The secret code of Mira is 4821. Q: What is the secret code of Mira?' --select 1,3 "
+      "--view text --text-heads all --text-direction to --query 5 --threads 1 --export-page " +
+          quoted(dir / "x.html"),
+      dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("status line: wrote " + (dir / "x.html").string()) != std::string::npos);
+  CHECK(r.out.find("layout: text.0 ") != std::string::npos);
+  CHECK(r.out.find("layout: text.1 ") != std::string::npos);
+  const auto data = nlohmann::json::parse(app::page_data_json(test::read_all(dir / "x.html")));
+  CHECK(data["pool"] == "all");
+  CHECK(data["direction"] == "to");
+  CHECK(data["query"] == 5);
+  CHECK(data["layer"] == 1);
+  CHECK(data["models"][0]["head"] == 3);
 }

@@ -1,7 +1,8 @@
 // Every `difflens` example in README.md and docs/*.md is run as printed: extracted from the pages (code
 // blocks, the command table, inline code), run by bash in a scratch copy of the repository's layout with
 // DIFFLENS_QUICK=1 (the one switch that shrinks sizes, docs/development.md), and checked to exit 0 and to
-// write every file or folder it names with --out, --screenshot or --export-dir (or ./difflens-exports for
+// write every file or folder it names with --out, --screenshot, --export-dir, --html or --export-page (or
+// ./difflens-exports for
 // --export-all). An example that cannot run here says "not run in CI" on its line of the page. The
 // examples must leave the bundled models byte-identical (README's `train` once overwrote them).
 #include <catch2/catch.hpp>
@@ -155,7 +156,8 @@ std::vector<Example> extract_examples(const std::string& page) {
 
 namespace {
 
-// The paths an example says it writes: the value after --out, --screenshot, --export-dir; --export-all
+// The paths an example says it writes: the value after --out, --screenshot, --export-dir, --html,
+// --export-page; --export-all
 // without --export-dir writes ./difflens-exports.
 std::vector<std::string> written_paths(const std::string& command) {
   std::vector<std::string> words;
@@ -178,7 +180,8 @@ std::vector<std::string> written_paths(const std::string& command) {
   }
   std::vector<std::string> paths;
   for (size_t w = 0; w + 1 < words.size(); ++w)
-    if (words[w] == "--out" || words[w] == "--screenshot" || words[w] == "--export-dir")
+    if (words[w] == "--out" || words[w] == "--screenshot" || words[w] == "--export-dir" ||
+        words[w] == "--html" || words[w] == "--export-page")
       paths.push_back(words[w + 1]);
   if (std::find(words.begin(), words.end(), "--export-all") != words.end() &&
       std::find(words.begin(), words.end(), "--export-dir") == words.end())
