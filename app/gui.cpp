@@ -84,6 +84,48 @@ void fit_to_monitor(const LayoutState& layout, int& width, int& height, int& x, 
   y = ay + (ah - height) / 2;
 }
 
+// `text` wrapped at its spaces into lines of at most `width` pixels, joined by "\n": at most `lines` of them,
+// the last ending in "..." when the text goes on (a word wider than a line is broken between characters).
+std::string fit_lines(const std::string& text, float width, int lines) {
+  auto w = [](const std::string& t) { return ImGui::CalcTextSize(t.c_str(), nullptr, false).x; };
+  std::vector<std::string> out(1);
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(at, end - at);
+    at = end + 1;
+    const std::string joined = out.back().empty() ? word : out.back() + " " + word;
+    if (w(joined) <= width || out.back().empty()) {
+      out.back() = joined;
+    } else {
+      out.push_back(word);
+    }
+    while (w(out.back()) > width && out.back().size() > 1) {  // a word wider than the line
+      size_t cut = out.back().size() - 1;
+      while (cut > 1 && (w(out.back().substr(0, cut)) > width ||
+                         (static_cast<unsigned char>(out.back()[cut]) & 0xC0) == 0x80))
+        --cut;
+      const std::string rest = out.back().substr(cut);
+      out.back().resize(cut);
+      out.push_back(rest);
+    }
+  }
+  if (static_cast<int>(out.size()) > lines) {
+    out.resize(static_cast<size_t>(lines));
+    std::string& last = out.back();
+    while (!last.empty() && w(last + "...") > width) {
+      last.pop_back();
+      while (!last.empty() && (static_cast<unsigned char>(last.back()) & 0xC0) == 0x80) last.pop_back();
+      if (!last.empty() && (static_cast<unsigned char>(last.back()) & 0xC0) == 0xC0) last.pop_back();
+    }
+    last += "...";
+  }
+  std::string joined;
+  for (size_t i = 0; i < out.size(); ++i) joined += (i ? "\n" : "") + out[i];
+  return joined;
+}
+
 }  // namespace
 
 int run_gui(const GuiOptions& opt) {
@@ -325,42 +367,8 @@ int run_gui(const GuiOptions& opt) {
         draw_open_dialog(state, worker);
         state.selection.hovered_key = state.selection.hovered_next;
         state.selection.hovered_next = -1;
-        const float status_h = ImGui::GetFrameHeightWithSpacing();
-        ImGui::BeginChild("body", ImVec2(0, -status_h), false, ImGuiWindowFlags_NoScrollbar);
-        const float em = ImGui::GetFontSize();
-        if (state.layout.side_panel) {
-          const float side_w =
-              std::min(state.layout.side_width_em * em, ImGui::GetContentRegionAvail().x * 0.2f);
-          ImGui::BeginChild("side", ImVec2(side_w, 0), true);
-          if (ImGui::SmallButton("<< hide")) state.layout.side_panel = false;
-          if (ImGui::IsItemHovered()) ImGui::SetTooltip("Hide the side panel (Tab; View menu)");
-          draw_side_panel(state, worker, shape);
-          ImGui::EndChild();
-          state.drawn.note("side", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
-                           ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
-          ImGui::SameLine();
-        } else {
-          if (ImGui::Button(">>", ImVec2(0, ImGui::GetContentRegionAvail().y)))
-            state.layout.side_panel = true;
-          if (ImGui::IsItemHovered()) ImGui::SetTooltip("Show the side panel: models, layer and heads (Tab)");
-          ImGui::SameLine();
-        }
-        ImGui::BeginChild("main", ImVec2(0, 0), false, ImGuiWindowFlags_NoScrollbar);
-        draw_prompt_editor(state);
-        if (const int s = state.shown ? first_trace_slot(*state.shown) : -1; s >= 0) {
-          const Trace& t = *state.shown->traces[static_cast<size_t>(s)];
-          const int T = static_cast<int>(t.length());
-          if (state.selection.query < 0 || state.selection.query >= T) state.selection.query = T - 1;
-          draw_token_strip(state, t.tokens, state.shown->labels[static_cast<size_t>(s)]);
-          state.drawn.note("tokens", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
-                           ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
-        }
-        draw_view_bar(state);
-        draw_central_area(state, worker, views, renderer);
-        ImGui::EndChild();
-        ImGui::EndChild();
-        ImGui::Separator();
-        // One line, cut at the window's edge (the whole of it on hover).
+        // The status line: wrapped into at most two lines; longer text ends in "..." (the whole of it on
+        // hover), so nothing is cut at the window's edge.
         // Remote slots: each round trip (the server's own capture time in brackets), or why the last failed.
         std::string remote, trips;
         if (state.shown)
@@ -384,14 +392,59 @@ int run_gui(const GuiOptions& opt) {
                       state.status.busy ? "running..." : "idle", state.status.last_run_ms,
                       state.edit_to_screen_ms, remote.c_str(), state.message.empty() ? "" : " | ",
                       state.message.c_str());
-        const ImVec2 at = ImGui::GetCursorScreenPos();
-        const float width = ImGui::GetContentRegionAvail().x;
-        ImGui::Dummy(ImVec2(width, ImGui::GetTextLineHeight()));
-        ImGui::GetWindowDrawList()->PushClipRect(at, ImVec2(at.x + width, at.y + ImGui::GetTextLineHeight()),
-                                                 true);
-        ImGui::GetWindowDrawList()->AddText(at, ImGui::GetColorU32(ImGuiCol_Text), status);
-        ImGui::GetWindowDrawList()->PopClipRect();
-        if (ImGui::IsItemHovered() && ImGui::CalcTextSize(status).x > width) ImGui::SetTooltip("%s", status);
+        const float status_w = ImGui::GetContentRegionAvail().x;
+        const std::string status_text = fit_lines(status, status_w, 2);
+        const float status_h =
+            ImGui::CalcTextSize(status_text.c_str()).y + ImGui::GetStyle().ItemSpacing.y * 2 + 1;
+        ImGui::BeginChild("body", ImVec2(0, -status_h), false, ImGuiWindowFlags_NoScrollbar);
+        const float em = ImGui::GetFontSize();
+        state.side_folded = state.lecture && state.layout.side_panel && !state.side_unfolded &&
+                            io.DisplaySize.x < kLectureNarrowEm * em;
+        if (state.side_folded) state.drawn.note("lecture.side-folded", 0, 0, 0, 0);
+        if (state.layout.side_panel && !state.side_folded) {
+          const float side_w =
+              std::min(state.layout.side_width_em * em, ImGui::GetContentRegionAvail().x * 0.2f);
+          ImGui::BeginChild("side", ImVec2(side_w, 0), true);
+          if (ImGui::SmallButton("<< hide")) {
+            if (state.side_unfolded)
+              state.side_unfolded = false;
+            else
+              state.layout.side_panel = false;
+          }
+          if (ImGui::IsItemHovered()) ImGui::SetTooltip("Hide the side panel (Tab; View menu)");
+          draw_side_panel(state, worker, shape);
+          ImGui::EndChild();
+          state.drawn.note("side", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
+                           ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
+          ImGui::SameLine();
+        } else {
+          if (ImGui::Button(">>", ImVec2(0, ImGui::GetContentRegionAvail().y))) {
+            if (state.side_folded)
+              state.side_unfolded = true;
+            else
+              state.layout.side_panel = true;
+          }
+          if (ImGui::IsItemHovered()) ImGui::SetTooltip("Show the side panel: models, layer and heads (Tab)");
+          ImGui::SameLine();
+        }
+        ImGui::BeginChild("main", ImVec2(0, 0), false, ImGuiWindowFlags_NoScrollbar);
+        draw_prompt_editor(state);
+        if (const int s = state.shown ? first_trace_slot(*state.shown) : -1; s >= 0) {
+          const Trace& t = *state.shown->traces[static_cast<size_t>(s)];
+          const int T = static_cast<int>(t.length());
+          if (state.selection.query < 0 || state.selection.query >= T) state.selection.query = T - 1;
+          draw_token_strip(state, t.tokens, state.shown->labels[static_cast<size_t>(s)]);
+          state.drawn.note("tokens", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
+                           ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
+        }
+        draw_view_bar(state);
+        draw_central_area(state, worker, views, renderer);
+        ImGui::EndChild();
+        ImGui::EndChild();
+        ImGui::Separator();
+        ImGui::TextUnformatted(status_text.c_str());
+        if (ImGui::IsItemHovered() && status_text.find("...") != std::string::npos)
+          ImGui::SetTooltip("%s", status);
       }
       ImGui::End();
       // This frame's export request (Ctrl+E, File menu, --export-all) had no maps on screen to export.

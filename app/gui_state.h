@@ -108,8 +108,10 @@ struct GuiState {
   SlotState slots[kSlots];
   std::optional<RunResult> shown;  // the result on screen
   WorkerStatus status;
-  std::string message;                       // last export result or error, shown in the status line
-  bool lecture = false;                      // large font for lecture halls
+  std::string message;         // last export result or error, shown in the status line
+  bool lecture = false;        // large font for lecture halls
+  bool side_folded = false;    // this frame: lecture mode folded the side panel away (the window is narrow)
+  bool side_unfolded = false;  // Tab or ">>" brought it back while lecture mode folds it
   DeviceChoice device = DeviceChoice::Auto;  // the device menu: where loads put the models
   std::string device_message;                // what the last pick of that menu did, or why it was refused
   bool cuda = false;                         // LibTorch has a usable CUDA device (asked once at start)

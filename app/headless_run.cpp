@@ -6,10 +6,13 @@
 #include "viz/gl.h"
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "app/panels.h"
 #include "viz/token_text.h"
@@ -19,6 +22,66 @@ namespace {
 
 // The headless layout report: the view shown, every region drawn (window pixels) and any window that lies
 // outside the screen or whose contents it clips without a scrollbar to reach them.
+// Text cut by a clip rectangle in the frame just rendered: glyph quads of the font atlas that reach past
+// their draw command's clip rectangle (sideways anywhere; up or down only in windows that cannot scroll).
+// ImGui emits a glyph that straddles the clip edge and skips those wholly beyond it, so a cut line shows as
+// one straddling glyph. The prompt editor (it scrolls to its cursor) is left out. Prints up to 8 of them,
+// one per window and line; returns how many lines of text are cut.
+int count_cut_text() {
+  const ImDrawData* dd = ImGui::GetDrawData();
+  if (!dd) return 0;
+  auto key = [](float u0, float v0, float u1, float v1) {
+    return std::array<long, 4>{std::lround(u0 * 1e6f), std::lround(v0 * 1e6f), std::lround(u1 * 1e6f),
+                               std::lround(v1 * 1e6f)};
+  };
+  std::set<std::array<long, 4>> glyphs;  // the atlas rectangles of every glyph
+  for (const ImFont* f : ImGui::GetIO().Fonts->Fonts)
+    for (const ImFontGlyph& g : f->Glyphs)
+      if (g.Visible) glyphs.insert(key(g.U0, g.V0, g.U1, g.V1));
+  auto is_glyph = [&](const ImDrawVert& a, const ImDrawVert& c) {
+    return a.uv.x != c.uv.x && a.uv.y != c.uv.y && glyphs.count(key(a.uv.x, a.uv.y, c.uv.x, c.uv.y)) > 0;
+  };
+  std::map<const ImDrawList*, ImGuiWindow*> owner;
+  for (ImGuiWindow* w : GImGui->Windows)
+    if (w->Active) owner[w->DrawList] = w;
+  std::set<std::pair<std::string, int>> lines;  // (window, line y): each cut line counted once
+  for (int l = 0; l < dd->CmdListsCount; ++l) {
+    const ImDrawList* list = dd->CmdLists[l];
+    const auto it = owner.find(list);
+    const ImGuiWindow* win = it == owner.end() ? nullptr : it->second;
+    const std::string name = win ? win->Name : (list->_OwnerName ? list->_OwnerName : "?");
+    if (name.find("/##prompt") != std::string::npos) continue;
+    const bool scrolls = win && (win->ScrollMax.y > 0 || win->ScrollbarY);
+    for (const ImDrawCmd& cmd : list->CmdBuffer) {
+      if (cmd.UserCallback) continue;
+      const ImVec4 clip = cmd.ClipRect;
+      // Glyphs are quads drawn as the index pattern v, v+1, v+2, v, v+2, v+3 (corners v: top left,
+      // v + 2: bottom right); other shapes are triangles, so the scan steps by one triangle.
+      const ImDrawIdx* idx = list->IdxBuffer.Data + cmd.IdxOffset;
+      for (unsigned int i = 0; i + 6 <= cmd.ElemCount; i += 3) {
+        const ImDrawIdx v = idx[i];
+        if (idx[i + 1] != v + 1 || idx[i + 2] != v + 2 || idx[i + 3] != v || idx[i + 4] != v + 2 ||
+            idx[i + 5] != v + 3)
+          continue;
+        const ImDrawVert& a = list->VtxBuffer[static_cast<int>(v + cmd.VtxOffset)];
+        const ImDrawVert& c = list->VtxBuffer[static_cast<int>(v + 2 + cmd.VtxOffset)];
+        if (!is_glyph(a, c)) continue;
+        i += 3;  // the quad's second triangle
+        const float x0 = std::min(a.pos.x, c.pos.x), x1 = std::max(a.pos.x, c.pos.x);
+        const float y0 = std::min(a.pos.y, c.pos.y), y1 = std::max(a.pos.y, c.pos.y);
+        // Glyph quads carry a pixel of the rasteriser's padding: a cut shows beyond 2 px.
+        const bool sideways = x0 < clip.x - 2 || x1 > clip.z + 2;
+        const bool vertical = !scrolls && (y0 < clip.y - 2 || y1 > clip.w + 2);
+        if (!sideways && !vertical) continue;
+        if (lines.insert({name, static_cast<int>(y0)}).second && lines.size() <= 8)
+          std::printf("layout: text cut in %s at %.0f,%.0f (clip %.0f,%.0f-%.0f,%.0f)\n", name.c_str(), x0,
+                      y0, clip.x, clip.y, clip.z, clip.w);
+      }
+    }
+  }
+  return static_cast<int>(lines.size());
+}
+
 void print_layout_report(const GuiState& state, int width, int height) {
   std::printf(
       "layout: view %s%s\n", view_name(state.layout.view),
@@ -50,7 +113,8 @@ void print_layout_report(const GuiState& state, int width, int height) {
                   win->ContentSize.y, room.x, room.y, r.Min.x, r.Min.y, r.Max.x, r.Max.y);
     }
   }
-  std::printf("layout check: %d windows, %d outside or clipped\n", windows, bad);
+  const int cut = count_cut_text();
+  std::printf("layout check: %d windows, %d outside or clipped, %d texts cut\n", windows, bad, cut);
 }
 
 // The prompt's length in tokens, from whichever slot ran it (0 before any result).

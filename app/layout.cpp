@@ -154,6 +154,80 @@ MapGrid plan_map_grid(int maps, float width, float height, float legend_w, float
   return best;
 }
 
+std::vector<LabelSpot> place_bar_labels(const std::vector<BarLabel>& labels, float line_h, float x_min,
+                                        float x_max, float y_min, float y_max, int max_rows, float gap) {
+  std::vector<LabelSpot> out(labels.size());
+  struct Box {
+    float x0, y0, x1, y1;
+  };
+  std::vector<Box> used;
+  auto free = [&](const Box& b) {
+    return std::none_of(used.begin(), used.end(), [&](const Box& u) {
+      return b.x0 < u.x1 + gap && b.x1 > u.x0 - gap && b.y0 < u.y1 + gap * 0.5f && b.y1 > u.y0 - gap * 0.5f;
+    });
+  };
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const BarLabel& l = labels[i];
+    if (l.w > x_max - x_min) continue;
+    const float x0 = std::clamp(l.x - l.w / 2, x_min, x_max - l.w);
+    for (int side = 0; side < 2 && !out[i].placed; ++side) {
+      const bool below = (side == 0) == l.below;
+      for (int row = 0; row < std::max(1, max_rows); ++row) {
+        const float y0 = below ? l.y_bottom + gap + static_cast<float>(row) * (line_h + gap)
+                               : l.y_top - gap - line_h - static_cast<float>(row) * (line_h + gap);
+        const Box b{x0, y0, x0 + l.w, y0 + line_h};
+        if (y0 < y_min || y0 + line_h > y_max) break;  // further away only leaves the chart more
+        if (free(b)) {
+          used.push_back(b);
+          out[i] = {true, x0, y0};
+          break;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int> labelled_keys(const std::vector<float>& row, int q, int answer_begin, int answer_end,
+                               int top) {
+  q = std::min(q, static_cast<int>(row.size()) - 1);
+  std::vector<int> out;
+  if (q < 0) return out;
+  std::vector<int> rest;
+  for (int j = 0; j < q; ++j)
+    if (answer_begin < 0 || j < answer_begin || j >= answer_end) rest.push_back(j);
+  const size_t k = std::min(rest.size(), static_cast<size_t>(std::max(0, top)));
+  std::partial_sort(
+      rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(k), rest.end(), [&](int a, int b) {
+        const float fa = std::fabs(row[static_cast<size_t>(a)]), fb = std::fabs(row[static_cast<size_t>(b)]);
+        return fa > fb || (fa == fb && a < b);
+      });
+  out.insert(out.end(), rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(k));
+  return out;
+}
+
+std::vector<AxisTick> axis_ticks(int64_t first, int64_t span, int max_ticks,
+                                 const std::function<int64_t(int64_t)>& to_token) {
+  std::vector<AxisTick> out;
+  if (span <= 0) return out;
+  const double t0 = static_cast<double>(to_token(first)),
+               t1 = static_cast<double>(to_token(first + span) - 1);
+  for (double t : nice_ticks(t0, std::max(t0, t1), max_ticks)) {
+    if (t != std::floor(t) || t < t0 || t > std::max(t0, t1)) continue;
+    int64_t lo = first, hi = first + span - 1;  // the last unit whose first token is at most t
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (static_cast<double>(to_token(mid)) <= t)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const double a = static_cast<double>(to_token(lo)), b = static_cast<double>(to_token(lo + 1));
+    out.push_back({static_cast<double>(lo) + (t - a + 0.5) / std::max(1.0, b - a), static_cast<int64_t>(t)});
+  }
+  return out;
+}
+
 std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
   if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return {std::isfinite(lo) ? lo : 0.0};
   max_ticks = std::max(2, max_ticks);

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,41 @@ struct MapGrid {
 };
 MapGrid plan_map_grid(int maps, float width, float height, float legend_w, float title_h, float gap,
                       bool square);
+
+// Labels at the bars of a chart (screen y grows downwards). Each label, `w` wide and `line_h` tall, sits
+// centred on its bar's x, just beyond the bar's tip: above the bar's top (y_top) or, `below`, under its
+// bottom (y_bottom); when that spot overlaps a label placed before it, it moves one line further away, up to
+// `max_rows` lines, then tries the other side. Labels are placed in the order given (the caller's priority)
+// and stay inside [x_min, x_max] × [y_min, y_max]; one that fits nowhere is left out (placed false). Placed
+// labels never overlap (`gap` pixels apart at least).
+struct BarLabel {
+  float x = 0, y_top = 0, y_bottom = 0, w = 0;
+  bool below = false;
+};
+struct LabelSpot {
+  bool placed = false;
+  float x0 = 0, y0 = 0;  // the label's top-left corner
+};
+std::vector<LabelSpot> place_bar_labels(const std::vector<BarLabel>& labels, float line_h, float x_min,
+                                        float x_max, float y_min, float y_max, int max_rows, float gap = 3);
+
+// The keys of a query row (keys 0..q) a chart labels besides the answer span [answer_begin, answer_end) and
+// the query's own key (labelled first, by the caller): the `top` keys of largest |value| among the rest,
+// largest first (ties: the earlier key first). answer_begin < 0: no answer.
+std::vector<int> labelled_keys(const std::vector<float>& row, int q, int answer_begin, int answer_end,
+                               int top);
+
+// Ticks of a map axis at round token numbers: the axis shows map units [first, first + span) (tokens, or the
+// cells of a pooled map), `to_token(u)` is unit u's first token (defined up to first + span). Each tick is a
+// token from nice_ticks over the tokens shown and its place in map units: the unit holding it plus its share
+// of that unit's tokens, at the token's middle (an exact map's token t sits at t + 0.5). So a pooled axis
+// reads 0, 2000, 4000 rather than its cells' first tokens (0, 1933, 3866).
+struct AxisTick {
+  double at = 0;  // in map units
+  int64_t token = 0;
+};
+std::vector<AxisTick> axis_ticks(int64_t first, int64_t span, int max_ticks,
+                                 const std::function<int64_t(int64_t)>& to_token);
 
 // Round tick values covering [lo, hi] (1, 2 or 5 times a power of ten apart), at most max_ticks of them,
 // 0 among them when the range spans it. A range of zero width gets one tick.

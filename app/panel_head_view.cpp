@@ -4,6 +4,7 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -75,25 +76,33 @@ void draw_map_axes(ImVec2 o, float mw, float mh, int64_t r0, int64_t c0, int64_t
   const ImU32 col = ImGui::GetColorU32(ImGuiCol_TextDisabled);
   const float th = ImGui::GetTextLineHeight();
   auto ticks = [&](int64_t first, float length, float spacing) {
-    std::vector<int64_t> out;
-    for (double t : nice_ticks(static_cast<double>(first), static_cast<double>(first + span - 1),
-                               std::max(2, static_cast<int>(length / spacing))))
-      if (t == std::floor(t)) out.push_back(static_cast<int64_t>(t));
-    return out;
+    return axis_ticks(first, span, std::max(2, static_cast<int>(length / spacing)),
+                      [&](int64_t u) { return static_cast<int64_t>(to_token(u)); });
   };
   const float cw = mw / static_cast<float>(span), ch = mh / static_cast<float>(span);
-  for (int64_t t : ticks(r0, mh, th * 2.5f)) {
-    const std::string s = std::to_string(to_token(t));
-    const float y = o.y + (static_cast<float>(t - r0) + 0.5f) * ch;
+  // A label that would touch the one before it is left out (its tick stays): labels never run together.
+  float last = -FLT_MAX;
+  for (const AxisTick& t : ticks(r0, mh, th * 2.5f)) {
+    const std::string s = std::to_string(t.token);
+    const float y = o.y + static_cast<float>(t.at - static_cast<double>(r0)) * ch;
     dl->AddLine(ImVec2(o.x - 3, y), ImVec2(o.x, y), col);
-    dl->AddText(ImVec2(o.x - 4 - ImGui::CalcTextSize(s.c_str()).x, y - th / 2), col, s.c_str());
+    const float y0 = std::clamp(y - th / 2, o.y - th / 2, o.y + mh - th / 2);
+    if (y0 < last + th * 0.2f) continue;
+    last = y0 + th;
+    dl->AddText(ImVec2(o.x - 4 - ImGui::CalcTextSize(s.c_str()).x, y0), col, s.c_str());
   }
-  for (int64_t t : ticks(c0, mw, ImGui::CalcTextSize("00000").x * 1.6f)) {
-    const std::string s = std::to_string(to_token(t));
-    const float x = o.x + (static_cast<float>(t - c0) + 0.5f) * cw;
+  last = -FLT_MAX;
+  // Key labels never run together: at least their widest label and a gap apart.
+  const std::string widest = std::to_string(to_token(c0 + span) - 1);
+  for (const AxisTick& t : ticks(c0, mw, ImGui::CalcTextSize((widest + "00").c_str()).x * 1.3f)) {
+    const std::string s = std::to_string(t.token);
+    const float x = o.x + static_cast<float>(t.at - static_cast<double>(c0)) * cw;
     dl->AddLine(ImVec2(x, o.y + mh), ImVec2(x, o.y + mh + 3), col);
     const float w = ImGui::CalcTextSize(s.c_str()).x;
-    dl->AddText(ImVec2(std::clamp(x - w / 2, o.x, o.x + mw - w), o.y + mh + 2), col, s.c_str());
+    const float x0 = std::clamp(x - w / 2, o.x, std::max(o.x, o.x + mw - w));
+    if (x0 < last + ImGui::GetFontSize() * 0.5f) continue;
+    last = x0 + w;
+    dl->AddText(ImVec2(x0, o.y + mh + 2), col, s.c_str());
   }
 }
 
@@ -446,6 +455,15 @@ std::vector<MapSpec> maps_of(const Trace& t, int layer, int head, uint64_t reque
   return out;
 }
 
+MapGrid plan_head_views(int maps, int64_t tokens, ImVec2 room, bool square) {
+  // Beside each map: its query axis (left) and legend (right); above: its title; below: its key axis, in
+  // the gap to the next row (and under the last row).
+  const float gap = ImGui::GetTextLineHeight() + 6, title_h = ImGui::GetTextLineHeight() + 6;
+  const float legend_w = legend_width() + ImGui::GetFontSize() * 0.4f + map_axis_width(tokens);
+  const float axis_h = ImGui::GetTextLineHeight() + 4;
+  return plan_map_grid(maps, room.x, room.y - axis_h, legend_w, title_h, gap, square);
+}
+
 void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::HeatmapRenderer& renderer) {
   // Each slot's maps, or why it has none (one line each above the grid).
   std::vector<MapSpec> maps[kSlots];
@@ -478,14 +496,12 @@ void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::He
   const ImVec2 top_left = ImGui::GetCursorScreenPos(), room = ImGui::GetContentRegionAvail();
   const float gap = ImGui::GetTextLineHeight() + 6;      // holds the key axis of the row above
   const float title_h = ImGui::GetTextLineHeight() + 6;  // the title, then the answer's mark
-  // Beside each map: its query axis (left) and legend (right); above: its title; below: its key axis, in
-  // the gap to the next row (and under the last row).
   int64_t tokens = 0;
   for (const auto& m : maps)
     for (const MapSpec& spec : m) tokens = std::max(tokens, spec.pooled_from > 0 ? spec.pooled_from : spec.T);
   const float legend_w = legend_width() + ImGui::GetFontSize() * 0.4f + map_axis_width(tokens);
   const float axis_h = ImGui::GetTextLineHeight() + 4;
-  MapGrid grid = plan_map_grid(n, room.x, room.y - axis_h, legend_w, title_h, gap, state.layout.square_maps);
+  MapGrid grid = plan_head_views(n, tokens, room, state.layout.square_maps);
   // Cells as large as their maps (rows packed), the grid centred across the width left over.
   grid.cell_w = grid.map_w + legend_w;
   grid.cell_h = grid.map_h + title_h;

@@ -137,6 +137,10 @@ void export_map(GuiState& state, const std::string& model, int layer, int head, 
                 const viz::MapSource& src, const viz::HeatmapStyle& style,
                 const std::vector<std::string>& tokens, const viz::HeatmapRenderer& renderer);
 
+// How draw_head_views lays out `maps` maps of `tokens` tokens in `room` (its map size: what a split can
+// give the maps).
+MapGrid plan_head_views(int maps, int64_t tokens, ImVec2 room, bool square);
+
 // The maps of both slots' selected heads in one grid filling the space left (or why a slot has none).
 void draw_head_views(GuiState& state, HeadView head_views[kSlots], const viz::HeatmapRenderer& renderer);
 

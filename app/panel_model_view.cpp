@@ -5,6 +5,7 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "app/figures.h"
 #include "app/panel_maps.h"
+#include "app/plot.h"
 
 namespace difflens::app {
 namespace {
@@ -80,11 +82,17 @@ const HeadSummaries* ModelView::summaries(const GuiState& state, const Trace& t,
   return summaries_ ? &*summaries_ : nullptr;
 }
 
+static ImVec2 thumbnail_box(ImVec2 cell, bool summary) {
+  if (summary) return cell;
+  return ImVec2(std::min(cell.x, cell.y * 1.6f), std::min(cell.y, cell.x * 2.0f));
+}
+
 void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request,
                      const viz::HeatmapRenderer& renderer, ImVec2 cell, const MetricRange& range) {
-  // Maps are square thumbnails; summary cells fill the room they are given (numbers need no aspect).
+  // Maps fill their cell up to 1.6 times wider than tall or twice as tall as wide (thumbnails: the grid fills
+  // the view's height); summary cells fill it whole (numbers need no aspect).
   const int metric = state.view.head_metric;
-  const ImVec2 box = metric > 0 ? cell : ImVec2(std::min(cell.x, cell.y), std::min(cell.x, cell.y));
+  const ImVec2 box = thumbnail_box(cell, metric > 0);
   const int64_t T = t.length();
   // The title wraps at the grid's width (it must not push the other model's grid off the view).
   const int shown_heads = static_cast<int>(
@@ -126,6 +134,7 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
     ImGui::Dummy(
         ImVec2(label_w + (box.x + pad) * static_cast<float>(heads.size()), ImGui::GetTextLineHeight()));
   }
+  ImVec2 grid_min(FLT_MAX, FLT_MAX), grid_max(-FLT_MAX, -FLT_MAX);  // the cells drawn (layout report)
   for (int li : layers) {
     const LayerTrace& l = t.layers[static_cast<size_t>(li)];
     // Exact maps, or a long prompt's pooled ones (mean or largest entry, as the pooling menu says).
@@ -167,6 +176,11 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
       if (!std::binary_search(heads.begin(), heads.end(), l.heads[h])) continue;
       if (!first) ImGui::SameLine();
       first = false;
+      {
+        const ImVec2 c = ImGui::GetCursorScreenPos();
+        grid_min = ImVec2(std::min(grid_min.x, c.x), std::min(grid_min.y, c.y));
+        grid_max = ImVec2(std::max(grid_max.x, c.x + box.x), std::max(grid_max.y, c.y + box.y));
+      }
       if (!ImGui::IsRectVisible(box)) {  // scrolled away: keep the space, skip the work
         ImGui::Dummy(box);
         continue;
@@ -230,6 +244,8 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
     }
     if (first) ImGui::NewLine();
   }
+  if (grid_max.x > grid_min.x)
+    state.drawn.note("modelgrid." + std::to_string(slot), grid_min.x, grid_min.y, grid_max.x, grid_max.y);
 }
 
 void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
@@ -240,7 +256,7 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
                "maps\0attention to the answer\0attention noise\0entropy\0first-token share (sink)\0");
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", kHeadSummaryDefinition);
   if (state.view.head_metric > 0) {
-    ImGui::SameLine();
+    flow_next(ImGui::GetFontSize() * 11, "over");
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 11);
     ImGui::Combo("over", &state.view.metric_rows, "the query's row\0the question's rows\0");
     if (ImGui::IsItemHovered())
@@ -248,10 +264,10 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
           "the selected query's row, or every row from the selected query (the question's start) to "
           "the end");
   }
-  ImGui::SameLine();
+  flow_next(fw, "layers");
   ImGui::SetNextItemWidth(fw);
   ImGui::InputTextWithHint("layers", "all, or 0-3,7", &state.view.layer_filter);
-  ImGui::SameLine();
+  flow_next(fw, "heads");
   ImGui::SetNextItemWidth(fw);
   ImGui::InputTextWithHint("heads", "all, or 0-3,7", &state.view.head_filter);
   // Cells as large as the view allows: every shown layer's row fits the height, both grids the width;
@@ -282,7 +298,11 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
   const float least = ImGui::GetTextLineHeight() * 3;
   // The larger cells, unless that arrangement runs off the view's width while the other does not (the grid
   // scrolls down more readily than sideways).
-  bool stack = std::min(stacked.x, stacked.y) > std::min(beside.x, beside.y);
+  auto area = [&](ImVec2 c) {
+    const ImVec2 b = thumbnail_box(c, state.view.head_metric > 0);
+    return std::max(0.0f, b.x) * std::max(0.0f, b.y);
+  };
+  bool stack = area(stacked) > area(beside);
   if (beside.x < least && stacked.x >= least) stack = true;
   const ImVec2 cell(std::clamp((stack ? stacked : beside).x, least, 400.0f),
                     std::clamp((stack ? stacked : beside).y, least, 400.0f));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "app/layout.h"
 #include "app/panels.h"
 #include "app/plot.h"
 #include "core/metrics.h"
@@ -52,24 +53,53 @@ QueryRow query_row(const GuiState& state, const Trace& t, int head, int q) {
   return r;
 }
 
+// The lines of the next-token column: its head and the top 5 after the prompt's last token, in the longest
+// form that fits `width` (shortened before anything is cut: "after token 250" -> "after 250", "100.0 %" ->
+// "100%").
+std::vector<std::string> next_token_lines(const Trace& t, int query, float width) {
+  const int last = static_cast<int>(t.length()) - 1;
+  const size_t n = std::min<size_t>(5, t.next_token.size());
+  std::vector<std::string> best;
+  for (int form = 0; form < 2; ++form) {
+    std::vector<std::string> lines;
+    lines.push_back(query == last ? "next token"
+                    : form == 0   ? "after token " + std::to_string(last)
+                                  : "after " + std::to_string(last));
+    for (size_t i = 0; i < n; ++i) {
+      char text[160];
+      std::snprintf(text, sizeof text, form == 0 ? "%5.1f %%  %s" : "%.0f%% %s",
+                    100.0 * t.next_token[i].probability,
+                    viz::display_token(t.next_token[i].text, viz::Spaces::Visible).c_str());
+      lines.push_back(text);
+    }
+    best = lines;
+    if (std::all_of(lines.begin(), lines.end(),
+                    [&](const std::string& l) { return ImGui::CalcTextSize(l.c_str()).x <= width; }))
+      break;
+  }
+  return best;
+}
+
+// The widest line of the column's longer form: the room it asks for.
+float next_token_width(const Trace& t, int query) {
+  float w = 0;
+  for (const std::string& l : next_token_lines(t, query, 1e9f))
+    w = std::max(w, ImGui::CalcTextSize(l.c_str()).x);
+  return w;
+}
+
 // The model's next-token top 5 after the prompt's last token (the only position whose distribution the trace
 // keeps): said so when the query is another token.
 void draw_next_tokens(const Trace& t, int query, ImVec2 at, float width) {
-  // Drawn into its column and cut at the column's edge (a narrow view keeps the chart's width).
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float line = ImGui::GetTextLineHeightWithSpacing();
   const int last = static_cast<int>(t.length()) - 1;
-  const std::string head = query == last ? "next token" : "after token " + std::to_string(last);
-  const size_t n = std::min<size_t>(5, t.next_token.size());
-  dl->PushClipRect(at, ImVec2(at.x + width, at.y + line * static_cast<float>(n + 1)), true);
-  dl->AddText(at, ImGui::GetColorU32(ImGuiCol_TextDisabled), head.c_str());
-  for (size_t i = 0; i < n; ++i) {
-    char text[160];
-    std::snprintf(text, sizeof text, "%5.1f %%  %s", 100.0 * t.next_token[i].probability,
-                  viz::display_token(t.next_token[i].text, viz::Spaces::Visible).c_str());
-    dl->AddText(ImVec2(at.x, at.y + line * static_cast<float>(i + 1)), ImGui::GetColorU32(ImGuiCol_Text),
-                text);
-  }
+  const std::vector<std::string> lines = next_token_lines(t, query, width);
+  // Cut at the column's edge only as a last resort (a token longer than the column).
+  dl->PushClipRect(at, ImVec2(at.x + width, at.y + line * static_cast<float>(lines.size())), true);
+  for (size_t i = 0; i < lines.size(); ++i)
+    dl->AddText(ImVec2(at.x, at.y + line * static_cast<float>(i)),
+                ImGui::GetColorU32(i == 0 ? ImGuiCol_TextDisabled : ImGuiCol_Text), lines[i].c_str());
   dl->PopClipRect();
   if (query != last && ImGui::IsMouseHoveringRect(at, ImVec2(at.x + width, at.y + line)))
     ImGui::SetTooltip(
@@ -78,22 +108,78 @@ void draw_next_tokens(const Trace& t, int query, ImVec2 at, float width) {
         last, query);
 }
 
+// The chart's title line(s): the longest of its forms that fits beside the shares (to the answer, noise),
+// else the title on one line and the shares on a second. Returns the lines and where the shares go.
+struct ChartTitle {
+  std::string title;  // one or two lines ("\n")
+  std::string shares;
+  bool shares_below = false;  // on the second line (else at the first line's right end)
+};
+
+ChartTitle chart_title(const std::vector<std::string>& forms, const std::vector<std::string>& shares,
+                       float width) {
+  const float gap = ImGui::GetFontSize();
+  auto w = [](const std::string& t) { return ImGui::CalcTextSize(t.c_str()).x; };
+  if (shares.empty()) {
+    for (const std::string& f : forms)
+      if (w(f) <= width) return {f, "", false};
+    return {forms.back(), "", false};
+  }
+  for (const std::string& sh : shares)
+    for (const std::string& f : forms)
+      if (w(f) + gap + w(sh) <= width) return {f, sh, false};
+  std::string title = forms.back();
+  for (const std::string& f : forms)
+    if (w(f) <= width) {
+      title = f;
+      break;
+    }
+  std::string sh = shares.back();
+  for (const std::string& s2 : shares)
+    if (w(s2) <= width) {
+      sh = s2;
+      break;
+    }
+  return {title + "\n", sh, true};
+}
+
 // One model's chart in [min, max]; the y range is [lo, hi].
 void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& row, int q, ImVec2 min,
                     ImVec2 max, double lo, double hi) {
   const SelectionState& sel = state.selection;
   const std::string name = t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
   const std::vector<std::string>& labels = state.shown->labels[static_cast<size_t>(slot)];
-  char title[256];
-  std::snprintf(title, sizeof title, "%s  L%d H%d   query %d '%s':  %s over keys 0-%d", name.c_str(),
-                state.view.layer, state.view.head[slot], q, labels[static_cast<size_t>(q)].c_str(),
-                row.what.c_str(), q);
-  const PlotArea a = draw_plot_frame(min, max, lo, hi, "%.2f", true, title);
+  const bool answer_marked = sel.answer_begin >= 0 && sel.answer_end > sel.answer_begin;
+  const std::string head =
+      "  L" + std::to_string(state.view.layer) + " H" + std::to_string(state.view.head[slot]);
+  const std::string query = "   query " + std::to_string(q) + " '" + labels[static_cast<size_t>(q)] + "'";
+  const std::vector<std::string> forms = {
+      name + head + query + ":  " + row.what + " over keys " + viz::token_range(0, q + 1),
+      name + head + query, name + head, name};
+  std::vector<std::string> shares;
+  AttentionShare share;
+  if (answer_marked) {
+    share = query_row_share(row.values.data(), q, {sel.answer_begin, sel.answer_end});
+    char full[160], brief[160];
+    std::snprintf(full, sizeof full, "to the answer %.3f   noise %.3f", share.answer, share.noise);
+    std::snprintf(brief, sizeof brief, "answer %.3f  noise %.3f", share.answer, share.noise);
+    shares = {full, brief};
+  }
+  const ChartTitle ct = chart_title(forms, shares, max.x - min.x);
+  const PlotArea a = draw_plot_frame(min, max, lo, hi, "%.2f", true, ct.title);
   state.drawn.note("chart." + std::to_string(slot), a.min.x, a.min.y, a.max.x, a.max.y);
   ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float th = ImGui::GetTextLineHeight();
+  if (!ct.shares.empty()) {  // the shares, at the title line's right end or on the line below it
+    const ImVec2 ts = ImGui::CalcTextSize(ct.shares.c_str());
+    const ImVec2 p = ct.shares_below ? ImVec2(min.x, min.y + th) : ImVec2(max.x - ts.x, min.y);
+    dl->AddText(p, IM_COL32(10, 110, 40, 255), ct.shares.c_str());
+    state.drawn.note("chart." + std::to_string(slot) + ".shares", p.x, p.y, p.x + ts.x, p.y + ts.y);
+    if (ImGui::IsMouseHoveringRect(p, ImVec2(p.x + ts.x, p.y + ts.y)))
+      ImGui::SetTooltip("%s.\nThe query's own token is neither answer nor noise.", kAttentionShareDefinition);
+  }
   const int n = q + 1;
   const float bw = (a.max.x - a.min.x) / static_cast<float>(n);
-  const bool answer_marked = sel.answer_begin >= 0 && sel.answer_end > sel.answer_begin;
   auto in_answer = [&](int j) { return answer_marked && j >= sel.answer_begin && j < sel.answer_end; };
   const float zero = a.y(0);
   for (int j = 0; j < n; ++j) {
@@ -114,39 +200,76 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
       dl->AddRectFilled(ImVec2(x0, a.max.y - 3), ImVec2(std::max(x1, x0 + 2), a.max.y),
                         IM_COL32(20, 160, 60, 255));
   }
-  // Token labels under the bars, where they fit: the answer's and the query's first, then left to right.
-  const float th = ImGui::GetTextLineHeight();
-  std::vector<std::pair<float, float>> used;
-  auto try_label = [&](int j, ImU32 col) {
-    const std::string& s = labels[static_cast<size_t>(j)];
-    const float w = ImGui::CalcTextSize(s.c_str()).x;
-    const float cx = a.min.x + bw * (static_cast<float>(j) + 0.5f);
-    const float x0 = std::clamp(cx - w / 2, a.min.x, a.max.x - w), x1 = x0 + w;
-    for (const auto& u : used)
-      if (x0 < u.second + 4 && x1 > u.first - 4) return;
-    used.push_back({x0, x1});
-    dl->AddText(ImVec2(x0, a.max.y + 2), col, s.c_str());
-  };
-  if (answer_marked)
-    for (int j = sel.answer_begin; j < std::min(sel.answer_end, n); ++j)
-      try_label(j, IM_COL32(10, 120, 40, 255));
-  try_label(q, IM_COL32(200, 100, 0, 255));
-  if (bw * 2.5f >= th)
+  const ImU32 answer_ink = IM_COL32(10, 120, 40, 255), query_ink = IM_COL32(200, 100, 0, 255),
+              key_ink = IM_COL32(40, 40, 40, 255);
+  if (bw * 2.5f >= th) {
+    // Bars wide enough: every key's label under its bar where it fits, the answer's and the query's first.
+    std::vector<std::pair<float, float>> used;
+    auto try_label = [&](int j, ImU32 col) {
+      const std::string& s = labels[static_cast<size_t>(j)];
+      const float w = ImGui::CalcTextSize(s.c_str()).x;
+      const float cx = a.min.x + bw * (static_cast<float>(j) + 0.5f);
+      const float x0 = std::clamp(cx - w / 2, a.min.x, a.max.x - w), x1 = x0 + w;
+      for (const auto& u : used)
+        if (x0 < u.second + 4 && x1 > u.first - 4) return;
+      used.push_back({x0, x1});
+      dl->AddText(ImVec2(x0, a.max.y + 2), col, s.c_str());
+    };
+    if (answer_marked)
+      for (int j = sel.answer_begin; j < std::min(sel.answer_end, n); ++j) try_label(j, answer_ink);
+    try_label(q, query_ink);
     for (int j = 0; j < n; ++j) try_label(j, ImGui::GetColorU32(ImGuiCol_TextDisabled));
-  // The shares, at the right end of the title line (over the title's end where the chart is narrow).
-  if (answer_marked) {
-    const AttentionShare share = query_row_share(row.values.data(), q, {sel.answer_begin, sel.answer_end});
-    char text[160];
-    std::snprintf(text, sizeof text, "to the answer %.3f   noise %.3f", share.answer, share.noise);
-    if (ImGui::CalcTextSize(text).x > (max.x - min.x) * 0.6f)
-      std::snprintf(text, sizeof text, "answer %.3f  noise %.3f", share.answer, share.noise);
-    const ImVec2 ts = ImGui::CalcTextSize(text);
-    const ImVec2 p(std::max(min.x, max.x - ts.x), min.y);
-    dl->AddRectFilled(ImVec2(p.x - th * 0.6f, p.y), ImVec2(max.x, p.y + ts.y),
-                      ImGui::GetColorU32(ImGuiCol_WindowBg));
-    dl->AddText(p, IM_COL32(10, 110, 40, 255), text);
-    if (ImGui::IsMouseHoveringRect(p, ImVec2(max.x, p.y + ts.y)))
-      ImGui::SetTooltip("%s.\nThe query's own token is neither answer nor noise.", kAttentionShareDefinition);
+  } else {
+    // Too many bars for a label each: the answer's and the query's keys, then the 8 keys of largest |weight|,
+    // labelled at their bars' tips (so the chart says where the noise goes), never over one another.
+    // One label for the answer span (its tokens' text, over its tallest bar), one for the query, then the
+    // keys.
+    struct Want {
+      int first, end;  // keys [first, end)
+      std::string text;
+      ImU32 ink;
+    };
+    std::vector<Want> wants;
+    if (answer_marked && sel.answer_begin <= q) {
+      Want w{sel.answer_begin, std::min(sel.answer_end, n), "", answer_ink};
+      for (int j = w.first; j < w.end; ++j) w.text += labels[static_cast<size_t>(j)];
+      wants.push_back(w);
+    }
+    if (!in_answer(q)) wants.push_back({q, q + 1, labels[static_cast<size_t>(q)], query_ink});
+    for (int j : labelled_keys(row.values, q, answer_marked ? sel.answer_begin : -1,
+                               answer_marked ? sel.answer_end : -1, 8))
+      wants.push_back({j, j + 1, labels[static_cast<size_t>(j)], key_ink});
+    std::vector<BarLabel> want;
+    for (const Want& w : wants) {
+      float top = zero, bottom = zero;
+      bool negative = true;
+      for (int j = w.first; j < w.end; ++j) {
+        const float v = row.values[static_cast<size_t>(j)], y = std::clamp(a.y(v), a.min.y, a.max.y);
+        top = std::min(top, y);
+        bottom = std::max(bottom, y);
+        negative = negative && v < 0;
+      }
+      const float cx = a.min.x + bw * (static_cast<float>(w.first + w.end) * 0.5f - 0.07f);
+      want.push_back({cx, top, bottom, ImGui::CalcTextSize(w.text.c_str()).x, negative});
+    }
+    const std::vector<LabelSpot> spots =
+        place_bar_labels(want, th, a.min.x, a.max.x, a.min.y, a.max.y + th * 1.3f, 3);
+    int shown = 0;
+    for (size_t i = 0; i < wants.size(); ++i) {
+      if (!spots[i].placed) continue;
+      const LabelSpot& sp = spots[i];
+      const float w = want[i].w, cx = sp.x0 + w / 2;
+      const bool above = sp.y0 + th <= want[i].y_top;
+      const float tip = above ? want[i].y_top : want[i].y_bottom, near = above ? sp.y0 + th : sp.y0;
+      if (std::fabs(near - tip) > 4 || std::fabs(cx - want[i].x) > w / 2)  // lifted off its bar: a leader
+        dl->AddLine(ImVec2(std::clamp(want[i].x, sp.x0, sp.x0 + w), near), ImVec2(want[i].x, tip),
+                    IM_COL32(120, 120, 120, 200));
+      dl->AddRectFilled(ImVec2(sp.x0 - 1, sp.y0), ImVec2(sp.x0 + w + 1, sp.y0 + th),
+                        IM_COL32(255, 255, 255, 215));
+      dl->AddText(ImVec2(sp.x0, sp.y0), wants[i].ink, wants[i].text.c_str());
+      state.drawn.note("chart." + std::to_string(slot) + ".label." + std::to_string(shown++), sp.x0, sp.y0,
+                       sp.x0 + w, sp.y0 + th);
+    }
   }
   // Hover: the bar's key and value.
   ImGui::SetCursorScreenPos(a.min);
@@ -190,7 +313,14 @@ void draw_query_row_view(GuiState& state) {
   }
   const ImVec2 origin = ImGui::GetCursorScreenPos(), room = ImGui::GetContentRegionAvail();
   const float gap = ImGui::GetFontSize() * 0.6f;
-  const float next_w = std::min(ImGui::GetFontSize() * 9, room.x * 0.2f);
+  // The next-token column as wide as its lines ask (up to a quarter of the view; then they shorten).
+  float next_w = ImGui::GetFontSize() * 4;
+  for (int k = 0; k < n; ++k)
+    next_w =
+        std::max(next_w, next_token_width(*r.traces[slots[k]],
+                                          std::clamp(state.selection.query, 0,
+                                                     static_cast<int>(r.traces[slots[k]]->length()) - 1)));
+  next_w = std::min(next_w + ImGui::GetFontSize() * 0.3f, room.x * 0.25f);
   const float chart_h = (room.y - gap * static_cast<float>(n - 1)) / static_cast<float>(n);
   for (int k = 0; k < n; ++k) {
     const Trace& t = *r.traces[slots[k]];
@@ -210,7 +340,7 @@ void draw_query_row_view(GuiState& state) {
     }
     if (khi <= klo) khi = klo + 1;
     const int qk = std::clamp(state.selection.query, 0, static_cast<int>(t.length()) - 1);
-    draw_row_chart(state, t, slots[k], rows[k], qk, min, max, klo, khi + (khi - klo) * 0.08);
+    draw_row_chart(state, t, slots[k], rows[k], qk, min, max, klo, khi + (khi - klo) * 0.15);
     draw_next_tokens(t, qk, ImVec2(max.x + gap, min.y), next_w);
   }
   ImGui::SetCursorScreenPos(origin);

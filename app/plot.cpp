@@ -21,7 +21,8 @@ PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const cha
     std::snprintf(buf, sizeof buf, fmt, t);
     label_w = std::max(label_w, ImGui::CalcTextSize(buf).x);
   }
-  const float top = y_title.empty() ? th * 0.5f : th * 1.8f;
+  const float lines = static_cast<float>(std::count(y_title.begin(), y_title.end(), '\n') + 1);
+  const float top = y_title.empty() ? th * 0.5f : th * (0.8f + lines);
   PlotArea a{ImVec2(min.x + label_w + th * 0.6f, min.y + top),
              ImVec2(max.x - th * 0.3f, max.y - (x_labels ? th * 1.4f : th * 0.3f)), lo, hi};
   dl->AddRectFilled(a.min, a.max, IM_COL32(255, 255, 255, 255));
@@ -36,7 +37,7 @@ PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const cha
   }
   dl->AddLine(ImVec2(a.min.x, a.min.y), ImVec2(a.min.x, a.max.y), IM_COL32(90, 90, 90, 255));
   if (!y_title.empty()) {  // cut at the frame's right edge (a narrow view: the chart's neighbours stay clear)
-    dl->PushClipRect(min, ImVec2(max.x, min.y + th * 1.3f), true);
+    dl->PushClipRect(min, ImVec2(max.x, min.y + th * (lines + 0.3f)), true);
     dl->AddText(ImVec2(min.x, min.y), text, y_title.c_str());
     dl->PopClipRect();
   }

@@ -15,8 +15,8 @@ struct PlotArea {
 };
 
 // A white chart in [min, max] with its y axis on the left (ticks from nice_ticks, labels in `fmt`, grid
-// lines), `y_title` as a line above the axis, and room for one line of x labels below when x_labels.
-// Returns the data area.
+// lines), `y_title` as a line (or, with "\n", lines) above the axis, and room for one line of x labels below
+// when x_labels. Returns the data area.
 PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const char* fmt, bool x_labels,
                          const std::string& y_title = "");
 

@@ -382,7 +382,14 @@ void handle_keys(GuiState& state, const ModelShape& shape) {
       state.layout.view = static_cast<View>(i);
   if (ImGui::IsKeyPressed(GLFW_KEY_S, false) && state.layout.view != View::Maps)
     state.layout.view_split() = !state.layout.view_split();
-  if (ImGui::IsKeyPressed(GLFW_KEY_TAB, false)) state.layout.side_panel = !state.layout.side_panel;
+  if (ImGui::IsKeyPressed(GLFW_KEY_TAB, false)) {
+    if (state.side_folded)  // lecture mode folded it (a narrow window): Tab brings it back
+      state.side_unfolded = true;
+    else if (state.side_unfolded)
+      state.side_unfolded = false;
+    else
+      state.layout.side_panel = !state.layout.side_panel;
+  }
   if (ImGui::IsKeyPressed(GLFW_KEY_L, false)) state.lecture = !state.lecture;
   if (ImGui::IsKeyPressed(GLFW_KEY_F12, false)) state.window_shot = true;
   if (shape.layers > 0) {
@@ -407,13 +414,29 @@ void draw_central_area(GuiState& state, InferenceWorker& worker, ViewObjects& vi
     const ImVec2 p = ImGui::GetCursorScreenPos();
     state.drawn.note("central", p.x, p.y, p.x + room.x, p.y + room.y);
   }
-  if (!l.split_shown()) {
-    draw_view_window("view", l.view, ImVec2(0, 0), state, worker, views, renderer);
-    return;
-  }
   const float bar = std::max(6.0f, ImGui::GetFontSize() * 0.45f);
   const float extent = (l.side_by_side ? room.x : room.y) - bar;
   const float maps = std::max(32.0f, extent * l.split_fraction);
+  // Lecture mode: Figure 1 takes the area alone unless the maps beside it would be at least 200 px each
+  // (smaller ones cannot be read from the back of a room).
+  bool alone = !l.split_shown();
+  if (!alone && state.lecture && l.view == View::QueryRow && state.shown) {
+    int n = 0;
+    int64_t tokens = 0;
+    for (const auto& t : state.shown->traces)
+      if (t) {
+        n += t->config.is_diff() ? 3 : 1;
+        tokens = std::max(tokens, t->length());
+      }
+    const MapGrid g = plan_head_views(n, tokens, l.side_by_side ? ImVec2(maps, room.y) : ImVec2(room.x, maps),
+                                      l.square_maps);
+    alone = std::min(g.map_w, g.map_h) < kLectureMinMap;
+    if (alone) state.drawn.note("lecture.figure1-alone", 0, 0, 0, 0);
+  }
+  if (alone) {
+    draw_view_window("view", l.view, ImVec2(0, 0), state, worker, views, renderer);
+    return;
+  }
   draw_view_window("maps", View::Maps, l.side_by_side ? ImVec2(maps, room.y) : ImVec2(room.x, maps), state,
                    worker, views, renderer);
   if (l.side_by_side) ImGui::SameLine(0, 0);

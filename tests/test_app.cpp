@@ -183,3 +183,88 @@ TEST_CASE("exact tiles: a tile that fails is not started again until another is 
   CHECK(tiles.get(trace, other) == nullptr);
   CHECK(tiles.started() == 2);
 }
+
+TEST_CASE("bar labels: at their bar's tip, one line further per clash, the other side, never overlapping",
+          "[app][layout][labels]") {
+  using difflens::app::BarLabel;
+  using difflens::app::place_bar_labels;
+  // Two labels on the same bar position (top at y 100): the first just above it (100 - 3 - 10 = 87), the
+  // second one line higher (87 - 13 = 74).
+  auto s = place_bar_labels({{50, 100, 120, 20, false}, {52, 100, 120, 20, false}}, 10, 0, 200, 0, 200, 3);
+  REQUIRE(s.size() == 2);
+  CHECK((s[0].placed && s[0].x0 == 40 && s[0].y0 == 87));
+  CHECK((s[1].placed && s[1].x0 == 42 && s[1].y0 == 74));
+  // Clamped into [x_min, x_max]; a negative bar's label goes under its bottom (120 + 3).
+  s = place_bar_labels({{2, 100, 120, 20, false}, {199, 100, 120, 20, true}}, 10, 0, 200, 0, 200, 3);
+  CHECK(s[0].x0 == 0);
+  CHECK((s[1].x0 == 180 && s[1].y0 == 123));
+  // No room above (y_min 95): the other side; no room on either side: left out.
+  s = place_bar_labels({{50, 100, 120, 20, false}}, 10, 0, 200, 95, 200, 3);
+  CHECK((s[0].placed && s[0].y0 == 123));
+  s = place_bar_labels({{50, 100, 120, 20, false}}, 10, 0, 200, 95, 125, 3);
+  CHECK_FALSE(s[0].placed);
+  // Wider than the chart: left out.
+  CHECK_FALSE(place_bar_labels({{50, 100, 120, 300, false}}, 10, 0, 200, 0, 200, 3)[0].placed);
+  // Many labels: the placed ones stay inside and never overlap; the first (highest priority) is placed.
+  std::vector<BarLabel> many;
+  for (int i = 0; i < 60; ++i)
+    many.push_back({static_cast<float>((i * 37) % 300), static_cast<float>(60 + (i * 53) % 120),
+                    static_cast<float>(190 + (i * 7) % 20), static_cast<float>(15 + (i * 11) % 40),
+                    i % 5 == 0});
+  s = place_bar_labels(many, 12, 0, 300, 20, 230, 3);
+  CHECK(s[0].placed);
+  int placed = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (!s[i].placed) continue;
+    ++placed;
+    CHECK(s[i].x0 >= 0);
+    CHECK(s[i].x0 + many[i].w <= 300);
+    CHECK(s[i].y0 >= 20);
+    CHECK(s[i].y0 + 12 <= 230);
+    for (size_t j = 0; j < i; ++j)
+      if (s[j].placed) {
+        const bool apart = s[i].x0 >= s[j].x0 + many[j].w || s[j].x0 >= s[i].x0 + many[i].w ||
+                           s[i].y0 >= s[j].y0 + 12 || s[j].y0 >= s[i].y0 + 12;
+        CHECK(apart);
+      }
+  }
+  CHECK(placed >= 10);
+}
+
+TEST_CASE("bar labels: the largest |weights| besides the answer and the query, by hand",
+          "[app][layout][labels]") {
+  using difflens::app::labelled_keys;
+  const std::vector<float> row = {0.5f, -0.02f, 0.1f, -0.3f, 0.05f, 0.3f, 0.01f};
+  // Answer [2, 4) and query 6 left out (the caller labels them); the rest by |value|: 0 (0.5), 5 (0.3), 4.
+  CHECK(labelled_keys(row, 6, 2, 4, 3) == std::vector<int>{0, 5, 4});
+  // No answer; |-0.3| ties 0.3: the earlier key first; the query (3) is not among them.
+  CHECK(labelled_keys({0.1f, 0.3f, -0.3f, 0.9f}, 3, -1, -1, 2) == std::vector<int>{1, 2});
+  // Top larger than what is left: all of it.
+  CHECK(labelled_keys({0.1f, 0.2f, 0.3f}, 2, 1, 9, 8) == std::vector<int>{0});
+  CHECK(labelled_keys({}, 0, -1, -1, 8).empty());
+}
+
+TEST_CASE("map axes: ticks at round token numbers, placed inside pooled cells", "[app][layout]") {
+  using difflens::app::axis_ticks;
+  // An exact axis: token t at t + 0.5.
+  auto exact = axis_ticks(0, 11, 3, [](int64_t u) { return u; });
+  REQUIRE(exact.size() == 3);
+  CHECK((exact[0].token == 0 && exact[0].at == 0.5));
+  CHECK((exact[1].token == 5 && exact[1].at == 5.5));
+  CHECK((exact[2].token == 10 && exact[2].at == 10.5));
+  // Three cells over 5800 tokens (first tokens 0, 1933, 3866, then 5800): 0, 2000, 4000, not 1933, 3866.
+  const std::vector<int64_t> starts = {0, 1933, 3866, 5800};
+  auto pooled = axis_ticks(0, 3, 4, [&](int64_t u) { return starts[static_cast<size_t>(u)]; });
+  REQUIRE(pooled.size() == 3);
+  CHECK(pooled[0].token == 0);
+  CHECK(pooled[1].token == 2000);
+  CHECK(pooled[2].token == 4000);
+  CHECK(pooled[1].at == Approx(1 + (2000 - 1933 + 0.5) / 1933.0));
+  CHECK(pooled[2].at == Approx(2 + (4000 - 3866 + 0.5) / 1934.0));
+  // A zoomed view of cells [1, 3): ticks from token 1933 on.
+  auto zoomed = axis_ticks(1, 2, 3, [&](int64_t u) { return starts[static_cast<size_t>(u)]; });
+  REQUIRE_FALSE(zoomed.empty());
+  CHECK(zoomed.front().token >= 1933);
+  CHECK(zoomed.back().token <= 5799);
+  CHECK(axis_ticks(0, 0, 3, [](int64_t u) { return u; }).empty());
+}

@@ -810,7 +810,7 @@ TEST_CASE("gui: the Explain tab steps, presents and exports its slides headless"
       {"--explain-step 7 --screenshot x.png",
        "option --explain-step expects an integer from 1 to 6, got '7'"},
       {"--tab explained --screenshot x.png",
-       "--view must be maps, query-row, models, lambda, noise, lab, outliers or explain (got 'explained')"},
+       "--view must be maps, query-row, models, lambda, noise, lab, outliers, explain or text (got 'explained')"},
   };
   expect_failures(bad, dir);
 }
@@ -837,14 +837,15 @@ std::map<std::string, Region> layout_regions(const std::string& out) {
 }
 
 void check_layout_clean(const std::string& out, int width, int height) {
-  CHECK(out.find(" 0 outside or clipped") != std::string::npos);
+  CHECK(out.find(" 0 outside or clipped, 0 texts cut") != std::string::npos);  // no window nor text cut
   CHECK(out.find("clips its contents") == std::string::npos);
   for (const auto& [name, r] : layout_regions(out)) {
     INFO(name << " " << r.x0 << "," << r.y0 << "-" << r.x1 << "," << r.y1 << " in " << width << "x"
               << height);
     CHECK(r.x0 >= 0);
     CHECK(r.x1 <= width + 0.5f);
-    if (name.rfind("grid.", 0) == 0) continue;  // the Model view's grids scroll down when they are taller
+    if (name.rfind("grid.", 0) == 0 || name.rfind("modelgrid.", 0) == 0)
+      continue;  // the Model view's grids scroll down when they are taller
     CHECK(r.y0 >= 0);
     CHECK(r.y1 <= height + 0.5f);
   }
@@ -906,7 +907,7 @@ TEST_CASE("gui layout: the maps fill the central area and the first screen puts 
   CHECK(r.out.find("layout: hover.0 query 200 key 100 ") != std::string::npos);
   const std::pair<std::string, std::string> bad[] = {
       {"--view tables --screenshot x.png",
-       "--view must be maps, query-row, models, lambda, noise, lab, outliers or explain"},
+       "--view must be maps, query-row, models, lambda, noise, lab, outliers, explain or text"},
       {"--view maps --tab lab --screenshot x.png", "give --view or --tab (the same), not both"},
       {"--split sideways --screenshot x.png", "--split must be off, below or beside"},
       {"--hover 3,5 --screenshot x.png", "--hover expects ROW,COL with 0 <= COL <= ROW"},
@@ -916,31 +917,128 @@ TEST_CASE("gui layout: the maps fill the central area and the first screen puts 
   expect_failures(bad, dir);
 }
 
-TEST_CASE("gui layout: every view fits 1280x800 and 3840x2160 at font scale 2, analysis views get the height",
-          "[gui][cli][layout]") {
+TEST_CASE(
+    "gui layout: every view fits 1280x800 and 1920x1080 (with and without lecture mode) and 3840x2160 at "
+    "font scale 2, no text cut, analysis views get the height",
+    "[gui][cli][layout]") {
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("guiviews");
   const char* views[] = {"maps", "query-row", "models",  "lambda", "noise",
                          "lab",  "outliers",  "explain", "text"};
   for (const auto& [size, w, h, extra] :
        {std::tuple<const char*, int, int, const char*>{"1280x800", 1280, 800, ""},
+        std::tuple<const char*, int, int, const char*>{"1920x1080", 1920, 1080, ""},
+        std::tuple<const char*, int, int, const char*>{"1280x800", 1280, 800, " --lecture"},
+        std::tuple<const char*, int, int, const char*>{"1920x1080", 1920, 1080, " --lecture"},
         std::tuple<const char*, int, int, const char*>{"3840x2160", 3840, 2160, " --font-scale 2"}}) {
     for (const char* view : views) {
       const Result r = run(std::string("--view ") + view + " --size " + size + extra +
                                " --head-metric entropy --threads 1 --exit-after-frames 1 --screenshot " +
                                (dir / (std::string(view) + ".png")).string(),
                            dir);
-      INFO(view << " at " << size << "\n" << r.out);
+      INFO(view << " at " << size << extra << "\n" << r.out);
       REQUIRE(r.status == 0);
       CHECK(r.out.find(std::string("layout: view ") + view) != std::string::npos);
       check_layout_clean(r.out, w, h);
       auto regions = layout_regions(r.out);
       const std::string key = std::string("view.") + view;
       REQUIRE(regions.count(key));
-      // Alone in the central area (all but Figure 1, which shares it with the maps): 60 % of the height.
-      if (std::string(view) != "query-row") CHECK(regions[key].h() >= 0.6f * static_cast<float>(h));
+      // Alone in the central area (all but Figure 1, which shares it with the maps): 60 % of the height
+      // (lecture mode at 800 px: 55 %, its prompt, four token lines and status line being 26 px text).
+      const float share = std::string(extra) == " --lecture" && h <= 800 ? 0.55f : 0.6f;
+      if (std::string(view) != "query-row") CHECK(regions[key].h() >= share * static_cast<float>(h));
     }
   }
+}
+
+TEST_CASE(
+    "gui layout: lecture mode folds the side panel and gives Figure 1 the area when the maps would be small",
+    "[gui][cli][layout][lecture]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guilecture");
+  // 1280x800 (a classroom projector): no side panel, Figure 1 alone, its charts across the window.
+  Result r = run("--lecture --size 1280x800 --threads 1 --exit-after-frames 1 --screenshot " +
+                     (dir / "l1280.png").string(),
+                 dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  auto regions = layout_regions(r.out);
+  CHECK(regions.count("lecture.side-folded") == 1);
+  CHECK(regions.count("side") == 0);
+  CHECK(regions.count("lecture.figure1-alone") == 1);
+  CHECK(regions.count("map.0") == 0);
+  REQUIRE(regions.count("chart.0"));
+  CHECK(regions["chart.0"].w() >= 0.7f * 1280);
+  // 1920x1080: the maps beside Figure 1 are at least 200 px a side, so they stay.
+  r = run("--lecture --size 1920x1080 --threads 1 --exit-after-frames 1 --screenshot " +
+              (dir / "l1920.png").string(),
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  regions = layout_regions(r.out);
+  CHECK(regions.count("lecture.figure1-alone") == 0);
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "map." + std::to_string(i);
+    REQUIRE(regions.count(name));
+    CHECK(std::min(regions[name].w(), regions[name].h()) >= 200);
+  }
+  // Without lecture mode the side panel stays at 1280x800.
+  r = run("--size 1280x800 --threads 1 --exit-after-frames 1 --screenshot " + (dir / "n1280.png").string(),
+          dir);
+  REQUIRE(r.status == 0);
+  CHECK(layout_regions(r.out).count("side") == 1);
+}
+
+TEST_CASE("gui layout: Figure 1 labels the answer, the query and the heaviest keys at their bars, apart",
+          "[gui][cli][layout][labels]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guilabels");
+  for (const char* size : {"1280x800", "1920x1080"}) {
+    const Result r = run(std::string("--size ") + size + " --threads 1 --exit-after-frames 1 --screenshot " +
+                             (dir / "f.png").string(),
+                         dir);
+    INFO(size << "\n" << r.out);
+    REQUIRE(r.status == 0);
+    auto regions = layout_regions(r.out);
+    for (int c = 0; c < 2; ++c) {
+      const std::string chart = "chart." + std::to_string(c);
+      REQUIRE(regions.count(chart));
+      std::vector<Region> labels;
+      for (int i = 0; regions.count(chart + ".label." + std::to_string(i)); ++i)
+        labels.push_back(regions[chart + ".label." + std::to_string(i)]);
+      CHECK(labels.size() >= 6);  // the answer, the query and at least four of the eight heaviest keys
+      for (size_t i = 0; i < labels.size(); ++i) {
+        CHECK(labels[i].x0 >= regions[chart].x0 - 0.5f);
+        CHECK(labels[i].x1 <= regions[chart].x1 + 0.5f);
+        for (size_t j = 0; j < i; ++j) {
+          const bool apart = labels[i].x0 >= labels[j].x1 || labels[j].x0 >= labels[i].x1 ||
+                             labels[i].y0 >= labels[j].y1 || labels[j].y0 >= labels[i].y1;
+          CHECK(apart);
+        }
+      }
+      // The shares sit on the title line's right end or under it, never over the chart's data.
+      REQUIRE(regions.count(chart + ".shares"));
+      CHECK(regions[chart + ".shares"].y1 <= regions[chart].y0);
+    }
+  }
+}
+
+TEST_CASE("gui layout: the Model view's grid fills 85 % of its height at 1920x1080", "[gui][cli][layout]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guimodelgrid");
+  const Result r = run("--view models --size 1920x1080 --threads 1 --exit-after-frames 1 --screenshot " +
+                           (dir / "m.png").string(),
+                       dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  auto regions = layout_regions(r.out);
+  REQUIRE(regions.count("view.models"));
+  REQUIRE(regions.count("modelgrid.0"));
+  REQUIRE(regions.count("modelgrid.1"));
+  const Region v = regions["view.models"];
+  const float bottom = std::max(regions["modelgrid.0"].y1, regions["modelgrid.1"].y1);
+  CHECK(bottom - v.y0 >= 0.85f * v.h());
+  CHECK(bottom <= v.y1 + 0.5f);
 }
 
 TEST_CASE("gui layout: without --size the window takes 90 % of the screen it opens on",

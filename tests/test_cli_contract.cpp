@@ -424,7 +424,8 @@ TEST_CASE("contract: render --html writes a page of one or two bundles, and refu
   CHECK(data["pool"] == "layer");
   CHECK(data["direction"] == "to");
   CHECK(data["answer"] == nlohmann::json::array({7, 11}));
-  CHECK(std::distance(fs::directory_iterator(dir / "p"), fs::directory_iterator()) == 1);  // no temporary left
+  CHECK(std::distance(fs::directory_iterator(dir / "p"), fs::directory_iterator()) ==
+        1);  // no temporary left
   // Refusals, each before anything is written.
   const std::string d = " --trace " + quoted(dir / "d");
   r = run("render" + d + " --out " + quoted(dir / "a.png") + " --html " + quoted(dir / "a.html"), dir);
