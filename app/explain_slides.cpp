@@ -35,16 +35,19 @@ std::string key_label(const std::vector<std::string>& tokens, int64_t j) {
   return "'" + t + "' " + std::to_string(j);
 }
 
-// The scene, drawn in 1920 x 1080 coordinates scaled to its size.
+// The scene, drawn in 1920 x 1080 coordinates scaled to its size. Text sizes are multiplied by k (>= 1): a
+// slide shown small keeps its text readable, and the layout makes room for it (k() scales the lines).
 class Canvas {
  public:
-  Canvas(viz::FigureScene& scene) : sc_(scene), s_(static_cast<float>(scene.width) / 1920.0f) {}
+  Canvas(viz::FigureScene& scene, float k = 1)
+      : sc_(scene), s_(static_cast<float>(scene.width) / 1920.0f), k_(std::max(1.0f, k)) {}
+  float k() const { return k_; }
   void text(float x, float y, const std::string& t, float px, Rgb8 c = kInk) {
     viz::FigureScene::Text tx;
     tx.x = static_cast<int>(std::lround(x * s_));
     tx.y = static_cast<int>(std::lround(y * s_));
     tx.text = t;
-    tx.px = px * s_;
+    tx.px = px * k_ * s_;
     tx.color = c;
     sc_.texts.push_back(tx);
   }
@@ -59,12 +62,34 @@ class Canvas {
     sc_.rects.push_back(r);
   }
   int text_width(const std::string& t, float px) const {
-    return static_cast<int>(viz::FigureFont::standard().text_width(t, px * s_) / s_);
+    return static_cast<int>(viz::FigureFont::standard().text_width(t, px * k_ * s_) / s_);
+  }
+  // `t` broken at its spaces into lines no wider than w at px.
+  std::vector<std::string> wrap(const std::string& t, float px, float w) const {
+    std::vector<std::string> lines;
+    std::string line;
+    size_t from = 0;
+    while (from < t.size()) {
+      size_t end = t.find(' ', from);
+      if (end == std::string::npos) end = t.size();
+      const std::string word = t.substr(from, end - from);
+      const std::string wider = line.empty() ? word : line + " " + word;
+      if (!line.empty() && text_width(wider, px) > w) {
+        lines.push_back(line);
+        line = word;
+      } else {
+        line = wider;
+      }
+      from = end + 1;
+    }
+    if (!line.empty()) lines.push_back(line);
+    return lines;
   }
 
  private:
   viz::FigureScene& sc_;
   float s_;
+  float k_;
 };
 
 struct Bar {
@@ -80,8 +105,14 @@ void bar_chart(Canvas& cv, float x, float y, float w, float h, const std::string
                const std::vector<Bar>& bars, bool signed_axis,
                const std::vector<std::pair<size_t, std::string>>& labelled = {},
                const std::vector<Rgb8>& bands = {}) {
-  cv.text(x, y, title, 24);
-  const float top = y + 36, axis_w = 70, plot_w = w - axis_w, plot_h = h - 36 - 70;  // 70: labels below
+  const float k = cv.k();
+  const std::vector<std::string> title_lines = cv.wrap(title, 24, w);
+  for (size_t i = 0; i < title_lines.size(); ++i)
+    cv.text(x, y + 30 * k * static_cast<float>(i), title_lines[i], 24);
+  const float title_h = 30 * k * static_cast<float>(title_lines.size()) + 6;
+  const float below = (labelled.empty() ? 24 : 70) * k;  // the labels' lines under the bars
+  const float axis_w = 70 * k, plot_w = w - axis_w;
+  const float top = y + title_h, plot_h = std::max(20.0f, h - title_h - below);
   const float px0 = x + axis_w;
   double m = 0;
   for (const Bar& b : bars) m = std::max(m, std::fabs(b.value));
@@ -95,9 +126,9 @@ void bar_chart(Canvas& cv, float x, float y, float w, float h, const std::string
       cv.rect(px0 + bw * static_cast<float>(i), top, bw, plot_h, bands[i]);
   cv.rect(px0, zero, plot_w, 1.5f, kAxis);
   cv.rect(px0 - 1, top, 1.5f, plot_h, kAxis);
-  cv.text(x, top - 8, fmt("%.3g", m), 18, kMuted);
-  cv.text(x, zero - 10, "0", 18, kMuted);
-  if (signed_axis) cv.text(x, top + plot_h - 14, fmt("%.3g", -m), 18, kMuted);
+  cv.text(x, top - 8 * k, fmt("%.3g", m), 18, kMuted);
+  cv.text(x, zero - 10 * k, "0", 18, kMuted);
+  if (signed_axis) cv.text(x, top + plot_h - 14 * k, fmt("%.3g", -m), 18, kMuted);
   for (size_t i = 0; i < bars.size(); ++i) {
     const Bar& b = bars[i];
     const float bx = px0 + bw * static_cast<float>(i) + gap / 2, bwi = std::max(1.0f, bw - gap);
@@ -119,10 +150,10 @@ void bar_chart(Canvas& cv, float x, float y, float w, float h, const std::string
     const int lw = cv.text_width(label, 17);
     const float lx = std::clamp(cx - lw / 2.0f, px0, std::max(px0, px0 + plot_w - lw));
     int line = 0;
-    while (line < 3 && lx <= last_end[line] + 10) ++line;
+    while (line < 3 && lx <= last_end[line] + 10 * k) ++line;
     if (line == 3) continue;
-    cv.rect(cx, top + plot_h + 2, 1, 6.0f + 20.0f * line, kMuted);
-    cv.text(lx, top + plot_h + 8 + 20.0f * line, label, 17, kMuted);
+    cv.rect(cx, top + plot_h + 2, 1, 6.0f + 20.0f * k * line, kMuted);
+    cv.text(lx, top + plot_h + 8 + 20.0f * k * line, label, 17, kMuted);
     last_end[line] = lx + lw;
   }
 }
@@ -188,9 +219,10 @@ double length(const std::vector<float>& v) {
 // One model's column of the slide of `step`.
 void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bool diff_column, int step,
                  float x, float w) {
-  float y = 170;
+  const float k = cv.k();
+  float y = 145 * k + 25;
   cv.text(x, y, side.model, 30, diff_column ? kDiff : kBase);
-  y += 50;
+  y += 50 * k;
   if (!side.head) {
     cv.text(x, y, side.why.empty() ? "no trace" : side.why, 22, kMuted);
     return;
@@ -198,29 +230,19 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
   const HeadExplain& e = *side.head;
   const Rgb8 col = e.diff ? kDiff : kBase;
   const auto& tk = side.tokens;
-  // Rows at the same heights in both columns, so the two models' rows line up.
-  const float row_h = step == 1 || step == 6 ? 260 : 330;
+  // Rows at the same heights in both columns, so the two models' rows line up; with larger text (k > 1) they
+  // share what is left of the slide's height above two note lines.
+  const float rows = step == 1 || step == 6 ? 3.0f : 2.0f;
+  const float row_h = std::min(step == 1 || step == 6 ? 260.0f : 330.0f,
+                               (1080.0f - (145 * k + 25 + 50 * k) - 2 * 28 * k - 16) / rows);
   const std::string q = key_label(tk, e.query);
   // A note under a chart, wrapped at word boundaries to the column's width; returns the y below it.
   auto note = [&](float yy, const std::string& t) {
-    std::string line;
-    size_t from = 0;
-    while (from < t.size()) {
-      size_t end = t.find(' ', from);
-      if (end == std::string::npos) end = t.size();
-      const std::string word = t.substr(from, end - from);
-      const std::string wider = line.empty() ? word : line + " " + word;
-      if (!line.empty() && cv.text_width(wider, 21) > w) {
-        cv.text(x, yy, line, 21, kMuted);
-        yy += 28;
-        line = word;
-      } else {
-        line = wider;
-      }
-      from = end + 1;
+    for (const std::string& line : cv.wrap(t, 21, w)) {
+      cv.text(x, yy, line, 21, kMuted);
+      yy += 28 * k;
     }
-    if (!line.empty()) cv.text(x, yy, line, 21, kMuted);
-    return yy + 30;
+    return yy + 2 * k;
   };
   switch (step) {
     case 1: {
@@ -292,11 +314,11 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
     case 4:
       if (e.v2) {  // λ of this head and query token: a sigmoid of one dot product
         cv.text(x, y, "λ = σ(x_t · w_λ,h): this token's and this head's own", 30);
-        cv.text(x, y + 50,
+        cv.text(x, y + 50 * k,
                 "   = σ(" + fmt("%.4f", e.lambda_logit) + ") = 1 / (1 + e^" + fmt("%.4f", -e.lambda_logit) +
                     ") = " + fmt("%.4f", e.lambda),
                 30, col);
-        cv.text(x, y + 100,
+        cv.text(x, y + 100 * k,
                 "x_t: the layer's normed input at the query token; w_λ,h: row " + std::to_string(e.head) +
                     " of lambda_proj",
                 24, kMuted);
@@ -312,19 +334,20 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
           std::vector<std::pair<size_t, std::string>> lab;
           for (size_t t : at)
             lab.push_back({t, key_label(side.tokens, static_cast<int64_t>(t)) + " " + fmt("%.2f", tl[t])});
-          bar_chart(cv, x, y + 170, w, 330,
+          bar_chart(cv, x, y + 150 * k + 20, w, std::min(330.0f, 1080 - (y + 150 * k + 20) - 60 * k),
                     "λ of head " + std::to_string(e.head) +
                         " at every token up to the query (the query's in colour)",
                     lam, false, lab);
         }
-        note(y + 540, "λ lies in (0, 1) and changes from token to token and head to head");
+        note(std::min(y + 540, 1080 - 60 * k),
+             "λ lies in (0, 1) and changes from token to token and head to head");
       } else if (e.diff) {
         cv.text(x, y, "λ = exp(λq1·λk1) − exp(λq2·λk2) + λ_init", 30);
-        cv.text(x, y + 50,
+        cv.text(x, y + 50 * k,
                 "   = " + fmt("%.4f", e.lambda_exp1) + " − " + fmt("%.4f", e.lambda_exp2) + " + " +
                     fmt("%.4f", e.lambda_init) + " = " + fmt("%.4f", e.lambda),
                 30, col);
-        cv.text(x, y + 100,
+        cv.text(x, y + 100 * k,
                 "λ_init(" + std::to_string(e.layer) + ") = 0.8 − 0.6·exp(−0.3·" + std::to_string(e.layer) +
                     ") = " + fmt("%.4f", e.lambda_init),
                 24, kMuted);
@@ -337,12 +360,14 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
           negative |= side.layer_lambdas[l] < 0;
         }
         if (!lam.empty())
-          bar_chart(cv, x, y + 170, std::min(w, 140.0f * static_cast<float>(lam.size()) + 70), 330,
-                    "λ of every layer", lam, negative, lab);
-        note(y + 540, "λ is learned per layer, the same for every head and token of the layer");
+          bar_chart(
+              cv, x, y + 150 * k + 20, std::min(w, 140.0f * k * static_cast<float>(lam.size()) + 70 * k),
+              std::min(330.0f, 1080 - (y + 150 * k + 20) - 60 * k), "λ of every layer", lam, negative, lab);
+        note(std::min(y + 540, 1080 - 60 * k),
+             "λ is learned per layer, the same for every head and token of the layer");
       } else {
         cv.text(x, y, "one softmax per head:", 30);
-        cv.text(x, y + 50, "nothing is subtracted (λ = 0)", 30, col);
+        cv.text(x, y + 50 * k, "nothing is subtracted (λ = 0)", 30, col);
       }
       break;
     case 5: {
@@ -428,7 +453,7 @@ const char* explain_step_title(int step) {
   return "";
 }
 
-viz::FigureScene explain_slide(const ExplainInput& in, int step, int width, int height) {
+viz::FigureScene explain_slide(const ExplainInput& in, int step, int width, int height, float min_text_px) {
   if (step < 1 || step > kExplainSteps)
     throw Error("explain: step " + std::to_string(step) + " is outside 1.." + std::to_string(kExplainSteps));
   if (width < 480 || height < 270 || width > 8192 || height > 8192)
@@ -437,11 +462,14 @@ viz::FigureScene explain_slide(const ExplainInput& in, int step, int width, int 
   viz::FigureScene sc;
   sc.width = width;
   sc.height = height;
-  Canvas cv(sc);
-  cv.text(60, 30,
-          "Step " + std::to_string(step) + " of " + std::to_string(kExplainSteps) + ":  " +
-              explain_step_title(step),
-          42);
+  // The smallest text is 17 units of the 1920-unit grid: scale every text up until it is min_text_px high.
+  Canvas cv(sc, min_text_px / (17.0f * static_cast<float>(width) / 1920.0f));
+  const float k = cv.k();
+  const std::string head = "Step " + std::to_string(step) + " of " + std::to_string(kExplainSteps) + ":  " +
+                           explain_step_title(step);
+  float head_px = 42;  // a title wider than the slide gets smaller, down to the chart titles' size
+  while (head_px > 24 && cv.text_width(head, head_px) > 1800) head_px -= 1;
+  cv.text(60, 30, head, head_px);
   const ExplainSide& ref = in.diff.head ? in.diff : in.base;
   std::string sub;
   if (ref.head) {
@@ -450,10 +478,10 @@ viz::FigureScene explain_slide(const ExplainInput& in, int step, int width, int 
     if (in.diff.head) sub += "   " + in.diff.model + " head " + std::to_string(in.diff.head->head);
     if (in.base.head) sub += "   " + in.base.model + " head " + std::to_string(in.base.head->head);
   }
-  cv.text(60, 95, sub, 26, kMuted);
-  cv.rect(60, 145, 1800, 2, kAxis);
+  cv.text(60, 30 + 62 * k, sub, 26, kMuted);
+  cv.rect(60, 145 * k, 1800, 2, kAxis);
   draw_column(cv, in, in.diff, true, step, 60, 1080);
-  cv.rect(1190, 170, 2, 860, kAxis);
+  cv.rect(1190, 145 * k + 25, 2, 1030 - 145 * k - 25, kAxis);
   draw_column(cv, in, in.base, false, step, 1230, 630);
   return sc;
 }

@@ -32,9 +32,12 @@ struct ExplainInput {
 // The one-line title of step 1..kExplainSteps.
 const char* explain_step_title(int step);
 
-// The slide of `step` (1..kExplainSteps), width x height pixels (at least 480 x 270). Throws Error for a
-// step outside 1..kExplainSteps.
-viz::FigureScene explain_slide(const ExplainInput& in, int step, int width = 1920, int height = 1080);
+// The slide of `step` (1..kExplainSteps), width x height pixels (at least 480 x 270). Its text is laid out
+// at least `min_text_px` high (0: as designed for 1920 x 1080, scaled with the slide): a slide shown on a
+// small screen keeps readable text and gives its charts what is left. Throws Error for a step outside
+// 1..kExplainSteps.
+viz::FigureScene explain_slide(const ExplainInput& in, int step, int width = 1920, int height = 1080,
+                               float min_text_px = 0);
 
 // The explanation of one slot's trace: its head for the query, or why there is none.
 ExplainSide explain_side(const std::string& model, const Trace* trace, int layer, int head, int64_t query);

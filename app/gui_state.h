@@ -161,6 +161,7 @@ struct GuiState {
   struct Explain {
     int step = 1;
     bool present = false;
+    bool strip = false;  // presenting: the token strip shown above the slide (folded away at first)
   } explain;
   // Needle lab tab: the sweep grid as typed, the worker's last progress and its per-cell summaries.
   struct Lab {

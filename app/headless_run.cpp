@@ -163,9 +163,13 @@ void HeadlessRun::after_poll(GuiState& state) {
 }
 
 void HeadlessRun::place_mouse(const GuiState& state, ImGuiIO& io) const {
-  if (!active() || state.explain.present) return;
-  io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
+  if (!active()) return;
+  io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover, and no presenting pointer, unless asked
   if (opt_.hover[0] < 0) return;
+  if (state.explain.present) {  // --hover while presenting: the pointer dot at the window's centre
+    io.MousePos = ImVec2(std::floor(io.DisplaySize.x / 2), std::floor(io.DisplaySize.y / 2));
+    return;
+  }
   if (const LayoutRecord::Rect* m = state.drawn.find("map.0")) {
     // The first whole pixel of the cell (ImGui floors the mouse position): exact while cells are at least
     // a pixel wide.

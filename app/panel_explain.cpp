@@ -67,13 +67,18 @@ void ExplainView::draw_slide(GuiState& state, float width, float height) {
   const int pw = static_cast<int>(w), ph = static_cast<int>(w * 9.0f / 16.0f);
   const uint64_t request = state.shown ? state.shown->request : 0;
   char key[256];
-  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d/%d/%d/%d/%dx%d", static_cast<unsigned long long>(request),
-                state.view.layer, state.view.head[0], state.view.head[1], state.selection.query,
-                state.selection.answer_begin, state.selection.answer_end, state.explain.step, pw, ph);
+  // Readable however small the slide is shown: its smallest text (tick labels) at 0.62 of the UI's text size,
+  // so its readouts and chart titles come out at about the UI's size (the lecture size while presenting).
+  const float min_text = ImGui::GetFontSize() * 0.62f;
+  std::snprintf(key, sizeof key, "%llu/%d/%d/%d/%d/%d/%d/%d/%dx%d/%.1f",
+                static_cast<unsigned long long>(request), state.view.layer, state.view.head[0],
+                state.view.head[1], state.selection.query, state.selection.answer_begin,
+                state.selection.answer_end, state.explain.step, pw, ph, min_text);
   if (key_ != key) {
     key_ = key;
     try {
-      const viz::Image img = viz::render_scene(explain_slide(input(state), state.explain.step, pw, ph));
+      const viz::Image img =
+          viz::render_scene(explain_slide(input(state), state.explain.step, pw, ph, min_text));
       if (!texture_) glGenTextures(1, &texture_);
       glBindTexture(GL_TEXTURE_2D, texture_);
       glPixelStorei(GL_UNPACK_ALIGNMENT, 1);
@@ -92,6 +97,8 @@ void ExplainView::draw_slide(GuiState& state, float width, float height) {
   const float shown_w = std::min(static_cast<float>(tex_w_), fit), shown_h = shown_w * 9.0f / 16.0f;
   ImGui::SetCursorPosX(ImGui::GetCursorPosX() + std::max(0.0f, (width - shown_w) / 2));
   ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(texture_)), ImVec2(shown_w, shown_h));
+  state.drawn.note("slide", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y, ImGui::GetItemRectMax().x,
+                   ImGui::GetItemRectMax().y);
 }
 
 void ExplainView::export_steps(GuiState& state) {
@@ -128,12 +135,18 @@ void ExplainView::draw_tab(GuiState& state) {
 
 void ExplainView::draw_presentation(GuiState& state) {
   ExplainView::handle_keys(state);
-  if (const int s = state.shown ? first_trace_slot(*state.shown) : -1; s >= 0)
-    draw_token_strip(state, state.shown->traces[static_cast<size_t>(s)]->tokens,
-                     state.shown->labels[static_cast<size_t>(s)]);
+  if (state.explain.strip)
+    if (const int s = state.shown ? first_trace_slot(*state.shown) : -1; s >= 0)
+      draw_token_strip(state, state.shown->traces[static_cast<size_t>(s)]->tokens,
+                       state.shown->labels[static_cast<size_t>(s)]);
   if (ImGui::Button("< Back")) state.explain.step = std::max(1, state.explain.step - 1);
   ImGui::SameLine();
   if (ImGui::Button("Next >")) state.explain.step = std::min(kExplainSteps, state.explain.step + 1);
+  ImGui::SameLine();
+  if (ImGui::Button(state.explain.strip ? "Hide tokens" : "Tokens"))
+    state.explain.strip = !state.explain.strip;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("The prompt's tokens above the slide: click one for the query");
   ImGui::SameLine();
   if (ImGui::Button("Leave (Esc)")) state.explain.present = false;
   const ImVec2 room = ImGui::GetContentRegionAvail();

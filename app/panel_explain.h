@@ -20,7 +20,8 @@ class ExplainView {
   ExplainView& operator=(const ExplainView&) = delete;
   // The tab's contents (controls and the slide in the space left).
   void draw_tab(GuiState& state);
-  // Presentation mode: the whole window (full screen, set by the shell) is the token strip and the slide.
+  // Presentation mode: the whole window (full screen, set by the shell) is the slide, its text at least the
+  // UI's (lecture) text size, under one row of buttons; "Tokens" unfolds the token strip above it.
   void draw_presentation(GuiState& state);
   // Arrow keys step through the slides (when no text field has the keyboard).
   static void handle_keys(GuiState& state);

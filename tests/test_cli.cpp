@@ -47,6 +47,24 @@ void expect_failures(const Cases& cases, const test::ScratchDir& dir) {
   }
 }
 
+struct Region {
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  float w() const { return x1 - x0; }
+  float h() const { return y1 - y0; }
+};
+std::map<std::string, Region> layout_regions(const std::string& out) {
+  std::map<std::string, Region> regions;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("layout: ", 0) != 0) continue;
+    std::istringstream l(line.substr(8));
+    std::string name;
+    Region r;
+    if (l >> name >> r.x0 >> r.y0 >> r.x1 >> r.y1) regions[name] = r;
+  }
+  return regions;
+}
+
 }  // namespace
 
 TEST_CASE("cli: init-pair then capture writes a readable trace bundle", "[cli]") {
@@ -806,6 +824,23 @@ TEST_CASE("gui: the Explain tab steps, presents and exports its slides headless"
   }
   CHECK(white > 20);
   stbi_image_free(px);
+  // At 1280x800 (a classroom projector) the slide takes the window's width, the token strip is folded away
+  // and no pointer dot sits in the screenshot (nothing of its red: 255, 20, 20).
+  r = run(common + " --explain-step 5 --present --size 1280x800 --screenshot " + (dir / "p1280.png").string(),
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  auto regions = layout_regions(r.out);
+  REQUIRE(regions.count("slide"));
+  CHECK(regions["slide"].w() >= 0.97f * 1280);
+  CHECK(regions.count("tokens") == 0);
+  px = stbi_load((dir / "p1280.png").c_str(), &w, &h, &n, 3);
+  REQUIRE(px);
+  int red = 0;
+  for (size_t i = 0; i < static_cast<size_t>(w) * h; ++i)
+    red += px[3 * i] > 240 && px[3 * i + 1] < 40 && px[3 * i + 2] < 40;
+  CHECK(red == 0);
+  stbi_image_free(px);
   const std::pair<std::string, std::string> bad[] = {
       {"--explain-step 7 --screenshot x.png",
        "option --explain-step expects an integer from 1 to 6, got '7'"},
@@ -818,24 +853,6 @@ TEST_CASE("gui: the Explain tab steps, presents and exports its slides headless"
 namespace {
 
 // The headless run's layout report: "layout: NAME X0 Y0 X1 Y1 (WxH)" per region drawn.
-struct Region {
-  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
-  float w() const { return x1 - x0; }
-  float h() const { return y1 - y0; }
-};
-std::map<std::string, Region> layout_regions(const std::string& out) {
-  std::map<std::string, Region> regions;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("layout: ", 0) != 0) continue;
-    std::istringstream l(line.substr(8));
-    std::string name;
-    Region r;
-    if (l >> name >> r.x0 >> r.y0 >> r.x1 >> r.y1) regions[name] = r;
-  }
-  return regions;
-}
-
 void check_layout_clean(const std::string& out, int width, int height) {
   CHECK(out.find(" 0 outside or clipped, 0 texts cut") != std::string::npos);  // no window nor text cut
   CHECK(out.find("clips its contents") == std::string::npos);

@@ -287,15 +287,32 @@ TEST_CASE("explain slides: no text leaves a slide, and a command-line reader is 
   const viz::FigureFont& font = viz::FigureFont::standard();
   for (const bool answer : {false, true}) {
     in.answer = answer ? TokenSpan{10, 14} : TokenSpan{-1, -1};
-    for (const auto [w, h] : {std::pair{1920, 1080}, std::pair{1280, 720}})
+    // As exported, and as presented on a 1280x800 projector (text at least 16 px: the slide lays itself out
+    // for it, no text leaving the slide or lying over another).
+    for (const auto [w, h, min_px] :
+         {std::tuple{1920, 1080, 0.0f}, std::tuple{1280, 720, 0.0f}, std::tuple{1264, 711, 16.0f}})
       for (int step = 1; step <= app::kExplainSteps; ++step) {
-        const viz::FigureScene s = app::explain_slide(in, step, w, h);
+        const viz::FigureScene s = app::explain_slide(in, step, w, h, min_px);
         std::string all;
-        for (const auto& t : s.texts) {
-          INFO("step " << step << " at " << w << "x" << h << (answer ? " with" : " without")
-                       << " an answer: \"" << t.text << "\" at x " << t.x);
+        for (size_t i = 0; i < s.texts.size(); ++i) {
+          const auto& t = s.texts[i];
+          INFO("step " << step << " at " << w << "x" << h << " min " << min_px
+                       << (answer ? " with" : " without") << " an answer: \"" << t.text << "\" at x " << t.x
+                       << " y " << t.y);
           CHECK(t.x >= 0);
+          CHECK(t.px >= min_px - 1e-3f);
           if (!t.vertical) CHECK(t.x + font.text_width(t.text, t.px) <= w);
+          CHECK(t.y + t.px <= h + 1);
+          if (min_px > 0 && !t.vertical)
+            for (size_t j = 0; j < i; ++j) {
+              const auto& u = s.texts[j];
+              if (u.vertical) continue;
+              const bool apart = t.x >= u.x + font.text_width(u.text, u.px) ||
+                                 u.x >= t.x + font.text_width(t.text, t.px) || t.y >= u.y + u.px * 0.9f ||
+                                 u.y >= t.y + t.px * 0.9f;
+              INFO("over \"" << u.text << "\" at x " << u.x << " y " << u.y);
+              CHECK(apart);
+            }
           all += t.text + "\n";
         }
         if (step == 5 && !answer) {
