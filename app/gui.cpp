@@ -33,6 +33,7 @@
 #include "app/panel_explain.h"
 #include "app/panel_maps.h"
 #include "app/panels.h"
+#include "app/plot.h"
 #include "app/remote_client.h"
 #include "app/shell.h"
 #include "app/ui_fonts.h"
@@ -82,48 +83,6 @@ void fit_to_monitor(const LayoutState& layout, int& width, int& height, int& x, 
   height = std::max(height, 240);
   x = ax + (aw - width) / 2;
   y = ay + (ah - height) / 2;
-}
-
-// `text` wrapped at its spaces into lines of at most `width` pixels, joined by "\n": at most `lines` of them,
-// the last ending in "..." when the text goes on (a word wider than a line is broken between characters).
-std::string fit_lines(const std::string& text, float width, int lines) {
-  auto w = [](const std::string& t) { return ImGui::CalcTextSize(t.c_str(), nullptr, false).x; };
-  std::vector<std::string> out(1);
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find(' ', at);
-    if (end == std::string::npos) end = text.size();
-    std::string word = text.substr(at, end - at);
-    at = end + 1;
-    const std::string joined = out.back().empty() ? word : out.back() + " " + word;
-    if (w(joined) <= width || out.back().empty()) {
-      out.back() = joined;
-    } else {
-      out.push_back(word);
-    }
-    while (w(out.back()) > width && out.back().size() > 1) {  // a word wider than the line
-      size_t cut = out.back().size() - 1;
-      while (cut > 1 && (w(out.back().substr(0, cut)) > width ||
-                         (static_cast<unsigned char>(out.back()[cut]) & 0xC0) == 0x80))
-        --cut;
-      const std::string rest = out.back().substr(cut);
-      out.back().resize(cut);
-      out.push_back(rest);
-    }
-  }
-  if (static_cast<int>(out.size()) > lines) {
-    out.resize(static_cast<size_t>(lines));
-    std::string& last = out.back();
-    while (!last.empty() && w(last + "...") > width) {
-      last.pop_back();
-      while (!last.empty() && (static_cast<unsigned char>(last.back()) & 0xC0) == 0x80) last.pop_back();
-      if (!last.empty() && (static_cast<unsigned char>(last.back()) & 0xC0) == 0xC0) last.pop_back();
-    }
-    last += "...";
-  }
-  std::string joined;
-  for (size_t i = 0; i < out.size(); ++i) joined += (i ? "\n" : "") + out[i];
-  return joined;
 }
 
 }  // namespace
@@ -365,6 +324,7 @@ int run_gui(const GuiOptions& opt) {
         handle_keys(state, shape);
         draw_menu_bar(state, worker);
         draw_open_dialog(state, worker);
+        draw_about_models(state);
         state.selection.hovered_key = state.selection.hovered_next;
         state.selection.hovered_next = -1;
         // The status line: wrapped into at most two lines; longer text ends in "..." (the whole of it on
@@ -393,7 +353,7 @@ int run_gui(const GuiOptions& opt) {
                       state.edit_to_screen_ms, remote.c_str(), state.message.empty() ? "" : " | ",
                       state.message.c_str());
         const float status_w = ImGui::GetContentRegionAvail().x;
-        const std::string status_text = fit_lines(status, status_w, 2);
+        const std::string status_text = wrap_at_spaces(status, status_w, 2);
         const float status_h =
             ImGui::CalcTextSize(status_text.c_str()).y + ImGui::GetStyle().ItemSpacing.y * 2 + 1;
         ImGui::BeginChild("body", ImVec2(0, -status_h), false, ImGuiWindowFlags_NoScrollbar);

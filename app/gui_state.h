@@ -22,6 +22,7 @@
 
 #include "app/inference_worker.h"
 #include "app/layout.h"
+#include "app/model_card.h"
 #include "core/data.h"
 #include "core/metrics.h"
 #include "core/needle.h"
@@ -123,7 +124,13 @@ struct GuiState {
   bool export_page = false;        // File menu: write the Text view as an HTML page after this frame
   std::string export_page_path;    // ...to this file ("" : a new file in the export folder)
   bool quit = false;               // File menu: close the window
-  float font_scale = 1.0f;  // View menu: the UI's text size (the shell rebuilds the fonts when it moves)
+  // Each slot's model card (card.json in its folder), read again when the slot's folder changes.
+  struct Card {
+    std::string dir;  // the folder it was read from
+    std::optional<ModelCard> card;
+  } cards[kSlots];
+  bool about_models = false;  // Help > About the models: the cards' window is open
+  float font_scale = 1.0f;    // View menu: the UI's text size (the shell rebuilds the fonts when it moves)
   // File menu / side panel: the "Open" dialog (a model folder or a trace bundle into a slot).
   struct OpenDialog {
     bool request = false;  // open the popup this frame

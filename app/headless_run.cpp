@@ -273,6 +273,8 @@ void HeadlessRun::report(const GuiState& state, const InferenceWorker& worker, i
                 state.prompt.text.size() > 120 ? "..." : "");
   }
   print_layout_report(state, w, h);
+  for (int s = 0; s < kSlots; ++s)
+    if (state.cards[s].card) std::printf("model card %d: %s\n", s, card_line(*state.cards[s].card).c_str());
   const WorkerStatus st = worker.status();
   for (int s = 0; s < kSlots; ++s) {  // what each slot shows instead of maps, if anything
     if (!st.slots[s].error.empty()) std::printf("slot %d: %s\n", s, st.slots[s].error.c_str());

@@ -8,13 +8,68 @@
 #include <string>
 #include <vector>
 
+#include "app/cli_common.h"
 #include "app/panels.h"
 #include "app/plot.h"
+#include "app/remote_client.h"
 
 namespace difflens::app {
 
 // Each slot as a few lines of the side panel: what it holds (or why it failed), a load's progress, and
 // buttons that open the "Open" dialog for it.
+const ModelCard* slot_card(GuiState& state, int slot) {
+  const SlotInfo& info = state.status.slots[static_cast<size_t>(slot)];
+  const std::string dir = info.loaded && !is_remote(info.path) ? info.path : "";
+  GuiState::Card& c = state.cards[slot];
+  if (c.dir != dir) {  // a file read once per model loaded, not per frame
+    c.dir = dir;
+    c.card = read_model_card(dir);
+  }
+  return c.card ? &*c.card : nullptr;
+}
+
+void draw_about_models(GuiState& state) {
+  if (!state.about_models) return;
+  const ImVec2 size = ImGui::GetIO().DisplaySize;
+  ImGui::SetNextWindowSize(ImVec2(size.x * 0.7f, size.y * 0.75f), ImGuiCond_Appearing);
+  ImGui::SetNextWindowPos(ImVec2(size.x * 0.15f, size.y * 0.12f), ImGuiCond_Appearing);
+  if (!ImGui::Begin("About the models", &state.about_models, ImGuiWindowFlags_NoCollapse)) {
+    ImGui::End();
+    return;
+  }
+  std::string shown_path;
+  for (int s = 0; s < kSlots; ++s) {
+    const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
+    ImGui::TextWrapped("%s: %s", s == 0 ? "Left" : "Right",
+                       info.path.empty() ? "(empty)" : info.path.c_str());
+    const ModelCard* card = slot_card(state, s);
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped("%s",
+                       card ? card_line(*card).c_str() : "no model card (card.json) in this model's folder");
+    ImGui::PopStyleColor();
+    if (card && !card->card_path.empty() && shown_path.empty()) shown_path = card->card_path;
+  }
+  ImGui::Separator();
+  if (!shown_path.empty()) {
+    ImGui::TextDisabled("%s", shown_path.c_str());
+    ImGui::BeginChild("card", ImVec2(0, 0), true);
+    static std::string text_path, text;  // the card's text, read when another card is shown
+    if (text_path != shown_path) {
+      text_path = shown_path;
+      try {
+        text = cli::read_file(shown_path, "model card");
+      } catch (const std::exception& e) {
+        text = e.what();
+      }
+    }
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextUnformatted(text.c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::EndChild();
+  }
+  ImGui::End();
+}
+
 void draw_model_slots(GuiState& state, InferenceWorker& worker) {
   for (int s = 0; s < kSlots; ++s) {
     ImGui::PushID(s);
@@ -41,6 +96,16 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
                              : info.loaded       ? info.description.c_str()
                                                  : "(loading)");
     ImGui::PopStyleColor();
+    if (const ModelCard* card = slot_card(state, s)) {  // what the model's own card says of it
+      const float w = ImGui::GetContentRegionAvail().x;
+      ImGui::TextUnformatted(wrap_at_spaces(card->summary, w).c_str());
+      if (!card->caveat.empty()) {
+        ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.7f, 0.33f, 0.0f, 1));
+        ImGui::TextUnformatted(wrap_at_spaces(card->caveat, w).c_str());
+        ImGui::PopStyleColor();
+      }
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("From the model's card.json; Help > About the models");
+    }
     if (ImGui::SmallButton("Open model..."))
       state.open_dialog = {true, s, false, state.slots[s].path_field, false, state.open_dialog.token};
     flow_next(ImGui::CalcTextSize("Open bundle...").x + 2 * ImGui::GetStyle().FramePadding.x);

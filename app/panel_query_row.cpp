@@ -90,11 +90,13 @@ float next_token_width(const Trace& t, int query) {
 
 // The model's next-token top 5 after the prompt's last token (the only position whose distribution the trace
 // keeps): said so when the query is another token.
-void draw_next_tokens(const Trace& t, int query, ImVec2 at, float width) {
+void draw_next_tokens(const Trace& t, int query, ImVec2 at, float width, float height) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float line = ImGui::GetTextLineHeightWithSpacing();
   const int last = static_cast<int>(t.length()) - 1;
-  const std::vector<std::string> lines = next_token_lines(t, query, width);
+  std::vector<std::string> lines = next_token_lines(t, query, width);
+  // As many candidates as the chart's height holds (a short chart in lecture mode: the top few).
+  lines.resize(std::min(lines.size(), static_cast<size_t>(std::max(2.0f, std::floor(height / line)))));
   // Cut at the column's edge only as a last resort (a token longer than the column).
   dl->PushClipRect(at, ImVec2(at.x + width, at.y + line * static_cast<float>(lines.size())), true);
   for (size_t i = 0; i < lines.size(); ++i)
@@ -321,11 +323,38 @@ void draw_query_row_view(GuiState& state) {
                                           std::clamp(state.selection.query, 0,
                                                      static_cast<int>(r.traces[slots[k]]->length()) - 1)));
   next_w = std::min(next_w + ImGui::GetFontSize() * 0.3f, room.x * 0.25f);
-  const float chart_h = (room.y - gap * static_cast<float>(n - 1)) / static_cast<float>(n);
+  // Each model's own line about itself (its card.json) above its chart, so a class reads what the chart can
+  // and cannot say; the charts share the height left.
+  const float wrap = std::max(ImGui::GetFontSize() * 4, room.x - next_w - gap);
+  std::string card_text[kSlots];
+  float card_h[kSlots] = {0, 0}, cards_h = 0;
+  const ModelCard* cards[kSlots] = {nullptr, nullptr};
   for (int k = 0; k < n; ++k) {
     const Trace& t = *r.traces[slots[k]];
-    const ImVec2 min(origin.x, origin.y + static_cast<float>(k) * (chart_h + gap));
+    if ((cards[k] = slot_card(state, slots[k])) == nullptr) continue;
+    card_text[k] = wrap_at_spaces((t.config.name.empty() ? to_string(t.config.attention) : t.config.name) +
+                                      ": " + brief_line(*cards[k]),
+                                  wrap);
+    card_h[k] = ImGui::CalcTextSize(card_text[k].c_str()).y + ImGui::GetStyle().ItemSpacing.y;
+    cards_h += card_h[k];
+  }
+  const float chart_h = (room.y - cards_h - gap * static_cast<float>(n - 1)) / static_cast<float>(n);
+  float y = origin.y;
+  for (int k = 0; k < n; ++k) {
+    const Trace& t = *r.traces[slots[k]];
+    if (cards[k]) {
+      ImGui::SetCursorScreenPos(ImVec2(origin.x, y));
+      ImGui::PushStyleColor(ImGuiCol_Text, cards[k]->caveat.empty()
+                                               ? ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled)
+                                               : ImVec4(0.7f, 0.33f, 0.0f, 1));
+      ImGui::TextUnformatted(card_text[k].c_str());
+      ImGui::PopStyleColor();
+      state.drawn.note("card." + std::to_string(slots[k]), origin.x, y, origin.x + wrap, y + card_h[k]);
+      y += card_h[k];
+    }
+    const ImVec2 min(origin.x, y);
     const ImVec2 max(origin.x + room.x - next_w - gap, min.y + chart_h);
+    y += chart_h + gap;
     if (!rows[k].error.empty() || rows[k].values.empty()) {
       ImGui::SetCursorScreenPos(min);
       ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s",
@@ -341,7 +370,7 @@ void draw_query_row_view(GuiState& state) {
     if (khi <= klo) khi = klo + 1;
     const int qk = std::clamp(state.selection.query, 0, static_cast<int>(t.length()) - 1);
     draw_row_chart(state, t, slots[k], rows[k], qk, min, max, klo, khi + (khi - klo) * 0.15);
-    draw_next_tokens(t, qk, ImVec2(max.x + gap, min.y), next_w);
+    draw_next_tokens(t, qk, ImVec2(max.x + gap, min.y), next_w, chart_h);
   }
   ImGui::SetCursorScreenPos(origin);
   ImGui::Dummy(room);

@@ -14,6 +14,10 @@ namespace difflens::app {
 void draw_model_slots(GuiState& state, InferenceWorker& worker);
 void draw_device_menu(GuiState& state, InferenceWorker& worker);
 void draw_prompt_editor(GuiState& state);
+// The model card of the model loaded in `slot` (its folder's card.json), or nullptr: none there.
+const ModelCard* slot_card(GuiState& state, int slot);
+// Help > About the models: each slot's card line and its full model card, in a window.
+void draw_about_models(GuiState& state);
 
 // panel_tokens.cpp
 // `pieces` are a trace's tokens, `labels` the same as RunResult::labels shows them.

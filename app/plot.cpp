@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "app/layout.h"
 
@@ -42,6 +44,48 @@ PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const cha
     dl->PopClipRect();
   }
   return a;
+}
+
+// `text` wrapped at its spaces into lines of at most `width` pixels, joined by "\n": at most `lines` of them,
+// the last ending in "..." when the text goes on (a word wider than a line is broken between characters).
+std::string wrap_at_spaces(const std::string& text, float width, int lines) {
+  auto w = [](const std::string& t) { return ImGui::CalcTextSize(t.c_str(), nullptr, false).x; };
+  std::vector<std::string> out(1);
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    std::string word = text.substr(at, end - at);
+    at = end + 1;
+    const std::string joined = out.back().empty() ? word : out.back() + " " + word;
+    if (w(joined) <= width || out.back().empty()) {
+      out.back() = joined;
+    } else {
+      out.push_back(word);
+    }
+    while (w(out.back()) > width && out.back().size() > 1) {  // a word wider than the line
+      size_t cut = out.back().size() - 1;
+      while (cut > 1 && (w(out.back().substr(0, cut)) > width ||
+                         (static_cast<unsigned char>(out.back()[cut]) & 0xC0) == 0x80))
+        --cut;
+      const std::string rest = out.back().substr(cut);
+      out.back().resize(cut);
+      out.push_back(rest);
+    }
+  }
+  if (lines > 0 && static_cast<int>(out.size()) > lines) {
+    out.resize(static_cast<size_t>(lines));
+    std::string& last = out.back();
+    while (!last.empty() && w(last + "...") > width) {
+      last.pop_back();
+      while (!last.empty() && (static_cast<unsigned char>(last.back()) & 0xC0) == 0x80) last.pop_back();
+      if (!last.empty() && (static_cast<unsigned char>(last.back()) & 0xC0) == 0xC0) last.pop_back();
+    }
+    last += "...";
+  }
+  std::string joined;
+  for (size_t i = 0; i < out.size(); ++i) joined += (i ? "\n" : "") + out[i];
+  return joined;
 }
 
 void flow_next(float width, const char* label) {

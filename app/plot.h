@@ -20,6 +20,11 @@ struct PlotArea {
 PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const char* fmt, bool x_labels,
                          const std::string& y_title = "");
 
+// `text` wrapped at its spaces (ImGui's own wrapping also breaks after '.', splitting "1.00") into lines of
+// at most `width` pixels in the current font, joined by "\n": at most `lines` of them (0: no limit), the last
+// ending in "..." when the text goes on; a word wider than a line is broken between characters.
+std::string wrap_at_spaces(const std::string& text, float width, int lines = 0);
+
 // Continues the current line when the next item (a widget `width` wide with `label` after it) fits in the
 // window's width, else starts a new line: rows of controls that wrap instead of running off the view.
 void flow_next(float width, const char* label = "");

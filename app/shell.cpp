@@ -207,6 +207,8 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("Help")) {
+    if (ImGui::MenuItem("About the models (their cards)")) state.about_models = true;
+    ImGui::Separator();
     ImGui::TextUnformatted(
         "1-9        views (View menu)\n"
         "S          split the view with the maps\n"

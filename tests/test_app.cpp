@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -13,8 +14,10 @@
 #include "app/figures.h"
 #include "app/glyphs.h"
 #include "app/layout.h"
+#include "app/model_card.h"
 #include "app/tile_service.h"
 #include "core/metrics.h"
+#include "helpers.h"
 
 using difflens::app::parse_index_filter;
 
@@ -267,4 +270,50 @@ TEST_CASE("map axes: ticks at round token numbers, placed inside pooled cells", 
   CHECK(zoomed.front().token >= 1933);
   CHECK(zoomed.back().token <= 5799);
   CHECK(axis_ticks(0, 0, 3, [](int64_t u) { return u; }).empty());
+}
+
+TEST_CASE("model cards: each bundled model says what it retrieves, in agreement with its model card",
+          "[app][card]") {
+  using difflens::app::read_model_card;
+  const std::string models = DIFFLENS_SOURCE_DIR "/assets/models";
+  const auto diff = read_model_card(models + "/diff-small");
+  const auto base = read_model_card(models + "/baseline-small");
+  REQUIRE(diff);
+  REQUIRE(base);
+  // The numbers the lines carry are the model card's (README.md: 128 / 256 / 512 / 1024 tokens).
+  std::ifstream in(models + "/README.md");
+  std::stringstream readme;
+  readme << in.rdbuf();
+  const std::string card = readme.str();
+  const std::string marker = "single held-out needles answered at 128 / 256 / 512 / 1024 tokens: **DIFF ";
+  const size_t at = card.find(marker);
+  REQUIRE(at != std::string::npos);
+  // "1.00 / 1.00 / 0.60 / 0.04, baseline 0.00 / ...": the second number of each model is at 256 tokens.
+  const std::string diff_256 = card.substr(at + marker.size() + 7, 4);
+  const std::string base_256 = card.substr(card.find("baseline ", at) + 9 + 7, 4);
+  CHECK(diff_256 == "1.00");  // the figures this test was written against; the lines must follow the card
+  CHECK(base_256 == "0.00");
+  CHECK(diff->summary.find("answers held-out single needles at 256 tokens: " + diff_256) !=
+        std::string::npos);
+  CHECK(base->summary.find("answers held-out single needles at 256 tokens: " + base_256) !=
+        std::string::npos);
+  CHECK(diff->caveat.empty());
+  CHECK(base->caveat.find("has not learned retrieval") != std::string::npos);  // base_256 is 0.00
+  CHECK(base->brief.find("retrieval not learned at this budget") != std::string::npos);
+  CHECK(difflens::app::brief_line(*base) == base->brief);
+  CHECK(difflens::app::card_line(*base) == base->summary + ": " + base->caveat);
+  CHECK(diff->card_path == models + "/README.md");
+  // No card, or a broken one: nothing, or a line that says what is wrong.
+  CHECK_FALSE(read_model_card(models).has_value());
+  CHECK_FALSE(read_model_card("").has_value());
+  difflens::test::ScratchDir dir("card");
+  std::ofstream(dir / "card.json") << "{\"summary\": 3}";
+  const auto broken = read_model_card(dir.path().string());
+  REQUIRE(broken);
+  CHECK(broken->summary ==
+        (dir / "card.json").string() + ": not a model card (a JSON object with a \"summary\" text)");
+  std::ofstream(dir / "card.json") << "{\"summary\": \"s\"}";
+  const auto plain = read_model_card(dir.path().string());
+  CHECK((plain && plain->summary == "s" && plain->caveat.empty() && plain->card_path.empty()));
+  CHECK(difflens::app::brief_line(*plain) == "s");
 }

@@ -1006,8 +1006,10 @@ TEST_CASE(
   CHECK(layout_regions(r.out).count("side") == 1);
 }
 
-TEST_CASE("gui layout: Figure 1 labels the answer, the query and the heaviest keys at their bars, apart",
-          "[gui][cli][layout][labels]") {
+TEST_CASE(
+    "gui layout: Figure 1 labels the answer, the query and the heaviest keys at their bars, apart, under "
+    "each model's own line",
+    "[gui][cli][layout][labels]") {
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("guilabels");
   for (const char* size : {"1280x800", "1920x1080"}) {
@@ -1016,6 +1018,8 @@ TEST_CASE("gui layout: Figure 1 labels the answer, the query and the heaviest ke
                          dir);
     INFO(size << "\n" << r.out);
     REQUIRE(r.status == 0);
+    CHECK(r.out.find("model card 1: trained ") != std::string::npos);
+    CHECK(r.out.find("at this budget the baseline has not learned retrieval") != std::string::npos);
     auto regions = layout_regions(r.out);
     for (int c = 0; c < 2; ++c) {
       const std::string chart = "chart." + std::to_string(c);
@@ -1033,6 +1037,9 @@ TEST_CASE("gui layout: Figure 1 labels the answer, the query and the heaviest ke
           CHECK(apart);
         }
       }
+      // Each chart carries its model's own line (card.json), above the chart, the baseline's caveat included.
+      REQUIRE(regions.count("card." + std::to_string(c)));
+      CHECK(regions["card." + std::to_string(c)].y1 <= regions[chart].y0);
       // The shares sit on the title line's right end or under it, never over the chart's data.
       REQUIRE(regions.count(chart + ".shares"));
       CHECK(regions[chart + ".shares"].y1 <= regions[chart].y0);
