@@ -26,6 +26,7 @@
 #include "core/data.h"
 #include "core/metrics.h"
 #include "core/needle.h"
+#include "core/token_weights.h"
 #include "core/tokenizer.h"
 
 namespace difflens::app {
@@ -163,6 +164,19 @@ struct GuiState {
     int hover = -1;             // the token under the pointer last frame: the query while it stays there
     int hover_next = -1;        // collected while drawing this frame
     int scrolled_to[kSlots] = {-1, -1};  // the kept query each panel last scrolled to
+    // Per slot, what the last frames computed: the weights (recomputed when the request, layer, head, mean,
+    // direction or query changes) and the text's layout (when the request, the panel's size or the UI font
+    // changes): a long prompt's frame then costs drawing only.
+    struct Cache {
+      std::array<int64_t, 6> key{-1, -1, -1, -1, -1, -1};
+      TokenWeights weights;
+      std::string error;
+      double top = 0;  // the largest |weight| shown
+      std::array<float, 4> layout_key{-1, -1, -1, -1};
+      float font_size = 0;         // the font the text fits in
+      std::vector<float> x, y, w;  // each token's box from the text's top left
+      float pad = 1, line = 16, height = 0;
+    } cache[kSlots];
   } text;
   // Explain tab: the step shown (1..6) and whether the slide fills the window (presentation mode).
   struct Explain {

@@ -7,6 +7,7 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -31,60 +32,63 @@ ImU32 col(viz::Rgb8 c) {
   return IM_COL32(c.r, c.g, c.b, 255);
 }
 
-struct Weights {
-  TokenWeights w;
-  std::string error;
-  double top = 0;  // max |w| over the tokens that carry a weight
-};
+using Cache = GuiState::TextView::Cache;
 
-Weights weights_of(const GuiState& state, const Trace& t, int slot, int query) {
-  Weights out;
-  const auto& tv = state.text;
+// The slot's weights for the query under the current switches, computed once per change.
+const Cache& weights_of(GuiState& state, const Trace& t, int slot, int query) {
+  auto& tv = state.text;
+  Cache& c = tv.cache[slot];
+  const std::array<int64_t, 6> key{static_cast<int64_t>(state.shown->request),
+                                   state.view.layer,
+                                   state.view.head[slot],
+                                   tv.heads,
+                                   tv.direction,
+                                   query};
+  if (c.key == key) return c;
+  c.key = key;
+  c.error.clear();
+  c.top = 0;
   try {
-    out.w = token_weights(t, state.view.layer, state.view.head[slot], static_cast<HeadPool>(tv.heads),
-                          tv.direction == 0 ? WeightDirection::FromQuery : WeightDirection::ToToken, query);
-    for (int64_t i = out.w.first; i < out.w.end; ++i)
-      out.top = std::max(out.top, static_cast<double>(std::fabs(out.w.w[static_cast<size_t>(i)])));
+    c.weights =
+        token_weights(t, state.view.layer, state.view.head[slot], static_cast<HeadPool>(tv.heads),
+                      tv.direction == 0 ? WeightDirection::FromQuery : WeightDirection::ToToken, query);
+    for (int64_t i = c.weights.first; i < c.weights.end; ++i)
+      c.top = std::max(c.top, static_cast<double>(std::fabs(c.weights.w[static_cast<size_t>(i)])));
   } catch (const std::exception& e) {
-    out.error = e.what();
+    c.weights = {};
+    c.error = e.what();
   }
-  return out;
+  return c;
 }
 
-// Tokens laid out as running text `width` pixels wide in the current font: boxes exactly as wide as their
-// text, so a word's pieces read as one word ("Mar" "sh" "all") and the spaces are the pieces' own; a line
-// feed (a label ending in "↵") ends its line.
-struct TextLayout {
-  std::vector<ImVec2> at;  // each token's box, from the text's top left
-  std::vector<float> widths;
-  float pad = 1, line = 16, height = 0;
-};
-
-TextLayout layout_text(const std::vector<std::string>& labels, float width) {
-  TextLayout out;
-  out.pad = std::max(1.0f, ImGui::GetFontSize() * 0.12f);
-  out.line = ImGui::GetTextLineHeight() + 2 * out.pad + std::max(2.0f, ImGui::GetFontSize() * 0.25f);
-  out.at.resize(labels.size());
-  out.widths.resize(labels.size());
+// Tokens laid out as running text `width` pixels wide in the current font into c's boxes: each exactly as
+// wide as its text, so a word's pieces read as one word ("Mar" "sh" "all") and the spaces are the pieces'
+// own; a line feed (a label ending in "↵") ends its line.
+void layout_text(const std::vector<std::string>& labels, float width, Cache& c) {
+  c.pad = std::max(1.0f, ImGui::GetFontSize() * 0.12f);
+  c.line = ImGui::GetTextLineHeight() + 2 * c.pad + std::max(2.0f, ImGui::GetFontSize() * 0.25f);
+  c.x.resize(labels.size());
+  c.y.resize(labels.size());
+  c.w.resize(labels.size());
   float x = 0, y = 0;
   static const std::string kNewline = "\xe2\x86\xb5";
   for (size_t i = 0; i < labels.size(); ++i) {
-    out.widths[i] = ImGui::CalcTextSize(labels[i].c_str(), nullptr, false).x;
-    if (x > 0 && x + out.widths[i] > width) {
+    c.w[i] = ImGui::CalcTextSize(labels[i].c_str(), nullptr, false).x;
+    if (x > 0 && x + c.w[i] > width) {
       x = 0;
-      y += out.line;
+      y += c.line;
     }
-    out.at[i] = ImVec2(x, y);
-    x += out.widths[i];
+    c.x[i] = x;
+    c.y[i] = y;
+    x += c.w[i];
     const std::string& s = labels[i];
     if (s.size() >= kNewline.size() &&
         s.compare(s.size() - kNewline.size(), kNewline.size(), kNewline) == 0) {
       x = 0;
-      y += out.line;
+      y += c.line;
     }
   }
-  out.height = y + out.line;
-  return out;
+  c.height = y + c.line;
 }
 
 std::string format_weight(double v) {
@@ -126,7 +130,7 @@ void draw_text_legend(const viz::ValueRange& range, viz::ValueScale scale) {
 
 // One model's panel in a child of `size`: title, legend, and the text (scrolling).
 void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vector<std::string>& labels,
-                     const Weights& wt, int query, double shared_top, ImVec2 size) {
+                     Cache& c, int query, double shared_top, ImVec2 size) {
   auto& tv = state.text;
   const SelectionState& sel = state.selection;
   ImGui::BeginChild(("text.panel." + std::to_string(slot)).c_str(), size, false,
@@ -138,22 +142,22 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   const std::string name = t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
   const int T = static_cast<int>(t.length());
   const std::string qlabel = query >= 0 && query < T ? labels[static_cast<size_t>(query)] : "";
-  if (!wt.error.empty()) {
+  if (!c.error.empty()) {
     ImGui::TextUnformatted(name.c_str());
     ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.8f, 0.2f, 0.2f, 1));
-    ImGui::TextWrapped("%s", wt.error.c_str());
+    ImGui::TextWrapped("%s", c.error.c_str());
     ImGui::PopStyleColor();
     ImGui::EndChild();
     return;
   }
   const std::string pool =
-      describe_pool(wt.w, static_cast<HeadPool>(tv.heads), state.view.layer, state.view.head[slot]);
+      describe_pool(c.weights, static_cast<HeadPool>(tv.heads), state.view.layer, state.view.head[slot]);
   const std::string dir = tv.direction == 0 ? "from query " : "to token ";
-  ImGui::TextWrapped("%s   %s, %s   %s%d '%s'", name.c_str(), wt.w.what.c_str(), pool.c_str(), dir.c_str(),
-                     query, qlabel.c_str());
+  ImGui::TextWrapped("%s   %s, %s   %s%d '%s'", name.c_str(), c.weights.what.c_str(), pool.c_str(),
+                     dir.c_str(), query, qlabel.c_str());
   viz::ValueRange range;
   range.diverging = t.config.is_diff();
-  range.hi = shared_top > 0 ? shared_top : wt.top > 0 ? wt.top : 1;
+  range.hi = shared_top > 0 ? shared_top : c.top > 0 ? c.top : 1;
   const auto scale = static_cast<viz::ValueScale>(std::clamp(state.view.scale, 0, 2));
   draw_text_legend(range, scale);
 
@@ -162,25 +166,35 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   const ImVec2 body = ImGui::GetContentRegionAvail();
   const ImVec2 inner(body.x - 2 * ImGui::GetStyle().WindowPadding.x - ImGui::GetStyle().ScrollbarSize,
                      body.y - 2 * ImGui::GetStyle().WindowPadding.y);
+  const std::array<float, 4> layout_key{static_cast<float>(state.shown->request % 16777216), inner.x, inner.y,
+                                        ImGui::GetFontSize()};
+  if (c.layout_key != layout_key) {  // lay the text out again: the largest font it fits in, then its boxes
+    c.layout_key = layout_key;
+    ImFont* fit = ImGui::GetFont();
+    for (ImFont* f : ImGui::GetIO().Fonts->Fonts)
+      if (f->FontSize > fit->FontSize) {
+        ImGui::PushFont(f);
+        Cache trial;
+        layout_text(labels, inner.x, trial);
+        ImGui::PopFont();
+        if (trial.height <= inner.y) fit = f;
+      }
+    c.font_size = fit->FontSize;
+    ImGui::PushFont(fit);
+    layout_text(labels, std::max(inner.x, ImGui::GetFontSize() * 4), c);
+    ImGui::PopFont();
+  }
   ImFont* font = ImGui::GetFont();
   for (ImFont* f : ImGui::GetIO().Fonts->Fonts)
-    if (f->FontSize > font->FontSize) {
-      ImGui::PushFont(f);
-      const bool fits = layout_text(labels, inner.x).height <= inner.y;
-      ImGui::PopFont();
-      if (fits) font = f;
-    }
+    if (f->FontSize == c.font_size) font = f;
   ImGui::PushFont(font);
   ImGui::BeginChild(("text.body." + std::to_string(slot)).c_str(), ImVec2(0, 0), true);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const TextLayout lay = layout_text(labels, std::max(inner.x, ImGui::GetFontSize() * 4));
-  const std::vector<ImVec2>& at = lay.at;
-  const std::vector<float>& widths = lay.widths;
-  const float width = inner.x, pad = lay.pad, pad_x = 0, line = lay.line, height = lay.height;
+  const float width = inner.x, pad = c.pad, pad_x = 0, line = c.line, height = c.height;
   // Keep the kept query in view when it changes (not the hovered one: the text would move under the pointer).
-  if (tv.scrolled_to[slot] != sel.query && sel.query >= 0 && sel.query < static_cast<int>(at.size())) {
-    const float qy = at[static_cast<size_t>(sel.query)].y, view_h = ImGui::GetWindowHeight();
+  if (tv.scrolled_to[slot] != sel.query && sel.query >= 0 && sel.query < static_cast<int>(c.y.size())) {
+    const float qy = c.y[static_cast<size_t>(sel.query)], view_h = ImGui::GetWindowHeight();
     if (qy < ImGui::GetScrollY() || qy + line > ImGui::GetScrollY() + view_h)
       ImGui::SetScrollY(std::max(0.0f, qy - view_h / 3));
     tv.scrolled_to[slot] = sel.query;
@@ -189,13 +203,13 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   const bool hovered_window = ImGui::IsWindowHovered();
   const ImVec2 mouse = ImGui::GetIO().MousePos;
   const ImU32 disabled = ImGui::GetColorU32(ImGuiCol_TextDisabled);
-  for (size_t i = 0; i < labels.size(); ++i) {
-    if (at[i].y < top || at[i].y > bottom) continue;
-    const ImVec2 a(origin.x + at[i].x, origin.y + at[i].y);
-    const ImVec2 b(a.x + widths[i], a.y + ImGui::GetTextLineHeight() + 2 * pad);
+  for (size_t i = 0; i < labels.size() && i < c.y.size(); ++i) {
+    if (c.y[i] < top || c.y[i] > bottom) continue;
+    const ImVec2 a(origin.x + c.x[i], origin.y + c.y[i]);
+    const ImVec2 b(a.x + c.w[i], a.y + ImGui::GetTextLineHeight() + 2 * pad);
     const int ii = static_cast<int>(i);
-    const bool carries = ii >= wt.w.first && ii < wt.w.end;
-    const float w = wt.w.w[i];
+    const bool carries = ii >= c.weights.first && ii < c.weights.end;
+    const float w = c.weights.w[i];
     const viz::TextShade s = viz::text_shade(carries ? w : 0.0, range, scale);
     if (carries) dl->AddRectFilled(a, b, col(s.background));
     dl->AddText(ImVec2(a.x + pad_x, a.y + pad), carries ? col(s.ink) : disabled, labels[i].c_str());
@@ -212,7 +226,7 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
       if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) state.selection.query = ii;
       if (carries)
         ImGui::SetTooltip("token %d '%s'\n%s = %.5f\nclick: keep it as the query", ii, labels[i].c_str(),
-                          wt.w.what.c_str(), w);
+                          c.weights.what.c_str(), w);
       else
         ImGui::SetTooltip("token %d '%s'\n%s\nclick: keep it as the query", ii, labels[i].c_str(),
                           tv.direction == 0 ? "after the query: it does not see this token"
@@ -262,12 +276,11 @@ void draw_text_view(GuiState& state) {
   const int T = static_cast<int>(r.traces[slots[0]]->length());
   const int query = tv.hover >= 0 && tv.hover < T ? tv.hover : std::clamp(state.selection.query, 0, T - 1);
   tv.hover_next = -1;
-  Weights w[kSlots];
   double shared = 0;
   for (int k = 0; k < n; ++k) {
     const Trace& t = *r.traces[slots[k]];
-    w[k] = weights_of(state, t, slots[k], std::clamp(query, 0, static_cast<int>(t.length()) - 1));
-    shared = std::max(shared, w[k].top);
+    shared = std::max(
+        shared, weights_of(state, t, slots[k], std::clamp(query, 0, static_cast<int>(t.length()) - 1)).top);
   }
   const ImVec2 room = ImGui::GetContentRegionAvail();
   const float gap = ImGui::GetFontSize() * 0.6f;
@@ -283,7 +296,7 @@ void draw_text_view(GuiState& state) {
         ImGui::Dummy(ImVec2(0, gap - ImGui::GetStyle().ItemSpacing.y * 2));
     }
     const Trace& t = *r.traces[slots[k]];
-    draw_text_panel(state, t, slots[k], r.labels[static_cast<size_t>(slots[k])], w[k], query,
+    draw_text_panel(state, t, slots[k], r.labels[static_cast<size_t>(slots[k])], tv.cache[slots[k]], query,
                     tv.shared_scale ? shared : 0, size);
   }
   tv.hover = tv.hover_next;
