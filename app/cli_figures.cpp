@@ -29,8 +29,8 @@ int render_page(const Args& a) {
   app::PageOptions o;
   o.layer = a.get_int("layer");
   for (int l : a.get_int_list("layers")) o.layers.push_back(l);
-  if (!o.layers.empty() && std::find(o.layers.begin(), o.layers.end(), o.layer) == o.layers.end())
-    o.layer = o.layers.front();  // --layers without --layer: the first of them shown first
+  if (!o.layers.empty() && !a.has("layer"))  // --layers without --layer: the first of them shown first
+    o.layer = *std::min_element(o.layers.begin(), o.layers.end());
   o.head[0] = a.get_int("head");
   o.head[1] = a.get_int("compare-head", o.head[0]);
   o.query = a.get_int("query", -1);
@@ -133,7 +133,7 @@ Command render_command() {
               "the page: from the query (its row) or to its token (its column)"),
        choice("pool", "head|layer|all", "head",
               "the page: the selected head, the mean of the layer's heads or of all layers"),
-       number("max-mb", "MB", 1, 4096, "64",
+       number("max-mb", "MB", 1, 256, "64",
               "the page: bound on its embedded weights (exact float32, about 2.7 T^2 bytes a map)")},
       "Give --out for a figure or --html for a page. A page holds each model's mean over all layers, the "
       "layers' means and the selected heads (refused, with the size needed, beyond --max-mb), then the "

@@ -84,6 +84,7 @@ int cmd_gui(const Args& a) {
   if (a.has("split")) o.split = a.choice_index("split");
   o.head_metric = a.choice_index("head-metric");
   o.metric_rows = a.choice_index("metric-rows");
+  o.hover_token = a.get_int("hover-token", -1);
   const std::vector<int> hover = a.get_int_list("hover");
   if (!hover.empty()) {
     if (hover[1] > hover[0])
@@ -199,6 +200,8 @@ Command gui_command() {
        text("screenshot", "F.png", "write the window to F.png once both maps are shown, then exit"),
        integer("exit-after-frames", "N", 0, 100000, "3",
                "frames rendered after the result before the screenshot"),
+       integer("hover-token", "I", 0, 1e9, "",
+               "headless: the mouse over token I in the Text view (it is the query while hovered)"),
        int_list("hover", "ROW,COL", 0, 1e9, 2, 2,
                 "headless: the mouse over this query row and key of the first map"),
        flag("export-all", "export every shown map (PNG/NPY/CSV) and head view once, like Ctrl+E"),

@@ -207,6 +207,7 @@ int run_gui(const GuiOptions& opt) {
     state.explain.step = std::clamp(opt.explain_step, 1, kExplainSteps);
     state.explain.present = opt.present;
     state.text.direction = opt.text_direction;
+    state.text.probe = opt.hover_token;
     state.text.heads = opt.text_heads;
     HeadlessRun headless(opt);
 
@@ -365,12 +366,7 @@ int run_gui(const GuiOptions& opt) {
           const float side_w =
               std::min(state.layout.side_width_em * em, ImGui::GetContentRegionAvail().x * 0.2f);
           ImGui::BeginChild("side", ImVec2(side_w, 0), true);
-          if (ImGui::SmallButton("<< hide")) {
-            if (state.side_unfolded)
-              state.side_unfolded = false;
-            else
-              state.layout.side_panel = false;
-          }
+          if (ImGui::SmallButton("<< hide")) toggle_side_panel(state);
           if (ImGui::IsItemHovered()) ImGui::SetTooltip("Hide the side panel (Tab; View menu)");
           draw_side_panel(state, worker, shape);
           ImGui::EndChild();
@@ -378,12 +374,7 @@ int run_gui(const GuiOptions& opt) {
                            ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
           ImGui::SameLine();
         } else {
-          if (ImGui::Button(">>", ImVec2(0, ImGui::GetContentRegionAvail().y))) {
-            if (state.side_folded)
-              state.side_unfolded = true;
-            else
-              state.layout.side_panel = true;
-          }
+          if (ImGui::Button(">>", ImVec2(0, ImGui::GetContentRegionAvail().y))) toggle_side_panel(state);
           if (ImGui::IsItemHovered()) ImGui::SetTooltip("Show the side panel: models, layer and heads (Tab)");
           ImGui::SameLine();
         }
@@ -407,6 +398,8 @@ int run_gui(const GuiOptions& opt) {
           ImGui::SetTooltip("%s", status);
       }
       ImGui::End();
+      if (!state.drawn.find("text.0") && !state.drawn.find("text.1"))
+        state.text.hover = -1;  // the Text view is not on screen: no token is under the pointer there
       // This frame's export request (Ctrl+E, File menu, --export-all) had no maps on screen to export.
       if (state.export_all && !state.drawn.find("map.0") && state.layout.view != View::Explain && state.shown)
         state.message = "nothing exported: the maps are not on screen (view 1, or \"with the maps\")";

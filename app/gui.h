@@ -34,6 +34,7 @@ struct GuiOptions {
   int split = -1;  // the view at start: -1 as remembered; 0 alone; 1 below the maps; 2 beside them
   std::optional<float> split_fraction;  // the maps' share of a split (--maps-height)
   int hover[2] = {-1, -1};              // headless: the mouse over this query row and key of the first map
+  int hover_token = -1;                 // headless: the mouse over this token of the Text view's first panel
   std::string settings_path;            // layout settings read at start and written at exit ("" : none)
   int head_metric = 0;      // the Model view's colouring: 0 maps, 1 answer, 2 noise, 3 entropy, 4 sink
   int metric_rows = 0;      // ...over 0 the query's row, 1 the question's rows

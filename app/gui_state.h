@@ -163,6 +163,9 @@ struct GuiState {
     bool shared_scale = false;  // both models on one scale (else each its own)
     int hover = -1;             // the token under the pointer last frame: the query while it stays there
     int hover_next = -1;        // collected while drawing this frame
+    int probe = -1;             // headless --hover-token: the token whose box the first panel notes
+    int first_slot = 0;         // the slot of the first panel drawn
+    int shown_query = -1;       // the query the panels showed this frame (hovered or kept)
     int scrolled_to[kSlots] = {-1, -1};  // the kept query each panel last scrolled to
     // Per slot, what the last frames computed: the weights (recomputed when the request, layer, head, mean,
     // direction or query changes) and the text's layout (when the request, the panel's size or the UI font

@@ -165,6 +165,11 @@ void HeadlessRun::after_poll(GuiState& state) {
 void HeadlessRun::place_mouse(const GuiState& state, ImGuiIO& io) const {
   if (!active()) return;
   io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);  // no hover, and no presenting pointer, unless asked
+  if (opt_.hover_token >= 0) {  // the middle of the token's box in the Text view, as drawn last frame
+    if (const LayoutRecord::Rect* r = state.drawn.find("text.probe"))
+      io.MousePos = ImVec2(std::floor((r->x0 + r->x1) / 2), std::floor((r->y0 + r->y1) / 2));
+    return;
+  }
   if (opt_.hover[0] < 0) return;
   if (state.explain.present) {  // --hover while presenting: the pointer dot at the window's centre
     io.MousePos = ImVec2(std::floor(io.DisplaySize.x / 2), std::floor(io.DisplaySize.y / 2));
@@ -275,6 +280,8 @@ void HeadlessRun::report(const GuiState& state, const InferenceWorker& worker, i
   print_layout_report(state, w, h);
   for (int s = 0; s < kSlots; ++s)
     if (state.cards[s].card) std::printf("model card %d: %s\n", s, card_line(*state.cards[s].card).c_str());
+  if (state.drawn.find("text.0") || state.drawn.find("text.1"))
+    std::printf("text view: query %d shown, kept query %d\n", state.text.shown_query, state.selection.query);
   const WorkerStatus st = worker.status();
   for (int s = 0; s < kSlots; ++s) {  // what each slot shows instead of maps, if anything
     if (!st.slots[s].error.empty()) std::printf("slot %d: %s\n", s, st.slots[s].error.c_str());

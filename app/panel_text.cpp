@@ -141,7 +141,6 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   }
   const std::string name = t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
   const int T = static_cast<int>(t.length());
-  const std::string qlabel = query >= 0 && query < T ? labels[static_cast<size_t>(query)] : "";
   if (!c.error.empty()) {
     ImGui::TextUnformatted(name.c_str());
     ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.8f, 0.2f, 0.2f, 1));
@@ -153,8 +152,23 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   const std::string pool =
       describe_pool(c.weights, static_cast<HeadPool>(tv.heads), state.view.layer, state.view.head[slot]);
   const std::string dir = tv.direction == 0 ? "from query " : "to token ";
-  ImGui::TextWrapped("%s   %s, %s   %s%d '%s'", name.c_str(), c.weights.what.c_str(), pool.c_str(),
-                     dir.c_str(), query, qlabel.c_str());
+  // The title's height follows the kept query's title, never the hovered one's: a longer hovered label must
+  // not move the text under the pointer (it would land on another token, and back).
+  auto title_of = [&](int q) {
+    const std::string label = q >= 0 && q < T ? labels[static_cast<size_t>(q)] : "";
+    return name + "   " + c.weights.what + ", " + pool + "   " + dir + std::to_string(q) + " '" + label + "'";
+  };
+  const float title_w = ImGui::GetContentRegionAvail().x;
+  const std::string kept_title =
+      wrap_at_spaces(title_of(std::clamp(sel.query, 0, std::max(0, T - 1))), title_w);
+  const int title_lines = static_cast<int>(std::count(kept_title.begin(), kept_title.end(), '\n')) + 1;
+  const std::string title = wrap_at_spaces(title_of(query), title_w, title_lines);
+  const int shown_lines = static_cast<int>(std::count(title.begin(), title.end(), '\n')) + 1;
+  ImGui::TextUnformatted(title.c_str());
+  if (shown_lines < title_lines)
+    ImGui::Dummy(
+        ImVec2(1, ImGui::GetTextLineHeightWithSpacing() * static_cast<float>(title_lines - shown_lines) -
+                      ImGui::GetStyle().ItemSpacing.y));
   viz::ValueRange range;
   range.diverging = t.config.is_diff();
   range.hi = shared_top > 0 ? shared_top : c.top > 0 ? c.top : 1;
@@ -170,6 +184,7 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
                                         ImGui::GetFontSize()};
   if (c.layout_key != layout_key) {  // lay the text out again: the largest font it fits in, then its boxes
     c.layout_key = layout_key;
+    tv.scrolled_to[slot] = -1;  // and bring the kept query into view again
     ImFont* fit = ImGui::GetFont();
     for (ImFont* f : ImGui::GetIO().Fonts->Fonts)
       if (f->FontSize > fit->FontSize) {
@@ -214,13 +229,21 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
     if (carries) dl->AddRectFilled(a, b, col(s.background));
     dl->AddText(ImVec2(a.x + pad_x, a.y + pad), carries ? col(s.ink) : disabled, labels[i].c_str());
     const bool answer = ii >= sel.answer_begin && ii < sel.answer_end;
-    if (answer)  // a line under the span, unbroken across its tokens
-      dl->AddRectFilled(ImVec2(a.x, b.y), ImVec2(b.x, b.y + std::max(2.0f, pad * 1.5f)),
-                        IM_COL32(20, 160, 60, 255));
+    if (answer) {  // the span outlined as one box (per line): top and bottom, closed at its ends
+      const ImU32 green = IM_COL32(20, 160, 60, 255);
+      const float t = std::max(2.0f, pad * 1.2f);
+      dl->AddRectFilled(ImVec2(a.x, a.y - t), ImVec2(b.x, a.y), green);
+      dl->AddRectFilled(ImVec2(a.x, b.y), ImVec2(b.x, b.y + t), green);
+      const bool first = ii == sel.answer_begin || c.y[i - 1] != c.y[i];
+      const bool last = ii + 1 == sel.answer_end || i + 1 >= c.y.size() || c.y[i + 1] != c.y[i];
+      if (first) dl->AddRectFilled(ImVec2(a.x - t, a.y - t), ImVec2(a.x, b.y + t), green);
+      if (last) dl->AddRectFilled(ImVec2(b.x, a.y - t), ImVec2(b.x + t, b.y + t), green);
+    }
     if (ii == query)
       dl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(b.x + 1, b.y + 1), IM_COL32(240, 130, 0, 255), 0, 0, 2.5f);
     else if (ii == sel.query)  // the kept query while another token is hovered
       dl->AddRect(a, b, IM_COL32(240, 130, 0, 200), 0, 0, 1.0f);
+    if (ii == tv.probe && slot == tv.first_slot) state.drawn.note("text.probe", a.x, a.y, b.x, b.y);
     if (hovered_window && mouse.x >= a.x && mouse.x < b.x && mouse.y >= a.y && mouse.y < a.y + line) {
       tv.hover_next = ii;
       if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) state.selection.query = ii;
@@ -274,7 +297,13 @@ void draw_text_view(GuiState& state) {
 
   // The query: the hovered token while the pointer stays on it, else the kept one.
   const int T = static_cast<int>(r.traces[slots[0]]->length());
+  if (T == 0) {
+    ImGui::TextDisabled("the trace holds no tokens");
+    return;
+  }
   const int query = tv.hover >= 0 && tv.hover < T ? tv.hover : std::clamp(state.selection.query, 0, T - 1);
+  tv.first_slot = slots[0];
+  tv.shown_query = query;
   tv.hover_next = -1;
   double shared = 0;
   for (int k = 0; k < n; ++k) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "app/figures.h"
 #include "app/panels.h"
 #include "app/plot.h"
 #include "app/remote_client.h"
@@ -371,6 +372,14 @@ void draw_view_bar(GuiState& state) {
   }
 }
 
+void toggle_side_panel(GuiState& state) {
+  // On what is on screen: shown (by the setting, or brought back over lecture mode's folding) hides it;
+  // hidden (by the setting, or folded by lecture mode) shows it, and keeps it shown in a narrow lecture
+  // window.
+  const bool shown = state.layout.side_panel && !state.side_folded;
+  state.layout.side_panel = state.side_unfolded = !shown;
+}
+
 void handle_keys(GuiState& state, const ModelShape& shape) {
   const ImGuiIO& io = ImGui::GetIO();
   if (io.WantTextInput) return;
@@ -384,14 +393,7 @@ void handle_keys(GuiState& state, const ModelShape& shape) {
       state.layout.view = static_cast<View>(i);
   if (ImGui::IsKeyPressed(GLFW_KEY_S, false) && state.layout.view != View::Maps)
     state.layout.view_split() = !state.layout.view_split();
-  if (ImGui::IsKeyPressed(GLFW_KEY_TAB, false)) {
-    if (state.side_folded)  // lecture mode folded it (a narrow window): Tab brings it back
-      state.side_unfolded = true;
-    else if (state.side_unfolded)
-      state.side_unfolded = false;
-    else
-      state.layout.side_panel = !state.layout.side_panel;
-  }
+  if (ImGui::IsKeyPressed(GLFW_KEY_TAB, false)) toggle_side_panel(state);
   if (ImGui::IsKeyPressed(GLFW_KEY_L, false)) state.lecture = !state.lecture;
   if (ImGui::IsKeyPressed(GLFW_KEY_F12, false)) state.window_shot = true;
   if (shape.layers > 0) {
@@ -425,9 +427,9 @@ void draw_central_area(GuiState& state, InferenceWorker& worker, ViewObjects& vi
   if (!alone && state.lecture && l.view == View::QueryRow && state.shown) {
     int n = 0;
     int64_t tokens = 0;
-    for (const auto& t : state.shown->traces)
-      if (t) {
-        n += t->config.is_diff() ? 3 : 1;
+    for (int s = 0; s < kSlots; ++s)
+      if (const auto& t = state.shown->traces[s]) {
+        n += static_cast<int>(head_maps(*t, state.view.layer, state.view.head[s]).size());
         tokens = std::max(tokens, t->length());
       }
     const MapGrid g = plan_head_views(n, tokens, l.side_by_side ? ImVec2(maps, room.y) : ImVec2(room.x, maps),

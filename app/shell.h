@@ -31,6 +31,8 @@ void draw_view_bar(GuiState& state);
 // 1-9 pick a view, Up/Down the layer, Left/Right the left model's head (Shift: the right model's; in the
 // Explain view Left/Right step its slides), Ctrl+O opens a model, F12 saves the window.
 void handle_keys(GuiState& state, const ModelShape& shape);
+// Tab, "<< hide", ">>": hides the side panel when it is on screen, shows it when it is not.
+void toggle_side_panel(GuiState& state);
 // Lecture mode: the smallest map (px) Figure 1 keeps beside it; below that Figure 1 takes the area alone.
 constexpr float kLectureMinMap = 200;
 // The window narrower than this many font heights folds the side panel away in lecture mode (Tab: back).

@@ -47,14 +47,18 @@ bool has_layer(const Trace& t, int layer) {
   return std::any_of(t.layers.begin(), t.layers.end(), [&](const LayerTrace& l) { return l.index == layer; });
 }
 
-// One head's whole map as its lower triangle (rows 0..T-1, keys 0..i).
+// One head's whole map as its lower triangle (rows 0..T-1, keys 0..i), read in blocks of rows (a block's
+// tile spans only the keys its rows see, so memory stays near the triangle's own).
 std::vector<float> lower_triangle(const Trace& t, int layer, int head) {
-  const int64_t T = t.length();
-  const AttentionTile tile = attention_tile(t, layer, head, 0, T, 0, T);
+  const int64_t T = t.length(), block = 128;
   std::vector<float> out(static_cast<size_t>(T * (T + 1) / 2));
   size_t k = 0;
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = 0; j <= i; ++j) out[k++] = tile.a[static_cast<size_t>(i * T + j)];
+  for (int64_t r0 = 0; r0 < T; r0 += block) {
+    const int64_t rows = std::min(block, T - r0), cols = r0 + rows;
+    const AttentionTile tile = attention_tile(t, layer, head, r0, rows, 0, cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j <= r0 + i; ++j) out[k++] = tile.a[static_cast<size_t>(i * cols + j)];
+  }
   return out;
 }
 
@@ -103,7 +107,9 @@ main { display: flex; flex-wrap: wrap; gap: 10px; padding: 10px; }
   overflow-y: auto; border-top: 1px solid #ddd; padding-top: 4px; }
 .text span { padding: 2px 0; cursor: pointer; }
 .text span.out { color: #a0a0a0; }
-.text span.answer { box-shadow: inset 0 -3px 0 #14a03c; }
+.text span.answer { box-shadow: 0 -3px 0 #14a03c, 0 3px 0 #14a03c; }
+.text span.answer-first { border-left: 3px solid #14a03c; }
+.text span.answer-last { border-right: 3px solid #14a03c; }
 .text span.query { outline: 2.5px solid #f08200; }
 .text span.kept { outline: 1px solid rgba(240, 130, 0, 0.8); }
 #selftest-result { display: none; }
@@ -165,7 +171,7 @@ const char* kScript = R"JS(
     const x = Math.min(Math.abs(w) / hi, 1);
     let f = x;
     if (S.scale === 'sqrt') f = Math.sqrt(x);
-    if (S.scale === 'log') f = x <= 0 ? 0 : Math.max(0, (Math.log10(x) + 4) / 4);
+    if (S.scale === 'log') f = x <= 0 ? 0 : Math.max(0, (Math.log10(x) + D.shade.log_decades) / D.shade.log_decades);
     return Math.round(f * (D.shade.steps - 1));
   }
   function shade(w, hi, diverging) {
@@ -195,7 +201,8 @@ const char* kScript = R"JS(
     });
     text.addEventListener('mouseover', e => {
       const i = e.target.dataset && e.target.dataset.i;
-      if (i !== undefined && +i !== S.query) { S.query = +i; render(); }
+      const q = i === undefined ? S.kept : +i;  // between tokens (or lines): the kept query, as in the app
+      if (q !== S.query) { S.query = q; render(); }
     });
     text.addEventListener('mouseleave', () => { if (S.query !== S.kept) { S.query = S.kept; render(); } });
     text.addEventListener('click', e => {
@@ -248,6 +255,8 @@ const char* kScript = R"JS(
         const carries = i >= r.first && i < r.end;
         let cls = carries ? '' : 'out';
         if (i >= D.answer[0] && i < D.answer[1]) cls += ' answer';
+        if (i === D.answer[0]) cls += ' answer-first';
+        if (i === D.answer[1] - 1) cls += ' answer-last';
         if (i === q) cls += ' query'; else if (i === S.kept) cls += ' kept';
         s.className = cls;
         if (carries) {
@@ -344,19 +353,23 @@ const char* kScript = R"JS(
     const target = D.selftest_token;
     const shown = mi => panels[mi].spans.map(s => s.dataset.w === undefined ? null : Number(s.dataset.w));
     const rgb = hexColour => 'rgb(' + [1, 3, 5].map(k => parseInt(hexColour.substr(k, 2), 16)).join(', ') + ')';
-    for (const c of [['head', 'from'], ['layer', 'to'], ['all', 'from'], ['head', 'to']]) {
+    for (const c of [['head', 'from', 'sqrt'], ['layer', 'to', 'linear'], ['all', 'from', 'log'], ['head', 'to', 'sqrt']]) {
       set(poolSel, c[0]);
+      set(scaleSel, c[2]);
       const radio = byId('dir-' + c[1]);
       radio.checked = true;
       radio.dispatchEvent(new Event('change'));
       hover(target);
       if (S.query !== target) fail('hovering token ' + target + ' made ' + S.query + ' the query');
-      const rec = { pool: c[0], dir: c[1], query: S.query, layer: S.layer, heads: S.heads.slice(), weights: [] };
+      const rec = { pool: c[0], dir: c[1], scale: c[2], query: S.query, layer: S.layer, heads: S.heads.slice(),
+                    weights: [], steps: [] };
       D.models.forEach((m, mi) => {
         const w = shown(mi);
         rec.weights.push(w);
         // Each shaded token's colour is the table's step for its weight.
         const r = weights(mi), hi = (S.shared ? Math.max(...D.models.map((x, k) => weights(k).top)) : r.top) || 1;
+        // The shade step each token got (the C++ test checks it against viz::text_shade_index).
+        rec.steps.push(panels[mi].spans.map((s, i) => i >= r.first && i < r.end ? step(r.w[i], hi, m.diverging) : null));
         for (let i = r.first; i < r.end; ++i) {
           const want = rgb(shade(r.w[i], hi, m.diverging).bg), got = getComputedStyle(panels[mi].spans[i]).backgroundColor;
           if (want !== got) { fail(m.name + ' token ' + i + ': background ' + got + ', expected ' + want); break; }
@@ -367,6 +380,7 @@ const char* kScript = R"JS(
       result.cases.push(rec);
     }
     set(poolSel, D.pool);
+    set(scaleSel, D.scale);
     byId('dir-' + D.direction).checked = true;
     byId('dir-' + D.direction).dispatchEvent(new Event('change'));
     panels[0].text.dispatchEvent(new MouseEvent('mouseleave'));
@@ -423,7 +437,8 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
     size_t model;
     int layer, head;  // head -1: the layer's mean; layer -1: the mean over all layers
   };
-  std::vector<Want> required, optional;
+  std::vector<Want> required;
+  std::vector<std::vector<Want>> optional_of(traces.size());  // per model, in layer and head order
   for (size_t m = 0; m < traces.size(); ++m) {
     const Trace& t = *traces[m];
     required.push_back({m, -1, -1});
@@ -442,7 +457,7 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
         required.push_back({m, l, selected});
       }
       for (int h : heads)
-        if (l != o.layer || h != selected) optional.push_back({m, l, h});
+        if (l != o.layer || h != selected) optional_of[m].push_back({m, l, h});
     }
   }
   const size_t need = required.size() * per_map;
@@ -455,6 +470,17 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
                   static_cast<long long>(T), need / 1048576.0, required.size(), per_map / 1048576.0,
                   o.max_bytes / 1048576.0);
     throw Error(msg);
+  }
+  // The other heads taken in turns, one model's then the other's, so a tight bound shares them fairly.
+  std::vector<Want> optional;
+  for (size_t i = 0;; ++i) {
+    bool any = false;
+    for (const auto& list : optional_of)
+      if (i < list.size()) {
+        optional.push_back(list[i]);
+        any = true;
+      }
+    if (!any) break;
   }
   size_t room = o.max_bytes - need;
   std::vector<Want> kept = required, dropped;
@@ -482,6 +508,7 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
   data["selftest_hover"] = query > 1 ? query - 1 : query;
   nlohmann::json shade;
   shade["steps"] = viz::kTextShadeSteps;
+  shade["log_decades"] = viz::kLogDecades;
   for (bool neg : {false, true})
     for (int k = 0; k < viz::kTextShadeSteps; ++k) {
       const viz::TextShade s = viz::text_shade_step(k, neg);
@@ -541,10 +568,21 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
   }
   rep.weight_bytes = static_cast<size_t>(rep.maps) * per_map;
 
-  std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  // Inside <script>, "</" could close the element: JSON allows "\/" for "/".
-  for (size_t at = json.find("</"); at != std::string::npos; at = json.find("</", at + 3))
-    json.replace(at, 2, "<\\/");
+  // Inside <script>, "</script>" would end the element and "<!--<script>" keep it from ending: no <, > or &
+  // reaches the page raw (they only occur inside JSON strings, where \u003c and the like mean the same).
+  const std::string raw = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string json;
+  json.reserve(raw.size());
+  for (char ch : raw) {
+    if (ch == '<')
+      json += "\\u003c";
+    else if (ch == '>')
+      json += "\\u003e";
+    else if (ch == '&')
+      json += "\\u0026";
+    else
+      json += ch;
+  }
 
   std::string names;
   for (const Trace* t : traces) names += (names.empty() ? "" : " and ") + model_name(*t);

@@ -7,8 +7,8 @@
 // Size: the page holds each map it embeds as a float32 lower triangle (T(T+1)/2 values, base64), so a map
 // of T tokens costs about 2.7·T² bytes. What it holds, in order, until PageOptions::max_bytes: each model's
 // mean over all layers, the chosen layers' means and the selected heads (all required: a page that cannot
-// hold them is refused with the numbers), then the chosen layers' other heads (those left out are named on
-// the page and in the report). No LibTorch, no GL.
+// hold them is refused with the numbers), then the chosen layers' other heads, taken in turns between the
+// models (those left out are named on the page and in the report). No LibTorch, no GL.
 #pragma once
 
 #include <cstddef>

@@ -471,3 +471,28 @@ TEST_CASE("contract: the app's --export-page writes the Text view's page, and ne
   CHECK(data["layer"] == 1);
   CHECK(data["models"][0]["head"] == 3);
 }
+
+TEST_CASE("contract: hovering a token in the Text view makes it the query only while the pointer stays",
+          "[cli][gui][text]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("contract-text-hover");
+  // Three frames: the token's box is drawn, the pointer placed on it, then the view follows it.
+  const std::string shot =
+      " --size 1280x800 --threads 1 --exit-after-frames 3 --screenshot " + quoted(dir / "t.png");
+  Result r = run("--view text --hover-token 100" + shot, dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  // The hovered token is the query shown; the kept one (the episode's, from the needle builder) stays.
+  CHECK(r.out.find("text view: query 100 shown, kept query ") != std::string::npos);
+  CHECK(r.out.find("kept query 100\n") == std::string::npos);
+  CHECK(r.out.find("layout: text.probe ") != std::string::npos);
+  // Without the pointer there, the kept query is shown.
+  r = run("--view text --query 100" + shot, dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("text view: query 100 shown, kept query 100\n") != std::string::npos);
+  // Refused: a token index that is not a number.
+  r = run("--hover-token x --screenshot " + quoted(dir / "x.png"), dir);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("--hover-token") != std::string::npos);
+}
