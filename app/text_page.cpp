@@ -609,7 +609,7 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
 <label><input type="checkbox" id="shared"> one scale</label>
 </div>
 <div class="note">Hover a token: it becomes the query while the pointer stays on it; a click keeps it. Orange: the
-query; green underline: the answer. Each token's background is the weight: blue positive, red negative (DIFF's
+query; green box: the answer. Each token's background is the weight: blue positive, red negative (DIFF's
 A1 &minus; &lambda;A2 can push a token away), white 0. Means weigh every head equally; DIFF's heads each with its own &lambda;.)";
   if (!left_note.empty()) html += "<br>Left out to keep the page small: " + viz::xml_text(left_note) + ".";
   html += "</div>\n</header>\n<main id=\"panels\"></main>\n<pre id=\"selftest-result\"></pre>\n";
