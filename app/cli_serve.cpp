@@ -1,4 +1,8 @@
 // `difflens serve`: load models once and answer the desktop app (remote://) and other tools over HTTP.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -53,6 +57,8 @@ int cmd_serve(const Args& a) {
   o.limits.max_needle_tokens = o.limits.max_tokens;
   o.limits.max_reply_bytes = a.get_double("max-reply-mb") * 1048576.0;
   o.limits.max_active = a.get_int("max-active");
+  o.max_connections = a.get_int("max-connections");
+  o.header_timeout_s = a.get_int("header-timeout");
   o.log = !a.has("quiet");
   o.threads = a.get_int("threads", 0);
   std::vector<std::string> descriptions;
@@ -109,6 +115,10 @@ Command serve_command() {
            integer("max-tokens", "N", 1, 1 << 22, "16384", "the longest prompt a request may send"),
            number("max-reply-mb", "MB", 1, 1 << 22, "4096", "the most array data one reply may carry"),
            integer("max-active", "N", 1, 1024, "8", "requests queued or running at once (more are refused)"),
+           integer("max-connections", "N", 1, 65536, "256",
+                   "connections served at once, each on its own thread (one more is answered 503 at once)"),
+           integer("header-timeout", "S", 1, 600, "5",
+                   "a request's line and headers must arrive within S seconds of its first byte"),
            integer("exit-after", "S", 0, 1e9, "0", "stop after S seconds (0: at Ctrl-C)"),
            flag("quiet", "no line per request on stderr")},
           "The API (endpoints, the token header, a curl example) is in core/FORMATS.md, \"Remote protocol\". "
@@ -153,8 +163,38 @@ int cmd_serve_bench(const Args& a) {
   o.limits.max_active = clients + 1;
   o.threads = a.get_int("threads", 0);
   const size_t n_models = models.size();
+  o.header_timeout_s = a.get_int("header-timeout");
   app::RemoteServer server(std::move(models), dirs, o);
   const int port = server.start();
+  // --stalled N: that many connections that send half a request and then nothing, held open through the
+  // run, and the time a good request (GET /v1/info) then takes.
+  const int stalled = a.get_int("stalled");
+  std::vector<int> stalled_fds;
+  for (int i = 0; i < stalled; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      if (fd >= 0) ::close(fd);
+      throw Error("serve-bench: could not open stalled connection " + std::to_string(i + 1));
+    }
+    const std::string half = "POST /v1/capture HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    (void)::send(fd, half.data(), half.size(), MSG_NOSIGNAL);
+    stalled_fds.push_back(fd);
+  }
+  double info_ms = 0;
+  if (stalled > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let every stalled one be accepted
+    app::RemoteAddress addr;
+    addr.host = "127.0.0.1";
+    addr.port = port;
+    addr.token = server.token();
+    const auto i0 = std::chrono::steady_clock::now();
+    (void)app::RemoteClient(addr, "bench-info").model_info();
+    info_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - i0).count();
+  }
   std::vector<std::vector<double>> round_trip(static_cast<size_t>(clients)),
       server_ms(static_cast<size_t>(clients));
   std::vector<size_t> bytes(static_cast<size_t>(clients), 0);
@@ -184,6 +224,8 @@ int cmd_serve_bench(const Args& a) {
     });
   for (auto& t : threads) t.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const app::ServeCounters counters = server.counters();
+  for (int fd : stalled_fds) ::close(fd);
   server.stop();
   for (const auto& e : errors)
     if (!e.empty()) throw Error("serve-bench: a client failed: " + e);
@@ -206,6 +248,11 @@ int cmd_serve_bench(const Args& a) {
   std::printf("  round trip   p50 %.1f ms, p99 %.1f ms (request sent to trace read, queueing included)\n",
               percentile(all_rt, 0.5), percentile(all_rt, 0.99));
   std::printf("  server       p50 %.1f ms of capture per request\n", percentile(all_server, 0.5));
+  if (stalled > 0)
+    std::printf(
+        "  stalled      %d connection(s) sending half a request and then nothing: GET /v1/info answered in "
+        "%.1f ms beside them; %llu dropped at the %d s header deadline during the run\n",
+        stalled, info_ms, static_cast<unsigned long long>(counters.slow_clients), o.header_timeout_s);
   for (size_t m = 0; m < local.size(); ++m)
     std::printf("  in process   model %zu: %.1f ms per capture (median of 5, no server)\n", m, local[m]);
   std::printf(
@@ -222,7 +269,10 @@ Command serve_bench_command() {
       {models_option("the models served"), placement_option("where the models run (as serve's --device)"),
        threads_option(), integer("tokens", "N", 1, 16384, "256", "prompt length"),
        integer("clients", "N", 1, 16, "2", "clients sending at once"),
-       integer("requests", "N", 1, 1000, "20", "captures per client")},
+       integer("requests", "N", 1, 1000, "20", "captures per client"),
+       integer("stalled", "N", 0, 1024, "0",
+               "connections that send half a request and hold it open through the run (stalled clients)"),
+       integer("header-timeout", "S", 1, 600, "5", "the server's header deadline (as serve's)")},
       "Loopback only: the server runs in this process on a free port of 127.0.0.1.",
       cmd_serve_bench};
 }

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/inference_worker.h"
+#include "app/serve_guard.h"
 #include "core/capture_plan.h"
 #include "core/config.h"
 #include "core/data.h"
@@ -107,7 +108,7 @@ struct RemoteServer::Impl {
   std::vector<std::unique_ptr<Model>> models;
   std::vector<std::string> paths;
   ServeOptions options;
-  httplib::Server http;
+  std::unique_ptr<GuardedServer> http;  // made once the options are known
   std::thread listener, runner;
   int port = 0;
   bool started = false;
@@ -428,13 +429,20 @@ struct RemoteServer::Impl {
   }
 
   void routes() {
-    http.Get("/v1/info", [this](const httplib::Request& req, httplib::Response& res) {
+    // Every request: its headers are in (the header deadline ends), and one without the token is refused
+    // before its body is read.
+    http->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
+      GuardedServer::headers_done();
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http->Get("/v1/info", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(req, res, [&] {
         res.set_content(info(), "application/json");
         log(req, 200, "");
       });
     });
-    http.Get(R"(/v1/tokenizer/(\d+))", [this](const httplib::Request& req, httplib::Response& res) {
+    http->Get(R"(/v1/tokenizer/(\d+))", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(req, res, [&] {
         const std::string n = req.matches[1];
         const int index = n.size() > 5 ? -1 : std::stoi(n);
@@ -451,7 +459,7 @@ struct RemoteServer::Impl {
         log(req, 200, "tokenizer");
       });
     });
-    http.Post("/v1/capture", [this](const httplib::Request& req, httplib::Response& res) {
+    http->Post("/v1/capture", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(req, res, [&] {
         const remote::CaptureRequest r = remote::parse_capture_request(req.body, options.limits);
         (void)model_at(r.model);
@@ -465,7 +473,7 @@ struct RemoteServer::Impl {
         handle_job(req, res, job, r.stream, "application/x-safetensors");
       });
     });
-    http.Post("/v1/tile", [this](const httplib::Request& req, httplib::Response& res) {
+    http->Post("/v1/tile", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(req, res, [&] {
         const remote::TileRequest r = remote::parse_tile_request(req.body, options.limits);
         (void)model_at(r.model);
@@ -490,7 +498,7 @@ struct RemoteServer::Impl {
         log(req, 200, "tile");
       });
     });
-    http.Post("/v1/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    http->Post("/v1/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(req, res, [&] {
         const remote::TokenizeRequest r = remote::parse_tokenize_request(req.body, options.limits);
         (void)model_at(r.model);
@@ -507,7 +515,7 @@ struct RemoteServer::Impl {
         handle_job(req, res, job, false, "application/json");
       });
     });
-    http.Post("/v1/needle", [this](const httplib::Request& req, httplib::Response& res) {
+    http->Post("/v1/needle", [this](const httplib::Request& req, httplib::Response& res) {
       guarded(req, res, [&] {
         const remote::NeedleRequest r = remote::parse_needle_request(req.body, options.limits);
         (void)model_at(r.model);
@@ -519,7 +527,7 @@ struct RemoteServer::Impl {
         handle_job(req, res, job, false, "application/json");
       });
     });
-    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    http->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const std::string m =
           res.status == 404 ? "no such endpoint: " + req.path +
@@ -534,7 +542,7 @@ struct RemoteServer::Impl {
       }
       log(req, res.status, m);
     });
-    http.set_exception_handler(
+    http->set_exception_handler(
         [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
           std::string m = "internal error";
           try {
@@ -558,11 +566,12 @@ RemoteServer::RemoteServer(std::vector<Model> models, std::vector<std::string> p
   impl_->paths = std::move(paths);
   if (options.token.empty()) options.token = random_token();
   impl_->options = std::move(options);
-  const int threads = std::max(2, impl_->options.http_threads);
-  impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  impl_->http.set_payload_max_length(impl_->options.limits.max_request_bytes);
-  impl_->http.set_read_timeout(std::max(1, impl_->options.read_timeout_s), 0);
-  impl_->http.set_write_timeout(60, 0);
+  GuardLimits g;
+  g.max_connections = std::max(1, impl_->options.max_connections);
+  g.header_timeout_ms = 1000 * std::max(1, impl_->options.header_timeout_s);
+  g.read_timeout_ms = 1000 * std::max(1, impl_->options.read_timeout_s);
+  impl_->http = std::make_unique<GuardedServer>(g);
+  impl_->http->set_payload_max_length(impl_->options.limits.max_request_bytes);
   impl_->routes();
 }
 
@@ -574,17 +583,18 @@ int RemoteServer::start() {
   Impl& d = *impl_;
   if (d.started) return d.port;
   if (d.options.port == 0) {
-    d.port = d.http.bind_to_any_port(d.options.host);
+    d.port = d.http->bind_to_any_port(d.options.host);
     if (d.port < 0) throw Error("serve: cannot listen on " + d.options.host + " (any port)");
   } else {
-    if (!d.http.bind_to_port(d.options.host, d.options.port))
+    if (!d.http->bind_to_port(d.options.host, d.options.port))
       throw Error("serve: cannot listen on " + d.options.host + ":" + std::to_string(d.options.port) +
                   " (in use by another program? --port picks another)");
     d.port = d.options.port;
   }
+  d.http->widen_backlog();
   d.started = true;
   d.runner = std::thread([&d] { d.run_jobs(); });
-  d.listener = std::thread([&d] { d.http.listen_after_bind(); });
+  d.listener = std::thread([&d] { d.http->listen_after_bind(); });
   return d.port;
 }
 
@@ -602,7 +612,7 @@ void RemoteServer::stop() {
     if (d.running) d.running->cancel = true;
   }
   d.runner.join();
-  d.http.stop();
+  d.http->stop();
   d.listener.join();
   d.started = false;
 }
@@ -621,7 +631,10 @@ std::string RemoteServer::url(int index) const {
 
 ServeCounters RemoteServer::counters() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->counters;
+  ServeCounters c = impl_->counters;
+  c.busy_connections = impl_->http->counters().busy;
+  c.slow_clients = impl_->http->counters().slow;
+  return c;
 }
 
 }  // namespace difflens::app

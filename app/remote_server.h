@@ -22,14 +22,17 @@ struct ServeOptions {
   int port = 8765;                 // 0: any free port (tests)
   std::string token;               // required on every request; empty: a random one is made
   remote::Limits limits;
-  int http_threads = 16;    // connections served at once (requests beyond limits.max_active are refused)
-  bool log = true;          // one line per request on stderr
-  int threads = 0;          // intra-op threads of the model thread (0: every core)
-  int read_timeout_s = 30;  // a client that sends nothing for this long is dropped (slow or stalled)
+  int max_connections = 256;  // connections served at once (each its own thread); one more gets a 503 at once
+  int header_timeout_s = 5;   // a request's line and headers (until it is authenticated) must arrive in this
+  bool log = true;            // one line per request on stderr
+  int threads = 0;            // intra-op threads of the model thread (0: every core)
+  int read_timeout_s = 30;    // after the headers: a body read that waits this long drops the client
 };
 
 struct ServeCounters {
   uint64_t served = 0, refused = 0, cancelled = 0;
+  uint64_t busy_connections = 0;  // connections refused with a 503 past max_connections
+  uint64_t slow_clients = 0;      // connections dropped for missing the header deadline (or sending nothing)
 };
 
 class RemoteServer {

@@ -84,6 +84,21 @@ struct Loopback {
   int port = 0;
 };
 
+// A loopback server's options: any free port, the test token, no log.
+ServeOptions quiet_options() {
+  ServeOptions o;
+  o.port = 0;
+  o.token = Loopback::kToken;
+  o.log = false;
+  return o;
+}
+
+std::vector<Model> one_baseline() {
+  std::vector<Model> models;
+  models.push_back(Model::random(test::tiny_config(AttentionKind::Baseline), 6));
+  return models;
+}
+
 remote::CaptureRequest ids_request(std::vector<int64_t> ids) {
   remote::CaptureRequest r;
   r.token_ids = std::move(ids);
@@ -559,16 +574,12 @@ TEST_CASE("gui: the app on remote:// slots shows the first screen of local model
   CHECK(compared >= 4);  // A1, A2, A of DIFF and the baseline's A
 }
 
-TEST_CASE("serve: a stalled client is dropped after the read timeout, a silent server times its client out",
+TEST_CASE("serve: a stalled client is dropped at the header deadline, a silent server times its client out",
           "[remote]") {
-  ServeOptions o;
-  o.port = 0;
-  o.token = Loopback::kToken;
-  o.log = false;
+  ServeOptions o = quiet_options();
   o.read_timeout_s = 1;
-  std::vector<Model> models;
-  models.push_back(Model::random(test::tiny_config(AttentionKind::Baseline), 6));
-  RemoteServer server(std::move(models), {"baseline"}, o);
+  o.header_timeout_s = 1;  // half a request: the headers never complete
+  RemoteServer server(one_baseline(), {"baseline"}, o);
   const int port = server.start();
   // Half a request, then nothing: the server closes the connection (read returns 0) after about a second.
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -634,4 +645,115 @@ TEST_CASE("serve: capture --model remote:// prints what a local capture prints (
     CHECK(out.find(line) != std::string::npos);
   CHECK(out.find((dir / "t/trace.json").string()) != std::string::npos);
   CHECK(out.find("t//") == std::string::npos);
+}
+
+namespace {
+
+// A TCP connection to the loopback server that sends `text` (maybe half a request) and keeps the socket.
+int connect_and_send(int port, const std::string& text) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  if (!text.empty()) (void)::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+  return fd;
+}
+
+// What the server sends on `fd` until it closes it or `seconds` pass, and how long that took.
+std::pair<std::string, double> read_until_closed(int fd, double seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  timeval limit{static_cast<time_t>(seconds), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  std::string got;
+  char buf[1024];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return {got, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+}  // namespace
+
+TEST_CASE("serve: 64 stalled connections leave a good request answered in under a second", "[remote]") {
+  const Loopback lb;
+  std::vector<int> stalled;
+  // Opened in a burst: the listen backlog holds them all (at 5, the rest would wait out SYN retries, 1 s+).
+  const auto c0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 64; ++i) {
+    const int fd = connect_and_send(lb.port, "POST /v1/capture HTTP/1.1\r\nHost: x\r\n");
+    REQUIRE(fd >= 0);
+    stalled.push_back(fd);
+  }
+  CHECK(std::chrono::steady_clock::now() - c0 < std::chrono::milliseconds(900));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // every one accepted and waiting
+  const auto t0 = std::chrono::steady_clock::now();
+  const RemoteClient client(lb.address(0));
+  CHECK(client.model_info().config.num_hidden_layers == 2);
+  CHECK(client.capture(ids_request({1, 2, 3})).trace->length() == 3);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(took < 1.0);
+  for (int fd : stalled) ::close(fd);
+}
+
+TEST_CASE("serve: past --max-connections a connection is answered 503 at once, a slow header is dropped",
+          "[remote]") {
+  ServeOptions o = quiet_options();
+  o.max_connections = 4;
+  o.header_timeout_s = 1;
+  RemoteServer server(one_baseline(), {"baseline"}, o);
+  const int port = server.start();
+  std::vector<int> held;
+  for (int i = 0; i < 4; ++i) held.push_back(connect_and_send(port, "GET /v1/info HTTP/1.1\r\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // The fifth: a 503 without sending a byte, at once (well before the 1 s header deadline frees the others).
+  const int fifth = connect_and_send(port, "");
+  REQUIRE(fifth >= 0);
+  const auto [reply, waited] = read_until_closed(fifth, 5);
+  ::close(fifth);
+  CHECK(reply.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0) == 0);
+  CHECK(reply.find("4 connections are open (this server's --max-connections)") != std::string::npos);
+  CHECK(waited < 0.5);
+  CHECK(server.counters().busy_connections == 1);
+  for (int fd : held) ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // A slowloris: one byte of the request every 300 ms is dropped at the 1 s header deadline.
+  const int slow = connect_and_send(port, "G");
+  REQUIRE(slow >= 0);
+  std::atomic<bool> go{true};
+  std::thread drip([&] {
+    const std::string rest = "ET /v1/info HTTP/1.1\r\nHost: x\r\nX-Long: aaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    for (char c : rest) {
+      if (!go) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (::send(slow, &c, 1, MSG_NOSIGNAL) != 1) break;
+    }
+  });
+  const auto [dropped, after] = read_until_closed(slow, 10);
+  go = false;
+  drip.join();
+  ::close(slow);
+  CHECK(after < 2.5);                                        // 1 s after its first byte, not 20 s later
+  CHECK(dropped.find("HTTP/1.1 200") == std::string::npos);  // never served
+  CHECK(server.counters().slow_clients >= 1);
+  // A request without the token is refused before its (announced, never sent) body is read.
+  const int noauth =
+      connect_and_send(port, "POST /v1/capture HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n");
+  const auto [refused, t401] = read_until_closed(noauth, 5);
+  ::close(noauth);
+  CHECK(refused.rfind("HTTP/1.1 401", 0) == 0);
+  CHECK(t401 < 0.5);
+  // And a good request is served as ever.
+  RemoteAddress a;
+  a.host = "127.0.0.1";
+  a.port = port;
+  a.token = Loopback::kToken;
+  CHECK(RemoteClient(a).capture(ids_request({1, 2, 3})).trace->length() == 3);
 }
