@@ -102,29 +102,6 @@ std::string bundled_model(const char* name) {
   return bundled_asset(std::string("models/") + name);
 }
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".part-" + std::to_string(::getpid());
-  errno = 0;
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (f) f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (f) f.flush();
-    if (!f) {
-      const std::string why = errno ? std::strerror(errno) : "the write failed";
-      f.close();
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw Error(path + ": cannot write (" + why + ")");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw Error(path + ": cannot write (" + ec.message() + ")");
-  }
-}
-
 std::string read_file(const std::string& path, const char* what) {
   std::error_code dir_ec;
   if (std::filesystem::is_directory(path, dir_ec))

@@ -35,9 +35,6 @@ std::string bundled_model(const char* name);
 
 // A whole file; refuses one over half the memory available. `what` names it in messages.
 std::string read_file(const std::string& path, const char* what = "prompt file");
-// Writes `bytes` to a temporary file beside `path`, then renames it over `path`: a failed write (a full
-// disk, an unwritable folder) leaves any earlier file whole and throws Error naming the path and why.
-void write_file_atomically(const std::string& path, const std::string& bytes);
 // Output paths, checked before any work so that a long run never fails at its end. An output folder
 // (`flag` names it in messages, e.g. "--out"): refused when it is a file or cannot be created or written;
 // created. An output file: refused when it is a folder, when its folder cannot be created, or when its

@@ -10,6 +10,7 @@
 #include "app/figures.h"
 #include "app/inference_worker.h"
 #include "app/text_page.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/explain.h"
 #include "core/trace_io.h"
@@ -91,8 +92,7 @@ int cmd_render(const Args& a) {
     std::filesystem::create_directories(std::filesystem::path(out).parent_path());
   if (ext == ".svg") {
     const std::string svg = viz::head_figure_svg(fig, viz::FigureFont::standard(), a.get_int("max-cells"));
-    std::ofstream f(out, std::ios::binary | std::ios::trunc);
-    if (!f || !(f << svg)) throw Error(out + ": cannot write");
+    write_file_atomically(out, svg);
     std::printf("wrote %s (%zu panels, %.1f KB)\n", out.c_str(), fig.panels.size(), svg.size() / 1024.0);
   } else {
     const viz::Image img = viz::render_head_figure(fig);

@@ -11,6 +11,7 @@
 #include "app/cli_common.h"
 #include "app/needle_report.h"
 #include "app/outlier_report.h"
+#include "core/atomic_file.h"
 #include "core/attention_cpu.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
@@ -299,8 +300,7 @@ int cmd_quantize(const Args& a) {
   if (a.has("out")) {
     std::filesystem::create_directories(a.get("out"));
     const std::string f = (std::filesystem::path(a.get("out")) / "quantize.md").string();
-    std::ofstream o(f, std::ios::trunc);
-    if (!(o << md)) throw Error(f + ": cannot write");
+    write_file_atomically(f, md);
     std::printf("wrote %s\n", f.c_str());
   }
   return 0;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "viz/export.h"
 #include "viz/token_text.h"
@@ -519,9 +520,7 @@ std::vector<std::string> export_explain_slides(const ExplainInput& in, const std
     const std::string base = (std::filesystem::path(dir) / ("explain-step-" + std::to_string(step))).string();
     const viz::Image img = viz::render_scene(sc);
     viz::write_png(base + ".png", img.rgb, img.width, img.height);
-    std::ofstream svg(base + ".svg", std::ios::binary | std::ios::trunc);
-    svg << viz::scene_to_svg(sc);
-    if (!svg) throw Error(base + ".svg: cannot write");
+    write_file_atomically(base + ".svg", viz::scene_to_svg(sc));
     files.push_back(base + ".png");
     files.push_back(base + ".svg");
   }

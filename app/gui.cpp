@@ -37,6 +37,7 @@
 #include "app/remote_client.h"
 #include "app/shell.h"
 #include "app/ui_fonts.h"
+#include "core/atomic_file.h"
 #include "core/data.h"
 #include "core/error.h"
 #include "core/metrics.h"
@@ -66,9 +67,11 @@ void write_layout_settings(const std::string& path, const LayoutState& layout) {
   if (path.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  std::ofstream out(path);
-  out << layout_settings_text(layout);
-  if (!out) std::fprintf(stderr, "difflens: could not save the layout to %s\n", path.c_str());
+  try {  // whole or not at all: a full disk keeps the last good settings
+    write_file_atomically(path, layout_settings_text(layout));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "difflens: the layout was not saved: %s\n", e.what());
+  }
 }
 
 // The window's size and place when none is asked for: the remembered size, or 90 % of the primary monitor's

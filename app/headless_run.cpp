@@ -2,7 +2,6 @@
 #include "app/headless_run.h"
 
 #include <imgui_internal.h>
-#include <stb_image_write.h>
 #include "viz/gl.h"
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <set>
 
 #include "app/panels.h"
+#include "viz/export.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {
@@ -127,13 +127,20 @@ long long shown_length(const GuiState& state) {
 }  // namespace
 
 bool write_window_png(const std::string& path, int width, int height) {
-  std::vector<unsigned char> px(static_cast<size_t>(width) * height * 3);
+  const size_t row = static_cast<size_t>(width) * 3;
+  std::vector<unsigned char> px(row * static_cast<size_t>(height)), flipped(px.size());
   glPixelStorei(GL_PACK_ALIGNMENT, 1);
   glReadPixels(0, 0, width, height, GL_RGB, GL_UNSIGNED_BYTE, px.data());
-  stbi_flip_vertically_on_write(1);  // GL rows are bottom-up
-  const int ok = stbi_write_png(path.c_str(), width, height, 3, px.data(), width * 3);
-  stbi_flip_vertically_on_write(0);
-  return ok != 0;
+  for (int y = 0; y < height; ++y)  // GL rows are bottom-up
+    std::copy_n(px.data() + row * static_cast<size_t>(height - 1 - y), row,
+                flipped.data() + row * static_cast<size_t>(y));
+  try {  // whole or not at all (viz::write_png writes through a temporary)
+    viz::write_png(path, flipped, width, height);
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "difflens: %s\n", e.what());
+    return false;
+  }
 }
 
 bool HeadlessRun::take_result(GuiState& state) {

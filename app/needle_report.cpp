@@ -9,9 +9,11 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "viz/export.h"
 #include "viz/figure.h"
@@ -23,12 +25,6 @@ std::string fmt(const char* f, double v) {
   char b[64];
   std::snprintf(b, sizeof b, f, v);
   return b;
-}
-
-std::ofstream open_out(const std::filesystem::path& p) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  if (!f) throw Error(p.string() + ": cannot write");
-  return f;
 }
 
 std::string csv_field(const std::string& s) {
@@ -121,11 +117,12 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
     j["models"].push_back(jm);
   }
   // Replies of a model that produced broken UTF-8 are kept with U+FFFD in their place.
-  open_out(out / "needle.json") << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  write_file_atomically(out / "needle.json",
+                        j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 
   // needle.csv: one row per model and cell.
   {
-    std::ofstream csv = open_out(out / "needle.csv");
+    std::ostringstream csv;
     csv << "model,length,depth,needles,queried,runs,accuracy,attention_to_answer,attention_noise,"
            "answering_to_answer,answering_noise,answering_strongest_head,placed_depth\n";
     for (size_t m = 0; m < models.size(); ++m)
@@ -134,6 +131,7 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
             << "," << c.cell.queried << "," << c.runs << "," << c.accuracy << "," << c.attention.answer << ","
             << c.attention.noise << "," << c.answering.answer << "," << c.answering.noise << ","
             << c.answering_head << "," << c.placed_depth << "\n";
+    write_file_atomically(out / "needle.csv", csv.str());
   }
 
   // tables.md
@@ -238,7 +236,7 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
       "0/25/50/75/100 %: Transformer .03 .03 .03 .07 .09, DIFF .27 .30 .31 .32 .40; attention noise: "
       "Transformer .51 .54 .52 .49 .49, DIFF .01 .02 .02 .02 .01. Multi-needle accuracy at 4K "
       "(Transformer vs DIFF): N=1 R=1 1.00/1.00, N=2 R=2 .85/.92, N=4 R=2 .62/.84, N=6 R=2 .55/.85.\n";
-  open_out(out / "tables.md") << md;
+  write_file_atomically(out / "tables.md", md);
 
   // Heatmaps: accuracy and attention to answer, depth rows × length columns, per model and (N, R). The
   // attention heatmaps of every model and (N, R) share one colour scale (as the app's lab), so that a
@@ -279,7 +277,7 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
         const std::string file = file_name(models[m]) + (accuracy ? "-accuracy" : "-attention") + "-N" +
                                  std::to_string(nr.first) + "R" + std::to_string(nr.second);
         viz::write_png(out / (file + ".png"), img.rgb, img.width, img.height);
-        open_out(out / (file + ".svg")) << viz::grid_figure_svg(g);
+        write_file_atomically(out / (file + ".svg"), viz::grid_figure_svg(g));
       }
   return md;
 }

@@ -3,9 +3,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "viz/export.h"
 #include "viz/figure.h"
@@ -57,13 +59,9 @@ std::string write_outlier_report(const std::filesystem::path& out, const std::ve
       "\nPaper (Ye et al., ICLR 2025, Table 5; 3B models): attention logits top-1/2/3/10/100/median "
       "Transformer 318.0 308.2 304.9 284.7 251.5 5.4, DIFF 38.8 38.8 37.3 32.0 27.4 3.3; hidden states "
       "Transformer 3608.6 3607.4 3603.6 3552.1 2448.2 0.6, DIFF 1688.2 1672.5 1672.1 1624.3 740.9 1.2.\n";
-  {
-    std::ofstream f(out / "tables.md", std::ios::trunc);
-    if (!(f << md)) throw Error((out / "tables.md").string() + ": cannot write");
-  }
+  write_file_atomically(out / "tables.md", md);
   nlohmann::json j;
-  std::ofstream csv(out / "outliers.csv", std::ios::trunc);
-  if (!csv) throw Error((out / "outliers.csv").string() + ": cannot write");
+  std::ostringstream csv;
   csv << "model,activation,layer,count,top_1,top_2,top_3,top_10,top_100,median,mean\n";
   auto csv_row = [&](const std::string& model, const char* what, const std::string& layer,
                      const ValueStats& s) {
@@ -89,7 +87,8 @@ std::string write_outlier_report(const std::filesystem::path& out, const std::ve
     }
     j["models"].push_back(jm);
   }
-  std::ofstream(out / "outliers.json", std::ios::trunc) << j.dump(1) << "\n";
+  write_file_atomically(out / "outliers.csv", csv.str());
+  write_file_atomically(out / "outliers.json", j.dump(1) + "\n");
   const viz::Rgb8 colors[] = {{31, 119, 180}, {214, 39, 40}, {44, 160, 44}, {148, 103, 189}};
   for (const bool logits : {true, false}) {
     viz::HistogramFigure h;
@@ -104,8 +103,7 @@ std::string write_outlier_report(const std::filesystem::path& out, const std::ve
     }
     const viz::Image img = viz::render_histogram_figure(h);
     viz::write_png(out / (logits ? "logits.png" : "hidden.png"), img.rgb, img.width, img.height);
-    std::ofstream(out / (logits ? "logits.svg" : "hidden.svg"), std::ios::trunc)
-        << viz::histogram_figure_svg(h);
+    write_file_atomically(out / (logits ? "logits.svg" : "hidden.svg"), viz::histogram_figure_svg(h));
   }
   return md;
 }

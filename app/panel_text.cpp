@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "app/cli_common.h"
 #include "app/panels.h"
 #include "app/plot.h"
 #include "app/text_page.h"
+#include "core/atomic_file.h"
 #include "core/token_weights.h"
 #include "viz/text_shade.h"
 #include "viz/token_text.h"
@@ -375,7 +375,7 @@ void export_text_page(GuiState& state) {
     }
     PageReport report;
     const std::string html = text_page_html(traces, o, &report);
-    cli::write_file_atomically(path, html);
+    write_file_atomically(path, html);
     char text[256];
     std::snprintf(text, sizeof text, "wrote %s (%.1f MB, %d maps)", path.c_str(), report.bytes / 1048576.0,
                   report.maps);

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace difflens {
@@ -478,10 +479,7 @@ ModelConfig load_config(const std::filesystem::path& file) {
 }
 
 void save_config(const ModelConfig& config, const std::filesystem::path& file) {
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(file.string() + ": cannot write");
-  out << config_to_json_text(config);
-  if (!out) throw Error(file.string() + ": write failed");
+  write_file_atomically(file, config_to_json_text(config));
 }
 
 std::pair<ModelConfig, ModelConfig> make_matched_pair(const PairSpec& s) {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 
@@ -180,9 +181,7 @@ std::vector<std::string> save_hf(const Model& model, const std::filesystem::path
   if (to.eos_token_id >= 0) j["eos_token_id"] = to.eos_token_id;
   j["torch_dtype"] = dtype == DType::F32 ? "float32" : dtype == DType::F16 ? "float16" : "bfloat16";
   j["_name_or_path"] = from.name;
-  std::ofstream cfg(dir / "config.json", std::ios::binary | std::ios::trunc);
-  cfg << j.dump(2) << "\n";
-  if (!cfg) throw Error((dir / "config.json").string() + ": write failed");
+  write_file_atomically(dir / "config.json", j.dump(2) + "\n");
   std::vector<std::string> notes;
   const char* file = model.tokenizer().is_sentencepiece()    ? "tokenizer.model"
                      : model.tokenizer().is_byte_level_bpe() ? "tokenizer.json"

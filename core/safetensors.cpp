@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace difflens {
@@ -401,18 +402,32 @@ std::string safetensors_bytes(const std::vector<TensorToWrite>& tensors,
 
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  const std::filesystem::path tmp = path.string() + ".partial";
+  // Streamed (checkpoints are large) into a temporary beside it, renamed over it once whole: a failed write
+  // leaves an earlier file intact and no temporary behind.
+  const std::filesystem::path tmp = temporary_beside(path);
+  auto fail = [&](const std::string& why) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw Error(path.string() + ": cannot write (" + why + "); an earlier file there is left as it was");
+  };
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(tmp.string() + ": cannot write");
-    serialize([&](const char* p, size_t n) { out.write(p, static_cast<std::streamsize>(n)); }, path, tensors,
-              metadata);
+    if (!out) fail("cannot create " + tmp.filename().string());
+    try {
+      serialize([&](const char* p, size_t n) { out.write(p, static_cast<std::streamsize>(n)); }, path,
+                tensors, metadata);
+    } catch (...) {
+      out.close();
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw;
+    }
     out.flush();
-    if (!out) throw Error(tmp.string() + ": write failed (disk full?)");
+    if (!out) fail("the write failed: disk full or over a file-size limit?");
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error(path.string() + ": cannot replace (" + ec.message() + ")");
+  if (ec) fail(ec.message());
 }
 
 }  // namespace difflens

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -324,11 +325,9 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(dir.string() + ": cannot create directory (" + ec.message() + ")");
   write_safetensors(dir / "maps.safetensors", trace_tensors(trace), {{"format", "difflens-trace"}});
-  std::ofstream out(dir / "trace.json", std::ios::binary | std::ios::trunc);
-  if (!out) throw Error((dir / "trace.json").string() + ": cannot write");
   // Token text may hold partial UTF-8 sequences: replace them rather than fail.
-  out << trace_json(trace).dump(1, ' ', false, json::error_handler_t::replace) << "\n";
-  if (!out) throw Error((dir / "trace.json").string() + ": write failed");
+  write_file_atomically(dir / "trace.json",
+                        trace_json(trace).dump(1, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
 Trace read_trace_bundle(const std::filesystem::path& dir) {

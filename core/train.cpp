@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/checkpoint.h"
 #include "core/data.h"
 #include "core/error.h"
@@ -241,7 +242,7 @@ void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_
                       {"threads", at::get_num_threads()},
                       {"precision", o.precision},
                       {"device", cuda_available() && o.device != "cpu" ? "cuda" : "cpu"}};
-  std::ofstream(st / "state.json") << j.dump(2) << "\n";
+  write_file_atomically(st / "state.json", j.dump(2) + "\n");
 }
 
 // Restores moments and returns the saved step, or 0 when there is nothing to resume.
@@ -294,9 +295,9 @@ void prepare_log(const fs::path& file, const std::string& header, int64_t step) 
   const auto columns = [](const std::string& l) { return std::count(l.begin(), l.end(), ',') + 1; };
   for (auto& r : rows)
     for (auto c = columns(r); c < columns(header); ++c) r += ",";
-  std::ofstream out(file, std::ios::trunc);
-  out << header << "\n";
-  for (const auto& r : rows) out << r << "\n";
+  std::string text = header + "\n";
+  for (const auto& r : rows) text += r + "\n";
+  write_file_atomically(file, text);
 }
 
 struct NeedleScore {

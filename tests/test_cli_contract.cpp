@@ -496,3 +496,79 @@ TEST_CASE("contract: hovering a token in the Text view makes it the query only w
   CHECK(r.status != 0);
   CHECK(r.out.find("--hover-token") != std::string::npos);
 }
+
+TEST_CASE(
+    "contract: a write that fails (a file-size limit, a file for a folder) leaves the earlier file whole",
+    "[cli][disk]") {
+  test::ScratchDir dir("contract-disk");
+  REQUIRE(
+      run("capture --model " + kModel + " --prompt 'The code of Mira is 4821.' --out " + quoted(dir / "t"),
+          dir)
+          .status == 0);
+  // Earlier files, as a user would have them.
+  for (const char* name : {"head.png", "head.svg", "page.html"})
+    std::ofstream(dir / name) << "earlier " << name;
+  const std::string earlier_json = test::read_all(dir / "t" / "trace.json");
+  const std::string earlier_maps = test::read_all(dir / "t" / "maps.safetensors");
+  // sh: the file-size limit (512-byte blocks) with SIGXFSZ ignored, so a write past it fails with EFBIG.
+  const std::string limit = "trap '' XFSZ; ulimit -f 4; ";
+  auto no_temporaries = [&](const fs::path& folder) {
+    for (const auto& e : fs::directory_iterator(folder))
+      if (e.path().filename().string().find(".part") != std::string::npos) return false;
+    return true;
+  };
+  const std::string t = " --trace " + quoted(dir / "t") + " --layer 1 --head 3";
+  for (const auto& [args, file] :
+       {std::pair<std::string, std::string>{"render" + t + " --size 512 --out " + quoted(dir / "head.png"),
+                                            "head.png"},
+        {"render" + t + " --out " + quoted(dir / "head.svg"), "head.svg"},
+        {"render" + t + " --html " + quoted(dir / "page.html"), "page.html"}}) {
+    const Result r = run(args, dir, limit);
+    INFO(args << "\n" << r.out);
+    CHECK(r.status == 1);
+    CHECK(r.out.find((dir / file).string() +
+                     ": cannot write (File too large); an earlier file there is left as it was") !=
+          std::string::npos);
+    CHECK(test::read_all(dir / file) == "earlier " + file);
+  }
+  // A bundle written again over the earlier one: its maps do not fit, both files stay as they were.
+  Result r =
+      run("capture --model " + kModel +
+              " --prompt 'The code of Thomas is 7182, and more words here.' --out " + quoted(dir / "t"),
+          dir, limit);
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("cannot write (") != std::string::npos);
+  CHECK(test::read_all(dir / "t" / "trace.json") == earlier_json);
+  CHECK(test::read_all(dir / "t" / "maps.safetensors") == earlier_maps);
+  CHECK(no_temporaries(dir.path()));
+  CHECK(no_temporaries(dir / "t"));
+  // A file where the output's folder should be: said, nothing written.
+  std::ofstream(dir / "plain") << "x";
+  r = run("render" + t + " --out " + quoted(dir / "plain" / "head.png"), dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("plain") != std::string::npos);
+  CHECK(test::read_all(dir / "plain") == "x");
+}
+
+TEST_CASE("contract: the app keeps its last good layout file when the new one cannot be written",
+          "[cli][gui][disk]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("contract-layout-disk");
+  std::ofstream(dir / "layout.ini") << "view=lambda\nside_panel=0\n";
+  // The limit applies to whatever the limited process writes, its log included: its output goes through a
+  // pipe to a `cat` outside the limit.
+  const std::string log = (dir / "log").string();
+  const std::string cmd = "sh -c \"trap '' XFSZ; ulimit -f 0; exec " + std::string(DIFFLENS_EXE) +
+                          " --settings " + quoted(dir / "layout.ini") +
+                          " --view maps --size 640x480 --threads 1 --exit-after-frames 1 --screenshot " +
+                          quoted(dir / "s.png") + "\" 2>&1 | cat > '" + log + "'";
+  (void)std::system(cmd.c_str());
+  const Result r{0, test::read_all(log)};
+  INFO(r.out);
+  // Nothing can be written: the screenshot and the layout each say so, and the earlier layout stays.
+  CHECK(r.out.find("s.png: cannot write (File too large)") != std::string::npos);
+  CHECK(r.out.find("the layout was not saved: ") != std::string::npos);
+  CHECK(test::read_all(dir / "layout.ini") == "view=lambda\nside_panel=0\n");
+  CHECK_FALSE(fs::exists(dir / "s.png"));
+}

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace difflens::viz {
@@ -19,12 +21,6 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
-std::ofstream open_out(const std::filesystem::path& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(path.string() + ": cannot write (does the folder exist?)");
-  return out;
-}
-
 }  // namespace
 
 void write_npy(const std::filesystem::path& path, const float* data, int64_t rows, int64_t cols) {
@@ -32,14 +28,13 @@ void write_npy(const std::filesystem::path& path, const float* data, int64_t row
                        std::to_string(cols) + "), }";
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';  // pad so the data starts 64-byte aligned
   header += '\n';
-  std::ofstream out = open_out(path);
-  out.write("\x93NUMPY\x01\x00", 8);
+  std::string out("\x93NUMPY\x01\x00", 8);
   const uint16_t len = static_cast<uint16_t>(header.size());
-  out.put(static_cast<char>(len & 0xff));
-  out.put(static_cast<char>(len >> 8));
-  out << header;
-  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(rows * cols * sizeof(float)));
-  if (!out) throw Error(path.string() + ": write failed");
+  out += static_cast<char>(len & 0xff);
+  out += static_cast<char>(len >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char*>(data), static_cast<size_t>(rows * cols) * sizeof(float));
+  write_file_atomically(path, out);
 }
 
 std::vector<float> read_npy(const std::filesystem::path& path, int64_t* rows, int64_t* cols) {
@@ -68,7 +63,7 @@ std::vector<float> read_npy(const std::filesystem::path& path, int64_t* rows, in
 
 void write_csv(const std::filesystem::path& path, const float* data, int64_t rows, int64_t cols,
                const std::vector<std::string>& row_labels, const std::vector<std::string>& col_labels) {
-  std::ofstream out = open_out(path);
+  std::ostringstream out;
   out << "query\\key";
   for (int64_t j = 0; j < cols; ++j)
     out << ',' << csv_field(j < static_cast<int64_t>(col_labels.size()) ? col_labels[j] : std::to_string(j));
@@ -82,12 +77,17 @@ void write_csv(const std::filesystem::path& path, const float* data, int64_t row
     }
     out << '\n';
   }
-  if (!out) throw Error(path.string() + ": write failed");
+  write_file_atomically(path, out.str());
 }
 
 void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rgb, int width, int height) {
-  if (!stbi_write_png(path.c_str(), width, height, 3, rgb.data(), width * 3))
-    throw Error(path.string() + ": cannot write the PNG");
+  std::string png;  // encoded in memory, then written whole (an earlier file survives a failed write)
+  auto append = [](void* to, void* data, int size) {
+    static_cast<std::string*>(to)->append(static_cast<const char*>(data), static_cast<size_t>(size));
+  };
+  if (!stbi_write_png_to_func(append, &png, width, height, 3, rgb.data(), width * 3))
+    throw Error(path.string() + ": cannot encode the PNG");
+  write_file_atomically(path, png);
 }
 
 }  // namespace difflens::viz

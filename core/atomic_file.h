@@ -1,0 +1,18 @@
+// Files written whole or not at all: the bytes go to a temporary file beside the target, which is renamed
+// over it only once complete. A failure (a full disk, a file-size limit, an unwritable folder) leaves any
+// earlier file intact, removes the temporary, and throws Error naming the file and the system's reason.
+// Every file DiffLens writes for a user (exports, pages, bundles, reports, settings) goes through it;
+// safetensors files do the same in their own streaming writer. No LibTorch.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace difflens {
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes);
+
+// The temporary file beside `path` a write goes through (unique per process and call).
+std::filesystem::path temporary_beside(const std::filesystem::path& path);
+
+}  // namespace difflens
