@@ -20,9 +20,11 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens,
   if (!ImGui::IsMouseDown(ImGuiMouseButton_Right)) state.selection.answer_anchor = -1;
   const ImVec2 pad(2, 1);
   ImGui::PushStyleVar(ImGuiStyleVar_ItemSpacing, ImVec2(1, 2));
-  // Long prompts: at most four lines of chips, scrolling, so the views keep their room.
+  // Long prompts: at most four lines of chips, scrolling, so the views keep their room (two in lecture mode
+  // on a window under 900 px: its 26 px chips would take a fifth of a 1280x800 projector's height).
   const float line = ImGui::GetTextLineHeight() + 2 * pad.y + 2;
-  const float height = std::min(state.strip_height > 0 ? state.strip_height : line, 4.0f * line);
+  const float lines = state.lecture && ImGui::GetIO().DisplaySize.y < 900 ? 2.0f : 4.0f;
+  const float height = std::min(state.strip_height > 0 ? state.strip_height : line, lines * line);
   ImGui::BeginChild("##tokenstrip", ImVec2(0, height), false);
   const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
   ImDrawList* dl = ImGui::GetWindowDrawList();
