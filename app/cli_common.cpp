@@ -5,12 +5,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <csignal>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>

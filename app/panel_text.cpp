@@ -185,19 +185,28 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   if (c.layout_key != layout_key) {  // lay the text out again: the largest font it fits in, then its boxes
     c.layout_key = layout_key;
     tv.scrolled_to[slot] = -1;  // and bring the kept query into view again
+    const float width = std::max(inner.x, ImGui::GetFontSize() * 4);
     ImFont* fit = ImGui::GetFont();
+    bool laid_out = false;  // by a larger font's trial that fitted (kept, not laid out again)
     for (ImFont* f : ImGui::GetIO().Fonts->Fonts)
       if (f->FontSize > fit->FontSize) {
         ImGui::PushFont(f);
         Cache trial;
-        layout_text(labels, inner.x, trial);
+        layout_text(labels, width, trial);
         ImGui::PopFont();
-        if (trial.height <= inner.y) fit = f;
+        if (trial.height <= inner.y) {
+          fit = f;
+          c.x = std::move(trial.x);
+          c.y = std::move(trial.y);
+          c.w = std::move(trial.w);
+          c.pad = trial.pad;
+          c.line = trial.line;
+          c.height = trial.height;
+          laid_out = true;
+        }
       }
     c.font_size = fit->FontSize;
-    ImGui::PushFont(fit);
-    layout_text(labels, std::max(inner.x, ImGui::GetFontSize() * 4), c);
-    ImGui::PopFont();
+    if (!laid_out) layout_text(labels, width, c);  // the current font
   }
   ImFont* font = ImGui::GetFont();
   for (ImFont* f : ImGui::GetIO().Fonts->Fonts)
@@ -206,7 +215,7 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   ImGui::BeginChild(("text.body." + std::to_string(slot)).c_str(), ImVec2(0, 0), true);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
-  const float width = inner.x, pad = c.pad, pad_x = 0, line = c.line, height = c.height;
+  const float width = inner.x, pad = c.pad, line = c.line, height = c.height;
   // Keep the kept query in view when it changes (not the hovered one: the text would move under the pointer).
   if (tv.scrolled_to[slot] != sel.query && sel.query >= 0 && sel.query < static_cast<int>(c.y.size())) {
     const float qy = c.y[static_cast<size_t>(sel.query)], view_h = ImGui::GetWindowHeight();
@@ -227,7 +236,7 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
     const float w = c.weights.w[i];
     const viz::TextShade s = viz::text_shade(carries ? w : 0.0, range, scale);
     if (carries) dl->AddRectFilled(a, b, col(s.background));
-    dl->AddText(ImVec2(a.x + pad_x, a.y + pad), carries ? col(s.ink) : disabled, labels[i].c_str());
+    dl->AddText(ImVec2(a.x, a.y + pad), carries ? col(s.ink) : disabled, labels[i].c_str());
     const bool answer = ii >= sel.answer_begin && ii < sel.answer_end;
     if (answer) {  // the span outlined as one box (per line): top and bottom, closed at its ends
       const ImU32 green = IM_COL32(20, 160, 60, 255);
