@@ -8,6 +8,7 @@
 #include "app/explain_slides.h"
 #include "app/gui.h"
 #include "app/layout.h"
+#include "app/play_script.h"
 #include "core/error.h"
 #include "core/needle.h"
 
@@ -94,7 +95,7 @@ int cmd_gui(const Args& a) {
   }
   if (a.has("settings")) {
     o.settings_path = a.get("settings");
-  } else if (!a.has("screenshot")) {  // a window for a person: remember its layout between runs
+  } else if (!a.has("screenshot") && !a.has("play")) {  // a person's window: its layout kept between runs
     const char* xdg = std::getenv("XDG_CONFIG_HOME");
     const char* home = std::getenv("HOME");
     if (xdg && *xdg)
@@ -102,6 +103,16 @@ int cmd_gui(const Args& a) {
     else if (home && *home)
       o.settings_path = (std::filesystem::path(home) / ".config" / "difflens" / "layout.ini").string();
   }
+  if (a.has("play")) {  // a bad script is refused before a window opens, with its line
+    if (a.has("screenshot"))
+      throw Error("give --play or --screenshot, not both (a script writes its own: screenshot F.png)");
+    o.play = app::read_play_script(a.get("play"));
+  } else if (a.has("play-delay") || a.has("play-seconds") || a.has("play-exit")) {
+    throw Error("--play-delay, --play-seconds and --play-exit go with --play FILE");
+  }
+  o.play_exit = a.has("play-exit");
+  o.play_delay_ms = a.get_double("play-delay");
+  o.play_seconds = a.get_double("play-seconds");
   o.query = a.get_int("query", -1);
   o.explain_step = a.get_int("explain-step");
   o.present = a.has("present");
@@ -198,6 +209,13 @@ Command gui_command() {
             "layout settings read at start, written at exit (default "
             "~/.config/difflens/layout.ini; headless screenshots use none unless given)"),
        text("screenshot", "F.png", "write the window to F.png once both maps are shown, then exit"),
+       text("play", "FILE",
+            "play a script of app actions, one a line (docs/play.md; assets/needle-story.play)"),
+       number("play-delay", "MS", 0, 600000, "0",
+              "--play: the pause before each action, typing a character every 60 ms (0: at once)"),
+       flag("play-exit", "--play: quit when the script ends (else the window stays)"),
+       number("play-seconds", "S", 0, 86400, "0",
+              "--play: stop after S seconds, wait for the results and quit (0: the whole script)"),
        integer("exit-after-frames", "N", 0, 100000, "3",
                "frames rendered after the result before the screenshot"),
        integer("hover-token", "I", 0, 1e9, "",

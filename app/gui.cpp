@@ -35,6 +35,7 @@
 #include "app/panels.h"
 #include "app/plot.h"
 #include "app/remote_client.h"
+#include "app/script_player.h"
 #include "app/shell.h"
 #include "app/ui_fonts.h"
 #include "core/atomic_file.h"
@@ -213,12 +214,15 @@ int run_gui(const GuiOptions& opt) {
     state.text.probe = opt.hover_token;
     state.text.heads = opt.text_heads;
     HeadlessRun headless(opt);
+    ScriptPlayer player(opt.play, opt.play_delay_ms, opt.play_seconds, opt.play_exit);
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result (the worker posts an event when a job ends); wake up for the
       // debounce deadline. While the models run, redraw only a few times a second for the status line:
       // every frame costs CPU the inference could use (software GL especially).
-      if (state.prompt.pending || headless.counting())
+      if (player.playing())  // a script plays: its next action comes without an event to wake for
+        glfwWaitEventsTimeout(0.005);
+      else if (state.prompt.pending || headless.counting())
         glfwWaitEventsTimeout(0.03);
       else if (state.status.busy)
         glfwWaitEventsTimeout(0.25);
@@ -262,6 +266,9 @@ int run_gui(const GuiOptions& opt) {
       }
       poll_lab(state, worker);
       headless.after_poll(state);
+      PlayRequests played;
+      player.step(state, worker, played);
+      if (played.width > 0 && !fullscreen.on) glfwSetWindowSize(window, played.width, played.height);
       if (state.prompt.pending && now_seconds() - state.prompt.last_edit > kDebounceSeconds) {
         CaptureOptions capture;
         capture.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
@@ -293,6 +300,13 @@ int run_gui(const GuiOptions& opt) {
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       headless.place_mouse(state, io);
+      {
+        double cx = 0, cy = 0;  // on the screen: the window moves when presenting goes full screen
+        int wx = 0, wy = 0;
+        glfwGetCursorPos(window, &cx, &cy);
+        glfwGetWindowPos(window, &wx, &wy);
+        player.park_mouse(io, cx + wx, cy + wy);
+      }
       ImGui::NewFrame();
       state.drawn.rects.clear();
       ImGui::SetNextWindowPos(ImVec2(0, 0));
@@ -420,7 +434,7 @@ int run_gui(const GuiOptions& opt) {
       }
       const bool window_shot = state.window_shot;
       state.window_shot = false;
-      if (state.quit) glfwSetWindowShouldClose(window, 1);
+      if (state.quit || played.quit) glfwSetWindowShouldClose(window, 1);
 
       ImGui::Render();
       int w, h;
@@ -437,6 +451,12 @@ int run_gui(const GuiOptions& opt) {
              ("window-" + std::to_string(static_cast<long long>(now_seconds())) + ".png"))
                 .string();
         state.message = write_window_png(path, w, h) ? "wrote " + path : "could not write " + path;
+      }
+      if (!played.screenshot.empty()) {
+        std::error_code ec;
+        const std::filesystem::path parent = std::filesystem::path(played.screenshot).parent_path();
+        if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+        player.screenshot_written(played.screenshot, write_window_png(played.screenshot, w, h));
       }
       if (headless.after_render(state, worker, w, h, frame_start)) {
         exit_status = headless.exit_status();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/layout.h"
+#include "app/play_script.h"
 
 namespace difflens::app {
 
@@ -55,6 +56,10 @@ struct GuiOptions {
   int zoom[3] = {0, 0, 0};  // initial head-view zoom: first row, first column, span (0: whole map)
   int query = -1;           // initial query token (question start); -1: the last token
   int answer_begin = -1, answer_end = -1;  // initial answer span [begin, end) in tokens
+  PlayScript play;                         // --play: the script played in the window (no actions: none)
+  double play_delay_ms = 0;                // --play-delay: the pause before each action
+  bool play_exit = false;                  // --play-exit: quit when the script ends
+  double play_seconds = 0;  // --play-seconds: stop playing after this long (0: the whole script)
 };
 
 // Runs the window until it is closed (or the headless screenshot is written). Returns the exit status;

@@ -139,6 +139,11 @@ void InferenceWorker::wait_idle() const {
   });
 }
 
+bool InferenceWorker::idle() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return loads_.empty() && !pending_run_ && !status_.busy && !pending_sweep_ && !sweep_active_ && !result_;
+}
+
 uint64_t InferenceWorker::start_sweep(const SweepRequest& request) {
   uint64_t id;
   {

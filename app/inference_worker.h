@@ -143,6 +143,8 @@ class InferenceWorker {
   std::optional<SweepProgress> sweep_progress(uint64_t seen_version = 0) const;
   // Blocks until the queue is empty and nothing runs, sweeps included (tests and headless mode).
   void wait_idle() const;
+  // The same without blocking, and no finished run left untaken (--play's `wait`).
+  bool idle() const;
 
  private:
   void loop();

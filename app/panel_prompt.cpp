@@ -119,8 +119,28 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
   }
 }
 
-// Where both models run (the Run menu). Picking another device loads the loaded models again there (a
-// sweep in progress stops, as with any model load) and re-runs the prompt.
+void pick_device(GuiState& state, InferenceWorker& worker, DeviceChoice to) {
+  const DeviceSwitch plan = plan_device_switch(state.device, to, state.cuda);
+  state.device_message = plan.message;
+  if (!plan.message.empty()) state.message = plan.message;
+  if (plan.accepted) {
+    state.device = to;
+    worker.set_device(to);
+  }
+  if (!plan.reload) return;
+  for (int s = 0; s < kSlots; ++s) {
+    // A loaded model again from where it came; a slot whose load failed (e.g. CUDA asked at start on a
+    // CPU-only build) tries its typed folder again.
+    const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
+    if (info.path.rfind("remote://", 0) == 0) continue;  // runs where its server put it
+    if (info.loaded && !info.path.empty())
+      worker.load(s, info.path);
+    else if (!info.error.empty() && !state.slots[s].path_field.empty())
+      worker.load(s, state.slots[s].path_field);
+  }
+  state.prompt.rerun();
+}
+
 void draw_device_menu(GuiState& state, InferenceWorker& worker) {
   ImGui::TextDisabled("device (both models)");
   static const char* kDevices[] = {"auto", "cpu", "cuda"};
@@ -131,27 +151,7 @@ void draw_device_menu(GuiState& state, InferenceWorker& worker) {
                           state.cuda ? "CUDA is available." : "No CUDA here.");
       continue;
     }
-    const auto to = static_cast<DeviceChoice>(pick);
-    const DeviceSwitch plan = plan_device_switch(state.device, to, state.cuda);
-    state.device_message = plan.message;
-    if (!plan.message.empty()) state.message = plan.message;
-    if (plan.accepted) {
-      state.device = to;
-      worker.set_device(to);
-    }
-    if (plan.reload) {
-      for (int s = 0; s < kSlots; ++s) {
-        // A loaded model again from where it came; a slot whose load failed (e.g. CUDA asked at start on
-        // a CPU-only build) tries its typed folder again.
-        const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
-        if (info.path.rfind("remote://", 0) == 0) continue;  // runs where its server put it
-        if (info.loaded && !info.path.empty())
-          worker.load(s, info.path);
-        else if (!info.error.empty() && !state.slots[s].path_field.empty())
-          worker.load(s, state.slots[s].path_field);
-      }
-      state.prompt.rerun();
-    }
+    pick_device(state, worker, static_cast<DeviceChoice>(pick));
   }
   if (!state.device_message.empty()) ImGui::TextDisabled("%s", state.device_message.c_str());
 }
@@ -160,11 +160,14 @@ void draw_device_menu(GuiState& state, InferenceWorker& worker) {
 void draw_prompt_editor(GuiState& state) {
   if (ImGui::InputTextMultiline(
           "##prompt", &state.prompt.text,
-          ImVec2(-1, ImGui::GetTextLineHeight() * 3 + ImGui::GetStyle().FramePadding.y * 2))) {
-    state.prompt.pending = true;
-    state.selection.needles.clear();  // the builder's spans no longer match the text
-    state.prompt.last_edit = now_seconds();
-  }
+          ImVec2(-1, ImGui::GetTextLineHeight() * 3 + ImGui::GetStyle().FramePadding.y * 2)))
+    prompt_edited(state);
+}
+
+void prompt_edited(GuiState& state) {
+  state.prompt.pending = true;
+  state.selection.needles.clear();  // the builder's spans no longer match the text
+  state.prompt.last_edit = now_seconds();
 }
 
 }  // namespace difflens::app

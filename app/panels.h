@@ -14,6 +14,10 @@ namespace difflens::app {
 void draw_model_slots(GuiState& state, InferenceWorker& worker);
 void draw_device_menu(GuiState& state, InferenceWorker& worker);
 void draw_prompt_editor(GuiState& state);
+// What an edit of the prompt does (the editor, --play's typing): the prompt runs after the debounce.
+void prompt_edited(GuiState& state);
+// The Run menu's pick of a device: accepted or refused with a message; loaded models go there again.
+void pick_device(GuiState& state, InferenceWorker& worker, DeviceChoice to);
 // The model card of the model loaded in `slot` (its folder's card.json), or nullptr: none there.
 const ModelCard* slot_card(GuiState& state, int slot);
 // Help > About the models: each slot's card line and its full model card, in a window.

@@ -190,17 +190,12 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
           "as in the paper's quantization study; both models re-run.");
     static const char* kWidths[] = {"exact", "8-bit", "6-bit", "4-bit"};
     for (int k = 0; k < 4; ++k)
-      if (ImGui::MenuItem(kWidths[k], nullptr, v.quantization == k) && v.quantization != k) {
-        v.quantization = k;  // both models run again with the new width
-        state.prompt.rerun();
-      }
+      if (ImGui::MenuItem(kWidths[k], nullptr, v.quantization == k)) set_logit_width(state, k);
     ImGui::Separator();
     ImGui::SetNextItemWidth(field);
     int budget_mb = static_cast<int>(state.pooled_budget >> 20);
-    if (ImGui::InputInt("long-prompt MB", &budget_mb, 64, 256, ImGuiInputTextFlags_EnterReturnsTrue)) {
-      state.pooled_budget = static_cast<size_t>(std::clamp(budget_mb, 0, 65536)) << 20;
-      state.prompt.rerun();
-    }
+    if (ImGui::InputInt("long-prompt MB", &budget_mb, 64, 256, ImGuiInputTextFlags_EnterReturnsTrue))
+      set_pooled_budget(state, budget_mb);
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip(
           "Prompts whose exact maps would need more than this per model are captured in blocks\n"
@@ -231,6 +226,38 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
       ImGui::GetWindowWidth() - ImGui::CalcTextSize(right.c_str()).x - 2 * ImGui::GetStyle().ItemSpacing.x));
   ImGui::TextDisabled("%s", right.c_str());
   ImGui::EndMenuBar();
+}
+
+void open_into_slot(GuiState& state, InferenceWorker& worker, int slot, int kind, const std::string& path,
+                    const std::string& token) {
+  slot = std::clamp(slot, 0, kSlots - 1);
+  if (kind == 2) {  // remote: the token joins the address unless it carries one
+    std::string spec = path;
+    if (!token.empty() && spec.find("token=") == std::string::npos)
+      spec += (spec.find('?') == std::string::npos ? "?token=" : "&token=") + token;
+    state.slots[slot].path_field = path;
+    worker.load(slot, spec);
+    state.prompt.rerun();
+  } else if (kind == 1) {
+    state.slots[slot].bundle_field = path;
+    worker.open_bundle(slot, path);
+  } else {
+    state.slots[slot].path_field = path;
+    worker.load(slot, path);
+    state.prompt.rerun();  // run the prompt with the new model
+  }
+}
+
+void set_logit_width(GuiState& state, int width) {
+  width = std::clamp(width, 0, 3);
+  if (state.view.quantization == width) return;
+  state.view.quantization = width;  // both models run again with the new width
+  state.prompt.rerun();
+}
+
+void set_pooled_budget(GuiState& state, int megabytes) {
+  state.pooled_budget = static_cast<size_t>(std::clamp(megabytes, 0, 65536)) << 20;
+  state.prompt.rerun();
 }
 
 void draw_open_dialog(GuiState& state, InferenceWorker& worker) {
@@ -272,21 +299,7 @@ void draw_open_dialog(GuiState& state, InferenceWorker& worker) {
     ImGui::TextDisabled("the token serve printed; over SSH: ssh -N -L 8765:localhost:8765 gpu-box first");
   }
   if (ImGui::Button("Open") || enter) {
-    if (d.remote) {
-      std::string spec = d.path;
-      if (!d.token.empty() && spec.find("token=") == std::string::npos)
-        spec += (spec.find('?') == std::string::npos ? "?token=" : "&token=") + d.token;
-      state.slots[d.slot].path_field = d.path;
-      worker.load(d.slot, spec);
-      state.prompt.rerun();
-    } else if (d.bundle) {
-      state.slots[d.slot].bundle_field = d.path;
-      worker.open_bundle(d.slot, d.path);
-    } else {
-      state.slots[d.slot].path_field = d.path;
-      worker.load(d.slot, d.path);
-      state.prompt.rerun();  // run the prompt with the new model
-    }
+    open_into_slot(state, worker, d.slot, d.remote ? 2 : d.bundle ? 1 : 0, d.path, d.token);
     ImGui::CloseCurrentPopup();
   }
   ImGui::SameLine();

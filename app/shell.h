@@ -25,6 +25,14 @@ ModelShape shape_of(const GuiState& state);
 
 void draw_menu_bar(GuiState& state, InferenceWorker& worker);
 void draw_open_dialog(GuiState& state, InferenceWorker& worker);
+// What the "Open" dialog does: `kind` 0 a model folder, 1 a trace bundle, 2 a remote model (`token` joins
+// its address); a model load re-runs the prompt.
+void open_into_slot(GuiState& state, InferenceWorker& worker, int slot, int kind, const std::string& path,
+                    const std::string& token);
+// The Run menu: the attention logits' width (0 exact, 1 8-bit, 2 6-bit, 3 4-bit) and the long-prompt
+// budget in MB; both re-run the prompt.
+void set_logit_width(GuiState& state, int width);
+void set_pooled_budget(GuiState& state, int megabytes);
 void draw_side_panel(GuiState& state, InferenceWorker& worker, const ModelShape& shape);
 // The row of view buttons (1-9) and the split toggle, above the central area.
 void draw_view_bar(GuiState& state);

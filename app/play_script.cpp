@@ -1,0 +1,527 @@
+// The --play script language: reading and checking a script (app/play_script.h), and the soak's generator.
+#include "app/play_script.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "app/layout.h"
+#include "core/error.h"
+
+namespace difflens::app {
+namespace {
+
+struct VerbName {
+  const char* word;
+  const char* usage;  // what follows the word
+};
+// The order of PlayVerb, except the verbs that share a word (explain, export, lab, wait) listed once.
+constexpr VerbName kVerbs[] = {
+    {"type", "TEXT"},
+    {"paste", "TEXT"},
+    {"paste-file", "FILE"},
+    {"prompt", "TEXT"},
+    {"clear", ""},
+    {"needle", "TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER]"},
+    {"query", "TOKEN|last"},
+    {"answer", "BEGIN END|clear"},
+    {"layer", "L"},
+    {"head", "[left|right] H"},
+    {"view", "NAME"},
+    {"split", "off|below|beside"},
+    {"side", "on|off"},
+    {"lecture", "on|off"},
+    {"text-size", "X (0.75 to 3)"},
+    {"text-direction", "from|to"},
+    {"text-heads", "head|layer|all"},
+    {"open", "left|right model|bundle|remote PATH [TOKEN]"},
+    {"device", "auto|cpu|cuda"},
+    {"logits", "exact|8|6|4"},
+    {"pooling", "max|mean"},
+    {"budget", "MB"},
+    {"size", "WIDTHxHEIGHT"},
+    {"lab", "grid LENGTHS DEPTHS NEEDLES QUERIED SEEDS|start|cancel"},
+    {"explain", "next|back|STEP"},
+    {"present", "on|off"},
+    {"export", "maps|heads|page [FILE.html]|window|folder DIR"},
+    {"wait", "[MS]"},
+    {"screenshot", "FILE.png"},
+    {"quit", ""},
+};
+
+std::string verbs_list() {
+  std::string out;
+  for (const VerbName& v : kVerbs) out += std::string(out.empty() ? "" : ", ") + v.word;
+  return out;
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+// One of `words` (separated by '|'), as its index; -1 when `w` is none of them.
+int pick(const std::string& w, const std::string& words) {
+  int i = 0;
+  size_t start = 0;
+  while (true) {
+    const size_t bar = words.find('|', start);
+    if (words.compare(start, bar == std::string::npos ? std::string::npos : bar - start, w) == 0 &&
+        w.size() == (bar == std::string::npos ? words.size() : bar) - start)
+      return i;
+    if (bar == std::string::npos) return -1;
+    start = bar + 1;
+    ++i;
+  }
+}
+
+bool parse_int(const std::string& s, int lo, int hi, int& out) {
+  if (s.empty() || s.size() > 10) return false;
+  size_t used = 0;
+  try {
+    const long v = std::stol(s, &used);
+    if (used != s.size() || v < lo || v > hi) return false;
+    out = static_cast<int>(v);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+std::vector<int> parse_int_list(const std::string& s, int lo, int hi) {
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = s.find(',', start);
+    int v = 0;
+    if (!parse_int(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start), lo, hi,
+                   v))
+      return {};
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& end) {
+  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+}
+
+// Reads one non-blank, non-comment line into `a`; a problem is thrown as Error(what is wrong).
+void parse_line(const std::string& line, PlayAction& a) {
+  const size_t word_end = line.find(' ');
+  const std::string verb = line.substr(0, word_end);
+  // The rest after one space: TEXT keeps every further space.
+  const std::string rest = word_end == std::string::npos ? "" : line.substr(word_end + 1);
+  const std::vector<std::string> w = split_words(rest);
+  auto usage = [&](const char* v) -> std::string {
+    for (const VerbName& n : kVerbs)
+      if (verb == n.word) return std::string("expected: ") + v + (*n.usage ? " " : "") + n.usage;
+    return "";
+  };
+  auto bad = [&](const std::string& what) { throw Error(what + " (" + usage(verb.c_str()) + ")"); };
+  auto words = [&](size_t lo, size_t hi) {
+    if (w.size() < lo || w.size() > hi)
+      bad("'" + verb + "' takes " +
+          (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)) + " word" +
+          (lo == 1 && hi == 1 ? "" : "s") + ", got " + std::to_string(w.size()));
+  };
+  auto one_of = [&](const std::string& choices) {
+    words(1, 1);
+    const int i = pick(w[0], choices);
+    if (i < 0) bad("'" + w[0] + "' is not one of " + choices);
+    return i;
+  };
+  auto integer = [&](const std::string& s, int lo, int hi) {
+    int v = 0;
+    if (!parse_int(s, lo, hi, v))
+      bad("'" + s + "' is not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+    return v;
+  };
+  if (verb == "type" || verb == "paste" || verb == "prompt") {
+    a.verb = verb == "type" ? PlayVerb::Type : verb == "paste" ? PlayVerb::Paste : PlayVerb::Prompt;
+    a.text = unescape_play_text(rest);
+  } else if (verb == "paste-file") {
+    a.verb = PlayVerb::PasteFile;
+    if (rest.empty()) bad("no file named");
+    a.text = rest;
+  } else if (verb == "clear") {
+    a.verb = PlayVerb::Clear;
+    words(0, 0);
+  } else if (verb == "needle") {
+    a.verb = PlayVerb::Needle;
+    words(1, 1);
+    a.ints = parse_int_list(w[0], 0, 1 << 20);
+    const auto& n = a.ints;
+    if (n.size() < 5 || n.size() > 6 || n[0] < 64 || n[1] > 100 || n[2] < 1 || n[2] > 6 || n[3] < 1 ||
+        n[3] > n[2] || (n.size() == 6 && n[5] > 1))
+      bad("'" + w[0] + "' is not TOKENS >= 64, DEPTH 0..100, 1 <= ASKED <= NEEDLES <= 6, ANSWER 0 or 1");
+  } else if (verb == "query") {
+    a.verb = PlayVerb::Query;
+    words(1, 1);
+    a.ints = {w[0] == "last" ? -1 : integer(w[0], 0, 1 << 30)};
+  } else if (verb == "answer") {
+    a.verb = PlayVerb::Answer;
+    if (w.size() == 1 && w[0] == "clear") return;
+    words(2, 2);
+    a.ints = {integer(w[0], 0, 1 << 30), integer(w[1], 0, 1 << 30)};
+    if (a.ints[1] <= a.ints[0]) bad("the answer's END must be after its BEGIN");
+  } else if (verb == "layer") {
+    a.verb = PlayVerb::Layer;
+    words(1, 1);
+    a.ints = {integer(w[0], 0, 1 << 20)};
+  } else if (verb == "head") {
+    a.verb = PlayVerb::Head;
+    words(1, 2);
+    const int slot = w.size() == 1 ? -1 : pick(w[0], "left|right");
+    if (w.size() == 2 && slot < 0) bad("'" + w[0] + "' is not left or right");
+    a.ints = {slot, integer(w.back(), 0, 1 << 20)};
+  } else if (verb == "view") {
+    a.verb = PlayVerb::View;
+    words(1, 1);
+    int n = 0;
+    if (parse_int(w[0], 1, kViews, n)) {
+      a.ints = {n - 1};
+    } else {
+      const auto v = parse_view(w[0]);
+      if (!v) bad("'" + w[0] + "' is not a view: " + view_names() + " or 1 to " + std::to_string(kViews));
+      a.ints = {static_cast<int>(*v)};
+    }
+  } else if (verb == "split") {
+    a.verb = PlayVerb::Split;
+    a.ints = {one_of("off|below|beside")};
+  } else if (verb == "side" || verb == "lecture" || verb == "present") {
+    a.verb = verb == "side" ? PlayVerb::Side : verb == "lecture" ? PlayVerb::Lecture : PlayVerb::Present;
+    a.ints = {one_of("off|on")};
+  } else if (verb == "text-size") {
+    a.verb = PlayVerb::TextSize;
+    words(1, 1);
+    try {
+      size_t used = 0;
+      a.number = std::stod(w[0], &used);
+      if (used != w[0].size() || !std::isfinite(a.number) || a.number < 0.75 || a.number > 3) throw Error("");
+    } catch (const std::exception&) {
+      bad("'" + w[0] + "' is not a number from 0.75 to 3");
+    }
+  } else if (verb == "text-direction") {
+    a.verb = PlayVerb::TextFrom;
+    a.ints = {one_of("from|to")};
+  } else if (verb == "text-heads") {
+    a.verb = PlayVerb::TextHeads;
+    a.ints = {one_of("head|layer|all")};
+  } else if (verb == "open") {
+    a.verb = PlayVerb::Open;
+    if (w.size() < 3) bad("'open' needs a slot, a kind and a path");
+    const int slot = pick(w[0], "left|right"), kind = pick(w[1], "model|bundle|remote");
+    if (slot < 0) bad("'" + w[0] + "' is not left or right");
+    if (kind < 0) bad("'" + w[1] + "' is not model, bundle or remote");
+    a.ints = {slot, kind};
+    // The path is the rest of the line after the kind (spaces kept), except a remote's token at its end.
+    const size_t at = rest.find(w[1], rest.find(w[0]) + w[0].size()) + w[1].size() + 1;
+    a.text = at < rest.size() ? rest.substr(at) : "";
+    if (kind == 2 && w.size() == 4) {
+      a.text = w[2];
+      a.token = w[3];
+    } else if (kind == 2 && w.size() > 4) {
+      bad("a remote address has no spaces: remote://HOST:PORT/N [TOKEN]");
+    }
+  } else if (verb == "device") {
+    a.verb = PlayVerb::Device;
+    a.ints = {one_of("auto|cpu|cuda")};
+  } else if (verb == "logits") {
+    a.verb = PlayVerb::Logits;
+    a.ints = {one_of("exact|8|6|4")};
+  } else if (verb == "pooling") {
+    a.verb = PlayVerb::Pooling;
+    a.ints = {one_of("max|mean")};
+  } else if (verb == "budget") {
+    a.verb = PlayVerb::Budget;
+    words(1, 1);
+    a.ints = {integer(w[0], 0, 65536)};
+  } else if (verb == "size") {
+    a.verb = PlayVerb::Size;
+    words(1, 1);
+    const size_t x = w[0].find('x');
+    if (x == std::string::npos) bad("'" + w[0] + "' is not WIDTHxHEIGHT");
+    a.ints = {integer(w[0].substr(0, x), 320, 16384), integer(w[0].substr(x + 1), 240, 16384)};
+  } else if (verb == "lab") {
+    if (w.empty()) bad("'lab' needs grid, start or cancel");
+    if (w[0] == "grid") {
+      a.verb = PlayVerb::LabGrid;
+      words(6, 6);
+      a.words.assign(w.begin() + 1, w.end());
+      (void)integer(w[5], 1, 100);
+    } else {
+      a.verb = one_of("start|cancel") == 0 ? PlayVerb::LabStart : PlayVerb::LabCancel;
+    }
+  } else if (verb == "explain") {
+    a.verb = PlayVerb::Explain;
+    words(1, 1);
+    if (w[0] == "next" || w[0] == "back")
+      a.ints = {0, w[0] == "next" ? 1 : -1};
+    else
+      a.ints = {integer(w[0], 1, 6), 0};
+  } else if (verb == "export") {
+    if (w.empty()) bad("'export' needs what to export");
+    const int what = pick(w[0], "maps|heads|page|window|folder");
+    if (what < 0) bad("'" + w[0] + "' is not maps, heads, page, window or folder");
+    const PlayVerb verbs[] = {PlayVerb::ExportMaps, PlayVerb::ExportHeads, PlayVerb::ExportPage,
+                              PlayVerb::ExportWindow, PlayVerb::ExportDir};
+    a.verb = verbs[what];
+    if (what == 2) {
+      words(1, 2);
+      if (w.size() == 2) {
+        a.text = w[1];
+        if (!ends_with(a.text, ".html") && !ends_with(a.text, ".htm")) bad("a page is written to F.html");
+      }
+    } else if (what == 4) {  // the folder: the rest of the line (spaces kept)
+      if (w.size() < 2) bad("no folder named");
+      a.text = rest.substr(rest.find(w[0]) + w[0].size() + 1);
+    } else {
+      words(1, 1);
+    }
+  } else if (verb == "wait") {
+    a.verb = PlayVerb::Wait;
+    words(0, 1);
+    a.ints = {w.empty() ? -1 : integer(w[0], 0, 3600 * 1000)};
+  } else if (verb == "screenshot") {
+    a.verb = PlayVerb::Screenshot;
+    words(1, 1);
+    if (!ends_with(w[0], ".png")) bad("'" + w[0] + "' does not end in .png");
+    a.text = w[0];
+  } else if (verb == "quit") {
+    a.verb = PlayVerb::Quit;
+    words(0, 0);
+  } else {
+    throw Error("unknown action '" + verb + "' (actions: " + verbs_list() + ")");
+  }
+}
+
+}  // namespace
+
+std::string unescape_play_text(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\') {
+      out += text[i];
+      continue;
+    }
+    if (i + 1 >= text.size()) throw Error("a '\\' ends the text (write \\\\ for a backslash)");
+    const char c = text[++i];
+    if (c == 'n') {
+      out += '\n';
+    } else if (c == 't') {
+      out += '\t';
+    } else if (c == 'r') {
+      out += '\r';
+    } else if (c == '\\') {
+      out += '\\';
+    } else if (c == 'x') {
+      auto hex = [](char h) {
+        return h >= '0' && h <= '9'   ? h - '0'
+               : h >= 'a' && h <= 'f' ? h - 'a' + 10
+               : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                      : -1;
+      };
+      if (i + 2 >= text.size() || hex(text[i + 1]) < 0 || hex(text[i + 2]) < 0)
+        throw Error("\\x needs two hex digits (\\x41 is 'A')");
+      out += static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2]));
+      i += 2;
+    } else {
+      throw Error(std::string("unknown escape '\\") + c + "' (escapes: \\n \\t \\r \\\\ \\xHH)");
+    }
+  }
+  return out;
+}
+
+std::string escape_play_text(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c >= 0x7f) {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> play_verbs() {
+  std::vector<std::string> out;
+  for (const VerbName& v : kVerbs) out.push_back(v.word);
+  return out;
+}
+
+PlayScript parse_play_script(const std::string& text, const std::string& path) {
+  PlayScript script;
+  script.path = path;
+  std::istringstream in(text);
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // a script saved on Windows
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    line.erase(0, first);
+    PlayAction a;
+    a.line = number;
+    a.source = line;
+    try {
+      parse_line(line, a);
+    } catch (const std::exception& e) {
+      throw Error(path + ":" + std::to_string(number) + ": " + e.what());
+    }
+    script.actions.push_back(std::move(a));
+  }
+  if (script.actions.empty()) throw Error(path + ": the script has no actions (one a line; docs/play.md)");
+  return script;
+}
+
+PlayScript read_play_script(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("--play " + path + ": cannot read the script (missing or unreadable)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_play_script(text.str(), path);
+}
+
+std::string soak_script(uint64_t seed, int actions, const SoakInputs& in) {
+  std::mt19937_64 rng(seed);
+  auto below = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
+  auto chance = [&](int percent) { return static_cast<int>(below(100)) < percent; };
+  auto any = [&](const std::vector<std::string>& v) {
+    return v.empty() ? std::string() : v[below(v.size())];
+  };
+  // Short texts: words, digits, a needle's wording, control characters, invalid UTF-8, lone continuation
+  // bytes, a cut multi-byte character, right-to-left and astral characters.
+  static const char* kTexts[] = {
+      "The secret code of Ada is 7182.",
+      " What is the secret code of Ada?",
+      " the",
+      "1, 450, 3",
+      "\xff\xfe invalid",
+      "\x80\x80\x80",
+      "caf\xc3",
+      "\xe2\x82",
+      "\x01\x02\x1b[31m\x7f",
+      "\t\r\n\n",
+      "\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d",
+      "\xf0\x9f\x98\x80 \xf0\x9f\x8e\x89",
+      "Lorem ipsum dolor sit amet, consectetur adipiscing elit.",
+      "",
+  };
+  std::ostringstream out;
+  out << "# soak script: seed " << seed << ", " << actions << " actions (difflens soak-script)\n";
+  const std::string dir = in.export_dir.empty() ? "soak-exports" : in.export_dir;
+  out << "export folder " << dir << "\n";
+  int screenshots = 0;
+  for (int i = 0; i < actions; ++i) {
+    const int kind = static_cast<int>(below(100));
+    if (kind < 14) {
+      out << "type " << escape_play_text(kTexts[below(std::size(kTexts))]) << "\n";
+    } else if (kind < 18) {
+      out << "paste " << escape_play_text(kTexts[below(std::size(kTexts))]) << "\n";
+    } else if (kind < 19 && !in.paste_file.empty()) {
+      out << "paste-file " << in.paste_file << "\n";
+    } else if (kind < 22) {
+      out << (chance(50) ? "clear" : "prompt " + escape_play_text(kTexts[below(std::size(kTexts))])) << "\n";
+    } else if (kind < 24) {
+      out << "needle " << 64 + below(400) << "," << below(101) << ",1,1," << 1 + below(9) << "\n";
+    } else if (kind < 30) {
+      out << "query " << (chance(20) ? std::string("last") : std::to_string(below(chance(10) ? 100000 : 300)))
+          << "\n";
+    } else if (kind < 33) {
+      const size_t b = below(300);
+      out << (chance(30) ? std::string("answer clear")
+                         : "answer " + std::to_string(b) + " " + std::to_string(b + 1 + below(8)))
+          << "\n";
+    } else if (kind < 37) {
+      out << "layer " << below(chance(10) ? 40 : 4) << "\n";
+    } else if (kind < 41) {
+      static const char* kSlot[] = {"", "left ", "right "};
+      out << "head " << kSlot[below(3)] << below(chance(10) ? 40 : 8) << "\n";
+    } else if (kind < 51) {
+      out << "view " << 1 + below(kViews) << "\n";
+    } else if (kind < 54) {
+      static const char* kSplit[] = {"off", "below", "beside"};
+      out << "split " << kSplit[below(3)] << "\n";
+    } else if (kind < 56) {
+      out << (chance(50) ? "side on" : "side off") << "\n";
+    } else if (kind < 58) {
+      out << (chance(50) ? "lecture on" : "lecture off") << "\n";
+    } else if (kind < 59) {
+      static const char* kSizes[] = {"0.75", "1", "1.5", "2.25", "3"};
+      out << "text-size " << kSizes[below(5)] << "\n";
+    } else if (kind < 61) {
+      out << (chance(50) ? "text-direction from" : "text-direction to") << "\n";
+      static const char* kHeads[] = {"head", "layer", "all"};
+      out << "text-heads " << kHeads[below(3)] << "\n";
+    } else if (kind < 66) {
+      const char* slot = chance(50) ? "left" : "right";
+      const int what = static_cast<int>(below(10));
+      if (what < 4 && !in.models.empty())
+        out << "open " << slot << " model " << any(in.models) << "\n";
+      else if (what < 6 && !in.bad.empty())
+        out << "open " << slot << " model " << any(in.bad) << "\n";
+      else if (what < 8 && !in.bundles.empty())
+        out << "open " << slot << " bundle " << any(chance(70) ? in.bundles : in.bad) << "\n";
+      else if (!in.remotes.empty())
+        out << "open " << slot << " remote " << any(in.remotes) << "\n";
+      else if (!in.models.empty())
+        out << "open " << slot << " model " << any(in.models) << "\n";
+    } else if (kind < 67) {
+      static const char* kDevices[] = {"auto", "cpu", "cuda"};
+      out << "device " << kDevices[below(3)] << "\n";
+    } else if (kind < 69) {
+      static const char* kLogits[] = {"exact", "8", "6", "4"};
+      out << "logits " << kLogits[below(4)] << "\n";
+    } else if (kind < 70) {
+      out << (chance(50) ? "pooling max" : "pooling mean") << "\n";
+    } else if (kind < 71) {
+      static const int kBudgets[] = {0, 1, 16, 256};
+      out << "budget " << kBudgets[below(4)] << "\n";
+    } else if (kind < 75) {
+      static const char* kWindows[] = {"320x240",  "640x480",   "800x600", "1024x768",
+                                       "1280x800", "1600x1000", "500x900"};
+      out << "size " << kWindows[below(std::size(kWindows))] << "\n";
+    } else if (kind < 77) {
+      if (chance(50)) out << "lab grid 64," << 64 + below(200) << " 0,50,100 1 1 1\n";
+      out << "lab start\n";
+    } else if (kind < 79) {
+      out << "lab cancel\n";
+    } else if (kind < 82) {
+      static const char* kSteps[] = {"next", "back", "1", "3", "6"};
+      out << "explain " << kSteps[below(5)] << "\n";
+    } else if (kind < 83) {
+      out << (chance(30) ? "present on" : "present off") << "\n";
+    } else if (kind < 86) {
+      static const char* kExports[] = {"maps", "heads", "page", "window"};
+      out << "export " << kExports[below(4)] << "\n";
+    } else if (kind < 87 && screenshots < 20) {
+      out << "screenshot " << dir << "/soak-" << screenshots++ << ".png\n";
+    } else if (kind < 95) {
+      out << "wait " << below(chance(20) ? 400 : 40) << "\n";
+    } else {
+      out << "wait\n";
+    }
+  }
+  out << "present off\nwait\nscreenshot " << dir << "/soak-end.png\nquit\n";
+  return out.str();
+}
+
+}  // namespace difflens::app

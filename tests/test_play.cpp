@@ -1,0 +1,234 @@
+// Scripted sessions (--play): the script language read and refused line by line, the soak's generator, and
+// a script played in a real window (under Xvfb) doing what its lines say.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "app/play_script.h"
+#include "core/error.h"
+#include "helpers.h"
+
+using namespace difflens;
+using namespace difflens::app;
+
+namespace {
+
+std::string refusal(const std::string& script) {
+  try {
+    (void)parse_play_script(script, "s.play");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+struct Run {
+  int status;
+  std::string out;
+};
+
+Run run_difflens(const std::string& args, const test::ScratchDir& dir) {
+  const std::string log = (dir / "play.log").string();
+  const int raw = std::system((std::string(DIFFLENS_EXE) + " " + args + " > '" + log + "' 2>&1").c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log)};
+}
+
+uint32_t png_be32(const std::string& bytes, size_t at) {
+  uint32_t v = 0;
+  for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(bytes[at + i]);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("play scripts: every action read with its values, comments and blank lines skipped", "[play]") {
+  const PlayScript s = parse_play_script(
+      "# a comment\n\n  type The code is\\x20 4821.\\n\n"
+      "paste \\xff\\xfe\nprompt  two spaces\nclear\nneedle 256,50,2,1,7,0\n"
+      "query last\nquery 12\nanswer 10 14\nanswer clear\nlayer 3\nhead 2\nhead right 5\n"
+      "view text\nview 3\nsplit beside\nside off\nlecture on\ntext-size 1.5\ntext-direction to\n"
+      "text-heads all\nopen left model assets/models/my model\nopen right remote remote://h:1/0 SECRET\n"
+      "device cpu\nlogits 6\npooling mean\nbudget 64\nsize 640x480\nlab grid 64,128 0,100 1 1 2\n"
+      "lab start\nlab cancel\nexplain next\nexplain 4\npresent on\nexport maps\nexport page p.html\n"
+      "export folder out dir\nwait\nwait 250\nscreenshot a.png\nquit\r\n",
+      "s.play");
+  REQUIRE(s.actions.size() == 40);
+  const auto& a = s.actions;
+  CHECK(a[0].verb == PlayVerb::Type);
+  CHECK(a[0].line == 3);
+  CHECK(a[0].text == "The code is  4821.\n");
+  CHECK(a[1].text == "\xff\xfe");
+  CHECK(a[2].text == " two spaces");  // TEXT is everything after the one space that ends the word
+  CHECK(a[3].verb == PlayVerb::Clear);
+  CHECK(a[4].ints == std::vector<int>{256, 50, 2, 1, 7, 0});
+  CHECK(a[5].ints == std::vector<int>{-1});
+  CHECK(a[6].ints == std::vector<int>{12});
+  CHECK(a[7].ints == std::vector<int>{10, 14});
+  CHECK(a[8].ints.empty());
+  CHECK(a[9].ints == std::vector<int>{3});
+  CHECK(a[10].ints == std::vector<int>{-1, 2});
+  CHECK(a[11].ints == std::vector<int>{1, 5});
+  CHECK(a[12].ints == std::vector<int>{8});  // text is the ninth view
+  CHECK(a[13].ints == std::vector<int>{2});  // "view 3": the third (models)
+  CHECK(a[14].ints == std::vector<int>{2});
+  CHECK(a[15].ints == std::vector<int>{0});
+  CHECK(a[17].number == 1.5);
+  CHECK(a[20].ints == std::vector<int>{0, 0});
+  CHECK(a[20].text == "assets/models/my model");  // a folder's spaces kept
+  CHECK(a[21].ints == std::vector<int>{1, 2});
+  CHECK(a[21].text == "remote://h:1/0");
+  CHECK(a[21].token == "SECRET");
+  CHECK(a[26].ints == std::vector<int>{640, 480});
+  CHECK(a[27].words == std::vector<std::string>{"64,128", "0,100", "1", "1", "2"});
+  CHECK(a[30].ints == std::vector<int>{0, 1});
+  CHECK(a[31].ints == std::vector<int>{4, 0});
+  CHECK(a[34].text == "p.html");
+  CHECK(a[35].verb == PlayVerb::ExportDir);
+  CHECK(a[36].ints == std::vector<int>{-1});
+  CHECK(a[37].ints == std::vector<int>{250});
+  CHECK(a[38].text == "a.png");
+  CHECK(a[39].verb == PlayVerb::Quit);
+  CHECK(a[39].source == "quit");  // a Windows line end is not part of the line
+}
+
+TEST_CASE("play scripts: a bad line is refused with its file, line and what was expected", "[play][errors]") {
+  CHECK(
+      refusal("wait\n\njump 3\n") ==
+      "s.play:3: unknown action 'jump' (actions: type, paste, paste-file, prompt, clear, needle, query, "
+      "answer, layer, head, view, split, side, lecture, text-size, text-direction, text-heads, open, device, "
+      "logits, pooling, budget, size, lab, explain, present, export, wait, screenshot, quit)");
+  CHECK(
+      refusal("view 10\n") ==
+      "s.play:1: '10' is not a view: maps, query-row, models, lambda, noise, lab, outliers, explain or text "
+      "or 1 to 9 (expected: view NAME)");
+  CHECK(refusal("size 300x200\n") ==
+        "s.play:1: '300' is not a whole number from 320 to 16384 (expected: size "
+        "WIDTHxHEIGHT)");
+  CHECK(refusal("answer 14 10\n") ==
+        "s.play:1: the answer's END must be after its BEGIN (expected: answer BEGIN END|clear)");
+  CHECK(refusal("type bad \\q\n") == "s.play:1: unknown escape '\\q' (escapes: \\n \\t \\r \\\\ \\xHH)");
+  CHECK(refusal("type \\x4\n") == "s.play:1: \\x needs two hex digits (\\x41 is 'A')");
+  CHECK(refusal("screenshot a.jpg\n") ==
+        "s.play:1: 'a.jpg' does not end in .png (expected: screenshot FILE.png)");
+  CHECK(refusal("needle 256,50,1,2,1\n").find("s.play:1: '256,50,1,2,1' is not TOKENS >= 64") == 0);
+  CHECK(
+      refusal("open middle model x\n") ==
+      "s.play:1: 'middle' is not left or right (expected: open left|right model|bundle|remote PATH [TOKEN])");
+  CHECK(refusal("lecture maybe\n") == "s.play:1: 'maybe' is not one of off|on (expected: lecture on|off)");
+  CHECK(refusal("wait 1 2\n") == "s.play:1: 'wait' takes 0 to 1 words, got 2 (expected: wait [MS])");
+  CHECK(refusal("text-size 9\n") ==
+        "s.play:1: '9' is not a number from 0.75 to 3 (expected: text-size X (0.75 to 3))");
+  CHECK(refusal("# only a comment\n\n") == "s.play: the script has no actions (one a line; docs/play.md)");
+}
+
+TEST_CASE("play scripts: text escapes round-trip every byte", "[play]") {
+  std::string all;
+  for (int c = 0; c < 256; ++c) all += static_cast<char>(c);
+  const std::string escaped = escape_play_text(all);
+  CHECK(escaped.find('\n') == std::string::npos);  // one line
+  for (const char c : escaped) CHECK((c >= 0x20 && c < 0x7f));
+  CHECK(unescape_play_text(escaped) == all);
+  CHECK(unescape_play_text("a\\\\b\\tc") == "a\\b\tc");
+}
+
+TEST_CASE("soak scripts: seeded, every line a valid action, the inputs all used", "[play]") {
+  SoakInputs in;
+  in.models = {"assets/models/diff-small"};
+  in.bad = {"tests/data/missing"};
+  in.bundles = {"trace/"};
+  in.remotes = {"remote://127.0.0.1:9/0"};
+  in.paste_file = "big.txt";
+  in.export_dir = "out";
+  const std::string a = soak_script(7, 3000, in);
+  CHECK(a == soak_script(7, 3000, in));
+  CHECK(a != soak_script(8, 3000, in));
+  const PlayScript s = parse_play_script(a, "soak.play");
+  CHECK(s.actions.size() >= 3000);
+  std::set<PlayVerb> seen;
+  for (const PlayAction& x : s.actions) seen.insert(x.verb);
+  for (PlayVerb v : {PlayVerb::Type,       PlayVerb::Paste,      PlayVerb::PasteFile,    PlayVerb::Prompt,
+                     PlayVerb::Clear,      PlayVerb::Needle,     PlayVerb::Query,        PlayVerb::Answer,
+                     PlayVerb::Layer,      PlayVerb::Head,       PlayVerb::View,         PlayVerb::Split,
+                     PlayVerb::Side,       PlayVerb::Lecture,    PlayVerb::TextSize,     PlayVerb::TextFrom,
+                     PlayVerb::TextHeads,  PlayVerb::Open,       PlayVerb::Device,       PlayVerb::Logits,
+                     PlayVerb::Pooling,    PlayVerb::Budget,     PlayVerb::Size,         PlayVerb::LabGrid,
+                     PlayVerb::LabStart,   PlayVerb::LabCancel,  PlayVerb::Explain,      PlayVerb::Present,
+                     PlayVerb::ExportMaps, PlayVerb::ExportPage, PlayVerb::ExportWindow, PlayVerb::Wait,
+                     PlayVerb::Screenshot}) {
+    INFO(static_cast<int>(v));
+    CHECK(seen.count(v) == 1);
+  }
+  for (const char* s2 : {"paste-file big.txt", "open left remote remote://127.0.0.1:9/0", "size 320x240",
+                         "model tests/data/missing", "\\xff"})
+    CHECK(a.find(s2) != std::string::npos);
+  CHECK(a.substr(a.size() - 5) == "quit\n");
+}
+
+TEST_CASE("play: a bad script or option is refused before a window opens", "[play][cli]") {
+  test::ScratchDir dir("play-cli");
+  test::write_all(dir / "bad.play", "size 1280x800\n# two\nview mapz\n");
+  Run r = run_difflens("--play " + (dir / "bad.play").string(), dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("bad.play:3: 'mapz' is not a view") != std::string::npos);
+  r = run_difflens("--play " + (dir / "none.play").string(), dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("none.play: cannot read the script (missing or unreadable)") != std::string::npos);
+  test::write_all(dir / "ok.play", "quit\n");
+  r = run_difflens("--play " + (dir / "ok.play").string() + " --screenshot x.png", dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("give --play or --screenshot, not both") != std::string::npos);
+  r = run_difflens("--play-delay 100 --screenshot x.png", dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("--play-delay, --play-seconds and --play-exit go with --play FILE") != std::string::npos);
+}
+
+TEST_CASE("play: a script typed, selected, resized, exported and screenshotted in a window", "[gui][play]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("play");
+  const std::string d = dir.path().string();
+  test::write_all(dir / "s.play",
+                  "size 1280x800\n"
+                  "prompt The secret code of Mira is 4821.\n"
+                  "type \\x20Q: the code?\n"
+                  "wait\n"
+                  "view text\n"
+                  "text-heads layer\n"
+                  "query 3\n"
+                  "answer 6 8\n"
+                  "screenshot " +
+                      d +
+                      "/a.png\n"
+                      "size 640x480\n"
+                      "export page " +
+                      d +
+                      "/p.html\n"
+                      "open right model " +
+                      d +
+                      "/no-such-model\n"
+                      "wait\n"
+                      "screenshot " +
+                      d +
+                      "/b.png\n"
+                      "quit\n");
+  const Run r = run_difflens("--play " + (dir / "s.play").string() + " --threads 1", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("play: 9: screenshot") != std::string::npos);
+  CHECK(r.out.find("play: done: 15 of 15 actions") != std::string::npos);
+  CHECK(r.out.find("0 screenshots not written, 0 waits for results ended") != std::string::npos);
+  const std::string a = test::read_all(dir / "a.png"), b = test::read_all(dir / "b.png");
+  REQUIRE(a.size() > 10000);
+  CHECK(png_be32(a, 16) == 1280);
+  CHECK(png_be32(a, 20) == 800);
+  REQUIRE(b.size() > 5000);  // the window after the resize, still answering after the failed open
+  CHECK(png_be32(b, 16) == 640);
+  CHECK(png_be32(b, 20) == 480);
+  // The page the Text view exported holds the typed prompt and the selections the script made.
+  const std::string page = test::read_all(dir / "p.html");
+  CHECK(page.find("\"query\":3") != std::string::npos);
+  CHECK(page.find("\"answer\":[6,8]") != std::string::npos);
+  CHECK(page.find("code") != std::string::npos);
+}
