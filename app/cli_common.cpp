@@ -276,7 +276,8 @@ Model load_model(const std::string& dir, DeviceChoice device) {
 const std::vector<Command>& all_commands() {
   static const std::vector<Command> commands = [] {
     std::vector<Command> all;
-    for (auto family : {model_commands, measure_commands, figure_commands, train_commands, serve_commands})
+    for (auto family :
+         {model_commands, measure_commands, figure_commands, train_commands, serve_commands, soak_commands})
       for (Command& c : family()) all.push_back(std::move(c));
     return all;
   }();

@@ -80,6 +80,7 @@ std::vector<Command> measure_commands();  // needle, outliers, quantize, loss, b
 std::vector<Command> figure_commands();   // render, explain
 std::vector<Command> train_commands();    // train
 std::vector<Command> serve_commands();    // serve
+std::vector<Command> soak_commands();     // soak
 Command gui_command();                    // the desktop app's options (no command word)
 // Every command in the order `difflens --help` lists them.
 const std::vector<Command>& all_commands();

@@ -401,6 +401,17 @@ int run_gui(const GuiOptions& opt) {
           const Trace& t = *state.shown->traces[static_cast<size_t>(s)];
           const int T = static_cast<int>(t.length());
           if (state.selection.query < 0 || state.selection.query >= T) state.selection.query = T - 1;
+          // An answer span the prompt on screen does not reach (the prompt was shortened) is dropped, as a
+          // query beyond it becomes the last token, so every view and export agrees; not while a newer prompt
+          // (a needle just built, with its span) is on its way.
+          const bool current = !state.prompt.pending && (state.shown->prompt == state.prompt.text ||
+                                                         state.shown->prompt.rfind("(trace bundle ", 0) == 0);
+          if (current && state.selection.answer_end > T) {
+            state.message = "the answer " +
+                            viz::token_range(state.selection.answer_begin, state.selection.answer_end) +
+                            " lies beyond the " + std::to_string(T) + "-token prompt: cleared";
+            state.selection.answer_begin = state.selection.answer_end = -1;
+          }
           draw_token_strip(state, t.tokens, state.shown->labels[static_cast<size_t>(s)]);
           state.drawn.note("tokens", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
                            ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);

@@ -91,6 +91,10 @@ void ScriptPlayer::screenshot_written(const std::string& path, bool ok) {
 
 void ScriptPlayer::step(GuiState& state, InferenceWorker& worker, PlayRequests& out) {
   if (done_ || script_.actions.empty()) return;
+  if (state.message != message_) {  // what the status line said since (an export, a refusal, an error)
+    message_ = state.message;
+    if (!message_.empty()) std::printf("play: status: %s\n", message_.c_str());
+  }
   const double now = now_seconds();
   if (!started_) {
     started_ = true;

@@ -205,6 +205,11 @@ TEST_CASE("play: a script typed, selected, resized, exported and screenshotted i
                       "export page " +
                       d +
                       "/p.html\n"
+                      "prompt Hi.\n"
+                      "wait\n"
+                      "export page " +
+                      d +
+                      "/p2.html\n"
                       "open right model " +
                       d +
                       "/no-such-model\n"
@@ -217,7 +222,7 @@ TEST_CASE("play: a script typed, selected, resized, exported and screenshotted i
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("play: 9: screenshot") != std::string::npos);
-  CHECK(r.out.find("play: done: 15 of 15 actions") != std::string::npos);
+  CHECK(r.out.find("play: done: 18 of 18 actions") != std::string::npos);
   CHECK(r.out.find("0 screenshots not written, 0 waits for results ended") != std::string::npos);
   const std::string a = test::read_all(dir / "a.png"), b = test::read_all(dir / "b.png");
   REQUIRE(a.size() > 10000);
@@ -231,4 +236,32 @@ TEST_CASE("play: a script typed, selected, resized, exported and screenshotted i
   CHECK(page.find("\"query\":3") != std::string::npos);
   CHECK(page.find("\"answer\":[6,8]") != std::string::npos);
   CHECK(page.find("code") != std::string::npos);
+  // A shorter prompt drops the answer span it no longer reaches (as a query beyond it becomes the last
+  // token), so the next page is written, without the span.
+  const std::string page2 = test::read_all(dir / "p2.html");
+  CHECK(page2.find("\"answer\":[-1,-1]") != std::string::npos);
+}
+
+TEST_CASE("soak: hundreds of random actions over broken inputs, a server killed and restarted",
+          "[soak][play]") {
+#ifndef DIFFLENS_GUI
+  test::skip("built with DIFFLENS_GUI=OFF: the soak plays the desktop app");
+#endif
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("soak");
+  const Run r = run_difflens("soak --out " + (dir / "run").string() + " --seed 3 --actions 500 --corpus " +
+                                 DIFFLENS_SOURCE_DIR "/tests/data/fuzz",
+                             dir);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("soak: passed: no crash, no sanitizer report, the app answered at the end") !=
+        std::string::npos);
+  CHECK(r.out.find("MB after action 1") != std::string::npos);  // the mark: a quarter of the script
+  // The script is the seed's, and it opened the broken inputs the soak prepared.
+  const std::string script = test::read_all(dir / "run/soak.play");
+  CHECK(script.rfind("# soak script: seed 3, 500 actions", 0) == 0);
+  CHECK(script.find("/bad/") != std::string::npos);
+  CHECK(script.find("remote://127.0.0.1:") != std::string::npos);
+  const std::string log = test::read_all(dir / "run/app.log");
+  CHECK(log.find("play: done: ") != std::string::npos);
 }
