@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -215,13 +217,41 @@ void adamw_step(ModelState& s, const TrainOptions& o, int64_t step, double lr) {
   }
 }
 
-void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_t tokens,
-                double wall_seconds) {
-  s.model.save(s.dir);
-  fs::copy_file(o.corpus_dir / "tokenizer.model", s.dir / "tokenizer.model",
-                fs::copy_options::overwrite_existing);
-  const fs::path st = s.dir / "train_state";
-  fs::create_directories(st);
+// A model's training state is kept by step: train_state/step-NNNNNNNN/ holds the weights (config.json,
+// model.safetensors), the optimizer's moments and state.json, written in that order, state.json last: a
+// folder without it is a save that was cut short (a full disk, a kill) and is never resumed from. Once every
+// model of the run has a complete step, older steps are removed; the weights are then published beside
+// train_state/ for the user. A run is resumed from the newest step that every model saved completely.
+fs::path step_dir(const fs::path& model_dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return model_dir / "train_state" / name;
+}
+
+// The steps saved completely under `model_dir`, oldest first.
+std::vector<int64_t> complete_steps(const fs::path& model_dir) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(model_dir / "train_state", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.size() != 13 || !fs::exists(e.path() / "state.json", ec))
+      continue;
+    try {
+      steps.push_back(std::stoll(name.substr(5)));
+    } catch (const std::exception&) {
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// Writes step `step` of one model completely (its folder; nothing outside it changes).
+void save_step(const ModelState& s, const TrainOptions& o, int64_t step, int64_t tokens,
+               double wall_seconds) {
+  const fs::path st = step_dir(s.dir, step);
+  std::error_code ec;
+  fs::remove_all(st, ec);  // a save of this step cut short earlier
+  s.model.save(st);
   std::vector<std::vector<float>> keep;
   std::vector<TensorToWrite> out;
   for (const auto* moments : {&s.exp_avg, &s.exp_avg_sq}) {
@@ -242,13 +272,49 @@ void save_state(const ModelState& s, const TrainOptions& o, int64_t step, int64_
                       {"threads", at::get_num_threads()},
                       {"precision", o.precision},
                       {"device", cuda_available() && o.device != "cpu" ? "cuda" : "cpu"}};
-  write_file_atomically(st / "state.json", j.dump(2) + "\n");
+  write_file_atomically(st / "state.json", j.dump(2) + "\n");  // last: the step is complete
 }
 
-// Restores moments and returns the saved step, or 0 when there is nothing to resume.
-int64_t load_state(ModelState& s, int64_t* tokens, double* wall_seconds) {
-  const fs::path st = s.dir / "train_state";
-  if (!fs::exists(st / "state.json") || !fs::exists(s.dir / "model.safetensors")) return 0;
+// Saves step `step` of every model: each model's step folder first, then, with all of them complete, the
+// older steps removed and the weights (and tokenizer) published in each model's folder.
+void save_state(std::vector<ModelState>& models, const TrainOptions& o, int64_t step, int64_t tokens,
+                double wall_seconds) {
+  for (const ModelState& s : models) save_step(s, o, step, tokens, wall_seconds);
+  for (const ModelState& s : models) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(s.dir / "train_state", ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.path() != step_dir(s.dir, step) && (name.rfind("step-", 0) == 0 || name == "state.json" ||
+                                                name == "optimizer.safetensors"))  // (and an older layout's)
+        fs::remove_all(e.path(), ec);
+    }
+    s.model.save(s.dir);
+    fs::copy_file(o.corpus_dir / "tokenizer.model", s.dir / "tokenizer.model",
+                  fs::copy_options::overwrite_existing);
+  }
+}
+
+// The newest step every model of the run saved completely; 0 when there is none to resume from.
+int64_t common_step(const std::vector<fs::path>& model_dirs) {
+  std::vector<int64_t> common;
+  for (size_t k = 0; k < model_dirs.size(); ++k) {
+    const std::vector<int64_t> steps = complete_steps(model_dirs[k]);
+    if (k == 0) {
+      common = steps;
+    } else {
+      std::vector<int64_t> both;
+      std::set_intersection(common.begin(), common.end(), steps.begin(), steps.end(),
+                            std::back_inserter(both));
+      common = both;
+    }
+  }
+  return common.empty() ? 0 : common.back();
+}
+
+// Restores the weights and moments of step `step` (complete_steps'); returns it, or 0 for none.
+int64_t load_state(ModelState& s, int64_t step, int64_t* tokens, double* wall_seconds) {
+  if (step <= 0) return 0;
+  const fs::path st = step_dir(s.dir, step);
   int64_t saved_step = 0, saved_tokens = 0;
   double saved_wall = 0;
   try {
@@ -260,14 +326,17 @@ int64_t load_state(ModelState& s, int64_t* tokens, double* wall_seconds) {
     throw Error((st / "state.json").string() + ": not a training state this version can resume (" + e.what() +
                 "); start over with --fresh or remove " + st.string());
   }
-  s.model = Model::load(s.dir, DeviceChoice::Cpu);
+  if (saved_step != step)
+    throw Error((st / "state.json").string() + ": says step " + std::to_string(saved_step) + ", its folder " +
+                std::to_string(step) + "; start over with --fresh or remove " + st.string());
+  s.model = Model::load(st, DeviceChoice::Cpu);
   const SafetensorsFile f(st / "optimizer.safetensors");
   for (const auto& info : f.tensors()) {
     const bool first = info.name.rfind("exp_avg.", 0) == 0;
-    const std::string name = info.name.substr(first ? 8 : 11);
+    const std::string tensor = info.name.substr(first ? 8 : 11);
     std::vector<float> data = f.read_f32(info);
     Tensor t = at::from_blob(data.data(), info.shape, at::TensorOptions().dtype(at::kFloat)).clone();
-    (first ? s.exp_avg : s.exp_avg_sq)[name] = t;
+    (first ? s.exp_avg : s.exp_avg_sq)[tensor] = t;
   }
   *tokens = saved_tokens;
   *wall_seconds = saved_wall;
@@ -482,7 +551,7 @@ void check_train_output(const TrainOptions& o, const std::vector<ModelConfig>& c
       throw Error("train: " + dir.string() + " is a file, not a folder");
     const bool has_weights = fs::exists(dir / "model.safetensors", ec) || fs::exists(dir / "config.json", ec);
     if (!has_weights) continue;
-    const bool has_state = fs::exists(dir / "train_state" / "state.json", ec);
+    const bool has_state = fs::exists(dir / "train_state", ec);
     if (!has_state) {
       if (o.overwrite) continue;
       throw Error(
@@ -606,18 +675,23 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   std::vector<ModelState> models;
   int64_t start = 0, tokens = 0;
   double wall_before = 0;  // training wall time of earlier runs of this schedule
+  // Resumed from the newest step every model saved completely (a save cut short is skipped).
+  std::vector<fs::path> dirs;
+  if (o.train_diff) dirs.push_back(o.out_dir / diff_cfg.name);
+  if (o.train_baseline) dirs.push_back(o.out_dir / base_cfg.name);
+  const int64_t resume_step = o.resume ? common_step(dirs) : 0;
   for (int k = 0; k < 2; ++k) {
     if ((k == 0 && !o.train_diff) || (k == 1 && !o.train_baseline)) continue;
     const ModelConfig& cfg = k == 0 ? diff_cfg : base_cfg;
     ModelState s{cfg.name, o.out_dir / cfg.name, Model::random(cfg, o.seed, DeviceChoice::Cpu), {}, {}, {}, 0,
                  {}};
     int64_t resumed_tokens = 0;
-    const int64_t resumed = o.resume ? load_state(s, &resumed_tokens, &wall_before) : 0;
-    if (!models.empty() && resumed != start)
-      throw Error("train: the two models were saved at different steps (" + std::to_string(start) + " vs " +
-                  std::to_string(resumed) + "); remove one train_state to restart it");
-    start = resumed;
+    start = load_state(s, resume_step, &resumed_tokens, &wall_before);
     tokens = resumed_tokens;
+    if (!o.resume) {  // --fresh: the earlier run's steps go, so that none is resumed later by mistake
+      std::error_code ec;
+      fs::remove_all(s.dir / "train_state", ec);
+    }
     if (choice == DeviceChoice::Cuda)
       s.model = Model::from_tensors(s.model.config(), s.model.tensors(), choice);
     for (auto& [name, t] : s.exp_avg) t = t.to(dev);
@@ -751,11 +825,11 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     if (progress) progress(p);
     if ((step + 1) % o.eval_every == 0 || step + 1 == o.steps) evaluate(step + 1);
     if ((step + 1) % o.save_every == 0 || step + 1 == o.steps)
-      for (auto& s : models) save_state(s, o, step + 1, tokens, wall_before + secs);
+      save_state(models, o, step + 1, tokens, wall_before + secs);
   }
   if (step < o.steps && step > start) {  // stopped early: keep what was learned
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (auto& s : models) save_state(s, o, step, tokens, wall_before + secs);
+    save_state(models, o, step, tokens, wall_before + secs);
   }
   return step;
 }

@@ -2,7 +2,10 @@
 // to exactly the weights of an uninterrupted one, and the saved checkpoint reloads to identical logits.
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include <atomic>
+#include <csignal>
 
 #include <cmath>
 #include <fstream>
@@ -147,6 +150,56 @@ TEST_CASE("train: a stopped run resumes to exactly the weights of an uninterrupt
   for (double d : digits) CHECK((d >= 0 && d <= 1));
 }
 
+TEST_CASE("train: a save cut short by a full disk resumes from the last complete step", "[train][disk]") {
+  test::ScratchDir dir("cutsave");
+  make_corpus(dir.path());
+  TrainOptions full = tiny(dir.path(), dir / "full", 12);
+  full.save_every = 4;
+  REQUIRE(train_pair(full, nullptr, nullptr) == 12);
+  TrainOptions part = tiny(dir.path(), dir / "part", 12);
+  part.save_every = 4;
+  // When step 8 is about to be saved, a file-size limit (a disk filling up) lets the weights of DIFF's step
+  // through and not its optimizer state (twice their size): the save stops in the middle of the first model.
+  const auto weights = std::filesystem::file_size(dir / "full/diff-small/model.safetensors");
+  rlimit old{};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  bool limited = false;
+  std::string error;
+  try {
+    train_pair(part, nullptr, [&](const TrainProgress& p) {
+      if (p.step != 8 || limited) return;
+      rlimit cap = old;
+      cap.rlim_cur = weights + 4096;
+      limited = setrlimit(RLIMIT_FSIZE, &cap) == 0;
+    });
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  REQUIRE(limited);
+  CHECK_THAT(error,
+             Catch::Contains("step-00000008/optimizer.safetensors") && Catch::Contains("cannot write"));
+  const auto state = dir / "part/diff-small/train_state";
+  CHECK(std::filesystem::exists(state / "step-00000008/model.safetensors"));  // cut short: no state.json
+  CHECK(!std::filesystem::exists(state / "step-00000008/state.json"));
+  CHECK(std::filesystem::exists(state / "step-00000004/state.json"));  // the last complete step stays
+  // The published weights are still step 4's, whole.
+  CHECK(max_weight_difference(dir / "part/diff-small", state / "step-00000004") == 0);
+  // Run again: it resumes from step 4 (both models' last complete step) to the uninterrupted run's weights,
+  // and keeps only its last step.
+  CHECK(train_pair(part, nullptr, nullptr) == 12);
+  for (const char* name : {"diff-small", "baseline-small"}) {
+    INFO(name);
+    CHECK(max_weight_difference(dir / "full" / name, dir / "part" / name) < 1e-5);
+    std::vector<std::string> left;
+    for (const auto& e : std::filesystem::directory_iterator(dir / "part" / name / "train_state"))
+      left.push_back(e.path().filename().string());
+    CHECK(left == std::vector<std::string>{"step-00000012"});
+  }
+}
+
 TEST_CASE("train: a trained checkpoint reloads to identical logits", "[train][checkpoint]") {
   test::ScratchDir dir("reload");
   make_corpus(dir.path());
@@ -228,7 +281,7 @@ TEST_CASE("train: bf16 matmuls train the same models in fp32 master weights", "[
     REQUIRE(v16.size() == 2);
     CHECK(v16[1] < v16[0]);                        // it learns
     CHECK(v16[1] == Approx(v32[1]).margin(0.05));  // as much as fp32 does
-    CHECK(test::read_all(dir / "bf16" / name / "train_state/state.json").find("\"precision\": \"bf16\"") !=
+    CHECK(test::read_all(dir / "bf16" / name / "train_state/step-00000040/state.json").find("\"precision\": \"bf16\"") !=
           std::string::npos);
   }
 }
