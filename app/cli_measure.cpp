@@ -13,6 +13,7 @@
 #include "app/outlier_report.h"
 #include "core/atomic_file.h"
 #include "core/attention_cpu.h"
+#include "core/capture_plan.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/metrics.h"
@@ -370,10 +371,15 @@ int cmd_bench(const Args& a) {
         : opt.pooling == PoolingPath::Device ? "by tensor operations on the model's device"
         : models[0].device_name() == "cpu"   ? "by the CPU's fused pass as rows are made (auto)"
                                              : "on the GPU (auto)");
+  const size_t resident_before =
+      static_cast<size_t>(static_cast<int64_t>(process_memory_kb("VmRSS:"))) * 1024;
   std::printf("resident before the captures (process, libraries, weights): %s\n",
-              mb(static_cast<size_t>(static_cast<int64_t>(process_memory_kb("VmRSS:"))) * 1024).c_str());
-  std::printf("%-9s %6s %12s %12s %12s %8s %12s\n", "model", "T", "median ms", "min ms", "trace", "pooled",
-              "peak RSS");
+              mb(resident_before).c_str());
+  std::printf(
+      "(peak RSS: the process's high-water mark so far; plan: what the capture plan expects a capture to add to "
+      "what was resident before it)\n");
+  std::printf("%-9s %6s %12s %12s %12s %8s %12s %12s\n", "model", "T", "median ms", "min ms", "trace",
+              "pooled", "peak RSS", "plan");
   for (int T : lengths) {
     std::vector<int64_t> ids(static_cast<size_t>(T));
     for (int i = 0; i < T; ++i) ids[i] = 3 + (i * 7919) % (c0.vocab_size - 3);  // deterministic pseudo-text
@@ -400,10 +406,14 @@ int cmd_bench(const Args& a) {
       std::vector<double> ms;
       if (const double first = timed_capture(); first >= 60000.0) ms.push_back(first);
       while (static_cast<int>(ms.size()) < repeats) ms.push_back(timed_capture());
-      std::printf("%-9s %6d %12.1f %12.1f %12s %8s %12s\n", to_string(m.config().attention), T, median(ms),
-                  *std::min_element(ms.begin(), ms.end()), mb(bytes).c_str(),
+      CaptureMachine machine;  // what the plan expects (nothing refused: the capture above ran)
+      machine.cuda = m.device_name() != "cpu";
+      const CapturePlan plan = plan_capture(m.config(), ids, opt, 0, machine);
+      std::printf("%-9s %6d %12.1f %12.1f %12s %8s %12s %12s\n", to_string(m.config().attention), T,
+                  median(ms), *std::min_element(ms.begin(), ms.end()), mb(bytes).c_str(),
                   pooled_cells > 0 ? (std::to_string(pooled_cells) + "^2").c_str() : "exact",
-                  mb(static_cast<size_t>(static_cast<int64_t>(process_memory_kb("VmHWM:"))) * 1024).c_str());
+                  mb(static_cast<size_t>(static_cast<int64_t>(process_memory_kb("VmHWM:"))) * 1024).c_str(),
+                  ("+" + mb(static_cast<size_t>(plan.host_bytes))).c_str());
       std::fflush(stdout);
     }
   }

@@ -71,6 +71,13 @@ CapturePlan plan_capture(const ModelConfig& c, const std::vector<int64_t>& ids, 
   // One layer's attention computed whole: DIFF holds two logits and three maps per head, the baseline one of
   // each.
   p.layer_bytes = static_cast<double>(H) * TT * 4.0 * (c.is_diff() ? 5.0 : 2.0);
+  // One layer's activations, T rows of: the hidden state and its norm, the q | k | v (| lambda) projection
+  // and the rotated copies the attention reads, the heads' outputs, and the SwiGLU's gate, up and product.
+  const double qkv = static_cast<double>((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim);
+  p.activation_bytes = static_cast<double>(T) * 4.0 *
+                       (4.0 * static_cast<double>(c.hidden_size) + 2.0 * qkv +
+                        static_cast<double>(c.num_attention_heads * c.head_dim) +
+                        3.0 * static_cast<double>(c.intermediate_size));
   const double budget = static_cast<double>(o.pooled_budget_bytes);
 
   // Long prompts: pooled maps when the exact ones, or one layer computed whole, would not fit the budget.
@@ -102,31 +109,42 @@ CapturePlan plan_capture(const ModelConfig& c, const std::vector<int64_t>& ids, 
     p.block_rows = o.block_rows > 0 ? std::min<int64_t>(o.block_rows, T)
                                     : std::clamp<int64_t>(block_bytes / std::max<int64_t>(per_row, 1), 16, T);
     p.pool_on_device = o.pooling == PoolingPath::Device || (o.pooling == PoolingPath::Auto && machine.cuda);
+    // On the host: each kept map's mean and max grids, the activations, and on the CPU a block's logits and
+    // maps with the few temporary copies its statistics and pooling make (4 blocks' worth).
+    const double grids =
+        p.exact_map_bytes > 0 ? kept_maps * 2.0 * static_cast<double>(p.pooled * p.pooled) * 4.0 : 0.0;
+    p.host_bytes = grids + (machine.cuda ? 0.0
+                                         : p.activation_bytes + 4.0 * static_cast<double>(p.block_rows) *
+                                                                    static_cast<double>(per_row));
     return p;
   }
 
-  // An exact capture holds every kept map twice for a while (the layer's tensors and the Trace's buffers they
-  // are copied into; measured on the bundled pair: peak RSS 1.9-3.3 x the kept maps), plus one layer's
-  // attention computed whole, kept logits and the T x T masks. Refuse, with the numbers, what the machine
-  // cannot hold rather than be killed half-way.
-  // Full logits are kept for every head of the layers --layers selects (all without it): --heads selects
-  // maps only.
+  // An exact capture's peak on the host. The CPU's fused pass writes each kept map once, straight into the
+  // Trace's buffers, and never holds a layer's attention whole (a few rows per thread), beside the layer's
+  // activations (activation_bytes); on a GPU each kept layer's maps also pass through one host tensor on
+  // their way into the Trace (to_array), so one layer's kept maps more. Both: the kept logits. Measured
+  // against peak RSS by tests/test_capture_plan.cpp (the bundled DIFF at 2K tokens) and `bench` (which prints
+  // both). Full logits are kept for every head of the layers --layers selects (all without it): --heads
+  // selects maps only.
   const double logit_layers =
       o.layers.empty() ? static_cast<double>(c.num_hidden_layers) : static_cast<double>(o.layers.size());
   p.logits_bytes =
       o.keep_logits ? logit_layers * static_cast<double>(H) * TT * 4.0 * (c.is_diff() ? 2.0 : 1.0) : 0.0;
-  p.host_bytes = 2.0 * p.exact_map_bytes + p.logits_bytes + p.layer_bytes + 2.0 * TT;
+  const double layer_maps = p.kept_layers > 0 ? p.exact_map_bytes / static_cast<double>(p.kept_layers) : 0.0;
+  p.host_bytes = p.exact_map_bytes + p.logits_bytes + (machine.cuda ? layer_maps : p.activation_bytes);
   if (machine.host_available > 0 && p.host_bytes > static_cast<double>(machine.host_available))
     throw Error(
         "an exact capture of " + std::to_string(T) + " tokens would need about " + bytes(p.host_bytes) +
-        " of memory (the kept maps, " + bytes(p.exact_map_bytes) + ", twice while they are copied, and " +
-        bytes(p.layer_bytes) + " for one layer's attention), and " + bytes(machine.host_available) +
+        " of memory (the kept maps, " + bytes(p.exact_map_bytes) +
+        (machine.cuda ? ", and one layer's more while it comes from the GPU" : "") +
+        (p.logits_bytes > 0 ? ", the kept logits, " + bytes(p.logits_bytes) : std::string()) + "), and " +
+        bytes(machine.host_available) +
         " is available: give a pooled budget (--pooled-budget MB; in the app the long-prompt MB) to keep "
         "pooled maps with exact values on zoom, or keep fewer layers or heads (--layers, --heads)");
   // On a GPU, one layer's attention computed whole lives there, beside the weights; the kept maps are copied
   // to the host as above. What can never fit the device is refused now; what does not fit its free memory at
   // the moment surfaces as LibTorch's out-of-memory error, translated by the capture.
-  p.device_bytes = p.layer_bytes + 2.0 * TT;
+  p.device_bytes = p.layer_bytes + 2.0 * TT + p.activation_bytes;
   if (machine.cuda && machine.device_total > 0 &&
       p.device_bytes + machine.weight_bytes > static_cast<double>(machine.device_total))
     throw Error(

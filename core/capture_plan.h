@@ -22,15 +22,16 @@ struct CaptureMachine {
 
 struct CapturePlan {
   int64_t tokens = 0;
-  std::vector<int64_t> heads;  // whose maps are kept (every head when the options name none)
-  bool all_heads = true;       // heads holds every head in order
-  std::vector<bool> layers;    // per layer: its maps are kept
-  int64_t kept_layers = 0;     // layers whose maps are kept (0 without keep_maps)
-  double exact_map_bytes = 0;  // the kept maps, exact (float32)
-  double layer_bytes = 0;      // one layer's attention computed whole: logits and maps of every head
-  double logits_bytes = 0;     // kept full logits (keep_logits)
-  double host_bytes = 0;       // an exact capture's peak on the host (0 when pooled)
-  double device_bytes = 0;     // an exact capture's peak on a GPU beside the weights
+  std::vector<int64_t> heads;   // whose maps are kept (every head when the options name none)
+  bool all_heads = true;        // heads holds every head in order
+  std::vector<bool> layers;     // per layer: its maps are kept
+  int64_t kept_layers = 0;      // layers whose maps are kept (0 without keep_maps)
+  double exact_map_bytes = 0;   // the kept maps, exact (float32)
+  double layer_bytes = 0;       // one layer's attention computed whole: logits and maps of every head
+  double logits_bytes = 0;      // kept full logits (keep_logits)
+  double activation_bytes = 0;  // one layer's activations (hidden states, projections, MLP)
+  double host_bytes = 0;        // the capture's peak on the host beyond what the process held before
+  double device_bytes = 0;      // an exact capture's peak on a GPU beside the weights
   // > 0: attention in blocks of query rows and each kept map pooled to pooled x pooled cells (1 when no maps
   // are kept: blocks, nothing pooled). 0: exact maps.
   int64_t pooled = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "core/capture_plan.h"
 #include "core/error.h"
@@ -38,10 +39,23 @@ TEST_CASE("capture plan: an exact capture's kept maps and memory, by hand", "[ca
   CHECK(p.heads == std::vector<int64_t>{0, 1});
   CHECK(p.all_heads);
   CHECK(p.kept_layers == 2);
-  CHECK(p.exact_map_bytes == 2 * 2 * 3 * 100 * 4);     // layers x heads x (A1, A2, A) x T² x 4
-  CHECK(p.layer_bytes == 2 * 100 * 4 * 5);             // heads x T² x 4 x (2 logits + 3 maps)
-  CHECK(p.host_bytes == 2.0 * 4800 + 4000 + 2 * 100);  // maps twice, one layer, two T x T masks
-  CHECK(p.device_bytes == 4000 + 2 * 100);
+  CHECK(p.exact_map_bytes == 2 * 2 * 3 * 100 * 4);  // layers x heads x (A1, A2, A) x T² x 4
+  CHECK(p.layer_bytes == 2 * 100 * 4 * 5);          // heads x T² x 4 x (2 logits + 3 maps)
+  // One layer's activations: 10 rows of the hidden state and its norm (4 E), q | k | v and their rotated
+  // copies (2 x (Hq + 2 Hkv) d), the heads' outputs (Hq d) and the SwiGLU's three (3 I), 4 bytes each.
+  REQUIRE(c.hidden_size == 32);
+  REQUIRE(c.num_attention_heads == 4);
+  REQUIRE(c.num_key_value_heads == 4);
+  REQUIRE(c.head_dim == 8);
+  const double act =
+      10 * 4.0 * (4 * 32 + 2 * (4 + 8) * 8 + 4 * 8 + 3.0 * static_cast<double>(c.intermediate_size));
+  CHECK(p.activation_bytes == act);
+  CHECK(p.host_bytes == 4800 + act);  // the CPU's fused pass: each kept map once, beside the activations
+  CHECK(p.device_bytes == 4000 + 2 * 100 + act);  // a GPU: one layer computed whole, two T x T masks
+  CaptureMachine on_gpu;
+  on_gpu.cuda = true;
+  CHECK(plan_capture(c, ids(10), {}, 0, on_gpu).host_bytes ==
+        4800 + 2400);  // and one layer's maps in transit
 
   CaptureOptions some;
   some.layers = {1};
@@ -80,9 +94,10 @@ TEST_CASE("capture plan: long prompts pool their maps within the budget, in bloc
   // floor(sqrt(1048576 / (24 x 4))) = 104 cells per side.
   const CapturePlan p = plan_capture(c, ids(1000), o, 0, {});
   CHECK(p.pooled == 104);
-  CHECK(p.host_bytes == 0);
   // CPU: a block's logits and maps within 24 MB: 25165824 / (2 heads x 1000 x 4 x 5) = 629 rows.
   CHECK(p.block_rows == 629);
+  // On the host: 12 maps' mean and max grids, the activations, and 4 blocks' logits and maps.
+  CHECK(p.host_bytes == 12 * 2 * 104 * 104 * 4 + p.activation_bytes + 4.0 * 629 * (2 * 1000 * 4 * 5));
   CHECK_FALSE(p.pool_on_device);
   // An 80 GB GPU: a 32nd of it, at most 2 GB, is more than the whole prompt: one block; pooled there.
   CaptureMachine gpu;
@@ -139,14 +154,25 @@ TEST_CASE("capture plan: refusals name the numbers and what to do", "[capture][p
   late.stats_from = 10;
   CHECK(refusal(10, late, 0, {}) == "capture: statistics from position 10 of a 10-token prompt");
 
-  // The host: 4096 tokens keep 2 x 2 x 3 x 4096² x 4 = 805 MB of maps; with 1 GB available that is refused.
+  // The host: 4096 tokens keep 2 x 2 x 3 x 4096² x 4 = 805 MB of maps, written once by the CPU's pass: with
+  // 1 GB available that runs, with 512 MB it is refused; from a GPU, one layer's maps (403 MB) pass through
+  // the host as well: refused with 1 GB.
   CaptureMachine small;
   small.host_available = uint64_t{1} << 30;
+  CHECK(refusal(4096, {}, 0, small).empty());
+  small.host_available = uint64_t{512} << 20;
+  CHECK_THAT(refusal(4096, {}, 0, small),
+             Catch::StartsWith("an exact capture of 4096 tokens would need about 815 MB of memory (the kept "
+                               "maps, 805 MB), and 537 MB is available: give a pooled budget"));
+  CaptureMachine gpu_host;
+  gpu_host.cuda = true;
+  gpu_host.host_available = uint64_t{1} << 30;
   CHECK_THAT(
-      refusal(4096, {}, 0, small),
-      Catch::StartsWith("an exact capture of 4096 tokens would need about 2.3 GB of memory (the kept maps, "
-                        "805 MB, twice while they are copied, and 671 MB for one layer's attention), "
-                        "and 1.1 GB is available: give a pooled budget"));
+      refusal(4096, {}, 0, gpu_host),
+      Catch::StartsWith("an exact capture of 4096 tokens would need about 1.2 GB of memory (the kept maps, "
+                        "805 MB, and one layer's more while it comes from the GPU), and 1.1 GB is "
+                        "available"));
+  small.host_available = uint64_t{1} << 30;
   CaptureOptions pooled;
   pooled.pooled_budget_bytes = 16 << 20;
   CHECK(refusal(4096, pooled, 0, small).empty());  // a pooled capture fits
@@ -263,4 +289,39 @@ TEST_CASE("layer split on the CPU: a model spread over cpu,cpu captures and gene
   CHECK_THROWS_WITH(spread.place_layers({}), Catch::Contains("no devices"));
   if (!cuda_available())
     CHECK_THROWS_WITH(spread.place_layers({"cuda:0", "cuda:1"}), Catch::Contains("no usable CUDA device"));
+}
+
+TEST_CASE("capture plan: an exact capture's estimate holds to the measured peak memory",
+          "[capture][plan][memory]") {
+  // `bench` in a process of its own (the bundled pair, 2K tokens, exact maps): what was resident before, the
+  // high-water mark after DIFF's captures (its trace of 768 MB freed between runs) and the plan's estimate.
+  test::ScratchDir dir("planmem");
+  const std::string log = (dir / "bench.txt").string();
+  const std::string cmd = std::string(DIFFLENS_EXE) +
+                          " bench --models " DIFFLENS_SOURCE_DIR
+                          "/assets/models/diff-small," DIFFLENS_SOURCE_DIR
+                          "/assets/models/baseline-small --lengths 2048 --repeats 1 --threads 2 > '" +
+                          log + "' 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const std::string out = test::read_all(log);
+  INFO(out);
+  auto number_after = [&](const std::string& text, const std::string& key) {
+    const size_t at = text.find(key);
+    REQUIRE(at != std::string::npos);
+    return std::stod(text.substr(at + key.size()));
+  };
+  const double before = number_after(out, "resident before the captures (process, libraries, weights): ");
+  const size_t row = out.find("\ndiff ");
+  REQUIRE(row != std::string::npos);
+  std::istringstream fields(out.substr(row + 1, out.find('\n', row + 1) - row - 1));
+  std::string model, T, median, min, trace, trace_unit, pooled, peak, peak_unit, plan;
+  fields >> model >> T >> median >> min >> trace >> trace_unit >> pooled >> peak >> peak_unit >> plan;
+  CHECK(T == "2048");
+  CHECK(pooled == "exact");
+  const double grew = std::stod(peak) - before, expected = std::stod(plan.substr(1));
+  // The plan is DiffLens's own arithmetic: within 10 % of what the capture added, plus 64 MB for what it does
+  // not model (the allocator's slack, the packed weights made on the first capture, thread stacks).
+  CHECK(expected > 768);
+  CHECK(grew >= 0.9 * expected);
+  CHECK(grew <= 1.1 * expected + 64);
 }
