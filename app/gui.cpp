@@ -215,6 +215,8 @@ int run_gui(const GuiOptions& opt) {
     state.text.heads = opt.text_heads;
     HeadlessRun headless(opt);
     ScriptPlayer player(opt.play, opt.play_delay_ms, opt.play_seconds, opt.play_exit);
+    bool was_presenting = opt.present;
+    int rescroll_frames = 0;
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result (the worker posts an event when a job ends); wake up for the
@@ -335,6 +337,16 @@ int run_gui(const GuiOptions& opt) {
           state.view.head[s] = std::clamp(state.view.head[s], 0, last);
         }
         if (!moved.empty()) state.message = moved;
+      }
+      // Presenting began or ended: the token strip is laid out anew (another font, another width), so it is
+      // scrolled to the query again over the next frames, once its new size is known.
+      if (state.explain.present != was_presenting) {
+        was_presenting = state.explain.present;
+        rescroll_frames = 3;
+      }
+      if (rescroll_frames > 0) {
+        --rescroll_frames;
+        state.strip_scrolled_to = -1;
       }
       if (state.explain.present) {  // presentation: the token strip and the Explain slide fill the window
         views.explain.draw_presentation(state);
