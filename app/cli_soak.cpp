@@ -295,6 +295,15 @@ int cmd_soak(const Args& a) {
         m[2].str().c_str(), std::stod(m[3]), took, restarts.load(), m[4].str().c_str(), m[5].str().c_str(),
         m[6].str().c_str(), m[7].str().c_str(), bound, m[8].str().c_str(), m[9].str().c_str());
   }
+  // The trend: resident memory every thousand actions (what is on screen then counts too: a 100K-character
+  // paste's trace is larger than a short prompt's).
+  std::string trend;
+  for (size_t at2 = text.find("play: resident memory "); at2 != std::string::npos;
+       at2 = text.find("play: resident memory ", at2 + 1)) {
+    const size_t from = at2 + std::strlen("play: resident memory ");
+    trend += (trend.empty() ? "" : ", ") + text.substr(from, text.find(" MB", from) - from);
+  }
+  if (!trend.empty()) std::printf("soak: resident memory every 1000 actions (MB): %s\n", trend.c_str());
   if (problems.empty()) {
     std::printf("soak: passed: no crash, no sanitizer report, the app answered at the end\n");
     return 0;

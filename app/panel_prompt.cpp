@@ -166,7 +166,8 @@ void draw_prompt_editor(GuiState& state) {
 
 void prompt_edited(GuiState& state) {
   state.prompt.pending = true;
-  state.selection.needles.clear();  // the builder's spans no longer match the text
+  state.selection.needles.clear();     // the builder's spans no longer match the text
+  state.needle.focus_pending = false;  // nor is its episode's answer head to be sought in the new text
   state.prompt.last_edit = now_seconds();
 }
 

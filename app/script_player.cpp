@@ -51,8 +51,10 @@ bool ScriptPlayer::results_in(const GuiState& state, const InferenceWorker& work
 }
 
 void ScriptPlayer::note_memory() {
-  rss_peak_ = std::max(rss_peak_, resident_mb());
-  if (played_ == mark_) rss_at_mark_ = resident_mb();
+  const double now = resident_mb();
+  rss_peak_ = std::max(rss_peak_, now);
+  if (played_ == mark_) rss_at_mark_ = now;
+  if (played_ % 1000 == 0) std::printf("play: resident memory %.0f MB after action %zu\n", now, played_);
 }
 
 void ScriptPlayer::finish(const char* how) {
