@@ -281,8 +281,8 @@ TEST_CASE("train: bf16 matmuls train the same models in fp32 master weights", "[
     REQUIRE(v16.size() == 2);
     CHECK(v16[1] < v16[0]);                        // it learns
     CHECK(v16[1] == Approx(v32[1]).margin(0.05));  // as much as fp32 does
-    CHECK(test::read_all(dir / "bf16" / name / "train_state/step-00000040/state.json").find("\"precision\": \"bf16\"") !=
-          std::string::npos);
+    CHECK(test::read_all(dir / "bf16" / name / "train_state/step-00000040/state.json")
+              .find("\"precision\": \"bf16\"") != std::string::npos);
   }
 }
 
