@@ -221,6 +221,7 @@ int run_gui(const GuiOptions& opt) {
     ScriptPlayer player(opt.play, opt.play_delay_ms, opt.play_seconds, opt.play_exit);
     bool was_presenting = opt.present;
     int rescroll_frames = 0;
+    float strip_width_seen = 0;  // the window's width the strip was last scrolled for
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result (the worker posts an event when a job ends); wake up for the
@@ -342,10 +343,12 @@ int run_gui(const GuiOptions& opt) {
         }
         if (!moved.empty()) state.message = moved;
       }
-      // Presenting began or ended: the token strip is laid out anew (another font, another width), so it is
-      // scrolled to the query again over the next frames, once its new size is known.
-      if (state.explain.present != was_presenting) {
+      // Presenting began or ended, or the window was resized: the token strip is laid out anew (another font,
+      // another width), so it is scrolled to the query again over the next frames, once its new size is
+      // known.
+      if (state.explain.present != was_presenting || io.DisplaySize.x != strip_width_seen) {
         was_presenting = state.explain.present;
+        strip_width_seen = io.DisplaySize.x;
         rescroll_frames = 3;
       }
       if (rescroll_frames > 0) {

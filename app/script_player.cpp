@@ -9,21 +9,13 @@
 
 #include "app/panels.h"
 #include "app/shell.h"
+#include "core/checkpoint.h"
 
 namespace difflens::app {
 namespace {
 
 constexpr double kTypingSeconds = 0.06;     // a character typed with a play delay
 constexpr double kWaitWarnSeconds = 120.0;  // a `wait` for results longer than this is reported and ended
-
-double status_mb(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  const std::string key = std::string(field) + ":";
-  while (std::getline(in, line))
-    if (line.rfind(key, 0) == 0) return std::stod(line.substr(key.size())) / 1024.0;  // "VmRSS:  1234 kB"
-  return -1;
-}
 
 // The length of the UTF-8 sequence starting with byte `c` (1 for a byte that starts none).
 size_t sequence_length(unsigned char c) {
@@ -33,11 +25,11 @@ size_t sequence_length(unsigned char c) {
 }  // namespace
 
 double resident_mb() {
-  return status_mb("VmRSS");
+  return static_cast<double>(process_memory_kb("VmRSS:")) / 1024.0;
 }
 
 double peak_resident_mb() {
-  return status_mb("VmHWM");
+  return static_cast<double>(process_memory_kb("VmHWM:")) / 1024.0;
 }
 
 ScriptPlayer::ScriptPlayer(PlayScript script, double delay_ms, double seconds, bool exit)

@@ -70,7 +70,7 @@ class ScriptPlayer {
   double rss_at_mark_ = -1, rss_peak_ = 0;
 };
 
-// This process's resident memory now and its peak (MB, from /proc/self/status; -1 where unknown).
+// This process's resident memory now and its peak (MB, from /proc/self/status).
 double resident_mb();
 double peak_resident_mb();
 
