@@ -1438,9 +1438,11 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
       if (options.keep_hidden && layer_selected(options, static_cast<int64_t>(i))) lt.hidden = to_array(h[0]);
       trace.layers.push_back(std::move(lt));
       // Up to one pending layer per thread (and 64 MB) is kept for the statistics below.
-      if (static_cast<int>(host_hidden.size()) >= at::get_num_threads() ||
-          static_cast<double>(host_hidden.size()) * static_cast<double>(host_hidden.back().second.nbytes()) >
-              64.0 * 1024 * 1024)
+      // (None on a GPU: its statistics were taken above.)
+      if (!host_hidden.empty() &&
+          (static_cast<int>(host_hidden.size()) >= at::get_num_threads() ||
+           static_cast<double>(host_hidden.size()) * static_cast<double>(host_hidden.back().second.nbytes()) >
+               64.0 * 1024 * 1024))
         hidden_stats_of(host_hidden);
     }
     hidden_stats_of(host_hidden);

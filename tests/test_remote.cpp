@@ -757,3 +757,46 @@ TEST_CASE("serve: past --max-connections a connection is answered 503 at once, a
   a.token = Loopback::kToken;
   CHECK(RemoteClient(a).capture(ids_request({1, 2, 3})).trace->length() == 3);
 }
+
+// `serve --device cuda`: the server's models on the GPU answer captures equal to the CPU's (the kernels
+// differ, so within 1e-5, not bit for bit), exact and pooled.
+TEST_CASE("serve on CUDA: captures on loopback equal the CPU's within 1e-5, exact and pooled",
+          "[remote][gpu]") {
+  if (!cuda_available()) test::skip("no CUDA device (this LibTorch build or this machine has no GPU)");
+  const Model cpu = Model::random(test::tiny_config(AttentionKind::Diff, 32, 2), 5);
+  std::vector<Model> models;
+  models.push_back(Model::from_tensors(cpu.config(), cpu.tensors(), DeviceChoice::Cuda));
+  RemoteServer server(std::move(models), std::vector<std::string>{"diff"}, quiet_options());
+  RemoteAddress address;
+  address.host = "127.0.0.1";
+  address.port = server.start();
+  address.model = 0;
+  address.token = Loopback::kToken;
+  RemoteClient client(address);
+  for (const size_t budget : {size_t{0}, size_t{20000}}) {
+    INFO("pooled budget " << budget);
+    remote::CaptureRequest request = ids_request(test::random_ids(budget ? 300 : 61, 259, 8));
+    request.pooled_budget_bytes = budget;
+    const RemoteCapture r = client.capture(request);
+    CaptureOptions o;
+    o.pooled_budget_bytes = budget;
+    const Trace local = cpu.capture(request.token_ids, o);
+    REQUIRE(r.trace->layers.size() == local.layers.size());
+    CHECK((budget == 0) == (local.layers[0].pooled == 0));
+    for (size_t l = 0; l < local.layers.size(); ++l) {
+      const auto xs = r.trace->layers[l].arrays(), ys = local.layers[l].arrays();
+      REQUIRE(xs.size() == ys.size());
+      for (size_t k = 0; k < xs.size(); ++k) {
+        INFO("layer " << l << " array " << k);
+        REQUIRE(xs[k]->shape == ys[k]->shape);
+        size_t differ = 0;
+        for (size_t i = 0; i < ys[k]->data.size(); ++i) {
+          const float x = xs[k]->data[i], y = ys[k]->data[i];
+          differ += std::isnan(y) ? !std::isnan(x) : !(std::fabs(x - y) <= 1e-5f);
+        }
+        CHECK(differ == 0);
+      }
+      CHECK(r.trace->layers[l].lambda == Approx(local.layers[l].lambda).margin(1e-5));
+    }
+  }
+}
