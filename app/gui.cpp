@@ -96,6 +96,10 @@ void fit_to_monitor(const LayoutState& layout, int& width, int& height, int& x, 
 }  // namespace
 
 int run_gui(const GuiOptions& opt) {
+  // GLFW's own reason for a failure (a display refused, no OpenGL 3.3 context) reaches the terminal.
+  glfwSetErrorCallback([](int code, const char* description) {
+    std::fprintf(stderr, "difflens: GLFW error 0x%x: %s\n", code, description ? description : "");
+  });
   if (!glfwInit()) {
     std::fprintf(stderr,
                  "difflens: cannot open a window (no display?). Headless commands: difflens --help\n");

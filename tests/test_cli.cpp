@@ -1091,39 +1091,45 @@ TEST_CASE("gui layout: the view, split and side panel are remembered in the sett
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("guisettings");
   const std::string settings = (dir / "cfg" / "layout.ini").string();
-  Result r = run("--settings " + settings +
-                     " --view lambda --split below --maps-height 0.3 --size 1280x800 "
-                     "--threads 1 --exit-after-frames 1 --screenshot " +
-                     (dir / "a.png").string(),
-                 dir);
-  INFO(r.out);
-  REQUIRE(r.status == 0);
-  CHECK(r.out.find("layout: view lambda below the maps") != std::string::npos);
-  const std::string text = test::read_all(settings);
-  INFO(text);
-  CHECK(text.find("view=lambda\n") != std::string::npos);
-  CHECK(text.find("split=query-row,lambda\n") != std::string::npos);
-  CHECK(text.find("side_by_side=0\n") != std::string::npos);
-  CHECK(text.find("split_fraction=0.3\n") != std::string::npos);
-  CHECK(text.find("window=1280x800\n") != std::string::npos);
-  // The next start opens where the last one was left.
-  r = run("--settings " + settings + " --size 1280x800 --threads 1 --exit-after-frames 1 --screenshot " +
-              (dir / "b.png").string(),
-          dir);
-  INFO(r.out);
-  REQUIRE(r.status == 0);
-  CHECK(r.out.find("layout: view lambda below the maps") != std::string::npos);
-  const auto regions = layout_regions(r.out);
-  REQUIRE(regions.count("view.maps"));
-  REQUIRE(regions.count("central"));
-  CHECK(regions.at("view.maps").h() == Approx(0.3 * (regions.at("central").h() - 7)).margin(3));
+  // Each run in its own block: a failure shows that run's output alone.
+  {
+    const Result r = run("--settings " + settings +
+                             " --view lambda --split below --maps-height 0.3 --size 1280x800 "
+                             "--threads 1 --exit-after-frames 1 --screenshot " +
+                             (dir / "a.png").string(),
+                         dir);
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("layout: view lambda below the maps") != std::string::npos);
+    const std::string text = test::read_all(settings);
+    INFO(text);
+    CHECK(text.find("view=lambda\n") != std::string::npos);
+    CHECK(text.find("split=query-row,lambda\n") != std::string::npos);
+    CHECK(text.find("side_by_side=0\n") != std::string::npos);
+    CHECK(text.find("split_fraction=0.3\n") != std::string::npos);
+    CHECK(text.find("window=1280x800\n") != std::string::npos);
+  }
+  {
+    // The next start opens where the last one was left.
+    const Result r =
+        run("--settings " + settings + " --size 1280x800 --threads 1 --exit-after-frames 1 --screenshot " +
+                (dir / "b.png").string(),
+            dir);
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("layout: view lambda below the maps") != std::string::npos);
+    const auto regions = layout_regions(r.out);
+    REQUIRE(regions.count("view.maps"));
+    REQUIRE(regions.count("central"));
+    CHECK(regions.at("view.maps").h() == Approx(0.3 * (regions.at("central").h() - 7)).margin(3));
+  }
   // A settings file that is not one (binary junk) is ignored: the app opens with its defaults.
   test::write_all(dir / "junk.ini", "\x01\xff view=\x80 \n\n=\nsplit_fraction=NaN\nwindow=99999x1\n");
-  r = run("--settings " + (dir / "junk.ini").string() +
-              " --size 1280x800 --threads 1 --exit-after-frames 1 "
-              "--screenshot " +
-              (dir / "c.png").string(),
-          dir);
+  const Result r = run("--settings " + (dir / "junk.ini").string() +
+                           " --size 1280x800 --threads 1 --exit-after-frames 1 "
+                           "--screenshot " +
+                           (dir / "c.png").string(),
+                       dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("layout: view query-row beside the maps") != std::string::npos);
