@@ -206,4 +206,8 @@ std::vector<int> plan_layer_split(const std::vector<double>& layer_bytes, double
   return out;
 }
 
+bool layer_selected(const CaptureOptions& o, int64_t layer) {
+  return o.layers.empty() || std::find(o.layers.begin(), o.layers.end(), layer) != o.layers.end();
+}
+
 }  // namespace difflens

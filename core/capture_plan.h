@@ -49,6 +49,10 @@ struct CapturePlan {
 CapturePlan plan_capture(const ModelConfig& config, const std::vector<int64_t>& ids,
                          const CaptureOptions& options, int logit_bits, const CaptureMachine& machine);
 
+// A layer --layers selects (every layer when none is named): what keep_logits, keep_hidden and keep_qkv
+// keep, whether or not its maps are kept (--no-maps).
+bool layer_selected(const CaptureOptions& options, int64_t layer);
+
 // Consecutive layers on consecutive devices (`difflens serve --device cuda:0,cuda:1`): device k takes layers
 // while the weights placed so far stay within the first k+1 devices' share of the whole, shares in proportion
 // to `capacity` (the bytes each may hold), the embedding (`first_bytes`) with the first layer and the final

@@ -1,5 +1,5 @@
 // DIFF and baseline decoder models behind a LibTorch-free interface (pimpl): load/save checkpoints,
-// run a forward pass and capture a Trace. Only core/model.cpp sees LibTorch.
+// run a forward pass and capture a Trace. Only core's model files (model.cpp and its parts) see LibTorch.
 // Thread-safety: one Model must be used by one thread at a time (the app's worker thread owns it).
 #pragma once
 
@@ -29,7 +29,7 @@ bool cuda_memory_on(int device, uint64_t& free_bytes, uint64_t& total_bytes);  /
 // Intra-op threads for LibTorch work started FROM THE CALLING THREAD (OpenMP settings are per thread):
 // a worker thread must call it itself.
 void set_num_threads(int threads);
-// Tunes glibc malloc for large tensors (see model.cpp): every thread allocates from the main heap, and
+// Tunes glibc malloc for large tensors (see devices.cpp): every thread allocates from the main heap, and
 // blocks over 32 MB come from the heap instead of fresh mmaps. Call at the start of main(), before any
 // thread exists; Model construction calls it too, but threads that allocated earlier keep their arenas.
 void tune_allocator();

@@ -1,4 +1,5 @@
-// Internal to core (includes LibTorch): Model's private state, shared by model.cpp and train.cpp.
+// Internal to core (includes LibTorch): Model's private state, shared by the files that implement Model
+// (model.cpp, devices.cpp, capture.cpp, generate.cpp, cpu_pack.cpp) and by train.cpp.
 #pragma once
 
 #include <filesystem>
@@ -13,9 +14,9 @@
 
 namespace difflens {
 
-struct CpuLayerPack;  // model.cpp: a layer packed for the plain-C++ CPU passes
+struct CpuLayerPack;  // cpu_pack.cpp: a layer packed for the plain-C++ CPU passes
 
-// Each CPU layer's packed weights, made by the first capture that needs them (model.cpp cpu_layer).
+// Each CPU layer's packed weights, made by the first capture that needs them (cpu_pack.cpp cpu_layer).
 struct CpuLayerCache {
   std::mutex mutex;
   std::vector<std::shared_ptr<const CpuLayerPack>> layers;

@@ -1,5 +1,6 @@
-// Internal to core (includes LibTorch): the DIFF and baseline decoder modules. Only core/model.cpp and
-// core/train.cpp include this. Semantics: the README's "What the math is" and core/FORMATS.md.
+// Internal to core (includes LibTorch): the DIFF and baseline decoder modules. Only the Model's files
+// (through core/model_impl.h) and core/train.cpp include this. Semantics: the README's "What the math is"
+// and core/FORMATS.md.
 #pragma once
 
 #include <torch/nn/module.h>

@@ -1,0 +1,72 @@
+// The tokenizer of a checkpoint directory: DiffLens's own (config.json says which), or a Hugging Face
+// directory's tokenizer.model (SentencePiece) or tokenizer.json (byte-level BPE). No LibTorch.
+#include "core/model_tokenizer.h"
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/model.h"
+
+namespace difflens {
+namespace {
+
+// A Hugging Face directory's tokenizer: SentencePiece (tokenizer.model) when present, else what the
+// directory offers; `note` says why text cannot be encoded when no usable tokenizer is there.
+Tokenizer hf_tokenizer(const std::filesystem::path& dir, ModelConfig& config, std::string& note) {
+  if (std::filesystem::exists(dir / "tokenizer.model")) {
+    Tokenizer t = Tokenizer::sentencepiece(dir / "tokenizer.model");
+    if (t.vocab_size() > config.vocab_size)
+      throw Error((dir / "tokenizer.model").string() + ": has " + std::to_string(t.vocab_size()) +
+                  " pieces, more than the model's vocab_size " + std::to_string(config.vocab_size));
+    config.tokenizer = TokenizerKind::SentencePiece;
+    return t;
+  }
+  config.tokenizer = TokenizerKind::ByteLevelBpe;
+  if (std::filesystem::exists(dir / "tokenizer.json")) {
+    try {
+      Tokenizer t =
+          Tokenizer::byte_level_bpe(dir / "tokenizer.json", config.bos_token_id, config.eos_token_id);
+      if (t.vocab_size() > config.vocab_size)
+        throw Error("it has " + std::to_string(t.vocab_size()) +
+                    " tokens, more than the model's vocab_size " + std::to_string(config.vocab_size));
+      return t;
+    } catch (const std::exception& e) {  // the weights are still worth exploring with token ids
+      note = std::string("tokenizer not usable (") + e.what() + "): give token ids";
+      return Tokenizer::without_files(config);
+    }
+  }
+  note = "no tokenizer.model or tokenizer.json in the directory: give token ids";
+  return Tokenizer::without_files(config);
+}
+
+}  // namespace
+
+// The directory's config may be updated with the tokenizer kind found.
+
+Tokenizer directory_tokenizer(const std::filesystem::path& dir, ModelConfig& config, std::string& note) {
+  if (config.architecture != "difflens") return hf_tokenizer(dir, config, note);
+  if (config.tokenizer == TokenizerKind::ByteLevelBpe) {
+    try {  // as for Hugging Face directories: an unusable tokenizer.json leaves token ids
+      return Tokenizer::for_model(dir, config);
+    } catch (const std::exception& e) {
+      note = std::string("tokenizer not usable (") + e.what() + "): give token ids";
+      return Tokenizer::without_files(config);
+    }
+  }
+  if (config.tokenizer == TokenizerKind::SentencePiece) {
+    try {  // the weights are usable without it: token ids instead of text
+      return Tokenizer::for_model(dir, config);
+    } catch (const std::exception& e) {
+      note = std::string("tokenizer not usable (") + e.what() + "): give token ids";
+      return Tokenizer::without_files(config);
+    }
+  }
+  return Tokenizer::for_model(dir, config);
+}
+
+Tokenizer Model::load_tokenizer(const std::filesystem::path& dir, std::string& note) {
+  if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a model directory");
+  ModelConfig config = load_config(dir / "config.json");
+  return directory_tokenizer(dir, config, note);
+}
+
+}  // namespace difflens
