@@ -33,60 +33,6 @@ WeightDtype weight_dtype(const Tensor& w) {
   }
 }
 
-// The columns of each attention input in a row of the stacked q | k | v (| λ) projection, as nn.h's
-// inputs() split them (BaselineAttention; DiffAttention::components, adjacent or split pairing;
-// DiffV2Attention). tests/test_layer_cpu.cpp holds every architecture's inputs equal to the modules'.
-void attention_columns(const ModelConfig& c, CpuLayer& L) {
-  const int64_t d = c.head_dim, nq = c.num_attention_heads, nk = c.num_key_value_heads;
-  const int64_t k0 = nq * d, v0 = k0 + nk * d;
-  L.d = d;
-  if (!c.is_diff()) {
-    L.heads = nq;
-    L.kv_heads = nk;
-    L.dv = d;
-    for (int64_t h = 0; h < nq; ++h) L.q1_col.push_back(h * d);
-    for (int64_t g = 0; g < nk; ++g) {
-      L.k1_col.push_back(k0 + g * d);
-      L.v_col.push_back(v0 + g * d);
-    }
-    return;
-  }
-  if (c.is_diff_v2()) {  // q [H, 2, d] (sub-heads 2h, 2h + 1); keys and values [Hkv, d]; then H λ logits
-    L.heads = nq / 2;
-    L.kv_heads = nk;
-    L.dv = d;
-    for (int64_t h = 0; h < L.heads; ++h) {
-      L.q1_col.push_back(2 * h * d);
-      L.q2_col.push_back((2 * h + 1) * d);
-    }
-    for (int64_t g = 0; g < nk; ++g) {
-      L.k1_col.push_back(k0 + g * d);
-      L.v_col.push_back(v0 + g * d);
-    }
-    L.lambda_col = v0 + nk * d;
-    return;
-  }
-  // DIFF V1: component `which` of head h among n, adjacent [n, 2, d] or split [2, n, d]; a value head is
-  // its two components side by side (2d).
-  const bool adjacent = c.diff_pairing == DiffPairing::Adjacent;
-  auto part = [&](int64_t base, int64_t n, int64_t h, int64_t which) {
-    return base + (adjacent ? 2 * h + which : which * n + h) * d;
-  };
-  L.heads = nq / 2;
-  L.kv_heads = nk / 2;
-  L.dv = 2 * d;
-  for (int64_t h = 0; h < L.heads; ++h) {
-    L.q1_col.push_back(part(0, L.heads, h, 0));
-    L.q2_col.push_back(part(0, L.heads, h, 1));
-  }
-  for (int64_t g = 0; g < L.kv_heads; ++g) {
-    L.k1_col.push_back(part(k0, L.kv_heads, g, 0));
-    L.k2_col.push_back(part(k0, L.kv_heads, g, 1));
-    L.v_col.push_back(part(v0, L.kv_heads, g, 0));
-    L.v_col.push_back(part(v0, L.kv_heads, g, 1));
-  }
-}
-
 }  // namespace
 
 FusedInputs::FusedInputs(const nn::AttentionInputs& in, const ModelConfig& c, int bits) {
@@ -162,7 +108,7 @@ struct CpuLayerPack {
     L.E = c.hidden_size;
     L.F = c.intermediate_size;
     L.eps = c.rms_norm_eps;
-    attention_columns(c, L);
+    L.columns = qkv_layout(c);  // the columns the packing below stacks: q, k, v (, λ)
     auto f32 = [](const Tensor& t) { return t.to(at::kCPU, at::kFloat).contiguous(); };
     input_norm = f32(l.input_layernorm->weight);
     post_norm = f32(l.post_attention_layernorm->weight);
@@ -246,30 +192,31 @@ Tensor forward_cpu(CpuLayerCache& cache, const ModelConfig& c, nn::DecoderLayerI
   const std::shared_ptr<const CpuLayerPack> pack = cpu_layer(cache, c, layer, i);
   if (!pack) return layer.forward_with(h, rope, in, attend);
   const CpuLayer& L = pack->layer;
-  const int64_t T = h.size(1);
+  const QkvLayout& cols = L.columns;
+  const int64_t T = h.size(1), heads = cols.q.heads, kv_heads = cols.k.heads, d = cols.q.d;
   Tensor out = h.to(at::kFloat).contiguous().clone();  // [1, T, E]: the inputs read it, the output adds to it
   const auto f = at::TensorOptions().dtype(at::kFloat);
   in = nn::AttentionInputs();
   CpuLayerInputs io;
-  in.q1 = at::empty({1, L.heads, T, L.d}, f);
-  in.k1 = at::empty({1, L.kv_heads, T, L.d}, f);
-  in.v = at::empty({1, L.kv_heads, T, L.dv}, f);
+  in.q1 = at::empty({1, heads, T, d}, f);
+  in.k1 = at::empty({1, kv_heads, T, d}, f);
+  in.v = at::empty({1, kv_heads, T, cols.dv()}, f);
   io.q1 = in.q1.data_ptr<float>();
   io.k1 = in.k1.data_ptr<float>();
   io.v = in.v.data_ptr<float>();
-  if (!L.q2_col.empty()) {
-    in.q2 = at::empty({1, L.heads, T, L.d}, f);
+  if (cols.q.components == 2) {
+    in.q2 = at::empty({1, heads, T, d}, f);
     io.q2 = in.q2.data_ptr<float>();
-    if (L.k2_col.empty()) {
+    if (!cols.two_keys()) {
       in.k2 = in.k1;  // DIFF V2: both components read one set of keys
     } else {
-      in.k2 = at::empty({1, L.kv_heads, T, L.d}, f);
+      in.k2 = at::empty({1, kv_heads, T, d}, f);
       io.k2 = in.k2.data_ptr<float>();
     }
   }
-  if (L.lambda_col >= 0) {
-    in.lambda_logits = at::empty({1, L.heads, T}, f);
-    in.lambda_rows = at::empty({1, L.heads, T}, f);
+  if (cols.lambda_logits > 0) {
+    in.lambda_logits = at::empty({1, heads, T}, f);
+    in.lambda_rows = at::empty({1, heads, T}, f);
     io.lambda_logits = in.lambda_logits.data_ptr<float>();
     io.lambda_rows = in.lambda_rows.data_ptr<float>();
   }

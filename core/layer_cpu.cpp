@@ -229,8 +229,9 @@ void matmul_cpu(const float* x, int64_t M, int64_t ldx, const PackedMatrix& w, f
 void layer_inputs_cpu(const CpuLayer& L, const float* h, int64_t T, const float* cos, const float* sin,
                       const CpuLayerInputs& out, int workers, const CpuParallelFor& parallel) {
   workers = std::max(1, workers);
-  const int64_t rb = block_rows(T, workers), blocks = (T + rb - 1) / rb, E = L.E, N = L.qkv.N, d = L.d;
-  const int64_t pieces = L.dv / d;
+  const QkvLayout& cols = L.columns;
+  const int64_t rb = block_rows(T, workers), blocks = (T + rb - 1) / rb, E = L.E, N = L.qkv.N, d = cols.q.d;
+  const int64_t dv = cols.dv(), k0 = cols.k_begin(), v0 = cols.v_begin();
   std::vector<std::vector<float>> scratch(static_cast<size_t>(workers));
   parallel(blocks, [&](int64_t b0, int64_t b1, int worker) {
     std::vector<float>& s = scratch[static_cast<size_t>(worker)];
@@ -246,30 +247,28 @@ void layer_inputs_cpu(const CpuLayer& L, const float* h, int64_t T, const float*
         const int64_t pos = r0 + t;
         const float* c = cos + pos * (d / 2);
         const float* sn = sin + pos * (d / 2);
-        for (int64_t hd = 0; hd < L.heads; ++hd) {
-          rotate(row + L.q1_col[static_cast<size_t>(hd)], d, c, sn, L.rope_interleaved, L.q_scale,
+        for (int64_t hd = 0; hd < cols.q.heads; ++hd) {
+          rotate(row + cols.q.column(hd, 0), d, c, sn, L.rope_interleaved, L.q_scale,
                  out.q1 + (hd * T + pos) * d);
-          if (!L.q2_col.empty())
-            rotate(row + L.q2_col[static_cast<size_t>(hd)], d, c, sn, L.rope_interleaved, L.q_scale,
+          if (cols.q.components == 2)
+            rotate(row + cols.q.column(hd, 1), d, c, sn, L.rope_interleaved, L.q_scale,
                    out.q2 + (hd * T + pos) * d);
         }
-        for (int64_t g = 0; g < L.kv_heads; ++g) {
-          rotate(row + L.k1_col[static_cast<size_t>(g)], d, c, sn, L.rope_interleaved, 1.0f,
+        for (int64_t g = 0; g < cols.k.heads; ++g) {
+          rotate(row + k0 + cols.k.column(g, 0), d, c, sn, L.rope_interleaved, 1.0f,
                  out.k1 + (g * T + pos) * d);
-          if (!L.k2_col.empty())
-            rotate(row + L.k2_col[static_cast<size_t>(g)], d, c, sn, L.rope_interleaved, 1.0f,
+          if (cols.two_keys())
+            rotate(row + k0 + cols.k.column(g, 1), d, c, sn, L.rope_interleaved, 1.0f,
                    out.k2 + (g * T + pos) * d);
-          for (int64_t p = 0; p < pieces; ++p)
-            std::memcpy(out.v + (g * T + pos) * L.dv + p * d,
-                        row + L.v_col[static_cast<size_t>(g * pieces + p)],
+          for (int64_t p = 0; p < cols.v.components; ++p)  // a value head's pieces side by side
+            std::memcpy(out.v + (g * T + pos) * dv + p * d, row + v0 + cols.v.column(g, p),
                         static_cast<size_t>(d) * sizeof(float));
         }
-        if (L.lambda_col >= 0)
-          for (int64_t hd = 0; hd < L.heads; ++hd) {
-            const float z = row[L.lambda_col + hd];
-            out.lambda_logits[hd * T + pos] = z;
-            out.lambda_rows[hd * T + pos] = 1.0f / (1.0f + std::exp(-z));
-          }
+        for (int64_t hd = 0; hd < cols.lambda_logits; ++hd) {
+          const float z = row[cols.lambda_begin() + hd];
+          out.lambda_logits[hd * T + pos] = z;
+          out.lambda_rows[hd * T + pos] = 1.0f / (1.0f + std::exp(-z));
+        }
       }
     }
   });
@@ -279,33 +278,33 @@ void layer_output_cpu(const CpuLayer& L, const float* o, float* h, int64_t T, in
                       const CpuParallelFor& parallel) {
   workers = std::max(1, workers);
   const int64_t rb = block_rows(T, workers), blocks = (T + rb - 1) / rb, E = L.E, F = L.F;
-  const int64_t width = L.heads * L.dv;  // o_proj's input
+  const int64_t heads = L.columns.q.heads, dv = L.columns.dv(), width = heads * dv;  // o_proj's input
   if (L.o.K != width || L.gate_up.N != 2 * F || L.down.K != F)
     throw std::logic_error("layer_output_cpu: packed shapes do not match the layer");
   std::vector<std::vector<float>> scratch(static_cast<size_t>(workers));
   parallel(blocks, [&](int64_t b0, int64_t b1, int worker) {
     std::vector<float>& s = scratch[static_cast<size_t>(worker)];
     s.resize(static_cast<size_t>(rb * (width + E + 3 * F)));
-    float* heads = s.data();        // [rb, width]
-    float* y = heads + rb * width;  // [rb, E]
-    float* gu = y + rb * E;         // [rb, 2F]
-    float* act = gu + rb * 2 * F;   // [rb, F]
+    float* outs = s.data();        // [rb, width]: the heads' outputs
+    float* y = outs + rb * width;  // [rb, E]
+    float* gu = y + rb * E;        // [rb, 2F]
+    float* act = gu + rb * 2 * F;  // [rb, F]
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t r0 = b * rb, n = std::min(rb, T - r0);
       float* hb = h + r0 * E;
       for (int64_t t = 0; t < n; ++t)
-        for (int64_t hd = 0; hd < L.heads; ++hd) {
-          const float* src = o + (hd * T + r0 + t) * L.dv;
-          float* dst = heads + t * width + hd * L.dv;
+        for (int64_t hd = 0; hd < heads; ++hd) {
+          const float* src = o + (hd * T + r0 + t) * dv;
+          float* dst = outs + t * width + hd * dv;
           if (!L.head_norm) {
-            std::memcpy(dst, src, static_cast<size_t>(L.dv) * sizeof(float));
+            std::memcpy(dst, src, static_cast<size_t>(dv) * sizeof(float));
             continue;
           }
-          rms_norm_rows(src, 1, L.dv, L.head_norm_weight, L.head_norm_eps, dst);
+          rms_norm_rows(src, 1, dv, L.head_norm_weight, L.head_norm_eps, dst);
           const float scale = static_cast<float>(L.head_scale);
-          for (int64_t j = 0; j < L.dv; ++j) dst[j] *= scale;
+          for (int64_t j = 0; j < dv; ++j) dst[j] *= scale;
         }
-      matmul_cpu(heads, n, width, L.o, hb, E, true);
+      matmul_cpu(outs, n, width, L.o, hb, E, true);
       rms_norm_rows(hb, n, E, L.post_norm, L.eps, y);
       matmul_cpu(y, n, E, L.gate_up, gu, 2 * F, false);
       swiglu_rows(gu, n, F, act);

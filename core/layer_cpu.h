@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/attention_cpu.h"
+#include "core/qkv_layout.h"
 
 namespace difflens {
 
@@ -50,15 +51,9 @@ struct CpuLayer {
   const float* post_norm = nullptr;
   PackedMatrix qkv;  // output columns: the q, k, v projections' (and DIFF V2's λ projection's) in turn
   PackedMatrix o, gate_up, down;  // gate_up: gate's F columns, then up's
-  // The attention's inputs in a row of qkv's output: the first column of each d-wide piece. q1_col,
-  // q2_col per head; k1_col, k2_col per key/value head; v_col per key/value head and d-wide piece of its
-  // dv-wide value (dv / d pieces); q2_col/k2_col empty for a baseline, k2_col empty when DIFF V2's two
-  // components share the keys; lambda_col: V2's first λ-logit column (-1: none).
-  int64_t heads = 0, kv_heads = 0, d = 0, dv = 0;
-  std::vector<int64_t> q1_col, q2_col, k1_col, k2_col, v_col;
-  int64_t lambda_col = -1;
-  bool rope_interleaved = true;  // pairs (2i, 2i + 1); else halves (i, i + d/2)
-  float q_scale = 1;             // d^-1/2
+  QkvLayout columns;              // which columns of qkv's output feed which head (core/qkv_layout.h)
+  bool rope_interleaved = true;   // pairs (2i, 2i + 1); else halves (i, i + d/2)
+  float q_scale = 1;              // d^-1/2
   // DIFF V1's output: each head's dv values RMS-normed (times head_norm_weight unless null) and scaled.
   bool head_norm = false;
   const float* head_norm_weight = nullptr;

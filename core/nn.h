@@ -1,6 +1,6 @@
 // Internal to core (includes LibTorch): the DIFF and baseline decoder modules. Only the Model's files
 // (through core/model_impl.h) and core/train.cpp include this. Semantics: the README's "What the math is"
-// and core/FORMATS.md.
+// and core/FORMATS.md; which projection columns feed which head: core/qkv_layout.h.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/qkv_layout.h"
 
 namespace difflens::nn {
 
@@ -214,25 +215,54 @@ inline AttentionBlock attend_rows(const AttentionInputs& g, const ModelConfig& c
   return b;
 }
 
+// Component `which` of every head of a projection p [B, T, s.width()] laid out as `s` says
+// (core/qkv_layout.h) -> [B, s.heads, T, d], a view.
+inline Tensor head_component(const Tensor& p, const HeadColumns& s, int64_t which) {
+  const int64_t B = p.size(0), T = p.size(1);
+  if (s.components == 1) return p.view({B, T, s.heads, s.d}).transpose(1, 2);
+  if (s.component_major) return p.view({B, T, s.components, s.heads, s.d}).select(2, which).transpose(1, 2);
+  return p.view({B, T, s.heads, s.components, s.d}).select(3, which).transpose(1, 2);
+}
+
+// Every head's components side by side -> [B, s.heads, T, components · d] (a view unless component-major).
+inline Tensor head_values(const Tensor& p, const HeadColumns& s) {
+  const int64_t B = p.size(0), T = p.size(1);
+  if (!s.component_major) return p.view({B, T, s.heads, s.components * s.d}).transpose(1, 2);
+  std::vector<Tensor> parts;
+  for (int64_t which = 0; which < s.components; ++which) parts.push_back(head_component(p, s, which));
+  return at::cat(parts, -1);
+}
+
+// The attention's inputs from the q, k and v projections of the normed input, as `l` lays them out:
+// queries rotated and scaled by d^-1/2 (the component width), keys rotated, values. λ is the caller's.
+inline AttentionInputs split_inputs(const QkvLayout& l, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Rope& rope) {
+  AttentionInputs in;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(l.q.d));
+  in.q1 = rope.apply(head_component(q, l.q, 0)) * scale;  // [B, H, T, d]
+  if (l.q.components == 2) in.q2 = rope.apply(head_component(q, l.q, 1)) * scale;
+  in.k1 = rope.apply(head_component(k, l.k, 0));  // [B, Hkv, T, d]
+  if (l.two_keys())
+    in.k2 = rope.apply(head_component(k, l.k, 1));
+  else if (in.q2.defined())
+    in.k2 = in.k1;             // DIFF V2: both components read one set of keys
+  in.v = head_values(v, l.v);  // [B, Hkv, T, dv]
+  return in;
+}
+
 // Baseline multi-head attention: 2H heads of width d, GQA by head groups.
 struct BaselineAttentionImpl : torch::nn::Module {
-  explicit BaselineAttentionImpl(const ModelConfig& c) : c(c) {
+  explicit BaselineAttentionImpl(const ModelConfig& c) : c(c), layout(qkv_layout(c)) {
     const int64_t E = c.hidden_size, d = c.head_dim;
-    q_proj = register_module("q_proj", Projection(E, c.num_attention_heads * d));
-    k_proj = register_module("k_proj", Projection(E, c.num_key_value_heads * d));
-    v_proj = register_module("v_proj", Projection(E, c.num_key_value_heads * d));
+    q_proj = register_module("q_proj", Projection(E, layout.q.width()));
+    k_proj = register_module("k_proj", Projection(E, layout.k.width()));
+    v_proj = register_module("v_proj", Projection(E, layout.v.width()));
     o_proj = register_module("o_proj", Projection(c.num_attention_heads * d, E));
   }
 
   // x [B, T, E] (normed) -> the attention's inputs.
   AttentionInputs inputs(const Tensor& x, const Rope& rope) {
-    const int64_t B = x.size(0), T = x.size(1), d = c.head_dim;
-    AttentionInputs in;
-    in.q1 = rope.apply(q_proj(x).view({B, T, c.num_attention_heads, d}).transpose(1, 2)) *
-            (1.0 / std::sqrt(static_cast<double>(d)));
-    in.k1 = rope.apply(k_proj(x).view({B, T, c.num_key_value_heads, d}).transpose(1, 2));
-    in.v = v_proj(x).view({B, T, c.num_key_value_heads, d}).transpose(1, 2);
-    return in;
+    return split_inputs(layout, q_proj(x), k_proj(x), v_proj(x), rope);
   }
   // o [B, H, T, d] (the heads' outputs) -> [B, T, E]
   Tensor output(const Tensor& o) {
@@ -240,6 +270,7 @@ struct BaselineAttentionImpl : torch::nn::Module {
   }
 
   ModelConfig c;
+  QkvLayout layout;
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
 TORCH_MODULE(BaselineAttention);
@@ -247,11 +278,12 @@ TORCH_MODULE(BaselineAttention);
 // Differential attention: H heads, each the difference of two softmax maps over d-wide components,
 // values 2d wide, λ re-parameterised per layer, per-head RMSNorm × (1 - λ_init).
 struct DiffAttentionImpl : torch::nn::Module {
-  DiffAttentionImpl(const ModelConfig& c, int64_t layer) : c(c), lambda_init(difflens::lambda_init(layer)) {
+  DiffAttentionImpl(const ModelConfig& c, int64_t layer)
+      : c(c), layout(qkv_layout(c)), lambda_init(difflens::lambda_init(layer)) {
     const int64_t E = c.hidden_size, d = c.head_dim;
-    q_proj = register_module("q_proj", Projection(E, c.num_attention_heads * d));
-    k_proj = register_module("k_proj", Projection(E, c.num_key_value_heads * d));
-    v_proj = register_module("v_proj", Projection(E, c.num_key_value_heads * d));
+    q_proj = register_module("q_proj", Projection(E, layout.q.width()));
+    k_proj = register_module("k_proj", Projection(E, layout.k.width()));
+    v_proj = register_module("v_proj", Projection(E, layout.v.width()));
     o_proj = register_module("o_proj", Projection(c.num_attention_heads * d, E));
     lambda_q1 = register_parameter("lambda_q1", at::zeros({d}));
     lambda_k1 = register_parameter("lambda_k1", at::zeros({d}));
@@ -260,35 +292,9 @@ struct DiffAttentionImpl : torch::nn::Module {
     if (c.subln_weight) subln = register_module("subln", RmsNorm(2 * d, c.subln_eps));
   }
 
-  // Splits a projection [B, T, 2n·d] into its two components, each [B, n, T, d].
-  std::pair<Tensor, Tensor> components(const Tensor& p, int64_t n) const {
-    const int64_t B = p.size(0), T = p.size(1), d = c.head_dim;
-    if (c.diff_pairing == DiffPairing::Adjacent) {
-      Tensor v = p.view({B, T, n, 2, d});
-      return {v.select(3, 0).transpose(1, 2), v.select(3, 1).transpose(1, 2)};
-    }
-    Tensor v = p.view({B, T, 2, n, d});
-    return {v.select(2, 0).transpose(1, 2), v.select(2, 1).transpose(1, 2)};
-  }
-
-  // x [B, T, E] (normed) -> the attention's inputs, λ included.
+  // x [B, T, E] (normed) -> the attention's inputs (values [B, Hkv, T, 2d]), λ included.
   AttentionInputs inputs(const Tensor& x, const Rope& rope) {
-    const int64_t B = x.size(0), T = x.size(1), d = c.head_dim;
-    const int64_t H = c.num_attention_heads / 2, Hkv = c.num_key_value_heads / 2;
-    AttentionInputs in;
-    auto [q1, q2] = components(q_proj(x), H);    // [B, H, T, d] each
-    auto [k1, k2] = components(k_proj(x), Hkv);  // [B, Hkv, T, d] each
-    if (c.diff_pairing == DiffPairing::Adjacent) {
-      in.v = v_proj(x).view({B, T, Hkv, 2 * d}).transpose(1, 2);  // [B, Hkv, T, 2d]
-    } else {
-      auto [v1, v2] = components(v_proj(x), Hkv);
-      in.v = at::cat({v1, v2}, -1);
-    }
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));  // component width, not 2d
-    in.q1 = rope.apply(q1) * scale;
-    in.q2 = rope.apply(q2) * scale;
-    in.k1 = rope.apply(k1);
-    in.k2 = rope.apply(k2);
+    AttentionInputs in = split_inputs(layout, q_proj(x), k_proj(x), v_proj(x), rope);
     set_lambda(in);
     return in;
   }
@@ -307,6 +313,7 @@ struct DiffAttentionImpl : torch::nn::Module {
   }
 
   ModelConfig c;
+  QkvLayout layout;
   double lambda_init;
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Tensor lambda_q1, lambda_k1, lambda_q2, lambda_k2;
@@ -319,26 +326,18 @@ TORCH_MODULE(DiffAttention);
 // j / (2H / Hkv)), λ per head and token σ(x_t · w_λ,h) from lambda_proj [H, E], output heads d wide, no
 // per-head norm and no scale.
 struct DiffV2AttentionImpl : torch::nn::Module {
-  explicit DiffV2AttentionImpl(const ModelConfig& c) : c(c) {
+  explicit DiffV2AttentionImpl(const ModelConfig& c) : c(c), layout(qkv_layout(c)) {
     const int64_t E = c.hidden_size, d = c.head_dim, H = c.map_heads();
-    q_proj = register_module("q_proj", Projection(E, c.num_attention_heads * d));
-    k_proj = register_module("k_proj", Projection(E, c.num_key_value_heads * d));
-    v_proj = register_module("v_proj", Projection(E, c.num_key_value_heads * d));
+    q_proj = register_module("q_proj", Projection(E, layout.q.width()));
+    k_proj = register_module("k_proj", Projection(E, layout.k.width()));
+    v_proj = register_module("v_proj", Projection(E, layout.v.width()));
     o_proj = register_module("o_proj", Projection(H * d, E));
-    lambda_proj = register_module("lambda_proj", Projection(E, H));
+    lambda_proj = register_module("lambda_proj", Projection(E, layout.lambda_logits));
   }
 
   // x [B, T, E] (normed) -> the attention's inputs, λ per token included.
   AttentionInputs inputs(const Tensor& x, const Rope& rope) {
-    const int64_t B = x.size(0), T = x.size(1), d = c.head_dim, H = c.map_heads();
-    AttentionInputs in;
-    const Tensor q = q_proj(x).view({B, T, H, 2, d});
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    in.q1 = rope.apply(q.select(3, 0).transpose(1, 2)) * scale;  // [B, H, T, d]
-    in.q2 = rope.apply(q.select(3, 1).transpose(1, 2)) * scale;
-    in.k1 = rope.apply(k_proj(x).view({B, T, c.num_key_value_heads, d}).transpose(1, 2));
-    in.k2 = in.k1;
-    in.v = v_proj(x).view({B, T, c.num_key_value_heads, d}).transpose(1, 2);
+    AttentionInputs in = split_inputs(layout, q_proj(x), k_proj(x), v_proj(x), rope);
     in.lambda_logits = lambda_proj(x).to(at::kFloat).transpose(1, 2).contiguous();  // [B, H, T]
     in.lambda_rows = at::sigmoid(in.lambda_logits);
     return in;
@@ -349,6 +348,7 @@ struct DiffV2AttentionImpl : torch::nn::Module {
   }
 
   ModelConfig c;
+  QkvLayout layout;
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr}, lambda_proj{nullptr};
 };
 TORCH_MODULE(DiffV2Attention);
