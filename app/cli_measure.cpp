@@ -16,9 +16,11 @@
 #include "core/capture_plan.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
+#include "core/layer_cpu.h"
 #include "core/metrics.h"
 #include "core/needle.h"
 #include "core/outliers.h"
+#include "core/qkv_layout.h"
 #include "core/trace.h"
 #include "core/train.h"
 
@@ -326,7 +328,120 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// --threads and --isa of bench, in force for this thread.
+void set_bench_cpu(const Args& a) {
+  set_num_threads(a.get_int("threads"));
+  const CpuIsa isa =
+      std::array<CpuIsa, 4>{CpuIsa::Auto, CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Plain}[a.choice_index("isa")];
+  if (!set_cpu_isa(isa)) throw Error("--isa " + a.get("isa") + ": this CPU does not have it");
+}
+
+// The four products of a layer of `c` as the CPU's layer passes run them: name, output columns N and depth K
+// of y [T, N] = x [T, K] · Wᵀ.
+struct LayerProduct {
+  const char* name;
+  int64_t N, K;
+};
+std::vector<LayerProduct> layer_products(const ModelConfig& c) {
+  const QkvLayout l = qkv_layout(c);
+  const int64_t E = c.hidden_size, F = c.intermediate_size;
+  return {{"qkv", l.width(), E}, {"o", E, l.q.heads * l.dv()}, {"gate_up", 2 * F, E}, {"down", E, F}};
+}
+
+// A positive number to three significant digits, never in exponent form (0.00197, 42.0, 1330).
+std::string three_digits(double v) {
+  const int decimals = std::max(0, 2 - static_cast<int>(std::floor(std::log10(std::max(v, 1e-9)))));
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", decimals, v);
+  return b;
+}
+
+// bench --matmul: each product of a layer of the bundled DIFF model and of a 1B-class model (Llama 3.2 1B's
+// widths) computed as the layer passes compute it (blocks of rows spread over the threads, one call per
+// block) by the hand-written kernel and by cblas_sgemm, alternating run by run; medians and their ratio.
+int bench_matmul(const Args& a) {
+  if (!blas_available())
+    throw Error("bench --matmul: this build has no OpenBLAS (install libopenblas-openmp-dev, reconfigure)");
+  set_bench_cpu(a);
+  std::vector<int> tokens = a.get_int_list("matmul");
+  for (int& T : tokens) T = static_cast<int>(quick_cap("matmul tokens", T, 64));  // DIFFLENS_QUICK
+  tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+  const int repeats = static_cast<int>(quick_cap("repeats", a.get_int("repeats"), 2));
+  PairSpec spec;  // Llama 3.2 1B's widths: 32 heads of 64, 8 key/value heads, E 2048, MLP 8192
+  spec.hidden_size = 2048;
+  spec.diff_heads = 16;
+  spec.diff_kv_heads = 4;
+  ModelConfig one_b = make_matched_pair(spec).second;
+  one_b.intermediate_size = 8192;
+  one_b.name = "1B-class";
+  ModelConfig bundled = load_config(std::filesystem::path(bundled_model("diff-small")) / "config.json");
+  bundled.name = "bundled DIFF";
+  const int workers = num_threads();
+  std::printf(
+      "bench --matmul: y = x W^T as the CPU layer passes compute it (rows in blocks over %d threads), "
+      "hand-written kernel (%s) against OpenBLAS's cblas_sgemm (its %s kernels), F32, median of at least %d "
+      "runs each (short products: 50 ms of runs), alternating, after one warm-up\n\n",
+      workers, cpu_isa_name(), blas_core_name().c_str(), repeats);
+  std::printf(
+      "| model | product | N x K | T | rows per call | kernel ms | cblas_sgemm ms | sgemm / kernel |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  uint64_t seed = 1;
+  auto fill = [&seed](std::vector<float>& v) {  // uniform in [-1, 1): a cheap generator, any values do
+    for (float& x : v) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      x = static_cast<float>(static_cast<int64_t>(seed >> 40) - (int64_t{1} << 23)) /
+          static_cast<float>(1 << 23);
+    }
+  };
+  for (const ModelConfig* c : {&bundled, &one_b})
+    for (const LayerProduct& p : layer_products(*c)) {
+      std::vector<float> w(static_cast<size_t>(p.N * p.K));
+      fill(w);
+      set_matmul_code(MatmulCode::Blas);  // packed with W's rows too
+      const PackedMatrix packed = pack_matrix({{w.data(), WeightDtype::F32, p.N}}, p.K);
+      for (const int T : tokens) {
+        std::vector<float> x(static_cast<size_t>(T) * static_cast<size_t>(p.K)),
+            y(static_cast<size_t>(T * p.N));
+        fill(x);
+        const int64_t rows = layer_block_rows(T, workers), blocks = (T + rows - 1) / rows;
+        auto timed = [&](MatmulCode code) {
+          set_matmul_code(code);
+          const auto t0 = std::chrono::steady_clock::now();
+          cpu_parallel()(blocks, [&](int64_t b0, int64_t b1, int) {
+            for (int64_t b = b0; b < b1; ++b) {
+              const int64_t r0 = b * rows, n = std::min<int64_t>(rows, T - r0);
+              matmul_cpu(x.data() + r0 * p.K, n, p.K, packed, y.data() + r0 * p.N, p.N, false);
+            }
+          });
+          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        };
+        timed(MatmulCode::Kernel);
+        timed(MatmulCode::Blas);
+        // Alternating, each first every other run, so that drift hits both; short products run until each
+        // code has taken 50 ms (at most 200 runs): on a shared machine one parallel region in a few waits a
+        // scheduler tick (4-8 ms) for its second thread, and a median of a few runs can be all ticks.
+        std::vector<double> kernel, blas;
+        double spent = 0;
+        for (int r = 0; r < repeats || (spent < 50 && r < 200); ++r) {
+          if (r % 2) blas.push_back(timed(MatmulCode::Blas));
+          kernel.push_back(timed(MatmulCode::Kernel));
+          if (r % 2 == 0) blas.push_back(timed(MatmulCode::Blas));
+          spent += std::min(kernel.back(), blas.back());
+        }
+        const double k = median(kernel), b = median(blas);
+        std::printf("| %s | %s | %lld x %lld | %d | %lld | %s | %s | %.2f |\n", c->name.c_str(), p.name,
+                    static_cast<long long>(p.N), static_cast<long long>(p.K), T,
+                    static_cast<long long>(std::min<int64_t>(rows, T)), three_digits(k).c_str(),
+                    three_digits(b).c_str(), b / k);
+        std::fflush(stdout);
+      }
+    }
+  set_matmul_code(MatmulCode::Auto);
+  return 0;
+}
+
 int cmd_bench(const Args& a) {
+  if (a.has("matmul")) return bench_matmul(a);
   const DeviceChoice where = device(a);
   CaptureOptions opt;
   opt.keep_maps = !a.has("no-maps");
@@ -334,10 +449,7 @@ int cmd_bench(const Args& a) {
   opt.pooled_budget_bytes = pooled_budget_bytes(a);
   opt.pooling = std::array<PoolingPath, 3>{PoolingPath::Auto, PoolingPath::Host,
                                            PoolingPath::Device}[a.choice_index("pooling")];
-  set_num_threads(a.get_int("threads"));
-  const CpuIsa isa =
-      std::array<CpuIsa, 4>{CpuIsa::Auto, CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Plain}[a.choice_index("isa")];
-  if (!set_cpu_isa(isa)) throw Error("--isa " + a.get("isa") + ": this CPU does not have it");
+  set_bench_cpu(a);
   std::vector<int> lengths = a.get_int_list("lengths");
   for (int& T : lengths) T = static_cast<int>(quick_cap("bench length", T, 2048));  // DIFFLENS_QUICK
   const int repeats = static_cast<int>(quick_cap("repeats", a.get_int("repeats"), 2));
@@ -431,7 +543,8 @@ Command bench_command() {
        text("models", "DIFF_DIR,BASELINE_DIR", "a pair to time (default: a random pair of the shape below)")},
       "Prints the memory resident before the captures and the peak after each row; long prompts' maps are "
       "pooled on the host (on the CPU by the fused attention pass as rows are made), or by tensor operations "
-      "on the model's device (--pooling auto = device on a GPU).",
+      "on the model's device (--pooling auto = device on a GPU). --matmul times the CPU layers' matrix "
+      "products instead, the hand-written kernel against cblas_sgemm, each as the layer passes call it.",
       cmd_bench};
   for (Option& o : pair_shape_options()) c.options.push_back(std::move(o));
   c.options.push_back(flag("no-maps", "keep no maps"));
@@ -442,6 +555,10 @@ Command bench_command() {
   c.options.push_back(
       choice("isa", "auto|avx512|avx2|x86-64", "auto",
              "the CPU's attention pass compiled for this instruction set (auto: the widest there is)"));
+  c.options.push_back(
+      int_list("matmul", "T,...", 1, 65536, 1, 0,
+               "instead of captures: the CPU layers' matrix kernel against OpenBLAS's "
+               "cblas_sgemm on the bundled and 1B-class layers' products at these token counts"));
   return c;
 }
 

@@ -71,6 +71,10 @@ struct CpuAttentionOutputs {
 using CpuParallelFor =
     std::function<void(int64_t n, const std::function<void(int64_t begin, int64_t end, int worker)>& body)>;
 
+// The CPU passes' parallel loop (attention, layer_cpu): LibTorch's intra-op threads, each claiming the next
+// few jobs as it comes free (defined in core/cpu_pack.cpp, which is compiled with OpenMP).
+const CpuParallelFor& cpu_parallel();
+
 // The pass. Throws nothing for valid shapes (the caller's tensors define them).
 void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int workers,
                    const CpuParallelFor& parallel);

@@ -91,11 +91,12 @@ void run_fused(const CpuAttentionInputs& ci, CpuAttentionOutputs& co) {
 
 // A layer as the plain-C++ passes read it (core/layer_cpu.h): its weights packed, the norm weights as
 // float32, and what the packing saw of each weight (its storage and version), so that a weight changed
-// in place or moved is packed again.
+// in place or moved is packed again; and whether W's rows were kept for cblas_sgemm (matmul_may_use_blas).
 struct CpuLayerPack {
   CpuLayer layer;
   Tensor input_norm, post_norm, head_norm;
   std::vector<std::pair<const void*, int64_t>> seen;
+  bool with_rows = matmul_may_use_blas();
 
   static std::vector<std::pair<const void*, int64_t>> look(nn::DecoderLayerImpl& l) {
     std::vector<std::pair<const void*, int64_t>> v;
@@ -177,11 +178,14 @@ std::shared_ptr<const CpuLayerPack> cpu_layer(CpuLayerCache& cache, const ModelC
       4.0 *
       static_cast<double>((c.num_attention_heads + 2 * c.num_key_value_heads) * d * E + c.map_heads() * E +
                           c.map_heads() * (c.is_diff() ? 2 * d : d) * E + 3 * E * c.intermediate_size);
-  if (per_layer * static_cast<double>(c.num_hidden_layers) > packed_budget_bytes()) return nullptr;
+  const bool rows = matmul_may_use_blas();  // W's rows beside the panels: twice the memory
+  if (per_layer * (rows ? 2 : 1) * static_cast<double>(c.num_hidden_layers) > packed_budget_bytes())
+    return nullptr;
   if (cache.layers.size() != static_cast<size_t>(c.num_hidden_layers))
     cache.layers.assign(static_cast<size_t>(c.num_hidden_layers), nullptr);
   auto& slot = cache.layers[static_cast<size_t>(i)];
-  if (!slot || slot->seen != CpuLayerPack::look(l)) slot = std::make_shared<const CpuLayerPack>(l, c);
+  if (!slot || slot->seen != CpuLayerPack::look(l) || slot->with_rows != rows)
+    slot = std::make_shared<const CpuLayerPack>(l, c);
   return slot;
 }
 

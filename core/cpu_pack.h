@@ -11,10 +11,6 @@
 
 namespace difflens {
 
-// The CPU passes' parallel loop (attention, layer_cpu): LibTorch's intra-op threads, each claiming the next
-// few jobs as it comes free.
-const CpuParallelFor& cpu_parallel();
-
 // A layer's inputs as the CPU's fused pass reads them: contiguous float32 on the host, kept alive as long
 // as this object.
 struct FusedInputs {

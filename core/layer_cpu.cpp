@@ -8,11 +8,16 @@
 #include "core/layer_cpu.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 
 #include "core/cpu_simd.h"
+
+#ifdef DIFFLENS_CBLAS
+#include <cblas.h>  // OpenBLAS's (libopenblas-openmp-dev): cblas_sgemm, openblas_get_corename
+#endif
 
 namespace difflens {
 namespace {
@@ -195,42 +200,95 @@ void rotate(const float* src, int64_t d, const float* cos, const float* sin, boo
   }
 }
 
-// Rows per block: about four blocks per worker, a multiple of the kernel's 4 rows, 4 to 256.
-int64_t block_rows(int64_t T, int workers) {
+}  // namespace
+
+// About four blocks per worker, a multiple of the kernel's 4 rows, 4 to 256.
+int64_t layer_block_rows(int64_t T, int workers) {
   const int64_t per = (T + 4 * workers - 1) / (4 * static_cast<int64_t>(workers));
   return std::clamp<int64_t>((per + 3) / 4 * 4, 4, 256);
 }
 
-}  // namespace
-
 PackedMatrix pack_matrix(const std::vector<MatrixPart>& parts, int64_t K) {
+  const bool keep_rows = matmul_may_use_blas();
   PackedMatrix m;
   m.K = K;
   for (const MatrixPart& p : parts) m.N += p.rows;
   const int64_t panels = (m.N + kPanel - 1) / kPanel;
   m.panels.assign(static_cast<size_t>(panels * K * kPanel), 0.0f);
+  if (keep_rows) m.rows.resize(static_cast<size_t>(m.N * K));
   int64_t n = 0;
   for (const MatrixPart& p : parts)
     for (int64_t r = 0; r < p.rows; ++r, ++n) {
       float* col = m.panels.data() + (n / kPanel) * K * kPanel + n % kPanel;
       for (int64_t k = 0; k < K; ++k) col[k * kPanel] = weight_at(p, r * K + k);
+      if (keep_rows)
+        for (int64_t k = 0; k < K; ++k) m.rows[static_cast<size_t>(n * K + k)] = col[k * kPanel];
     }
   return m;
 }
 
+namespace {
+
+std::atomic<MatmulCode> g_matmul_code{MatmulCode::Auto};
+
+bool use_blas(int64_t /*M*/, const PackedMatrix& w) {
+  // W's rows are empty when packed while the kernel alone was in force.
+  return g_matmul_code.load(std::memory_order_relaxed) == MatmulCode::Blas && !w.rows.empty();
+}
+
+}  // namespace
+
+bool set_matmul_code(MatmulCode code) {
+  if (code == MatmulCode::Blas && !blas_available()) return false;
+  g_matmul_code.store(code);
+  return true;
+}
+
+bool matmul_may_use_blas() {
+  const MatmulCode code = g_matmul_code.load(std::memory_order_relaxed);
+  return code == MatmulCode::Blas;
+}
+
 void matmul_cpu(const float* x, int64_t M, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
                 bool accumulate) {
+  if (M <= 0 || w.N == 0) return;
+#ifdef DIFFLENS_CBLAS
+  if (use_blas(M, w)) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(w.N),
+                static_cast<int>(w.K), 1.0f, x, static_cast<int>(ldx), w.rows.data(), static_cast<int>(w.K),
+                accumulate ? 1.0f : 0.0f, y, static_cast<int>(ldy));
+    return;
+  }
+#endif
   const CpuIsa isa = cpu_isa();
   (isa == CpuIsa::Avx512 ? matmul_avx512
    : isa == CpuIsa::Avx2 ? matmul_avx2
                          : matmul_plain)(x, M, ldx, w, y, ldy, accumulate);
 }
 
+bool blas_available() {
+#ifdef DIFFLENS_CBLAS
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string blas_core_name() {
+#ifdef DIFFLENS_CBLAS
+  const char* name = openblas_get_corename();
+  return name ? name : "";
+#else
+  return "";
+#endif
+}
+
 void layer_inputs_cpu(const CpuLayer& L, const float* h, int64_t T, const float* cos, const float* sin,
                       const CpuLayerInputs& out, int workers, const CpuParallelFor& parallel) {
   workers = std::max(1, workers);
   const QkvLayout& cols = L.columns;
-  const int64_t rb = block_rows(T, workers), blocks = (T + rb - 1) / rb, E = L.E, N = L.qkv.N, d = cols.q.d;
+  const int64_t rb = layer_block_rows(T, workers), blocks = (T + rb - 1) / rb, E = L.E, N = L.qkv.N,
+                d = cols.q.d;
   const int64_t dv = cols.dv(), k0 = cols.k_begin(), v0 = cols.v_begin();
   std::vector<std::vector<float>> scratch(static_cast<size_t>(workers));
   parallel(blocks, [&](int64_t b0, int64_t b1, int worker) {
@@ -277,7 +335,7 @@ void layer_inputs_cpu(const CpuLayer& L, const float* h, int64_t T, const float*
 void layer_output_cpu(const CpuLayer& L, const float* o, float* h, int64_t T, int workers,
                       const CpuParallelFor& parallel) {
   workers = std::max(1, workers);
-  const int64_t rb = block_rows(T, workers), blocks = (T + rb - 1) / rb, E = L.E, F = L.F;
+  const int64_t rb = layer_block_rows(T, workers), blocks = (T + rb - 1) / rb, E = L.E, F = L.F;
   const int64_t heads = L.columns.q.heads, dv = L.columns.dv(), width = heads * dv;  // o_proj's input
   if (L.o.K != width || L.gate_up.N != 2 * F || L.down.K != F)
     throw std::logic_error("layer_output_cpu: packed shapes do not match the layer");

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/attention_cpu.h"
@@ -30,18 +31,39 @@ struct MatrixPart {
 
 // The right-hand side of y = x · Wᵀ as the kernels read it: W's rows stacked from one or more parts (q, k
 // and v as one matrix), converted to float32 and cut into panels of kPanel output columns, each [K, kPanel]
-// row-major (zero past N).
+// row-major (zero past N). While matmul_cpu may call cblas_sgemm, also W itself, [N, K] float32 row-major.
 struct PackedMatrix {
   static constexpr int64_t kPanel = 64;
   int64_t N = 0, K = 0;
   std::vector<float> panels;
+  std::vector<float> rows;  // empty when packed for the kernel alone
 };
 PackedMatrix pack_matrix(const std::vector<MatrixPart>& parts, int64_t K);
 
+// Which code computes a product: the hand-written kernel over the packed panels, or OpenBLAS's
+// cblas_sgemm over W's rows (`difflens bench --matmul` compares them). Auto: the kernel.
+enum class MatmulCode { Auto, Kernel, Blas };
+
+// Process-wide, as set_cpu_isa: the code matmul_cpu uses (tests and benchmarks pick one). Returns false,
+// changing nothing, for Blas in a build without OpenBLAS.
+bool set_matmul_code(MatmulCode code);
+// Whether matmul_cpu may call cblas_sgemm with the code in force: pack_matrix then keeps W's rows too.
+bool matmul_may_use_blas();
+
 // y [M, N] (row stride ldy) = x [M, K] (row stride ldx) · Wᵀ, or y += x · Wᵀ with accumulate (each entry
-// y + the product, as y + (x · Wᵀ) rounds). On the calling thread.
+// y + the product, as y + (x · Wᵀ) rounds). On the calling thread (cblas_sgemm too: inside the passes'
+// parallel loop OpenBLAS's OpenMP build runs single-threaded).
 void matmul_cpu(const float* x, int64_t M, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
                 bool accumulate);
+
+// Whether this build has OpenBLAS's cblas_sgemm, and which of OpenBLAS's kernels run on this CPU
+// ("SkylakeX", "Haswell"; "Prescott": its generic ones, for a CPU it does not know); "" without OpenBLAS.
+bool blas_available();
+std::string blas_core_name();
+
+// Rows per block of the layer passes below, for T rows on `workers` threads: each block's products are
+// one matmul_cpu call of that many rows.
+int64_t layer_block_rows(int64_t T, int workers);
 
 // One layer as the passes read it. Pointers borrow from the model (norm weights float32).
 struct CpuLayer {
