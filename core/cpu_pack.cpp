@@ -91,12 +91,13 @@ void run_fused(const CpuAttentionInputs& ci, CpuAttentionOutputs& co) {
 
 // A layer as the plain-C++ passes read it (core/layer_cpu.h): its weights packed, the norm weights as
 // float32, and what the packing saw of each weight (its storage and version), so that a weight changed
-// in place or moved is packed again; and whether W's rows were kept for cblas_sgemm (matmul_may_use_blas).
+// in place or moved is packed again; and the matrix code and instruction set it was packed for (which
+// matrices keep their rows for cblas_sgemm, matmul_keeps_rows), so that a change packs it again.
 struct CpuLayerPack {
   CpuLayer layer;
   Tensor input_norm, post_norm, head_norm;
   std::vector<std::pair<const void*, int64_t>> seen;
-  bool with_rows = matmul_may_use_blas();
+  std::pair<MatmulCode, CpuIsa> packed_for{matmul_code(), cpu_isa()};
 
   static std::vector<std::pair<const void*, int64_t>> look(nn::DecoderLayerImpl& l) {
     std::vector<std::pair<const void*, int64_t>> v;
@@ -178,13 +179,18 @@ std::shared_ptr<const CpuLayerPack> cpu_layer(CpuLayerCache& cache, const ModelC
       4.0 *
       static_cast<double>((c.num_attention_heads + 2 * c.num_key_value_heads) * d * E + c.map_heads() * E +
                           c.map_heads() * (c.is_diff() ? 2 * d : d) * E + 3 * E * c.intermediate_size);
-  const bool rows = matmul_may_use_blas();  // W's rows beside the panels: twice the memory
-  if (per_layer * (rows ? 2 : 1) * static_cast<double>(c.num_hidden_layers) > packed_budget_bytes())
-    return nullptr;
+  // Beside the panels, W's rows of the products cblas_sgemm may compute.
+  const QkvLayout cols = qkv_layout(c);
+  const int64_t F = c.intermediate_size, heads_width = cols.q.heads * cols.dv();
+  double rows = 0;
+  for (const auto& [N, K] : {std::pair{cols.width(), E}, {E, heads_width}, {2 * F, E}, {E, F}})
+    if (matmul_keeps_rows(N, K)) rows += 4.0 * static_cast<double>(N * K);
+  if ((per_layer + rows) * static_cast<double>(c.num_hidden_layers) > packed_budget_bytes()) return nullptr;
   if (cache.layers.size() != static_cast<size_t>(c.num_hidden_layers))
     cache.layers.assign(static_cast<size_t>(c.num_hidden_layers), nullptr);
   auto& slot = cache.layers[static_cast<size_t>(i)];
-  if (!slot || slot->seen != CpuLayerPack::look(l) || slot->with_rows != rows)
+  const std::pair<MatmulCode, CpuIsa> packed_for{matmul_code(), cpu_isa()};
+  if (!slot || slot->seen != CpuLayerPack::look(l) || slot->packed_for != packed_for)
     slot = std::make_shared<const CpuLayerPack>(l, c);
   return slot;
 }

@@ -209,10 +209,10 @@ int64_t layer_block_rows(int64_t T, int workers) {
 }
 
 PackedMatrix pack_matrix(const std::vector<MatrixPart>& parts, int64_t K) {
-  const bool keep_rows = matmul_may_use_blas();
   PackedMatrix m;
   m.K = K;
   for (const MatrixPart& p : parts) m.N += p.rows;
+  const bool keep_rows = matmul_keeps_rows(m.N, K);
   const int64_t panels = (m.N + kPanel - 1) / kPanel;
   m.panels.assign(static_cast<size_t>(panels * K * kPanel), 0.0f);
   if (keep_rows) m.rows.resize(static_cast<size_t>(m.N * K));
@@ -231,9 +231,53 @@ namespace {
 
 std::atomic<MatmulCode> g_matmul_code{MatmulCode::Auto};
 
-bool use_blas(int64_t /*M*/, const PackedMatrix& w) {
-  // W's rows are empty when packed while the kernel alone was in force.
-  return g_matmul_code.load(std::memory_order_relaxed) == MatmulCode::Blas && !w.rows.empty();
+// The class of OpenBLAS's kernels on this CPU: its AVX-512 ones (a CPU it knows as AVX-512), its AVX2 ones
+// ("Haswell"; "Zen" runs them too), or others (its generic "Prescott" on a CPU it does not know).
+enum class BlasKernels { Avx512, Avx2, Other };
+BlasKernels blas_kernels() {
+  static const BlasKernels kind = [] {
+    const std::string core = blas_core_name();
+    if (core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids") return BlasKernels::Avx512;
+    if (core == "Haswell" || core == "Zen") return BlasKernels::Avx2;
+    return BlasKernels::Other;
+  }();
+  return kind;
+}
+
+// Whether cblas_sgemm computes a call of M rows through W [N, K]: where the kernel did not beat it by more
+// than 5% in `difflens bench --matmul` on the bundled and 1B-class layers' products, 1 to 256 rows per call
+// (docs/benchmarks.md, each pairing of OpenBLAS's kernels with ours). Many rows go to OpenBLAS when it runs
+// AVX-512 kernels, or AVX2 ones against ours for AVX2; a single row of the largest matrices goes to it where
+// the kernel lost there (the passes give a single row to one thread, OpenBLAS spreads it over all). Our
+// plain x86-64 kernel was not measured against OpenBLAS: it keeps every call.
+bool blas_beats_kernel(int64_t M, int64_t N, int64_t K) {
+  const bool large = N * K >= (int64_t{1} << 24);  // the 1B-class's gate_up and down
+  const CpuIsa isa = cpu_isa();
+  switch (blas_available() ? blas_kernels() : BlasKernels::Other) {
+    case BlasKernels::Avx512:
+      if (isa == CpuIsa::Avx512) return M >= 128 || (M >= 64 && K >= 2048) || (large && (M >= 32 || M == 1));
+      return isa == CpuIsa::Avx2 && M >= 32;
+    case BlasKernels::Avx2:
+      if (isa == CpuIsa::Avx2)
+        return M >= 64 || (M >= 32 && K >= 2048) || (M >= 8 && K >= 4096) || (large && M == 1);
+      return isa == CpuIsa::Avx512 && ((M >= 128 && K >= 4096) || (large && M == 1));
+    case BlasKernels::Other:
+      break;
+  }
+  return isa != CpuIsa::Plain && blas_available() && large && M == 1 && K >= 4096;
+}
+
+bool use_blas(int64_t M, const PackedMatrix& w) {
+  if (w.rows.empty()) return false;  // packed while the kernel alone was in force
+  switch (g_matmul_code.load(std::memory_order_relaxed)) {
+    case MatmulCode::Kernel:
+      return false;
+    case MatmulCode::Blas:
+      return true;
+    case MatmulCode::Auto:
+      break;
+  }
+  return blas_beats_kernel(M, w.N, w.K);
 }
 
 }  // namespace
@@ -244,9 +288,15 @@ bool set_matmul_code(MatmulCode code) {
   return true;
 }
 
-bool matmul_may_use_blas() {
-  const MatmulCode code = g_matmul_code.load(std::memory_order_relaxed);
-  return code == MatmulCode::Blas;
+MatmulCode matmul_code() {
+  return g_matmul_code.load(std::memory_order_relaxed);
+}
+
+bool matmul_keeps_rows(int64_t N, int64_t K) {
+  const MatmulCode code = matmul_code();
+  if (code != MatmulCode::Auto) return code == MatmulCode::Blas;
+  // blas_beats_kernel holds from some row count on, or for a single row alone (the passes' calls: 1 to 256).
+  return blas_beats_kernel(1, N, K) || blas_beats_kernel(256, N, K);
 }
 
 void matmul_cpu(const float* x, int64_t M, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,

@@ -31,7 +31,7 @@ struct MatrixPart {
 
 // The right-hand side of y = x · Wᵀ as the kernels read it: W's rows stacked from one or more parts (q, k
 // and v as one matrix), converted to float32 and cut into panels of kPanel output columns, each [K, kPanel]
-// row-major (zero past N). While matmul_cpu may call cblas_sgemm, also W itself, [N, K] float32 row-major.
+// row-major (zero past N). Where matmul_cpu may call cblas_sgemm, also W itself, [N, K] float32 row-major.
 struct PackedMatrix {
   static constexpr int64_t kPanel = 64;
   int64_t N = 0, K = 0;
@@ -41,14 +41,18 @@ struct PackedMatrix {
 PackedMatrix pack_matrix(const std::vector<MatrixPart>& parts, int64_t K);
 
 // Which code computes a product: the hand-written kernel over the packed panels, or OpenBLAS's
-// cblas_sgemm over W's rows (`difflens bench --matmul` compares them). Auto: the kernel.
+// cblas_sgemm over W's rows. Auto: cblas_sgemm where `difflens bench --matmul` measured the kernel less
+// than 5% faster (calls of many rows while OpenBLAS runs its AVX-512 or AVX2 kernels, a single row of a
+// large matrix; docs/benchmarks.md), the kernel elsewhere.
 enum class MatmulCode { Auto, Kernel, Blas };
 
 // Process-wide, as set_cpu_isa: the code matmul_cpu uses (tests and benchmarks pick one). Returns false,
 // changing nothing, for Blas in a build without OpenBLAS.
 bool set_matmul_code(MatmulCode code);
-// Whether matmul_cpu may call cblas_sgemm with the code in force: pack_matrix then keeps W's rows too.
-bool matmul_may_use_blas();
+MatmulCode matmul_code();
+// Whether matmul_cpu may call cblas_sgemm for a matrix [N, K] with the code and instruction set in force:
+// pack_matrix then keeps W's rows beside the panels (twice the memory).
+bool matmul_keeps_rows(int64_t N, int64_t K);
 
 // y [M, N] (row stride ldy) = x [M, K] (row stride ldx) · Wᵀ, or y += x · Wᵀ with accumulate (each entry
 // y + the product, as y + (x · Wᵀ) rounds). On the calling thread (cblas_sgemm too: inside the passes'
