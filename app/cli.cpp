@@ -8,6 +8,7 @@
 #include <string>
 
 #include "app/cli_common.h"
+#include "app/version.h"
 #include "core/error.h"
 
 namespace difflens::cli {
@@ -23,7 +24,8 @@ std::string overview() {
       "DiffLens - Differential Transformer vs baseline attention explorer\n\n"
       "usage: difflens [options]             open the desktop app (the bundled models by default)\n"
       "       difflens COMMAND [options]     a headless command\n"
-      "       difflens COMMAND --help        its options\n\n";
+      "       difflens COMMAND --help        its options\n"
+      "       difflens --version             the version, LibTorch, CPU, GPUs\n\n";
   const std::string app = command_usage(gui_command());
   out += "desktop app " + app.substr(app.find("options:\n"));
   out += "\ncommands:\n";
@@ -56,6 +58,10 @@ std::string overview() {
 }  // namespace
 
 int run(int argc, char** argv) {
+  if (argc == 2 && (std::string(argv[1]) == "--version" || std::string(argv[1]) == "-V")) {
+    std::printf("%s\n", version_line().c_str());
+    return 0;
+  }
   if (argc >= 2 && is_help(argv[1])) {
     if (argc >= 3) {  // difflens help COMMAND
       for (const Command& c : all_commands())

@@ -79,21 +79,28 @@ PairSpec pair_spec(const Args& a) {
   return s;
 }
 
-std::string bundled_asset(const std::string& relative) {
-  std::vector<std::filesystem::path> candidates;
+std::vector<std::filesystem::path> data_dirs() {
+  std::vector<std::filesystem::path> dirs;
+  if (const char* env = std::getenv("DIFFLENS_DATA_DIR"); env && *env) dirs.emplace_back(env);
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) {
-    const std::filesystem::path dir =
-        std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
-    candidates.push_back(dir / "../share/difflens" / relative);
+  if (n > 0)  // installed: PREFIX/bin/difflens beside PREFIX/share/difflens; a build tree links its own
+    dirs.push_back(
+        std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path().parent_path() /
+        "share" / "difflens");
+  return dirs;
+}
+
+std::string bundled_asset(const std::string& relative) {
+  std::string tried;
+  for (const auto& dir : data_dirs()) {
+    std::error_code ec;
+    if (std::filesystem::exists(dir / relative, ec))
+      return std::filesystem::weakly_canonical(dir / relative).string();
+    tried += "\n  " + (dir / relative).string();
   }
-#ifdef DIFFLENS_SOURCE_DIR
-  candidates.push_back(std::filesystem::path(DIFFLENS_SOURCE_DIR) / "assets" / relative);
-#endif
-  for (const auto& c : candidates)
-    if (std::filesystem::exists(c)) return std::filesystem::weakly_canonical(c).string();
-  return candidates.empty() ? relative : candidates.back().string();
+  throw Error("the bundled " + relative + " was not found; looked in:" + tried +
+              "\n(set DIFFLENS_DATA_DIR to a folder laid out as PREFIX/share/difflens, or name the file)");
 }
 
 std::string bundled_model(const char* name) {
@@ -276,8 +283,8 @@ Model load_model(const std::string& dir, DeviceChoice device) {
 const std::vector<Command>& all_commands() {
   static const std::vector<Command> commands = [] {
     std::vector<Command> all;
-    for (auto family :
-         {model_commands, measure_commands, figure_commands, train_commands, serve_commands, soak_commands})
+    for (auto family : {model_commands, measure_commands, figure_commands, train_commands, serve_commands,
+                        soak_commands, install_commands})
       for (Command& c : family()) all.push_back(std::move(c));
     return all;
   }();

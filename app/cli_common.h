@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,13 @@ Option haystack_option();
 std::vector<Option> pair_shape_options();
 PairSpec pair_spec(const Args& a);
 
-// A bundled asset (e.g. "models/diff-small", "haystack.txt"): beside the source tree this binary was built
-// from, or installed next to it. Returns the last candidate when none exists (its error names it).
+// Where the bundled assets are looked for, in order - the one rule for an installed tree and a build tree:
+// $DIFFLENS_DATA_DIR when set, then PREFIX/share/difflens for the binary at PREFIX/bin/difflens (a build
+// tree has build/share/difflens, a link to the source tree's assets/). An installed tree copied to another
+// prefix still finds its own.
+std::vector<std::filesystem::path> data_dirs();
+// A bundled asset (e.g. "models/diff-small", "haystack.txt") under the first of data_dirs() that has it;
+// an Error listing every place looked in when none does.
 std::string bundled_asset(const std::string& relative);
 std::string bundled_model(const char* name);
 
@@ -81,6 +87,7 @@ std::vector<Command> figure_commands();   // render, explain
 std::vector<Command> train_commands();    // train
 std::vector<Command> serve_commands();    // serve
 std::vector<Command> soak_commands();     // soak
+std::vector<Command> install_commands();  // version, man, icon
 Command gui_command();                    // the desktop app's options (no command word)
 // Every command in the order `difflens --help` lists them.
 const std::vector<Command>& all_commands();

@@ -23,9 +23,24 @@ float as_float(const Args& a, const char* name) {
 int cmd_gui(const Args& a) {
   app::GuiOptions o;
   if (a.has("prompt") && a.has("prompt-file")) throw Error("give --prompt or --prompt-file, not both");
-  const std::vector<std::string> dirs = model_dirs(a, 2, "LEFT_DIR,RIGHT_DIR");
-  o.models[0] = dirs[0];
-  o.models[1] = dirs[1];
+  // Without the bundled pair (a moved install, say) the app still opens: it says there which places it
+  // looked in, and File > Open takes a model.
+  const auto bundled = [](const std::string& relative) {
+    try {
+      return bundled_asset(relative);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "difflens: %s\n", e.what());
+      return data_dirs().empty() ? relative : (data_dirs().front() / relative).string();
+    }
+  };
+  if (a.has("models")) {
+    const std::vector<std::string> dirs = model_dirs(a, 2, "LEFT_DIR,RIGHT_DIR");
+    o.models[0] = dirs[0];
+    o.models[1] = dirs[1];
+  } else {
+    o.models[0] = bundled("models/diff-small");
+    o.models[1] = bundled("models/baseline-small");
+  }
   // A needle the bundled pair never saw in training (held-out name, code a multiple of 7); used as it is
   // when the left model has no SentencePiece tokenizer to build a whole needle episode with.
   o.prompt = a.has("prompt-file") ? read_file(a.get("prompt-file")) : a.get("prompt");
@@ -45,7 +60,7 @@ int cmd_gui(const Args& a) {
     o.size_given = true;
   }
   o.font_scale = as_float(a, "font-scale");
-  o.haystack = a.get("haystack", bundled_asset("haystack.txt"));
+  o.haystack = a.has("haystack") ? a.get("haystack") : bundled("haystack.txt");
   if (std::filesystem::is_directory(o.haystack))
     throw Error("--haystack " + o.haystack + ": is a folder; the haystack text must be a file");
   o.lab_lengths = a.get("lab-lengths");

@@ -63,7 +63,8 @@ int cmd_needle(const Args& a) {
   wording.needle = unescape_newlines(a.get("needle-template"));
   wording.question = unescape_newlines(a.get("question-template"));
   wording.validate();
-  const std::string hay_text = read_file(a.get("haystack", bundled_asset("haystack.txt")), "haystack text");
+  const std::string hay_text =
+      read_file((a.has("haystack") ? a.get("haystack") : bundled_asset("haystack.txt")), "haystack text");
 
   std::signal(SIGINT, on_interrupt);
   std::vector<std::vector<NeedleRun>> results;
@@ -136,7 +137,8 @@ int cmd_outliers(const Args& a) {
   check_output_dir(out, "--out");
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
-  const std::string text = read_file(a.get("text-file", bundled_asset("haystack.txt")), "text file");
+  const std::string text =
+      read_file((a.has("text-file") ? a.get("text-file") : bundled_asset("haystack.txt")), "text file");
   std::signal(SIGINT, on_interrupt);
   std::vector<std::string> names;
   std::vector<OutlierStats> stats;
@@ -247,7 +249,9 @@ int cmd_quantize(const Args& a) {
   const int needle_seeds = a.get_int("needle-seeds");
   const int needle_length = a.get_int("needle-length");
   const std::string hay_text =
-      needle_seeds > 0 ? read_file(a.get("haystack", bundled_asset("haystack.txt")), "haystack text") : "";
+      needle_seeds > 0 ? read_file((a.has("haystack") ? a.get("haystack") : bundled_asset("haystack.txt")),
+                                   "haystack text")
+                       : "";
   std::string md =
       "# Attention-logit quantization (absmax, per head, dynamic)\n\n| model | bits | max abs dA | "
       "mean abs dA | top-1 agreement |";

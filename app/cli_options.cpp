@@ -401,6 +401,19 @@ void wrap(std::string& out, const std::string& words, size_t column, size_t inde
 
 }  // namespace
 
+std::string option_help(const Option& o) {
+  std::string help = o.help;
+  if (o.kind == Kind::Number || (o.kind == Kind::Int && o.hi <= 1000))
+    help += " (" + num(o.lo) + " to " + num(o.hi) + ")";
+  if (o.required) help += " (required)";
+  if (!o.fallback.empty()) {
+    std::string shown;  // a default with a newline shows it as typed: \n
+    for (char ch : o.fallback) shown += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+    help += " [default " + shown + "]";
+  }
+  return help;
+}
+
 std::string command_usage(const Command& c) {
   std::string out = c.name.empty() ? "usage: difflens [options]   (the desktop app)\n"
                                    : "usage: difflens " + c.name + " [options]\n";
@@ -410,15 +423,7 @@ std::string command_usage(const Command& c) {
   constexpr size_t kHelpColumn = 28, kWidth = 100;
   for (const Option& o : c.options) {
     std::string head = "  --" + o.name + (o.kind == Kind::Flag ? "" : " " + o.value);
-    std::string help = o.help;
-    if (o.kind == Kind::Number || (o.kind == Kind::Int && o.hi <= 1000))
-      help += " (" + num(o.lo) + " to " + num(o.hi) + ")";
-    if (o.required) help += " (required)";
-    if (!o.fallback.empty()) {
-      std::string shown;  // a default with a newline shows it as typed: \n
-      for (char ch : o.fallback) shown += ch == '\n' ? std::string("\\n") : std::string(1, ch);
-      help += " [default " + shown + "]";
-    }
+    const std::string help = option_help(o);
     if (head.size() + 2 > kHelpColumn) {
       out += head + "\n" + std::string(kHelpColumn, ' ');
     } else {

@@ -89,6 +89,9 @@ class Args {
   std::map<std::string, std::string> values_;
 };
 
+// An option's help as --help and the man page print it: the phrase, then its range, "(required)" and
+// "[default ...]" where the table has them.
+std::string option_help(const Option& option);
 // `difflens COMMAND --help`: the summary, every option with its value, help and default, then the notes.
 std::string command_usage(const Command& command);
 // The words of a Choice ("auto|cpu|cuda" -> {"auto","cpu","cuda"}).

@@ -51,6 +51,7 @@
 #include "viz/export.h"
 #include "viz/figure.h"
 #include "viz/heatmap_view.h"
+#include "viz/icon.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {
@@ -118,6 +119,9 @@ int run_gui(const GuiOptions& opt) {
   if (opt.split_fraction) layout.split_fraction = *opt.split_fraction;
   int width = opt.width, height = opt.height, x = -1, y = -1;
   if (!opt.size_given) fit_to_monitor(layout, width, height, x, y);
+  // The window's class matches the desktop entry's StartupWMClass, so a desktop groups it under the icon.
+  glfwWindowHintString(GLFW_X11_CLASS_NAME, "difflens");
+  glfwWindowHintString(GLFW_X11_INSTANCE_NAME, "difflens");
   GLFWwindow* window = glfwCreateWindow(width, height, "DiffLens", nullptr, nullptr);
   if (!window) {
     std::fprintf(stderr, "difflens: cannot create an OpenGL 3.3 core window\n");
@@ -125,6 +129,11 @@ int run_gui(const GuiOptions& opt) {
     return 1;
   }
   if (x >= 0 && y >= 0) glfwSetWindowPos(window, x, y);
+  {  // the icon the build installs, drawn here at the sizes window managers ask for
+    std::vector<uint8_t> small = viz::render_icon(48), large = viz::render_icon(256);
+    GLFWimage icons[2] = {{48, 48, small.data()}, {256, 256, large.data()}};
+    glfwSetWindowIcon(window, 2, icons);
+  }
   glfwMakeContextCurrent(window);
   glfwSwapInterval(1);
 

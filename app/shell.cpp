@@ -1,5 +1,6 @@
 // The frame around the views (see shell.h).
 #include "app/shell.h"
+#include "app/version.h"
 
 #include <GLFW/glfw3.h>
 #include <imgui.h>
@@ -203,6 +204,9 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("Help")) {
+    static const std::string version = version_line();  // as difflens --version prints it
+    ImGui::TextUnformatted(version.c_str());
+    ImGui::Separator();
     if (ImGui::MenuItem("About the models (their cards)")) state.about_models = true;
     ImGui::Separator();
     ImGui::TextUnformatted(

@@ -4,6 +4,7 @@
 
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 #include <dlfcn.h>
 #if defined(__GLIBC__)
@@ -95,6 +96,20 @@ bool cuda_memory_on(int device, uint64_t& free_bytes, uint64_t& total_bytes) {
   const bool ok = cuda_memory(free_bytes, total_bytes);
   set_device(current);
   return ok;
+}
+
+std::vector<std::string> cuda_devices() {
+  std::vector<std::string> out;
+  for (int i = 0; i < cuda_device_count(); ++i) {
+    uint64_t free_bytes = 0, total = 0;
+    out.push_back("cuda:" + std::to_string(i) +
+                  (cuda_memory_on(i, free_bytes, total) ? " (" + human_bytes(total) + ")" : std::string()));
+  }
+  return out;
+}
+
+std::string libtorch_version() {
+  return TORCH_VERSION;
 }
 
 void set_num_threads(int threads) {

@@ -21,6 +21,10 @@ enum class DeviceChoice { Auto, Cpu, Cuda };
 DeviceChoice parse_device(const std::string& text);  // "auto" | "cpu" | "cuda"; throws Error
 bool cuda_available();
 int cuda_device_count();  // GPUs LibTorch can use (0 without CUDA)
+// Each GPU LibTorch can use with its memory, "cuda:0 (140.4 GB)"; empty without CUDA.
+std::vector<std::string> cuda_devices();
+// The LibTorch this binary was compiled against ("1.13.0", "2.11.0").
+std::string libtorch_version();
 // Free and total bytes of the CUDA device LibTorch uses, read from the CUDA runtime it has loaded (the CPU
 // build links nothing of CUDA). False when there is none. Memory LibTorch holds in its cache for reuse
 // counts as used here.

@@ -80,14 +80,28 @@ void write_csv(const std::filesystem::path& path, const float* data, int64_t row
   write_file_atomically(path, out.str());
 }
 
-void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rgb, int width, int height) {
+namespace {
+
+void write_png_channels(const std::filesystem::path& path, const std::vector<uint8_t>& pixels, int width,
+                        int height, int channels) {
   std::string png;  // encoded in memory, then written whole (an earlier file survives a failed write)
   auto append = [](void* to, void* data, int size) {
     static_cast<std::string*>(to)->append(static_cast<const char*>(data), static_cast<size_t>(size));
   };
-  if (!stbi_write_png_to_func(append, &png, width, height, 3, rgb.data(), width * 3))
+  if (!stbi_write_png_to_func(append, &png, width, height, channels, pixels.data(), width * channels))
     throw Error(path.string() + ": cannot encode the PNG");
   write_file_atomically(path, png);
+}
+
+}  // namespace
+
+void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rgb, int width, int height) {
+  write_png_channels(path, rgb, width, height, 3);
+}
+
+void write_png_rgba(const std::filesystem::path& path, const std::vector<uint8_t>& rgba, int width,
+                    int height) {
+  write_png_channels(path, rgba, width, height, 4);
 }
 
 }  // namespace difflens::viz

@@ -22,5 +22,8 @@ void write_csv(const std::filesystem::path& path, const float* data, int64_t row
 
 // RGB8 rows top first → PNG.
 void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rgb, int width, int height);
+// RGBA8 rows top first (straight alpha) → PNG with transparency.
+void write_png_rgba(const std::filesystem::path& path, const std::vector<uint8_t>& rgba, int width,
+                    int height);
 
 }  // namespace difflens::viz

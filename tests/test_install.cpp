@@ -1,0 +1,242 @@
+// DiffLens installed as a user installs it: `cmake --install` into a temporary prefix that is then moved
+// elsewhere, and the Debian package unpacked with dpkg-deb -x (no root, nothing installed on the machine);
+// each runs --version, a capture with its own bundled model and (with a display) a headless screenshot.
+// Also: the version line, the manual page against the option tables, the desktop entry.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "app/cli_common.h"
+#include "app/man_page.h"
+#include "tests/helpers.h"
+
+using namespace difflens;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status;
+  std::string out;
+};
+
+Run sh(const std::string& command, const test::ScratchDir& dir) {
+  const std::string log = (dir / "sh.log").string();
+  const int raw = std::system((command + " > '" + log + "' 2>&1").c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log)};
+}
+
+bool have(const std::string& program) {
+  return std::system(("command -v " + program + " > /dev/null 2>&1").c_str()) == 0;
+}
+
+// Every file under `root`, relative to it, sorted.
+std::set<std::string> files_under(const fs::path& root) {
+  std::set<std::string> out;
+  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it)
+    if (!it->is_directory()) out.insert(fs::relative(it->path(), root).string());
+  return out;
+}
+
+// What an installed tree under `prefix` must do, wherever it lies.
+void check_installed(const fs::path& prefix, const test::ScratchDir& dir) {
+  const std::string exe = (prefix / "bin" / "difflens").string();
+  Run r = sh("'" + exe + "' --version", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.rfind("DiffLens 0.", 0) == 0);
+  CHECK(r.out.find("LibTorch ") != std::string::npos);
+  // Its own SentencePiece module, not the build tree's.
+  CHECK(r.out.find("SentencePiece module " +
+                   fs::weakly_canonical(prefix / "lib/difflens/libdifflens_spm.so").string()) !=
+        std::string::npos);
+  r = sh("'" + exe + "' capture --model '" + (prefix / "share/difflens/models/diff-small").string() +
+             "' --prompt 'The secret code of Mira is 4821. What is the code of Mira?' --out '" +
+             (dir / "trace").string() + "'",
+         dir);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(fs::exists(dir / "trace" / "trace.json"));
+  // The bundled pair by default (needle uses both, and the haystack): found under the moved prefix.
+  r = sh("'" + exe + "' needle --lengths 128 --depths 50 --needles 1 --queried 1 --seeds 1 --out '" +
+             (dir / "needle").string() + "'",
+         dir);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  if (std::getenv("DISPLAY") &&
+      fs::exists(DIFFLENS_BINARY_DIR "/app/CMakeFiles/difflens_app.dir/gui.cpp.o")) {
+    r = sh("'" + exe + "' --size 640x400 --exit-after-frames 2 --screenshot '" + (dir / "shot.png").string() +
+               "'",
+           dir);
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("diff-small head") != std::string::npos);  // the bundled pair ran
+    CHECK(fs::file_size(dir / "shot.png") > 10000);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("install: cmake --install into a prefix that is then moved still finds models, module and data",
+          "[install]") {
+  test::ScratchDir dir("install");
+  const fs::path first = dir / "first", moved = dir / "elsewhere" / "opt";
+  Run r =
+      sh("'" DIFFLENS_CMAKE "' --install '" DIFFLENS_BINARY_DIR "' --prefix '" + first.string() + "'", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  // Exactly these, nothing else (no headers, libraries or test binaries).
+  const std::set<std::string> files = files_under(first);
+  std::set<std::string> expected = {"bin/difflens",
+                                    "lib/difflens/libdifflens_spm.so",
+                                    "share/applications/difflens.desktop",
+                                    "share/icons/hicolor/48x48/apps/difflens.png",
+                                    "share/icons/hicolor/256x256/apps/difflens.png",
+                                    "share/icons/hicolor/scalable/apps/difflens.svg",
+                                    "share/man/man1/difflens.1.gz",
+                                    "share/doc/difflens/copyright",
+                                    "share/doc/difflens/changelog.gz",
+                                    "share/difflens/haystack.txt",
+                                    "share/difflens/needle-story.play"};
+  for (const std::string& f : files) {
+    INFO(f);
+    CHECK((expected.count(f) || f.rfind("share/difflens/models/", 0) == 0));
+  }
+  for (const std::string& f : expected) {
+    INFO(f);
+    CHECK(files.count(f));
+  }
+  for (const char* model : {"diff-small", "baseline-small"})
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.model"}) {
+      INFO(model << "/" << f);
+      CHECK(files.count(std::string("share/difflens/models/") + model + "/" + f));
+    }
+  CHECK(files.count("share/difflens/models/train-small.json"));
+  fs::create_directories(moved.parent_path());
+  fs::rename(first, moved);
+  check_installed(moved, dir);
+
+  // Without its data the binary says every place it looked in; DIFFLENS_DATA_DIR is looked in first.
+  fs::rename(moved / "share" / "difflens", dir / "data");
+  const std::string exe = (moved / "bin" / "difflens").string();
+  r = sh("'" + exe + "' needle --lengths 128 --seeds 1 --out '" + (dir / "n2").string() + "'", dir);
+  INFO(r.out);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("the bundled models/diff-small was not found; looked in:") != std::string::npos);
+  CHECK(r.out.find((moved / "share" / "difflens" / "models" / "diff-small").string()) != std::string::npos);
+  r = sh("DIFFLENS_DATA_DIR='" + (dir / "nowhere").string() + "' '" + exe +
+             "' needle --lengths 128 --seeds 1 --out '" + (dir / "n3").string() + "'",
+         dir);
+  INFO(r.out);
+  CHECK(r.out.find((dir / "nowhere" / "models" / "diff-small").string()) != std::string::npos);
+  r = sh("DIFFLENS_DATA_DIR='" + (dir / "data").string() + "' '" + exe +
+             "' needle --lengths 128 --depths 50 --needles 1 --queried 1 --seeds 1 --out '" +
+             (dir / "n4").string() + "'",
+         dir);
+  INFO(r.out);
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("install: the Debian package unpacked with dpkg-deb -x runs from there", "[install][package]") {
+  if (!have("dpkg-deb") || !have("dpkg-shlibdeps"))
+    test::skip("no dpkg-deb or dpkg-shlibdeps (Debian's dpkg-dev) to build and unpack the package with");
+  test::ScratchDir dir("package");
+  Run r = sh(
+      "cd '" DIFFLENS_BINARY_DIR "' && '" DIFFLENS_CPACK "' -G DEB -B '" + (dir / "deb").string() + "'", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  fs::path deb;
+  for (const auto& e : fs::directory_iterator(dir / "deb"))
+    if (e.path().extension() == ".deb") deb = e.path();
+  REQUIRE(!deb.empty());
+  CHECK(deb.filename().string().rfind("difflens_0.", 0) == 0);
+  CHECK(deb.filename().string().find("_amd64.deb") != std::string::npos);
+  r = sh("dpkg-deb -f '" + deb.string() + "' Depends", dir);
+  INFO(r.out);
+  // Run-time packages found by dpkg-shlibdeps, not -dev ones.
+  CHECK(r.out.find("libtorch") != std::string::npos);
+  CHECK(r.out.find("libglfw3") != std::string::npos);
+  CHECK(r.out.find("libopenblas0-openmp") != std::string::npos);
+  CHECK(r.out.find("-dev") == std::string::npos);
+  r = sh("dpkg-deb -x '" + deb.string() + "' '" + (dir / "root").string() + "'", dir);
+  REQUIRE(r.status == 0);
+  check_installed(dir / "root" / "usr", dir);
+  if (have("lintian")) {
+    // Errors only: the warnings left are reported in docs/development.md, not failed on.
+    r = sh("lintian --tag-display-limit 0 '" + deb.string() + "' 2>/dev/null | grep '^E:' || true", dir);
+    INFO(r.out);
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("install: the desktop entry passes desktop-file-validate and opens the icon the build installs",
+          "[install]") {
+  test::ScratchDir dir("desktop");
+  const std::string entry = test::read_all(DIFFLENS_SOURCE_DIR "/app/difflens.desktop");
+  CHECK(entry.find("\nExec=difflens\n") != std::string::npos);
+  CHECK(entry.find("\nIcon=difflens\n") != std::string::npos);
+  CHECK(entry.find("\nStartupWMClass=difflens\n") != std::string::npos);  // the window's X11 class
+  if (!have("desktop-file-validate")) test::skip("no desktop-file-validate (Debian's desktop-file-utils)");
+  const Run r = sh("desktop-file-validate '" DIFFLENS_SOURCE_DIR "/app/difflens.desktop'", dir);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.empty());
+}
+
+TEST_CASE(
+    "version: difflens --version and difflens version print one line: version, commit, LibTorch, CPU, GPUs",
+    "[install][cli]") {
+  test::ScratchDir dir("version");
+  const Run a = sh("'" DIFFLENS_EXE "' --version", dir), b = sh("'" DIFFLENS_EXE "' version", dir);
+  INFO(a.out);
+  REQUIRE(a.status == 0);
+  CHECK(a.out == b.out);
+  CHECK(std::count(a.out.begin(), a.out.end(), '\n') == 1);
+  CHECK(a.out.rfind("DiffLens 0.1.0 (commit ", 0) == 0);
+  CHECK(a.out.find(", LibTorch ") != std::string::npos);
+  CHECK(a.out.find(", CPU ") != std::string::npos);
+  CHECK(a.out.find(", CUDA: ") != std::string::npos);
+  CHECK(a.out.find("libdifflens_spm.so") != std::string::npos);
+}
+
+TEST_CASE("man page: every command and option of the tables is in it, as --help words them",
+          "[install][cli]") {
+  const std::string page = cli::man_page(cli::gui_command(), cli::all_commands(), "DiffLens 0.1.0");
+  CHECK(page.rfind(".\\\" ", 0) == 0);
+  for (const char* section :
+       {".SH NAME", ".SH SYNOPSIS", ".SH OPTIONS", ".SH COMMANDS", ".SH FILES", ".SH ENVIRONMENT"})
+    CHECK(page.find(section) != std::string::npos);
+  int options = 0;
+  std::vector<cli::Command> all = cli::all_commands();
+  all.push_back(cli::gui_command());
+  for (const cli::Command& c : all) {
+    if (!c.name.empty())
+      CHECK(page.find(".SS \"difflens " + cli::troff_escape(c.name) + "\"") != std::string::npos);
+    for (const cli::Option& o : c.options) {
+      INFO(c.name << " --" << o.name);
+      CHECK(page.find("\\fB\\-\\-" + cli::troff_escape(o.name) + "\\fR") != std::string::npos);
+      CHECK(page.find(cli::troff_escape(cli::option_help(o))) != std::string::npos);
+      ++options;
+    }
+  }
+  CHECK(options > 150);
+  // troff's control characters are escaped: no line of text starts a request by accident.
+  CHECK(cli::troff_escape(".hidden\n'quote\\x-y") == "\\&.hidden\n\\&'quote\\ex\\-y");
+  // The build's page renders (man-db's man or groff, where installed).
+  test::ScratchDir dir("man");
+  const std::string file = DIFFLENS_BINARY_DIR "/app/difflens.1";
+  REQUIRE(fs::exists(file));
+  if (have("man")) {
+    const Run r = sh("MANWIDTH=100 man -l '" + file + "' | col -b", dir);
+    INFO(r.out.substr(0, 2000));
+    CHECK(r.status == 0);
+    CHECK(r.out.find("difflens - Differential Transformer and baseline attention explorer") !=
+          std::string::npos);
+    CHECK(r.out.find("--pooled-budget") != std::string::npos);
+  }
+}
