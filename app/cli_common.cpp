@@ -91,6 +91,11 @@ std::vector<std::filesystem::path> data_dirs() {
   return dirs;
 }
 
+std::string default_export_dir(bool cwd_writable, const char* home) {
+  if (cwd_writable || !home || !*home) return "";
+  return (std::filesystem::path(home) / "difflens-exports").string();
+}
+
 std::string bundled_asset(const std::string& relative) {
   std::string tried;
   for (const auto& dir : data_dirs()) {

@@ -34,6 +34,9 @@ PairSpec pair_spec(const Args& a);
 // tree has build/share/difflens, a link to the source tree's assets/). An installed tree copied to another
 // prefix still finds its own.
 std::vector<std::filesystem::path> data_dirs();
+// The app's export folder when none is given: "" (the app's own ./difflens-exports) where the working folder
+// is writable, else HOME/difflens-exports (the desktop menu may start the app in /); "" without a HOME.
+std::string default_export_dir(bool cwd_writable, const char* home);
 // A bundled asset (e.g. "models/diff-small", "haystack.txt") under the first of data_dirs() that has it;
 // an Error listing every place looked in when none does.
 std::string bundled_asset(const std::string& relative);

@@ -1,4 +1,6 @@
 // The desktop app's options (difflens with no command), read into GuiOptions for run_gui.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -147,6 +149,7 @@ int cmd_gui(const Args& a) {
     std::copy(zoom.begin(), zoom.end(), o.zoom);
   }
   o.export_dir = a.get("export-dir");
+  if (o.export_dir.empty()) o.export_dir = default_export_dir(::access(".", W_OK) == 0, std::getenv("HOME"));
   const std::vector<int> answer = a.get_int_list("answer");
   if (!answer.empty()) {
     if (answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");

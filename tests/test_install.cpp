@@ -240,3 +240,11 @@ TEST_CASE("man page: every command and option of the tables is in it, as --help 
     CHECK(r.out.find("--pooled-budget") != std::string::npos);
   }
 }
+
+TEST_CASE("install: exports go to ./difflens-exports, or to ~/difflens-exports where the app cannot write",
+          "[install][cli]") {
+  CHECK(cli::default_export_dir(true, "/home/ada").empty());  // the app's own relative default
+  CHECK(cli::default_export_dir(false, "/home/ada") == "/home/ada/difflens-exports");
+  CHECK(cli::default_export_dir(false, nullptr).empty());
+  CHECK(cli::default_export_dir(false, "").empty());
+}
