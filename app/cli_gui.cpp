@@ -32,7 +32,8 @@ int cmd_gui(const Args& a) {
       return bundled_asset(relative);
     } catch (const Error& e) {
       std::fprintf(stderr, "difflens: %s\n", e.what());
-      return data_dirs().empty() ? relative : (data_dirs().front() / relative).string();
+      const std::vector<std::filesystem::path> dirs = data_dirs();
+      return dirs.empty() ? relative : (dirs.front() / relative).string();
     }
   };
   if (a.has("models")) {

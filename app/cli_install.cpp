@@ -3,7 +3,6 @@
 // `icon` to make the files `cmake --install` and the Debian package install.
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 
 #include "app/cli_common.h"
 #include "app/man_page.h"
@@ -37,8 +36,9 @@ int cmd_icon(const Args& a) {
   std::filesystem::create_directories(dir, ec);
   if (!std::filesystem::is_directory(dir))
     throw Error(dir.string() + ": cannot make the folder" + (ec ? " (" + ec.message() + ")" : ""));
-  for (const int size :
-       a.get_int_list("sizes").empty() ? std::vector<int>{48, 256} : a.get_int_list("sizes")) {
+  std::vector<int> sizes = a.get_int_list("sizes");
+  if (sizes.empty()) sizes = {48, 256};
+  for (const int size : sizes) {
     const std::filesystem::path png = dir / ("difflens-" + std::to_string(size) + ".png");
     viz::write_png_rgba(png, viz::render_icon(size), size, size);
     std::printf("wrote %s (%dx%d)\n", png.string().c_str(), size, size);

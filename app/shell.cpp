@@ -1,6 +1,5 @@
 // The frame around the views (see shell.h).
 #include "app/shell.h"
-#include "app/version.h"
 
 #include <GLFW/glfw3.h>
 #include <imgui.h>
@@ -14,6 +13,7 @@
 #include "app/panels.h"
 #include "app/plot.h"
 #include "app/remote_client.h"
+#include "app/version.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {

@@ -2,6 +2,7 @@
 #include "viz/icon.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -23,30 +24,35 @@ bool inside_rounded_square(double u, double v) {
          (u - cu) * (u - cu) + (v - cv) * (v - cv) <= kCorner * kCorner;
 }
 
-// The colour of map k's cell (i, j); the mask's grey above the diagonal.
-Rgb8 cell_colour(const IconMaps& m, int k, int i, int j) {
-  if (j > i) return kMasked;
-  const size_t at = static_cast<size_t>(i * m.n + j);
-  if (k < 2) {
-    double top = 0;
-    for (size_t x = 0; x < m.a1.size(); ++x) top = std::max({top, m.a1[x], m.a2[x]});
-    return sequential_colormap().at((k == 0 ? m.a1 : m.a2)[at] / top);
+// Every cell's colour, map by map (A1, A2, A1 − λA2; n x n row-major), the mask's grey above the diagonal:
+// A1 and A2 on one probability scale (their largest value), A1 − λA2 diverging around 0 (its largest
+// |value|).
+std::array<std::vector<Rgb8>, 3> cell_colours(const IconMaps& m) {
+  double top = 0, top_abs = 0;
+  for (size_t x = 0; x < m.a.size(); ++x) {
+    top = std::max({top, m.a1[x], m.a2[x]});
+    top_abs = std::max(top_abs, std::fabs(m.a[x]));
   }
-  {
-    double top = 0;
-    for (double x : m.a) top = std::max(top, std::fabs(x));
-    return diverging_colormap().at(0.5 + 0.5 * m.a[at] / top);
-  }
+  std::array<std::vector<Rgb8>, 3> c;
+  for (auto& map : c) map.assign(m.a.size(), kMasked);
+  for (int i = 0; i < m.n; ++i)
+    for (int j = 0; j <= i; ++j) {
+      const size_t at = static_cast<size_t>(i * m.n + j);
+      c[0][at] = sequential_colormap().at(m.a1[at] / top);
+      c[1][at] = sequential_colormap().at(m.a2[at] / top);
+      c[2][at] = diverging_colormap().at(0.5 + 0.5 * m.a[at] / top_abs);
+    }
+  return c;
 }
 
 // The colour at (u, v) in [0, 1]², and whether it is inside the icon.
-bool colour_at(const IconMaps& m, double u, double v, Rgb8& c) {
+bool colour_at(const std::array<std::vector<Rgb8>, 3>& cells, int n, double u, double v, Rgb8& c) {
   if (!inside_rounded_square(u, v)) return false;
   c = kBackground;
   for (int k = 0; k < 3; ++k) {
     const double x = (u - kMaps[k][0]) / kMaps[k][2], y = (v - kMaps[k][1]) / kMaps[k][2];
     if (x < 0 || x >= 1 || y < 0 || y >= 1) continue;
-    c = cell_colour(m, k, static_cast<int>(y * m.n), static_cast<int>(x * m.n));
+    c = cells[k][static_cast<size_t>(static_cast<int>(y * n) * n + static_cast<int>(x * n))];
   }
   return true;
 }
@@ -76,6 +82,7 @@ IconMaps icon_maps() {
 
 std::vector<uint8_t> render_icon(int size) {
   const IconMaps m = icon_maps();
+  const auto cells = cell_colours(m);
   std::vector<uint8_t> out(static_cast<size_t>(size) * static_cast<size_t>(size) * 4, 0);
   constexpr int kSamples = 4;
   for (int y = 0; y < size; ++y)
@@ -85,7 +92,8 @@ std::vector<uint8_t> render_icon(int size) {
       for (int sy = 0; sy < kSamples; ++sy)
         for (int sx = 0; sx < kSamples; ++sx) {
           Rgb8 c;
-          if (!colour_at(m, (x + (sx + 0.5) / kSamples) / size, (y + (sy + 0.5) / kSamples) / size, c))
+          if (!colour_at(cells, m.n, (x + (sx + 0.5) / kSamples) / size, (y + (sy + 0.5) / kSamples) / size,
+                         c))
             continue;
           r += c.r;
           g += c.g;
@@ -104,6 +112,7 @@ std::vector<uint8_t> render_icon(int size) {
 
 std::string icon_svg() {
   const IconMaps m = icon_maps();
+  const auto cells = cell_colours(m);
   constexpr double kSide = 256;
   char buf[256];
   std::string svg =
@@ -116,7 +125,7 @@ std::string icon_svg() {
     const double cell = kMaps[k][2] * kSide / m.n;
     for (int i = 0; i < m.n; ++i)
       for (int j = 0; j < m.n; ++j) {
-        const Rgb8 c = cell_colour(m, k, i, j);
+        const Rgb8 c = cells[k][static_cast<size_t>(i * m.n + j)];
         std::snprintf(buf, sizeof buf,
                       "<rect x=\"%.3f\" y=\"%.3f\" width=\"%.3f\" height=\"%.3f\" fill=\"#%02x%02x%02x\"/>\n",
                       kMaps[k][0] * kSide + j * cell, kMaps[k][1] * kSide + i * cell, cell, cell, c.r, c.g,
