@@ -16,6 +16,7 @@
 #include "core/capture_plan.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
+#include "core/head_scores.h"
 #include "core/layer_cpu.h"
 #include "core/metrics.h"
 #include "core/needle.h"
@@ -327,6 +328,82 @@ Command quantize_command() {
           cmd_quantize};
 }
 
+// `difflens heads`: every head's TransformerLens scores (and spread, sink) on a prompt or on repeated random
+// tokens, as CSV, with each model's strongest head per score.
+int cmd_heads(const Args& a) {
+  const std::string out = a.require("out");
+  check_output_file(out, "--out", {".csv"});
+  const int repeated = a.get_int("repeated");
+  if ((repeated > 0) + a.has("prompt") + a.has("prompt-file") != 1)
+    throw Error("give exactly one of --prompt, --prompt-file, --repeated N");
+  apply_threads(a);
+  std::string csv = "model,layer,head,previous_token,duplicate_token,induction,entropy_norm,sink\n";
+  std::signal(SIGINT, on_interrupt);
+  for (const std::string& dir : model_dirs(a)) {
+    Model model = load_model(dir, device(a));
+    const std::string name = model.config().name.empty() ? dir : model.config().name;
+    const Tokenizer& tok = model.tokenizer();
+    // Repeated random tokens as TransformerLens's demos draw them: any id of the vocabulary, after BOS.
+    const std::vector<int64_t> ids =
+        repeated > 0 ? repeated_random_tokens(repeated, static_cast<uint64_t>(a.get_int("seed")), 0,
+                                              model.config().vocab_size, tok.bos_id())
+                     : prompt_ids(a, model);
+    CaptureOptions opt;
+    opt.logit_stats = false;
+    const Trace t = model.capture(ids, opt, &g_stop);
+    if (t.layers.empty() || t.layers[0].pooled > 0)
+      throw Error(name + ": " + std::to_string(ids.size()) +
+                  " tokens were captured as pooled maps; head scores need exact maps (a shorter prompt)");
+    std::vector<int64_t> rows(ids.size());
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+    const HeadSummaries r = head_summaries(t, rows, {}, {});
+    struct Best {
+      double score = -2;
+      int layer = -1, head = -1;
+    };
+    std::array<Best, 3> best;
+    char line[256];
+    for (size_t l = 0; l < r.layers.size(); ++l)
+      for (size_t h = 0; h < r.heads[l].size(); ++h) {
+        const HeadSummary& s = r.per_head[l][h];
+        std::snprintf(line, sizeof line, "%s,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f\n", name.c_str(), r.layers[l],
+                      r.heads[l][h], s.previous_token, s.duplicate_token, s.induction, s.entropy_norm,
+                      s.sink);
+        csv += line;
+        const std::array<double, 3> v = {s.previous_token, s.duplicate_token, s.induction};
+        for (size_t k = 0; k < 3; ++k)
+          if (v[k] > best[k].score) best[k] = {v[k], r.layers[l], r.heads[l][h]};
+      }
+    std::printf("%s (%zu tokens%s):", name.c_str(), ids.size(),
+                repeated > 0 ? (", " + std::to_string(repeated) + " random tokens twice").c_str() : "");
+    for (size_t k = 0; k < 3; ++k)
+      std::printf("%s %s L%d H%d %.3f", k ? "," : "",
+                  head_pattern_name(std::array<HeadPattern, 3>{
+                      HeadPattern::PreviousToken, HeadPattern::DuplicateToken, HeadPattern::Induction}[k]),
+                  best[k].layer, best[k].head, best[k].score);
+    std::printf("\n");
+  }
+  write_file_atomically(out, csv);
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+Command heads_command() {
+  return {
+      "heads",
+      "every head's previous-token, duplicate-token and induction scores (TransformerLens's head detector) "
+      "on a prompt or on repeated random tokens, as CSV",
+      {required(text("out", "FILE.csv", "the CSV: model, layer, head, the three scores, entropy_norm, sink")),
+       prompt_option(), prompt_file_option(),
+       integer("repeated", "N", 0, 4096, "0",
+               "N random tokens after BOS, then the same N again (the induction score's prompt; 0: none)"),
+       integer("seed", "S", 0, 1000000000, "1", "the random tokens' seed"),
+       models_option("the models scored"), device_option("auto"), threads_option()},
+      "Give exactly one of --prompt, --prompt-file, --repeated. Scores: sum of A over the pattern's cells / "
+      "sum of |A| over the whole map (A = A1 - lambda A2 for DIFF: weight taken away counts against).",
+      cmd_heads};
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -569,7 +646,8 @@ Command bench_command() {
 }  // namespace
 
 std::vector<Command> measure_commands() {
-  return {needle_command(), outliers_command(), quantize_command(), loss_command(), bench_command()};
+  return {needle_command(), outliers_command(), quantize_command(),
+          loss_command(),   bench_command(),    heads_command()};
 }
 
 }  // namespace difflens::cli

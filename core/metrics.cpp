@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/head_scores.h"
 #include "core/tiles.h"
 
 namespace difflens {
@@ -23,7 +24,10 @@ const char* const kHeadSummaryDefinition =
     "per head, averaged over the query rows i: answer and noise as attention to answer / attention noise; "
     "entropy = -sum of p_j ln p_j (nats), p_j = |A[i,j]| / sum of |A[i,j]| over keys j <= i (DIFF's negative "
     "weights count by magnitude); normalised entropy = entropy / ln(keys row i sees): 0 one key, 1 uniform; "
-    "sink = A[i,0] / the same denominator; A = A1 - lambda*A2 for DIFF, the softmax map for the baseline";
+    "sink = A[i,0] / the same denominator; A = A1 - lambda*A2 for DIFF, the softmax map for the baseline; "
+    "previous-token, duplicate-token and induction scores (TransformerLens's head detector, over every row): "
+    "sum of A[i,j] over the pattern's cells / sum of |A[i,j]|; patterns: j = i-1; j < i with the same token; "
+    "the key after an earlier copy of the query's token";
 
 namespace {
 
@@ -158,6 +162,11 @@ HeadSummaries head_summaries(const Trace& trace, const std::vector<int64_t>& row
       throw Error("attention metrics: query row " + std::to_string(i) + " is outside the map");
   HeadSummaries r;
   r.has_answer = answer.end > answer.begin;
+  std::vector<std::vector<uint8_t>> patterns;  // previous-token, duplicate-token, induction: made once
+  for (HeadPattern p : {HeadPattern::PreviousToken, HeadPattern::DuplicateToken, HeadPattern::Induction})
+    patterns.push_back(trace.token_ids.size() == static_cast<size_t>(T)
+                           ? detection_pattern(p, trace.token_ids)
+                           : std::vector<uint8_t>{});
   for (const LayerTrace& l : trace.layers) {
     std::vector<int> which = l.heads;
     if (l.pooled > 0 && which.empty())  // as attention_noise: a long-prompt layer can recompute every head
@@ -169,6 +178,11 @@ HeadSummaries head_summaries(const Trace& trace, const std::vector<int64_t>& row
         const float* map = l.a.data.data() + static_cast<int64_t>(h) * T * T;
         summaries.push_back(summary_of_rows([&](int64_t i) { return map + i * T; }, T, window, rows, answer,
                                             question, r.has_answer));
+        HeadSummary& s = summaries.back();
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        s.previous_token = patterns[0].empty() ? nan : head_score(map, T, patterns[0]);
+        s.duplicate_token = patterns[1].empty() ? nan : head_score(map, T, patterns[1]);
+        s.induction = patterns[2].empty() ? nan : head_score(map, T, patterns[2]);
         continue;
       }
       if (!tile_available(trace, l.index, which[h]))
@@ -182,6 +196,8 @@ HeadSummaries head_summaries(const Trace& trace, const std::vector<int64_t>& row
           exact_rows.emplace(i, attention_tile(trace, l.index, which[h], i, 1, 0, i + 1));
       summaries.push_back(summary_of_rows([&](int64_t i) { return exact_rows.at(i).a.data(); }, T, window,
                                           rows, answer, question, r.has_answer));
+      summaries.back().previous_token = summaries.back().duplicate_token = summaries.back().induction =
+          std::numeric_limits<double>::quiet_NaN();
     }
     r.layers.push_back(l.index);
     r.heads.push_back(std::move(which));

@@ -75,10 +75,15 @@ MapDrift map_drift(const Trace& reference, const Trace& other);
 //   entropy_norm:  entropy / log(n_i), n_i = the keys row i can see (i + 1, or the sliding window): 0 = all
 //                  mass on one key, 1 = uniform over the visible keys. Row 0 (one key) counts as 0.
 //   sink:          attention to the first token, A[i,0] / Σ_{j ≤ i} |A[i,j]| (signed, like answer).
+// and, over the whole map (every row, not the query rows), TransformerLens's head scores
+// (core/head_scores.h):
+//   previous_token, duplicate_token, induction: Σ A·D / Σ |A| for the prompt's detection pattern D; NaN for a
+//                  long-prompt layer (pooled maps: the whole map is not kept).
 struct HeadSummary {
   double answer = 0, noise = 0;
   double entropy = 0, entropy_norm = 0;
   double sink = 0;
+  double previous_token = 0, duplicate_token = 0, induction = 0;
 };
 
 struct HeadSummaries {

@@ -231,3 +231,25 @@ TEST_CASE("head summaries of captures: bounded entropy, attention_noise's shares
       }
   }
 }
+
+TEST_CASE("head summaries carry TransformerLens's head scores over the whole map, from the trace's tokens",
+          "[metrics][heads]") {
+  // Tokens 5 9 5 9: head 0 on the previous token (row 0 on itself), head 1 uniform.
+  const std::vector<float> prev = {1, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0};
+  std::vector<float> uniform(16, 0.0f);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j <= i; ++j) uniform[static_cast<size_t>(i * 4 + j)] = 1.0f / static_cast<float>(i + 1);
+  Trace t = trace_of_maps(4, {0, 1}, {prev, uniform});
+  t.token_ids = {5, 9, 5, 9};
+  const HeadSummaries r = head_summaries(t, {3}, {}, {});
+  const HeadSummary &p = r.per_head[0][0], &u = r.per_head[0][1];
+  CHECK(p.previous_token == Approx(3.0 / 4));  // rows 1-3 on the pattern, row 0 on itself
+  CHECK(p.duplicate_token == 0.0);             // cells (2,0), (3,1): no weight there
+  // Induction cells: row 2 (5) -> key 1, row 3 (9) -> key 2: both are the previous token here.
+  CHECK(p.induction == Approx(2.0 / 4));
+  CHECK(u.previous_token == Approx((1.0 / 2 + 1.0 / 3 + 1.0 / 4) / 4));
+  CHECK(u.duplicate_token == Approx((1.0 / 3 + 1.0 / 4) / 4));
+  CHECK(u.induction == Approx((1.0 / 3 + 1.0 / 4) / 4));
+  // Every row is scored, whatever the query rows.
+  CHECK(head_summaries(t, {1}, {}, {}).per_head[0][0].previous_token == p.previous_token);
+}
