@@ -200,9 +200,10 @@ Command gui_command() {
        choice("split", "off|below|beside", "",
               "the view alone, below the maps or beside them (default: as last left)"),
        number("maps-height", "F", 0.2, 0.85, "", "the maps' share of a split view"),
-       choice("head-metric", "maps|answer|noise|entropy|sink", "maps",
+       choice("head-metric", "maps|answer|noise|entropy|sink|previous-token|duplicate-token|induction",
+              "maps",
               "the Model view's grid: maps, or each head coloured by its attention to the answer, noise, "
-              "entropy or first-token share"),
+              "entropy, first-token share, or previous-token, duplicate-token or induction score"),
        choice("metric-rows", "query|question", "query",
               "the Model view's metrics over the selected query's row or the question's rows"),
        int_list("zoom", "R,C,N", 0, 1e9, 3, 3, "head view zoomed to N tokens from query R, key C"),

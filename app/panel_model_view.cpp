@@ -18,8 +18,18 @@
 namespace difflens::app {
 namespace {
 
-constexpr const char* kMetricNames[] = {"maps", "attention to the answer", "attention noise",
-                                        "entropy / ln(keys seen)", "first-token share (sink)"};
+constexpr const char* kMetricNames[] = {"maps",
+                                        "attention to the answer",
+                                        "attention noise",
+                                        "entropy / ln(keys seen)",
+                                        "first-token share (sink)",
+                                        "previous-token score",
+                                        "duplicate-token score",
+                                        "induction score"};
+// Metrics 5-7 (TransformerLens's head scores) are over the whole map: the query rows do not change them.
+bool whole_map_metric(int metric) {
+  return metric >= 5;
+}
 
 double metric_of(const HeadSummary& h, int metric) {
   switch (metric) {
@@ -29,6 +39,12 @@ double metric_of(const HeadSummary& h, int metric) {
       return h.noise;
     case 3:
       return h.entropy_norm;
+    case 5:
+      return h.previous_token;
+    case 6:
+      return h.duplicate_token;
+    case 7:
+      return h.induction;
     default:
       return h.sink;
   }
@@ -195,11 +211,23 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
         ImGui::InvisibleButton("cell", box);
         ImGui::PopID();
         ImDrawList* dl = ImGui::GetWindowDrawList();
-        if (hs) {
+        if (hs && std::isnan(metric_of(*hs, metric))) {  // a long prompt's pooled layer: no whole map kept
+          dl->AddRectFilled(p, ImVec2(p.x + box.x, p.y + box.y), IM_COL32(200, 200, 200, 255));
+          const ImVec2 ts = ImGui::CalcTextSize("n/a");
+          if (ts.x < box.x - 4)
+            dl->AddText(ImVec2(p.x + (box.x - ts.x) / 2, p.y + (box.y - ts.y) / 2), IM_COL32(20, 20, 20, 255),
+                        "n/a");
+        } else if (hs) {
           const double v = metric_of(*hs, metric);
           const viz::Rgb8 c = cmap.at(std::clamp((v - lo) / (hi - lo), 0.0, 1.0));
           dl->AddRectFilled(p, ImVec2(p.x + box.x, p.y + box.y), IM_COL32(c.r, c.g, c.b, 255));
-          const std::string text_s = metric_text(v, metric);
+          std::string text_s = metric_text(v, metric);
+          for (int decimals : {2, 1}) {  // a narrow cell: fewer decimals rather than none ("0", never "-0.0")
+            if (ImGui::CalcTextSize(text_s.c_str()).x < box.x - 4) break;
+            char b[32];
+            std::snprintf(b, sizeof b, "%.*f", decimals, v);
+            text_s = std::fabs(v) < 0.5 * std::pow(10.0, -decimals) ? "0" : b;
+          }
           const char* text = text_s.c_str();
           const ImVec2 ts = ImGui::CalcTextSize(text);
           const bool dark = 0.299 * c.r + 0.587 * c.g + 0.114 * c.b < 140;
@@ -232,8 +260,9 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
         if (hs)
           ImGui::SetTooltip(
               "layer %d, head %d\nattention to the answer %.3f\nnoise %.3f\nentropy %.3f nats (%.3f of "
-              "uniform)\nfirst-token share %.3f",
-              l.index, l.heads[h], hs->answer, hs->noise, hs->entropy, hs->entropy_norm, hs->sink);
+              "uniform)\nfirst-token share %.3f\nprevious-token %.3f, duplicate-token %.3f, induction %.3f",
+              l.index, l.heads[h], hs->answer, hs->noise, hs->entropy, hs->entropy_norm, hs->sink,
+              hs->previous_token, hs->duplicate_token, hs->induction);
         else
           ImGui::SetTooltip("layer %d, head %d", l.index, l.heads[h]);
       }
@@ -253,9 +282,10 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
   const float fw = ImGui::GetFontSize() * 7;
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 13);
   ImGui::Combo("show", &state.view.head_metric,
-               "maps\0attention to the answer\0attention noise\0entropy\0first-token share (sink)\0");
+               "maps\0attention to the answer\0attention noise\0entropy\0first-token share (sink)\0"
+               "previous-token score\0duplicate-token score\0induction score\0");
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", kHeadSummaryDefinition);
-  if (state.view.head_metric > 0) {
+  if (state.view.head_metric > 0 && !whole_map_metric(state.view.head_metric)) {
     flow_next(ImGui::GetFontSize() * 11, "over");
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 11);
     ImGui::Combo("over", &state.view.metric_rows, "the query's row\0the question's rows\0");
@@ -330,7 +360,8 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
     }
     ImGui::Dummy(ImVec2(w, h));
     ImGui::SameLine();
-    ImGui::Text("%.0f ... %.0f  (%s; hover a cell for all four)", range.lo, range.hi, kMetricNames[metric]);
+    ImGui::Text("%.0f ... %.0f  (%s%s; hover a cell for every score)", range.lo, range.hi,
+                kMetricNames[metric], whole_map_metric(metric) ? ", over every row" : "");
   }
   for (int s = 0; s < kSlots; ++s) {
     if (s && !stack) ImGui::SameLine(0, 2 * ImGui::GetFontSize());

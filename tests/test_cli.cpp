@@ -938,7 +938,8 @@ TEST_CASE("gui layout: the maps fill the central area and the first screen puts 
       {"--view maps --tab lab --screenshot x.png", "give --view or --tab (the same), not both"},
       {"--split sideways --screenshot x.png", "--split must be off, below or beside"},
       {"--hover 3,5 --screenshot x.png", "--hover expects ROW,COL with 0 <= COL <= ROW"},
-      {"--head-metric loud --screenshot x.png", "--head-metric must be maps, answer, noise, entropy or sink"},
+      {"--head-metric loud --screenshot x.png",
+       "--head-metric must be maps, answer, noise, entropy, sink, previous-token, duplicate-token or induction"},
       {"--metric-rows all --screenshot x.png", "--metric-rows must be query or question"},
   };
   expect_failures(bad, dir);
