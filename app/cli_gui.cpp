@@ -74,6 +74,14 @@ int cmd_gui(const Args& a) {
   o.lab_run = a.has("lab-run");
   if (o.lab_run)  // refuse a bad grid before a window opens
     (void)parse_needle_sweep(o.lab_lengths, o.lab_depths, o.lab_needles, o.lab_queried, o.lab_seeds);
+  o.repeated = a.get_int_list("repeated");
+  if (!o.repeated.empty()) {
+    if (a.has("prompt") + a.has("prompt-file") + a.has("needle") + a.has("bundle") > 0)
+      throw Error(
+          "--repeated makes the prompt: give it without --prompt, --prompt-file, --needle or --bundle");
+    if (o.repeated[0] < 1 || o.repeated[0] > app::kMaxRepeated)
+      throw Error("--repeated expects N,SEED with 1 <= N <= " + std::to_string(app::kMaxRepeated));
+  }
   o.needle = a.get_int_list("needle");
   if (!o.needle.empty()) {
     const auto& n = o.needle;
@@ -83,7 +91,7 @@ int cmd_gui(const Args& a) {
           "--needle expects TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER] with TOKENS >= 64, DEPTH in "
           "0..100, 1 <= ASKED <= NEEDLES <= 6 and ANSWER 1 (the prompt ends with the code, the default) "
           "or 0 (it stops before the code)");
-  } else if (!a.has("prompt") && !a.has("prompt-file") && !a.has("bundle") &&
+  } else if (!a.has("prompt") && !a.has("prompt-file") && !a.has("bundle") && !a.has("repeated") &&
              (std::filesystem::exists(std::filesystem::path(o.models[0]) / "tokenizer.model") ||
               o.models[0].rfind("remote://", 0) == 0)) {  // a remote model's tokenizer comes from its server
     o.needle = {app::kDefaultNeedle.begin(),
@@ -191,6 +199,9 @@ Command gui_command() {
            "prompt ends with the asked code, 0 before it (without --prompt, --prompt-file or --bundle the "
            "app starts with " +
                needle_default + ")"),
+       int_list("repeated", "N,SEED", 0, 1e9, 2, 2,
+                "start with N random tokens, then the same N again (the induction score's prompt; the Model "
+                "view's Repeat them)"),
        int_list("select", "LAYER,HEAD", 0, 1e6, 2, 2, "the layer and head selected at start"),
        integer("query", "I", 0, 1e9, "", "the selected query token (default: the last)"),
        answer_option(),

@@ -343,10 +343,10 @@ int cmd_heads(const Args& a) {
     Model model = load_model(dir, device(a));
     const std::string name = model.config().name.empty() ? dir : model.config().name;
     const Tokenizer& tok = model.tokenizer();
-    // Repeated random tokens as TransformerLens's demos draw them: any id of the vocabulary, after BOS.
+    // Repeated random tokens as TransformerLens's demos draw them (uniform ids after BOS), kept to ids whose
+    // text reads back as themselves: the GUI's "repeated random tokens" prompt is the same sequence.
     const std::vector<int64_t> ids =
-        repeated > 0 ? repeated_random_tokens(repeated, static_cast<uint64_t>(a.get_int("seed")), 0,
-                                              model.config().vocab_size, tok.bos_id())
+        repeated > 0 ? repeated_random_prompt(tok, repeated, static_cast<uint64_t>(a.get_int("seed"))).ids
                      : prompt_ids(a, model);
     CaptureOptions opt;
     opt.logit_stats = false;
@@ -366,10 +366,9 @@ int cmd_heads(const Args& a) {
     for (size_t l = 0; l < r.layers.size(); ++l)
       for (size_t h = 0; h < r.heads[l].size(); ++h) {
         const HeadSummary& s = r.per_head[l][h];
-        std::snprintf(line, sizeof line, "%s,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f\n", name.c_str(), r.layers[l],
-                      r.heads[l][h], s.previous_token, s.duplicate_token, s.induction, s.entropy_norm,
-                      s.sink);
-        csv += line;
+        std::snprintf(line, sizeof line, ",%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f\n", r.layers[l], r.heads[l][h],
+                      s.previous_token, s.duplicate_token, s.induction, s.entropy_norm, s.sink);
+        csv += app::csv_field(name) + line;
         const std::array<double, 3> v = {s.previous_token, s.duplicate_token, s.induction};
         for (size_t k = 0; k < 3; ++k)
           if (v[k] > best[k].score) best[k] = {v[k], r.layers[l], r.heads[l][h]};
@@ -396,7 +395,8 @@ Command heads_command() {
       {required(text("out", "FILE.csv", "the CSV: model, layer, head, the three scores, entropy_norm, sink")),
        prompt_option(), prompt_file_option(),
        integer("repeated", "N", 0, 4096, "0",
-               "N random tokens after BOS, then the same N again (the induction score's prompt; 0: none)"),
+               "N random tokens after BOS, then the same N again (the induction score's prompt, as the Model "
+               "view's; 0: none)"),
        integer("seed", "S", 0, 1000000000, "1", "the random tokens' seed"),
        models_option("the models scored"), device_option("auto"), threads_option()},
       "Give exactly one of --prompt, --prompt-file, --repeated. Scores: sum of A over the pattern's cells / "

@@ -216,6 +216,19 @@ int run_gui(const GuiOptions& opt) {
           std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
       }
     }
+    if (opt.repeated.size() == 2) {  // repeated random tokens at start (validated by the CLI)
+      state.repeated.length = opt.repeated[0];
+      state.repeated.seed = opt.repeated[1];
+      if (is_remote(opt.models[0])) {
+        state.repeated.build_on_load = true;
+        state.prompt.pending = false;
+      } else {
+        build_repeated_prompt(state, opt.models[0]);
+        if (state.repeated.built.rfind("could not", 0) == 0)
+          std::fprintf(stderr, "difflens: %s\n", state.repeated.built.c_str());
+      }
+      if (opt.query >= 0) state.selection.query = opt.query;
+    }
     for (int k = 0; k < 4; ++k)
       if (kQuantizationBits[k] == opt.logit_bits) state.view.quantization = k;
     if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
@@ -282,6 +295,16 @@ int run_gui(const GuiOptions& opt) {
           if (!state.needle.built.empty()) std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
           state.prompt.pending = true;  // the plain prompt instead
           state.prompt.last_edit = 0;
+        }
+      }
+      if (state.repeated.build_on_load &&
+          (state.status.slots[0].loaded || !state.status.slots[0].error.empty())) {
+        state.repeated.build_on_load = false;
+        build_repeated_prompt(
+            state, state.status.slots[0].error.empty() ? state.status.slots[0].tokenizer_dir : std::string());
+        if (state.repeated.built.rfind("could not", 0) == 0) {
+          std::fprintf(stderr, "difflens: %s\n", state.repeated.built.c_str());
+          state.prompt.rerun();  // the plain prompt instead
         }
       }
       poll_lab(state, worker);

@@ -11,6 +11,9 @@
 
 namespace difflens::app {
 
+// The longest repeated random sequence the app builds (--repeated, the Model view): 2 x 1024 + 1 tokens.
+constexpr int kMaxRepeated = 1024;
+
 // The app's first screen when no prompt is given: a held-out needle episode of 256 tokens, the needle at
 // 50 % depth, one needle asked, seed 1, the prompt ending with the code (see --needle).
 inline constexpr std::array<int, 6> kDefaultNeedle = {256, 50, 1, 1, 1, 1};
@@ -25,6 +28,7 @@ struct GuiOptions {
   int width = 1600, height = 1000;  // with size_given; otherwise the remembered size or 90 % of the monitor
   float font_scale = 1.0f;
   std::string haystack;           // held-out text for the needle builder (assets/haystack.txt)
+  std::vector<int> repeated;      // N,SEED: N random tokens twice as the prompt at start (--repeated)
   std::vector<int> needle;        // build a needle prompt at start: LENGTH,DEPTH%,N,R,SEED[,WITH_ANSWER]
   int logit_bits = 0;             // attention-logit quantization shown at start (0, 8, 6 or 4)
   bool lecture = false;           // start with the large lecture font

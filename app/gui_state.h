@@ -156,6 +156,13 @@ struct GuiState {
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<Haystack> haystack;
   } needle;
+  // The Model view's "repeated random tokens" prompt: `length` random tokens, then the same again (the
+  // induction score's prompt, core/head_scores.h; `difflens heads --repeated` draws the same).
+  struct Repeated {
+    int length = 50, seed = 1;
+    bool build_on_load = false;  // --repeated with a remote left slot: once its tokenizer is fetched
+    std::string built;           // what the last build made, or why it could not
+  } repeated;
   // Text view: the prompt shaded by the query's attention (panel_text).
   struct TextView {
     int direction = 0;  // 0: from the query (its row), 1: to the query's token (its column)

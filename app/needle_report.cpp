@@ -27,13 +27,6 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string q = "\"";
-  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return q + "\"";
-}
-
 // A model name as part of a file name: letters, digits, '-' and '.' kept, runs of anything else as one '_'.
 std::string file_name(const std::string& s) {
   std::string out;
@@ -53,6 +46,13 @@ std::string pct(double depth) {
 }
 
 }  // namespace
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
 
 std::string write_needle_report(const std::filesystem::path& out, const std::vector<std::string>& models,
                                 const std::vector<std::vector<NeedleRun>>& runs, int cell) {

@@ -12,6 +12,9 @@
 
 namespace difflens::app {
 
+// A CSV field as RFC 4180 writes it: quoted when it holds a comma, a quote or a line break (quotes doubled).
+std::string csv_field(const std::string& s);
+
 // Returns the markdown tables it wrote (also printed by the CLI). Throws Error when `out` is not writable.
 std::string write_needle_report(const std::filesystem::path& out, const std::vector<std::string>& models,
                                 const std::vector<std::vector<NeedleRun>>& runs, int cell = 72);

@@ -8,12 +8,19 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "app/figures.h"
+#include "app/gui.h"
 #include "app/panel_maps.h"
+#include "app/panels.h"
 #include "app/plot.h"
+#include "core/error.h"
+#include "core/head_scores.h"
+#include "core/model.h"
+#include "core/tokenizer.h"
 
 namespace difflens::app {
 namespace {
@@ -277,6 +284,64 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
     state.drawn.note("modelgrid." + std::to_string(slot), grid_min.x, grid_min.y, grid_max.x, grid_max.y);
 }
 
+void build_repeated_prompt(GuiState& state, const std::string& model_dir) {
+  GuiState::Repeated& r = state.repeated;
+  try {
+    if (model_dir.empty()) throw Error("the left slot has no model whose tokenizer could draw the tokens");
+    const std::filesystem::path dir(model_dir);
+    std::string note;
+    // A remote model's tokenizer is a local copy of its tokenizer.model alone.
+    const Tokenizer tok = std::filesystem::exists(dir / "config.json")
+                              ? Model::load_tokenizer(dir, note)
+                              : Tokenizer::sentencepiece(dir / "tokenizer.model");
+    r.length = std::clamp(r.length, 1, kMaxRepeated);
+    const RepeatedPrompt p =
+        repeated_random_prompt(tok, r.length, static_cast<uint64_t>(std::max(0, r.seed)));
+    state.prompt.text = p.text;
+    state.prompt.rerun();
+    state.selection = SelectionState{};  // no answer span or needle in random tokens; the query: the last
+    state.needle.focus_pending = false;
+    r.built = std::to_string(r.length) + " random tokens, then the same " + std::to_string(r.length) +
+              " again (seed " + std::to_string(r.seed) + "): " + std::to_string(p.ids.size()) +
+              " tokens. In the second copy an induction head looks at the token after the current token's "
+              "first appearance (the induction score), a previous-token head one token back.";
+  } catch (const std::exception& e) {
+    r.built = std::string("could not build: ") + e.what();
+  }
+}
+
+namespace {
+
+// The repeated random tokens row, shown with the head scores.
+void draw_repeated_builder(GuiState& state) {
+  GuiState::Repeated& r = state.repeated;
+  const float w = ImGui::GetFontSize() * 6;
+  flow_next(w, "random tokens");
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputInt("random tokens", &r.length, 10, 100);
+  r.length = std::clamp(r.length, 1, kMaxRepeated);
+  flow_next(w, "seed##repeated");
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputInt("seed##repeated", &r.seed);
+  r.seed = std::max(0, r.seed);
+  flow_next(ImGui::CalcTextSize("Repeat them").x + 2 * ImGui::GetStyle().FramePadding.x);
+  if (ImGui::Button("Repeat them"))
+    build_repeated_prompt(state, state.status.slots[0].tokenizer_dir.empty()
+                                     ? state.status.slots[1].tokenizer_dir
+                                     : state.status.slots[0].tokenizer_dir);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Prompt: that many random tokens, then the same tokens again (the induction score's prompt, as "
+        "TransformerLens's head detector uses it; difflens heads --repeated N --seed S draws the same)");
+  if (!r.built.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped("%s", r.built.c_str());
+    ImGui::PopStyleColor();
+  }
+}
+
+}  // namespace
+
 void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
                          const viz::HeatmapRenderer& renderer) {
   const float fw = ImGui::GetFontSize() * 7;
@@ -300,6 +365,7 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
   flow_next(fw, "heads");
   ImGui::SetNextItemWidth(fw);
   ImGui::InputTextWithHint("heads", "all, or 0-3,7", &state.view.head_filter);
+  if (whole_map_metric(state.view.head_metric)) draw_repeated_builder(state);
   // Cells as large as the view allows: every shown layer's row fits the height, both grids the width;
   // at least 3 text lines (the grid scrolls beyond that).
   // The two grids side by side or one above the other, whichever gives larger cells.

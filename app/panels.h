@@ -40,6 +40,10 @@ void draw_text_view(GuiState& state);
 // where or why not.
 void export_text_page(GuiState& state);
 
+// panel_model_view.cpp: puts `length` random tokens twice (state.repeated) into the prompt, drawn with the
+// tokenizer of the model in `model_dir`; says in state.repeated.built what it made or why it could not.
+void build_repeated_prompt(GuiState& state, const std::string& model_dir);
+
 // panel_lambda.cpp: λ per layer of each DIFF model as a plot (λ and λ_init(l)) beside its table.
 void draw_lambda_view(GuiState& state);
 

@@ -39,7 +39,8 @@ ScriptPlayer::ScriptPlayer(PlayScript script, double delay_ms, double seconds, b
 }
 
 bool ScriptPlayer::results_in(const GuiState& state, const InferenceWorker& worker) const {
-  return !state.prompt.pending && !state.needle.build_on_load && worker.idle();
+  return !state.prompt.pending && !state.needle.build_on_load && !state.repeated.build_on_load &&
+         worker.idle();
 }
 
 void ScriptPlayer::note_memory() {

@@ -14,9 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace difflens {
+
+class Tokenizer;
 
 enum class HeadPattern { PreviousToken, DuplicateToken, Induction };
 const char* head_pattern_name(HeadPattern pattern);  // "previous-token", "duplicate-token", "induction"
@@ -35,5 +38,17 @@ double head_score(const float* map, int64_t T, const std::vector<uint8_t>& patte
 // those `length` tokens once more; 2·length (+1) tokens. The same seed gives the same tokens everywhere.
 std::vector<int64_t> repeated_random_tokens(int64_t length, uint64_t seed, int64_t lo, int64_t hi,
                                             int64_t bos);
+
+// The same for a prompt that is text (the GUI's, `difflens heads --repeated`): ids drawn uniformly from the
+// tokenizer's vocabulary, BOS and EOS left out, and an id kept only when the text so far reads back as
+// exactly the ids so far (so the text typed into the prompt is the random sequence, twice, token for token).
+// `text` has no BOS (the tokenizer adds it); `ids` are what the tokenizer reads from it, with BOS. A
+// tokenizer without text (ids-only) gets repeated_random_tokens over its vocabulary, written as "1, 450, 3".
+// Throws Error when the tokenizer keeps too few of its ids.
+struct RepeatedPrompt {
+  std::string text;
+  std::vector<int64_t> ids;
+};
+RepeatedPrompt repeated_random_prompt(const Tokenizer& tok, int64_t length, uint64_t seed);
 
 }  // namespace difflens

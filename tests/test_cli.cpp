@@ -10,7 +10,9 @@
 
 #include <stb_image.h>
 
+#include "core/head_scores.h"
 #include "core/model.h"
+#include "core/tokenizer.h"
 #include "core/trace_io.h"
 #include "helpers.h"
 #include "viz/export.h"
@@ -1070,6 +1072,37 @@ TEST_CASE("gui layout: the Model view's grid fills 85 % of its height at 1920x10
   const float bottom = std::max(regions["modelgrid.0"].y1, regions["modelgrid.1"].y1);
   CHECK(bottom - v.y0 >= 0.85f * v.h());
   CHECK(bottom <= v.y1 + 0.5f);
+}
+
+TEST_CASE("gui: --repeated starts on the repeated random tokens that difflens heads scores",
+          "[gui][cli][heads]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guirepeated");
+  const Result r =
+      run("--repeated 12,3 --view models --head-metric induction --size 1280x800 --threads 1 "
+          "--exit-after-frames 2 --screenshot " +
+              (dir / "m.png").string(),
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const Tokenizer tok = Tokenizer::sentencepiece(std::filesystem::path(DIFFLENS_SOURCE_DIR) /
+                                                 "assets/models/diff-small/tokenizer.model");
+  const RepeatedPrompt p = repeated_random_prompt(tok, 12, 3);
+  std::string shown = p.text.substr(0, 120);
+  for (char& c : shown)
+    if (c == '\n') c = ' ';
+  CHECK(r.out.find("prompt box: " + std::to_string(p.text.size()) + " bytes: " + shown) != std::string::npos);
+  CHECK(r.out.find("; 25 tokens: both models") != std::string::npos);
+  const auto regions = layout_regions(r.out);
+  CHECK(regions.count("modelgrid.0") == 1);
+  CHECK(regions.count("modelgrid.1") == 1);
+  CHECK(r.out.find("0 outside or clipped, 0 texts cut") != std::string::npos);
+  const std::pair<std::string, std::string> refused[] = {
+      {"--repeated 12,3 --prompt hi --screenshot x.png", "--repeated makes the prompt"},
+      {"--repeated 0,3 --screenshot x.png", "--repeated expects N,SEED with 1 <= N <= 1024"},
+      {"--repeated 2000,3 --screenshot x.png", "--repeated expects N,SEED with 1 <= N <= 1024"},
+  };
+  expect_failures(refused, dir);
 }
 
 TEST_CASE("gui layout: without --size the window takes 90 % of the screen it opens on",

@@ -2,11 +2,21 @@
 // hand-built maps and token sequences.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
 #include "core/head_scores.h"
+#include "core/model.h"
+#include "core/tokenizer.h"
+#include "helpers.h"
 
 using namespace difflens;
 
 namespace {
+
+const std::filesystem::path kModels = DIFFLENS_SOURCE_DIR "/assets/models";
 
 // A causal T x T map whose row i is `row(i)` (keys 0..i).
 template <typename Row>
@@ -99,4 +109,111 @@ TEST_CASE("head scores: a perfect induction head on repeated random tokens score
   const auto prev = causal_map(T, [](int64_t i, int64_t j) { return (i == 0 || j == i - 1) ? 1.0f : 0.0f; });
   CHECK(head_score(prev.data(), T, d) == 0.0);
   CHECK(head_score(induction.data(), T, detection_pattern(HeadPattern::PreviousToken, t)) == 0.0);
+}
+
+TEST_CASE("head scores: the repeated random prompt is text that reads back as the same tokens twice",
+          "[metrics][heads]") {
+  const Tokenizer spm = Tokenizer::sentencepiece(kModels / "diff-small/tokenizer.model");
+  const RepeatedPrompt p = repeated_random_prompt(spm, 50, 7);
+  REQUIRE(p.ids.size() == 101);
+  CHECK(p.ids[0] == spm.bos_id());
+  CHECK(spm.encode(p.text, true).ids == p.ids);  // what the prompt box holds is the sequence, token for token
+  std::set<int64_t> distinct;
+  for (int i = 1; i <= 50; ++i) {
+    const int64_t id = p.ids[static_cast<size_t>(i)];
+    CHECK(id == p.ids[static_cast<size_t>(i + 50)]);
+    CHECK(id != spm.bos_id());
+    CHECK(id != spm.eos_id());
+    CHECK(id >= 0);
+    CHECK(id < spm.vocab_size());
+    distinct.insert(id);
+  }
+  CHECK(distinct.size() >= 45);  // drawn from 4,000 pieces: hardly a repeat
+  CHECK(repeated_random_prompt(spm, 50, 7).text == p.text);
+  CHECK(repeated_random_prompt(spm, 50, 8).text != p.text);
+  // One byte per token: every byte but the three specials' ids reads back.
+  const Tokenizer bytes = Tokenizer::bytes(259);
+  const RepeatedPrompt b = repeated_random_prompt(bytes, 20, 3);
+  CHECK(b.text.size() == 40);
+  CHECK(bytes.encode(b.text, true).ids == b.ids);
+  CHECK(b.text.substr(0, 20) == b.text.substr(20));
+  // A model without a text tokenizer reads ids: the prompt lists them, BOS first.
+  ModelConfig c = test::tiny_config(AttentionKind::Baseline);
+  c.tokenizer = TokenizerKind::SentencePiece;  // no tokenizer.model here: ids only
+  const Tokenizer ids_only = Tokenizer::without_files(c);
+  REQUIRE_FALSE(ids_only.can_encode());
+  const RepeatedPrompt n = repeated_random_prompt(ids_only, 4, 1);
+  CHECK(parse_token_ids(n.text, c.vocab_size) == n.ids);
+  CHECK(n.ids == repeated_random_tokens(4, 1, 0, c.vocab_size, ids_only.bos_id()));
+  CHECK_THROWS_WITH(repeated_random_prompt(spm, 0, 1), Catch::Contains("at least 1"));
+}
+
+TEST_CASE("difflens heads writes every head's scores, equal to the scores of a capture of the same tokens",
+          "[metrics][heads][cli]") {
+  test::ScratchDir dir("heads-cli");
+  const std::string models = (dir / "m").string(), csv = (dir / "heads.csv").string(),
+                    log = (dir / "log").string();
+  auto run = [&](const std::string& args) {
+    const int raw = std::system((std::string(DIFFLENS_EXE) + " " + args + " > '" + log + "' 2>&1").c_str());
+    return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  };
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300 --seed 5") == 0);
+  REQUIRE(run("heads --models " + models + "/diff," + models + "/baseline --repeated 12 --seed 4 --out " +
+              csv) == 0);
+  const std::string printed = test::read_all(log);
+  INFO(printed);
+  CHECK(printed.find("(25 tokens, 12 random tokens twice): previous-token L") != std::string::npos);
+  std::istringstream in(test::read_all(csv));
+  std::string line;
+  std::getline(in, line);
+  CHECK(line == "model,layer,head,previous_token,duplicate_token,induction,entropy_norm,sink");
+  std::vector<std::vector<std::string>> rows;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f(1);  // RFC 4180 fields: a quoted one may hold commas and doubled quotes
+    bool quoted = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+      const char ch = line[i];
+      if (ch == '"' && quoted && i + 1 < line.size() && line[i + 1] == '"') {
+        f.back() += '"';
+        ++i;
+      } else if (ch == '"') {
+        quoted = !quoted;
+      } else if (ch == ',' && !quoted) {
+        f.emplace_back();
+      } else {
+        f.back() += ch;
+      }
+    }
+    REQUIRE(f.size() == 8);
+    rows.push_back(f);
+  }
+  size_t row = 0;
+  for (const std::string name : {"diff", "baseline"}) {
+    Model m = Model::load(models + "/" + name);
+    const std::vector<int64_t> ids = repeated_random_prompt(m.tokenizer(), 12, 4).ids;
+    const Trace t = m.capture(ids);
+    for (int64_t l = 0; l < 2; ++l)
+      for (int64_t h = 0; h < t.config.map_heads(); ++h, ++row) {
+        REQUIRE(row < rows.size());
+        const std::vector<std::string>& f = rows[row];
+        CHECK(f[0] == m.config().name);  // "diff (untrained, seed 5)": quoted in the file
+        CHECK(std::stoi(f[1]) == l);
+        CHECK(std::stoi(f[2]) == h);
+        const float* map = t.layers[static_cast<size_t>(l)].a.data.data() + h * 25 * 25;
+        const HeadPattern patterns[] = {HeadPattern::PreviousToken, HeadPattern::DuplicateToken,
+                                        HeadPattern::Induction};
+        for (int k = 0; k < 3; ++k)
+          CHECK(std::stod(f[static_cast<size_t>(3 + k)]) ==
+                Approx(head_score(map, 25, detection_pattern(patterns[k], ids))).margin(1e-6));
+      }
+  }
+  CHECK(row == rows.size());  // a row per head of each layer of each model, no more
+  CHECK(rows.size() == 12);   // DIFF: 2 layers x 2 maps (A1 - lambda A2 of its 2 heads); baseline: 2 x 4
+  // Bad requests: a message, no file.
+  std::filesystem::remove(csv);
+  CHECK(run("heads --models " + models + "/diff --out " + csv) == 1);
+  CHECK(test::read_all(log).find("give exactly one of --prompt, --prompt-file, --repeated N") !=
+        std::string::npos);
+  CHECK(run("heads --models " + models + "/diff --repeated 4 --out " + (dir / "x.txt").string()) == 1);
+  CHECK_FALSE(std::filesystem::exists(csv));
 }
