@@ -1,6 +1,8 @@
 // Commands on one model or checkpoint: capture, init-pair, generate, tokenize, info, convert.
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -272,10 +274,38 @@ Command convert_command() {
       cmd_convert};
 }
 
+// `generate --bench`: the same greedy continuation with every token re-running the whole sequence, then with
+// the key/value cache: the time and tokens/s of each, their ratio, and whether the tokens agree.
+void bench_generation(const Model& m, const std::vector<int64_t>& ids, int tokens) {
+  GenerateOptions o;
+  o.max_new = tokens;
+  o.temperature = 0;
+  double seconds[2] = {0, 0};
+  Generation runs[2];
+  for (int k = 0; k < 2; ++k) {
+    o.cache = k == 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    runs[k] = m.generate(ids, o, &g_stop);
+    seconds[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double n = static_cast<double>(runs[1].ids.size());
+  std::printf("%s: %zu tokens after a %zu-token prompt (greedy, %d threads)\n", m.config().name.c_str(),
+              runs[1].ids.size(), ids.size(), num_threads());
+  std::printf("  every token re-runs the sequence  %8.3f s  %9.1f tokens/s\n", seconds[0],
+              static_cast<double>(runs[0].ids.size()) / std::max(seconds[0], 1e-9));
+  if (runs[1].cached)
+    std::printf("  key/value cache                   %8.3f s  %9.1f tokens/s  (%.1fx)\n", seconds[1],
+                n / std::max(seconds[1], 1e-9), seconds[0] / std::max(seconds[1], 1e-9));
+  else
+    std::printf("  key/value cache: not used (quantized attention logits re-run the sequence)\n");
+  std::printf("  the same tokens: %s\n", runs[0].ids == runs[1].ids ? "yes" : "NO");
+}
+
 int cmd_generate(const Args& a) {
   apply_threads(a);
+  if (a.has("trace")) check_output_dir(a.get("trace"), "--trace");
   const Model m = load_model(a.require("model"), device(a));
-  const auto ids = m.tokenizer().encode(a.require("prompt"), true).ids;
+  const std::vector<int64_t> ids = prompt_ids(a, m);
   const int64_t positions = m.config().max_position_embeddings;
   if (static_cast<int64_t>(ids.size()) + a.get_int("tokens") > positions)
     throw Error("--tokens " + std::to_string(a.get_int("tokens")) + ": the prompt's " +
@@ -283,29 +313,54 @@ int cmd_generate(const Args& a) {
                 std::to_string(positions) + " positions the model reads; give --tokens " +
                 std::to_string(std::max<int64_t>(0, positions - static_cast<int64_t>(ids.size()))) +
                 " or less");
-  const double temperature = a.get_double("temperature");
+  std::signal(SIGINT, on_interrupt);
+  if (a.has("bench")) {
+    bench_generation(m, ids, a.get_int("tokens"));
+    return 0;
+  }
+  GenerateOptions o;
+  o.max_new = a.get_int("tokens");
+  o.temperature = a.get_double("temperature");
+  o.top_k = a.get_int("top-k");
+  o.cache = !a.has("no-cache");
+  std::vector<int64_t> first;
   for (int s = 0; s < a.get_int("samples"); ++s) {
-    const auto out = m.generate(ids, a.get_int("tokens"), temperature, a.get_int("top-k"),
-                                static_cast<uint64_t>(a.get_int("seed")) + static_cast<uint64_t>(s));
+    o.seed = static_cast<uint64_t>(a.get_int("seed")) + static_cast<uint64_t>(s);
+    const Generation g = m.generate(ids, o, &g_stop);
     std::vector<int64_t> all = ids;
-    all.insert(all.end(), out.begin(), out.end());
+    all.insert(all.end(), g.ids.begin(), g.ids.end());
     std::printf("%s\n", m.tokenizer().decode(all).c_str());
+    if (s == 0) first = all;
+  }
+  if (a.has("trace")) {  // the first continuation's whole text, as `capture --out` writes it
+    CaptureOptions opt;
+    opt.keep_qkv = true;  // the app's Explain view reads them from a bundle
+    opt.pooled_budget_bytes = pooled_budget_bytes(a);
+    const Trace t = m.capture(first, opt, &g_stop);
+    write_trace_bundle(t, a.get("trace"));
+    std::printf("wrote %s (%zu tokens: the prompt's %zu and %zu written)\n", a.get("trace").c_str(),
+                first.size(), ids.size(), first.size() - ids.size());
   }
   return 0;
 }
 
 Command generate_command() {
-  return {"generate",
-          "continue a prompt",
-          {required(text("model", "DIR", "the model directory")), required(prompt_option()),
-           integer("tokens", "N", 0, 1e6, "40", "tokens to add"),
-           number("temperature", "T", 0, 100, "0.8", "sampling temperature (0: greedy)"),
-           integer("top-k", "K", 1, 1e7, "40", "sample among the K likeliest tokens"),
-           integer("seed", "S", 0, 2147483647, "1", "random seed of the first sample (the next add 1)"),
-           integer("samples", "N", 1, 10000, "1", "continuations to print"), device_option("auto"),
-           threads_option()},
-          "",
-          cmd_generate};
+  return {
+      "generate",
+      "continue a prompt",
+      {required(text("model", "DIR", "the model directory")), prompt_option(), prompt_file_option(),
+       integer("tokens", "N", 0, 1e6, "40", "tokens to add"),
+       number("temperature", "T", 0, 100, "0.8", "sampling temperature (0: greedy)"),
+       integer("top-k", "K", 1, 1e7, "40", "sample among the K likeliest tokens"),
+       integer("seed", "S", 0, 2147483647, "1", "random seed of the first sample (the next add 1)"),
+       integer("samples", "N", 1, 10000, "1", "continuations to print"),
+       text("trace", "DIR", "also write the trace bundle of the prompt and its first continuation"),
+       pooled_budget_option(""),
+       flag("no-cache", "every new token re-runs the whole sequence (no key/value cache)"),
+       flag("bench", "time --tokens greedy tokens with and without the key/value cache, and compare them"),
+       device_option("auto"), threads_option()},
+      "Give exactly one of --prompt, --prompt-file.",
+      cmd_generate};
 }
 
 // How a tokenizer shows a piece on one line: control bytes escaped.

@@ -8,6 +8,7 @@
 #include "core/attention_cpu.h"
 
 #include "core/cpu_simd.h"
+#include "core/error.h"
 
 #include <immintrin.h>
 
@@ -489,7 +490,9 @@ __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a,
   const float* vg = in.v + g * T * dv;
   const float step1 = out.step1.empty() ? 0.0f : out.step1[static_cast<size_t>(h)];
   const float step2 = out.step2.empty() ? 0.0f : out.step2[static_cast<size_t>(h)];
-  const float* lambda_rows = in.lambda_rows ? in.lambda_rows + h * T : nullptr;  // DIFF V2
+  const int64_t q_rows = T - in.q_row0;  // the rows q1, q2 and lambda_rows hold, from row q_row0
+  const float* lambda_rows =
+      in.lambda_rows ? in.lambda_rows + h * q_rows : nullptr;  // DIFF V2, from row q_row0
   const int slot = a.slot[h];
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const int64_t stride = T + 2 * kLanes;  // a scratch row
@@ -510,8 +513,8 @@ __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a,
     }
     // The keys any row of the group sees: [jlo, jlo + N).
     const int64_t jlo = in.window > 0 ? std::max<int64_t>(0, i0 - in.window + 1) : 0, N = i0 + rows - jlo;
-    group_logits<V>(in.q1 + (h * T + i0) * d, rows, kt1, ldk, d, jlo, N, S1);
-    if (diff) group_logits<V>(in.q2 + (h * T + i0) * d, rows, kt2, ldk, d, jlo, N, S2);
+    group_logits<V>(in.q1 + (h * q_rows + i0 - in.q_row0) * d, rows, kt1, ldk, d, jlo, N, S1);
+    if (diff) group_logits<V>(in.q2 + (h * q_rows + i0 - in.q_row0) * d, rows, kt2, ldk, d, jlo, N, S2);
     const bool output = a.mode == 0;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
@@ -567,7 +570,7 @@ __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a,
       if (diff) {
         const float lse2 = softmax<V>(s2, n);
         if (out.lse2) out.lse2[h * T + i] = lse2;
-        const float lambda = lambda_rows ? lambda_rows[i] : in.lambda;
+        const float lambda = lambda_rows ? lambda_rows[i - in.q_row0] : in.lambda;
         for (int64_t j = 0; j < n; ++j) arow[j] = s1[j] - lambda * s2[j];
       } else {
         std::memcpy(arow, s1, static_cast<size_t>(n) * sizeof(float));
@@ -893,6 +896,7 @@ int log_bucket(float v) {
 std::pair<std::vector<float>, std::vector<float>> cpu_logit_steps(const CpuAttentionInputs& in, int workers,
                                                                   const CpuParallelFor& parallel) {
   if (in.bits <= 0 || in.bits >= 32) return {};
+  if (in.q_row0 != 0) throw Error("quantized attention logits need every query row (q_row0 is not 0)");
   const bool diff = in.q2 != nullptr;
   const std::vector<float>& k1t = keys_of(in, false);
   const std::vector<float>& k2t = keys_of(in, true);
@@ -922,6 +926,9 @@ std::pair<std::vector<float>, std::vector<float>> cpu_logit_steps(const CpuAtten
 void attention_cpu(const CpuAttentionInputs& in, CpuAttentionOutputs& out, int workers,
                    const CpuParallelFor& parallel) {
   const bool diff = in.q2 != nullptr;
+  if (out.row0 < in.q_row0)
+    throw Error("attention_cpu: rows from " + std::to_string(out.row0) + " asked, the queries start at row " +
+                std::to_string(in.q_row0));
   if (in.bits > 0 && in.bits < 32 && out.step1.empty())
     std::tie(out.step1, out.step2) = cpu_logit_steps(in, workers, parallel);
   const std::vector<float>& k1t = keys_of(in, false);

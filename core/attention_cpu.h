@@ -29,6 +29,9 @@ struct CpuAttentionInputs {
       nullptr;         // DIFF V2: λ per head and query row [heads, T] (used instead of lambda)
   int64_t window = 0;  // sliding window W: keys j <= i − W hidden too (0: none)
   int bits = 0;        // absmax-quantized logits, per head over its visible entries (0: exact)
+  // q1, q2 and lambda_rows hold only the rows [q_row0, T) ([heads, T − q_row0, ...]): a generation step's
+  // new tokens against every key so far (the outputs' rows must lie in that range; bits must be 0).
+  int64_t q_row0 = 0;
   // The keys as the pass reads them (transposed, padded), made by the first call and kept here so that the
   // calls of a blocked capture share them.
   mutable std::shared_ptr<const std::vector<float>> k1t, k2t;

@@ -39,7 +39,8 @@ FusedInputs::FusedInputs(const nn::AttentionInputs& in, const ModelConfig& c, in
   q1 = in.q1[0].to(at::kCPU, at::kFloat).contiguous();
   k1 = in.k1[0].to(at::kCPU, at::kFloat).contiguous();
   v = in.v[0].to(at::kCPU, at::kFloat).contiguous();
-  ci.T = q1.size(1);
+  ci.T = k1.size(1);  // every position's keys; the queries may be the last rows only (a generation step)
+  ci.q_row0 = ci.T - q1.size(1);
   ci.heads = q1.size(0);
   ci.kv_heads = k1.size(0);
   ci.d = q1.size(2);

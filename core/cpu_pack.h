@@ -12,7 +12,7 @@
 namespace difflens {
 
 // A layer's inputs as the CPU's fused pass reads them: contiguous float32 on the host, kept alive as long
-// as this object.
+// as this object. T is the keys' length; queries of fewer rows are the last ones (q_row0 = T − their rows).
 struct FusedInputs {
   at::Tensor q1, k1, q2, k2, v, lambda_rows;
   CpuAttentionInputs ci;

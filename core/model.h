@@ -80,6 +80,38 @@ struct NamedTensor {
   std::vector<float> data;
 };
 
+// How Model::generate continues a prompt.
+struct GenerateOptions {
+  int max_new = 32;          // tokens at most (fewer after EOS or at the model's context length)
+  double temperature = 0.0;  // <= 0: greedy (the most likely token); else sampled from the top_k
+  int top_k = 40;
+  uint64_t seed = 1;  // the sampler's
+  // Keep each layer's keys and values, so that a new token costs its own row of every layer instead of the
+  // whole sequence again. Off, or with quantized attention logits (their step spans the whole map, so every
+  // new token changes the earlier rows too), every token runs the whole sequence (Generation::cached false);
+  // so does every generation while the environment has DIFFLENS_KV_CACHE=0 (for timing).
+  bool cache = true;
+  // Each written token's own row of every layer's maps (Generation::rows): the last token written is read
+  // once more for its row. Without the cache, they come from one capture of the whole text at the end.
+  bool keep_rows = false;
+  // The attention as the tensor operations a GPU runs (nn::attend_rows), on any device; else the CPU runs
+  // its fused pass. For tests.
+  bool tensor_ops = false;
+  std::function<void(int64_t id)> on_token;  // called with each token as it is chosen
+};
+
+// One written token's row of every layer's maps: per layer, [map_heads, position + 1] (the keys it saw);
+// a1, a2 empty for a baseline.
+struct GeneratedRows {
+  std::vector<FloatArray> a1, a2, a;
+};
+
+struct Generation {
+  std::vector<int64_t> ids;         // the written tokens
+  std::vector<GeneratedRows> rows;  // keep_rows: one per written token
+  bool cached = false;              // whether the key/value cache ran
+};
+
 class Model {
  public:
   // Loads a checkpoint directory: DiffLens's own (config.json + model.safetensors) or a Hugging Face one
@@ -139,6 +171,10 @@ class Model {
   // the top_k most likely tokens at that temperature, seeded. Stops after EOS. Returns the new ids.
   std::vector<int64_t> generate(const std::vector<int64_t>& ids, int max_new, double temperature = 0.0,
                                 int top_k = 40, uint64_t seed = 1) const;
+  // The same with every option (GenerateOptions): the key/value cache, each written token's attention rows,
+  // a callback per token, and `cancel` polled before each token (Cancelled).
+  Generation generate(const std::vector<int64_t>& ids, const GenerateOptions& options,
+                      const std::atomic<bool>* cancel = nullptr) const;
 
   // Absmax-quantizes every attention logit to `bits` (per head, dynamic) before the softmax in every
   // later forward (capture, generate, probes), as the paper's quantization study does; 0 turns it off.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "core/qkv_layout.h"
 
 namespace difflens::nn {
@@ -124,6 +125,9 @@ struct AttentionInputs {
   // DIFF V2: λ per head and query token, σ(z) with z = x_t · w_λ,h (x the attention's normed input):
   // lambda_rows = σ(z) and lambda_logits = z, [B, H, T]. When defined, A = A1 − λ_rows[t] · A2 row by row.
   Tensor lambda_rows, lambda_logits;
+  // The position of q1's, q2's and lambda_rows' first row: 0, except in a generation step with cached keys
+  // and values, where they hold only the new tokens' rows [q_row0, T) and the keys and values all T.
+  int64_t q_row0 = 0;
   bool diff() const { return q2.defined(); }
 };
 
@@ -158,10 +162,11 @@ inline AttentionInputs expand_groups(const AttentionInputs& in) {
   return g;
 }
 
-// Scaled logits of query rows [row0, row0 + rows) against keys [0, row0 + rows), hidden keys -inf.
-inline Tensor block_logits(const Tensor& q, const Tensor& k, int64_t row0, int64_t rows,
-                           const Tensor& hidden) {
-  return product(q.narrow(2, row0, rows), k.narrow(2, 0, row0 + rows).transpose(-2, -1))
+// Scaled logits of query rows [row0, row0 + rows) against keys [0, row0 + rows), hidden keys -inf. q's
+// first row is position q_row0 (AttentionInputs::q_row0).
+inline Tensor block_logits(const Tensor& q, const Tensor& k, int64_t row0, int64_t rows, const Tensor& hidden,
+                           int64_t q_row0 = 0) {
+  return product(q.narrow(2, row0 - q_row0, rows), k.narrow(2, 0, row0 + rows).transpose(-2, -1))
       .masked_fill(hidden, -std::numeric_limits<float>::infinity());
 }
 
@@ -172,6 +177,7 @@ inline Tensor block_logits(const Tensor& q, const Tensor& k, int64_t row0, int64
 inline std::pair<Tensor, Tensor> logit_steps(const AttentionInputs& g, const ModelConfig& c, int bits,
                                              int64_t block_rows) {
   if (bits <= 0 || bits >= 32) return {};
+  if (g.q_row0 != 0) throw Error("quantized attention logits need every query row (q_row0 is not 0)");
   const double levels = std::pow(2.0, bits - 1) - 1;
   const int64_t T = g.q1.size(2);
   auto step = [&](const Tensor& q, const Tensor& k) {
@@ -199,13 +205,13 @@ inline AttentionBlock attend_rows(const AttentionInputs& g, const ModelConfig& c
   auto quantized = [](const Tensor& l, const Tensor& step) {
     return step.defined() ? at::round(l / step) * step : l;  // -inf stays -inf
   };
-  b.l1 = quantized(block_logits(g.q1, g.k1, row0, rows, hidden), steps.first);
+  b.l1 = quantized(block_logits(g.q1, g.k1, row0, rows, hidden, g.q_row0), steps.first);
   if (g.diff()) {
-    b.l2 = quantized(block_logits(g.q2, g.k2, row0, rows, hidden), steps.second);
+    b.l2 = quantized(block_logits(g.q2, g.k2, row0, rows, hidden, g.q_row0), steps.second);
     b.a1 = at::softmax(b.l1, -1, at::kFloat);
     b.a2 = at::softmax(b.l2, -1, at::kFloat);
     if (g.lambda_rows.defined())  // V2: row t of head h subtracts σ(z_h,t) · A2; rows sum to 1 − σ(z)
-      b.a = b.a1 - g.lambda_rows.narrow(2, row0, rows).unsqueeze(-1) * b.a2;
+      b.a = b.a1 - g.lambda_rows.narrow(2, row0 - g.q_row0, rows).unsqueeze(-1) * b.a2;
     else
       b.a = b.a1 - g.lambda * b.a2;  // rows sum to 1 − λ
   } else {
