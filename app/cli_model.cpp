@@ -75,6 +75,7 @@ int capture_remote(const Args& a) {
   q.keep_hidden = a.has("keep-hidden");
   q.keep_qkv = a.has("keep-qkv");
   q.top_k = a.get_int("top-k");
+  q.position_top_k = a.get_int("position-top-k");
   const app::RemoteCapture c = client.capture(q, &g_stop);
   write_trace_bundle(*c.trace, out);
   std::printf("model     %s (%s on %s: %s)\n", addr.text().c_str(), info.path.c_str(), addr.host.c_str(),
@@ -102,6 +103,7 @@ int cmd_capture(const Args& a) {
   opt.keep_hidden = a.has("keep-hidden");
   opt.keep_qkv = a.has("keep-qkv");
   opt.next_token_top_k = a.get_int("top-k");
+  opt.position_top_k = a.get_int("position-top-k");
   const Trace trace = model.capture(ids, opt);
   write_trace_bundle(trace, out);
 
@@ -137,6 +139,9 @@ Command capture_command() {
             "add the rotated queries and keys, values and output-norm weights (what Explain "
             "recomputes a head from)"),
        integer("top-k", "N", 1, 1e6, "10", "next-token candidates kept"),
+       integer("position-top-k", "K", 0, 100, "5",
+               "every position's K likeliest next tokens and the actual next token's probability and rank "
+               "(0: none)"),
        flag("no-bos", "do not start the prompt with the tokenizer's BOS"), device_option("auto"),
        threads_option(), pooled_budget_option("")},
       "Give exactly one of --prompt, --prompt-file, --token-ids. Statistics are kept for every layer and head "

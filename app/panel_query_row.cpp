@@ -13,6 +13,7 @@
 #include "app/layout.h"
 #include "app/panels.h"
 #include "app/plot.h"
+#include "app/prediction_text.h"
 #include "core/metrics.h"
 #include "core/tiles.h"
 #include "viz/token_text.h"
@@ -58,18 +59,20 @@ QueryRow query_row(const GuiState& state, const Trace& t, int head, int q) {
 // "100%").
 std::vector<std::string> next_token_lines(const Trace& t, int query, float width) {
   const int last = static_cast<int>(t.length()) - 1;
-  const size_t n = std::min<size_t>(5, t.next_token.size());
+  // After the query when the trace keeps that position's prediction, else after the last token.
+  std::vector<Candidate> c = candidates_after(t, query, 5);
+  const int after = c.empty() ? last : query;
+  if (c.empty()) c = candidates_after(t, last, 5);
   std::vector<std::string> best;
   for (int form = 0; form < 2; ++form) {
     std::vector<std::string> lines;
-    lines.push_back(query == last ? "next token"
-                    : form == 0   ? "after token " + std::to_string(last)
-                                  : "after " + std::to_string(last));
-    for (size_t i = 0; i < n; ++i) {
+    lines.push_back(after == last && query == last ? "next token"
+                    : form == 0                    ? "after token " + std::to_string(after)
+                                                   : "after " + std::to_string(after));
+    for (const Candidate& k : c) {
       char text[160];
-      std::snprintf(text, sizeof text, form == 0 ? "%5.1f %%  %s" : "%.0f%% %s",
-                    100.0 * t.next_token[i].probability,
-                    viz::display_token(t.next_token[i].text, viz::Spaces::Visible).c_str());
+      std::snprintf(text, sizeof text, form == 0 ? "%5.1f %%  %s" : "%.0f%% %s", 100.0 * k.probability,
+                    k.text.c_str());
       lines.push_back(text);
     }
     best = lines;
@@ -88,8 +91,8 @@ float next_token_width(const Trace& t, int query) {
   return w;
 }
 
-// The model's next-token top 5 after the prompt's last token (the only position whose distribution the trace
-// keeps): said so when the query is another token.
+// The model's top 5 after the query (after the prompt's last token when the trace keeps no prediction for the
+// query's position: said so).
 void draw_next_tokens(const Trace& t, int query, ImVec2 at, float width, float height) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float line = ImGui::GetTextLineHeightWithSpacing();
@@ -103,9 +106,10 @@ void draw_next_tokens(const Trace& t, int query, ImVec2 at, float width, float h
     dl->AddText(ImVec2(at.x, at.y + line * static_cast<float>(i)),
                 ImGui::GetColorU32(i == 0 ? ImGuiCol_TextDisabled : ImGuiCol_Text), lines[i].c_str());
   dl->PopClipRect();
-  if (query != last && ImGui::IsMouseHoveringRect(at, ImVec2(at.x + width, at.y + line)))
+  if (query != last && !t.predictions.has(query) &&
+      ImGui::IsMouseHoveringRect(at, ImVec2(at.x + width, at.y + line)))
     ImGui::SetTooltip(
-        "The next-token distribution is kept for the prompt's last token (%d) only,\nnot for the "
+        "This trace keeps the next-token distribution of the prompt's last token (%d),\nnot of the "
         "selected query (%d).",
         last, query);
 }

@@ -16,6 +16,7 @@
 
 #include "app/panels.h"
 #include "app/plot.h"
+#include "app/prediction_text.h"
 #include "app/text_page.h"
 #include "core/atomic_file.h"
 #include "core/token_weights.h"
@@ -169,6 +170,18 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
     ImGui::Dummy(
         ImVec2(1, ImGui::GetTextLineHeightWithSpacing() * static_cast<float>(title_lines - shown_lines) -
                       ImGui::GetStyle().ItemSpacing.y));
+  {  // what the model expects after the query token: one line, as many of its top 5 as the width holds
+    const std::vector<Candidate> next = candidates_after(t, query, 5);
+    std::string line = next.empty() ? "no prediction kept after token " + std::to_string(query)
+                                    : "next after " + std::to_string(query) + ":";
+    for (const Candidate& k : next) {
+      char part[200];
+      std::snprintf(part, sizeof part, "   %.1f %% %s", 100.0 * k.probability, k.text.c_str());
+      if (ImGui::CalcTextSize((line + part).c_str()).x > title_w) break;
+      line += part;
+    }
+    ImGui::TextDisabled("%s", line.c_str());
+  }
   viz::ValueRange range;
   range.diverging = t.config.is_diff();
   range.hi = shared_top > 0 ? shared_top : c.top > 0 ? c.top : 1;
@@ -256,13 +269,16 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
     if (hovered_window && mouse.x >= a.x && mouse.x < b.x && mouse.y >= a.y && mouse.y < a.y + line) {
       tv.hover_next = ii;
       if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) state.selection.query = ii;
+      std::string expected = expected_here(t, ii);
+      if (!expected.empty()) expected = "\n" + expected;
       if (carries)
-        ImGui::SetTooltip("token %d '%s'\n%s = %.5f\nclick: keep it as the query", ii, labels[i].c_str(),
-                          c.weights.what.c_str(), w);
+        ImGui::SetTooltip("token %d '%s'\n%s = %.5f%s\nclick: keep it as the query", ii, labels[i].c_str(),
+                          c.weights.what.c_str(), w, expected.c_str());
       else
-        ImGui::SetTooltip("token %d '%s'\n%s\nclick: keep it as the query", ii, labels[i].c_str(),
+        ImGui::SetTooltip("token %d '%s'\n%s%s\nclick: keep it as the query", ii, labels[i].c_str(),
                           tv.direction == 0 ? "after the query: it does not see this token"
-                                            : "before the token: it cannot read it");
+                                            : "before the token: it cannot read it",
+                          expected.c_str());
     }
   }
   ImGui::Dummy(ImVec2(width, height));

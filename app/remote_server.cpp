@@ -274,6 +274,7 @@ struct RemoteServer::Impl {
     o.keep_hidden = r.keep_hidden;
     o.keep_qkv = r.keep_qkv;
     o.next_token_top_k = r.top_k;
+    o.position_top_k = r.position_top_k;
     o.logit_bits = r.logit_bits;
     o.pooled_budget_bytes = r.pooled_budget_bytes;
     // What the reply would carry, refused before any work (plan_capture checks ids, layers and heads).

@@ -2,6 +2,7 @@
 // token), exact or, for long prompts, in blocks of query rows with pooled maps; and the one-layer probe.
 #include <ATen/Parallel.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/logsumexp.h>
 #include <ATen/ops/ones.h>
@@ -406,6 +407,45 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
       for (int64_t j = 0; j < k; ++j) {
         const int64_t id = idx_cpu[j].item<int64_t>();
         trace.next_token.push_back({id, impl_->tokenizer.piece(id), pv[j]});
+      }
+    }
+    if (options.position_top_k > 0) {  // every kept position's top k and the actual next token's odds
+      Predictions& pr = trace.predictions;
+      pr.k = std::min<int64_t>(options.position_top_k, c.vocab_size);
+      const double per_row = static_cast<double>(c.hidden_size) * static_cast<double>(c.vocab_size);
+      const int64_t rows =
+          std::clamp<int64_t>(static_cast<int64_t>(options.prediction_budget / per_row), 1, T);
+      pr.from = T - rows;
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      auto make = [&](FloatArray& a, int64_t cols) {
+        a.shape = {T, cols};
+        a.data.assign(static_cast<size_t>(T * cols), nan);
+      };
+      make(pr.ids, pr.k);
+      make(pr.probs, pr.k);
+      make(pr.actual, 2);
+      const Tensor ids_t = at::tensor(ids, at::TensorOptions().dtype(at::kLong));
+      constexpr int64_t kBlock = 256;  // rows of logits at a time: [256, vocab] floats
+      for (int64_t r0 = pr.from; r0 < T; r0 += kBlock) {
+        const int64_t n = std::min(kBlock, T - r0);
+        const Tensor p = at::softmax(impl_->next_logits(h[0].narrow(0, r0, n)).to(at::kFloat), -1);  // [n, V]
+        auto [tp, ti] = at::topk(p, pr.k);
+        const Tensor tp_h = tp.to(at::kCPU).contiguous(), ti_h = ti.to(at::kCPU, at::kFloat).contiguous();
+        std::copy_n(tp_h.data_ptr<float>(), n * pr.k, pr.probs.data.begin() + r0 * pr.k);
+        std::copy_n(ti_h.data_ptr<float>(), n * pr.k, pr.ids.data.begin() + r0 * pr.k);
+        for (int64_t j = 0; j < n * pr.k; ++j) {
+          const int64_t id = static_cast<int64_t>(ti_h.data_ptr<float>()[j]);
+          if (!pr.pieces.count(id)) pr.pieces[id] = impl_->tokenizer.piece(id);
+        }
+        const int64_t m = std::min(n, T - 1 - r0);  // rows with a token after them
+        if (m <= 0) continue;
+        const Tensor pm = p.narrow(0, 0, m);
+        const Tensor next = ids_t.narrow(0, r0 + 1, m).to(p.device()).unsqueeze(1);
+        const Tensor pa = pm.gather(1, next);                     // [m, 1]
+        const Tensor rank = pm.gt(pa).sum(1).to(at::kFloat) + 1;  // tokens strictly likelier, + 1
+        const Tensor both =
+            at::cat({pa.squeeze(1).unsqueeze(1), rank.unsqueeze(1)}, 1).to(at::kCPU).contiguous();
+        std::copy_n(both.data_ptr<float>(), 2 * m, pr.actual.data.begin() + 2 * r0);
       }
     }
     trace.logit_bits = impl_->logit_bits;

@@ -55,6 +55,12 @@ struct CaptureOptions {
   bool keep_qkv = false;
   bool logit_stats = true;  // top-k / median / histogram of |logits| (O(T²) extra work)
   int next_token_top_k = 10;
+  // Every position's prediction (Trace::predictions): the k likeliest next tokens after each position and
+  // the probability and rank of the token that follows (0: none). A position costs hidden × vocabulary
+  // multiply-adds (the output projection), so only the last prediction_budget / (hidden × vocab) positions
+  // are kept (every position for the bundled pair: 38K rows; the last 76 of a Llama-3 1B model).
+  int position_top_k = 0;
+  double prediction_budget = 2e10;
   int logit_bits = -1;  // quantize attention logits for this capture (0: exact; -1: the model's setting)
   // Statistics (logit_stats, hidden_stats) leave out query positions before this one: a text read in
   // windows that each start with BOS counts BOS's identical state once, not once per window.

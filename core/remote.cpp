@@ -116,10 +116,10 @@ std::string Limits::to_json() const {
 }
 
 CaptureRequest parse_capture_request(const std::string& body, const Limits& limits) {
-  const json j =
-      parse_object(body, limits, "capture",
-                   {"model", "prompt", "token_ids", "bos", "keep_maps", "layers", "heads", "keep_logits",
-                    "keep_hidden", "keep_qkv", "top_k", "logit_bits", "pooled_budget_bytes", "stream"});
+  const json j = parse_object(
+      body, limits, "capture",
+      {"model", "prompt", "token_ids", "bos", "keep_maps", "layers", "heads", "keep_logits", "keep_hidden",
+       "keep_qkv", "top_k", "position_top_k", "logit_bits", "pooled_budget_bytes", "stream"});
   CaptureRequest r;
   r.model = static_cast<int>(get_int(j, "model", 0, kMaxModels, 0));
   const bool has_prompt = j.contains("prompt"), has_ids = j.contains("token_ids");
@@ -146,6 +146,7 @@ CaptureRequest parse_capture_request(const std::string& body, const Limits& limi
   r.keep_hidden = get_bool(j, "keep_hidden", false);
   r.keep_qkv = get_bool(j, "keep_qkv", false);
   r.top_k = static_cast<int>(get_int(j, "top_k", 1, 1000, 10));
+  r.position_top_k = static_cast<int>(get_int(j, "position_top_k", 0, 100, 0));
   r.logit_bits = static_cast<int>(get_int(j, "logit_bits", -1, 32, -1));
   if (r.logit_bits == 1) bad("'logit_bits' takes 2 to 32 bits (0: exact, -1: the model's setting)");
   r.pooled_budget_bytes = get_count(j, "pooled_budget_bytes", 0);
@@ -167,6 +168,7 @@ std::string to_json(const CaptureRequest& r) {
          {"keep_hidden", r.keep_hidden},
          {"keep_qkv", r.keep_qkv},
          {"top_k", r.top_k},
+         {"position_top_k", r.position_top_k},
          {"logit_bits", r.logit_bits},
          {"pooled_budget_bytes", r.pooled_budget_bytes},
          {"stream", r.stream}};

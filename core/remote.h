@@ -48,6 +48,7 @@ struct CaptureRequest {
   std::vector<int> layers, heads;  // kept maps (empty: all)
   bool keep_logits = false, keep_hidden = false, keep_qkv = false;
   int top_k = 10;                    // next-token candidates
+  int position_top_k = 0;            // every position's candidates (0: none)
   int logit_bits = -1;               // -1: the model's setting; 0: exact; 2..32: quantized
   uint64_t pooled_budget_bytes = 0;  // > 0: long-prompt mode (core/model.h CaptureOptions)
   bool stream = false;               // progress lines before the trace (FORMATS.md)

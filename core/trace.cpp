@@ -82,6 +82,7 @@ size_t Trace::byte_size() const {
       b += s->top.size() * sizeof(float) + s->histogram.counts.size() * sizeof(uint64_t);
   }
   for (const auto& t : next_token) b += sizeof(t) + t.text.capacity();
+  b += predictions.ids.bytes() + predictions.probs.bytes() + predictions.actual.bytes();
   return b;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -130,6 +131,29 @@ struct TokenProbability {
   float probability = 0;
 };
 
+// Every position's prediction (CaptureOptions::position_top_k): after position t, the k likeliest next tokens
+// and how likely the token that stands at t + 1 was. Rows before `from` (a long prompt keeps its last
+// positions) and the last row's `actual` are NaN. 8k + 8 bytes a token.
+struct Predictions {
+  int64_t k = 0;      // candidates per position (0: none kept)
+  int64_t from = 0;   // the first position kept
+  FloatArray ids;     // [T, k] token ids (whole numbers), the likeliest first
+  FloatArray probs;   // [T, k] their probabilities
+  FloatArray actual;  // [T, 2] the probability of token t + 1 after position t, and its rank (1: likeliest)
+  std::map<int64_t, std::string> pieces;  // display text of every id in `ids` (the tokenizer's pieces)
+  int64_t length() const { return ids.shape.empty() ? 0 : ids.shape[0]; }
+  bool has(int64_t t) const { return k > 0 && t >= from && t < length(); }
+  int64_t id(int64_t t, int64_t j) const {
+    return static_cast<int64_t>(ids.data[static_cast<size_t>(t * k + j)]);
+  }
+  float prob(int64_t t, int64_t j) const { return probs.data[static_cast<size_t>(t * k + j)]; }
+  // Token t + 1's probability and rank after position t (t < T − 1 and has(t)).
+  float actual_prob(int64_t t) const { return actual.data[static_cast<size_t>(2 * t)]; }
+  int64_t actual_rank(int64_t t) const {
+    return static_cast<int64_t>(actual.data[static_cast<size_t>(2 * t + 1)]);
+  }
+};
+
 struct Trace {
   ModelConfig config;
   std::string model_path;
@@ -137,6 +161,7 @@ struct Trace {
   std::vector<std::string> tokens;  // display text of each token
   std::vector<LayerTrace> layers;
   std::vector<TokenProbability> next_token;  // top-k of the distribution after the last token
+  Predictions predictions;                   // every position's top-k (CaptureOptions::position_top_k)
   double elapsed_ms = 0;                     // wall time of the capture
   int logit_bits = 0;                        // attention logits quantized to this many bits (0: exact)
   size_t pooled_budget = 0;                  // the budget pooled maps were sized for (0: exact maps)

@@ -137,12 +137,20 @@ json trace_json(const Trace& trace) {
   for (const auto& t : trace.next_token)
     next.push_back({{"id", t.id}, {"text", t.text}, {"probability", t.probability}});
   j["next_token"] = next;
+  if (trace.predictions.k > 0) {
+    json pieces = json::array();
+    for (const auto& [id, text] : trace.predictions.pieces) pieces.push_back({id, text});
+    j["predictions"] = {{"k", trace.predictions.k}, {"from", trace.predictions.from}, {"pieces", pieces}};
+  }
   return j;
 }
 
 // maps.safetensors of a bundle: the arrays, borrowed from the trace.
 std::vector<TensorToWrite> trace_tensors(const Trace& trace) {
   std::vector<TensorToWrite> tensors;
+  add_array(tensors, "predictions.ids", trace.predictions.ids);
+  add_array(tensors, "predictions.probs", trace.predictions.probs);
+  add_array(tensors, "predictions.actual", trace.predictions.actual);
   for (const auto& l : trace.layers) {
     const std::string p = "layers." + std::to_string(l.index) + ".";
     add_array(tensors, p + "A1", l.a1);
@@ -178,6 +186,56 @@ json parse_trace_json(const std::string& text, const std::string& where) {
   } catch (const json::exception& e) {
     throw FormatError(where + ": not valid JSON (" + e.what() + ")");
   }
+}
+
+// Every position's prediction: k and from in trace.json, the arrays in the maps, each value checked (NaN
+// only where nothing was kept).
+Predictions predictions_from(const json& jp, const SafetensorsFile& maps, const Trace& t,
+                             const std::string& w) {
+  Predictions p;
+  const int64_t T = t.length(), V = t.config.vocab_size;
+  p.k = int_field(jp.at("k"), w + ": predictions.k", 1, V);
+  p.from = int_field(jp.at("from"), w + ": predictions.from", 0, std::max<int64_t>(0, T - 1));
+  p.ids = read_array(maps, "predictions.ids", {T, p.k});
+  p.probs = read_array(maps, "predictions.probs", {T, p.k});
+  p.actual = read_array(maps, "predictions.actual", {T, 2});
+  for (const json& e : jp.at("pieces"))
+    p.pieces[int_field(e.at(0), w + ": a predicted token's id", 0, V - 1)] = e.at(1).get<std::string>();
+  const std::string where = maps.path().string() + ": predictions";
+  if (p.ids.empty() || p.probs.empty() || p.actual.empty()) throw FormatError(where + " are missing");
+  for (int64_t r = 0; r < T; ++r) {
+    const bool kept = r >= p.from;
+    for (int64_t j = 0; j < p.k; ++j) {
+      const float id = p.ids.data[static_cast<size_t>(r * p.k + j)],
+                  pr = p.probs.data[static_cast<size_t>(r * p.k + j)];
+      if (!kept) {
+        if (!std::isnan(id) || !std::isnan(pr))
+          throw FormatError(where + ": row " + std::to_string(r) + " is before 'from' but not empty");
+        continue;
+      }
+      if (!(id >= 0 && id < static_cast<float>(V) && id == std::floor(id)))
+        throw FormatError(where + ": row " + std::to_string(r) +
+                          " has a token id that is not one of the model's");
+      if (!p.pieces.count(static_cast<int64_t>(id)))
+        throw FormatError(w + ": predictions.pieces has no text for token " +
+                          std::to_string(static_cast<int64_t>(id)));
+      if (!(pr >= 0 && pr <= 1) || (j > 0 && pr > p.probs.data[static_cast<size_t>(r * p.k + j - 1)]))
+        throw FormatError(where + ": row " + std::to_string(r) +
+                          " has a probability outside [0, 1] or out of order");
+    }
+    const float a = p.actual.data[static_cast<size_t>(2 * r)],
+                rank = p.actual.data[static_cast<size_t>(2 * r + 1)];
+    if (!kept || r == T - 1) {
+      if (!std::isnan(a) || !std::isnan(rank))
+        throw FormatError(where + ": row " + std::to_string(r) +
+                          " has an actual token's probability where none was kept");
+    } else if (!(a >= 0 && a <= 1 && rank >= 1 && rank <= static_cast<float>(V) &&
+                 rank == std::floor(rank))) {
+      throw FormatError(where + ": row " + std::to_string(r) +
+                        " has an actual token's probability or rank out of range");
+    }
+  }
+  return p;
 }
 
 // A trace from its trace.json (`jpath` names it in messages) and its arrays.
@@ -218,6 +276,7 @@ Trace trace_from(const json& j, const std::filesystem::path& jpath,
     if (have > 0 && need > have)
       throw FormatError(maps.path().string() + ": the bundle's maps need " + human_bytes(need) +
                         " of memory as F32 and only " + human_bytes(have) + " is available");
+    if (j.contains("predictions")) t.predictions = predictions_from(j.at("predictions"), maps, t, w);
     for (const json& jl : j.at("layers")) {
       LayerTrace l;
       const int64_t index = int_field(jl.at("index"), w + ": a layer index");

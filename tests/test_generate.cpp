@@ -220,3 +220,20 @@ TEST_CASE(
   CHECK(run("generate" + model + " --prompt a --trace " + (dir / "file").string()) == 1);
   CHECK(test::read_all(log).find("is a file; give a folder") != std::string::npos);
 }
+
+TEST_CASE("generate on CUDA: the key/value cache writes the CPU's tokens and rows", "[generate][gpu]") {
+  if (!cuda_available()) test::skip("no CUDA device (this LibTorch build or this machine has no GPU)");
+  for (const Case& k : cases()) {
+    INFO(k.name);
+    const Model cpu = Model::random(k.c, 17, DeviceChoice::Cpu);
+    const Model gpu = Model::from_tensors(k.c, cpu.tensors(), DeviceChoice::Cuda);
+    const std::vector<int64_t> prompt = test::random_ids(23, k.c.vocab_size, 4);
+    GenerateOptions o;
+    o.max_new = 10;
+    o.keep_rows = true;
+    const Generation a = cpu.generate(prompt, o), b = gpu.generate(prompt, o);
+    CHECK(b.cached);
+    CHECK(b.ids == a.ids);
+    check_rows(cpu, prompt, b);
+  }
+}

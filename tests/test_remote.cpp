@@ -124,6 +124,7 @@ TEST_CASE("remote protocol: a capture request is read back as written, wrong fie
   r.heads = {1};
   r.keep_qkv = true;
   r.top_k = 7;
+  r.position_top_k = 5;
   r.logit_bits = 8;
   r.pooled_budget_bytes = 1 << 20;
   r.stream = true;
@@ -134,6 +135,7 @@ TEST_CASE("remote protocol: a capture request is read back as written, wrong fie
   CHECK(b.heads == r.heads);
   CHECK(b.keep_qkv);
   CHECK(b.top_k == 7);
+  CHECK(b.position_top_k == 5);
   CHECK(b.logit_bits == 8);
   CHECK(b.pooled_budget_bytes == (1u << 20));
   CHECK(b.stream);
@@ -154,6 +156,7 @@ TEST_CASE("remote protocol: a capture request is read back as written, wrong fie
   refused("{\"token_ids\": [1, -2]}", 400, "non-negative");
   refused("{\"token_ids\": [1], \"top_k\": 1.5}", 400, "'top_k' must be an integer");
   refused("{\"token_ids\": [1], \"logit_bits\": 1}", 400, "2 to 32 bits");
+  refused("{\"token_ids\": [1], \"position_top_k\": 101}", 400, "position_top_k");
   refused("{\"token_ids\": [1], \"layers\": [0, 99999999999]}", 400, "'layers' must hold integers");
   refused("[1, 2]", 400, "must be a JSON object");
   refused("{\"prompt\": \"x\"", 400, "not valid JSON");
