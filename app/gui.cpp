@@ -273,6 +273,11 @@ int run_gui(const GuiOptions& opt) {
               state.prompt.text = viz::text_of_pieces(t->tokens, bos);
               state.prompt.pending = false;
             }
+        if (state.cont.follow && state.shown->prompt == state.prompt.text) {  // a written token arrived
+          state.cont.follow = false;
+          const std::vector<int> w = written_tokens(state);
+          if (!w.empty()) state.selection.query = w.back();
+        }
         if (state.needle.focus_pending && state.shown->prompt == state.prompt.text) {
           state.needle.focus_pending = false;
           focus_answer_head(state, *state.shown);
@@ -308,6 +313,7 @@ int run_gui(const GuiOptions& opt) {
         }
       }
       poll_lab(state, worker);
+      poll_continue(state, worker);
       headless.after_poll(state);
       PlayRequests played;
       player.step(state, worker, played);
@@ -317,7 +323,8 @@ int run_gui(const GuiOptions& opt) {
         capture.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
         // Long prompts switch to pooled maps (quantization needs whole maps: off above the budget).
         capture.pooled_budget_bytes = capture.logit_bits > 0 ? 0 : state.pooled_budget;
-        capture.keep_qkv = true;  // the Explain tab recomputes a head from them (small beside the maps)
+        capture.keep_qkv = true;     // the Explain tab recomputes a head from them (small beside the maps)
+        capture.position_top_k = 5;  // what each token's model expected there (hover) and after the query
         worker.run(state.prompt.text, capture);
         state.prompt.pending = false;
         state.edited_at = state.prompt.last_edit;

@@ -156,6 +156,26 @@ struct GuiState {
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<Haystack> haystack;
   } needle;
+  // Continue: a model writes the prompt on, token by token (panel_prompt.cpp); what it wrote stays marked
+  // in the token strip until the prompt is edited, and Back/Forward step the query through it.
+  struct Continue {
+    int slot = 0;           // the model that writes: 0 left, 1 right
+    int tokens = 8;         // how many
+    float temperature = 0;  // 0: greedy (the likeliest token each time)
+    int seed = 1;           // the sampler's, with a temperature
+    bool start = false;     // asked this frame (button, key, script): the shell sends it to the worker
+    bool cancel = false;    // typing: the shell cancels the continuation in progress
+    uint64_t request = 0;   // the continuation in flight (0: none)
+    std::string message;    // what the last continuation wrote, or why it could not
+    size_t written_begin = 0, written_end = 0;  // the prompt's bytes the model wrote (empty: none)
+    int written_slot = -1;                      // which model wrote them
+    bool follow = false;  // the query goes to the newest written token once its run arrives
+    // The written text, a token at a time: steps[k] is what token k adds; `revealed` of them are in the
+    // prompt. The next joins once the run of the text so far is on screen and `next_at` has come.
+    std::vector<std::string> steps;
+    size_t revealed = 0;
+    double next_at = 0;
+  } cont;
   // The Model view's "repeated random tokens" prompt: `length` random tokens, then the same again (the
   // induction score's prompt, core/head_scores.h; `difflens heads --repeated` draws the same).
   struct Repeated {

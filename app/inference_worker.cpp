@@ -2,6 +2,7 @@
 #include "app/inference_worker.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -119,6 +120,34 @@ uint64_t InferenceWorker::run(const std::string& prompt, const CaptureOptions& o
   return id;
 }
 
+uint64_t InferenceWorker::continue_prompt(int slot, const std::string& prompt,
+                                          const GenerateOptions& options) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    id = next_request_++;
+    pending_continue_ = ContinueJob{id, std::clamp(slot, 0, kSlots - 1), prompt, options};
+    cancel_ = true;  // a run or continuation in progress is stale
+  }
+  cv_.notify_all();
+  return id;
+}
+
+std::optional<Continuation> InferenceWorker::take_continuation() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::optional<Continuation> c = std::move(continuation_);
+  continuation_.reset();
+  return c;
+}
+
+void InferenceWorker::cancel_continuation() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  continue_cancelled_below_ = next_request_;
+  if (pending_continue_) pending_continue_.reset();
+  if (status_.activity.rfind("writing", 0) == 0) cancel_ = true;
+  continuation_.reset();
+}
+
 std::optional<RunResult> InferenceWorker::take_result() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::optional<RunResult> r = std::move(result_);
@@ -134,14 +163,15 @@ WorkerStatus InferenceWorker::status() const {
 void InferenceWorker::wait_idle() const {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] {
-    return stopping_ ||
-           (loads_.empty() && !pending_run_ && !status_.busy && !pending_sweep_ && !sweep_active_);
+    return stopping_ || (loads_.empty() && !pending_run_ && !pending_continue_ && !status_.busy &&
+                         !pending_sweep_ && !sweep_active_);
   });
 }
 
 bool InferenceWorker::idle() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return loads_.empty() && !pending_run_ && !status_.busy && !pending_sweep_ && !sweep_active_ && !result_;
+  return loads_.empty() && !pending_run_ && !pending_continue_ && !status_.busy && !pending_sweep_ &&
+         !sweep_active_ && !result_ && !continuation_;
 }
 
 uint64_t InferenceWorker::start_sweep(const SweepRequest& request) {
@@ -476,6 +506,7 @@ void InferenceWorker::run_remote(size_t s, const std::string& prompt, const Capt
   q.keep_hidden = options.keep_hidden;
   q.keep_qkv = options.keep_qkv;
   q.top_k = options.next_token_top_k;
+  q.position_top_k = options.position_top_k;
   q.logit_bits = options.logit_bits;
   q.pooled_budget_bytes = options.pooled_budget_bytes;
   try {
@@ -511,6 +542,97 @@ void InferenceWorker::run_remote(size_t s, const std::string& prompt, const Capt
   }
 }
 
+void InferenceWorker::run_continuation(const ContinueJob& job) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Continuation c;
+  c.request = job.id;
+  c.slot = job.slot;
+  c.prompt = job.prompt;
+  const size_t s = static_cast<size_t>(job.slot);
+  const std::string side = job.slot == 0 ? "left" : "right";
+  bool cancelled = false;
+  try {
+    if (remotes_[s])
+      throw Error("the " + side +
+                  " model runs on a server (remote://), and the remote protocol has no generation: Continue "
+                  "needs a model on this machine");
+    if (!models_[s]) throw Error("the " + side + " slot has no model to continue the prompt with");
+    const Model& m = *models_[s];
+    if (job.prompt.empty()) throw Error("the prompt is empty: nothing to continue");
+    const Encoding enc = encode_prompt(m, job.prompt);
+    const int64_t room = m.config().max_position_embeddings - static_cast<int64_t>(enc.ids.size());
+    if (room <= 0)
+      throw Error("the prompt already fills the model's " +
+                  std::to_string(m.config().max_position_embeddings) + " positions: nothing can be added");
+    GenerateOptions o = job.options;
+    o.max_new = static_cast<int>(std::min<int64_t>(o.max_new, room));
+    int written = 0;
+    o.on_token = [&](int64_t) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      status_.activity = "writing " + std::to_string(++written) + " / " + std::to_string(o.max_new) +
+                         " tokens (" + side + " model)";
+    };
+    const Generation g = m.generate(enc.ids, o, &cancel_);
+    c.ids = g.ids;
+    const Tokenizer& tok = m.tokenizer();
+    if (!tok.can_encode()) {  // an ids prompt continues as ids
+      for (const int64_t id : g.ids) c.steps.push_back(", " + std::to_string(id));
+    } else {
+      // Trailing whitespace the tokenizer read as nothing (SentencePiece drops it: "is " reads as "is") is
+      // not written twice when the new text begins with whitespace ("is " + " 7182" -> "is 7182").
+      size_t trail = 0;
+      while (trail < job.prompt.size() &&
+             std::isspace(static_cast<unsigned char>(job.prompt[job.prompt.size() - 1 - trail])))
+        ++trail;
+      const bool dropped =
+          trail > 0 && tok.encode(job.prompt.substr(0, job.prompt.size() - trail), true).ids == enc.ids;
+      // The text after k tokens is what decoding the prompt's tokens and those k adds to decoding the
+      // prompt's tokens (decoding the new tokens alone would lose a word's leading space); each token's step
+      // is what its text adds to the text before it.
+      const std::string before = tok.decode(enc.ids);
+      std::vector<int64_t> all = enc.ids;
+      std::string so_far;
+      bool rewrote = false;
+      for (const int64_t id : g.ids) {
+        all.push_back(id);
+        const std::string after = tok.decode(all);
+        std::string text = after.compare(0, before.size(), before) == 0
+                               ? after.substr(before.size())
+                               : tok.decode(std::vector<int64_t>(
+                                     all.begin() + static_cast<long>(enc.ids.size()), all.end()));
+        if (dropped) {
+          size_t lead = 0;
+          while (lead < trail && lead < text.size() && std::isspace(static_cast<unsigned char>(text[lead])))
+            ++lead;
+          text.erase(0, lead);
+        }
+        // A step is the text's growth. Should decoding rewrite earlier text, the steps could not add up:
+        // then the whole text comes with the last token.
+        rewrote |= text.compare(0, so_far.size(), so_far) != 0;
+        c.steps.push_back(rewrote ? "" : text.substr(so_far.size()));
+        so_far = text;
+      }
+      if (rewrote) {
+        c.steps.assign(c.steps.size(), "");
+        c.steps.back() = so_far;
+      }
+    }
+    for (const std::string& st : c.steps) c.text += st;
+    if (c.text.empty())
+      c.error = "the " + side + " model wrote no text (" +
+                (g.ids.empty() ? std::string("no token")
+                               : "it ended the text, token " + std::to_string(g.ids.back())) +
+                ")";
+  } catch (const Cancelled&) {
+    cancelled = true;
+  } catch (const std::exception& e) {
+    c.error = user_message(e);
+  }
+  c.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!cancelled && job.id >= continue_cancelled_below_ && !pending_continue_) continuation_ = std::move(c);
+}
+
 void InferenceWorker::loop() {
   // OpenMP/LibTorch thread counts are per thread: set them here, on the thread that runs the models
   // (default: every core).
@@ -519,11 +641,20 @@ void InferenceWorker::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     cv_.wait(lock, [this] {
-      return stopping_ || !loads_.empty() || pending_run_ || pending_sweep_ || sweep_active_;
+      return stopping_ || !loads_.empty() || pending_run_ || pending_continue_ || pending_sweep_ ||
+             sweep_active_;
     });
     if (stopping_) return;
     status_.busy = true;
-    if (loads_.empty() && !pending_run_) {  // sweeps only when nothing else waits
+    if (loads_.empty() && pending_continue_) {  // a continuation, then the run of its text
+      const ContinueJob job = std::move(*pending_continue_);
+      pending_continue_.reset();
+      cancel_ = false;
+      status_.activity = "writing 0 / " + std::to_string(job.options.max_new) + " tokens";
+      lock.unlock();
+      run_continuation(job);
+      lock.lock();
+    } else if (loads_.empty() && !pending_run_) {  // sweeps only when nothing else waits
       if (pending_sweep_)
         begin_sweep(lock);
       else

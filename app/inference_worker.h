@@ -85,6 +85,18 @@ struct WorkerStatus {
   std::array<SlotInfo, kSlots> slots;
 };
 
+// A continuation of the prompt by one slot's model (the app's Continue; `continue` in --play scripts).
+struct Continuation {
+  uint64_t request = 0;
+  int slot = 0;
+  std::string prompt;              // the text it continued
+  std::string text;                // what the model wrote, as text that continues `prompt` ("" when nothing)
+  std::vector<std::string> steps;  // the text each token adds, in turn (their concatenation is `text`)
+  std::vector<int64_t> ids;        // the tokens it wrote
+  std::string error;               // why it could not ("" when fine)
+  double ms = 0;
+};
+
 // A needle-in-a-haystack sweep run by the worker on both slots, one episode at a time: prompt runs go
 // first (the sweep pauses for them and redoes the episode they interrupted), so the app stays live.
 struct SweepRequest {
@@ -133,6 +145,14 @@ class InferenceWorker {
   uint64_t run(const std::string& prompt, const CaptureOptions& options = {});
   // The newest finished run not yet taken (older ones are dropped), or nothing.
   std::optional<RunResult> take_result();
+  // Queues a continuation of `prompt` by the model in `slot` (options.max_new tokens, greedy or sampled),
+  // cancelling a run or continuation in progress; WorkerStatus::activity counts its tokens. Returns its id.
+  uint64_t continue_prompt(int slot, const std::string& prompt, const GenerateOptions& options);
+  // The finished continuation not yet taken, or nothing.
+  std::optional<Continuation> take_continuation();
+  // Stops the continuation queued or in progress (typing cancels it, as it cancels a run); nothing is
+  // delivered for it.
+  void cancel_continuation();
   WorkerStatus status() const;
   // Starts a needle sweep over the models loaded now (replacing any sweep in progress); returns its id.
   // The request is checked on the worker thread: problems end the sweep with SweepProgress::error.
@@ -169,6 +189,16 @@ class InferenceWorker {
   std::deque<Load> loads_;
   std::optional<std::pair<uint64_t, std::pair<std::string, CaptureOptions>>> pending_run_;
   std::optional<RunResult> result_;
+  struct ContinueJob {
+    uint64_t id = 0;
+    int slot = 0;
+    std::string prompt;
+    GenerateOptions options;
+  };
+  std::optional<ContinueJob> pending_continue_;
+  std::optional<Continuation> continuation_;
+  uint64_t continue_cancelled_below_ = 0;         // continuations with a smaller id are dropped
+  void run_continuation(const ContinueJob& job);  // worker thread, lock not held
   WorkerStatus status_;
   uint64_t next_request_ = 1;
   bool stopping_ = false;

@@ -156,19 +156,198 @@ void draw_device_menu(GuiState& state, InferenceWorker& worker) {
   if (!state.device_message.empty()) ImGui::TextDisabled("%s", state.device_message.c_str());
 }
 
+namespace {
+
+// Continue, beside the prompt editor in two rows (no height of its own): the button, the writing model and
+// how many tokens; then Back/Forward through what it wrote and where the query is among them. Returns the
+// width it takes.
+float continue_width() {
+  const ImGuiStyle& st = ImGui::GetStyle();
+  const float em = ImGui::GetFontSize();
+  return ImGui::CalcTextSize("Writing...").x + 2 * st.FramePadding.x + em * 4.2f + em * 2.6f +
+         ImGui::CalcTextSize("tokens").x + 4 * st.ItemSpacing.x;
+}
+
+void draw_continue_controls(GuiState& state) {
+  GuiState::Continue& c = state.cont;
+  const float em = ImGui::GetFontSize();
+  const bool writing = c.request != 0 || c.revealed < c.steps.size();
+  ImGui::BeginGroup();
+  const float x0 = ImGui::GetCursorScreenPos().x;
+  if (ImGui::Button(writing ? "Writing..." : "Continue") && !writing) c.start = true;
+  state.drawn.note("continue", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
+                   ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "The %s model writes %d tokens after the prompt (%s); they join the prompt one at a time, both\n"
+        "models running again and the query moving to each (C; Shift+C: the right model). Typing stops it.%s%s",
+        c.slot == 0 ? "left" : "right", c.tokens,
+        c.temperature > 0 ? "sampled at the Run menu's temperature" : "greedy: the likeliest token each time",
+        c.message.empty() ? "" : "\nLast: ", c.message.c_str());
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(em * 4.2f);
+  ImGui::Combo("##writer", &c.slot, "left\0right\0");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("the model that writes (C: left, Shift+C: right)");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(em * 2.6f);
+  ImGui::InputInt("tokens##continue", &c.tokens, 0, 0);
+  c.tokens = std::clamp(c.tokens, 1, 256);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("how many tokens the model writes (1 to 256)");
+  const std::vector<int> written = written_tokens(state);
+  ImGui::BeginDisabled(written.empty());
+  if (ImGui::ArrowButton("##back", ImGuiDir_Left)) step_written(state, -1);
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("the query to the previous token the model wrote (,)");
+  ImGui::SameLine();
+  if (ImGui::ArrowButton("##forward", ImGuiDir_Right)) step_written(state, +1);
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("the query to the next token the model wrote (.)");
+  ImGui::EndDisabled();
+  ImGui::SameLine();
+  char where[96] = "";
+  const auto at = std::find(written.begin(), written.end(), state.selection.query);
+  if (writing)
+    std::snprintf(where, sizeof where, "writing %zu of %d", c.revealed, c.tokens);
+  else if (at != written.end())
+    std::snprintf(where, sizeof where, "written %d of %zu", static_cast<int>(at - written.begin()) + 1,
+                  written.size());
+  else if (!written.empty())
+    std::snprintf(where, sizeof where, "%zu written", written.size());
+  else if (!c.message.empty())
+    std::snprintf(where, sizeof where, "%s", c.message.c_str());
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const float room = std::max(0.0f, x0 + continue_width() - p.x);
+  ImGui::PushClipRect(p, ImVec2(p.x + room, p.y + ImGui::GetFrameHeight()), true);
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted(where);
+  ImGui::PopClipRect();
+  ImGui::PopStyleColor();
+  if (ImGui::IsItemHovered() && !c.message.empty()) ImGui::SetTooltip("%s", c.message.c_str());
+  ImGui::EndGroup();
+}
+
+}  // namespace
+
 // The prompt editor: an edit marks the prompt pending (the shell submits it after the debounce).
 void draw_prompt_editor(GuiState& state) {
+  const float controls = continue_width() + ImGui::GetStyle().ItemSpacing.x;
   if (ImGui::InputTextMultiline(
           "##prompt", &state.prompt.text,
-          ImVec2(-1, ImGui::GetTextLineHeight() * 3 + ImGui::GetStyle().FramePadding.y * 2)))
+          ImVec2(-controls, ImGui::GetTextLineHeight() * 3 + ImGui::GetStyle().FramePadding.y * 2)))
     prompt_edited(state);
+  ImGui::SameLine();
+  draw_continue_controls(state);
 }
 
 void prompt_edited(GuiState& state) {
   state.prompt.pending = true;
+  // Typing ends a continuation (as it ends a run) and what the model wrote is the user's text now.
+  if (state.cont.request) state.cont.cancel = true;
+  if (state.cont.request || state.cont.revealed < state.cont.steps.size())
+    state.cont.message = "stopped: the prompt was edited";
+  state.cont.request = 0;
+  state.cont.written_begin = state.cont.written_end = 0;
+  state.cont.written_slot = -1;
+  state.cont.follow = false;
+  state.cont.steps.clear();
+  state.cont.revealed = 0;
   state.selection.needles.clear();     // the builder's spans no longer match the text
   state.needle.focus_pending = false;  // nor is its episode's answer head to be sought in the new text
   state.prompt.last_edit = now_seconds();
+}
+
+namespace {
+
+constexpr double kRevealSeconds = 0.4;  // between written tokens: long enough to see each token's row
+
+// The next written token joins the prompt once the run of the text so far is on screen and its time has
+// come; both models run again and the query follows it.
+void reveal_next(GuiState& state) {
+  GuiState::Continue& c = state.cont;
+  if (c.revealed >= c.steps.size() || state.prompt.pending) return;
+  const bool shown = state.shown && state.shown->prompt == state.prompt.text;
+  if (c.revealed > 0 && (!shown || now_seconds() < c.next_at)) return;
+  state.prompt.text += c.steps[c.revealed++];
+  c.written_end = state.prompt.text.size();
+  c.next_at = now_seconds() + kRevealSeconds;
+  c.follow = true;
+  state.prompt.rerun();
+}
+
+}  // namespace
+
+void poll_continue(GuiState& state, InferenceWorker& worker) {
+  GuiState::Continue& c = state.cont;
+  if (c.cancel) {
+    worker.cancel_continuation();
+    c.cancel = false;
+  }
+  if (c.start) {
+    c.start = false;
+    GenerateOptions o;
+    o.max_new = c.tokens;
+    o.temperature = c.temperature;
+    o.seed = static_cast<uint64_t>(std::max(0, c.seed));
+    c.request = worker.continue_prompt(c.slot, state.prompt.text, o);
+    c.message.clear();
+    c.steps.clear();
+    c.revealed = 0;
+  }
+  reveal_next(state);
+  std::optional<Continuation> done = worker.take_continuation();
+  if (!done || done->request != c.request) return;
+  c.request = 0;
+  const std::string who = done->slot == 0 ? "left" : "right";
+  if (!done->error.empty()) {
+    c.message = done->error;
+    return;
+  }
+  if (state.prompt.text != done->prompt) {  // edited meanwhile (the edit would have cancelled it)
+    c.message = "the prompt changed while the model wrote: nothing appended";
+    return;
+  }
+  c.written_begin = c.written_end = state.prompt.text.size();
+  c.written_slot = done->slot;
+  c.steps = done->steps;  // revealed a token at a time, the query following each (reveal_next)
+  c.revealed = 0;
+  c.next_at = 0;
+  reveal_next(state);
+  char msg[160];
+  std::snprintf(msg, sizeof msg, "the %s model wrote %zu token%s in %.0f ms", who.c_str(), done->ids.size(),
+                done->ids.size() == 1 ? "" : "s", done->ms);
+  c.message = msg;
+}
+
+std::vector<int> written_tokens(const GuiState& state) {
+  const GuiState::Continue& c = state.cont;
+  std::vector<int> out;
+  if (c.written_end <= c.written_begin || !state.shown || state.shown->prompt != state.prompt.text)
+    return out;
+  // The written bytes as the shown run tokenized them (the left slot's offsets, else the right's).
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& offsets = state.shown->offsets[s];
+    if (!state.shown->traces[static_cast<size_t>(s)] || offsets.empty()) continue;
+    for (size_t i = 0; i < offsets.size(); ++i)
+      if (offsets[i].second > offsets[i].first && offsets[i].first >= c.written_begin &&
+          offsets[i].first < c.written_end)
+        out.push_back(static_cast<int>(i));
+    break;
+  }
+  return out;
+}
+
+void step_written(GuiState& state, int direction) {
+  const std::vector<int> w = written_tokens(state);
+  if (w.empty()) return;
+  const int q = state.selection.query;
+  if (direction > 0) {
+    const auto next = std::upper_bound(w.begin(), w.end(), q);
+    state.selection.query = next == w.end() ? w.back() : *next;
+  } else {
+    const auto at = std::lower_bound(w.begin(), w.end(), q);
+    state.selection.query = at == w.begin() ? w.front() : *(at - 1);
+  }
 }
 
 }  // namespace difflens::app

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "app/panels.h"
+#include "app/prediction_text.h"
 
 namespace difflens::app {
 
@@ -28,6 +29,7 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens,
   ImGui::BeginChild("##tokenstrip", ImVec2(0, height), false);
   const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
   ImDrawList* dl = ImGui::GetWindowDrawList();
+  const std::vector<int> written = written_tokens(state);  // what Continue's model wrote: underlined
   for (size_t i = 0; i < tokens.size(); ++i) {
     const std::string& text = labels[i];
     // Text as it is (no "##" label rules), each chip exactly as wide as its text.
@@ -56,6 +58,9 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens,
                               : IM_COL32(236, 240, 246, 255);
     dl->AddRectFilled(p, ImVec2(p.x + size.x, p.y + size.y), bg, 2.0f);
     dl->AddText(ImVec2(p.x + pad.x, p.y + pad.y), ImGui::GetColorU32(ImGuiCol_Text), text.c_str());
+    if (std::binary_search(written.begin(), written.end(), ii))
+      dl->AddRectFilled(ImVec2(p.x, p.y + size.y - 3), ImVec2(p.x + size.x, p.y + size.y),
+                        IM_COL32(40, 90, 220, 255));
     if (query && state.strip_scrolled_to != ii) {  // keep the selected query in sight, whole lines shown
       const float y = p.y - ImGui::GetWindowPos().y + ImGui::GetScrollY();  // its line's top in the strip
       const float visible = std::max(1.0f, std::floor(ImGui::GetWindowHeight() / line));
@@ -64,9 +69,22 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens,
     }
     if (ImGui::IsItemHovered()) {
       state.selection.hovered_next = ii;
+      // What each model expected at this token, against what stands there.
+      std::string expected;
+      if (state.shown)
+        for (const auto& t : state.shown->traces) {
+          const std::string e =
+              t && t->length() == static_cast<int64_t>(tokens.size()) ? expected_here(*t, ii) : "";
+          if (!e.empty())
+            expected += "\n" + (t->config.name.empty() ? std::string("model") : t->config.name) + " " + e;
+        }
+      const std::string wrote = std::binary_search(written.begin(), written.end(), ii)
+                                    ? std::string("\nwritten by the ") +
+                                          (state.cont.written_slot == 1 ? "right" : "left") + " model"
+                                    : "";
       ImGui::SetTooltip(
-          "token %d: '%s'  (piece '%s')\nclick: the query   right-drag: the answer span%s", ii, text.c_str(),
-          tokens[i].c_str(),
+          "token %d: '%s'  (piece '%s')%s\nclick: the query   right-drag: the answer span%s", ii,
+          text.c_str(), tokens[i].c_str(), (wrote + expected).c_str(),
           state.selection.needles.empty() ? "" : "\nyellow: needle sentences, green: the asked code");
       if (ImGui::IsMouseClicked(ImGuiMouseButton_Right)) state.selection.answer_anchor = ii;
       if (ImGui::IsMouseDown(ImGuiMouseButton_Right) && state.selection.answer_anchor >= 0) {

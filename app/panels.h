@@ -44,6 +44,14 @@ void export_text_page(GuiState& state);
 // tokenizer of the model in `model_dir`; says in state.repeated.built what it made or why it could not.
 void build_repeated_prompt(GuiState& state, const std::string& model_dir);
 
+// panel_prompt.cpp: Continue. Its controls sit beside the prompt editor; the shell's per-frame step sends the
+// request and takes the result (the text joins the prompt a token at a time, both models running again); the
+// tokens the model wrote in the shown result (indices, ascending; empty when none or the prompt was edited);
+// Back/Forward (-1/+1) through them.
+void poll_continue(GuiState& state, InferenceWorker& worker);
+std::vector<int> written_tokens(const GuiState& state);
+void step_written(GuiState& state, int direction);
+
 // panel_lambda.cpp: λ per layer of each DIFF model as a plot (λ and λ_init(l)) beside its table.
 void draw_lambda_view(GuiState& state);
 

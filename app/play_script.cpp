@@ -2,6 +2,7 @@
 #include "app/play_script.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -47,6 +48,8 @@ constexpr VerbName kVerbs[] = {
     {"explain", "next|back|STEP"},
     {"present", "on|off"},
     {"export", "maps|heads|page [FILE.html]|window|folder DIR"},
+    {"continue", "left|right TOKENS [TEMPERATURE [SEED]]"},
+    {"step", "back|forward|first|last"},
     {"wait", "[MS]"},
     {"screenshot", "FILE.png"},
     {"quit", ""},
@@ -286,6 +289,25 @@ void parse_line(const std::string& line, PlayAction& a) {
     } else {
       words(1, 1);
     }
+  } else if (verb == "continue") {
+    a.verb = PlayVerb::Continue;
+    words(2, 4);
+    const int slot = pick(w[0], "left|right");
+    if (slot < 0) bad("'" + w[0] + "' is not left or right");
+    a.ints = {slot, integer(w[1], 1, 256), w.size() == 4 ? integer(w[3], 0, 1 << 30) : 1};
+    if (w.size() >= 3) {
+      try {
+        size_t used = 0;
+        a.number = std::stod(w[2], &used);
+        if (used != w[2].size() || !std::isfinite(a.number) || a.number < 0 || a.number > 100)
+          throw Error("");
+      } catch (const std::exception&) {
+        bad("'" + w[2] + "' is not a temperature from 0 (greedy) to 100");
+      }
+    }
+  } else if (verb == "step") {
+    a.verb = PlayVerb::Step;
+    a.ints = {std::array<int, 4>{-1, 1, 0, 2}[static_cast<size_t>(one_of("back|forward|first|last"))]};
   } else if (verb == "wait") {
     a.verb = PlayVerb::Wait;
     words(0, 1);
@@ -514,6 +536,12 @@ std::string soak_script(uint64_t seed, int actions, const SoakInputs& in) {
       out << "export " << kExports[below(4)] << "\n";
     } else if (kind < 87 && screenshots < 20) {
       out << "screenshot " << dir << "/soak-" << screenshots++ << ".png\n";
+    } else if (kind < 89) {
+      out << "continue " << (chance(50) ? "left " : "right ") << 1 + below(chance(10) ? 64 : 12)
+          << (chance(30) ? " 0.8 " + std::to_string(below(9)) : "") << "\n";
+    } else if (kind < 91) {
+      static const char* kSteps[] = {"back", "forward", "first", "last"};
+      out << "step " << kSteps[below(4)] << "\n";
     } else if (kind < 95) {
       out << "wait " << below(chance(20) ? 400 : 40) << "\n";
     } else {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "app/panels.h"
+#include "app/prediction_text.h"
 #include "app/shell.h"
 #include "core/checkpoint.h"
 
@@ -40,6 +41,7 @@ ScriptPlayer::ScriptPlayer(PlayScript script, double delay_ms, double seconds, b
 
 bool ScriptPlayer::results_in(const GuiState& state, const InferenceWorker& worker) const {
   return !state.prompt.pending && !state.needle.build_on_load && !state.repeated.build_on_load &&
+         !state.cont.start && state.cont.request == 0 && state.cont.revealed >= state.cont.steps.size() &&
          worker.idle();
 }
 
@@ -89,6 +91,17 @@ void ScriptPlayer::step(GuiState& state, InferenceWorker& worker, PlayRequests& 
   if (state.message != message_) {  // what the status line said since (an export, a refusal, an error)
     message_ = state.message;
     if (!message_.empty()) std::printf("play: status: %s\n", message_.c_str());
+  }
+  if (state.cont.message != cont_message_) {  // what Continue did (or why not), and what the model wrote
+    cont_message_ = state.cont.message;
+    if (!cont_message_.empty()) {
+      std::string wrote;
+      for (const std::string& st : state.cont.steps) wrote += st;
+      for (char& ch : wrote)
+        if (ch == '\n') ch = ' ';
+      std::printf("play: continue: %s%s\n", cont_message_.c_str(),
+                  state.cont.steps.empty() ? "" : (": '" + wrote + "'").c_str());
+    }
   }
   const double now = now_seconds();
   if (!started_) {
@@ -293,6 +306,39 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
     case PlayVerb::ExportDir:
       state.view.export_dir = a.text;
       break;
+    case PlayVerb::Continue:
+      state.cont.slot = a.ints[0];
+      state.cont.tokens = a.ints[1];
+      state.cont.seed = a.ints[2];
+      state.cont.temperature = static_cast<float>(a.number);
+      state.cont.start = true;
+      break;
+    case PlayVerb::Step: {
+      const std::vector<int> w = written_tokens(state);
+      if (w.empty()) {
+        state.message = "step: no written tokens in the prompt on screen (continue first)";
+      } else if (i0 == 0 || i0 == 2) {
+        state.selection.query = i0 == 0 ? w.front() : w.back();
+      } else {
+        step_written(state, i0);
+      }
+      if (!w.empty()) {  // where the query is, and what each model expects after it
+        std::string next;
+        if (state.shown)
+          for (const auto& t : state.shown->traces)
+            if (t)
+              for (const Candidate& c : candidates_after(*t, state.selection.query, 1)) {
+                char part[256];
+                std::snprintf(part, sizeof part, "; %s expects '%s' %.1f %%", t->config.name.c_str(),
+                              c.text.c_str(), 100.0 * c.probability);
+                next += part;
+              }
+        std::printf("play: step: the query on token %d, written %d of %zu%s\n", state.selection.query,
+                    static_cast<int>(std::find(w.begin(), w.end(), state.selection.query) - w.begin()) + 1,
+                    w.size(), next.c_str());
+      }
+      break;
+    }
     case PlayVerb::Wait:
       if (i0 < 0) {
         wait_results_ = true;

@@ -60,7 +60,8 @@ class ScriptPlayer {
   int shot_frames_ = -1;
   std::string shot_path_;
   size_t played_ = 0;
-  std::string message_;  // the status line's message last logged
+  std::string message_;       // the status line's message last logged
+  std::string cont_message_;  // Continue's last message, as printed
   bool cursor_seen_ = false, cursor_moved_ = false;
   double cursor_x_ = 0, cursor_y_ = 0;
   int failed_shots_ = 0, stuck_waits_ = 0;

@@ -193,6 +193,16 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
     for (int k = 0; k < 4; ++k)
       if (ImGui::MenuItem(kWidths[k], nullptr, v.quantization == k)) set_logit_width(state, k);
     ImGui::Separator();
+    ImGui::TextDisabled("Continue");
+    ImGui::SetNextItemWidth(field);
+    ImGui::SliderFloat("temperature", &state.cont.temperature, 0.0f, 2.0f, "%.2f");
+    state.cont.temperature = std::clamp(state.cont.temperature, 0.0f, 100.0f);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("0: greedy, the likeliest token each time; above: sampled from the 40 likeliest");
+    ImGui::SetNextItemWidth(field);
+    ImGui::InputInt("seed##continue", &state.cont.seed);
+    state.cont.seed = std::max(0, state.cont.seed);
+    ImGui::Separator();
     ImGui::SetNextItemWidth(field);
     int budget_mb = static_cast<int>(state.pooled_budget >> 20);
     if (ImGui::InputInt("long-prompt MB", &budget_mb, 64, 256, ImGuiInputTextFlags_EnterReturnsTrue))
@@ -215,6 +225,8 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
         "Tab        side panel\n"
         "Up/Down    layer\n"
         "Left/Right head of the left model (Shift: the right model; Explain: steps)\n"
+        "C          Continue: the left model writes on (Shift+C: the right model)\n"
+        ", and .    the query to the previous / next token the model wrote\n"
         "Ctrl+O     open a model     Ctrl+E  export the maps shown     F12  save the window\n"
         "Token strip: click a token for the query, hover for a key, right-drag for the answer span.\n"
         "Maps: wheel zooms, drag pans, double-click resets, right-click exports.");
@@ -413,6 +425,13 @@ void handle_keys(GuiState& state, const ModelShape& shape) {
   if (ImGui::IsKeyPressed(GLFW_KEY_TAB, false)) toggle_side_panel(state);
   if (ImGui::IsKeyPressed(GLFW_KEY_L, false)) state.lecture = !state.lecture;
   if (ImGui::IsKeyPressed(GLFW_KEY_F12, false)) state.window_shot = true;
+  if (ImGui::IsKeyPressed(GLFW_KEY_C, false) &&
+      state.cont.request == 0) {  // Continue (Shift: the right model)
+    state.cont.slot = io.KeyShift ? 1 : 0;
+    state.cont.start = true;
+  }
+  if (ImGui::IsKeyPressed(GLFW_KEY_COMMA)) step_written(state, -1);
+  if (ImGui::IsKeyPressed(GLFW_KEY_PERIOD)) step_written(state, +1);
   if (shape.layers > 0) {
     if (ImGui::IsKeyPressed(GLFW_KEY_UP)) state.view.layer = std::max(0, state.view.layer - 1);
     if (ImGui::IsKeyPressed(GLFW_KEY_DOWN))

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "app/play_script.h"
+#include "core/model.h"
 #include "core/error.h"
 #include "helpers.h"
 
@@ -53,9 +54,10 @@ TEST_CASE("play scripts: every action read with its values, comments and blank l
       "text-heads all\nopen left model assets/models/my model\nopen right remote remote://h:1/0 SECRET\n"
       "device cpu\nlogits 6\npooling mean\nbudget 64\nsize 640x480\nlab grid 64,128 0,100 1 1 2\n"
       "lab start\nlab cancel\nexplain next\nexplain 4\npresent on\nexport maps\nexport page p.html\n"
-      "export folder out dir\nwait\nwait 250\nscreenshot a.png\nquit\r\n",
+      "export folder out dir\nwait\nwait 250\nscreenshot a.png\nquit\r\n"
+      "continue right 8\ncontinue left 12 0.7 5\nstep back\nstep last\n",
       "s.play");
-  REQUIRE(s.actions.size() == 40);
+  REQUIRE(s.actions.size() == 44);
   const auto& a = s.actions;
   CHECK(a[0].verb == PlayVerb::Type);
   CHECK(a[0].line == 3);
@@ -92,6 +94,13 @@ TEST_CASE("play scripts: every action read with its values, comments and blank l
   CHECK(a[38].text == "a.png");
   CHECK(a[39].verb == PlayVerb::Quit);
   CHECK(a[39].source == "quit");  // a Windows line end is not part of the line
+  CHECK(a[40].verb == PlayVerb::Continue);
+  CHECK(a[40].ints == std::vector<int>{1, 8, 1});  // the right model, 8 tokens, seed 1
+  CHECK(a[40].number == 0.0);                      // greedy
+  CHECK(a[41].ints == std::vector<int>{0, 12, 5});
+  CHECK(a[41].number == 0.7);
+  CHECK(a[42].ints == std::vector<int>{-1});
+  CHECK(a[43].ints == std::vector<int>{2});
 }
 
 TEST_CASE("play scripts: a bad line is refused with its file, line and what was expected", "[play][errors]") {
@@ -99,7 +108,7 @@ TEST_CASE("play scripts: a bad line is refused with its file, line and what was 
       refusal("wait\n\njump 3\n") ==
       "s.play:3: unknown action 'jump' (actions: type, paste, paste-file, prompt, clear, needle, query, "
       "answer, layer, head, view, split, side, lecture, text-size, text-direction, text-heads, open, device, "
-      "logits, pooling, budget, size, lab, explain, present, export, wait, screenshot, quit)");
+      "logits, pooling, budget, size, lab, explain, present, export, continue, step, wait, screenshot, quit)");
   CHECK(
       refusal("view 10\n") ==
       "s.play:1: '10' is not a view: maps, query-row, models, lambda, noise, lab, outliers, explain or text "
@@ -118,6 +127,19 @@ TEST_CASE("play scripts: a bad line is refused with its file, line and what was 
       refusal("open middle model x\n") ==
       "s.play:1: 'middle' is not left or right (expected: open left|right model|bundle|remote PATH [TOKEN])");
   CHECK(refusal("lecture maybe\n") == "s.play:1: 'maybe' is not one of off|on (expected: lecture on|off)");
+  CHECK(
+      refusal("continue middle 8\n") ==
+      "s.play:1: 'middle' is not left or right (expected: continue left|right TOKENS [TEMPERATURE [SEED]])");
+  CHECK(
+      refusal("continue left 300\n") ==
+      "s.play:1: '300' is not a whole number from 1 to 256 (expected: continue left|right TOKENS [TEMPERATURE "
+      "[SEED]])");
+  CHECK(refusal("continue left 8 hot\n") ==
+        "s.play:1: 'hot' is not a temperature from 0 (greedy) to 100 (expected: continue left|right TOKENS "
+        "[TEMPERATURE [SEED]])");
+  CHECK(
+      refusal("step sideways\n") ==
+      "s.play:1: 'sideways' is not one of back|forward|first|last (expected: step back|forward|first|last)");
   CHECK(refusal("wait 1 2\n") == "s.play:1: 'wait' takes 0 to 1 words, got 2 (expected: wait [MS])");
   CHECK(refusal("text-size 9\n") ==
         "s.play:1: '9' is not a number from 0.75 to 3 (expected: text-size X (0.75 to 3))");
@@ -157,7 +179,7 @@ TEST_CASE("soak scripts: seeded, every line a valid action, the inputs all used"
                      PlayVerb::Pooling,    PlayVerb::Budget,     PlayVerb::Size,         PlayVerb::LabGrid,
                      PlayVerb::LabStart,   PlayVerb::LabCancel,  PlayVerb::Explain,      PlayVerb::Present,
                      PlayVerb::ExportMaps, PlayVerb::ExportPage, PlayVerb::ExportWindow, PlayVerb::Wait,
-                     PlayVerb::Screenshot}) {
+                     PlayVerb::Screenshot, PlayVerb::Continue,   PlayVerb::Step}) {
     INFO(static_cast<int>(v));
     CHECK(seen.count(v) == 1);
   }
@@ -312,4 +334,67 @@ TEST_CASE("play: exports into a full disk or a file where the folder should be f
   // The first screen's needle episode was replaced before its result came: its answer head is not sought
   // in the new prompt (that once selected layer 0, head 0 at "0.000 to the answer").
   CHECK(out.find("to the answer over the question") == std::string::npos);
+}
+
+TEST_CASE("play: Continue writes on with each model, the query steps through what it wrote, typing stops it",
+          "[gui][play][generate]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("play-continue");
+  const std::string d = dir.path().string();
+  test::write_all(dir / "s.play",
+                  "size 1280x800\n"
+                  "prompt The secret code of Rachel is 4823. The river was high that spring. Q: What is the "
+                  "secret code of Rachel?\\nA: The secret code of Rachel is\n"
+                  "wait\n"
+                  "continue left 6\n"
+                  "wait\n"
+                  "step first\n"
+                  "step forward\n"
+                  "step last\n"
+                  "step back\n"
+                  "screenshot " +
+                      d +
+                      "/a.png\n"
+                      "continue right 3\n"
+                      "wait\n"
+                      "step first\n"
+                      "continue left 200\n"
+                      "type x\n"
+                      "wait\n"
+                      "step first\n"
+                      "quit\n");
+  const Run r = run_difflens("--play " + (dir / "s.play").string() + " --threads 1", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  // The left model wrote 6 tokens (DIFF retrieves the code); the prompt then has 41 + 6 tokens.
+  const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small");
+  const std::string prompt =
+      "The secret code of Rachel is 4823. The river was high that spring. Q: What is the secret code of "
+      "Rachel?\nA: The secret code of Rachel is";
+  const std::vector<int64_t> ids = diff.tokenizer().encode(prompt, true).ids;
+  std::vector<int64_t> all = ids;
+  for (int64_t id : diff.generate(ids, 6)) all.push_back(id);
+  const std::string wrote = diff.tokenizer().decode(all).substr(diff.tokenizer().decode(ids).size());
+  std::string shown = wrote;
+  for (char& ch : shown)
+    if (ch == '\n') ch = ' ';
+  CHECK(r.out.find("play: continue: the left model wrote 6 tokens in ") != std::string::npos);
+  CHECK(r.out.find(" ms: '" + shown + "'") != std::string::npos);
+  const int first = static_cast<int>(ids.size());  // the first written token follows the prompt's
+  const std::vector<int64_t> retokenized = diff.tokenizer().encode(prompt + wrote, true).ids;
+  const int n = static_cast<int>(retokenized.size()) - first;
+  CHECK(n >= 1);
+  CHECK(r.out.find("play: step: the query on token " + std::to_string(first) + ", written 1 of " +
+                   std::to_string(n)) != std::string::npos);
+  if (n >= 2)
+    CHECK(r.out.find("play: step: the query on token " + std::to_string(first + 1) + ", written 2 of " +
+                     std::to_string(n)) != std::string::npos);
+  CHECK(r.out.find("play: step: the query on token " + std::to_string(first + n - 1) + ", written " +
+                   std::to_string(n) + " of " + std::to_string(n)) != std::string::npos);
+  CHECK(r.out.find("play: continue: the right model wrote 3 tokens in ") != std::string::npos);
+  // Typing while the left model writes 200 tokens stops it; the typed text stays the user's (nothing marked).
+  CHECK(r.out.find("play: continue: stopped: the prompt was edited") != std::string::npos);
+  CHECK(r.out.find("play: status: step: no written tokens in the prompt on screen (continue first)") !=
+        std::string::npos);
+  CHECK(test::read_all(dir / "a.png").size() > 1000);
 }

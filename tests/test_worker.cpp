@@ -398,3 +398,85 @@ TEST_CASE("worker: a model without a text tokenizer reads typed token ids", "[wo
   const Model b = Model::random(test::tiny_config(AttentionKind::Baseline), 3);
   CHECK(app::encode_prompt(b, "1, 2").ids.size() == 5);  // BOS + the 4 bytes of "1, 2"
 }
+
+TEST_CASE("worker: Continue writes generate's tokens as text that continues the prompt, and typing stops it",
+          "[worker][generate]") {
+  InferenceWorker w({}, 1);
+  const std::string models = DIFFLENS_SOURCE_DIR "/assets/models/";
+  w.load(0, models + "diff-small");
+  w.load(1, models + "baseline-small");
+  w.wait_idle();
+  const std::string prompt =
+      "The secret code of Rachel is 4823. The river was high that spring. Q: What is the secret code of "
+      "Rachel?\nA: The secret code of Rachel is";
+  GenerateOptions o;
+  o.max_new = 6;
+  for (int slot = 0; slot < 2; ++slot) {
+    INFO("slot " << slot);
+    const uint64_t id = w.continue_prompt(slot, prompt, o);
+    w.wait_idle();
+    const auto c = w.take_continuation();
+    REQUIRE(c);
+    CHECK(c->request == id);
+    CHECK(c->slot == slot);
+    CHECK(c->error.empty());
+    CHECK(c->prompt == prompt);
+    // The same tokens as Model::generate (and `difflens generate`), and the text decoding adds after the
+    // prompt.
+    const Model m = Model::load(models + (slot == 0 ? "diff-small" : "baseline-small"));
+    const std::vector<int64_t> ids = m.tokenizer().encode(prompt, true).ids;
+    const std::vector<int64_t> expect = m.generate(ids, 6);
+    CHECK(c->ids == expect);
+    std::vector<int64_t> all = ids;
+    all.insert(all.end(), expect.begin(), expect.end());
+    CHECK(prompt + c->text == prompt + m.tokenizer().decode(all).substr(m.tokenizer().decode(ids).size()));
+    CHECK(m.tokenizer().encode(prompt + c->text, true).ids.size() >= ids.size() + 1);
+    if (slot == 0) CHECK(c->text.rfind(" 4823", 0) == 0);  // DIFF retrieves the code (held in its card: 1.00)
+    CHECK_FALSE(w.take_continuation());                    // taken once
+  }
+  {  // A prompt ending in a space (the needle builder's, before the code): the space is not written twice,
+     // and the whole text reads back as the prompt's tokens and the written ones.
+    const std::string spaced = prompt + " ";
+    w.continue_prompt(0, spaced, o);
+    w.wait_idle();
+    const auto c = w.take_continuation();
+    REQUIRE(c);
+    const Model m = Model::load(models + "diff-small");
+    const std::vector<int64_t> ids = m.tokenizer().encode(spaced, true).ids;
+    std::vector<int64_t> all = ids;
+    for (const int64_t id : m.generate(ids, 6)) all.push_back(id);
+    CHECK(c->text.rfind("4823", 0) == 0);
+    CHECK(m.tokenizer().encode(spaced + c->text, true).ids == all);
+  }
+  // Typing cancels: whatever was queued or running is never delivered, and the worker goes on.
+  o.max_new = 200;
+  w.continue_prompt(0, prompt, o);
+  w.cancel_continuation();
+  w.wait_idle();
+  CHECK_FALSE(w.take_continuation());
+  // A run queued after a continuation waits for it (Continue's text then runs as the newest prompt).
+  o.max_new = 3;
+  const uint64_t first = w.continue_prompt(0, prompt, o);
+  const uint64_t run = w.run(prompt);
+  w.wait_idle();
+  const auto r = w.take_result();
+  REQUIRE(r);
+  CHECK(r->request == run);
+  const auto delivered = w.take_continuation();
+  REQUIRE(delivered);
+  CHECK(delivered->request == first);
+  CHECK(delivered->ids.size() == 3);
+  // Refusals come back as the continuation's error.
+  o.max_new = 4;
+  w.continue_prompt(0, "", o);
+  w.wait_idle();
+  auto c = w.take_continuation();
+  REQUIRE(c);
+  CHECK(c->error.find("the prompt is empty") != std::string::npos);
+  InferenceWorker empty({}, 1);
+  empty.continue_prompt(1, prompt, o);
+  empty.wait_idle();
+  c = empty.take_continuation();
+  REQUIRE(c);
+  CHECK(c->error == "the right slot has no model to continue the prompt with");
+}
