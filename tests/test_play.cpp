@@ -8,8 +8,8 @@
 #include <string>
 
 #include "app/play_script.h"
-#include "core/model.h"
 #include "core/error.h"
+#include "core/model.h"
 #include "helpers.h"
 
 using namespace difflens;
