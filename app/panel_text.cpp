@@ -240,6 +240,7 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   const bool hovered_window = ImGui::IsWindowHovered();
   const ImVec2 mouse = ImGui::GetIO().MousePos;
   const ImU32 disabled = ImGui::GetColorU32(ImGuiCol_TextDisabled);
+  const std::vector<int> written = written_tokens(state);  // Continue's tokens: underlined, as in the strip
   for (size_t i = 0; i < labels.size() && i < c.y.size(); ++i) {
     if (c.y[i] < top || c.y[i] > bottom) continue;
     const ImVec2 a(origin.x + c.x[i], origin.y + c.y[i]);
@@ -250,6 +251,8 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
     const viz::TextShade s = viz::text_shade(carries ? w : 0.0, range, scale);
     if (carries) dl->AddRectFilled(a, b, col(s.background));
     dl->AddText(ImVec2(a.x, a.y + pad), carries ? col(s.ink) : disabled, labels[i].c_str());
+    if (std::binary_search(written.begin(), written.end(), ii))
+      dl->AddRectFilled(ImVec2(a.x, b.y - 2), ImVec2(b.x, b.y), IM_COL32(40, 90, 220, 255));
     const bool answer = ii >= sel.answer_begin && ii < sel.answer_end;
     if (answer) {  // the span outlined as one box (per line): top and bottom, closed at its ends
       const ImU32 green = IM_COL32(20, 160, 60, 255);
