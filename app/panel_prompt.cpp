@@ -322,7 +322,9 @@ void poll_continue(GuiState& state, InferenceWorker& worker) {
 std::vector<int> written_tokens(const GuiState& state) {
   const GuiState::Continue& c = state.cont;
   std::vector<int> out;
-  if (c.written_end <= c.written_begin || !state.shown || state.shown->prompt != state.prompt.text)
+  // The run on screen is of the prompt, or of its beginning while the written tokens join it one at a time.
+  if (c.written_end <= c.written_begin || !state.shown || state.shown->prompt.size() < c.written_begin ||
+      state.prompt.text.compare(0, state.shown->prompt.size(), state.shown->prompt) != 0)
     return out;
   // The written bytes as the shown run tokenized them (the left slot's offsets, else the right's).
   for (int s = 0; s < kSlots; ++s) {
