@@ -267,6 +267,8 @@ int run_gui(const GuiOptions& opt) {
       if (auto r = worker.take_result()) {
         state.shown = std::move(r);
         if (state.shown->prompt.rfind("(trace bundle ", 0) == 0)  // the prompt box shows the bundle's text
+          reset_continue(state, "stopped: a trace bundle was opened");
+        if (state.shown->prompt.rfind("(trace bundle ", 0) == 0)
           for (const auto& t : state.shown->traces)
             if (t) {
               const bool bos = !t->token_ids.empty() && t->token_ids[0] == t->config.bos_token_id;

@@ -63,6 +63,7 @@ InferenceWorker::~InferenceWorker() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
     cancel_ = true;
+    continue_cancel_ = true;
   }
   cv_.notify_all();
   thread_.join();
@@ -127,7 +128,7 @@ uint64_t InferenceWorker::continue_prompt(int slot, const std::string& prompt,
     std::lock_guard<std::mutex> lock(mutex_);
     id = next_request_++;
     pending_continue_ = ContinueJob{id, std::clamp(slot, 0, kSlots - 1), prompt, options};
-    cancel_ = true;  // a run or continuation in progress is stale
+    continue_cancel_ = true;  // a continuation in progress is stale (a run in progress goes on)
   }
   cv_.notify_all();
   return id;
@@ -144,7 +145,7 @@ void InferenceWorker::cancel_continuation() {
   std::lock_guard<std::mutex> lock(mutex_);
   continue_cancelled_below_ = next_request_;
   if (pending_continue_) pending_continue_.reset();
-  if (status_.activity.rfind("writing", 0) == 0) cancel_ = true;
+  continue_cancel_ = true;
   continuation_.reset();
 }
 
@@ -572,7 +573,7 @@ void InferenceWorker::run_continuation(const ContinueJob& job) {
       status_.activity = "writing " + std::to_string(++written) + " / " + std::to_string(o.max_new) +
                          " tokens (" + side + " model)";
     };
-    const Generation g = m.generate(enc.ids, o, &cancel_);
+    const Generation g = m.generate(enc.ids, o, &continue_cancel_);
     c.ids = g.ids;
     const Tokenizer& tok = m.tokenizer();
     if (!tok.can_encode()) {  // an ids prompt continues as ids
@@ -600,9 +601,10 @@ void InferenceWorker::run_continuation(const ContinueJob& job) {
                                ? after.substr(before.size())
                                : tok.decode(std::vector<int64_t>(
                                      all.begin() + static_cast<long>(enc.ids.size()), all.end()));
-        if (dropped) {
+        if (dropped) {  // only the prompt's own trailing characters, in their order (" " does not eat "\n")
           size_t lead = 0;
-          while (lead < trail && lead < text.size() && std::isspace(static_cast<unsigned char>(text[lead])))
+          while (lead < trail && lead < text.size() &&
+                 text[lead] == job.prompt[job.prompt.size() - trail + lead])
             ++lead;
           text.erase(0, lead);
         }
@@ -649,7 +651,7 @@ void InferenceWorker::loop() {
     if (loads_.empty() && pending_continue_) {  // a continuation, then the run of its text
       const ContinueJob job = std::move(*pending_continue_);
       pending_continue_.reset();
-      cancel_ = false;
+      continue_cancel_ = false;
       status_.activity = "writing 0 / " + std::to_string(job.options.max_new) + " tokens";
       lock.unlock();
       run_continuation(job);

@@ -203,6 +203,9 @@ class InferenceWorker {
   uint64_t next_request_ = 1;
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};
+  // A continuation's own: runs do not stop it (it is short, and a run waits for it), edits and newer
+  // continuations do.
+  std::atomic<bool> continue_cancel_{false};
   std::atomic<bool> load_cancel_{false};
   DeviceChoice device_ = DeviceChoice::Auto;           // guarded by mutex_
   std::array<std::unique_ptr<Model>, kSlots> models_;  // worker thread only

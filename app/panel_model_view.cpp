@@ -297,6 +297,7 @@ void build_repeated_prompt(GuiState& state, const std::string& model_dir) {
     r.length = std::clamp(r.length, 1, kMaxRepeated);
     const RepeatedPrompt p =
         repeated_random_prompt(tok, r.length, static_cast<uint64_t>(std::max(0, r.seed)));
+    reset_continue(state, "stopped: repeated random tokens replaced the text");
     state.prompt.text = p.text;
     state.prompt.rerun();
     state.selection = SelectionState{};  // no answer span or needle in random tokens; the query: the last

@@ -49,6 +49,7 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir) {
     // The episode ends "... is <code>.": keep the code (its rows read it from the needle), or stop before it
     // so that the model answers next.
     ep.text.resize(ep.text.size() - (n.with_answer ? 1 : asked.code.size() + 1));
+    reset_continue(state, "stopped: a needle prompt replaced the text");
     state.prompt.text = ep.text;
     state.prompt.pending = true;
     state.prompt.last_edit = 0;

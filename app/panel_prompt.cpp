@@ -240,19 +240,22 @@ void draw_prompt_editor(GuiState& state) {
   draw_continue_controls(state);
 }
 
+void reset_continue(GuiState& state, const std::string& why) {
+  GuiState::Continue& c = state.cont;
+  if (c.request) c.cancel = true;
+  if (c.request || c.revealed < c.steps.size()) c.message = why;
+  c.request = 0;
+  c.written_begin = c.written_end = 0;  // what the model wrote is the user's text now
+  c.written_slot = -1;
+  c.follow = false;
+  c.steps.clear();
+  c.revealed = 0;
+}
+
 void prompt_edited(GuiState& state) {
   state.prompt.pending = true;
-  // Typing ends a continuation (as it ends a run) and what the model wrote is the user's text now.
-  if (state.cont.request) state.cont.cancel = true;
-  if (state.cont.request || state.cont.revealed < state.cont.steps.size())
-    state.cont.message = "stopped: the prompt was edited";
-  state.cont.request = 0;
-  state.cont.written_begin = state.cont.written_end = 0;
-  state.cont.written_slot = -1;
-  state.cont.follow = false;
-  state.cont.steps.clear();
-  state.cont.revealed = 0;
-  state.selection.needles.clear();     // the builder's spans no longer match the text
+  reset_continue(state, "stopped: the prompt was edited");  // typing ends a continuation, as it ends a run
+  state.selection.needles.clear();                          // the builder's spans no longer match the text
   state.needle.focus_pending = false;  // nor is its episode's answer head to be sought in the new text
   state.prompt.last_edit = now_seconds();
 }

@@ -49,6 +49,9 @@ void build_repeated_prompt(GuiState& state, const std::string& model_dir);
 // tokens the model wrote in the shown result (indices, ascending; empty when none or the prompt was edited);
 // Back/Forward (-1/+1) through them.
 void poll_continue(GuiState& state, InferenceWorker& worker);
+// Ends a continuation in progress (saying `why` when one was) and forgets what was written: the prompt was
+// edited (prompt_edited calls it) or replaced (the needle builder, Repeat them, a trace bundle).
+void reset_continue(GuiState& state, const std::string& why);
 std::vector<int> written_tokens(const GuiState& state);
 void step_written(GuiState& state, int direction);
 

@@ -282,6 +282,7 @@ struct RemoteServer::Impl {
         plan_capture(c, enc.ids, o, r.logit_bits >= 0 ? r.logit_bits : m.logit_bits(), CaptureMachine{});
     double reply = plan.pooled > 0 ? 0.0 : plan.exact_map_bytes;
     reply += plan.logits_bytes;
+    reply += static_cast<double>(T) * (8.0 * r.position_top_k + 8.0);  // every position's prediction
     if (r.keep_hidden)  // the hidden state of each selected layer (every layer without a selection)
       reply +=
           static_cast<double>(T) * static_cast<double>(c.hidden_size) * 4.0 *

@@ -447,6 +447,19 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
             at::cat({pa.squeeze(1).unsqueeze(1), rank.unsqueeze(1)}, 1).to(at::kCPU).contiguous();
         std::copy_n(both.data_ptr<float>(), 2 * m, pr.actual.data.begin() + 2 * r0);
       }
+      // A position whose logits were not finite (an overflow) has no prediction: its row is left empty.
+      const float nan_row = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t r = pr.from; r < T; ++r) {
+        bool finite = true;
+        for (int64_t j = 0; j < pr.k; ++j)
+          finite &= std::isfinite(pr.probs.data[static_cast<size_t>(r * pr.k + j)]);
+        if (r + 1 < T) finite &= std::isfinite(pr.actual.data[static_cast<size_t>(2 * r)]);
+        if (finite) continue;
+        for (int64_t j = 0; j < pr.k; ++j)
+          pr.ids.data[static_cast<size_t>(r * pr.k + j)] = pr.probs.data[static_cast<size_t>(r * pr.k + j)] =
+              nan_row;
+        pr.actual.data[static_cast<size_t>(2 * r)] = pr.actual.data[static_cast<size_t>(2 * r + 1)] = nan_row;
+      }
     }
     trace.logit_bits = impl_->logit_bits;
     trace.elapsed_ms =

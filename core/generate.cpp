@@ -147,6 +147,7 @@ Generation Model::generate(const std::vector<int64_t>& ids, const GenerateOption
     const int64_t block_rows = n <= 1024 ? n : 256;
     RopeByDevice ropes(T, c);
     for (size_t i = 0; i < net.layer_ptrs.size(); ++i) {
+      if (cancel && cancel->load()) throw Cancelled();  // a long prompt's first pass stops between layers
       auto& layer = net.layer_ptrs[i];
       const at::Device ld = device_of(*layer);
       if (h.device() != ld) h = h.to(ld);

@@ -112,13 +112,18 @@ std::vector<int64_t> repeated_random_tokens(int64_t length, uint64_t seed, int64
 RepeatedPrompt repeated_random_prompt(const Tokenizer& tok, int64_t length, uint64_t seed) {
   check_length(length);
   RepeatedPrompt p;
+  if (tok.vocab_size() < 4) throw Error("repeated random tokens: the tokenizer has no tokens to draw");
+  UniformIds draw(seed, 0, tok.vocab_size());
   if (!tok.can_encode()) {  // token ids typed as text, as a model without a text tokenizer reads them
-    p.ids = repeated_random_tokens(length, seed, 0, tok.vocab_size(), tok.bos_id());
+    std::vector<int64_t> first;
+    while (static_cast<int64_t>(first.size()) < length) {
+      const int64_t id = draw();
+      if (id != tok.bos_id() && id != tok.eos_id()) first.push_back(id);
+    }
+    p.ids = twice(first, tok.bos_id());
     for (size_t i = 0; i < p.ids.size(); ++i) p.text += (i ? ", " : "") + std::to_string(p.ids[i]);
     return p;
   }
-  if (tok.vocab_size() < 2) throw Error("repeated random tokens: the tokenizer has no tokens to draw");
-  UniformIds draw(seed, 0, tok.vocab_size());
   std::vector<int64_t> first;
   // Each drawn id is kept when the text so far, decoded and encoded again, gives back exactly the ids so far;
   // the whole sequence twice must too (else its last id is drawn again). A bounded number of draws.

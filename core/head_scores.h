@@ -43,8 +43,8 @@ std::vector<int64_t> repeated_random_tokens(int64_t length, uint64_t seed, int64
 // tokenizer's vocabulary, BOS and EOS left out, and an id kept only when the text so far reads back as
 // exactly the ids so far (so the text typed into the prompt is the random sequence, twice, token for token).
 // `text` has no BOS (the tokenizer adds it); `ids` are what the tokenizer reads from it, with BOS. A
-// tokenizer without text (ids-only) gets repeated_random_tokens over its vocabulary, written as "1, 450, 3".
-// Throws Error when the tokenizer keeps too few of its ids.
+// tokenizer without text (ids-only) gets uniform ids (BOS and EOS left out) written as "1, 450, 3", BOS
+// first. Throws Error when the tokenizer keeps too few of its ids.
 struct RepeatedPrompt {
   std::string text;
   std::vector<int64_t> ids;

@@ -178,7 +178,7 @@ class Model {
   std::vector<int64_t> generate(const std::vector<int64_t>& ids, int max_new, double temperature = 0.0,
                                 int top_k = 40, uint64_t seed = 1) const;
   // The same with every option (GenerateOptions): the key/value cache, each written token's attention rows,
-  // a callback per token, and `cancel` polled before each token (Cancelled).
+  // a callback per token, and `cancel` polled before each token and between layers (Cancelled).
   Generation generate(const std::vector<int64_t>& ids, const GenerateOptions& options,
                       const std::atomic<bool>* cancel = nullptr) const;
 

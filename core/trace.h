@@ -2,6 +2,7 @@
 // core to viz/app and what a trace bundle stores. Maps are row-major [heads, T, T]: query rows, key columns.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -142,7 +143,10 @@ struct Predictions {
   FloatArray actual;  // [T, 2] the probability of token t + 1 after position t, and its rank (1: likeliest)
   std::map<int64_t, std::string> pieces;  // display text of every id in `ids` (the tokenizer's pieces)
   int64_t length() const { return ids.shape.empty() ? 0 : ids.shape[0]; }
-  bool has(int64_t t) const { return k > 0 && t >= from && t < length(); }
+  // Whether position t's prediction is kept (a row past `from` is empty where the logits were not finite).
+  bool has(int64_t t) const {
+    return k > 0 && t >= from && t < length() && !std::isnan(ids.data[static_cast<size_t>(t * k)]);
+  }
   int64_t id(int64_t t, int64_t j) const {
     return static_cast<int64_t>(ids.data[static_cast<size_t>(t * k + j)]);
   }

@@ -204,6 +204,13 @@ Predictions predictions_from(const json& jp, const SafetensorsFile& maps, const 
   const std::string where = maps.path().string() + ": predictions";
   if (p.ids.empty() || p.probs.empty() || p.actual.empty()) throw FormatError(where + " are missing");
   for (int64_t r = 0; r < T; ++r) {
+    bool empty = true;  // a row with no prediction (before `from`, or logits that were not finite)
+    for (int64_t j = 0; j < p.k; ++j)
+      empty &= std::isnan(p.ids.data[static_cast<size_t>(r * p.k + j)]) &&
+               std::isnan(p.probs.data[static_cast<size_t>(r * p.k + j)]);
+    empty &= std::isnan(p.actual.data[static_cast<size_t>(2 * r)]) &&
+             std::isnan(p.actual.data[static_cast<size_t>(2 * r + 1)]);
+    if (empty && r >= p.from) continue;
     const bool kept = r >= p.from;
     for (int64_t j = 0; j < p.k; ++j) {
       const float id = p.ids.data[static_cast<size_t>(r * p.k + j)],

@@ -362,6 +362,9 @@ TEST_CASE("play: Continue writes on with each model, the query steps through wha
                       "type x\n"
                       "wait\n"
                       "step first\n"
+                      "continue left 8\n"
+                      "needle 256,50,1,1,1\n"
+                      "wait\n"
                       "quit\n");
   const Run r = run_difflens("--play " + (dir / "s.play").string() + " --threads 1", dir);
   INFO(r.out);
@@ -397,4 +400,7 @@ TEST_CASE("play: Continue writes on with each model, the query steps through wha
   CHECK(r.out.find("play: status: step: no written tokens in the prompt on screen (continue first)") !=
         std::string::npos);
   CHECK(test::read_all(dir / "a.png").size() > 1000);
+  // A needle prompt replacing the text while the model writes stops it too; the wait after it ends.
+  CHECK(r.out.find("play: continue: stopped: a needle prompt replaced the text") != std::string::npos);
+  CHECK(r.out.find("0 waits for results ended after") != std::string::npos);
 }

@@ -100,6 +100,18 @@ TEST_CASE("predictions: the budget keeps the last positions, and bundles and rem
   refused([](Predictions& p) { p.actual.data[2 * 29] = 0.5f; }, "where none was kept");
   refused([](Predictions& p) { p.ids.data[0] = 1; }, "before 'from' but not empty");
   refused([](Predictions& p) { p.pieces.erase(p.pieces.begin()); }, "has no text for token");
+  {  // A kept row may be empty (logits that were not finite): read back as no prediction there.
+    Trace gap = t;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t j = 0; j < 3; ++j)
+      gap.predictions.ids.data[25 * 3 + j] = gap.predictions.probs.data[25 * 3 + j] = nan;
+    gap.predictions.actual.data[50] = gap.predictions.actual.data[51] = nan;
+    const Trace back = trace_from_bytes(trace_to_bytes(gap), "reply");
+    CHECK_FALSE(back.predictions.has(25));
+    CHECK(back.predictions.has(26));
+    CHECK(app::expected_here(back, 26).empty());
+    CHECK_FALSE(app::expected_here(back, 27).empty());
+  }
   // A trace without predictions reads back without them.
   CaptureOptions none;
   const Trace plain = m.capture(ids, none);

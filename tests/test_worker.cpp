@@ -466,6 +466,19 @@ TEST_CASE("worker: Continue writes generate's tokens as text that continues the 
   REQUIRE(delivered);
   CHECK(delivered->request == first);
   CHECK(delivered->ids.size() == 3);
+  // A run queued while a continuation writes does not stop it (the edit that stops it is
+  // cancel_continuation).
+  o.max_new = 120;
+  const uint64_t writing = w.continue_prompt(0, prompt, o);
+  for (int i = 0; i < 200 && w.status().activity.rfind("writing", 0) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  w.run(prompt);
+  w.wait_idle();
+  const auto kept = w.take_continuation();
+  REQUIRE(kept);
+  CHECK(kept->request == writing);
+  CHECK(kept->error.empty());
+  CHECK(w.take_result());
   // Refusals come back as the continuation's error.
   o.max_new = 4;
   w.continue_prompt(0, "", o);
