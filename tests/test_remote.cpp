@@ -403,9 +403,9 @@ TEST_CASE("serve: a client that cancels or leaves mid-stream stops its capture, 
   std::atomic<bool> cancel{false};
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(c.capture(ids_request(test::random_ids(500, 259, 2)), &cancel,
-                            [&](int64_t layer, int64_t) {
-                              if (layer == 1) cancel = true;
-                            }),
+                            // The first progress line, whichever layer it names: the server reports the
+                            // layer running when its writer wakes, so a loaded machine may skip layer 1.
+                            [&](int64_t, int64_t) { cancel = true; }),
                   Cancelled);
   // A raw client reads the first progress line and hangs up.
   {
