@@ -266,15 +266,15 @@ int run_gui(const GuiOptions& opt) {
       // The one point per frame where results reach the UI.
       if (auto r = worker.take_result()) {
         state.shown = std::move(r);
-        if (state.shown->prompt.rfind("(trace bundle ", 0) == 0)  // the prompt box shows the bundle's text
+        if (state.shown->prompt.rfind("(trace bundle ", 0) == 0) {  // the prompt box shows the bundle's text
           reset_continue(state, "stopped: a trace bundle was opened");
-        if (state.shown->prompt.rfind("(trace bundle ", 0) == 0)
           for (const auto& t : state.shown->traces)
             if (t) {
               const bool bos = !t->token_ids.empty() && t->token_ids[0] == t->config.bos_token_id;
               state.prompt.text = viz::text_of_pieces(t->tokens, bos);
               state.prompt.pending = false;
             }
+        }
         if (state.cont.follow && state.shown->prompt == state.prompt.text) {  // a written token arrived
           state.cont.follow = false;
           const std::vector<int> w = written_tokens(state);
