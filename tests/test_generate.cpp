@@ -12,6 +12,7 @@
 #include "core/model.h"
 #include "core/trace_io.h"
 #include "helpers.h"
+#include "isa.h"
 
 using namespace difflens;
 
@@ -88,34 +89,59 @@ void check_rows(const Model& m, const std::vector<int64_t>& prompt, const Genera
 
 TEST_CASE("generate: the key/value cache writes the same tokens and rows as re-running the sequence",
           "[generate][cache]") {
-  for (const Case& k : cases()) {
-    const Model m = Model::random(k.c, 17, DeviceChoice::Cpu);
-    const std::vector<int64_t> prompt = test::random_ids(23, k.c.vocab_size, 4);
+  // On every instruction set the fused pass is compiled for: a written token's queries start at row q_row0.
+  test::on_every_isa([] {
+    for (const Case& k : cases()) {
+      const Model m = Model::random(k.c, 17, DeviceChoice::Cpu);
+      const std::vector<int64_t> prompt = test::random_ids(23, k.c.vocab_size, 4);
+      GenerateOptions o;
+      o.max_new = 10;
+      o.cache = false;
+      const Generation full = m.generate(prompt, o);
+      REQUIRE(full.ids.size() == 10);
+      CHECK_FALSE(full.cached);
+      // The CPU's packed layers and fused pass; its modules with the fused pass; the tensor operations.
+      for (int path = 0; path < 3; ++path) {
+        INFO(k.name << ", path " << path);
+        if (path == 1) setenv("DIFFLENS_PACKED_WEIGHTS_MB", "0", 1);
+        o.cache = true;
+        o.keep_rows = true;
+        o.tensor_ops = path == 2;
+        const Generation cached = m.generate(prompt, o);
+        unsetenv("DIFFLENS_PACKED_WEIGHTS_MB");
+        CHECK(cached.cached);
+        CHECK(cached.ids == full.ids);
+        check_rows(m, prompt, cached);
+        o.keep_rows = false;
+        o.tensor_ops = false;
+      }
+      // Rows without the cache come from one capture of the whole text: the same.
+      o.cache = false;
+      o.keep_rows = true;
+      check_rows(m, prompt, m.generate(prompt, o));
+    }
+  });
+}
+
+TEST_CASE("generate: the bundled pair's cached tokens and rows equal re-running, on every instruction set",
+          "[generate][cache][bundled]") {
+  // The app's Continue runs these shapes (head size 16, 8 heads, prompts not a multiple of any vector width).
+  const std::filesystem::path models = DIFFLENS_SOURCE_DIR "/assets/models";
+  for (const char* name : {"diff-small", "baseline-small"}) {
+    const Model m = Model::load(models / name, DeviceChoice::Cpu);
+    const std::vector<int64_t> prompt = test::random_ids(37, m.config().vocab_size, 9);
     GenerateOptions o;
-    o.max_new = 10;
+    o.max_new = 5;
     o.cache = false;
     const Generation full = m.generate(prompt, o);
-    REQUIRE(full.ids.size() == 10);
-    CHECK_FALSE(full.cached);
-    // The CPU's packed layers and fused pass; its modules with the fused pass; the tensor operations.
-    for (int path = 0; path < 3; ++path) {
-      INFO(k.name << ", path " << path);
-      if (path == 1) setenv("DIFFLENS_PACKED_WEIGHTS_MB", "0", 1);
+    test::on_every_isa([&] {
+      INFO(name);
       o.cache = true;
       o.keep_rows = true;
-      o.tensor_ops = path == 2;
       const Generation cached = m.generate(prompt, o);
-      unsetenv("DIFFLENS_PACKED_WEIGHTS_MB");
-      CHECK(cached.cached);
       CHECK(cached.ids == full.ids);
       check_rows(m, prompt, cached);
-      o.keep_rows = false;
-      o.tensor_ops = false;
-    }
-    // Rows without the cache come from one capture of the whole text: the same.
-    o.cache = false;
-    o.keep_rows = true;
-    check_rows(m, prompt, m.generate(prompt, o));
+    });
   }
 }
 

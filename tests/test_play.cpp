@@ -274,6 +274,19 @@ TEST_CASE("soak: hundreds of random actions over broken inputs, a server killed 
   const Run r = run_difflens("soak --out " + (dir / "run").string() + " --seed 3 --actions 500 --corpus " +
                                  DIFFLENS_SOURCE_DIR "/tests/data/fuzz",
                              dir);
+  // Why it failed, first: a report cut short after a few lines (a CI log's excerpt) still names the cause.
+  std::string why;
+  for (size_t at = r.out.find("soak: FAILED"); at != std::string::npos;
+       at = r.out.find("soak: FAILED", at + 1))
+    why += r.out.substr(at, r.out.find('\n', at) - at) + "\n";
+  for (const char* report : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"}) {
+    const size_t at = r.out.find(report);
+    if (at == std::string::npos) continue;
+    size_t end = at;
+    for (int line = 0; line < 12 && end != std::string::npos; ++line) end = r.out.find('\n', end + 1);
+    why += r.out.substr(at, end == std::string::npos ? std::string::npos : end - at) + "\n";
+  }
+  INFO(why);
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK(r.out.find("soak: passed: no crash, no sanitizer report, the app answered at the end") !=
