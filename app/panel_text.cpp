@@ -175,8 +175,7 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
     std::string line = next.empty() ? "no prediction kept after token " + std::to_string(query)
                                     : "next after " + std::to_string(query) + ":";
     for (const Candidate& k : next) {
-      char part[200];
-      std::snprintf(part, sizeof part, "   %.1f %% %s", 100.0 * k.probability, k.text.c_str());
+      const std::string part = "   " + candidate_text(k);
       if (ImGui::CalcTextSize((line + part).c_str()).x > title_w) break;
       line += part;
     }

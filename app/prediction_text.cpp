@@ -22,6 +22,12 @@ std::string percent(float p) {
 
 }  // namespace
 
+std::string candidate_text(const Candidate& c) {
+  char b[200];
+  std::snprintf(b, sizeof b, "%.1f %% ", 100.0 * c.probability);
+  return b + c.text;
+}
+
 std::vector<Candidate> candidates_after(const Trace& t, int64_t pos, size_t n) {
   std::vector<Candidate> out;
   const Predictions& p = t.predictions;

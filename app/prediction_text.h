@@ -15,6 +15,9 @@ struct Candidate {
   std::string text;  // the piece as the app shows it (viz::display_token, spaces visible)
 };
 
+// "89.0 % ␣the": one candidate as the Text view's "next after" line and the exported page list it.
+std::string candidate_text(const Candidate& c);
+
 // Up to n likeliest next tokens after position `pos`: from the trace's predictions, or for the last
 // position from its next-token top-k; empty when the trace keeps neither for `pos`.
 std::vector<Candidate> candidates_after(const Trace& t, int64_t pos, size_t n);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "app/prediction_text.h"
 #include "core/error.h"
 #include "core/tiles.h"
 #include "viz/text_shade.h"
@@ -100,6 +101,7 @@ main { display: flex; flex-wrap: wrap; gap: 10px; padding: 10px; }
 .panel { flex: 1 1 420px; min-width: 300px; background: #fff; border: 1px solid #ccc; padding: 8px 10px; }
 .title { font-size: 15px; margin-bottom: 4px; }
 .title b { font-weight: 600; }
+.next { font-size: 14px; color: #555; margin-bottom: 4px; white-space: pre-wrap; }
 .legend { display: flex; align-items: center; gap: 6px; font-size: 13px; margin-bottom: 6px; }
 .bar { display: flex; width: 180px; height: 14px; border: 1px solid #999; }
 .bar span { flex: 1; }
@@ -179,6 +181,8 @@ const char* kScript = R"JS(
     return { bg: (neg ? D.shade.neg : D.shade.pos)[k], ink: (neg ? D.shade.neg_ink : D.shade.pos_ink)[k] };
   }
   function fmt(v) { return Number(v.toPrecision(3)).toString(); }
+  // What the model expected at token i and how likely the token there was (the app's hover), or ''.
+  function here(m, i) { return m.here && m.here[i] ? '\n' + m.here[i] : ''; }
 
   // Panels: built once; render() recolours them.
   const panels = D.models.map((m, mi) => {
@@ -187,6 +191,8 @@ const char* kScript = R"JS(
     p.id = 'panel-' + mi;
     const title = document.createElement('div');
     title.className = 'title';
+    const next = document.createElement('div');  // what the model expects after the query
+    next.className = 'next';
     const legend = document.createElement('div');
     legend.className = 'legend';
     const text = document.createElement('div');
@@ -209,9 +215,9 @@ const char* kScript = R"JS(
       const i = e.target.dataset && e.target.dataset.i;
       if (i !== undefined) { S.kept = S.query = +i; render(); }
     });
-    p.append(title, legend, text);
+    p.append(title, next, legend, text);
     byId('panels').appendChild(p);
-    return { el: p, title: title, legend: legend, text: text, spans: spans };
+    return { el: p, title: title, next: next, legend: legend, text: text, spans: spans };
   });
 
   function drawLegend(el, hi, diverging) {
@@ -244,6 +250,10 @@ const char* kScript = R"JS(
       b.textContent = m.name;
       P.title.append(b, '   ' + m.what + ', ' + (r.error ? '' : r.what) + '   ' +
                      (S.dir === 'from' ? 'from query ' : 'to token ') + q + " '" + label + "'");
+      // The model's top 5 after the query, as the app's Text view words them (pages of traces without
+      // predictions have no such line).
+      P.next.style.display = m.next ? '' : 'none';
+      if (m.next) P.next.textContent = m.next[q] || 'no prediction kept after token ' + q;
       if (r.error) {
         P.legend.textContent = r.error;
         P.spans.forEach(s => { s.style.background = ''; s.style.color = ''; s.className = 'out'; });
@@ -264,13 +274,14 @@ const char* kScript = R"JS(
           s.style.background = c.bg;
           s.style.color = c.ink;
           s.dataset.w = String(r.w[i]);
-          s.title = 'token ' + i + " '" + D.tokens[i] + "'\n" + m.what + ' = ' + r.w[i].toFixed(5);
+          s.title = 'token ' + i + " '" + D.tokens[i] + "'\n" + m.what + ' = ' + r.w[i].toFixed(5) + here(m, i);
         } else {
           s.style.background = '';
           s.style.color = '';
           delete s.dataset.w;
           s.title = 'token ' + i + " '" + D.tokens[i] + "'" +
-                    (S.dir === 'from' ? ': after the query, not seen' : ': before the token, cannot read it');
+                    (S.dir === 'from' ? ': after the query, not seen' : ': before the token, cannot read it') +
+                    here(m, i);
         }
       });
     });
@@ -362,7 +373,8 @@ const char* kScript = R"JS(
       hover(target);
       if (S.query !== target) fail('hovering token ' + target + ' made ' + S.query + ' the query');
       const rec = { pool: c[0], dir: c[1], scale: c[2], query: S.query, layer: S.layer, heads: S.heads.slice(),
-                    weights: [], steps: [] };
+                    weights: [], steps: [], next: panels.map(P => P.next.style.display === 'none' ? null : P.next.textContent),
+                    titles: panels.map(P => P.spans[target].title) };
       D.models.forEach((m, mi) => {
         const w = shown(mi);
         rec.weights.push(w);
@@ -525,6 +537,23 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
     jm["what"] = t.config.is_diff() ? "A1 \xe2\x88\x92 \xce\xbb A2" : "A";
     jm["diverging"] = t.config.is_diff();
     jm["head"] = o.head[m];
+    // What the model expected: after each token (its top 5, as the Text view's line) and at each token (the
+    // hover's "expected here"); left out when the trace keeps no prediction (a bundle captured without).
+    std::vector<std::string> next(static_cast<size_t>(T)), here(static_cast<size_t>(T));
+    bool any_next = false, any_here = false;
+    for (int64_t i = 0; i < T; ++i) {
+      const std::vector<Candidate> c = candidates_after(t, i, 5);
+      if (!c.empty()) {
+        std::string line = "next after " + std::to_string(i) + ":";
+        for (const Candidate& k : c) line += "   " + candidate_text(k);
+        next[static_cast<size_t>(i)] = line;
+        any_next = true;
+      }
+      here[static_cast<size_t>(i)] = expected_here(t, i);
+      any_here |= !here[static_cast<size_t>(i)].empty();
+    }
+    if (any_next) jm["next"] = next;
+    if (any_here) jm["here"] = here;
     jm["layers"] = nlohmann::json::array();
     MeanMap all;
     for (const LayerTrace& lt : t.layers) {

@@ -1,7 +1,9 @@
 // The Text view as a page to share: one self-contained HTML file (its style, script and data inline: it
 // loads nothing from the network) with the prompt's tokens and both models' exact attention weights for
 // the chosen layers, showing the prompt shaded by the query's attention with hover-to-query, switches for
-// the model, layer, head, direction and scale, and legends, in any browser. Opened with "#selftest" the page
+// the model, layer, head, direction and scale, and legends, in any browser; with the traces' predictions
+// (CaptureOptions::position_top_k) also each model's top 5 after the query and, on hovering a token, what the
+// model expected there (app/prediction_text's words). Opened with "#selftest" the page
 // drives itself (switches, a hover) and writes what it showed into <pre id="selftest-result"> for tests.
 //
 // Size: the page holds each map it embeds as a float32 lower triangle (T(T+1)/2 values, base64), so a map

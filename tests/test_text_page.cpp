@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "app/prediction_text.h"
 #include "app/text_page.h"
 #include "core/error.h"
 #include "core/model.h"
@@ -139,6 +140,41 @@ TEST_CASE("page: the embedded maps are the trace's bit for bit, its means the Te
   // A single trace makes a one-model page.
   const auto one = nlohmann::json::parse(app::page_data_json(app::text_page_html({&p.base}, o)));
   CHECK(one["models"].size() == 1);
+  // Captured without every position's prediction: only the last token's next-token list, no hover text.
+  CHECK_FALSE(data["models"][0].contains("here"));
+  REQUIRE(data["models"][0]["next"].size() == static_cast<size_t>(T));
+  for (int64_t i = 0; i + 1 < T; ++i) CHECK(data["models"][0]["next"][i] == "");
+  CHECK(data["models"][0]["next"][T - 1].get<std::string>().rfind(
+            "next after " + std::to_string(T - 1) + ":   ", 0) == 0);
+}
+
+TEST_CASE("page: each token's expected tokens and the top 5 after it are the trace's predictions", "[page]") {
+  const Model m = Model::random(test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2), 3);
+  CaptureOptions c;
+  c.position_top_k = 5;
+  Trace t = m.capture(test::random_ids(12, 259, 5), c);
+  t.config.name = "diff-tiny";
+  const int64_t T = t.length();
+  REQUIRE(t.predictions.has(3));
+  const auto data = nlohmann::json::parse(app::page_data_json(app::text_page_html({&t}, app::PageOptions{})));
+  const auto& jm = data["models"][0];
+  REQUIRE(jm["next"].size() == static_cast<size_t>(T));
+  REQUIRE(jm["here"].size() == static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) {
+    INFO("token " << i);
+    // The line under the title: the five likeliest after token i, the trace's own ids and probabilities.
+    std::string line = "next after " + std::to_string(i) + ":";
+    for (int64_t j = 0; j < 5; ++j) {
+      char part[64];
+      std::snprintf(part, sizeof part, "   %.1f %% ", 100.0 * t.predictions.prob(i, j));
+      line +=
+          part + viz::display_token(t.predictions.pieces.at(t.predictions.id(i, j)), viz::Spaces::Visible);
+    }
+    CHECK(jm["next"][i] == line);
+    CHECK(jm["here"][i] == app::expected_here(t, i));
+  }
+  CHECK(jm["here"][0] == "");  // nothing precedes the first token
+  CHECK_THAT(jm["here"][4].get<std::string>(), Contains("expected here: '") && Contains(", rank "));
 }
 
 TEST_CASE("page: heads that do not fit are left out and named, a page that cannot hold its means is refused",
@@ -207,8 +243,10 @@ TEST_CASE("page: in chromium, hover, leave, click and the switches show the trac
   const std::string text =
       "The secret code of Thomas is 7182. The river was high that spring, and the mill stood still. "
       "Q: What is the secret code of Thomas?\nA: The secret code of Thomas is";
-  const Trace td = diff.capture(diff.tokenizer().encode(text, true).ids, {});
-  const Trace tb = base.capture(base.tokenizer().encode(text, true).ids, {});
+  CaptureOptions with_predictions;  // as the app captures: each token's top 5 (the page's hover and line)
+  with_predictions.position_top_k = 5;
+  const Trace td = diff.capture(diff.tokenizer().encode(text, true).ids, with_predictions);
+  const Trace tb = base.capture(base.tokenizer().encode(text, true).ids, with_predictions);
   const std::vector<std::string> labels = viz::display_tokens(td.tokens, viz::Spaces::Visible);
   int64_t answer = -1;  // the code's first digit
   for (size_t i = 0; i < labels.size() && answer < 0; ++i)
@@ -256,6 +294,12 @@ TEST_CASE("page: in chromium, hover, leave, click and the switches show the trac
     CHECK(c["query"] == answer);  // the hovered token became the query
     for (size_t m = 0; m < 2; ++m) {
       const Trace& t = m == 0 ? td : tb;
+      // Shown under the title: the model's top 5 after the hovered query; on the token: what it expected.
+      std::string next = "next after " + std::to_string(answer) + ":";
+      for (const app::Candidate& k : app::candidates_after(t, answer, 5))
+        next += "   " + app::candidate_text(k);
+      CHECK(c["next"][m] == next);
+      CHECK_THAT(c["titles"][m].get<std::string>(), Contains("\n" + app::expected_here(t, answer)));
       const TokenWeights w = token_weights(t, 1, c["heads"][m], pool, d, answer);
       const auto& shown = c["weights"][m];
       REQUIRE(shown.size() == w.w.size());
