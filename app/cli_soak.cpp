@@ -165,6 +165,9 @@ app::SoakInputs prepare(const fs::path& dir, const std::vector<std::string>& mod
   return in;
 }
 
+// What LeakSanitizer prints when it cannot do its check (the tool's failure, not a leak).
+constexpr const char* kLsanFatal = "LeakSanitizer has encountered a fatal error";
+
 int cmd_soak(const Args& a) {
 #ifndef DIFFLENS_GUI
   throw Error("soak plays the desktop app, and this difflens was built without it (DIFFLENS_GUI=OFF)");
@@ -239,21 +242,39 @@ int cmd_soak(const Args& a) {
   const std::string asan_options =
       std::string(asan ? asan : "") + (asan && *asan ? ":" : "") + "quarantine_size_mb=16";
   setenv("ASAN_OPTIONS", asan_options.c_str(), 1);
-  const auto began = std::chrono::steady_clock::now();
-  const pid_t app = spawn_self(app_args, app_log);
   // The app must end by itself: its actions, then at most 10 minutes for the last wait and the exit.
   const double limit = (seconds > 0 ? seconds : 3600.0) + 600;
   int status = 0;
   bool hung = false;
-  while (::waitpid(app, &status, WNOHANG) == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count() > limit) {
-      hung = true;
-      ::kill(app, SIGKILL);
-      ::waitpid(app, &status, 0);
+  double took = 0;
+  auto play = [&](const fs::path& log_file) {
+    const auto began = std::chrono::steady_clock::now();
+    const pid_t app = spawn_self(app_args, log_file);
+    status = 0;
+    hung = false;
+    while (::waitpid(app, &status, WNOHANG) == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count() > limit) {
+        hung = true;
+        ::kill(app, SIGKILL);
+        ::waitpid(app, &status, 0);
+      }
     }
+    took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  };
+  fs::path played_log = app_log;
+  play(played_log);
+  // LeakSanitizer's own failure ends the app with status 1 and no report (app::leak_check_could_not_run): the
+  // tool could not look, so the script is played once more, said here; anything else fails at once.
+  if (app::leak_check_could_not_run(read_bytes(app_log))) {
+    played_log = out / "app-2.log";
+    std::printf(
+        "soak: LeakSanitizer itself failed in the app's leak check ('%s', no leak reported; %s): the script "
+        "is played again, the app's log in %s\n",
+        kLsanFatal, app_log.c_str(), played_log.c_str());
+    std::fflush(stdout);
+    play(played_log);
   }
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   stop = true;
   chaos.join();
   if (server > 0) {
@@ -261,14 +282,14 @@ int cmd_soak(const Args& a) {
     ::waitpid(server, nullptr, 0);
   }
 
-  const std::string text = read_bytes(app_log);
+  const std::string text = read_bytes(played_log);
   std::vector<std::string> problems;
   if (hung)
     problems.push_back("the app did not end within " + std::to_string(static_cast<int>(limit)) + " s");
   if (WIFSIGNALED(status)) problems.push_back("the app died of signal " + std::to_string(WTERMSIG(status)));
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
     problems.push_back("the app exited with status " + std::to_string(WEXITSTATUS(status)));
-  for (const char* report : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"})
+  for (const char* report : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", kLsanFatal, "runtime error:"})
     if (text.find(report) != std::string::npos)
       problems.push_back(std::string("the log has '") + report + "'");
   std::smatch m;
@@ -309,7 +330,7 @@ int cmd_soak(const Args& a) {
     return 0;
   }
   for (const std::string& p : problems) std::printf("soak: FAILED: %s\n", p.c_str());
-  std::printf("soak: the app's last lines (%s):\n", app_log.c_str());
+  std::printf("soak: the app's last lines (%s):\n", played_log.c_str());
   const size_t tail = text.size() > 4000 ? text.size() - 4000 : 0;
   std::fwrite(text.data() + tail, 1, text.size() - tail, stdout);
   return 1;

@@ -422,6 +422,13 @@ PlayScript read_play_script(const std::string& path) {
   return parse_play_script(text.str(), path);
 }
 
+bool leak_check_could_not_run(const std::string& log) {
+  if (log.find("LeakSanitizer has encountered a fatal error") == std::string::npos) return false;
+  for (const char* report : {"ERROR: LeakSanitizer", "ERROR: AddressSanitizer", "runtime error:"})
+    if (log.find(report) != std::string::npos) return false;
+  return true;
+}
+
 std::string soak_script(uint64_t seed, int actions, const SoakInputs& in) {
   std::mt19937_64 rng(seed);
   auto below = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };

@@ -97,4 +97,9 @@ struct SoakInputs {
 // ends by waiting for the results, a screenshot and quit. Equal seeds give equal scripts.
 std::string soak_script(uint64_t seed, int actions, const SoakInputs& inputs);
 
+// True when an app's log shows LeakSanitizer failing to do its check ("LeakSanitizer has encountered a fatal
+// error": its stop-the-world tracer crashed, a rare fault of the tool under load, google/sanitizers#1353)
+// without reporting a leak or any other sanitizer error: the soak plays its script once more then.
+bool leak_check_could_not_run(const std::string& app_log);
+
 }  // namespace difflens::app

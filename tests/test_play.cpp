@@ -156,6 +156,17 @@ TEST_CASE("play scripts: text escapes round-trip every byte", "[play]") {
   CHECK(unescape_play_text("a\\\\b\\tc") == "a\\b\tc");
 }
 
+TEST_CASE("soak: only LeakSanitizer's own fatal error, with no report, plays the script again", "[play]") {
+  const std::string fatal =
+      "play: done: 525 of 525 actions\nTracer caught signal 11: addr=0x0 pc=0x4f5070\n"
+      "==8160==LeakSanitizer has encountered a fatal error.\n";
+  CHECK(leak_check_could_not_run(fatal));
+  CHECK_FALSE(leak_check_could_not_run("play: done: 525 of 525 actions\n"));
+  CHECK_FALSE(leak_check_could_not_run(fatal + "==8160==ERROR: LeakSanitizer: detected memory leaks\n"));
+  CHECK_FALSE(leak_check_could_not_run(fatal + "==8160==ERROR: AddressSanitizer: heap-use-after-free\n"));
+  CHECK_FALSE(leak_check_could_not_run("x.cpp:3:5: runtime error: signed integer overflow\n" + fatal));
+}
+
 TEST_CASE("soak scripts: seeded, every line a valid action, the inputs all used", "[play]") {
   SoakInputs in;
   in.models = {"assets/models/diff-small"};
