@@ -4,6 +4,7 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -316,10 +317,15 @@ void poll_continue(GuiState& state, InferenceWorker& worker) {
   c.revealed = 0;
   c.next_at = 0;
   reveal_next(state);
-  char msg[160];
+  char msg[200];
   std::snprintf(msg, sizeof msg, "the %s model wrote %zu token%s in %.0f ms", who.c_str(), done->ids.size(),
                 done->ids.size() == 1 ? "" : "s", done->ms);
   c.message = msg;
+  // A prompt ending in a space reads without it (SentencePiece drops it), so a model often writes it back
+  // first: that token adds nothing to the text and is not among the underlined ones.
+  if (done->steps.size() > 1 && done->steps.front().empty() && !done->prompt.empty() &&
+      std::isspace(static_cast<unsigned char>(done->prompt.back())))
+    c.message += " (the first writes back the space the prompt ended with)";
 }
 
 std::vector<int> written_tokens(const GuiState& state) {

@@ -365,31 +365,37 @@ TEST_CASE("play: Continue writes on with each model, the query steps through wha
   if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
   test::ScratchDir dir("play-continue");
   const std::string d = dir.path().string();
-  test::write_all(dir / "s.play",
-                  "size 1280x800\n"
-                  "prompt The secret code of Rachel is 4823. The river was high that spring. Q: What is the "
-                  "secret code of Rachel?\\nA: The secret code of Rachel is\n"
-                  "wait\n"
-                  "continue left 6\n"
-                  "wait\n"
-                  "step first\n"
-                  "step forward\n"
-                  "step last\n"
-                  "step back\n"
-                  "screenshot " +
-                      d +
-                      "/a.png\n"
-                      "continue right 3\n"
-                      "wait\n"
-                      "step first\n"
-                      "continue left 200\n"
-                      "type x\n"
-                      "wait\n"
-                      "step first\n"
-                      "continue left 8\n"
-                      "needle 256,50,1,1,1\n"
-                      "wait\n"
-                      "quit\n");
+  test::write_all(
+      dir / "s.play",
+      "size 1280x800\n"
+      "prompt The secret code of Rachel is 4823. The river was high that spring. Q: What is the "
+      "secret code of Rachel?\\nA: The secret code of Rachel is\n"
+      "wait\n"
+      "continue left 6\n"
+      "wait\n"
+      "step first\n"
+      "step forward\n"
+      "step last\n"
+      "step back\n"
+      "screenshot " +
+          d +
+          "/a.png\n"
+          "continue right 3\n"
+          "wait\n"
+          "step first\n"
+          "continue left 200\n"
+          "type x\n"
+          "wait\n"
+          "step first\n"
+          "continue left 8\n"
+          "needle 256,50,1,1,1\n"
+          "wait\n"
+          "prompt The secret code of Rachel is 4823. Q: What is the secret code of Rachel?\\nA: The "
+          "secret code of Rachel is\\x20\n"
+          "wait\n"
+          "continue left 3\n"
+          "wait\n"
+          "quit\n");
   const Run r = run_difflens("--play " + (dir / "s.play").string() + " --threads 1", dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -427,4 +433,19 @@ TEST_CASE("play: Continue writes on with each model, the query steps through wha
   // A needle prompt replacing the text while the model writes stops it too; the wait after it ends.
   CHECK(r.out.find("play: continue: stopped: a needle prompt replaced the text") != std::string::npos);
   CHECK(r.out.find("0 waits for results ended after") != std::string::npos);
+  // A prompt ending in a space: SentencePiece reads it without the space, so the model writes it back first,
+  // a token that adds nothing to the text; the message says so.
+  const std::string spaced =
+      "The secret code of Rachel is 4823. Q: What is the secret code of Rachel?\nA: The secret code of Rachel is";
+  const std::vector<int64_t> spaced_ids = diff.tokenizer().encode(spaced + " ", true).ids;
+  CHECK(spaced_ids == diff.tokenizer().encode(spaced, true).ids);
+  const std::vector<int64_t> three = diff.generate(spaced_ids, 3);
+  REQUIRE(three.size() == 3);
+  const bool space_first = diff.tokenizer().decode({three[0]}).find_first_not_of(" ") == std::string::npos;
+  INFO("the first token written after the space: '" << diff.tokenizer().decode({three[0]}) << "'");
+  CHECK(space_first);  // the bundled DIFF model does, so the note below is tested
+  if (space_first) {
+    CHECK(r.out.find("play: continue: the left model wrote 3 tokens in ") != std::string::npos);
+    CHECK(r.out.find("ms (the first writes back the space the prompt ended with): '") != std::string::npos);
+  }
 }
