@@ -121,6 +121,7 @@ TEST_CASE("install: cmake --install into a prefix that is then moved still finds
       CHECK(files.count(std::string("share/difflens/models/") + model + "/" + f));
     }
   CHECK(files.count("share/difflens/models/train-small.json"));
+  CHECK(files.count("share/difflens/models/retrieval_curves.png"));  // the models' README.md shows it
   fs::create_directories(moved.parent_path());
   fs::rename(first, moved);
   check_installed(moved, dir);
