@@ -285,7 +285,8 @@ int run_gui(const GuiOptions& opt) {
           focus_answer_head(state, *state.shown);
         }
         if (!headless.take_result(state)) continue;  // headless: the first result becomes a keystroke
-        if (state.edited_at > 0) state.edit_to_screen_ms = 1000.0 * (now_seconds() - state.edited_at);
+        // A run a keystroke started (not a scripted prompt, a needle, Continue's tokens): its latency.
+        state.edit_to_screen_ms = state.edited_at > 0 ? 1000.0 * (now_seconds() - state.edited_at) : -1;
       }
       state.status = worker.status();
       if (state.needle.build_on_load &&
@@ -429,11 +430,13 @@ int run_gui(const GuiOptions& opt) {
             }
           }
         if (!trips.empty()) remote = " | remote round trip " + trips + remote;
+        char typed[64] = "";
+        if (state.edit_to_screen_ms >= 0)
+          std::snprintf(typed, sizeof typed, ", keystroke to screen %.0f ms", state.edit_to_screen_ms);
         char status[2048];
-        std::snprintf(status, sizeof status, "%s | both models %.0f ms, keystroke to screen %.0f ms%s%s%s",
-                      state.status.busy ? "running..." : "idle", state.status.last_run_ms,
-                      state.edit_to_screen_ms, remote.c_str(), state.message.empty() ? "" : " | ",
-                      state.message.c_str());
+        std::snprintf(status, sizeof status, "%s | both models %.0f ms%s%s%s%s",
+                      state.status.busy ? "running..." : "idle", state.status.last_run_ms, typed,
+                      remote.c_str(), state.message.empty() ? "" : " | ", state.message.c_str());
         const float status_w = ImGui::GetContentRegionAvail().x;
         const std::string status_text = wrap_at_spaces(status, status_w, 2);
         const float status_h =

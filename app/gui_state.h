@@ -118,7 +118,8 @@ struct GuiState {
   std::string device_message;                // what the last pick of that menu did, or why it was refused
   bool cuda = false;                         // LibTorch has a usable CUDA device (asked once at start)
   double edited_at = 0;                      // the last keystroke of the prompt now running
-  double edit_to_screen_ms = 0;    // that keystroke → both maps drawn (debounce + inference + upload)
+  double edit_to_screen_ms = -1;   // that keystroke → both maps drawn (debounce + inference + upload); -1:
+                                   // the run on screen was not typed (a script's prompt, a needle, Continue)
   bool export_all = false;         // Ctrl+E: export every map of the head view this frame
   bool export_head_views = false;  // File menu: export each model's labelled head view this frame
   bool window_shot = false;        // F12 / File menu: save the window as a PNG after this frame

@@ -274,8 +274,11 @@ void HeadlessRun::check_asked(const GuiState& state) {
 
 void HeadlessRun::report(const GuiState& state, const InferenceWorker& worker, int w, int h) const {
   const long long T = shown_length(state);
-  std::printf("wrote %s (%dx%d); %lld tokens: both models %.1f ms, keystroke -> maps on screen %.1f ms\n",
-              opt_.screenshot.c_str(), w, h, T, state.status.last_run_ms, state.edit_to_screen_ms);
+  char typed[64] = "";  // none for a bundle shown as it is (no keystroke ran it)
+  if (state.edit_to_screen_ms >= 0)
+    std::snprintf(typed, sizeof typed, ", keystroke -> maps on screen %.1f ms", state.edit_to_screen_ms);
+  std::printf("wrote %s (%dx%d); %lld tokens: both models %.1f ms%s\n", opt_.screenshot.c_str(), w, h, T,
+              state.status.last_run_ms, typed);
   if (!state.message.empty()) std::printf("status line: %s\n", state.message.c_str());
   {
     std::string shown = state.prompt.text.substr(0, 120);

@@ -768,6 +768,9 @@ TEST_CASE("gui: corrupt models and bundles, a missing tokenizer and hostile prom
     CHECK(r.status == 0);
     for (const std::string& e : c.expect) CHECK(r.out.find(e) != std::string::npos);
     CHECK(std::filesystem::exists(dir / "x.png"));
+    // A prompt's run counts from a (simulated) keystroke; a bundle shown as it is had none, and says none.
+    const bool bundle = c.args.rfind("--bundle", 0) == 0;
+    CHECK((r.out.find("keystroke -> maps on screen") != std::string::npos) == !bundle);
   }
 }
 
