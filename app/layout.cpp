@@ -232,12 +232,23 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
   if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return {std::isfinite(lo) ? lo : 0.0};
   max_ticks = std::max(2, max_ticks);
   const double raw = (hi - lo) / (max_ticks - 1);
-  const double p = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = p, m = 1;
-  for (double mm : {1.0, 2.0, 5.0, 10.0}) {
-    m = mm;
-    step = m * p;
-    if (std::floor(hi / step) - std::ceil(lo / step) + 1 <= max_ticks) break;
+  // The smallest round step (1, 2 or 5 times a power of ten) whose ticks inside [lo, hi] are at most
+  // max_ticks: ticks need not reach the ends, so steps below `raw` are tried too (two ticks over
+  // [-0.12, 0.98] are 0 and 0.5, not 0 alone at a step of 1).
+  const double decade = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = decade, m = 1, p = decade;
+  bool found = false;
+  for (double u : {decade / 10, decade, decade * 10}) {
+    for (double mm : {1.0, 2.0, 5.0}) {
+      m = mm;
+      p = u;
+      step = m * p;
+      if (std::floor(hi / step) - std::ceil(lo / step) + 1 <= max_ticks) {
+        found = true;
+        break;
+      }
+    }
+    if (found) break;
   }
   // k·m·p computed as (k·m) / (1/p) below 1, so 0.6 is the double nearest 0.6, not 3 × 0.2.
   const double inv = p < 1 ? std::round(1 / p) : 0;

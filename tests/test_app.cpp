@@ -139,6 +139,10 @@ TEST_CASE("chart ticks: round steps that cover the range, zero included", "[app]
   for (size_t i = 1; i < t.size(); ++i) CHECK(t[i] - t[i - 1] == Approx(0.2));
   CHECK(nice_ticks(3, 3, 5) == std::vector<double>{3});  // a range of zero width
   CHECK(nice_ticks(0, 250, 6) == std::vector<double>{0, 50, 100, 150, 200, 250});
+  // A short chart asks for two: both inside the range, not 0 alone at a step of 1 (Figure 1 in lecture mode).
+  CHECK(nice_ticks(-0.12, 0.978, 2) == std::vector<double>{0, 0.5});
+  CHECK(nice_ticks(0, 1.7, 2) == std::vector<double>{0, 1});
+  CHECK(nice_ticks(-0.3, 0.04, 2) == std::vector<double>{-0.2, 0});
 }
 
 TEST_CASE("Figure 1's shares of one query row equal the attention-noise metric's", "[app][layout][metrics]") {
