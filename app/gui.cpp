@@ -286,7 +286,9 @@ int run_gui(const GuiOptions& opt) {
         }
         if (!headless.take_result(state)) continue;  // headless: the first result becomes a keystroke
         // A run a keystroke started (not a scripted prompt, a needle, Continue's tokens): its latency.
-        state.edit_to_screen_ms = state.edited_at > 0 ? 1000.0 * (now_seconds() - state.edited_at) : -1;
+        state.edit_to_screen_ms = state.edited_at > 0 && state.shown->request == state.edited_request
+                                      ? 1000.0 * (now_seconds() - state.edited_at)
+                                      : -1;
       }
       state.status = worker.status();
       if (state.needle.build_on_load &&
@@ -328,7 +330,7 @@ int run_gui(const GuiOptions& opt) {
         capture.pooled_budget_bytes = capture.logit_bits > 0 ? 0 : state.pooled_budget;
         capture.keep_qkv = true;     // the Explain tab recomputes a head from them (small beside the maps)
         capture.position_top_k = 5;  // what each token's model expected there (hover) and after the query
-        worker.run(state.prompt.text, capture);
+        state.edited_request = worker.run(state.prompt.text, capture);
         state.prompt.pending = false;
         state.edited_at = state.prompt.last_edit;
       }

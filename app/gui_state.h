@@ -118,6 +118,7 @@ struct GuiState {
   std::string device_message;                // what the last pick of that menu did, or why it was refused
   bool cuda = false;                         // LibTorch has a usable CUDA device (asked once at start)
   double edited_at = 0;                      // the last keystroke of the prompt now running
+  uint64_t edited_request = 0;               // the run it started
   double edit_to_screen_ms = -1;   // that keystroke → both maps drawn (debounce + inference + upload); -1:
                                    // the run on screen was not typed (a script's prompt, a needle, Continue)
   bool export_all = false;         // Ctrl+E: export every map of the head view this frame
