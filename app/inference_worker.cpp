@@ -606,6 +606,8 @@ void InferenceWorker::run_continuation(const ContinueJob& job) {
           while (lead < trail && lead < text.size() &&
                  text[lead] == job.prompt[job.prompt.size() - trail + lead])
             ++lead;
+          if (all.size() == enc.ids.size() + 1 && lead > 0 && lead == text.size())
+            c.first_wrote_back_space = true;
           text.erase(0, lead);
         }
         // A step is the text's growth. Should decoding rewrite earlier text, the steps could not add up:

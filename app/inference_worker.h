@@ -95,6 +95,9 @@ struct Continuation {
   std::vector<int64_t> ids;        // the tokens it wrote
   std::string error;               // why it could not ("" when fine)
   double ms = 0;
+  // The first token only wrote back the whitespace the prompt ended with (SentencePiece reads a prompt
+  // without it, so a model often writes it first): that token adds nothing to the text.
+  bool first_wrote_back_space = false;
 };
 
 // A needle-in-a-haystack sweep run by the worker on both slots, one episode at a time: prompt runs go

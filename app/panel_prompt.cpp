@@ -4,7 +4,6 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -323,9 +322,7 @@ void poll_continue(GuiState& state, InferenceWorker& worker) {
   c.message = msg;
   // A prompt ending in a space reads without it (SentencePiece drops it), so a model often writes it back
   // first: that token adds nothing to the text and is not among the underlined ones.
-  if (done->steps.size() > 1 && done->steps.front().empty() && !done->prompt.empty() &&
-      std::isspace(static_cast<unsigned char>(done->prompt.back())))
-    c.message += " (the first writes back the space the prompt ended with)";
+  if (done->first_wrote_back_space) c.message += " (the first writes back the space the prompt ended with)";
 }
 
 std::vector<int> written_tokens(const GuiState& state) {

@@ -432,6 +432,7 @@ TEST_CASE("worker: Continue writes generate's tokens as text that continues the 
     CHECK(prompt + c->text == prompt + m.tokenizer().decode(all).substr(m.tokenizer().decode(ids).size()));
     CHECK(m.tokenizer().encode(prompt + c->text, true).ids.size() >= ids.size() + 1);
     if (slot == 0) CHECK(c->text.rfind(" 4823", 0) == 0);  // DIFF retrieves the code (held in its card: 1.00)
+    CHECK_FALSE(c->first_wrote_back_space);                // the prompt ends in a word
     CHECK_FALSE(w.take_continuation());                    // taken once
   }
   {  // A prompt ending in a space (the needle builder's, before the code): the space is not written twice,
@@ -447,6 +448,10 @@ TEST_CASE("worker: Continue writes generate's tokens as text that continues the 
     for (const int64_t id : m.generate(ids, 6)) all.push_back(id);
     CHECK(c->text.rfind("4823", 0) == 0);
     CHECK(m.tokenizer().encode(spaced + c->text, true).ids == all);
+    // Its first token wrote the space back (a step that adds nothing), and the continuation says so.
+    REQUIRE_FALSE(c->steps.empty());
+    CHECK(c->steps.front().empty());
+    CHECK(c->first_wrote_back_space);
   }
   // Typing cancels: whatever was queued or running is never delivered, and the worker goes on.
   o.max_new = 200;
