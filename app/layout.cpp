@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -256,6 +257,21 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
   for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9; k += 1)
     out.push_back(k == 0 ? 0.0 : inv > 0 ? k * m / inv : k * m * p);
   return out;
+}
+
+std::string tick_label_format(const std::vector<double>& ticks, const char* fmt) {
+  if (ticks.size() < 2) return fmt;
+  const double step = ticks[1] - ticks[0];
+  char buf[64];
+  for (double t : ticks) {
+    std::snprintf(buf, sizeof buf, fmt, t);
+    if (std::fabs(std::strtod(buf, nullptr) - t) >= 0.25 * step) {
+      std::snprintf(buf, sizeof buf, "%%.%df",
+                    std::clamp(static_cast<int>(std::ceil(-std::log10(step) - 1e-9)), 0, 9));
+      return buf;
+    }
+  }
+  return fmt;
 }
 
 }  // namespace difflens::app

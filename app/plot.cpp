@@ -17,8 +17,10 @@ PlotArea draw_plot_frame(ImVec2 min, ImVec2 max, double lo, double hi, const cha
   if (!(hi > lo)) hi = lo + 1;
   const std::vector<double> ticks =
       nice_ticks(lo, hi, std::max(2, static_cast<int>((max.y - min.y) / (th * 3.0f))));
-  float label_w = 0;
+  const std::string label_fmt = tick_label_format(ticks, fmt);  // "0.005", not "0.01", at a step of 0.005
+  fmt = label_fmt.c_str();
   char buf[32];
+  float label_w = 0;
   for (double t : ticks) {
     std::snprintf(buf, sizeof buf, fmt, t);
     label_w = std::max(label_w, ImGui::CalcTextSize(buf).x);

@@ -143,6 +143,13 @@ TEST_CASE("chart ticks: round steps that cover the range, zero included", "[app]
   CHECK(nice_ticks(-0.12, 0.978, 2) == std::vector<double>{0, 0.5});
   CHECK(nice_ticks(0, 1.7, 2) == std::vector<double>{0, 1});
   CHECK(nice_ticks(-0.3, 0.04, 2) == std::vector<double>{-0.2, 0});
+  // Labels read as their ticks: two decimals unless they would round a tick away (0.005 is not "0.01").
+  using difflens::app::tick_label_format;
+  CHECK(tick_label_format({0, 0.5}, "%.2f") == "%.2f");
+  CHECK(tick_label_format({0, 0.005}, "%.2f") == "%.3f");
+  CHECK(tick_label_format({-0.0002, 0, 0.0002}, "%.2f") == "%.4f");
+  CHECK(tick_label_format({0, 50, 100}, "%.0f") == "%.0f");
+  CHECK(tick_label_format({0}, "%.2f") == "%.2f");
 }
 
 TEST_CASE("Figure 1's shares of one query row equal the attention-noise metric's", "[app][layout][metrics]") {
