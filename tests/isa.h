@@ -12,6 +12,9 @@ namespace difflens::test {
 // returns to the widest.
 template <typename Check>
 void on_every_isa(Check&& check) {
+  struct Widest {  // back to the widest even when a REQUIRE throws: later tests must not run narrower
+    ~Widest() { set_cpu_isa(CpuIsa::Auto); }
+  } widest;
   for (const CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Plain}) {
     if (!set_cpu_isa(isa)) {
       WARN("this CPU lacks " << (isa == CpuIsa::Avx512 ? "AVX-512" : "AVX2")
@@ -21,7 +24,6 @@ void on_every_isa(Check&& check) {
     INFO("instruction set " << cpu_isa_name());
     check();
   }
-  set_cpu_isa(CpuIsa::Auto);
 }
 
 }  // namespace difflens::test

@@ -103,6 +103,9 @@ TEST_CASE("generate: the key/value cache writes the same tokens and rows as re-r
       // The CPU's packed layers and fused pass; its modules with the fused pass; the tensor operations.
       for (int path = 0; path < 3; ++path) {
         INFO(k.name << ", path " << path);
+        struct Unpacked {  // unset even when a REQUIRE throws: later tests must run with packed weights
+          ~Unpacked() { unsetenv("DIFFLENS_PACKED_WEIGHTS_MB"); }
+        } unpacked;
         if (path == 1) setenv("DIFFLENS_PACKED_WEIGHTS_MB", "0", 1);
         o.cache = true;
         o.keep_rows = true;
