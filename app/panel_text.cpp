@@ -171,14 +171,9 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
         ImVec2(1, ImGui::GetTextLineHeightWithSpacing() * static_cast<float>(title_lines - shown_lines) -
                       ImGui::GetStyle().ItemSpacing.y));
   {  // what the model expects after the query token: one line, as many of its top 5 as the width holds
-    const std::vector<Candidate> next = candidates_after(t, query, 5);
-    std::string line = next.empty() ? "no prediction kept after token " + std::to_string(query)
-                                    : "next after " + std::to_string(query) + ":";
-    for (const Candidate& k : next) {
-      const std::string part = "   " + candidate_text(k);
-      if (ImGui::CalcTextSize((line + part).c_str()).x > title_w) break;
-      line += part;
-    }
+    std::string line = next_after_line(
+        t, query, 5, [&](const std::string& l) { return ImGui::CalcTextSize(l.c_str()).x <= title_w; });
+    if (line.empty()) line = "no prediction kept after token " + std::to_string(query);
     ImGui::TextDisabled("%s", line.c_str());
   }
   viz::ValueRange range;

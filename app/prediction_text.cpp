@@ -44,6 +44,19 @@ std::vector<Candidate> candidates_after(const Trace& t, int64_t pos, size_t n) {
   return out;
 }
 
+std::string next_after_line(const Trace& t, int64_t pos, size_t n,
+                            const std::function<bool(const std::string&)>& fits) {
+  const std::vector<Candidate> c = candidates_after(t, pos, n);
+  if (c.empty()) return "";
+  std::string line = "next after " + std::to_string(pos) + ":";
+  for (const Candidate& k : c) {
+    const std::string longer = line + "   " + candidate_text(k);
+    if (fits && !fits(longer)) break;
+    line = longer;
+  }
+  return line;
+}
+
 std::string expected_here(const Trace& t, int64_t pos, size_t n) {
   if (pos < 1 || pos >= t.length() || !t.predictions.has(pos - 1)) return "";
   std::string s = "expected here:";

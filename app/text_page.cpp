@@ -542,13 +542,8 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
     std::vector<std::string> next(static_cast<size_t>(T)), here(static_cast<size_t>(T));
     bool any_next = false, any_here = false;
     for (int64_t i = 0; i < T; ++i) {
-      const std::vector<Candidate> c = candidates_after(t, i, 5);
-      if (!c.empty()) {
-        std::string line = "next after " + std::to_string(i) + ":";
-        for (const Candidate& k : c) line += "   " + candidate_text(k);
-        next[static_cast<size_t>(i)] = line;
-        any_next = true;
-      }
+      next[static_cast<size_t>(i)] = next_after_line(t, i);
+      any_next |= !next[static_cast<size_t>(i)].empty();
       here[static_cast<size_t>(i)] = expected_here(t, i);
       any_here |= !here[static_cast<size_t>(i)].empty();
     }
