@@ -528,8 +528,8 @@ int cmd_bench(const Args& a) {
   opt.keep_maps = !a.has("no-maps");
   opt.logit_stats = !a.has("no-stats");
   opt.pooled_budget_bytes = pooled_budget_bytes(a);
-  opt.pooling = std::array<PoolingPath, 3>{PoolingPath::Auto, PoolingPath::Host,
-                                           PoolingPath::Device}[a.choice_index("pooling")];
+  opt.pooling = std::array<PoolingPath, 4>{PoolingPath::Auto, PoolingPath::Host, PoolingPath::Device,
+                                           PoolingPath::Kernel}[a.choice_index("pooling")];
   set_bench_cpu(a);
   std::vector<int> lengths = a.get_int_list("lengths");
   for (int& T : lengths) T = static_cast<int>(quick_cap("bench length", T, 2048));  // DIFFLENS_QUICK
@@ -562,8 +562,9 @@ int cmd_bench(const Args& a) {
         mb(opt.pooled_budget_bytes).c_str(),
         opt.pooling == PoolingPath::Host     ? "on the host (the CPU's fused pass, as rows are made)"
         : opt.pooling == PoolingPath::Device ? "by tensor operations on the model's device"
+        : opt.pooling == PoolingPath::Kernel ? "by the CUDA kernels from the queries and keys (no map made)"
         : models[0].device_name() == "cpu"   ? "by the CPU's fused pass as rows are made (auto)"
-                                             : "on the GPU (auto)");
+                                             : "on the GPU (auto: the CUDA kernels where this build has them)");
   const size_t resident_before =
       static_cast<size_t>(static_cast<int64_t>(process_memory_kb("VmRSS:"))) * 1024;
   std::printf("resident before the captures (process, libraries, weights): %s\n",
@@ -623,8 +624,9 @@ Command bench_command() {
        integer("threads", "N", 1, 4096, "2", "CPU threads"),
        text("models", "DIFF_DIR,BASELINE_DIR", "a pair to time (default: a random pair of the shape below)")},
       "Prints the memory resident before the captures and the peak after each row; long prompts' maps are "
-      "pooled on the host (on the CPU by the fused attention pass as rows are made), or by tensor operations "
-      "on the model's device (--pooling auto = device on a GPU). --matmul times the CPU layers' matrix "
+      "pooled on the host (on the CPU by the fused attention pass as rows are made), by tensor operations "
+      "on the model's device, or on a GPU by the CUDA kernels straight from the queries and keys (--pooling "
+      "auto = kernel on a GPU when this build has them, else device). --matmul times the CPU layers' matrix "
       "products instead, the hand-written kernel against cblas_sgemm, each as the layer passes call it.",
       cmd_bench};
   for (Option& o : pair_shape_options()) c.options.push_back(std::move(o));
@@ -632,7 +634,7 @@ Command bench_command() {
   c.options.push_back(flag("no-stats", "no logit statistics"));
   c.options.push_back(pooled_budget_option(""));
   c.options.push_back(device_option("cpu"));
-  c.options.push_back(choice("pooling", "auto|host|device", "auto", "who pools long prompts' maps"));
+  c.options.push_back(choice("pooling", "auto|host|device|kernel", "auto", "who pools long prompts' maps"));
   c.options.push_back(
       choice("isa", "auto|avx512|avx2|x86-64", "auto",
              "the CPU's attention pass compiled for this instruction set (auto: the widest there is)"));

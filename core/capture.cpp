@@ -73,6 +73,15 @@ void keep_inputs(const nn::AttentionInputs& in, nn::DecoderLayerImpl& layer, Lay
   }
 }
 
+// The heads' outputs o [B, H, T, dv] of a layer whose maps core/cuda's kernels pool: only the attention's
+// product is needed here, by the fused attention where it runs (one head at a time, so that a fallback to
+// LibTorch's plain path holds one T x T map), else by the tensor blocks.
+Tensor kernel_path_output(nn::DecoderLayerImpl& layer, const nn::AttentionInputs& in, const ModelConfig& c,
+                          int64_t block_rows) {
+  if (nn::can_fuse_attention(in, c, layer.logit_bits)) return nn::fused_attention(in, 1);
+  return layer.attend_blocks(in, block_rows, [](nn::AttentionBlock&) {});
+}
+
 // One layer of a long-prompt capture: attention in blocks of query rows; each kept head's maps pooled
 // (mean and largest-magnitude entry per cell), exact statistics, each row's log-sum-exp, and the rotated
 // queries and keys, so that any tile can be recomputed exactly later.
@@ -87,14 +96,13 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
   // Pooling on the maps' device (tensor operations, one read-back per layer) or on the host (a CPU model:
   // the fused pass; a GPU model: the loops of pool_host): see CaptureOptions::pooling. Rows per block: see
   // plan_capture.
-  const bool on_device = plan.pool_on_device;
+  const bool on_device = plan.pool_on_device, by_kernels = plan.pool_by_kernels;
   const int64_t block_rows = plan.block_rows;
   const size_t nh = keep_heads.size();
   const size_t cells = static_cast<size_t>(P * P);
-  std::vector<std::vector<float>> sum(nh * static_cast<size_t>(maps),
-                                      std::vector<float>(on_device ? 0 : cells, 0.0f));
-  std::vector<std::vector<float>> best(nh * static_cast<size_t>(maps),
-                                       std::vector<float>(on_device ? 0 : cells, 0.0f));
+  const size_t host_cells = on_device || by_kernels ? 0 : cells;
+  std::vector<std::vector<float>> sum(nh * static_cast<size_t>(maps), std::vector<float>(host_cells, 0.0f));
+  std::vector<std::vector<float>> best(nh * static_cast<size_t>(maps), std::vector<float>(host_cells, 0.0f));
   const at::Device lse_device = on_device ? h.device() : at::Device(at::kCPU);
   Tensor lse1 = at::empty({H, T}, at::TensorOptions().device(lse_device));
   Tensor lse2 = diff ? at::empty({H, T}, at::TensorOptions().device(lse_device)) : Tensor();
@@ -111,7 +119,30 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
   // Adds the maps of query rows [row0, row0 + rows) to the host's pooled cells (a GPU model pooling on the
   // host): src[m] holds map m of the block for every head, [heads, rows, keys].
   nn::AttentionInputs in;
-  if (!on_device && !h.is_cuda()) {  // the CPU: the fused pass block by block, pooling as it goes
+  std::unique_ptr<KernelPooler> kernels;
+  if (by_kernels) {  // a GPU: core/cuda's kernels from the queries and keys, no block of maps
+    kernels = std::make_unique<KernelPooler>(grid, keep_heads, H, diff, h.device());
+    h = layer.forward_with(h, rope, in, [&](const nn::AttentionInputs& inputs) {
+      const bool want_stats = options.logit_stats && T > options.stats_from;
+      // Rows per launch: at least ~2K blocks of 128 rows (a launch's last blocks leave the GPU idle), unless
+      // the options ask for a block size (tests); the cancel flag is read between launches.
+      const int64_t rows = options.block_rows > 0
+                               ? block_rows
+                               : (std::max<int64_t>(block_rows, (int64_t{1} << 18) / H) + 127) / 128 * 128;
+      kernels->run(inputs.q1[0], inputs.k1[0], diff ? inputs.q2[0] : Tensor(), diff ? inputs.k2[0] : Tensor(),
+                   inputs.lambda, inputs.lambda_rows.defined() ? inputs.lambda_rows[0] : Tensor(),
+                   c.sliding_window, want_stats, options.stats_from, rows, [&] {
+                     if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
+                   });
+      lse1 = kernels->lse1;
+      if (diff) lse2 = kernels->lse2;
+      if (want_stats) {
+        stats = kernels->stats();
+        have_stats = true;
+      }
+      return kernel_path_output(layer, inputs, c, block_rows);
+    });
+  } else if (!on_device && !h.is_cuda()) {  // the CPU: the fused pass block by block, pooling as it goes
     h = forward_cpu(cache, c, layer, index, h, rope, in, [&](const nn::AttentionInputs& inputs) {
       const FusedInputs f(inputs, c, 0);
       Tensor o = at::empty({1, H, T, f.ci.dv}, at::TensorOptions().dtype(at::kFloat));
@@ -227,9 +258,10 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
   if (options.keep_qkv && layer_selected(options, index)) keep_inputs(in, layer, lt);
   if (nh > 0) {
     lt.heads.assign(keep_heads.begin(), keep_heads.end());
-    if (pooler)  // one read-back per map: [heads, P, P] sums and largest magnitudes
+    if (pooler || kernels)  // one read-back per map: [heads, P, P] sums and largest magnitudes
       for (int64_t m = 0; m < maps; ++m) {
-        const std::vector<float> su = pooler->sums(m), be = pooler->bests(m);
+        const std::vector<float> su = kernels ? kernels->sums(m) : pooler->sums(m),
+                                 be = kernels ? kernels->bests(m) : pooler->bests(m);
         for (size_t k = 0; k < nh; ++k) {
           const size_t job = k * static_cast<size_t>(maps) + static_cast<size_t>(m);
           sum[job].assign(su.begin() + static_cast<std::ptrdiff_t>(k * cells),
@@ -263,6 +295,10 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
 
 }  // namespace
 
+std::string kernel_pooling_unsupported(const ModelConfig& c) {
+  return KernelPooler::unsupported(c.head_dim, c.is_diff());
+}
+
 Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& options,
                      const std::atomic<bool>* cancel) const {
   const auto t0 = std::chrono::steady_clock::now();
@@ -271,7 +307,9 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   CaptureMachine machine;
   machine.host_available = available_memory_bytes();
   machine.cuda = dev.is_cuda();
+  if (!machine.cuda) machine.no_kernels = "the model is on the CPU (the kernels pool a CUDA model's long prompts)";
   if (machine.cuda) {
+    machine.no_kernels = KernelPooler::unsupported(c.head_dim, c.is_diff());
     uint64_t free_bytes = 0;
     cuda_memory(free_bytes, machine.device_total);
     for (const auto& p : impl_->net->parameters())

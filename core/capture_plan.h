@@ -18,6 +18,9 @@ struct CaptureMachine {
   bool cuda = false;            // the model is on a GPU
   uint64_t device_total = 0;    // the GPU's memory (0: unknown)
   double weight_bytes = 0;      // the model's parameters, on the GPU beside one layer's attention
+  // Why core/cuda's kernels cannot pool this model's long prompts ("" when they can: a CUDA model, a build
+  // with the kernels, components they take).
+  std::string no_kernels = "the model is not on a CUDA GPU";
 };
 
 struct CapturePlan {
@@ -38,6 +41,7 @@ struct CapturePlan {
   int64_t block_rows = 0;  // pooled: query rows per block
   bool pool_on_device =
       false;  // pooled: the blocks' maps are pooled by tensor operations on the model's device
+  bool pool_by_kernels = false;  // pooled: by core/cuda's kernels, no block of maps (a GPU model)
 
   bool keeps_layer(int64_t layer) const { return layers[static_cast<size_t>(layer)]; }
 };

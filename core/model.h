@@ -20,6 +20,9 @@ namespace difflens {
 enum class DeviceChoice { Auto, Cpu, Cuda };
 DeviceChoice parse_device(const std::string& text);  // "auto" | "cpu" | "cuda"; throws Error
 bool cuda_available();
+// Why a GPU model of this shape would not pool long prompts by core/cuda's kernels ("" when it would): a
+// build without them, or components wider than they take (PoolingPath::Kernel).
+std::string kernel_pooling_unsupported(const ModelConfig& c);
 int cuda_device_count();  // GPUs LibTorch can use (0 without CUDA)
 // Each GPU LibTorch can use with its memory, "cuda:0 (140.4 GB)"; empty without CUDA.
 std::vector<std::string> cuda_devices();
@@ -40,7 +43,7 @@ void tune_allocator();
 int num_threads();
 
 // What a capture keeps. Statistics are always computed; maps/logits/hidden are kept on request.
-enum class PoolingPath { Auto, Host, Device };
+enum class PoolingPath { Auto, Host, Device, Kernel };
 
 struct CaptureOptions {
   bool keep_maps = true;
@@ -70,10 +73,11 @@ struct CaptureOptions {
   // so that all of them fit this budget, plus the queries, keys and row log-sum-exps that recompute any
   // tile exactly. Statistics and next-token stay exact (pooled medians are histogram estimates).
   size_t pooled_budget_bytes = 0;
-  // Long-prompt mode only: where the blocks' maps are pooled. Auto: on the GPU when the model is there
-  // (tensor operations; nothing leaves the device until the layer is done), else on the host (a CPU model:
-  // by the fused attention pass as rows are made). Both give the same cells; Device on a CPU model runs the
-  // GPU path's operations on the CPU (tests).
+  // Long-prompt mode only: where the blocks' maps are pooled. Auto: a GPU model by core/cuda's kernels
+  // (Kernel: straight from the queries and keys, no map is made; when this build has them and they take
+  // the model's component width), else by tensor operations on the GPU (Device: nothing leaves the device
+  // until the layer is done); a CPU model on the host (by the fused attention pass as rows are made). All
+  // give the same cells; Device on a CPU model runs the GPU path's operations on the CPU (tests).
   PoolingPath pooling = PoolingPath::Auto;
   int64_t block_rows = 0;  // query rows per block (0: chosen from the memory a block takes)
   // Called on the capturing thread as each layer starts (layer, layers): progress for a server's client.

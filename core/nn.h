@@ -6,6 +6,12 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
+#include <torch/version.h>
+// LibTorch 2.1 and later: the fused scaled-dot-product attention with an explicit scale (fused_attention).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#include <ATen/ops/scaled_dot_product_attention.h>
+#define DIFFLENS_FUSED_ATTENTION 1
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -219,6 +225,50 @@ inline AttentionBlock attend_rows(const AttentionInputs& g, const ModelConfig& c
   }
   b.o = product(b.a.to(g.v.scalar_type()), g.v.narrow(2, 0, row0 + rows));
   return b;
+}
+
+// Whether fused_attention() can give a layer's heads' outputs: this LibTorch has the fused operation, the
+// attention is causal over every query row, and nothing the fused kernels lack is asked for (a sliding
+// window, quantized logits).
+inline bool can_fuse_attention(const AttentionInputs& in, const ModelConfig& c, int logit_bits) {
+#ifdef DIFFLENS_FUSED_ATTENTION
+  return in.q_row0 == 0 && c.sliding_window <= 0 && (logit_bits <= 0 || logit_bits >= 32);
+#else
+  (void)in, (void)c, (void)logit_bits;
+  return false;
+#endif
+}
+
+// The heads' outputs o [B, H, T, dv] without their maps, by LibTorch's fused scaled-dot-product attention
+// (on a GPU its flash or memory-efficient kernels: no T x T map, in training too): softmax(q1 k1ᵀ)·V, and for
+// DIFF minus λ·softmax(q2 k2ᵀ)·V, which is attend_rows()'s (A1 − λA2)·V. `heads_per_call` > 0 runs that many
+// heads at a time (so that a fallback to LibTorch's plain path holds that many T x T maps). Only where
+// can_fuse_attention().
+inline Tensor fused_attention(const AttentionInputs& in, int64_t heads_per_call = 0) {
+#ifdef DIFFLENS_FUSED_ATTENTION
+  const AttentionInputs g = expand_groups(in);
+  const auto type = g.v.scalar_type();
+  auto sdpa = [&](const Tensor& q, const Tensor& k) {
+    const int64_t H = q.size(1), step = heads_per_call > 0 ? heads_per_call : H;
+    if (step >= H) return at::scaled_dot_product_attention(q.to(type), k.to(type), g.v, {}, 0.0, true, 1.0);
+    std::vector<Tensor> parts;
+    for (int64_t x = 0; x < H; x += step) {
+      const int64_t n = std::min(step, H - x);
+      parts.push_back(at::scaled_dot_product_attention(q.narrow(1, x, n).to(type), k.narrow(1, x, n).to(type),
+                                                       g.v.narrow(1, x, n), {}, 0.0, true, 1.0));
+    }
+    return at::cat(parts, 1);
+  };
+  const Tensor o1 = sdpa(g.q1, g.k1);
+  if (!in.diff()) return o1;
+  const Tensor o2 = sdpa(g.q2, g.k2);
+  if (in.lambda_rows.defined()) return o1 - in.lambda_rows.unsqueeze(-1).to(type) * o2;
+  return o1 - in.lambda.to(type) * o2;
+#else
+  (void)heads_per_call;
+  throw Error("fused attention needs LibTorch 2.1 or later (this one is " + std::string(TORCH_VERSION) + ")");
+  return in.q1;
+#endif
 }
 
 // Component `which` of every head of a projection p [B, T, s.width()] laid out as `s` says
@@ -443,6 +493,16 @@ struct DecoderLayerImpl : torch::nn::Module {
                         [&](const AttentionInputs& i) { return attend_blocks(i, block_rows, visit); });
   }
 
+  // h [B, T, E] -> [B, T, E] with no map kept (training, evaluation): the fused attention where it can run,
+  // else the whole map at once.
+  Tensor forward_unkept(const Tensor& h, const Rope& rope) {
+    AttentionInputs in;
+    return forward_with(h, rope, in, [&](const AttentionInputs& i) {
+      if (can_fuse_attention(i, c, logit_bits)) return fused_attention(i);
+      return attend_blocks(i, i.q1.size(2), [](AttentionBlock&) {});
+    });
+  }
+
   // h [B, T, E] -> [B, T, E], the whole map at once; its attention stays in `block`, the inputs in `in`.
   Tensor forward(const Tensor& h, const Rope& rope, AttentionInputs& in, AttentionBlock& block) {
     return forward_blocked(h, rope, h.size(1), in, [&](AttentionBlock& b) { block = std::move(b); });
@@ -497,11 +557,7 @@ struct CausalLmImpl : torch::nn::Module {
     const int64_t T = ids.size(1);
     const Rope rope(T, c, ids.device());
     Tensor h = model->embed_tokens(ids);  // [B, T, E]
-    for (auto& layer : model->layer_ptrs) {
-      AttentionInputs in;
-      AttentionBlock block;
-      h = layer->forward(h, rope, in, block);
-    }
+    for (auto& layer : model->layer_ptrs) h = layer->forward_unkept(h, rope);
     return unembed(model->norm(h));
   }
   Tensor unembed(const Tensor& h) {

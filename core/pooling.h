@@ -7,8 +7,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <tuple>
 #include <vector>
+
+#include "core/trace.h"
 
 namespace difflens {
 
@@ -56,6 +60,43 @@ class DevicePooler {
   bool signed_last_;  // the last map (DIFF's A1 − λA2) can be negative
   at::Tensor slots_, own_;
   std::vector<at::Tensor> sum_, best_;
+};
+
+// The same cells, each row's log-sum-exp and the layer's logit statistics by core/cuda's kernels, straight
+// from the rotated queries and keys: no block of maps is ever made (the long-prompt path of a CUDA model when
+// this build has the kernels). Two passes over every visible entry: each row's log-sum-exp (and largest
+// |logit|), then the maps' cells and the statistics, in chunks of query rows.
+class KernelPooler {
+ public:
+  // Why a model whose components are d wide cannot use the kernels ("" when it can): a build without them
+  // (no CUDA compiler, or a LibTorch without CUDA), or components wider than they take.
+  static std::string unsupported(int64_t d, bool diff);
+
+  // keep_heads: whose maps are pooled (slots in that order); heads: the layer's map heads.
+  KernelPooler(const PoolGrid& grid, const std::vector<int64_t>& keep_heads, int64_t heads, bool diff,
+               at::Device dev);
+
+  // One layer: q [H, T, d] rotated and scaled, k [Hkv, T, d] (component 2 undefined for the baseline);
+  // λ a 0-dim tensor (DIFF) or lambda_rows [H, T] (DIFF V2). Statistics (when `stats`) of rows ≥ stats_from.
+  // `between()` runs before each chunk of `chunk_rows` query rows (it may throw to cancel).
+  void run(const at::Tensor& q1, const at::Tensor& k1, const at::Tensor& q2, const at::Tensor& k2,
+           const at::Tensor& lambda, const at::Tensor& lambda_rows, int64_t window, bool stats,
+           int64_t stats_from, int64_t chunk_rows, const std::function<void()>& between);
+
+  at::Tensor lse1, lse2;  // [H, T] on the device, after run()
+
+  // Sums and largest magnitudes of map m, [kept heads, P, P], on the host; the statistics.
+  std::vector<float> sums(int64_t m) const;
+  std::vector<float> bests(int64_t m) const;
+  ValueStats stats() const;
+
+ private:
+  const PoolGrid& grid_;
+  bool diff_;
+  int64_t heads_;
+  at::Tensor bin_, slot_;
+  std::vector<at::Tensor> sum_, best_;
+  at::Tensor hist_, abs_sum_, top_;
 };
 
 }  // namespace difflens

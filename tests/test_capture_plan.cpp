@@ -106,6 +106,21 @@ TEST_CASE("capture plan: long prompts pool their maps within the budget, in bloc
   const CapturePlan g = plan_capture(c, ids(1000), o, 0, gpu);
   CHECK(g.block_rows == 1000);
   CHECK(g.pool_on_device);
+  CHECK_FALSE(g.pool_by_kernels);  // this machine says the kernels cannot run the model
+  // A build with the kernels: auto pools by them; device and host still choose their own paths.
+  CaptureMachine kernels = gpu;
+  kernels.no_kernels = "";
+  const CapturePlan k = plan_capture(c, ids(1000), o, 0, kernels);
+  CHECK(k.pool_by_kernels);
+  CHECK_FALSE(k.pool_on_device);
+  o.pooling = PoolingPath::Device;
+  CHECK(plan_capture(c, ids(1000), o, 0, kernels).pool_on_device);
+  CHECK_FALSE(plan_capture(c, ids(1000), o, 0, kernels).pool_by_kernels);
+  // Asked for where they cannot run: refused with the reason and the other way.
+  o.pooling = PoolingPath::Kernel;
+  CHECK(plan_capture(c, ids(1000), o, 0, kernels).pool_by_kernels);
+  CHECK_THROWS_WITH(plan_capture(c, ids(1000), o, 0, gpu),
+                    "--pooling kernel: the model is not on a CUDA GPU (--pooling device pools by tensor operations)");
   o.pooling = PoolingPath::Host;
   CHECK_FALSE(plan_capture(c, ids(1000), o, 0, gpu).pool_on_device);
   o.block_rows = 100;

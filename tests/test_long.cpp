@@ -243,6 +243,103 @@ TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, 
   }
 }
 
+TEST_CASE("long prompts: --pooling kernel on a CPU model is refused with the reason", "[long][capture]") {
+  const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 1, 2, 1);
+  const Model m = Model::random(c, 3);
+  CaptureOptions o;
+  o.pooled_budget_bytes = 4096;
+  o.pooling = PoolingPath::Kernel;
+  CHECK_THROWS_WITH(m.capture(test::random_ids(200, c.vocab_size, 1), o),
+                    "--pooling kernel: the model is on the CPU (the kernels pool a CUDA model's long prompts) "
+                    "(--pooling device pools by tensor operations)");
+  // A prompt whose maps fit the budget is captured exactly: the pooling path does not matter.
+  o.pooled_budget_bytes = 1 << 20;
+  CHECK(m.capture(test::random_ids(20, c.vocab_size, 1), o).layers[0].pooled == 0);
+}
+
+// The GPU's long-prompt paths, core/cuda's kernels (straight from the queries and keys) and the tensor
+// operations, against the CPU's fused pass: the same cells, row log-sum-exps, statistics and next token, for
+// DIFF, DIFF V2, the baseline, GQA, a sliding window and the bundled DIFF, whole and in several launches.
+TEST_CASE("CUDA long prompts: the kernels and the tensor operations pool as the CPU's fused pass",
+          "[long][gpu]") {
+  if (!cuda_available()) test::skip("no CUDA device (this LibTorch build or this machine has no GPU)");
+  PairSpec spec;
+  spec.hidden_size = 32, spec.num_layers = 2, spec.diff_heads = 2, spec.diff_kv_heads = 1;
+  spec.vocab_size = 259, spec.max_position_embeddings = 512;
+  std::vector<Model> models;
+  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
+                               test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 1), make_matched_diff_v2(spec),
+                               windowed(test::tiny_config(AttentionKind::Diff, 32, 1, 4, 2), 20)})
+    models.push_back(Model::random(c, 33));
+  models.push_back(Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu));
+  const std::string no_kernels = kernel_pooling_unsupported(models[0].config());
+  if (!no_kernels.empty()) WARN("the kernel path is not checked: " << no_kernels);
+  for (size_t mi = 0; mi < models.size(); ++mi) {
+    const Model& m = models[mi];
+    const ModelConfig& c = m.config();
+    const Model gpu = Model::from_tensors(c, m.tensors(), DeviceChoice::Cuda);
+    const bool bundled = mi + 1 == models.size();
+    const int64_t T = 300, heads = c.map_heads(), maps = c.is_diff() ? 3 : 1;
+    const std::vector<int64_t> ids = test::random_ids(static_cast<size_t>(T), c.vocab_size, 9);
+    for (const std::vector<int>& keep : {std::vector<int>{}, std::vector<int>{static_cast<int>(heads) - 1}})
+      for (const int64_t block : {int64_t{0}, int64_t{100}})
+        for (const int64_t stats_from : {int64_t{0}, int64_t{40}})
+          for (const PoolingPath path : {PoolingPath::Kernel, PoolingPath::Device}) {
+            if (path == PoolingPath::Kernel && !no_kernels.empty()) continue;
+            INFO((bundled ? "bundled " : "") << to_string(c.attention) << " window " << c.sliding_window << ", "
+                                             << keep.size() << " heads kept, " << block << " rows per block, "
+                                             << "statistics from " << stats_from << ", pooled by "
+                                             << (path == PoolingPath::Kernel ? "the kernels" : "tensor operations"));
+            const int64_t P = 37, kept_heads = keep.empty() ? heads : 1;
+            CaptureOptions o;
+            o.pooled_budget_bytes = static_cast<size_t>(c.num_hidden_layers * kept_heads * maps * 2 * 4 * P * P);
+            o.heads = keep;
+            o.block_rows = block;
+            o.stats_from = stats_from;
+            o.pooling = PoolingPath::Host;
+            const Trace host = m.capture(ids, o);
+            o.pooling = path;
+            const Trace got = gpu.capture(ids, o);
+            for (size_t l = 0; l < host.layers.size(); ++l) {
+              const LayerTrace &a = host.layers[l], &b = got.layers[l];
+              REQUIRE(b.pooled == P);
+              CHECK(b.heads == a.heads);
+              double worst = 0;
+              int nan_mismatch = 0;
+              for (const auto& [x, y] : std::vector<std::pair<const FloatArray*, const FloatArray*>>{
+                       {&a.a1_mean, &b.a1_mean}, {&a.a1_max, &b.a1_max}, {&a.a2_mean, &b.a2_mean},
+                       {&a.a2_max, &b.a2_max},   {&a.a_mean, &b.a_mean}, {&a.a_max, &b.a_max},
+                       {&a.lse1, &b.lse1},       {&a.lse2, &b.lse2}}) {
+                REQUIRE(x->shape == y->shape);
+                for (size_t i = 0; i < x->data.size(); ++i) {
+                  if (std::isnan(x->data[i]) != std::isnan(y->data[i])) ++nan_mismatch;
+                  if (!std::isnan(x->data[i]))
+                    worst = std::max(worst, static_cast<double>(std::fabs(x->data[i] - y->data[i])));
+                }
+              }
+              CHECK(nan_mismatch == 0);
+              CHECK(worst < 1e-5);
+              const ValueStats &sa = a.logit_stats, &sb = b.logit_stats;
+              CHECK(sb.count == sa.count);
+              int64_t cum_a = static_cast<int64_t>(sa.histogram.below), cum_b = static_cast<int64_t>(sb.histogram.below),
+                      worst_cum = std::abs(cum_a - cum_b);
+              for (int bin = 0; bin < LogHistogram::kBins; ++bin) {
+                cum_a += static_cast<int64_t>(sa.histogram.counts[static_cast<size_t>(bin)]);
+                cum_b += static_cast<int64_t>(sb.histogram.counts[static_cast<size_t>(bin)]);
+                worst_cum = std::max(worst_cum, std::abs(cum_a - cum_b));
+              }
+              CHECK(worst_cum <= 2);
+              REQUIRE(sb.top.size() == sa.top.size());
+              for (size_t k = 0; k < sa.top.size(); ++k)
+                CHECK(sb.top[k] == Approx(sa.top[k]).epsilon(1e-5).margin(1e-6));
+              CHECK(sb.mean == Approx(sa.mean).epsilon(1e-5));
+              CHECK(b.lambda == Approx(a.lambda).margin(1e-6));
+            }
+            CHECK(got.next_token[0].id == host.next_token[0].id);
+          }
+  }
+}
+
 TEST_CASE("long prompts: a recomputed tile equals the same region of the exact map", "[long][capture]") {
   for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
                                windowed(test::tiny_config(AttentionKind::Diff, 32, 1, 2, 2), 30),

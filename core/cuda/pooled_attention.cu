@@ -1,23 +1,121 @@
-// Tile-by-tile pooled attention on the GPU. One thread per (query, key) entry of a 16 x 16 tile; entries are
-// recomputed from q, k and the row log-sum-exp (the row is never stored), then added into their cell.
+// Long-prompt attention on the GPU without T x T maps (pooled_attention.h). One thread per query row, 128 rows
+// a block (one head each); keys pass through shared memory 32 at a time and every thread reads the same key
+// (a broadcast). Each row's query lives in registers, zero-padded to the kernel's width D. Pass 2 keeps a
+// row's running sums and largest entries of the key cell it is in; at each key cell's end a warp whose rows
+// share one row cell adds its 32 rows into the cell with one atomic per value (rows in different cells: one
+// per row), so the atomics are per row cell and key cell, not per entry. The statistics' buckets are counted
+// in shared memory; each warp keeps the kTopK largest |logits| it saw in a shared list (a value enters when it
+// beats the list's smallest and the caller's floor, so after the first kTopK few do).
 #include "core/cuda/pooled_attention.h"
 
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 namespace difflens::cuda {
 namespace {
 
-constexpr int kTile = 16;
+constexpr int kRows = 128;  // query rows per block, one per thread
+constexpr int kWarps = kRows / 32;
+constexpr int kKeys = 32;  // keys per shared-memory tile
+constexpr unsigned kAll = 0xffffffffu;
 
-__device__ bool visible(int i, int j, int window) {
+__device__ __forceinline__ bool visible(int i, int j, int window) {
   return j <= i && (window <= 0 || i - j < window);
 }
 
-__device__ float dot(const float* a, const float* b, int d) {
+// Keys [t0, t0 + kKeys) of group kv into shared memory, D floats each, zero past d and past `last`.
+template <int D>
+__device__ void load_keys(float* dst, const float* k, int kv, int T, int d, int t0, int last) {
+  for (int x = threadIdx.x; x < kKeys * D; x += blockDim.x) {
+    const int jj = x / D, e = x % D, j = t0 + jj;
+    dst[x] = (j <= last && e < d) ? k[(static_cast<size_t>(kv) * T + j) * d + e] : 0.0f;
+  }
+}
+
+template <int D>
+__device__ void load_query(float (&q)[D], const float* src, int h, int i, int T, int d, bool active) {
+#pragma unroll
+  for (int e = 0; e < D; ++e) q[e] = (active && e < d) ? src[(static_cast<size_t>(h) * T + i) * d + e] : 0.0f;
+}
+
+// q · k with k in shared memory (16-byte aligned: D is a multiple of 4), in order of e as the CPU's dot.
+template <int D>
+__device__ __forceinline__ float dot(const float (&q)[D], const float* k) {
+  const float4* k4 = reinterpret_cast<const float4*>(k);
   float s = 0;
-  for (int e = 0; e < d; ++e) s += a[e] * b[e];
+#pragma unroll
+  for (int e = 0; e < D / 4; ++e) {
+    const float4 v = k4[e];
+    s = fmaf(q[4 * e], v.x, s);
+    s = fmaf(q[4 * e + 1], v.y, s);
+    s = fmaf(q[4 * e + 2], v.z, s);
+    s = fmaf(q[4 * e + 3], v.w, s);
+  }
   return s;
 }
+
+// The block's rows: tiles are launched last-first, so the rows with the most keys start first.
+struct BlockRows {
+  int h, kv, first, last, i;
+  bool active;
+  __device__ BlockRows(const AttentionRows& a) {
+    h = blockIdx.y;
+    kv = h / (a.H / a.Hkv);
+    first = a.row0 + (gridDim.x - 1 - blockIdx.x) * kRows;
+    last = min(a.row0 + a.rows, first + kRows) - 1;
+    i = first + threadIdx.x;
+    active = i <= last;
+  }
+  // The first key any row of the block sees.
+  __device__ int first_key(int window) const { return window > 0 ? max(0, first - window + 1) : 0; }
+};
+
+__device__ __forceinline__ void online(float& m, float& z, float s) {
+  if (s > m) {
+    z = z * expf(m - s) + 1.0f;
+    m = s;
+  } else {
+    z += expf(s - m);
+  }
+}
+
+template <int D, bool DIFF>
+__global__ void __launch_bounds__(kRows) lse_kernel(RowLseArgs a) {
+  extern __shared__ float4 shared4[];
+  float* ks1 = reinterpret_cast<float*>(shared4);
+  float* ks2 = ks1 + kKeys * D;
+  const BlockRows r(a);
+  float q1[D], q2[D];
+  load_query<D>(q1, a.q1, r.h, r.i, a.T, a.d, r.active);
+  if (DIFF) load_query<D>(q2, a.q2, r.h, r.i, a.T, a.d, r.active);
+  float m1 = -INFINITY, z1 = 0, m2 = -INFINITY, z2 = 0, mx = 0;
+  for (int t0 = r.first_key(a.window); t0 <= r.last; t0 += kKeys) {
+    __syncthreads();
+    load_keys<D>(ks1, a.k1, r.kv, a.T, a.d, t0, r.last);
+    if (DIFF) load_keys<D>(ks2, a.k2, r.kv, a.T, a.d, t0, r.last);
+    __syncthreads();
+    const int n = min(kKeys, r.last - t0 + 1);
+    for (int jj = 0; jj < n; ++jj) {
+      if (!r.active || !visible(r.i, t0 + jj, a.window)) continue;
+      const float s1 = dot<D>(q1, ks1 + jj * D);
+      online(m1, z1, s1);
+      mx = fmaxf(mx, fabsf(s1));
+      if (DIFF) {
+        const float s2 = dot<D>(q2, ks2 + jj * D);
+        online(m2, z2, s2);
+        mx = fmaxf(mx, fabsf(s2));
+      }
+    }
+  }
+  if (!r.active) return;
+  const size_t at = static_cast<size_t>(r.h) * a.T + r.i;
+  a.lse1[at] = m1 + logf(z1);
+  if (DIFF) a.lse2[at] = m2 + logf(z2);
+  if (a.max_abs) a.max_abs[at] = mx;
+}
+
+__device__ __forceinline__ float larger(float best, float v) { return fabsf(v) > fabsf(best) ? v : best; }
 
 // Keeps the value of largest magnitude at `addr` (ties: the one already there).
 __device__ void atomic_max_magnitude(float* addr, float v) {
@@ -30,83 +128,280 @@ __device__ void atomic_max_magnitude(float* addr, float v) {
   }
 }
 
-// One block of 256 threads per (head, row): a two-pass max / sum-of-exp over the row's visible keys.
-__global__ void row_lse_kernel(const float* q, const float* k, float* lse, int H, int Hkv, int T, int d,
-                               int window) {
-  const int h = blockIdx.y, i = blockIdx.x;
-  if (h >= H || i >= T) return;
-  const int kv = h / (H / Hkv);
-  const float* qi = q + (static_cast<size_t>(h) * T + i) * d;
-  __shared__ float red[256];
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x)
-    if (visible(i, j, window)) m = fmaxf(m, dot(qi, k + (static_cast<size_t>(kv) * T + j) * d, d));
-  red[threadIdx.x] = m;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
-    __syncthreads();
-  }
-  const float row_max = red[0];
-  __syncthreads();
-  float z = 0;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x)
-    if (visible(i, j, window)) z += expf(dot(qi, k + (static_cast<size_t>(kv) * T + j) * d, d) - row_max);
-  red[threadIdx.x] = z;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) lse[static_cast<size_t>(h) * T + i] = row_max + logf(red[0]);
+// A row's running sums and largest entries in the current key cell.
+struct CellAccumulator {
+  float s1 = 0, b1 = 0, s2 = 0, b2 = 0, sa = 0, ba = 0;
+  bool touched = false;
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(kAll, v, off);
+  return v;
+}
+__device__ __forceinline__ float warp_larger(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v = larger(v, __shfl_xor_sync(kAll, v, off));
+  return v;
 }
 
-__global__ void pooled_kernel(PooledAttentionArgs a, bool diff) {
-  const int h = blockIdx.z;
-  const int i = blockIdx.y * kTile + threadIdx.y, j = blockIdx.x * kTile + threadIdx.x;
-  if (h >= a.H || i >= a.T || j >= a.T || blockIdx.x > blockIdx.y)
-    return;  // tiles above the diagonal: future
-  if (!visible(i, j, a.window) && j > i) return;
-  const int kv = h / (a.H / a.Hkv);
-  const size_t cell = (static_cast<size_t>(h) * a.P + a.bin[i]) * a.P + a.bin[j];
-  float p1 = 0, p2 = 0;  // hidden (window) entries count as 0, like the CPU pooling of the exact map
-  if (visible(i, j, a.window)) {
-    p1 = expf(dot(a.q1 + (static_cast<size_t>(h) * a.T + i) * a.d,
-                  a.k1 + (static_cast<size_t>(kv) * a.T + j) * a.d, a.d) -
-              a.lse1[static_cast<size_t>(h) * a.T + i]);
-    if (diff)
-      p2 = expf(dot(a.q2 + (static_cast<size_t>(h) * a.T + i) * a.d,
-                    a.k2 + (static_cast<size_t>(kv) * a.T + j) * a.d, a.d) -
-                a.lse2[static_cast<size_t>(h) * a.T + i]);
+// Adds the warp's accumulators of key cell kc into the outputs and clears them. Called by all 32 lanes.
+template <bool DIFF>
+__device__ void flush(const PooledAttentionArgs& a, CellAccumulator& c, int slot, int row_cell, int kc) {
+  const unsigned has = __ballot_sync(kAll, c.touched);
+  if (has == 0) return;
+  const int lane = threadIdx.x % 32, leader = __ffs(has) - 1;
+  const int lead_cell = __shfl_sync(kAll, row_cell, leader);
+  const bool one_cell = __ballot_sync(kAll, c.touched && row_cell != lead_cell) == 0;
+  auto add = [&](int rc, const CellAccumulator& v) {
+    const size_t cell = (static_cast<size_t>(slot) * a.P + rc) * a.P + kc;
+    if (DIFF) {
+      atomicAdd(a.sum1 + cell, v.s1);
+      atomic_max_magnitude(a.best1 + cell, v.b1);
+      atomicAdd(a.sum2 + cell, v.s2);
+      atomic_max_magnitude(a.best2 + cell, v.b2);
+    }
+    atomicAdd(a.suma + cell, v.sa);
+    atomic_max_magnitude(a.besta + cell, v.ba);
+  };
+  if (one_cell) {
+    CellAccumulator w;
+    if (DIFF) {
+      w.s1 = warp_sum(c.s1);
+      w.b1 = warp_larger(c.b1);
+      w.s2 = warp_sum(c.s2);
+      w.b2 = warp_larger(c.b2);
+    }
+    w.sa = warp_sum(c.sa);
+    w.ba = warp_larger(c.ba);
+    if (lane == leader) add(lead_cell, w);
+  } else if (c.touched) {
+    add(row_cell, c);
   }
-  if (diff) {
-    atomicAdd(a.sum1 + cell, p1);
-    atomic_max_magnitude(a.best1 + cell, p1);
-    atomicAdd(a.sum2 + cell, p2);
-    atomic_max_magnitude(a.best2 + cell, p2);
-    const float lambda = a.lambda_rows ? a.lambda_rows[static_cast<size_t>(h) * a.T + i] : a.lambda;
-    const float v = p1 - lambda * p2;
-    atomicAdd(a.suma + cell, v);
-    atomic_max_magnitude(a.besta + cell, v);
-  } else {
-    atomicAdd(a.suma + cell, p1);
-    atomic_max_magnitude(a.besta + cell, p1);
+  c = CellAccumulator();
+}
+
+// Offers each lane's |logit| v to the warp's list of its kTopK largest (shared memory). list_min, the list's
+// smallest value, is the same in every lane. Called by all 32 lanes; lanes with nothing to offer pass -1.
+__device__ void offer(float* list, float& list_min, float v, float floor_value) {
+  unsigned want = __ballot_sync(kAll, v > list_min && v >= floor_value);
+  const int lane = threadIdx.x % 32;
+  while (want) {
+    const int src = __ffs(want) - 1;
+    want &= want - 1;
+    const float x = __shfl_sync(kAll, v, src);
+    if (!(x > list_min)) continue;
+    int at = kTopK;  // the first slot holding the smallest value
+    for (int s = lane; s < kTopK; s += 32)
+      if (list[s] == list_min) at = min(at, s);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) at = min(at, __shfl_xor_sync(kAll, at, off));
+    if (lane == 0) list[at] = x;
+    __syncwarp();
+    float m = INFINITY;
+    for (int s = lane; s < kTopK; s += 32) m = fminf(m, list[s]);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) m = fminf(m, __shfl_xor_sync(kAll, m, off));
+    list_min = m;
+    __syncwarp();
   }
+}
+
+// LogHistogram's bucket of |l| (as StreamingStats computes it: log10, minus kLogMin, times the bins a decade,
+// floored, clamped to [-1, kBins], plus one).
+__device__ __forceinline__ int bucket(float v) {
+  float b = floorf((log10f(v) - static_cast<float>(kLogMin)) * static_cast<float>(kBinsPerDecade));
+  b = fminf(fmaxf(b, -1.0f), static_cast<float>(kBins));
+  return static_cast<int>(b) + 1;
+}
+
+template <int D, bool DIFF>
+__global__ void __launch_bounds__(kRows) pooled_kernel(PooledAttentionArgs a) {
+  extern __shared__ float4 shared4[];
+  float* ks1 = reinterpret_cast<float*>(shared4);
+  float* ks2 = ks1 + kKeys * D;
+  __shared__ int key_cell[kKeys];
+  __shared__ unsigned hist[kHistBuckets];
+  __shared__ float top[kWarps][kTopK];
+  const BlockRows r(a);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool stats = a.hist != nullptr;
+  const int slot = a.head_slot ? a.head_slot[r.h] : -1;
+  const bool pool = slot >= 0;  // the same for the whole block
+  if (stats) {
+    for (int x = threadIdx.x; x < kHistBuckets; x += blockDim.x) hist[x] = 0;
+    for (int x = threadIdx.x; x < kWarps * kTopK; x += blockDim.x) top[x / kTopK][x % kTopK] = -1.0f;
+  }
+  float q1[D], q2[D];
+  load_query<D>(q1, a.q1, r.h, r.i, a.T, a.d, r.active);
+  if (DIFF) load_query<D>(q2, a.q2, r.h, r.i, a.T, a.d, r.active);
+  const size_t at = static_cast<size_t>(r.h) * a.T + r.i;
+  const float lse1 = r.active ? a.lse1[at] : 0.0f;
+  const float lse2 = DIFF && r.active ? a.lse2[at] : 0.0f;
+  const float lambda = DIFF && a.lambda_rows ? (r.active ? a.lambda_rows[at] : 0.0f) : a.lambda;
+  const int row_cell = r.active && pool ? a.bin[r.i] : -1;
+  const bool row_stats = stats && r.active && r.i >= a.stats_from;
+  float list_min = -1.0f;
+  double abs_sum = 0;
+  CellAccumulator c;
+  int kc = -1;
+  for (int t0 = r.first_key(a.window); t0 <= r.last; t0 += kKeys) {
+    const int n = min(kKeys, r.last - t0 + 1);
+    __syncthreads();
+    load_keys<D>(ks1, a.k1, r.kv, a.T, a.d, t0, r.last);
+    if (DIFF) load_keys<D>(ks2, a.k2, r.kv, a.T, a.d, t0, r.last);
+    if (pool && static_cast<int>(threadIdx.x) < n) key_cell[threadIdx.x] = a.bin[t0 + threadIdx.x];
+    __syncthreads();
+    for (int jj = 0; jj < n; ++jj) {
+      if (pool && key_cell[jj] != kc) {  // the same key for every thread of the block
+        if (kc >= 0) flush<DIFF>(a, c, slot, row_cell, kc);
+        kc = key_cell[jj];
+      }
+      const bool vis = r.active && visible(r.i, t0 + jj, a.window);
+      float s1 = 0, s2 = 0;
+      if (vis) {
+        s1 = dot<D>(q1, ks1 + jj * D);
+        if (DIFF) s2 = dot<D>(q2, ks2 + jj * D);
+        if (pool) {
+          const float p1 = expf(s1 - lse1);
+          if (DIFF) {
+            const float p2 = expf(s2 - lse2), v = p1 - lambda * p2;
+            c.s1 += p1;
+            c.b1 = larger(c.b1, p1);
+            c.s2 += p2;
+            c.b2 = larger(c.b2, p2);
+            c.sa += v;
+            c.ba = larger(c.ba, v);
+          } else {
+            c.sa += p1;
+            c.ba = larger(c.ba, p1);
+          }
+          c.touched = true;
+        }
+      }
+      if (stats) {
+        const bool counted = vis && row_stats;
+        float v1 = -1.0f, v2 = -1.0f;
+        if (counted) {
+          v1 = fabsf(s1);
+          if (isnan(v1)) v1 = 0.0f;
+          abs_sum += v1;
+          atomicAdd(&hist[bucket(v1)], 1u);
+          if (DIFF) {
+            v2 = fabsf(s2);
+            if (isnan(v2)) v2 = 0.0f;
+            abs_sum += v2;
+            atomicAdd(&hist[bucket(v2)], 1u);
+          }
+        }
+        offer(top[warp], list_min, v1, a.top_floor);
+        if (DIFF) offer(top[warp], list_min, v2, a.top_floor);
+      }
+    }
+  }
+  if (pool && kc >= 0) flush<DIFF>(a, c, slot, row_cell, kc);
+  if (!stats) return;
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) abs_sum += __shfl_xor_sync(kAll, abs_sum, off);
+  if (lane == 0 && abs_sum != 0) atomicAdd(a.abs_sum, abs_sum);
+  __syncthreads();
+  for (int x = threadIdx.x; x < kHistBuckets; x += blockDim.x)
+    if (hist[x]) atomicAdd(a.hist + x, static_cast<unsigned long long>(hist[x]));
+  const size_t block = static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  for (int s = lane; s < kTopK; s += 32) a.top[(block * kWarps + warp) * kTopK + s] = top[warp][s];
+}
+
+// The kernels' width for components of width d (0: none).
+int width_for(int d, bool diff) {
+  if (d <= 0) return 0;
+  if (d <= 16) return 16;
+  if (d <= 32) return 32;
+  if (d <= 64) return 64;
+  if (d <= 128 && !diff) return 128;
+  return 0;
+}
+
+template <int D>
+int launch_lse(const RowLseArgs& a, bool diff) {
+  const dim3 grid((a.rows + kRows - 1) / kRows, a.H);
+  const size_t shared = sizeof(float) * kKeys * D * (diff ? 2 : 1);
+  auto stream = static_cast<cudaStream_t>(a.stream);
+  if (diff)
+    lse_kernel<D, true><<<grid, kRows, shared, stream>>>(a);
+  else
+    lse_kernel<D, false><<<grid, kRows, shared, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <int D>
+int launch_pooled(const PooledAttentionArgs& a, bool diff) {
+  const dim3 grid((a.rows + kRows - 1) / kRows, a.H);
+  const size_t shared = sizeof(float) * kKeys * D * (diff ? 2 : 1);
+  auto stream = static_cast<cudaStream_t>(a.stream);
+  if (diff)
+    pooled_kernel<D, true><<<grid, kRows, shared, stream>>>(a);
+  else
+    pooled_kernel<D, false><<<grid, kRows, shared, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// Makes `device` current for its lifetime (-1: leaves the current one), then restores the previous one.
+struct DeviceScope {
+  int previous = -1;
+  explicit DeviceScope(int device) {
+    if (device < 0 || cudaGetDevice(&previous) != cudaSuccess || previous == device) {
+      previous = -1;
+      return;
+    }
+    cudaSetDevice(device);
+  }
+  ~DeviceScope() {
+    if (previous >= 0) cudaSetDevice(previous);
+  }
+};
+
+bool valid(const AttentionRows& a) {
+  return a.H > 0 && a.Hkv > 0 && a.H % a.Hkv == 0 && a.T > 0 && a.row0 >= 0 && a.rows >= 0 &&
+         a.row0 + a.rows <= a.T;
 }
 
 }  // namespace
 
-int row_lse(const float* q, const float* k, float* lse, int H, int Hkv, int T, int d, int window) {
-  row_lse_kernel<<<dim3(T, H), 256>>>(q, k, lse, H, Hkv, T, d, window);
-  const cudaError_t e = cudaGetLastError();
-  return e != cudaSuccess ? static_cast<int>(e) : static_cast<int>(cudaDeviceSynchronize());
+bool supports(int d, bool diff) { return width_for(d, diff) > 0; }
+
+size_t top_slots(const AttentionRows& a) {
+  return static_cast<size_t>((a.rows + kRows - 1) / kRows) * static_cast<size_t>(a.H) * kWarps * kTopK;
 }
 
-int pooled_attention(const PooledAttentionArgs& args, bool diff) {
-  const int tiles = (args.T + kTile - 1) / kTile;
-  pooled_kernel<<<dim3(tiles, tiles, args.H), dim3(kTile, kTile)>>>(args, diff);
-  const cudaError_t e = cudaGetLastError();
-  return e != cudaSuccess ? static_cast<int>(e) : static_cast<int>(cudaDeviceSynchronize());
+int row_lse(const RowLseArgs& a, bool diff) {
+  if (!valid(a)) return static_cast<int>(cudaErrorInvalidValue);
+  if (a.rows == 0) return 0;
+  const DeviceScope scope(a.device);
+  switch (width_for(a.d, diff)) {
+    case 16: return launch_lse<16>(a, diff);
+    case 32: return launch_lse<32>(a, diff);
+    case 64: return launch_lse<64>(a, diff);
+    case 128: return launch_lse<128>(a, diff);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+int pooled_attention(const PooledAttentionArgs& a, bool diff) {
+  if (!valid(a)) return static_cast<int>(cudaErrorInvalidValue);
+  if (a.rows == 0) return 0;
+  const DeviceScope scope(a.device);
+  switch (width_for(a.d, diff)) {
+    case 16: return launch_pooled<16>(a, diff);
+    case 32: return launch_pooled<32>(a, diff);
+    case 64: return launch_pooled<64>(a, diff);
+    case 128: return launch_pooled<128>(a, diff);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+int synchronize(int device) {
+  const DeviceScope scope(device);
+  return static_cast<int>(cudaDeviceSynchronize());
 }
 
 int device_count() {
