@@ -602,6 +602,7 @@ int cmd_bench(const Args& a) {
       while (static_cast<int>(ms.size()) < repeats) ms.push_back(timed_capture());
       CaptureMachine machine;  // what the plan expects (nothing refused: the capture above ran)
       machine.cuda = m.device_name() != "cpu";
+      if (machine.cuda) machine.no_kernels = kernel_pooling_unsupported(m.config());
       const CapturePlan plan = plan_capture(m.config(), ids, opt, 0, machine);
       std::printf("%-9s %6d %12.1f %12.1f %12s %8s %12s %12s\n", to_string(m.config().attention), T,
                   median(ms), *std::min_element(ms.begin(), ms.end()), mb(bytes).c_str(),

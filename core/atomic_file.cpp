@@ -1,6 +1,8 @@
 // Whole-or-nothing file writes (see atomic_file.h).
 #include "core/atomic_file.h"
 
+#include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -38,6 +40,35 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) fail(ec.message());
+}
+
+namespace {
+thread_local int remove_tree_errno = 0;  // nftw's callback has no context: the first failure, this thread's
+
+int remove_entry(const char* entry, const struct stat*, int, struct FTW*) {
+  if (std::remove(entry) != 0 && errno != ENOENT) {
+    remove_tree_errno = errno;
+    return 1;  // stops the walk
+  }
+  return 0;
+}
+}  // namespace
+
+bool remove_tree(const std::filesystem::path& path, std::error_code& ec) {
+  ec.clear();
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return true;
+    ec = std::error_code(errno, std::generic_category());
+    return false;
+  }
+  remove_tree_errno = 0;
+  // Children before their folder (FTW_DEPTH), links as links (FTW_PHYS), up to 32 descriptors open.
+  if (::nftw(path.c_str(), remove_entry, 32, FTW_DEPTH | FTW_PHYS) != 0) {
+    ec = std::error_code(remove_tree_errno ? remove_tree_errno : errno, std::generic_category());
+    return false;
+  }
+  return true;
 }
 
 }  // namespace difflens

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 namespace difflens {
 
@@ -14,5 +15,12 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 
 // The temporary file beside `path` a write goes through (unique per process and call).
 std::filesystem::path temporary_beside(const std::filesystem::path& path);
+
+// Removes `path` and everything below it, not following symbolic links (a link goes, its target stays); a
+// path that does not exist is no error. Plain POSIX (nftw), not std::filesystem::remove_all: PyTorch 2.x's
+// libtorch_cpu.so defines its own unversioned std::filesystem, and binaries whose remove_all bound there
+// crashed in it on a GPU server (docs/development.md, "PyTorch's LibTorch"). Returns false and sets `ec` (the
+// first failure) when something could not be removed.
+bool remove_tree(const std::filesystem::path& path, std::error_code& ec);
 
 }  // namespace difflens

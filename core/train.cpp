@@ -250,7 +250,7 @@ void save_step(const ModelState& s, const TrainOptions& o, int64_t step, int64_t
                double wall_seconds) {
   const fs::path st = step_dir(s.dir, step);
   std::error_code ec;
-  fs::remove_all(st, ec);  // a save of this step cut short earlier
+  remove_tree(st, ec);  // a save of this step cut short earlier
   s.model.save(st);
   std::vector<std::vector<float>> keep;
   std::vector<TensorToWrite> out;
@@ -286,7 +286,7 @@ void save_state(std::vector<ModelState>& models, const TrainOptions& o, int64_t 
       const std::string name = e.path().filename().string();
       if (e.path() != step_dir(s.dir, step) && (name.rfind("step-", 0) == 0 || name == "state.json" ||
                                                 name == "optimizer.safetensors"))  // (and an older layout's)
-        fs::remove_all(e.path(), ec);
+        remove_tree(e.path(), ec);
     }
     s.model.save(s.dir);
     fs::copy_file(o.corpus_dir / "tokenizer.model", s.dir / "tokenizer.model",
@@ -690,7 +690,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     tokens = resumed_tokens;
     if (!o.resume) {  // --fresh: the earlier run's steps go, so that none is resumed later by mistake
       std::error_code ec;
-      fs::remove_all(s.dir / "train_state", ec);
+      remove_tree(s.dir / "train_state", ec);
     }
     if (choice == DeviceChoice::Cuda)
       s.model = Model::from_tensors(s.model.config(), s.model.tensors(), choice);

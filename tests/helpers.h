@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/trace.h"
 
@@ -34,12 +35,13 @@ class ScratchDir {
     static std::atomic<int> counter{0};
     path_ = std::filesystem::temp_directory_path() /
             ("difflens-test-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
+    std::error_code ec;
+    remove_tree(path_, ec);  // not std::filesystem::remove_all: see core/atomic_file.h
     std::filesystem::create_directories(path_);
   }
   ~ScratchDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    remove_tree(path_, ec);
   }
   const std::filesystem::path& path() const { return path_; }
   std::filesystem::path operator/(const std::string& s) const { return path_ / s; }

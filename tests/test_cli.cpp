@@ -192,6 +192,38 @@ std::vector<std::string> needed_libraries(const std::string& binary, const test:
 }
 }  // namespace
 
+// What the tests' scratch folders and training's old steps are removed with (core/atomic_file.h): not
+// std::filesystem::remove_all, which crashed inside PyTorch's LibTorch on a GPU server.
+TEST_CASE("remove_tree removes a folder's whole tree, links as links, and a missing path is no error",
+          "[build]") {
+  test::ScratchDir dir("remove-tree");
+  const std::filesystem::path keep = dir / "keep", tree = dir / "tree";
+  std::filesystem::create_directories(keep);
+  std::ofstream(keep / "kept.txt") << "stays";
+  std::filesystem::create_directories(tree / "a" / "b" / "c");
+  for (const char* f : {"x.txt", "a/y.txt", "a/b/z.txt", "a/b/c/w.txt"}) std::ofstream(tree / f) << f;
+  std::filesystem::create_directory_symlink(keep, tree / "a" / "link-to-keep");
+  std::filesystem::create_symlink(keep / "kept.txt", tree / "file-link");
+  std::error_code ec;
+  CHECK(remove_tree(tree, ec));
+  CHECK_FALSE(ec);
+  CHECK_FALSE(std::filesystem::exists(std::filesystem::symlink_status(tree)));
+  CHECK(test::read_all((keep / "kept.txt").string()) == "stays");  // the links' targets stay
+  CHECK(remove_tree(tree, ec));  // gone already: nothing to do
+  CHECK_FALSE(ec);
+  std::ofstream(dir / "single.txt") << "1";
+  CHECK(remove_tree(dir / "single.txt", ec));  // a file alone
+  CHECK_FALSE(std::filesystem::exists(dir / "single.txt"));
+  // A folder that cannot be read (not as root, who reads anything): false, with the system's reason.
+  if (::geteuid() != 0) {
+    std::filesystem::create_directories(dir / "locked" / "inner");
+    std::filesystem::permissions(dir / "locked", std::filesystem::perms::owner_write | std::filesystem::perms::owner_exec);
+    CHECK_FALSE(remove_tree(dir / "locked", ec));
+    CHECK(ec == std::errc::permission_denied);
+    std::filesystem::permissions(dir / "locked", std::filesystem::perms::owner_all);
+  }
+}
+
 TEST_CASE("build: the C++ runtime comes before LibTorch, so its symbols bind to libstdc++", "[build]") {
   // PyTorch's libtorch.so exports its own copies of libstdc++ symbols (std::filesystem among them); an
   // executable that lists libtorch first binds to those, and std::filesystem::remove_all crashed there.
