@@ -528,7 +528,7 @@ int cmd_bench(const Args& a) {
   opt.keep_maps = !a.has("no-maps");
   opt.logit_stats = !a.has("no-stats");
   opt.pooled_budget_bytes = pooled_budget_bytes(a);
-  opt.pooling = std::array<PoolingPath, 4>{PoolingPath::Auto, PoolingPath::Host, PoolingPath::Device,
+  opt.pooling = std::array<PoolingPath, 3>{PoolingPath::Auto, PoolingPath::Host,
                                            PoolingPath::Kernel}[a.choice_index("pooling")];
   set_bench_cpu(a);
   std::vector<int> lengths = a.get_int_list("lengths");
@@ -560,11 +560,13 @@ int cmd_bench(const Args& a) {
     std::printf(
         "long prompts: pooled maps within %s per model once the exact maps would exceed it, pooled %s\n",
         mb(opt.pooled_budget_bytes).c_str(),
-        opt.pooling == PoolingPath::Host     ? "on the host (the CPU's fused pass, as rows are made)"
-        : opt.pooling == PoolingPath::Device ? "by tensor operations on the model's device"
+        opt.pooling == PoolingPath::Host     ? "on the host (a CPU model's fused pass as rows are made; a GPU "
+                                               "model's blocks of maps copied there)"
         : opt.pooling == PoolingPath::Kernel ? "by the CUDA kernels from the queries and keys (no map made)"
         : models[0].device_name() == "cpu"   ? "by the CPU's fused pass as rows are made (auto)"
-                                             : "on the GPU (auto: the CUDA kernels where this build has them)");
+        : kernel_pooling_unsupported(models[0].config()).empty()
+            ? "by the CUDA kernels from the queries and keys (auto)"
+            : ("on the host (auto: " + kernel_pooling_unsupported(models[0].config()) + ")").c_str());
   const size_t resident_before =
       static_cast<size_t>(static_cast<int64_t>(process_memory_kb("VmRSS:"))) * 1024;
   std::printf("resident before the captures (process, libraries, weights): %s\n",
@@ -625,9 +627,9 @@ Command bench_command() {
        integer("threads", "N", 1, 4096, "2", "CPU threads"),
        text("models", "DIFF_DIR,BASELINE_DIR", "a pair to time (default: a random pair of the shape below)")},
       "Prints the memory resident before the captures and the peak after each row; long prompts' maps are "
-      "pooled on the host (on the CPU by the fused attention pass as rows are made), by tensor operations "
-      "on the model's device, or on a GPU by the CUDA kernels straight from the queries and keys (--pooling "
-      "auto = kernel on a GPU when this build has them, else device). --matmul times the CPU layers' matrix "
+      "pooled on the host (on the CPU by the fused attention pass as rows are made), or on a GPU by the CUDA "
+      "kernels straight from the queries and keys (--pooling auto = kernel on a GPU when this build has them "
+      "and they take the model's head width, else host). --matmul times the CPU layers' matrix "
       "products instead, the hand-written kernel against cblas_sgemm, each as the layer passes call it.",
       cmd_bench};
   for (Option& o : pair_shape_options()) c.options.push_back(std::move(o));
@@ -635,7 +637,7 @@ Command bench_command() {
   c.options.push_back(flag("no-stats", "no logit statistics"));
   c.options.push_back(pooled_budget_option(""));
   c.options.push_back(device_option("cpu"));
-  c.options.push_back(choice("pooling", "auto|host|device|kernel", "auto", "who pools long prompts' maps"));
+  c.options.push_back(choice("pooling", "auto|host|kernel", "auto", "who pools long prompts' maps"));
   c.options.push_back(
       choice("isa", "auto|avx512|avx2|x86-64", "auto",
              "the CPU's attention pass compiled for this instruction set (auto: the widest there is)"));

@@ -93,31 +93,21 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
   const int64_t T = grid.T, P = grid.P, H = c.map_heads();
   const bool diff = c.is_diff();
   const int64_t maps = diff ? 3 : 1;
-  // Pooling on the maps' device (tensor operations, one read-back per layer) or on the host (a CPU model:
-  // the fused pass; a GPU model: the loops of pool_host): see CaptureOptions::pooling. Rows per block: see
-  // plan_capture.
-  const bool on_device = plan.pool_on_device, by_kernels = plan.pool_by_kernels;
+  // Pooled by core/cuda's kernels on the GPU (no maps made; one read-back per layer) or on the host (a CPU
+  // model: by the fused pass; a GPU model the kernels cannot run: its blocks' maps copied to the host's loops):
+  // see CaptureOptions::pooling. Rows per block: see plan_capture.
+  const bool by_kernels = plan.pool_by_kernels;
   const int64_t block_rows = plan.block_rows;
   const size_t nh = keep_heads.size();
   const size_t cells = static_cast<size_t>(P * P);
-  const size_t host_cells = on_device || by_kernels ? 0 : cells;
+  const size_t host_cells = by_kernels ? 0 : cells;
   std::vector<std::vector<float>> sum(nh * static_cast<size_t>(maps), std::vector<float>(host_cells, 0.0f));
   std::vector<std::vector<float>> best(nh * static_cast<size_t>(maps), std::vector<float>(host_cells, 0.0f));
-  const at::Device lse_device = on_device ? h.device() : at::Device(at::kCPU);
-  Tensor lse1 = at::empty({H, T}, at::TensorOptions().device(lse_device));
-  Tensor lse2 = diff ? at::empty({H, T}, at::TensorOptions().device(lse_device)) : Tensor();
+  Tensor lse1 = at::empty({H, T}, at::TensorOptions().dtype(at::kFloat));
+  Tensor lse2 = diff ? at::empty({H, T}, at::TensorOptions().dtype(at::kFloat)) : Tensor();
   ValueStats stats;
-  StreamingStats streamed;
   bool have_stats = false;
   const auto opts = at::TensorOptions().dtype(at::kLong).device(h.device());
-  std::unique_ptr<DevicePooler> pooler;
-  Tensor head_index;
-  if (on_device && nh > 0) {
-    pooler = std::make_unique<DevicePooler>(grid, static_cast<int64_t>(nh), maps, diff, h.device());
-    if (!plan.all_heads) head_index = at::tensor(keep_heads, opts);
-  }
-  // Adds the maps of query rows [row0, row0 + rows) to the host's pooled cells (a GPU model pooling on the
-  // host): src[m] holds map m of the block for every head, [heads, rows, keys].
   nn::AttentionInputs in;
   std::unique_ptr<KernelPooler> kernels;
   if (by_kernels) {  // a GPU: core/cuda's kernels from the queries and keys, no block of maps
@@ -142,7 +132,7 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
       }
       return kernel_path_output(layer, inputs, c, block_rows);
     });
-  } else if (!on_device && !h.is_cuda()) {  // the CPU: the fused pass block by block, pooling as it goes
+  } else if (!h.is_cuda()) {  // the CPU: the fused pass block by block, pooling as it goes
     h = forward_cpu(cache, c, layer, index, h, rope, in, [&](const nn::AttentionInputs& inputs) {
       const FusedInputs f(inputs, c, 0);
       Tensor o = at::empty({1, H, T, f.ci.dv}, at::TensorOptions().dtype(at::kFloat));
@@ -190,7 +180,7 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
       }
       return o;
     });
-  } else {
+  } else {  // a GPU model the kernels cannot run: each block's maps pooled by the host's loops
     h = layer.forward_blocked(h, rope, block_rows, in, [&](const nn::AttentionBlock& block) {
       if (cancel && cancel->load(std::memory_order_relaxed)) throw Cancelled();
       struct {  // the block of the one sequence: [H, rows, keys]
@@ -213,26 +203,15 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
               at::arange(b.row0, b.row0 + b.rows, opts).lt(options.stats_from).view({1, b.rows, 1}));
         // A single block (short prompts) keeps the exact median; several merge into the histogram's.
         const bool one_block = b.rows == T;
-        if (on_device && !one_block) {
-          streamed.add(b.l1, skip);
-          if (diff) streamed.add(b.l2, skip);
-        } else {
-          ValueStats s =
-              diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
-          if (!have_stats)
-            stats = std::move(s);
-          else
-            stats.merge(s);
-        }
+        ValueStats s = diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
+        if (!have_stats)
+          stats = std::move(s);
+        else
+          stats.merge(s);
         have_stats = true;
       }
       if (nh == 0) return;
       const Tensor* src[3] = {diff ? &b.a1 : &b.a, diff ? &b.a2 : nullptr, diff ? &b.a : nullptr};
-      if (on_device) {
-        for (int64_t m = 0; m < maps; ++m)
-          pooler->add(m, head_index.defined() ? src[m]->index_select(0, head_index) : *src[m], b.row0);
-        return;
-      }
       std::vector<Tensor> cpu;
       for (int64_t m = 0; m < maps; ++m) cpu.push_back(src[m]->to(at::kCPU, at::kFloat).contiguous());
       const float* host[3] = {cpu[0].data_ptr<float>(), diff ? cpu[1].data_ptr<float>() : nullptr,
@@ -244,7 +223,7 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
   lt.index = index;
   lt.pooled = P;
   keep_lambda(in, lt);
-  if (have_stats) lt.logit_stats = on_device && grid.T > block_rows ? streamed.finish() : std::move(stats);
+  if (have_stats) lt.logit_stats = std::move(stats);
   lt.hidden_stats = hidden_stats(h, options.stats_from);
   if (options.keep_hidden && layer_selected(options, index)) lt.hidden = to_array(h[0]);
   lt.q1 = to_array(in.q1[0]);
@@ -258,10 +237,9 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
   if (options.keep_qkv && layer_selected(options, index)) keep_inputs(in, layer, lt);
   if (nh > 0) {
     lt.heads.assign(keep_heads.begin(), keep_heads.end());
-    if (pooler || kernels)  // one read-back per map: [heads, P, P] sums and largest magnitudes
+    if (kernels)  // one read-back per map: [heads, P, P] sums and largest magnitudes
       for (int64_t m = 0; m < maps; ++m) {
-        const std::vector<float> su = kernels ? kernels->sums(m) : pooler->sums(m),
-                                 be = kernels ? kernels->bests(m) : pooler->bests(m);
+        const std::vector<float> su = kernels->sums(m), be = kernels->bests(m);
         for (size_t k = 0; k < nh; ++k) {
           const size_t job = k * static_cast<size_t>(maps) + static_cast<size_t>(m);
           sum[job].assign(su.begin() + static_cast<std::ptrdiff_t>(k * cells),

@@ -109,11 +109,9 @@ CapturePlan plan_capture(const ModelConfig& c, const std::vector<int64_t>& ids, 
     p.block_rows = o.block_rows > 0 ? std::min<int64_t>(o.block_rows, T)
                                     : std::clamp<int64_t>(block_bytes / std::max<int64_t>(per_row, 1), 16, T);
     if (o.pooling == PoolingPath::Kernel && !machine.no_kernels.empty())
-      throw Error("--pooling kernel: " + machine.no_kernels + " (--pooling device pools by tensor operations)");
+      throw Error("--pooling kernel: " + machine.no_kernels + " (--pooling host pools on the host)");
     p.pool_by_kernels = o.pooling == PoolingPath::Kernel ||
                         (o.pooling == PoolingPath::Auto && machine.cuda && machine.no_kernels.empty());
-    p.pool_on_device =
-        !p.pool_by_kernels && (o.pooling == PoolingPath::Device || (o.pooling == PoolingPath::Auto && machine.cuda));
     // On the host: each kept map's mean and max grids, the activations, and on the CPU a block's logits and
     // maps with the few temporary copies its statistics and pooling make (4 blocks' worth).
     const double grids =

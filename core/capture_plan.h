@@ -39,8 +39,6 @@ struct CapturePlan {
   // are kept: blocks, nothing pooled). 0: exact maps.
   int64_t pooled = 0;
   int64_t block_rows = 0;  // pooled: query rows per block
-  bool pool_on_device =
-      false;  // pooled: the blocks' maps are pooled by tensor operations on the model's device
   bool pool_by_kernels = false;  // pooled: by core/cuda's kernels, no block of maps (a GPU model)
 
   bool keeps_layer(int64_t layer) const { return layers[static_cast<size_t>(layer)]; }

@@ -43,7 +43,7 @@ void tune_allocator();
 int num_threads();
 
 // What a capture keeps. Statistics are always computed; maps/logits/hidden are kept on request.
-enum class PoolingPath { Auto, Host, Device, Kernel };
+enum class PoolingPath { Auto, Host, Kernel };
 
 struct CaptureOptions {
   bool keep_maps = true;
@@ -73,11 +73,11 @@ struct CaptureOptions {
   // so that all of them fit this budget, plus the queries, keys and row log-sum-exps that recompute any
   // tile exactly. Statistics and next-token stay exact (pooled medians are histogram estimates).
   size_t pooled_budget_bytes = 0;
-  // Long-prompt mode only: where the blocks' maps are pooled. Auto: a GPU model by core/cuda's kernels
-  // (Kernel: straight from the queries and keys, no map is made; when this build has them and they take
-  // the model's component width), else by tensor operations on the GPU (Device: nothing leaves the device
-  // until the layer is done); a CPU model on the host (by the fused attention pass as rows are made). All
-  // give the same cells; Device on a CPU model runs the GPU path's operations on the CPU (tests).
+  // Long-prompt mode only: who pools the maps. Auto: a GPU model by core/cuda's kernels (Kernel: straight
+  // from the queries and keys, no map is made, nothing leaves the GPU until the layer is done) when this
+  // build has them and they take the model's component width, else the host (Host: a CPU model by the fused
+  // attention pass as rows are made; a GPU model's blocks of maps copied to the host's loops). Both give the
+  // same cells.
   PoolingPath pooling = PoolingPath::Auto;
   int64_t block_rows = 0;  // query rows per block (0: chosen from the memory a block takes)
   // Called on the capturing thread as each layer starts (layer, layers): progress for a server's client.

@@ -1,7 +1,7 @@
 // Internal to core (includes LibTorch's Tensor): the pooled maps of a long-prompt capture, each P x P cell
 // the mean and the largest-magnitude entry of its tokens' causal entries. The grid of cells, the pooling of
-// a block's maps on the host (a GPU model pooling on the host) and on the maps' own device. A CPU model's
-// maps are pooled by the fused pass itself as rows are made (core/attention_cpu.h).
+// a block's maps on the host (a GPU model the kernels cannot run) and by core/cuda's kernels on a GPU. A CPU
+// model's maps are pooled by the fused pass itself as rows are made (core/attention_cpu.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/trace.h"
@@ -33,36 +32,7 @@ void pool_block_on_host(const PoolGrid& grid, const std::vector<int64_t>& keep_h
                         const float* const src[3], int64_t row0, int64_t rows,
                         std::vector<std::vector<float>>& sum, std::vector<std::vector<float>>& best);
 
-// Pooling of a blocked capture's maps with tensor operations on the maps' own device (the GPU path: the
-// maps never leave the device, and the pooled sums and largest-magnitude entries are read back once per
-// layer). Every cell's tokens are listed in a [P, W] table (W: the widest cell), short cells padded with
-// their own first token: a repeated entry cannot change a cell's largest magnitude, and a mask leaves it
-// out of the sums. A block's rows and keys are gathered through this table, clamped to the block's range,
-// which keeps every clamped slot inside its own cell (only the block's first and last cells are cut).
-class DevicePooler {
- public:
-  DevicePooler(const PoolGrid& grid, int64_t heads, int64_t maps, bool signed_last, at::Device dev);
-
-  // Adds map `m` of a block, a [heads, rows, keys] slice (query rows [row0, row0 + rows), keys [0, keys)).
-  // Entries of the causal future are 0 in the maps and change neither sums nor largest magnitudes.
-  void add(int64_t m, const at::Tensor& a, int64_t row0);
-
-  // Sums and largest magnitudes of map m, [heads, P, P], on the host.
-  std::vector<float> sums(int64_t m) const;
-  std::vector<float> bests(int64_t m) const;
-
- private:
-  // The cells that tokens [t0, t1) touch: the first one, the slot table of those cells (token offsets from
-  // t0, clamped into [0, t1 - t0)) and which slots are the cells' own tokens inside the range.
-  std::tuple<int64_t, at::Tensor, at::Tensor> cells(int64_t t0, int64_t t1) const;
-
-  const PoolGrid& grid_;
-  bool signed_last_;  // the last map (DIFF's A1 − λA2) can be negative
-  at::Tensor slots_, own_;
-  std::vector<at::Tensor> sum_, best_;
-};
-
-// The same cells, each row's log-sum-exp and the layer's logit statistics by core/cuda's kernels, straight
+// The cells, each row's log-sum-exp and the layer's logit statistics by core/cuda's kernels, straight
 // from the rotated queries and keys: no block of maps is ever made (the long-prompt path of a CUDA model when
 // this build has the kernels). Two passes over every visible entry: each row's log-sum-exp (and largest
 // |logit|), then the maps' cells and the statistics, in chunks of query rows.

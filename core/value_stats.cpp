@@ -5,12 +5,10 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/bincount.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/histc.h>
 #include <ATen/ops/kthvalue.h>
 #include <ATen/ops/log10.h>
 #include <ATen/ops/nan_to_num.h>
 #include <ATen/ops/topk.h>
-#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <limits>
@@ -97,53 +95,6 @@ ValueStats hidden_stats(const Tensor& h, int64_t from) {
   if (h.is_cuda()) return value_stats({rows});
   const Tensor x = rows.to(at::kFloat).contiguous();
   return value_stats_cpu(x.data_ptr<float>(), x.numel());
-}
-
-void StreamingStats::add(const Tensor& part, const Tensor& skip) {
-  constexpr int64_t kDiscard = LogHistogram::kBins + 2, kChunk = int64_t{1} << 24;
-  Tensor v = at::nan_to_num(part.to(at::kFloat).abs(), 0.0, std::numeric_limits<double>::infinity(),
-                            std::numeric_limits<double>::infinity());
-  // Bucket as value_stats(), as a float in the middle of its unit-wide histc bin: 0 below, 1..kBins,
-  // kBins + 1 above, kDiscard skipped.
-  Tensor b = at::log10(v);
-  b.sub_(LogHistogram::kLogMin).mul_(LogHistogram::kBinsPerDecade).floor_().clamp_(-1, LogHistogram::kBins);
-  b.add_(1.5).masked_fill_(skip, static_cast<double>(kDiscard) + 0.5);
-  const Tensor flat = b.flatten();
-  if (!counts_.defined()) {
-    counts_ = at::zeros({kDiscard + 1}, v.options().dtype(at::kDouble));
-    sum_ = at::zeros({}, v.options().dtype(at::kDouble));
-  }
-  for (int64_t at0 = 0; at0 < flat.numel(); at0 += kChunk)
-    counts_.add_(at::histc(flat.narrow(0, at0, std::min(kChunk, flat.numel() - at0)), kDiscard + 1, 0,
-                           static_cast<double>(kDiscard + 1)));
-  sum_.add_(v.masked_fill(skip, 0.0f).sum(at::kDouble));
-  // Skipped values enter the top-k as -1 and are dropped at the end (|values| are >= 0).
-  const Tensor candidates = v.masked_fill_(skip, -1.0f).flatten();
-  const int64_t k = std::min<int64_t>(ValueStats::kTopK, candidates.numel());
-  if (k == 0) return;
-  const Tensor t = std::get<0>(at::topk(candidates, k));
-  top_ =
-      top_.defined()
-          ? std::get<0>(at::topk(at::cat({top_, t}), std::min<int64_t>(ValueStats::kTopK, top_.numel() + k)))
-          : t;
-}
-
-ValueStats StreamingStats::finish() const {
-  ValueStats s;
-  if (!counts_.defined()) return s;
-  const std::vector<float> tops = top_.defined() ? to_vector(top_) : std::vector<float>{};
-  const Tensor c = counts_.to(at::kCPU).contiguous();
-  const double* cp = c.data_ptr<double>();
-  s.histogram.below = static_cast<uint64_t>(cp[0]);
-  for (int i = 0; i < LogHistogram::kBins; ++i) s.histogram.counts[i] = static_cast<uint64_t>(cp[i + 1]);
-  s.histogram.above = static_cast<uint64_t>(cp[LogHistogram::kBins + 1]);
-  s.count = s.histogram.total();
-  if (s.count == 0) return s;
-  s.mean = static_cast<float>(sum_.item<double>() / static_cast<double>(s.count));
-  for (float t : tops)
-    if (t >= 0 && s.top.size() < std::min<uint64_t>(ValueStats::kTopK, s.count)) s.top.push_back(t);
-  s.median = static_cast<float>(s.histogram.quantile(0.5));
-  return s;
 }
 
 }  // namespace difflens

@@ -21,17 +21,4 @@ ValueStats value_stats(const std::vector<at::Tensor>& parts, const at::Tensor& s
 // by value_stats()'s tensor operations.
 ValueStats hidden_stats(const at::Tensor& h, int64_t from);
 
-// The statistics of value_stats() accumulated block by block on the blocks' own device, read back once at
-// the end: bucket counts (histc over chunks of at most 2^24 values, whose float counts are exact), the sum
-// of |values| and the running top-k. Equal to merging value_stats() of each block (exact top-k, mean and
-// histogram; the median is the histogram's estimate), without a host round trip per block.
-class StreamingStats {
- public:
-  void add(const at::Tensor& part, const at::Tensor& skip);  // skip: true where a value is left out
-  ValueStats finish() const;
-
- private:
-  at::Tensor counts_, sum_, top_;
-};
-
 }  // namespace difflens

@@ -98,31 +98,27 @@ TEST_CASE("capture plan: long prompts pool their maps within the budget, in bloc
   CHECK(p.block_rows == 629);
   // On the host: 12 maps' mean and max grids, the activations, and 4 blocks' logits and maps.
   CHECK(p.host_bytes == 12 * 2 * 104 * 104 * 4 + p.activation_bytes + 4.0 * 629 * (2 * 1000 * 4 * 5));
-  CHECK_FALSE(p.pool_on_device);
-  // An 80 GB GPU: a 32nd of it, at most 2 GB, is more than the whole prompt: one block; pooled there.
+  CHECK_FALSE(p.pool_by_kernels);
+  // An 80 GB GPU whose build has no kernels: a 32nd of it, at most 2 GB, is more than the whole prompt: one
+  // block, pooled on the host.
   CaptureMachine gpu;
   gpu.cuda = true;
   gpu.device_total = uint64_t{80} << 30;
   const CapturePlan g = plan_capture(c, ids(1000), o, 0, gpu);
   CHECK(g.block_rows == 1000);
-  CHECK(g.pool_on_device);
   CHECK_FALSE(g.pool_by_kernels);  // this machine says the kernels cannot run the model
-  // A build with the kernels: auto pools by them; device and host still choose their own paths.
+  // A build with the kernels: auto pools by them; host still chooses the host.
   CaptureMachine kernels = gpu;
   kernels.no_kernels = "";
-  const CapturePlan k = plan_capture(c, ids(1000), o, 0, kernels);
-  CHECK(k.pool_by_kernels);
-  CHECK_FALSE(k.pool_on_device);
-  o.pooling = PoolingPath::Device;
-  CHECK(plan_capture(c, ids(1000), o, 0, kernels).pool_on_device);
+  CHECK(plan_capture(c, ids(1000), o, 0, kernels).pool_by_kernels);
+  o.pooling = PoolingPath::Host;
   CHECK_FALSE(plan_capture(c, ids(1000), o, 0, kernels).pool_by_kernels);
   // Asked for where they cannot run: refused with the reason and the other way.
   o.pooling = PoolingPath::Kernel;
   CHECK(plan_capture(c, ids(1000), o, 0, kernels).pool_by_kernels);
   CHECK_THROWS_WITH(plan_capture(c, ids(1000), o, 0, gpu),
-                    "--pooling kernel: the model is not on a CUDA GPU (--pooling device pools by tensor operations)");
+                    "--pooling kernel: the model is not on a CUDA GPU (--pooling host pools on the host)");
   o.pooling = PoolingPath::Host;
-  CHECK_FALSE(plan_capture(c, ids(1000), o, 0, gpu).pool_on_device);
   o.block_rows = 100;
   CHECK(plan_capture(c, ids(1000), o, 0, gpu).block_rows == 100);
 
@@ -225,9 +221,10 @@ TEST_CASE("capture: heads asked in another order keep their own maps, exact and 
         CHECK(std::equal(got->data.begin() + k * n, got->data.begin() + (k + 1) * n,
                          want->data.begin() + head * n));
     }
-  // Pooled: the same order through the blocked path (device pooling on the CPU selects heads by index).
+  // Pooled: the same order through the fused pass's pooling (the kernels' order is checked on a GPU, in
+  // "CUDA long prompts: ...", with a head kept alone).
   swapped.pooled_budget_bytes = 20000;
-  swapped.pooling = PoolingPath::Device;
+  swapped.pooling = PoolingPath::Host;
   CaptureOptions pooled_all = swapped;
   pooled_all.heads = {};
   const Trace p = m.capture(prompt, swapped), q = m.capture(prompt, pooled_all);

@@ -136,113 +136,6 @@ TEST_CASE("long prompts: pooled cells wider than a vector, on every instruction 
   });
 }
 
-// The GPU's pooling path (tensor operations on the maps' device, statistics accumulated there) run on the
-// CPU: block by block it must give the host loops' cells, and both the pooling of the exact maps.
-TEST_CASE("long prompts: pooling on the maps' device equals the host's pooling, block by block",
-          "[long][capture]") {
-  // Random tiny models (GQA and a sliding window among them) and the bundled DIFF, whose A1 − λA2 has
-  // negative entries (random weights give near-uniform maps, where A1 − λA2 stays positive).
-  std::vector<Model> models;
-  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
-                               test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 1),
-                               windowed(test::tiny_config(AttentionKind::Diff, 32, 1, 4, 2), 20)})
-    models.push_back(Model::random(c, 33));
-  models.push_back(Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu));
-  for (size_t mi = 0; mi < models.size(); ++mi) {
-    const Model& m = models[mi];
-    const ModelConfig& c = m.config();
-    const bool bundled = mi + 1 == models.size();
-    const int64_t T = 150, heads = c.map_heads(), maps = c.is_diff() ? 3 : 1;
-    std::vector<int64_t> ids = test::random_ids(static_cast<size_t>(T), c.vocab_size, 9);
-    if (bundled) {
-      ids = m.tokenizer()
-                .encode(test::read_all(DIFFLENS_SOURCE_DIR "/assets/haystack.txt").substr(0, 2000), true)
-                .ids;
-      ids.resize(static_cast<size_t>(T));
-    }
-    const Trace exact = m.capture(ids);
-    for (const std::vector<int>& keep : {std::vector<int>{}, std::vector<int>{static_cast<int>(heads) - 1}})
-      for (const int64_t block : {int64_t{16}, int64_t{23}, T})
-        for (const int64_t stats_from : {int64_t{0}, int64_t{40}}) {
-          INFO((bundled ? "bundled " : "")
-               << to_string(c.attention) << " window " << c.sliding_window << ", " << keep.size()
-               << " heads kept, " << block << " rows per block, statistics from " << stats_from);
-          const int64_t P = 37;
-          const int64_t kept_heads = keep.empty() ? heads : 1;
-          CaptureOptions o;
-          o.pooled_budget_bytes =
-              static_cast<size_t>(c.num_hidden_layers * kept_heads * maps * 2 * 4 * P * P);
-          o.heads = keep;
-          o.block_rows = block;
-          o.stats_from = stats_from;
-          o.pooling = PoolingPath::Host;
-          const Trace host = m.capture(ids, o);
-          o.pooling = PoolingPath::Device;
-          const Trace device = m.capture(ids, o);
-          for (size_t l = 0; l < host.layers.size(); ++l) {
-            const LayerTrace &a = host.layers[l], &b = device.layers[l], &e = exact.layers[l];
-            REQUIRE(b.pooled == P);
-            CHECK(b.heads == a.heads);
-            const std::vector<std::pair<const FloatArray*, const FloatArray*>> pairs = {
-                {&a.a1_mean, &b.a1_mean}, {&a.a1_max, &b.a1_max}, {&a.a2_mean, &b.a2_mean},
-                {&a.a2_max, &b.a2_max},   {&a.a_mean, &b.a_mean}, {&a.a_max, &b.a_max}};
-            for (const auto& [x, y] : pairs) {
-              REQUIRE(x->shape == y->shape);
-              REQUIRE(x->data.size() == y->data.size());
-              double worst = 0;
-              int nan_mismatch = 0;
-              for (size_t i = 0; i < x->data.size(); ++i) {
-                if (std::isnan(x->data[i]) != std::isnan(y->data[i])) ++nan_mismatch;
-                if (!std::isnan(x->data[i]))
-                  worst = std::max(worst, static_cast<double>(std::fabs(x->data[i] - y->data[i])));
-              }
-              CHECK(nan_mismatch == 0);
-              // The host's pooling reads the CPU's fused pass, the device's the tensor operations: 1e-6 apart
-              // on the same inputs. Past the first layer the inputs themselves differ by float rounding,
-              // which the trained model's sharp maps amplify (measured up to 1.8e-6 by its last layer).
-              CHECK(worst < (bundled && l > 0 ? 2.5e-6 : 1e-6));
-            }
-            // The bundled DIFF's A1 − λA2 has negative cells: the largest magnitude keeps its sign.
-            if (bundled) {
-              float lowest = 0;
-              for (float v : b.a_max.data)
-                if (!std::isnan(v)) lowest = std::min(lowest, v);
-              CHECK(lowest < 0);
-            }
-            // Tile inputs agree.
-            REQUIRE(a.lse1.data.size() == b.lse1.data.size());
-            for (size_t i = 0; i < a.lse1.data.size(); ++i)
-              CHECK(a.lse1.data[i] == Approx(b.lse1.data[i]).margin(1e-5));
-            CHECK(b.lse2.data.size() == a.lse2.data.size());
-            // Statistics: exact counts, top-k and mean; a median that is the same estimate. The host's fused
-            // pass and the device's tensor operations sum a logit's products in another order (1e-7 apart),
-            // so a value on a bin's edge may fall on either side: the cumulative counts agree within 2.
-            CHECK(b.logit_stats.count == a.logit_stats.count);
-            CHECK(b.logit_stats.histogram.below == a.logit_stats.histogram.below);
-            CHECK(b.logit_stats.histogram.above == a.logit_stats.histogram.above);
-            int64_t cum_a = 0, cum_b = 0, worst_cum = 0;
-            for (int bin = 0; bin < LogHistogram::kBins; ++bin) {
-              cum_a += static_cast<int64_t>(a.logit_stats.histogram.counts[static_cast<size_t>(bin)]);
-              cum_b += static_cast<int64_t>(b.logit_stats.histogram.counts[static_cast<size_t>(bin)]);
-              worst_cum = std::max(worst_cum, std::abs(cum_a - cum_b));
-            }
-            CHECK(worst_cum <= 2);
-            REQUIRE(b.logit_stats.top.size() == a.logit_stats.top.size());
-            for (size_t k = 0; k < a.logit_stats.top.size(); ++k)
-              CHECK(b.logit_stats.top[k] == Approx(a.logit_stats.top[k]).margin(1e-6));
-            CHECK(b.logit_stats.mean == Approx(a.logit_stats.mean).epsilon(1e-5));
-            CHECK(b.logit_stats.median == Approx(a.logit_stats.median).epsilon(1e-5));
-            if (stats_from == 0) {
-              CHECK(b.logit_stats.count == e.logit_stats.count);
-              CHECK(b.logit_stats.top_k(1) == Approx(e.logit_stats.top_k(1)).margin(1e-5));
-            }
-            CHECK(b.lambda == Approx(e.lambda));
-          }
-          CHECK(device.next_token[0].id == host.next_token[0].id);
-        }
-  }
-}
-
 TEST_CASE("long prompts: --pooling kernel on a CPU model is refused with the reason", "[long][capture]") {
   const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 1, 2, 1);
   const Model m = Model::random(c, 3);
@@ -251,16 +144,17 @@ TEST_CASE("long prompts: --pooling kernel on a CPU model is refused with the rea
   o.pooling = PoolingPath::Kernel;
   CHECK_THROWS_WITH(m.capture(test::random_ids(200, c.vocab_size, 1), o),
                     "--pooling kernel: the model is on the CPU (the kernels pool a CUDA model's long prompts) "
-                    "(--pooling device pools by tensor operations)");
+                    "(--pooling host pools on the host)");
   // A prompt whose maps fit the budget is captured exactly: the pooling path does not matter.
   o.pooled_budget_bytes = 1 << 20;
   CHECK(m.capture(test::random_ids(20, c.vocab_size, 1), o).layers[0].pooled == 0);
 }
 
-// The GPU's long-prompt paths, core/cuda's kernels (straight from the queries and keys) and the tensor
-// operations, against the CPU's fused pass: the same cells, row log-sum-exps, statistics and next token, for
-// DIFF, DIFF V2, the baseline, GQA, a sliding window and the bundled DIFF, whole and in several launches.
-TEST_CASE("CUDA long prompts: the kernels and the tensor operations pool as the CPU's fused pass",
+// The GPU's long-prompt paths, core/cuda's kernels (straight from the queries and keys) and the GPU's blocks
+// of maps pooled on the host (where the kernels cannot run), against the CPU's fused pass: the same cells,
+// row log-sum-exps, statistics and next token, for DIFF, DIFF V2, the baseline, GQA, a sliding window and
+// the bundled DIFF, whole and in several launches.
+TEST_CASE("CUDA long prompts: the kernels and the host's pooling of GPU blocks equal the CPU's fused pass",
           "[long][gpu]") {
   if (!cuda_available()) test::skip("no CUDA device (this LibTorch build or this machine has no GPU)");
   PairSpec spec;
@@ -284,12 +178,12 @@ TEST_CASE("CUDA long prompts: the kernels and the tensor operations pool as the 
     for (const std::vector<int>& keep : {std::vector<int>{}, std::vector<int>{static_cast<int>(heads) - 1}})
       for (const int64_t block : {int64_t{0}, int64_t{100}})
         for (const int64_t stats_from : {int64_t{0}, int64_t{40}})
-          for (const PoolingPath path : {PoolingPath::Kernel, PoolingPath::Device}) {
+          for (const PoolingPath path : {PoolingPath::Kernel, PoolingPath::Host}) {
             if (path == PoolingPath::Kernel && !no_kernels.empty()) continue;
             INFO((bundled ? "bundled " : "") << to_string(c.attention) << " window " << c.sliding_window << ", "
                                              << keep.size() << " heads kept, " << block << " rows per block, "
                                              << "statistics from " << stats_from << ", pooled by "
-                                             << (path == PoolingPath::Kernel ? "the kernels" : "tensor operations"));
+                                             << (path == PoolingPath::Kernel ? "the kernels" : "the host"));
             const int64_t P = 37, kept_heads = keep.empty() ? heads : 1;
             CaptureOptions o;
             o.pooled_budget_bytes = static_cast<size_t>(c.num_hidden_layers * kept_heads * maps * 2 * 4 * P * P);
@@ -325,9 +219,9 @@ TEST_CASE("CUDA long prompts: the kernels and the tensor operations pool as the 
               }
               CHECK(nan_mismatch == 0);
               // The GPU's layers differ from the CPU's by float rounding, which the trained model's sharp maps
-              // amplify layer after layer: on an H200 the tensor operations' cells were up to 1.7e-5 off the
-              // fused pass on the bundled DIFF, the kernels' 3.4e-5 (maps and lse together); random models
-              // stay under 1e-5.
+              // amplify layer after layer: on an H200 the cells of its former tensor-operation pooling were up
+              // to 1.7e-5 off the fused pass on the bundled DIFF, the kernels' 3.4e-5 (maps and lse together);
+              // random models stay under 1e-5.
               CHECK(worst < (bundled ? 5e-5 : 1e-5));
               CHECK(worst_lse < 1e-5);
               const ValueStats &sa = a.logit_stats, &sb = b.logit_stats;
