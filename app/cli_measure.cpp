@@ -560,8 +560,8 @@ int cmd_bench(const Args& a) {
     std::printf(
         "long prompts: pooled maps within %s per model once the exact maps would exceed it, pooled %s\n",
         mb(opt.pooled_budget_bytes).c_str(),
-        opt.pooling == PoolingPath::Host     ? "on the host (a CPU model's fused pass as rows are made; a GPU "
-                                               "model's blocks of maps copied there)"
+        opt.pooling == PoolingPath::Host ? "on the host (a CPU model's fused pass as rows are made; a GPU "
+                                           "model's blocks of maps copied there)"
         : opt.pooling == PoolingPath::Kernel ? "by the CUDA kernels from the queries and keys (no map made)"
         : models[0].device_name() == "cpu"   ? "by the CPU's fused pass as rows are made (auto)"
         : kernel_pooling_unsupported(models[0].config()).empty()

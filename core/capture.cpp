@@ -94,8 +94,8 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
   const bool diff = c.is_diff();
   const int64_t maps = diff ? 3 : 1;
   // Pooled by core/cuda's kernels on the GPU (no maps made; one read-back per layer) or on the host (a CPU
-  // model: by the fused pass; a GPU model the kernels cannot run: its blocks' maps copied to the host's loops):
-  // see CaptureOptions::pooling. Rows per block: see plan_capture.
+  // model: by the fused pass; a GPU model the kernels cannot run: its blocks' maps copied to the host's
+  // loops): see CaptureOptions::pooling. Rows per block: see plan_capture.
   const bool by_kernels = plan.pool_by_kernels;
   const int64_t block_rows = plan.block_rows;
   const size_t nh = keep_heads.size();
@@ -203,7 +203,8 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
               at::arange(b.row0, b.row0 + b.rows, opts).lt(options.stats_from).view({1, b.rows, 1}));
         // A single block (short prompts) keeps the exact median; several merge into the histogram's.
         const bool one_block = b.rows == T;
-        ValueStats s = diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
+        ValueStats s =
+            diff ? value_stats({b.l1, b.l2}, skip, one_block) : value_stats({b.l1}, skip, one_block);
         if (!have_stats)
           stats = std::move(s);
         else
@@ -285,7 +286,8 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   CaptureMachine machine;
   machine.host_available = available_memory_bytes();
   machine.cuda = dev.is_cuda();
-  if (!machine.cuda) machine.no_kernels = "the model is on the CPU (the kernels pool a CUDA model's long prompts)";
+  if (!machine.cuda)
+    machine.no_kernels = "the model is on the CPU (the kernels pool a CUDA model's long prompts)";
   if (machine.cuda) {
     machine.no_kernels = KernelPooler::unsupported(c.head_dim, c.is_diff());
     uint64_t free_bytes = 0;

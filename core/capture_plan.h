@@ -38,7 +38,7 @@ struct CapturePlan {
   // > 0: attention in blocks of query rows and each kept map pooled to pooled x pooled cells (1 when no maps
   // are kept: blocks, nothing pooled). 0: exact maps.
   int64_t pooled = 0;
-  int64_t block_rows = 0;  // pooled: query rows per block
+  int64_t block_rows = 0;        // pooled: query rows per block
   bool pool_by_kernels = false;  // pooled: by core/cuda's kernels, no block of maps (a GPU model)
 
   bool keeps_layer(int64_t layer) const { return layers[static_cast<size_t>(layer)]; }

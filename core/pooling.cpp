@@ -78,13 +78,15 @@ void pool_block_on_host(const PoolGrid& grid, const std::vector<int64_t>& keep_h
 // ---- KernelPooler ----
 
 #ifdef DIFFLENS_CUDA_CAPTURE
-static_assert(cuda::kLogMin == LogHistogram::kLogMin && cuda::kBinsPerDecade == LogHistogram::kBinsPerDecade &&
+static_assert(cuda::kLogMin == LogHistogram::kLogMin &&
+                  cuda::kBinsPerDecade == LogHistogram::kBinsPerDecade &&
                   cuda::kBins == LogHistogram::kBins && cuda::kTopK == ValueStats::kTopK,
               "the kernels' statistics must be laid out as LogHistogram and ValueStats");
 
 namespace {
 void check_cuda(int code, const char* what) {
-  if (code != 0) throw Error(std::string("CUDA kernel ") + what + " failed (cudaError_t " + std::to_string(code) + ")");
+  if (code != 0)
+    throw Error(std::string("CUDA kernel ") + what + " failed (cudaError_t " + std::to_string(code) + ")");
 }
 }  // namespace
 
@@ -102,7 +104,8 @@ KernelPooler::KernelPooler(const PoolGrid& grid, const std::vector<int64_t>& kee
   bin_ = at::tensor(bin, ints).to(dev);
   if (!keep_heads.empty()) {
     std::vector<int32_t> slot(static_cast<size_t>(heads), -1);
-    for (size_t k = 0; k < keep_heads.size(); ++k) slot[static_cast<size_t>(keep_heads[k])] = static_cast<int32_t>(k);
+    for (size_t k = 0; k < keep_heads.size(); ++k)
+      slot[static_cast<size_t>(keep_heads[k])] = static_cast<int32_t>(k);
     slot_ = at::tensor(slot, ints).to(dev);
     const int64_t nh = static_cast<int64_t>(keep_heads.size());
     for (int64_t m = 0; m < (diff ? 3 : 1); ++m) {
@@ -118,7 +121,8 @@ void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, con
   auto f32 = [](const Tensor& t) { return t.defined() ? t.to(at::kFloat).contiguous() : t; };
   const Tensor Q1 = f32(q1), K1 = f32(k1), Q2 = diff_ ? f32(q2) : Tensor(), K2 = diff_ ? f32(k2) : Tensor();
   const int64_t H = Q1.size(0), T = Q1.size(1), d = Q1.size(2);
-  if (H != heads_ || T != grid_.T) throw Error("KernelPooler: the inputs' heads or tokens differ from the grid's");
+  if (H != heads_ || T != grid_.T)
+    throw Error("KernelPooler: the inputs' heads or tokens differ from the grid's");
   const std::string why = unsupported(d, diff_);
   if (!why.empty()) throw Error(why);
   const auto floats = Q1.options();
@@ -147,7 +151,8 @@ void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, con
     for (int64_t r0 = 0; r0 < T; r0 += chunk_rows) {
       between();
       launch(static_cast<int>(r0), static_cast<int>(std::min(chunk_rows, T - r0)));
-      check_cuda(cuda::synchronize(Q1.device().index()), "synchronize");  // so that `between` can stop a layer midway
+      check_cuda(cuda::synchronize(Q1.device().index()),
+                 "synchronize");  // so that `between` can stop a layer midway
     }
   };
   cuda::RowLseArgs la;
@@ -197,7 +202,8 @@ void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, con
     // Every row's largest |logit| is an entry of its own, so the kTopK-th largest of them bounds the
     // kTopK-th largest entry from below: entries under it never enter the warps' lists.
     const Tensor row_max = max_abs.narrow(1, stats_from, T - stats_from).flatten();
-    if (row_max.numel() >= cuda::kTopK) pa.top_floor = std::get<0>(at::topk(row_max, cuda::kTopK)).min().item<float>();
+    if (row_max.numel() >= cuda::kTopK)
+      pa.top_floor = std::get<0>(at::topk(row_max, cuda::kTopK)).min().item<float>();
   }
   chunks([&](int r0, int rows) {
     pa.row0 = r0;
@@ -228,8 +234,12 @@ void KernelPooler::run(const Tensor&, const Tensor&, const Tensor&, const Tensor
 }
 #endif
 
-std::vector<float> KernelPooler::sums(int64_t m) const { return to_vector(sum_[static_cast<size_t>(m)]); }
-std::vector<float> KernelPooler::bests(int64_t m) const { return to_vector(best_[static_cast<size_t>(m)]); }
+std::vector<float> KernelPooler::sums(int64_t m) const {
+  return to_vector(sum_[static_cast<size_t>(m)]);
+}
+std::vector<float> KernelPooler::bests(int64_t m) const {
+  return to_vector(best_[static_cast<size_t>(m)]);
+}
 
 ValueStats KernelPooler::stats() const {
   ValueStats s;
@@ -237,7 +247,8 @@ ValueStats KernelPooler::stats() const {
   const Tensor c = hist_.to(at::kCPU).contiguous();
   const int64_t* cp = c.data_ptr<int64_t>();
   s.histogram.below = static_cast<uint64_t>(cp[0]);
-  for (int i = 0; i < LogHistogram::kBins; ++i) s.histogram.counts[static_cast<size_t>(i)] = static_cast<uint64_t>(cp[i + 1]);
+  for (int i = 0; i < LogHistogram::kBins; ++i)
+    s.histogram.counts[static_cast<size_t>(i)] = static_cast<uint64_t>(cp[i + 1]);
   s.histogram.above = static_cast<uint64_t>(cp[LogHistogram::kBins + 1]);
   s.count = s.histogram.total();
   if (s.count == 0) return s;

@@ -209,7 +209,7 @@ TEST_CASE("remove_tree removes a folder's whole tree, links as links, and a miss
   CHECK_FALSE(ec);
   CHECK_FALSE(std::filesystem::exists(std::filesystem::symlink_status(tree)));
   CHECK(test::read_all((keep / "kept.txt").string()) == "stays");  // the links' targets stay
-  CHECK(remove_tree(tree, ec));  // gone already: nothing to do
+  CHECK(remove_tree(tree, ec));                                    // gone already: nothing to do
   CHECK_FALSE(ec);
   std::ofstream(dir / "single.txt") << "1";
   CHECK(remove_tree(dir / "single.txt", ec));  // a file alone
@@ -217,7 +217,8 @@ TEST_CASE("remove_tree removes a folder's whole tree, links as links, and a miss
   // A folder that cannot be read (not as root, who reads anything): false, with the system's reason.
   if (::geteuid() != 0) {
     std::filesystem::create_directories(dir / "locked" / "inner");
-    std::filesystem::permissions(dir / "locked", std::filesystem::perms::owner_write | std::filesystem::perms::owner_exec);
+    std::filesystem::permissions(dir / "locked",
+                                 std::filesystem::perms::owner_write | std::filesystem::perms::owner_exec);
     CHECK_FALSE(remove_tree(dir / "locked", ec));
     CHECK(ec == std::errc::permission_denied);
     std::filesystem::permissions(dir / "locked", std::filesystem::perms::owner_all);

@@ -44,15 +44,15 @@ struct DeviceBuffer {
 struct Case {
   int H, Hkv, T, d, P, window;
   bool diff, per_row;
-  int chunk;                // query rows per launch
-  std::vector<int> kept;    // heads pooled, in slot order
+  int chunk;              // query rows per launch
+  std::vector<int> kept;  // heads pooled, in slot order
   int stats_from;
 };
 
 void check_case(const Case& k) {
-  INFO("H " << k.H << " Hkv " << k.Hkv << " T " << k.T << " d " << k.d << " P " << k.P << " window " << k.window
-            << (k.diff ? (k.per_row ? " DIFF V2" : " DIFF") : " baseline") << " rows per launch " << k.chunk
-            << " heads pooled " << k.kept.size() << " statistics from row " << k.stats_from);
+  INFO("H " << k.H << " Hkv " << k.Hkv << " T " << k.T << " d " << k.d << " P " << k.P << " window "
+            << k.window << (k.diff ? (k.per_row ? " DIFF V2" : " DIFF") : " baseline") << " rows per launch "
+            << k.chunk << " heads pooled " << k.kept.size() << " statistics from row " << k.stats_from);
   const int H = k.H, Hkv = k.Hkv, T = k.T, d = k.d, P = k.P, w = k.window;
   const float lambda = 0.37f;
   std::mt19937 rng(static_cast<unsigned>(5 + T + d));
@@ -69,13 +69,16 @@ void check_case(const Case& k) {
     for (int i = r * T / P; i < (r + 1) * T / P; ++i) bin[size_t(i)] = r;
   std::vector<float> lambda_rows(size_t(H) * T);  // DIFF V2: λ per head and row, in (0, 1)
   for (float& x : lambda_rows) x = 1.0f / (1.0f + std::exp(-nd(rng) * 2));
-  auto lambda_of = [&](int h, int i) { return k.per_row ? double(lambda_rows[size_t(h) * T + i]) : double(lambda); };
+  auto lambda_of = [&](int h, int i) {
+    return k.per_row ? double(lambda_rows[size_t(h) * T + i]) : double(lambda);
+  };
   auto visible = [&](int i, int j) { return j <= i && (w <= 0 || i - j < w); };
 
   // Exact logits and softmax maps in double on the CPU.
   auto logits = [&](const std::vector<float>& q, const std::vector<float>& kk, int h, int i, int j) {
     double s = 0;
-    for (int e = 0; e < d; ++e) s += double(q[(size_t(h) * T + i) * d + e]) * kk[(size_t(h / (H / Hkv)) * T + j) * d + e];
+    for (int e = 0; e < d; ++e)
+      s += double(q[(size_t(h) * T + i) * d + e]) * kk[(size_t(h / (H / Hkv)) * T + j) * d + e];
     return s;
   };
   auto softmax_map = [&](const std::vector<float>& q, const std::vector<float>& kk, int h) {
@@ -145,8 +148,8 @@ void check_case(const Case& k) {
   double ref_sum = 0;
   std::vector<double> ref_abs;
   const std::vector<float> g_lse1 = lse1.host(), g_lse2 = lse2.host();
-  const std::vector<float> gs1 = s1.host(), gb1 = b1.host(), gs2 = s2.host(), gb2 = b2.host(), gsa = sa.host(),
-                           gba = ba.host();
+  const std::vector<float> gs1 = s1.host(), gb1 = b1.host(), gs2 = s2.host(), gb2 = b2.host(),
+                           gsa = sa.host(), gba = ba.host();
   for (int h = 0; h < H; ++h) {
     const auto [a1, l1] = softmax_map(q1, k1, h);
     const auto [a2, l2] =
@@ -186,14 +189,17 @@ void check_case(const Case& k) {
           }
         const size_t cell = (size_t(slot[size_t(h)]) * P + r) * P + c;
         // Relative to the value where it exceeds 1 (a sum of up to (T/P)^2 entries added in float).
-        auto off = [](float got, double want) { return std::fabs(got - want) / std::max(1.0, std::fabs(want)); };
+        auto off = [](float got, double want) {
+          return std::fabs(got - want) / std::max(1.0, std::fabs(want));
+        };
         worst_cell = std::max({worst_cell, off(gsa[cell], sum), off(gba[cell], best)});
         if (k.diff)
-          worst_cell = std::max({worst_cell, off(gs1[cell], sum1), off(gb1[cell], best1), off(gs2[cell], sum2),
-                                 off(gb2[cell], best2)});
+          worst_cell = std::max({worst_cell, off(gs1[cell], sum1), off(gb1[cell], best1),
+                                 off(gs2[cell], sum2), off(gb2[cell], best2)});
       }
   }
-  INFO("largest difference: cells " << worst_cell << ", row lse " << worst_lse << ", row max " << worst_row_max);
+  INFO("largest difference: cells " << worst_cell << ", row lse " << worst_lse << ", row max "
+                                    << worst_row_max);
   CHECK(worst_cell < 2e-5);
   CHECK(worst_lse < 1e-4);
   CHECK(worst_row_max < 1e-4);
@@ -206,7 +212,8 @@ void check_case(const Case& k) {
   REQUIRE(total == ref_hist.total());
   moved += uint64_t(std::llabs(static_cast<long long>(gh[0]) - static_cast<long long>(ref_hist.below)));
   for (int b = 0; b < LogHistogram::kBins; ++b)
-    moved += uint64_t(std::llabs(static_cast<long long>(gh[size_t(b) + 1]) - static_cast<long long>(ref_hist.counts[size_t(b)])));
+    moved += uint64_t(std::llabs(static_cast<long long>(gh[size_t(b) + 1]) -
+                                 static_cast<long long>(ref_hist.counts[size_t(b)])));
   INFO("entries counted " << total << ", in another bucket than the reference's " << moved);
   CHECK(moved <= 2 + total / 10000);
   CHECK(abs_sum.host()[0] / double(total) == Approx(ref_sum / double(total)).epsilon(1e-5));

@@ -142,9 +142,10 @@ TEST_CASE("long prompts: --pooling kernel on a CPU model is refused with the rea
   CaptureOptions o;
   o.pooled_budget_bytes = 4096;
   o.pooling = PoolingPath::Kernel;
-  CHECK_THROWS_WITH(m.capture(test::random_ids(200, c.vocab_size, 1), o),
-                    "--pooling kernel: the model is on the CPU (the kernels pool a CUDA model's long prompts) "
-                    "(--pooling host pools on the host)");
+  CHECK_THROWS_WITH(
+      m.capture(test::random_ids(200, c.vocab_size, 1), o),
+      "--pooling kernel: the model is on the CPU (the kernels pool a CUDA model's long prompts) "
+      "(--pooling host pools on the host)");
   // A prompt whose maps fit the budget is captured exactly: the pooling path does not matter.
   o.pooled_budget_bytes = 1 << 20;
   CHECK(m.capture(test::random_ids(20, c.vocab_size, 1), o).layers[0].pooled == 0);
@@ -161,9 +162,10 @@ TEST_CASE("CUDA long prompts: the kernels and the host's pooling of GPU blocks e
   spec.hidden_size = 32, spec.num_layers = 2, spec.diff_heads = 2, spec.diff_kv_heads = 1;
   spec.vocab_size = 259, spec.max_position_embeddings = 512;
   std::vector<Model> models;
-  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
-                               test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 1), make_matched_diff_v2(spec),
-                               windowed(test::tiny_config(AttentionKind::Diff, 32, 1, 4, 2), 20)})
+  for (const ModelConfig& c :
+       {test::tiny_config(AttentionKind::Diff, 32, 2, 2, 1),
+        test::tiny_config(AttentionKind::Baseline, 32, 2, 2, 1), make_matched_diff_v2(spec),
+        windowed(test::tiny_config(AttentionKind::Diff, 32, 1, 4, 2), 20)})
     models.push_back(Model::random(c, 33));
   models.push_back(Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu));
   const std::string no_kernels = kernel_pooling_unsupported(models[0].config());
@@ -180,13 +182,15 @@ TEST_CASE("CUDA long prompts: the kernels and the host's pooling of GPU blocks e
         for (const int64_t stats_from : {int64_t{0}, int64_t{40}})
           for (const PoolingPath path : {PoolingPath::Kernel, PoolingPath::Host}) {
             if (path == PoolingPath::Kernel && !no_kernels.empty()) continue;
-            INFO((bundled ? "bundled " : "") << to_string(c.attention) << " window " << c.sliding_window << ", "
-                                             << keep.size() << " heads kept, " << block << " rows per block, "
-                                             << "statistics from " << stats_from << ", pooled by "
-                                             << (path == PoolingPath::Kernel ? "the kernels" : "the host"));
+            INFO((bundled ? "bundled " : "")
+                 << to_string(c.attention) << " window " << c.sliding_window << ", " << keep.size()
+                 << " heads kept, " << block << " rows per block, "
+                 << "statistics from " << stats_from << ", pooled by "
+                 << (path == PoolingPath::Kernel ? "the kernels" : "the host"));
             const int64_t P = 37, kept_heads = keep.empty() ? heads : 1;
             CaptureOptions o;
-            o.pooled_budget_bytes = static_cast<size_t>(c.num_hidden_layers * kept_heads * maps * 2 * 4 * P * P);
+            o.pooled_budget_bytes =
+                static_cast<size_t>(c.num_hidden_layers * kept_heads * maps * 2 * 4 * P * P);
             o.heads = keep;
             o.block_rows = block;
             o.stats_from = stats_from;
@@ -200,10 +204,15 @@ TEST_CASE("CUDA long prompts: the kernels and the host's pooling of GPU blocks e
               CHECK(b.heads == a.heads);
               double worst = 0, worst_lse = 0;
               int nan_mismatch = 0;
-              for (const auto& [x, y] : std::vector<std::pair<const FloatArray*, const FloatArray*>>{
-                       {&a.a1_mean, &b.a1_mean}, {&a.a1_max, &b.a1_max}, {&a.a2_mean, &b.a2_mean},
-                       {&a.a2_max, &b.a2_max},   {&a.a_mean, &b.a_mean}, {&a.a_max, &b.a_max},
-                       {&a.lse1, &b.lse1},       {&a.lse2, &b.lse2}}) {
+              for (const auto& [x, y] :
+                   std::vector<std::pair<const FloatArray*, const FloatArray*>>{{&a.a1_mean, &b.a1_mean},
+                                                                                {&a.a1_max, &b.a1_max},
+                                                                                {&a.a2_mean, &b.a2_mean},
+                                                                                {&a.a2_max, &b.a2_max},
+                                                                                {&a.a_mean, &b.a_mean},
+                                                                                {&a.a_max, &b.a_max},
+                                                                                {&a.lse1, &b.lse1},
+                                                                                {&a.lse2, &b.lse2}}) {
                 REQUIRE(x->shape == y->shape);
                 const bool lse = x == &a.lse1 || x == &a.lse2;
                 for (size_t i = 0; i < x->data.size(); ++i) {
@@ -212,22 +221,23 @@ TEST_CASE("CUDA long prompts: the kernels and the host's pooling of GPU blocks e
                   const double off = std::fabs(x->data[i] - y->data[i]);
                   // A row's log-sum-exp relative to its size (values up to ~10 on the bundled model).
                   if (lse)
-                    worst_lse = std::max(worst_lse, off / std::max(1.0, std::fabs(static_cast<double>(x->data[i]))));
+                    worst_lse =
+                        std::max(worst_lse, off / std::max(1.0, std::fabs(static_cast<double>(x->data[i]))));
                   else
                     worst = std::max(worst, off);
                 }
               }
               CHECK(nan_mismatch == 0);
-              // The GPU's layers differ from the CPU's by float rounding, which the trained model's sharp maps
-              // amplify layer after layer: on an H200 the cells of its former tensor-operation pooling were up
-              // to 1.7e-5 off the fused pass on the bundled DIFF, the kernels' 3.4e-5 (maps and lse together);
-              // random models stay under 1e-5.
+              // The GPU's layers differ from the CPU's by float rounding, which the trained model's sharp
+              // maps amplify layer after layer: on an H200 the cells of its former tensor-operation pooling
+              // were up to 1.7e-5 off the fused pass on the bundled DIFF, the kernels' 3.4e-5 (maps and lse
+              // together); random models stay under 1e-5.
               CHECK(worst < (bundled ? 5e-5 : 1e-5));
               CHECK(worst_lse < 1e-5);
               const ValueStats &sa = a.logit_stats, &sb = b.logit_stats;
               CHECK(sb.count == sa.count);
-              int64_t cum_a = static_cast<int64_t>(sa.histogram.below), cum_b = static_cast<int64_t>(sb.histogram.below),
-                      worst_cum = std::abs(cum_a - cum_b);
+              int64_t cum_a = static_cast<int64_t>(sa.histogram.below),
+                      cum_b = static_cast<int64_t>(sb.histogram.below), worst_cum = std::abs(cum_a - cum_b);
               for (int bin = 0; bin < LogHistogram::kBins; ++bin) {
                 cum_a += static_cast<int64_t>(sa.histogram.counts[static_cast<size_t>(bin)]);
                 cum_b += static_cast<int64_t>(sb.histogram.counts[static_cast<size_t>(bin)]);

@@ -1,11 +1,11 @@
-// Long-prompt attention on the GPU without T x T maps (pooled_attention.h). One thread per query row, 128 rows
-// a block (one head each); keys pass through shared memory 32 at a time and every thread reads the same key
-// (a broadcast). Each row's query lives in registers, zero-padded to the kernel's width D. Pass 2 keeps a
+// Long-prompt attention on the GPU without T x T maps (pooled_attention.h). One thread per query row, 128
+// rows a block (one head each); keys pass through shared memory 32 at a time and every thread reads the same
+// key (a broadcast). Each row's query lives in registers, zero-padded to the kernel's width D. Pass 2 keeps a
 // row's running sums and largest entries of the key cell it is in; at each key cell's end a warp whose rows
 // share one row cell adds its 32 rows into the cell with one atomic per value (rows in different cells: one
 // per row), so the atomics are per row cell and key cell, not per entry. The statistics' buckets are counted
-// in shared memory; each warp keeps the kTopK largest |logits| it saw in a shared list (a value enters when it
-// beats the list's smallest and the caller's floor, so after the first kTopK few do).
+// in shared memory; each warp keeps the kTopK largest |logits| it saw in a shared list (a value enters when
+// it beats the list's smallest and the caller's floor, so after the first kTopK few do).
 #include "core/cuda/pooled_attention.h"
 
 #include <cuda_runtime.h>
@@ -115,7 +115,9 @@ __global__ void __launch_bounds__(kRows) lse_kernel(RowLseArgs a) {
   if (a.max_abs) a.max_abs[at] = mx;
 }
 
-__device__ __forceinline__ float larger(float best, float v) { return fabsf(v) > fabsf(best) ? v : best; }
+__device__ __forceinline__ float larger(float best, float v) {
+  return fabsf(v) > fabsf(best) ? v : best;
+}
 
 // Keeps the value of largest magnitude at `addr` (ties: the one already there).
 __device__ void atomic_max_magnitude(float* addr, float v) {
@@ -367,7 +369,9 @@ bool valid(const AttentionRows& a) {
 
 }  // namespace
 
-bool supports(int d, bool diff) { return width_for(d, diff) > 0; }
+bool supports(int d, bool diff) {
+  return width_for(d, diff) > 0;
+}
 
 size_t top_slots(const AttentionRows& a) {
   return static_cast<size_t>((a.rows + kRows - 1) / kRows) * static_cast<size_t>(a.H) * kWarps * kTopK;
@@ -378,11 +382,16 @@ int row_lse(const RowLseArgs& a, bool diff) {
   if (a.rows == 0) return 0;
   const DeviceScope scope(a.device);
   switch (width_for(a.d, diff)) {
-    case 16: return launch_lse<16>(a, diff);
-    case 32: return launch_lse<32>(a, diff);
-    case 64: return launch_lse<64>(a, diff);
-    case 128: return launch_lse<128>(a, diff);
-    default: return static_cast<int>(cudaErrorInvalidValue);
+    case 16:
+      return launch_lse<16>(a, diff);
+    case 32:
+      return launch_lse<32>(a, diff);
+    case 64:
+      return launch_lse<64>(a, diff);
+    case 128:
+      return launch_lse<128>(a, diff);
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
   }
 }
 
@@ -391,11 +400,16 @@ int pooled_attention(const PooledAttentionArgs& a, bool diff) {
   if (a.rows == 0) return 0;
   const DeviceScope scope(a.device);
   switch (width_for(a.d, diff)) {
-    case 16: return launch_pooled<16>(a, diff);
-    case 32: return launch_pooled<32>(a, diff);
-    case 64: return launch_pooled<64>(a, diff);
-    case 128: return launch_pooled<128>(a, diff);
-    default: return static_cast<int>(cudaErrorInvalidValue);
+    case 16:
+      return launch_pooled<16>(a, diff);
+    case 32:
+      return launch_pooled<32>(a, diff);
+    case 64:
+      return launch_pooled<64>(a, diff);
+    case 128:
+      return launch_pooled<128>(a, diff);
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
   }
 }
 

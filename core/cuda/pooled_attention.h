@@ -44,8 +44,9 @@ struct PooledAttentionArgs : AttentionRows {
   float lambda = 0;                              // DIFF: A = A1 − λ A2
   const float* lambda_rows = nullptr;            // DIFF V2: λ per head and query row [H, T] (instead)
   int P = 0;
-  const int* bin = nullptr;        // [T]: the pooled cell of each token
-  const int* head_slot = nullptr;  // [H]: the head's place in the outputs, -1: not pooled; nullptr: no pooling
+  const int* bin = nullptr;  // [T]: the pooled cell of each token
+  const int* head_slot =
+      nullptr;  // [H]: the head's place in the outputs, -1: not pooled; nullptr: no pooling
   // Outputs [slots, P, P], zeroed by the caller, added to launch after launch: sums and largest-magnitude
   // entries of A1, A2, A (the baseline: only the `a` pair).
   float *sum1 = nullptr, *best1 = nullptr, *sum2 = nullptr, *best2 = nullptr, *suma = nullptr,
