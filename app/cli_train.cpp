@@ -49,6 +49,11 @@ int cmd_train(const Args& a) {
   o.steps = quick_cap("steps", o.steps, 2);
   o.batch = quick_cap("batch", o.batch, 2);
   o.seq_len = quick_cap("seq-len", o.seq_len, 64);
+  if (quick_mode())  // phases that name their own rows are capped alike
+    for (TrainPhase& p : o.phases) {
+      if (p.seq_len > 64) p.seq_len = 64;
+      if (p.batch > 2) p.batch = 2;
+    }
   o.eval_episodes = quick_cap("evaluation episodes per length", o.eval_episodes, 2);
   if (quick_mode() && o.eval_lengths.size() > 1) {
     std::fprintf(stderr, "DIFFLENS_QUICK: evaluated at %lld tokens only\n",

@@ -2,9 +2,11 @@
 #include "core/data.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <iterator>
 #include <numeric>
+#include <set>
 
 #include "core/error.h"
 
@@ -35,6 +37,32 @@ const char* const kSingleTokenNames[] = {
     "Palmer",  "Watson",  "Wright",  "Clark",   "Holmes",   "Thompson", "Hudson",  "Sherman",
 };
 
+// Words that are not keys however the tokenizer keeps them: function words, pronouns, auxiliaries and other
+// closed-class words that open sentences (a key must read as a name, and the haystack is full of these).
+const char* const kFunctionWords[] = {
+    "The",      "This",    "That",      "These",    "Those",      "There",    "Then",       "Than",
+    "They",     "Them",    "Their",     "Theirs",   "She",        "Her",      "Hers",       "Him",
+    "His",      "Its",     "Our",       "Ours",     "You",        "Your",     "Yours",      "Who",
+    "Whom",     "Whose",   "What",      "When",     "Where",      "Which",    "While",      "Why",
+    "How",      "And",     "But",       "For",      "Nor",        "Yet",      "With",       "Without",
+    "Within",   "From",    "Into",      "Onto",     "Upon",       "Over",     "Under",      "After",
+    "Before",   "Since",   "Until",     "Till",     "About",      "Above",    "Below",      "Across",
+    "Along",    "Among",   "Around",    "Against",  "Between",    "Beyond",   "During",     "Except",
+    "Through",  "Toward",  "Towards",   "Although", "Though",     "Because",  "Unless",     "Whether",
+    "However",  "Thus",    "Hence",     "Also",     "Still",      "Even",     "Just",       "Only",
+    "Now",      "Here",    "Not",       "Yes",      "All",        "Any",      "Some",       "Each",
+    "Every",    "Both",    "Either",    "Neither",  "Such",       "Many",     "Much",       "More",
+    "Most",     "Few",     "Less",      "Least",    "Other",      "Another",  "Same",       "One",
+    "Two",      "Three",   "First",     "Last",     "Was",        "Were",     "Are",        "Been",
+    "Being",    "Has",     "Have",      "Had",      "Having",     "Does",     "Did",        "Doing",
+    "Will",     "Would",   "Can",       "Could",    "May",        "Might",    "Must",       "Shall",
+    "Should",   "Let",     "Yet",       "Too",      "Very",       "Well",     "Why",        "Mrs",
+    "Miss",     "Sir",     "Oh",        "Perhaps",  "Indeed",     "Never",    "Ever",       "Always",
+    "Once",     "Twice",   "Again",     "Already",  "Soon",       "Later",    "Today",      "Yesterday",
+    "Tomorrow", "Someone", "Something", "Nothing",  "Everything", "Anything", "Everyone",   "Anyone",
+    "Nobody",   "Himself", "Herself",   "Itself",   "Myself",     "Yourself", "Themselves", "Ourselves",
+};
+
 std::string four_digits(int code) {
   std::string s = std::to_string(code);
   return std::string(4 - s.size(), '0') + s;
@@ -59,11 +87,12 @@ Span token_span(const Encoding& e, size_t begin, size_t end) {
 NameSet parse_name_set(const std::string& s) {
   if (s == "single-token") return NameSet::SingleToken;
   if (s == "original") return NameSet::Original;
-  throw Error("unknown needle name set '" + s + "' (expected single-token or original)");
+  if (s == "vocabulary") return NameSet::Vocabulary;
+  throw Error("unknown needle name set '" + s + "' (expected single-token, original or vocabulary)");
 }
 
 std::string to_string(NameSet s) {
-  return s == NameSet::SingleToken ? "single-token" : "original";
+  return s == NameSet::SingleToken ? "single-token" : s == NameSet::Original ? "original" : "vocabulary";
 }
 
 // Every fourth name of a list is held out for evaluation.
@@ -76,8 +105,46 @@ const std::vector<std::string>& needle_names(NeedleSplit split, NameSet set) {
   };
   static const Lists original = split_list(kOriginalNames, std::size(kOriginalNames));
   static const Lists single = split_list(kSingleTokenNames, std::size(kSingleTokenNames));
-  const Lists& l = set == NameSet::Original ? original : single;
+  if (set == NameSet::Vocabulary && split == NeedleSplit::Train)
+    throw Error("the vocabulary's training keys depend on the tokenizer (EpisodeBuilder::keys())");
+  const Lists& l = set == NameSet::Original ? original : single;  // Vocabulary evaluates on SingleToken's
   return split == NeedleSplit::Train ? l.first : l.second;
+}
+
+std::vector<std::string> vocabulary_keys(const Tokenizer& tokenizer, const NeedleTemplate& wording) {
+  std::set<std::string> excluded(std::begin(kFunctionWords), std::end(kFunctionWords));
+  for (const std::string& name : needle_names(NeedleSplit::Eval, NameSet::SingleToken)) excluded.insert(name);
+  for (const std::string* t : {&wording.needle, &wording.question}) {  // the wording's own words, any case
+    std::string word;
+    for (size_t i = 0; i <= t->size(); ++i) {
+      const char c = i < t->size() ? (*t)[i] : ' ';
+      if (std::isalpha(static_cast<unsigned char>(c))) {
+        word += c;
+        continue;
+      }
+      if (!word.empty()) {
+        word[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
+        for (size_t k = 1; k < word.size(); ++k)
+          word[k] = static_cast<char>(std::tolower(static_cast<unsigned char>(word[k])));
+        excluded.insert(word);
+      }
+      word.clear();
+    }
+  }
+  const std::string space = "\xE2\x96\x81";  // SentencePiece's word-start mark, U+2581
+  std::vector<std::string> keys;
+  for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const std::string piece = tokenizer.piece(id);
+    if (piece.size() < space.size() + 3 || piece.compare(0, space.size(), space) != 0) continue;
+    const std::string word = piece.substr(space.size());
+    bool shape = word[0] >= 'A' && word[0] <= 'Z';
+    for (size_t k = 1; shape && k < word.size(); ++k) shape = word[k] >= 'a' && word[k] <= 'z';
+    if (!shape || excluded.count(word)) continue;
+    // Kept whole where a needle puts it: "of <key> is" is three pieces.
+    if (tokenizer.encode("of " + word + " is", false).ids.size() != 3) continue;
+    keys.push_back(word);
+  }
+  return keys;
 }
 
 bool code_in_split(int code, NeedleSplit split) {
@@ -155,9 +222,26 @@ void NeedleTemplate::validate() const {
 }
 
 EpisodeBuilder::EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split,
-                               NameSet names, NeedleTemplate wording)
-    : haystack_(haystack), tokenizer_(tokenizer), split_(split), names_(names), wording_(std::move(wording)) {
+                               NameSet names, NeedleTemplate wording, double zipf_fraction)
+    : haystack_(haystack),
+      tokenizer_(tokenizer),
+      split_(split),
+      names_(names),
+      wording_(std::move(wording)),
+      zipf_fraction_(zipf_fraction) {
   wording_.validate();
+  if (!(zipf_fraction >= 0 && zipf_fraction <= 1)) throw Error("zipf_fraction must lie in [0, 1]");
+  if (names == NameSet::Vocabulary && split == NeedleSplit::Train) {
+    keys_ = vocabulary_keys(tokenizer, wording_);
+    if (keys_.size() < 16)
+      throw Error("vocabulary keys: the tokenizer keeps only " + std::to_string(keys_.size()) +
+                  " capitalised words as one piece (16 needed; use single-token names)");
+  } else {
+    keys_ = needle_names(split, names);
+  }
+  double sum = 0;
+  for (size_t r = 0; r < keys_.size(); ++r)
+    zipf_cumulative_.push_back(sum += 1.0 / static_cast<double>(r + 1));
 }
 
 std::string EpisodeBuilder::needle_sentence(const Needle& n) const {
@@ -168,12 +252,38 @@ std::string EpisodeBuilder::question(const Needle& n) const {
   return fill(wording_.question, n);
 }
 
-Needle EpisodeBuilder::random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken) const {
-  const auto& names = needle_names(split_, names_);
+Needle EpisodeBuilder::random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken,
+                                     const std::vector<std::string>* avoid) const {
   Needle n;
-  for (int tries = 0; tries < 1000; ++tries) {
-    n.name = names[std::uniform_int_distribution<size_t>(0, names.size() - 1)(rng)];
-    if (std::none_of(taken.begin(), taken.end(), [&](const Needle& t) { return t.name == n.name; })) break;
+  auto used = [&](const std::string& name) {
+    return std::any_of(taken.begin(), taken.end(), [&](const Needle& t) { return t.name == name; }) ||
+           (avoid && std::find(avoid->begin(), avoid->end(), name) != avoid->end());
+  };
+  bool found = false;
+  for (int tries = 0; tries < 1000 && !found; ++tries) {
+    size_t at;
+    // The coin is tossed only when some draws are weighted, so that unweighted draws (evaluation, the
+    // earlier name sets) take the random numbers they always took.
+    if (zipf_fraction_ > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < zipf_fraction_) {
+      const double u = std::uniform_real_distribution<double>(0, zipf_cumulative_.back())(rng);
+      at = std::min<size_t>(
+          static_cast<size_t>(std::upper_bound(zipf_cumulative_.begin(), zipf_cumulative_.end(), u) -
+                              zipf_cumulative_.begin()),
+          keys_.size() - 1);
+    } else {
+      at = std::uniform_int_distribution<size_t>(0, keys_.size() - 1)(rng);
+    }
+    n.name = keys_[at];
+    found = !used(n.name);
+  }
+  if (!found && avoid) {  // few keys left unused: look for one in order
+    for (const std::string& k : keys_)
+      if (!used(k)) {
+        n.name = k;
+        found = true;
+        break;
+      }
+    if (!found) throw Error("episode: every key is already used in this row");
   }
   int code;
   do code = std::uniform_int_distribution<int>(1000, 9999)(rng);
@@ -188,11 +298,10 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
                 std::to_string(spec.needles) + ")");
   if (!spec.depths.empty() && static_cast<int>(spec.depths.size()) != spec.needles)
     throw Error("episode: give one depth per needle");
-  if (spec.needles > static_cast<int>(needle_names(split_, names_).size()))
-    throw Error("episode: too many needles");
+  if (spec.needles > static_cast<int>(keys_.size())) throw Error("episode: too many needles");
   Episode ep;
   std::vector<Needle> needles;
-  for (int i = 0; i < spec.needles; ++i) needles.push_back(random_needle(rng, needles));
+  for (int i = 0; i < spec.needles; ++i) needles.push_back(random_needle(rng, needles, spec.avoid));
   std::vector<double> depths = spec.depths;
   if (depths.empty())
     for (int i = 0; i < spec.needles; ++i)
@@ -344,16 +453,41 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
   throw Error("episode: could not fit the haystack into " + std::to_string(context) + " tokens");
 }
 
+void DataMix::validate() const {
+  if (episode_fraction < 0 || drill_fraction < 0 || episode_fraction + drill_fraction > 1)
+    throw Error("training mix: episode and drill fractions must be >= 0 and sum to at most 1");
+  if (drill_needles_min < 1 || drill_needles_max < drill_needles_min)
+    throw Error("training mix: drill_needles must be [min, max] with 1 <= min <= max (got [" +
+                std::to_string(drill_needles_min) + ", " + std::to_string(drill_needles_max) + "])");
+  if (drill_gap < 0) throw Error("training mix: drill_gap must be >= 0");
+  if (episode_tokens_min < 32 || episode_tokens_max < episode_tokens_min)
+    throw Error("training mix: episode_tokens must be [min, max] with 32 <= min <= max (got [" +
+                std::to_string(episode_tokens_min) + ", " + std::to_string(episode_tokens_max) + "])");
+  if (episode_needles < 1) throw Error("training mix: episode_needles must be >= 1");
+  if (!(zipf_fraction >= 0 && zipf_fraction <= 1))
+    throw Error("training mix: zipf_fraction must lie in [0, 1]");
+}
+
 TrainingData::TrainingData(std::vector<int64_t> stream, const Haystack& haystack, const Tokenizer& tokenizer,
                            DataMix mix)
     : stream_(std::move(stream)),
-      episodes_(haystack, tokenizer, NeedleSplit::Train, mix.names),
+      episodes_(haystack, tokenizer, NeedleSplit::Train, mix.names, NeedleTemplate{},
+                mix.names == NameSet::Vocabulary ? mix.zipf_fraction : 0.0),
       tokenizer_(tokenizer),
       mix_(mix) {
   if (stream_.size() < 1024)
     throw Error("training text is too short (" + std::to_string(stream_.size()) + " tokens)");
-  if (mix.episode_fraction < 0 || mix.drill_fraction < 0 || mix.episode_fraction + mix.drill_fraction > 1)
-    throw Error("training mix: episode and drill fractions must be >= 0 and sum to at most 1");
+  mix.validate();
+  // What one needle costs a drill: its sentence, its question and answer, the spaces between, with the
+  // pool's longest key.
+  for (const std::string& key : episodes_.keys()) {
+    const Needle n{key, "1234"};
+    needle_tokens_ = std::max<int64_t>(
+        needle_tokens_,
+        static_cast<int64_t>(tokenizer.encode(episodes_.needle_sentence(n), false).ids.size() +
+                             tokenizer.encode(episodes_.question(n) + " 1234.", false).ids.size()) +
+            2);
+  }
 }
 
 TrainingRow TrainingData::text_row(int64_t length, std::mt19937_64& rng) const {
@@ -374,42 +508,58 @@ TrainingRow TrainingData::row(int64_t length, std::mt19937_64& rng) const {
 }
 
 TrainingRow TrainingData::episode_row(int64_t length, std::mt19937_64& rng, bool drill) const {
-  // Episodes until the row is full; what remains is natural text. Consecutive episodes never share a
-  // name. Haystack episodes: 64-448 tokens, 1-4 needles. Drills: 2-8 needles and 0-12 haystack tokens
-  // per needle.
+  // Episodes until the row is full; what remains is natural text. No key comes twice in a row. Drills:
+  // as many needles as the room left holds, within the mix's range; haystack episodes: a length within the
+  // mix's range and the room left.
   const size_t n = static_cast<size_t>(length + 1);
   TrainingRow r;
-  std::vector<std::string> recent;
-  for (int draws = 0; draws < 64 && r.ids.size() + 64 <= n; ++draws) {
+  for (int draws = 0; draws < 64 && r.ids.size() + 32 <= n; ++draws) {
     const int64_t room = static_cast<int64_t>(n - r.ids.size());
     EpisodeSpec spec;
-    if (drill) {
-      spec.needles = std::uniform_int_distribution<int>(2, 8)(rng);
-      spec.haystack_tokens = std::uniform_int_distribution<int64_t>(0, 12 * spec.needles)(rng);
-    } else {
-      spec.context_tokens = std::uniform_int_distribution<int64_t>(64, std::min<int64_t>(room, 448))(rng);
-      spec.needles = std::uniform_int_distribution<int>(1, spec.context_tokens >= 160 ? 4 : 2)(rng);
-    }
-    spec.queried = spec.needles;
+    spec.avoid = &r.keys;
     spec.depth_by_tokens = false;  // as the bundled pair was trained
     Episode ep;
-    try {
-      ep = episodes_.build(spec, rng);
-    } catch (const Error&) {
-      break;  // the room left is too small for this draw: fill with text
+    bool built = false;
+    if (drill) {
+      // The largest count that fits with no haystack at all (BOS + the needles); then fewer until one fits
+      // with its haystack draw.
+      const int64_t fits = (room - 1) / std::max<int64_t>(1, needle_tokens_);
+      const int most = static_cast<int>(std::min<int64_t>(mix_.drill_needles_max, fits));
+      if (most < mix_.drill_needles_min) break;
+      int needles = std::uniform_int_distribution<int>(mix_.drill_needles_min, most)(rng);
+      for (; needles >= mix_.drill_needles_min && !built; --needles) {
+        spec.needles = spec.queried = needles;
+        const int64_t spare = room - 1 - needles * needle_tokens_;
+        spec.haystack_tokens = std::uniform_int_distribution<int64_t>(
+            0, std::max<int64_t>(0, std::min<int64_t>(int64_t{mix_.drill_gap} * needles, spare)))(rng);
+        try {
+          ep = episodes_.build(spec, rng);
+          built = static_cast<int64_t>(ep.ids.size()) <= room;
+        } catch (const Error&) {
+        }
+      }
+    } else {
+      if (room < mix_.episode_tokens_min) break;
+      spec.context_tokens = std::uniform_int_distribution<int64_t>(
+          mix_.episode_tokens_min, std::min<int64_t>(room, mix_.episode_tokens_max))(rng);
+      spec.needles = std::uniform_int_distribution<int>(
+          1, std::min(mix_.episode_needles, spec.context_tokens >= 160 ? 4 : 2))(rng);
+      spec.queried = spec.needles;
+      try {
+        ep = episodes_.build(spec, rng);
+        built = static_cast<int64_t>(ep.ids.size()) <= room;
+      } catch (const Error&) {
+      }
     }
-    if (static_cast<int64_t>(ep.ids.size()) > room) break;
-    bool clash = false;
-    for (const auto& nd : ep.needles)
-      clash |= std::find(recent.begin(), recent.end(), nd.name) != recent.end();
-    if (clash) continue;
-    recent.clear();
-    for (const auto& nd : ep.needles) recent.push_back(nd.name);
+    if (!built) break;  // the room left is too small for this draw: fill with text
     const int64_t offset = static_cast<int64_t>(r.ids.size());
     r.ids.insert(r.ids.end(), ep.ids.begin(), ep.ids.end());
     for (const Span& a : ep.answer_spans)
       for (int64_t i = a.begin; i < a.end; ++i) r.answers.push_back(offset + i);
+    for (const Needle& nd : ep.needles) r.keys.push_back(nd.name);
+    (drill ? r.drill_sizes : r.episode_sizes).push_back(static_cast<int>(ep.needles.size()));
   }
+  r.filled = static_cast<int64_t>(std::min(r.ids.size(), n));
   if (r.ids.size() < n) {
     const TrainingRow fill = text_row(static_cast<int64_t>(n - r.ids.size()) - 1, rng);
     r.ids.insert(r.ids.end(), fill.ids.begin(), fill.ids.end());

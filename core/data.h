@@ -19,8 +19,11 @@ enum class NeedleSplit { Train, Eval };
 // Which list of names needles use. SingleToken (the default): names that the bundled tokenizer keeps as
 // one piece ("▁Mary"), so looking a code up is a one-token key match. Original: the names of the
 // bundled pair's first training phase, two to four pieces each; kept so that phase stays reproducible.
-enum class NameSet { SingleToken, Original };
-NameSet parse_name_set(const std::string& s);  // "single-token" | "original"; throws Error
+// Vocabulary: for training, a wide pool of keys, every capitalised word the tokenizer keeps as one piece
+// ("▁River", "▁Paris") but function words, the wording's own words and the held-out evaluation names;
+// evaluation keeps SingleToken's held-out given names (EpisodeBuilder::keys()).
+enum class NameSet { SingleToken, Original, Vocabulary };
+NameSet parse_name_set(const std::string& s);  // "single-token" | "original" | "vocabulary"; throws Error
 std::string to_string(NameSet s);
 
 // One needle: "The secret code of <name> is <code>."
@@ -67,6 +70,7 @@ struct EpisodeSpec {
   // context are two different places, not one). false: a fraction of its sentences (how the bundled pair's
   // training data was built; kept for reproducibility).
   bool depth_by_tokens = true;
+  const std::vector<std::string>* avoid = nullptr;  // keys not to use (those already in a training row)
 };
 
 // Sentences of natural text with their token counts, used as haystack material.
@@ -95,9 +99,11 @@ struct NeedleTemplate {
 
 class EpisodeBuilder {
  public:
-  // Throws Error for a template that does not validate.
+  // Throws Error for a template that does not validate, or a Vocabulary pool the tokenizer cannot fill.
+  // zipf_fraction: the share of key draws weighted 1/(rank + 1) over the pool's ranking (the tokenizer's
+  // order of ids, its most frequent pieces first); the rest are uniform.
   EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokenizer, NeedleSplit split,
-                 NameSet names = NameSet::SingleToken, NeedleTemplate wording = {});
+                 NameSet names = NameSet::SingleToken, NeedleTemplate wording = {}, double zipf_fraction = 0);
   // Builds an episode whose token count is at most spec.context_tokens (and close to it).
   // Throws Error when the spec cannot be met (e.g. R > N or a context too short for the questions).
   Episode build(const EpisodeSpec& spec, std::mt19937_64& rng) const;
@@ -105,15 +111,27 @@ class EpisodeBuilder {
   std::string needle_sentence(const Needle& n) const;
   std::string question(const Needle& n) const;  // the code follows after a space
   const NeedleTemplate& wording() const { return wording_; }
+  // The keys this builder draws from, in ranking order.
+  const std::vector<std::string>& keys() const { return keys_; }
 
  private:
-  Needle random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken) const;
+  // Throws Error when no key outside `taken` and `avoid` is left.
+  Needle random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken,
+                       const std::vector<std::string>* avoid) const;
   const Haystack& haystack_;
   const Tokenizer& tokenizer_;
   NeedleSplit split_;
   NameSet names_;
   NeedleTemplate wording_;
+  std::vector<std::string> keys_;
+  std::vector<double> zipf_cumulative_;  // Σ 1/(r + 1) up to each rank
+  double zipf_fraction_ = 0;
 };
+
+// The Vocabulary pool of a tokenizer: its single-piece capitalised words (a letter A-Z then a-z, at least
+// three letters, kept as one piece after a space) in id order, minus function words, the wording's words and
+// SingleToken's held-out evaluation names. Empty for a tokenizer without such pieces.
+std::vector<std::string> vocabulary_keys(const Tokenizer& tokenizer, const NeedleTemplate& wording = {});
 
 // Names available to a split (disjoint between Train and Eval).
 const std::vector<std::string>& needle_names(NeedleSplit split, NameSet set = NameSet::SingleToken);
@@ -122,10 +140,14 @@ bool code_in_split(int code, NeedleSplit split);
 
 // One training row of exactly `length` + 1 tokens: inputs ids[0..length), targets ids[1..length].
 // `answers` lists the positions in ids of needle-code tokens that follow a question (the retrieval targets),
-// so a trainer can weight them.
+// so a trainer can weight them. `keys`: every needle's key in the row (none twice); `drill_sizes` and
+// `episode_sizes`: the needles of each drill and each haystack episode, in row order.
 struct TrainingRow {
   std::vector<int64_t> ids;
   std::vector<int64_t> answers;
+  std::vector<std::string> keys;
+  std::vector<int> drill_sizes, episode_sizes;
+  int64_t filled = 0;  // tokens of the row's episodes and drills, at its start (the rest is text)
 };
 
 // What a training row is made of: natural text, rows packed with haystack episodes (1-4 needles in
@@ -135,6 +157,15 @@ struct DataMix {
   double episode_fraction = 0.5;
   double drill_fraction = 0.0;
   NameSet names = NameSet::SingleToken;
+  // Drills: drill_needles_min..max needles (as many as the row's room left holds, at most max; none below
+  // min), 0..drill_gap haystack tokens before each needle on average.
+  int drill_needles_min = 2, drill_needles_max = 8, drill_gap = 12;
+  // Haystack episodes: a length in episode_tokens_min..max (at most the room left), 1..episode_needles
+  // needles (at most 2 below 160 tokens).
+  int64_t episode_tokens_min = 64, episode_tokens_max = 448;
+  int episode_needles = 4;
+  double zipf_fraction = 0.5;  // Vocabulary keys: the share of draws weighted by rank (EpisodeBuilder)
+  void validate() const;       // throws Error naming the field
 };
 
 // Deterministic source of training rows: rows for step s depend only on (seed, s), so both models of a
@@ -148,12 +179,14 @@ class TrainingData {
   TrainingRow text_row(int64_t length, std::mt19937_64& rng) const;
   TrainingRow episode_row(int64_t length, std::mt19937_64& rng, bool drill) const;
   const std::vector<int64_t>& stream() const { return stream_; }
+  const EpisodeBuilder& episodes() const { return episodes_; }
 
  private:
   std::vector<int64_t> stream_;
   EpisodeBuilder episodes_;
   const Tokenizer& tokenizer_;
   DataMix mix_;
+  int64_t needle_tokens_ = 0;  // a needle, its question and answer with the pool's longest key, + 2
 };
 
 }  // namespace difflens

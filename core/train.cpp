@@ -405,18 +405,36 @@ double learning_rate(const TrainOptions& o, int64_t step) {
   // The schedule in force: that of the last phase at or before `step` which (re)starts one.
   int64_t start = 0, horizon = o.lr_horizon > 0 ? o.lr_horizon : o.steps;
   double peak = o.phases.front().lr > 0 ? o.phases.front().lr : o.lr;
+  size_t from = 0;
   for (size_t k = 1; k < o.phases.size() && o.phases[k].from_step <= step; ++k)
     if (o.phases[k].lr > 0) {
+      from = k;
       start = o.phases[k].from_step;
       horizon = o.phases[k].lr_horizon > 0 ? o.phases[k].lr_horizon : o.steps;
       peak = o.phases[k].lr;
     }
+  const int64_t warmup = o.phases.empty() || o.phases[from].warmup < 0 ? o.warmup : o.phases[from].warmup;
   const int64_t s = step - start;
-  if (s < o.warmup) return peak * static_cast<double>(s + 1) / static_cast<double>(o.warmup);
+  if (s < warmup) return peak * static_cast<double>(s + 1) / static_cast<double>(warmup);
+  if (!o.phases.empty() && o.phases[from].flat) return peak;
   const double progress =
-      std::min(1.0, static_cast<double>(s - o.warmup) /
-                        static_cast<double>(std::max<int64_t>(1, horizon - start - o.warmup)));
+      std::min(1.0, static_cast<double>(s - warmup) /
+                        static_cast<double>(std::max<int64_t>(1, horizon - start - warmup)));
   return peak * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + std::cos(M_PI * progress)));
+}
+
+size_t phase_at(const TrainOptions& o, int64_t step) {
+  size_t k = 0;
+  while (k + 1 < o.phases.size() && o.phases[k + 1].from_step <= step) ++k;
+  return k;
+}
+
+int64_t phase_seq_len(const TrainOptions& o, size_t phase) {
+  return o.phases[phase].seq_len > 0 ? o.phases[phase].seq_len : o.seq_len;
+}
+
+int64_t phase_batch(const TrainOptions& o, size_t phase) {
+  return o.phases[phase].batch > 0 ? o.phases[phase].batch : o.batch;
 }
 
 TextLoss text_loss(const Model& model, const std::string& text, int64_t window, int64_t max_windows,
@@ -490,26 +508,51 @@ TrainOptions train_options_from_json(const fs::path& file) {
     get("warmup", o.warmup);
     get("weight_decay", o.weight_decay);
     get("grad_clip", o.grad_clip);
+    // What a phase (or the top level, for the first) may name about its rows and schedule.
+    auto read_phase = [&](const nlohmann::json& pj, TrainPhase& p) {
+      DataMix& m = p.mix;
+      auto pair = [&](const char* k, auto& lo, auto& hi) {
+        if (!pj.contains(k)) return;
+        const auto v = pj.at(k).get<std::vector<int64_t>>();
+        if (v.size() != 2) throw ConfigError(file.string() + ": '" + k + "' must be [min, max]");
+        lo = static_cast<std::decay_t<decltype(lo)>>(v[0]);
+        hi = static_cast<std::decay_t<decltype(hi)>>(v[1]);
+      };
+      if (pj.contains("episode_fraction")) m.episode_fraction = pj.at("episode_fraction").get<double>();
+      if (pj.contains("drill_fraction")) m.drill_fraction = pj.at("drill_fraction").get<double>();
+      if (pj.contains("names")) m.names = parse_name_set(pj.at("names").get<std::string>());
+      pair("drill_needles", m.drill_needles_min, m.drill_needles_max);
+      if (pj.contains("drill_gap")) m.drill_gap = pj.at("drill_gap").get<int>();
+      pair("episode_tokens", m.episode_tokens_min, m.episode_tokens_max);
+      if (pj.contains("episode_needles")) m.episode_needles = pj.at("episode_needles").get<int>();
+      if (pj.contains("zipf_fraction")) m.zipf_fraction = pj.at("zipf_fraction").get<double>();
+      if (pj.contains("answer_weight")) p.answer_weight = pj.at("answer_weight").get<double>();
+      if (pj.contains("schedule")) {
+        const std::string sched = pj.at("schedule").get<std::string>();
+        if (sched != "cosine" && sched != "flat")
+          throw ConfigError(file.string() + ": 'schedule' must be \"cosine\" or \"flat\", got \"" + sched +
+                            "\"");
+        p.flat = sched == "flat";
+      }
+      m.validate();
+    };
     TrainPhase first;
-    get("episode_fraction", first.mix.episode_fraction);
-    get("drill_fraction", first.mix.drill_fraction);
-    get("answer_weight", first.answer_weight);
-    std::string names = to_string(first.mix.names);
-    get("names", names);
-    first.mix.names = parse_name_set(names);
+    read_phase(j, first);
     o.phases = {first};
     if (j.contains("phases"))
       for (const auto& pj : j.at("phases")) {
         TrainPhase p = o.phases.back();  // a phase changes only what it names
         p.from_step = pj.at("from_step").get<int64_t>();
-        if (pj.contains("episode_fraction")) p.mix.episode_fraction = pj.at("episode_fraction").get<double>();
-        if (pj.contains("drill_fraction")) p.mix.drill_fraction = pj.at("drill_fraction").get<double>();
-        if (pj.contains("answer_weight")) p.answer_weight = pj.at("answer_weight").get<double>();
-        if (pj.contains("names")) p.mix.names = parse_name_set(pj.at("names").get<std::string>());
+        read_phase(pj, p);
+        if (pj.contains("seq_len")) p.seq_len = pj.at("seq_len").get<int64_t>();
+        if (pj.contains("batch")) p.batch = pj.at("batch").get<int64_t>();
         p.lr = pj.value("lr", 0.0);  // a schedule restart belongs to the phase that names it
         p.lr_horizon = pj.value("lr_horizon", int64_t{0});
+        p.warmup = pj.value("warmup", int64_t{-1});
         if (p.from_step <= o.phases.back().from_step)
           throw ConfigError(file.string() + ": phases must have increasing from_step (> 0)");
+        if (p.seq_len < 0 || (p.seq_len > 0 && p.seq_len < 16) || p.batch < 0)
+          throw ConfigError(file.string() + ": a phase's seq_len must be >= 16 and its batch positive");
         o.phases.push_back(p);
       }
     get("seed", o.seed);
@@ -607,7 +650,9 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   PairSpec spec = o.model;
   spec.vocab_size = tok.vocab_size();
   spec.tokenizer = TokenizerKind::SentencePiece;
-  spec.max_position_embeddings = std::max<int64_t>(8192, o.seq_len);
+  int64_t longest = o.seq_len;
+  for (size_t k = 0; k < o.phases.size(); ++k) longest = std::max(longest, phase_seq_len(o, k));
+  spec.max_position_embeddings = std::max<int64_t>(8192, longest);
   auto [diff_cfg, base_cfg] = make_matched_pair(spec);
   if (o.diff_arch == AttentionKind::DiffV2)
     diff_cfg = make_matched_diff_v2(spec);
@@ -630,11 +675,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   const std::vector<int64_t> train_stream = encode_lines(train_text, tok);
   std::vector<TrainingData> phase_data;
   for (const TrainPhase& p : o.phases) phase_data.emplace_back(train_stream, train_hay, tok, p.mix);
-  auto phase_at = [&](int64_t step) {
-    size_t k = 0;
-    while (k + 1 < o.phases.size() && o.phases[k + 1].from_step <= step) ++k;
-    return k;
-  };
+  auto phase_of = [&](int64_t step) { return phase_at(o, step); };
   const TrainingData val_data(encode_lines(val_text, tok), eval_hay, tok,
                               DataMix{0.0, 0.0, NameSet::SingleToken});
 
@@ -648,13 +689,23 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     // and A per head) and the logits; measured on the bundled shape: 205 MB per 512-token row, 0.55 GB
     // besides (this estimate: 225 MB). Refuse a batch the machine (or the GPU, whose free memory is read
     // before either model is there) cannot hold rather than be killed or run out of memory half-way.
-    const auto per_row = [&](const ModelConfig& c) {
-      const double T = static_cast<double>(o.seq_len), maps = c.is_diff() ? 5.0 : 2.0;
-      return 2.5 * static_cast<double>(c.num_hidden_layers * c.map_heads()) * maps * T * T * 4.0 +
-             3.0 * T * static_cast<double>(c.vocab_size) * 4.0;
-    };
-    const double row = std::max(per_row(diff_cfg), per_row(base_cfg)), base = 0.6e9;
-    const double need = base + row * static_cast<double>(o.batch);
+    // The phase whose step needs the most (rows of its length times its batch).
+    size_t heaviest = 0;
+    double row = 0, need = 0;
+    const double base = 0.6e9;
+    for (size_t k = 0; k < o.phases.size(); ++k) {
+      const auto per_row = [&](const ModelConfig& c) {
+        const double T = static_cast<double>(phase_seq_len(o, k)), maps = c.is_diff() ? 5.0 : 2.0;
+        return 2.5 * static_cast<double>(c.num_hidden_layers * c.map_heads()) * maps * T * T * 4.0 +
+               3.0 * T * static_cast<double>(c.vocab_size) * 4.0;
+      };
+      const double r = std::max(per_row(diff_cfg), per_row(base_cfg));
+      if (base + r * static_cast<double>(phase_batch(o, k)) > need) {
+        heaviest = k;
+        row = r;
+        need = base + r * static_cast<double>(phase_batch(o, k));
+      }
+    }
     uint64_t have = 0, total = 0;
     if (!dev.is_cuda())
       have = available_memory_bytes();
@@ -662,9 +713,10 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
       have = 0;  // no CUDA runtime to ask: not estimated
     if (have > 0 && need > static_cast<double>(have))
       throw Error(
-          "train: a step of " + std::to_string(o.batch) + " rows of " + std::to_string(o.seq_len) +
-          " tokens needs about " + human_bytes(static_cast<uint64_t>(need)) +
-          (dev.is_cuda() ? " of GPU memory (" : " of memory (") + human_bytes(static_cast<uint64_t>(row)) +
+          "train: a step of " + std::to_string(phase_batch(o, heaviest)) + " rows of " +
+          std::to_string(phase_seq_len(o, heaviest)) + " tokens needs about " +
+          human_bytes(static_cast<uint64_t>(need)) + (dev.is_cuda() ? " of GPU memory (" : " of memory (") +
+          human_bytes(static_cast<uint64_t>(row)) +
           " per row for one model's attention maps and logits), "
           "and " +
           human_bytes(have) + " is available: lower --batch (about " +
@@ -748,7 +800,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
       std::ofstream(s.dir / "train_log.csv", std::ios::app)
           << step << "," << train_loss << "," << val << "," << tokens << "\n";
       // Evaluated with the names of the phase that produced these weights.
-      const NameSet names = o.phases[phase_at(step - 1)].mix.names;
+      const NameSet names = o.phases[phase_of(step - 1)].mix.names;
       std::vector<NeedleScore> scores;
       for (int64_t L : o.eval_lengths) scores.push_back(needle_accuracy(net, eval_episodes[names][L], dev));
       std::ofstream ev(s.dir / "eval_log.csv", std::ios::app);
@@ -770,9 +822,10 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   BatchPrefetcher prefetch(
       [&](int64_t step) {
         std::mt19937_64 rng(o.seed * 1000003ull + static_cast<uint64_t>(step));
-        const size_t phase = phase_at(step);
+        const size_t phase = phase_of(step);
         std::vector<TrainingRow> rows;
-        for (int64_t r = 0; r < o.batch; ++r) rows.push_back(phase_data[phase].row(o.seq_len, rng));
+        for (int64_t r = 0; r < phase_batch(o, phase); ++r)
+          rows.push_back(phase_data[phase].row(phase_seq_len(o, phase), rng));
         const at::Device cpu(at::kCPU);
         StepBatch b{batch_tensor(rows, cpu), loss_weights(rows, o.phases[phase].answer_weight, cpu)};
         if (dev.is_cuda()) {
@@ -788,6 +841,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   const nn::ScopedDtype precision(nn::g_matmul_dtype, train_precision(o, dev));
 
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t tokens_before = tokens;
   double last_report = -1;
   int64_t step = start;
   for (; step < o.steps; ++step) {
@@ -807,13 +861,12 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
       s.loss_sum = s.loss_sum.defined() ? s.loss_sum + loss.mean : loss.mean;
       ++s.loss_count;
     }
-    tokens += o.batch * o.seq_len;
+    tokens += phase_batch(o, phase_of(step)) * phase_seq_len(o, phase_of(step));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     TrainProgress p;
     p.step = step + 1;
     p.total = o.steps;
-    p.tokens_per_second =
-        static_cast<double>((step + 1 - start) * o.batch * o.seq_len) / std::max(secs, 1e-9);
+    p.tokens_per_second = static_cast<double>(tokens - tokens_before) / std::max(secs, 1e-9);
     p.eta_seconds = secs / static_cast<double>(step + 1 - start) * static_cast<double>(o.steps - step - 1);
     // Reading a loss waits for the device: only twice a second, every 50th step and the last.
     p.has_loss = secs - last_report >= 0.5 || (step + 1) % 50 == 0 || step + 1 == o.steps;

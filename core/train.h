@@ -16,16 +16,21 @@ namespace difflens {
 
 class Model;
 
-// From `from_step` on, rows are drawn from `mix` and retrieval answer tokens weigh `answer_weight` in the
-// training loss (validation loss is never weighted). A phase with `lr` > 0 restarts the learning-rate
-// schedule: linear warm-up over `warmup` steps from its first step, then cosine decay that reaches
-// lr · min_lr_ratio at step `lr_horizon` (0: the last step); a phase without continues the one before.
+// From `from_step` on, rows of `seq_len` tokens, `batch` a step (0: TrainOptions' seq_len and batch), are
+// drawn from `mix` and retrieval answer tokens weigh `answer_weight` in the training loss (validation loss
+// is never weighted). A phase with `lr` > 0 restarts the learning-rate schedule: linear warm-up over
+// `warmup` steps (-1: TrainOptions' warmup) from its first step, then, with `flat`, that rate to the next
+// restart, else a cosine decay that reaches lr · min_lr_ratio at step `lr_horizon` (0: the last step); a
+// phase without continues the one before.
 struct TrainPhase {
   int64_t from_step = 0;
   DataMix mix;
   double answer_weight = 1.0;
   double lr = 0;
   int64_t lr_horizon = 0;
+  bool flat = false;
+  int64_t warmup = -1;
+  int64_t seq_len = 0, batch = 0;
 };
 
 struct TrainOptions {
@@ -80,6 +85,11 @@ struct TrainProgress {
 
 // The learning rate of step `step` (0-based) under the options' schedule and phases.
 double learning_rate(const TrainOptions& options, int64_t step);
+
+// The phase in force at `step`, and its row length and rows per step.
+size_t phase_at(const TrainOptions& options, int64_t step);
+int64_t phase_seq_len(const TrainOptions& options, size_t phase);
+int64_t phase_batch(const TrainOptions& options, size_t phase);
 
 // Mean next-token cross-entropy of a model over a text, read the way training validates: the text's lines
 // tokenized (no BOS) and concatenated, then cut into consecutive windows of `window` + 1 tokens (the last,

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cctype>
+#include <map>
+#include <regex>
 #include <set>
 
 #include "core/data.h"
@@ -252,4 +254,129 @@ TEST_CASE("needle templates: the default is the trained wording, a custom one ke
     CHECK_THROWS_WITH(EpisodeBuilder(f.hay, f.tok, NeedleSplit::Eval, NameSet::SingleToken, tmpl),
                       Catch::Contains(message));
   }
+}
+
+namespace {
+// The bundled tokenizer and the held-out haystack text: what the trainer builds rows from.
+struct BundledFixture {
+  Tokenizer tok = Tokenizer::sentencepiece(DIFFLENS_SOURCE_DIR "/assets/models/diff-small/tokenizer.model");
+  std::string text = test::read_all(DIFFLENS_SOURCE_DIR "/assets/haystack.txt");
+  Haystack hay{text, tok};
+  std::vector<int64_t> stream = tok.encode(text, false).ids;
+};
+
+// Every needle sentence of a decoded row, key -> codes (an answer, "A: The secret code of ...", is not one).
+std::multimap<std::string, std::string> needles_in(const std::string& text) {
+  static const std::regex needle("The secret code of ([A-Za-z]+) is ([0-9]{4})\\.");
+  std::multimap<std::string, std::string> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), needle); it != std::sregex_iterator(); ++it) {
+    const size_t at = static_cast<size_t>(it->position(0));
+    if (at >= 3 && text.compare(at - 3, 3, "A: ") == 0) continue;
+    out.emplace((*it)[1].str(), (*it)[2].str());
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("vocabulary keys: one piece each, no function word, wording word or held-out name",
+          "[data][train]") {
+  const BundledFixture f;
+  const std::vector<std::string> keys = vocabulary_keys(f.tok);
+  INFO(keys.size() << " keys");
+  CHECK(keys.size() >= 200);  // a wide pool: the issue's probe counted ~340 in this tokenizer
+  const std::set<std::string> unique(keys.begin(), keys.end());
+  CHECK(unique.size() == keys.size());
+  const auto& eval = needle_names(NeedleSplit::Eval, NameSet::SingleToken);
+  for (const std::string& k : keys) {
+    INFO(k);
+    CHECK(f.tok.encode("of " + k + " is", false).ids.size() == 3);
+    CHECK(std::find(eval.begin(), eval.end(), k) == eval.end());
+    CHECK(std::isupper(static_cast<unsigned char>(k[0])));
+  }
+  for (const char* word : {"The", "What", "Secret", "Code", "They", "When", "There", "However", "Is", "Of"})
+    CHECK(unique.count(word) == 0);
+  // Training draws from the pool, evaluation keeps the held-out given names.
+  const EpisodeBuilder train(f.hay, f.tok, NeedleSplit::Train, NameSet::Vocabulary, {}, 0.5);
+  const EpisodeBuilder held_out(f.hay, f.tok, NeedleSplit::Eval, NameSet::Vocabulary);
+  CHECK(train.keys() == keys);
+  CHECK(held_out.keys() == eval);
+  CHECK(parse_name_set("vocabulary") == NameSet::Vocabulary);
+  CHECK(to_string(NameSet::Vocabulary) == "vocabulary");
+  CHECK_THROWS_WITH(needle_names(NeedleSplit::Train, NameSet::Vocabulary),
+                    Catch::Contains("EpisodeBuilder::keys()"));
+  // The byte tokenizer keeps no word whole: refused with the reason.
+  const Fixture bytes;
+  CHECK_THROWS_WITH(EpisodeBuilder(bytes.hay, bytes.tok, NeedleSplit::Train, NameSet::Vocabulary),
+                    Catch::Contains("capitalised words as one piece"));
+  // Zipf-weighted draws favour the top of the ranking: over 2,000 single needles the first 10 keys are
+  // drawn far more often than 10 of the 300 uniformly would be.
+  std::mt19937_64 rng(1);
+  int top = 0;
+  const std::set<std::string> first10(keys.begin(), keys.begin() + 10);
+  EpisodeSpec spec;
+  spec.context_tokens = 64;
+  for (int i = 0; i < 2000; ++i) top += first10.count(train.build(spec, rng).needles[0].name) > 0;
+  CHECK(top > 2000 * 10 / static_cast<int>(keys.size()) * 3);
+}
+
+TEST_CASE("training rows: no key twice in a row, no held-out name or code, drills that fit every length",
+          "[data][train]") {
+  const BundledFixture f;
+  const auto& eval = needle_names(NeedleSplit::Eval, NameSet::SingleToken);
+  for (const NameSet names : {NameSet::Vocabulary, NameSet::SingleToken}) {
+    DataMix mix;
+    mix.names = names;
+    mix.drill_fraction = 0.6;
+    mix.episode_fraction = 0.25;
+    const TrainingData data(f.stream, f.hay, f.tok, mix);
+    // One needle, its question and answer: the smallest drill needs two of them and BOS.
+    const EpisodeBuilder& b = data.episodes();
+    const Needle probe{b.keys().front(), "1234"};
+    const int64_t per_needle =
+        static_cast<int64_t>(f.tok.encode(b.needle_sentence(probe), false).ids.size() +
+                             f.tok.encode(b.question(probe) + " 1234.", false).ids.size());
+    for (const int64_t L : {64, 96, 128, 200, 256, 512, 1024}) {
+      INFO(to_string(names) << ", rows of " << L);
+      int drills = 0, rows = L >= 512 ? 150 : 400;
+      for (int i = 0; i < rows; ++i) {
+        std::mt19937_64 rng(static_cast<uint64_t>(i) * 7919 + static_cast<uint64_t>(L));
+        const TrainingRow r = data.row(L, rng);
+        REQUIRE(r.ids.size() == static_cast<size_t>(L + 1));
+        // The keys the row reports are its needles' keys, each once; the text agrees.
+        const std::set<std::string> unique(r.keys.begin(), r.keys.end());
+        REQUIRE(unique.size() == r.keys.size());
+        const auto found =
+            needles_in(f.tok.decode(std::vector<int64_t>(r.ids.begin(), r.ids.begin() + r.filled)));
+        CHECK(found.size() == r.keys.size());
+        for (const auto& [key, code] : found) {
+          CHECK(found.count(key) == 1);
+          CHECK(std::find(eval.begin(), eval.end(), key) == eval.end());
+          CHECK(std::stoi(code) % 7 != 0);
+        }
+        for (const int d : r.drill_sizes) {
+          CHECK(d >= mix.drill_needles_min);
+          CHECK(d <= mix.drill_needles_max);
+          CHECK(d * per_needle + 1 <= L + 1);
+        }
+        drills += static_cast<int>(r.drill_sizes.size());
+        // Filled as far as another smallest drill would go: the text after the episodes is shorter than
+        // that (or the row drew text, or a haystack episode that did not fit).
+        if (!r.drill_sizes.empty() && r.episode_sizes.empty())
+          CHECK(L + 1 - r.filled < 2 * per_needle + 1 + 2 * mix.drill_gap + 8);
+      }
+      // Where two needles fit, drill rows hold drills; where they do not, rows fall back to text.
+      if (2 * per_needle + 1 <= L + 1)
+        CHECK(drills > rows / 3);
+      else
+        CHECK(drills == 0);
+    }
+  }
+  DataMix bad;
+  bad.drill_needles_min = 3;
+  bad.drill_needles_max = 2;
+  CHECK_THROWS_WITH(TrainingData(f.stream, f.hay, f.tok, bad),
+                    Catch::Contains("drill_needles must be [min, max]"));
+  bad = DataMix{};
+  bad.episode_tokens_min = 8;
+  CHECK_THROWS_WITH(TrainingData(f.stream, f.hay, f.tok, bad), Catch::Contains("episode_tokens"));
 }

@@ -2,6 +2,9 @@
 // to exactly the weights of an uninterrupted one, and the saved checkpoint reloads to identical logits.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <tuple>
+
 #include <sys/resource.h>
 
 #include <atomic>
@@ -375,6 +378,90 @@ TEST_CASE("train: a JSON config with phases inherits what a phase does not name"
   CHECK_THROWS_WITH(train_options_from_json(dir / "bad.json"), Catch::Contains("increasing from_step"));
   test::write_all(dir / "bad2.json", R"({"names": "long"})");
   CHECK_THROWS_WITH(train_options_from_json(dir / "bad2.json"), Catch::Contains("unknown needle name set"));
+}
+
+TEST_CASE("train: a curriculum's phases set rows, batch, mix and a flat or decaying schedule",
+          "[train][config]") {
+  test::ScratchDir dir("curriculum");
+  test::write_all(dir / "c.json", R"({"steps": 1000, "seq_len": 128, "batch": 16, "lr": 0.002, "warmup": 100,
+    "schedule": "flat", "names": "vocabulary", "drill_fraction": 0.6, "episode_fraction": 0.15,
+    "drill_needles": [2, 2], "episode_tokens": [64, 128], "episode_needles": 1, "zipf_fraction": 0.5,
+    "answer_weight": 8,
+    "phases": [{"from_step": 400, "seq_len": 256, "batch": 8, "drill_needles": [2, 5]},
+               {"from_step": 700, "seq_len": 512, "batch": 4},
+               {"from_step": 900, "lr": 0.002, "warmup": 0, "schedule": "cosine", "episode_fraction": 0.1,
+                "drill_fraction": 0.3}]})");
+  const TrainOptions o = train_options_from_json(dir / "c.json");
+  REQUIRE(o.phases.size() == 4);
+  const DataMix& a = o.phases[0].mix;
+  CHECK(a.names == NameSet::Vocabulary);
+  CHECK(a.drill_needles_min == 2);
+  CHECK(a.drill_needles_max == 2);
+  CHECK(a.episode_tokens_min == 64);
+  CHECK(a.episode_tokens_max == 128);
+  CHECK(a.episode_needles == 1);
+  CHECK(a.zipf_fraction == 0.5);
+  CHECK(o.phases[1].mix.drill_needles_max == 5);
+  CHECK(o.phases[2].mix.drill_needles_max == 5);  // inherited
+  CHECK(o.phases[3].mix.drill_fraction == 0.3);
+  CHECK(o.phases[3].answer_weight == 8);
+  // Rows per phase: 128 x 16, 256 x 8, 512 x 4 (2,048 tokens a step throughout), the last inheriting.
+  for (const auto& [step, len, batch] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {0, 128, 16}, {399, 128, 16}, {400, 256, 8}, {699, 256, 8}, {700, 512, 4}, {999, 512, 4}}) {
+    INFO("step " << step);
+    CHECK(phase_seq_len(o, phase_at(o, step)) == len);
+    CHECK(phase_batch(o, phase_at(o, step)) == batch);
+  }
+  // Flat after warm-up through the phases that name no rate; the last restarts without warm-up and decays
+  // by cosine to 0.1 of its peak at the last step.
+  CHECK(learning_rate(o, 0) == Approx(0.002 / 100));
+  CHECK(learning_rate(o, 99) == Approx(0.002));
+  CHECK(learning_rate(o, 500) == Approx(0.002));
+  CHECK(learning_rate(o, 899) == Approx(0.002));
+  CHECK(learning_rate(o, 900) == Approx(0.002));
+  CHECK(learning_rate(o, 950) == Approx(0.002 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 50.0 / 100.0)))));
+  CHECK(learning_rate(o, 999) < 0.00025);
+  // Refusals name the field.
+  test::write_all(dir / "bad1.json", R"({"schedule": "linear"})");
+  CHECK_THROWS_WITH(train_options_from_json(dir / "bad1.json"), Catch::Contains("'schedule' must be"));
+  test::write_all(dir / "bad2.json", R"({"drill_needles": [2]})");
+  CHECK_THROWS_WITH(train_options_from_json(dir / "bad2.json"),
+                    Catch::Contains("'drill_needles' must be [min, max]"));
+  test::write_all(dir / "bad3.json", R"({"phases": [{"from_step": 5, "drill_needles": [4, 2]}]})");
+  CHECK_THROWS_WITH(train_options_from_json(dir / "bad3.json"),
+                    Catch::Contains("drill_needles must be [min, max]"));
+  test::write_all(dir / "bad4.json", R"({"phases": [{"from_step": 5, "seq_len": 8}]})");
+  CHECK_THROWS_WITH(train_options_from_json(dir / "bad4.json"), Catch::Contains("seq_len must be >= 16"));
+}
+
+TEST_CASE("train: a phase that changes the row length trains on, counts its tokens and resumes exactly",
+          "[train]") {
+  test::ScratchDir dir("phaselen");
+  make_corpus(dir.path());
+  auto curriculum = [](TrainOptions o) {
+    o.seq_len = 32;
+    o.batch = 4;
+    TrainPhase longer = o.phases.front();
+    longer.from_step = 6;
+    longer.seq_len = 64;
+    longer.batch = 2;
+    longer.mix.drill_fraction = 0.5;
+    o.phases.push_back(longer);
+    o.eval_every = 5;
+    return o;
+  };
+  const TrainOptions full = curriculum(tiny(dir.path(), dir / "full", 10));
+  CHECK(train_pair(full, nullptr, nullptr) == 10);
+  // Steps 1-5 at 32 x 4, 6-10 at 64 x 2: 5 x 128 + 5 x 128 tokens.
+  CHECK(column(dir / "full/diff-small/train_log.csv", 3) == std::vector<double>{5 * 128, 10 * 128});
+  const TrainOptions part = curriculum(tiny(dir.path(), dir / "part", 10));
+  std::atomic<bool> stop{false};
+  CHECK(train_pair(part, &stop, [&](const TrainProgress& p) { stop = p.step >= 4; }) == 4);
+  CHECK(train_pair(part, nullptr, nullptr) == 10);
+  for (const char* name : {"diff-small", "baseline-small"}) {
+    INFO(name);
+    CHECK(max_weight_difference(dir / "full" / name, dir / "part" / name) < 1e-5);
+  }
 }
 
 TEST_CASE("train --arch diff-v2: the V2 model's loss falls and its λ distribution moves", "[train][v2]") {
