@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <set>
 #include <tuple>
 
 #include <sys/resource.h>
@@ -543,4 +544,20 @@ TEST_CASE("train: the shipped config trains into build/train-small, never beside
   const TrainOptions o = train_options_from_json(kAssets / "models/train-small.json");
   CHECK(o.out_dir == std::filesystem::path(DIFFLENS_SOURCE_DIR) / "build/train-small");
   CHECK(o.corpus_dir == std::filesystem::path(DIFFLENS_SOURCE_DIR) / "build/corpus");
+  // The fair trio's recipe (issue 46): into build/train-fair; 2,048 tokens a step in every phase, rows of
+  // 128, 256, 512; a flat rate until the last phase decays it; the key pool and drills of the probe.
+  const TrainOptions f = train_options_from_json(kAssets / "models/train-fair.json");
+  CHECK(f.out_dir == std::filesystem::path(DIFFLENS_SOURCE_DIR) / "build/train-fair");
+  CHECK(f.corpus_dir == std::filesystem::path(DIFFLENS_SOURCE_DIR) / "build/corpus");
+  std::set<int64_t> lengths;
+  for (size_t k = 0; k < f.phases.size(); ++k) {
+    CHECK(phase_seq_len(f, k) * phase_batch(f, k) == 2048);
+    lengths.insert(phase_seq_len(f, k));
+    CHECK(f.phases[k].mix.names == NameSet::Vocabulary);
+    CHECK(f.phases[k].answer_weight == 8);
+  }
+  CHECK(lengths == std::set<int64_t>{128, 256, 512});
+  CHECK(f.phases.front().mix.drill_needles_max == 2);
+  CHECK(learning_rate(f, 3000) == Approx(0.002));
+  CHECK(learning_rate(f, 3999) < 0.0003);
 }
