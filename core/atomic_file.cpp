@@ -45,7 +45,11 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 namespace {
 thread_local int remove_tree_errno = 0;  // nftw's callback has no context: the first failure, this thread's
 
-int remove_entry(const char* entry, const struct stat*, int, struct FTW*) {
+int remove_entry(const char* entry, const struct stat*, int type, struct FTW*) {
+  if (type == FTW_DNR) {  // a folder that cannot be read: its entries cannot be removed (rmdir would say
+    remove_tree_errno = EACCES;  // "not empty", hiding the reason)
+    return 1;
+  }
   if (std::remove(entry) != 0 && errno != ENOENT) {
     remove_tree_errno = errno;
     return 1;  // stops the walk

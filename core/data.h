@@ -18,7 +18,9 @@ enum class NeedleSplit { Train, Eval };
 
 // Which list of names needles use. SingleToken (the default): names that the bundled tokenizer keeps as
 // one piece ("▁Mary"), so looking a code up is a one-token key match. Original: the names of the
-// bundled pair's first training phase, two to four pieces each; kept so that phase stays reproducible.
+// bundled pair's first training phase, two to four pieces each; kept so that phase can be trained with the
+// same names (not the same rows: since no key comes twice in a row, train-small.json draws other rows than
+// the ones the bundled pair saw).
 // Vocabulary: for training, a wide pool of keys, every capitalised word the tokenizer keeps as one piece
 // ("▁River", "▁Paris") but function words, the wording's own words and the held-out evaluation names;
 // evaluation keeps SingleToken's held-out given names (EpisodeBuilder::keys()).
@@ -161,7 +163,7 @@ struct DataMix {
   // min), 0..drill_gap haystack tokens before each needle on average.
   int drill_needles_min = 2, drill_needles_max = 8, drill_gap = 12;
   // Haystack episodes: a length in episode_tokens_min..max (at most the room left), 1..episode_needles
-  // needles (at most 2 below 160 tokens).
+  // needles (at most 4, and at most 2 below 160 tokens).
   int64_t episode_tokens_min = 64, episode_tokens_max = 448;
   int episode_needles = 4;
   double zipf_fraction = 0.5;  // Vocabulary keys: the share of draws weighted by rank (EpisodeBuilder)

@@ -227,6 +227,13 @@ inline AttentionBlock attend_rows(const AttentionInputs& g, const ModelConfig& c
   return b;
 }
 
+// Whether this LibTorch has the fused scaled-dot-product attention (2.1 and later).
+#ifdef DIFFLENS_FUSED_ATTENTION
+constexpr bool kFusedAttention = true;
+#else
+constexpr bool kFusedAttention = false;
+#endif
+
 // Whether fused_attention() can give a layer's heads' outputs: this LibTorch has the fused operation, the
 // attention is causal over every query row, and nothing the fused kernels lack is asked for (a sliding
 // window, quantized logits).
@@ -247,23 +254,29 @@ inline bool can_fuse_attention(const AttentionInputs& in, const ModelConfig& c, 
 inline Tensor fused_attention(const AttentionInputs& in, int64_t heads_per_call = 0) {
 #ifdef DIFFLENS_FUSED_ATTENTION
   const AttentionInputs g = expand_groups(in);
-  const auto type = g.v.scalar_type();
+  // The products in the matmul precision (bf16 in training on a GPU: LibTorch's flash kernels take it),
+  // the outputs back in the values' type, as attend_rows' product() gives them.
+  const auto out = g.v.scalar_type();
+  const auto type = g_matmul_dtype != at::kFloat ? g_matmul_dtype : out;
+  const Tensor v = g.v.to(type);
   auto sdpa = [&](const Tensor& q, const Tensor& k) {
     const int64_t H = q.size(1), step = heads_per_call > 0 ? heads_per_call : H;
-    if (step >= H) return at::scaled_dot_product_attention(q.to(type), k.to(type), g.v, {}, 0.0, true, 1.0);
+    if (step >= H)
+      return at::scaled_dot_product_attention(q.to(type), k.to(type), v, {}, 0.0, true, 1.0).to(out);
     std::vector<Tensor> parts;
     for (int64_t x = 0; x < H; x += step) {
       const int64_t n = std::min(step, H - x);
       parts.push_back(at::scaled_dot_product_attention(q.narrow(1, x, n).to(type), k.narrow(1, x, n).to(type),
-                                                       g.v.narrow(1, x, n), {}, 0.0, true, 1.0));
+                                                       v.narrow(1, x, n), {}, 0.0, true, 1.0)
+                          .to(out));
     }
     return at::cat(parts, 1);
   };
   const Tensor o1 = sdpa(g.q1, g.k1);
   if (!in.diff()) return o1;
   const Tensor o2 = sdpa(g.q2, g.k2);
-  if (in.lambda_rows.defined()) return o1 - in.lambda_rows.unsqueeze(-1).to(type) * o2;
-  return o1 - in.lambda.to(type) * o2;
+  if (in.lambda_rows.defined()) return o1 - in.lambda_rows.unsqueeze(-1).to(out) * o2;
+  return o1 - in.lambda.to(out) * o2;
 #else
   (void)heads_per_call;
   throw Error("fused attention needs LibTorch 2.1 or later (this one is " + std::string(TORCH_VERSION) + ")");

@@ -205,6 +205,8 @@ void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, con
     if (row_max.numel() >= cuda::kTopK)
       pa.top_floor = std::get<0>(at::topk(row_max, cuda::kTopK)).min().item<float>();
   }
+  if (!pa.head_slot && !pa.hist)
+    return;  // no head pooled and no statistics: the second pass has nothing to do
   chunks([&](int r0, int rows) {
     pa.row0 = r0;
     pa.rows = rows;

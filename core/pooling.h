@@ -33,9 +33,10 @@ void pool_block_on_host(const PoolGrid& grid, const std::vector<int64_t>& keep_h
                         std::vector<std::vector<float>>& sum, std::vector<std::vector<float>>& best);
 
 // The cells, each row's log-sum-exp and the layer's logit statistics by core/cuda's kernels, straight
-// from the rotated queries and keys: no block of maps is ever made (the long-prompt path of a CUDA model when
-// this build has the kernels). Two passes over every visible entry: each row's log-sum-exp (and largest
-// |logit|), then the maps' cells and the statistics, in chunks of query rows.
+// from the rotated queries and keys: no map is made for them (the heads' outputs come from the fused
+// attention, or for a sliding window from blocks of rows; the long-prompt path of a CUDA model when this
+// build has the kernels). Two passes over every visible entry: each row's log-sum-exp (and largest |logit|),
+// then the maps' cells and the statistics, in chunks of query rows.
 class KernelPooler {
  public:
   // Why a model whose components are d wide cannot use the kernels ("" when it can): a build without them

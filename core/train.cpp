@@ -544,6 +544,11 @@ TrainOptions train_options_from_json(const fs::path& file) {
         TrainPhase p = o.phases.back();  // a phase changes only what it names
         p.from_step = pj.at("from_step").get<int64_t>();
         read_phase(pj, p);
+        if ((pj.contains("schedule") || pj.contains("warmup") || pj.contains("lr_horizon")) &&
+            !(pj.value("lr", 0.0) > 0))
+          throw ConfigError(file.string() +
+                            ": a phase's 'schedule', 'warmup' and 'lr_horizon' restart the rate: "
+                            "that phase must name its 'lr' too");
         if (pj.contains("seq_len")) p.seq_len = pj.at("seq_len").get<int64_t>();
         if (pj.contains("batch")) p.batch = pj.at("batch").get<int64_t>();
         p.lr = pj.value("lr", 0.0);  // a schedule restart belongs to the phase that names it
@@ -689,14 +694,17 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     // and A per head) and the logits; measured on the bundled shape: 205 MB per 512-token row, 0.55 GB
     // besides (this estimate: 225 MB). Refuse a batch the machine (or the GPU, whose free memory is read
     // before either model is there) cannot hold rather than be killed or run out of memory half-way.
-    // The phase whose step needs the most (rows of its length times its batch).
+    // The phase whose step needs the most (rows of its length times its batch). LibTorch's fused attention
+    // (2.1 and later; no sliding window, no quantized logits) makes no map: then only the logits count.
+    const bool fused = nn::kFusedAttention && diff_cfg.sliding_window <= 0;
     size_t heaviest = 0;
     double row = 0, need = 0;
     const double base = 0.6e9;
     for (size_t k = 0; k < o.phases.size(); ++k) {
       const auto per_row = [&](const ModelConfig& c) {
         const double T = static_cast<double>(phase_seq_len(o, k)), maps = c.is_diff() ? 5.0 : 2.0;
-        return 2.5 * static_cast<double>(c.num_hidden_layers * c.map_heads()) * maps * T * T * 4.0 +
+        return (fused ? 0.0
+                      : 2.5 * static_cast<double>(c.num_hidden_layers * c.map_heads()) * maps * T * T * 4.0) +
                3.0 * T * static_cast<double>(c.vocab_size) * 4.0;
       };
       const double r = std::max(per_row(diff_cfg), per_row(base_cfg));
@@ -719,9 +727,13 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
           human_bytes(static_cast<uint64_t>(row)) +
           " per row for one model's attention maps and logits), "
           "and " +
-          human_bytes(have) + " is available: lower --batch (about " +
+          human_bytes(have) + " is available: lower " +
+          (o.phases[heaviest].batch > 0 || o.phases[heaviest].seq_len > 0
+               ? "the batch of the config's phase from step " + std::to_string(o.phases[heaviest].from_step)
+               : std::string("--batch")) +
+          " (about " +
           std::to_string(static_cast<int64_t>(std::max(0.0, (static_cast<double>(have) - base) / row))) +
-          " rows fit) or --seq-len");
+          " rows fit) or its row length");
   }
 
   std::vector<ModelState> models;

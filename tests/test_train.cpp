@@ -433,6 +433,8 @@ TEST_CASE("train: a curriculum's phases set rows, batch, mix and a flat or decay
                     Catch::Contains("drill_needles must be [min, max]"));
   test::write_all(dir / "bad4.json", R"({"phases": [{"from_step": 5, "seq_len": 8}]})");
   CHECK_THROWS_WITH(train_options_from_json(dir / "bad4.json"), Catch::Contains("seq_len must be >= 16"));
+  test::write_all(dir / "bad5.json", R"({"phases": [{"from_step": 5, "schedule": "cosine"}]})");
+  CHECK_THROWS_WITH(train_options_from_json(dir / "bad5.json"), Catch::Contains("must name its 'lr' too"));
 }
 
 TEST_CASE("train: a phase that changes the row length trains on, counts its tokens and resumes exactly",
@@ -445,7 +447,7 @@ TEST_CASE("train: a phase that changes the row length trains on, counts its toke
     TrainPhase longer = o.phases.front();
     longer.from_step = 6;
     longer.seq_len = 64;
-    longer.batch = 2;
+    longer.batch = 3;
     longer.mix.drill_fraction = 0.5;
     o.phases.push_back(longer);
     o.eval_every = 5;
@@ -453,8 +455,9 @@ TEST_CASE("train: a phase that changes the row length trains on, counts its toke
   };
   const TrainOptions full = curriculum(tiny(dir.path(), dir / "full", 10));
   CHECK(train_pair(full, nullptr, nullptr) == 10);
-  // Steps 1-5 at 32 x 4, 6-10 at 64 x 2: 5 x 128 + 5 x 128 tokens.
-  CHECK(column(dir / "full/diff-small/train_log.csv", 3) == std::vector<double>{5 * 128, 10 * 128});
+  // Steps 0-5 (0-based) at 32 x 4, from step 6 at 64 x 3: after 5 steps 5 x 128 tokens, after 10 6 x 128 +
+  // 4 x 192.
+  CHECK(column(dir / "full/diff-small/train_log.csv", 3) == std::vector<double>{5 * 128, 6 * 128 + 4 * 192});
   const TrainOptions part = curriculum(tiny(dir.path(), dir / "part", 10));
   std::atomic<bool> stop{false};
   CHECK(train_pair(part, &stop, [&](const TrainProgress& p) { stop = p.step >= 4; }) == 4);
@@ -463,6 +466,7 @@ TEST_CASE("train: a phase that changes the row length trains on, counts its toke
     INFO(name);
     CHECK(max_weight_difference(dir / "full" / name, dir / "part" / name) < 1e-5);
   }
+  CHECK(column(dir / "part/diff-small/train_log.csv", 3) == std::vector<double>{5 * 128, 6 * 128 + 4 * 192});
 }
 
 TEST_CASE("train --arch diff-v2: the V2 model's loss falls and its λ distribution moves", "[train][v2]") {

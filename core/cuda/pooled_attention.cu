@@ -209,8 +209,9 @@ __device__ void offer(float* list, float& list_min, float v, float floor_value) 
   }
 }
 
-// LogHistogram's bucket of |l| (as StreamingStats computes it: log10, minus kLogMin, times the bins a decade,
-// floored, clamped to [-1, kBins], plus one).
+// LogHistogram's bucket of |l| in float: log10, minus kLogMin, times the bins a decade, floored, clamped to
+// [-1, kBins], plus one (LogHistogram::add works in double: a value within float rounding of an edge may land
+// in the bucket beside it).
 __device__ __forceinline__ int bucket(float v) {
   float b = floorf((log10f(v) - static_cast<float>(kLogMin)) * static_cast<float>(kBinsPerDecade));
   b = fminf(fmaxf(b, -1.0f), static_cast<float>(kBins));
