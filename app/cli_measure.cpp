@@ -556,6 +556,7 @@ int cmd_bench(const Args& a) {
       models[0].device_name().c_str(), cpu_isa_name(), num_threads(), repeats,
       opt.keep_maps ? "all maps kept" : "no maps kept",
       opt.logit_stats ? "logit statistics" : "no logit statistics");
+  const std::string no_kernels = kernel_pooling_unsupported(models[0].config());
   if (opt.pooled_budget_bytes)
     std::printf(
         "long prompts: pooled maps within %s per model once the exact maps would exceed it, pooled %s\n",
@@ -564,9 +565,8 @@ int cmd_bench(const Args& a) {
                                            "model's blocks of maps copied there)"
         : opt.pooling == PoolingPath::Kernel ? "by the CUDA kernels from the queries and keys (no map made)"
         : models[0].device_name() == "cpu"   ? "by the CPU's fused pass as rows are made (auto)"
-        : kernel_pooling_unsupported(models[0].config()).empty()
-            ? "by the CUDA kernels from the queries and keys (auto)"
-            : ("on the host (auto: " + kernel_pooling_unsupported(models[0].config()) + ")").c_str());
+        : no_kernels.empty()                 ? "by the CUDA kernels from the queries and keys (auto)"
+                                             : ("on the host (auto: " + no_kernels + ")").c_str());
   const size_t resident_before =
       static_cast<size_t>(static_cast<int64_t>(process_memory_kb("VmRSS:"))) * 1024;
   std::printf("resident before the captures (process, libraries, weights): %s\n",

@@ -286,10 +286,10 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   CaptureMachine machine;
   machine.host_available = available_memory_bytes();
   machine.cuda = dev.is_cuda();
-  if (!machine.cuda)
-    machine.no_kernels = "the model is on the CPU (the kernels pool a CUDA model's long prompts)";
+  machine.no_kernels = machine.cuda
+                           ? KernelPooler::unsupported(c.head_dim, c.is_diff())
+                           : "the model is on the CPU (the kernels pool a CUDA model's long prompts)";
   if (machine.cuda) {
-    machine.no_kernels = KernelPooler::unsupported(c.head_dim, c.is_diff());
     uint64_t free_bytes = 0;
     cuda_memory(free_bytes, machine.device_total);
     for (const auto& p : impl_->net->parameters())

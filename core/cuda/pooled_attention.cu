@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 namespace difflens::cuda {
 namespace {
@@ -324,30 +325,6 @@ int width_for(int d, bool diff) {
   return 0;
 }
 
-template <int D>
-int launch_lse(const RowLseArgs& a, bool diff) {
-  const dim3 grid((a.rows + kRows - 1) / kRows, a.H);
-  const size_t shared = sizeof(float) * kKeys * D * (diff ? 2 : 1);
-  auto stream = static_cast<cudaStream_t>(a.stream);
-  if (diff)
-    lse_kernel<D, true><<<grid, kRows, shared, stream>>>(a);
-  else
-    lse_kernel<D, false><<<grid, kRows, shared, stream>>>(a);
-  return static_cast<int>(cudaGetLastError());
-}
-
-template <int D>
-int launch_pooled(const PooledAttentionArgs& a, bool diff) {
-  const dim3 grid((a.rows + kRows - 1) / kRows, a.H);
-  const size_t shared = sizeof(float) * kKeys * D * (diff ? 2 : 1);
-  auto stream = static_cast<cudaStream_t>(a.stream);
-  if (diff)
-    pooled_kernel<D, true><<<grid, kRows, shared, stream>>>(a);
-  else
-    pooled_kernel<D, false><<<grid, kRows, shared, stream>>>(a);
-  return static_cast<int>(cudaGetLastError());
-}
-
 // Makes `device` current for its lifetime (-1: leaves the current one), then restores the previous one.
 struct DeviceScope {
   int previous = -1;
@@ -368,6 +345,56 @@ bool valid(const AttentionRows& a) {
          a.row0 + a.rows <= a.T;
 }
 
+// The two kernels, each instantiated for the widths below and for DIFF or not.
+struct LseKernel {
+  template <int D, bool DIFF>
+  static void run(const RowLseArgs& a, dim3 grid, size_t shared, cudaStream_t stream) {
+    lse_kernel<D, DIFF><<<grid, kRows, shared, stream>>>(a);
+  }
+};
+struct PooledKernel {
+  template <int D, bool DIFF>
+  static void run(const PooledAttentionArgs& a, dim3 grid, size_t shared, cudaStream_t stream) {
+    pooled_kernel<D, DIFF><<<grid, kRows, shared, stream>>>(a);
+  }
+};
+
+// Checks the rows, then launches Kernel over their blocks of kRows rows, one head each, on args.device, with
+// shared memory for a tile of keys of each component at the kernel width that takes d.
+template <typename Kernel, typename Args>
+int launch(const Args& a, bool diff) {
+  if (!valid(a)) return static_cast<int>(cudaErrorInvalidValue);
+  if (a.rows == 0) return 0;
+  const int width = width_for(a.d, diff);
+  if (width == 0) return static_cast<int>(cudaErrorInvalidValue);
+  const DeviceScope scope(a.device);
+  const dim3 grid((a.rows + kRows - 1) / kRows, a.H);
+  const size_t shared = sizeof(float) * kKeys * static_cast<size_t>(width) * (diff ? 2 : 1);
+  const auto stream = static_cast<cudaStream_t>(a.stream);
+  auto go = [&](auto w) {
+    constexpr int D = decltype(w)::value;
+    if (diff)
+      Kernel::template run<D, true>(a, grid, shared, stream);
+    else
+      Kernel::template run<D, false>(a, grid, shared, stream);
+  };
+  switch (width) {
+    case 16:
+      go(std::integral_constant<int, 16>{});
+      break;
+    case 32:
+      go(std::integral_constant<int, 32>{});
+      break;
+    case 64:
+      go(std::integral_constant<int, 64>{});
+      break;
+    default:
+      go(std::integral_constant<int, 128>{});
+      break;
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
 }  // namespace
 
 bool supports(int d, bool diff) {
@@ -379,39 +406,11 @@ size_t top_slots(const AttentionRows& a) {
 }
 
 int row_lse(const RowLseArgs& a, bool diff) {
-  if (!valid(a)) return static_cast<int>(cudaErrorInvalidValue);
-  if (a.rows == 0) return 0;
-  const DeviceScope scope(a.device);
-  switch (width_for(a.d, diff)) {
-    case 16:
-      return launch_lse<16>(a, diff);
-    case 32:
-      return launch_lse<32>(a, diff);
-    case 64:
-      return launch_lse<64>(a, diff);
-    case 128:
-      return launch_lse<128>(a, diff);
-    default:
-      return static_cast<int>(cudaErrorInvalidValue);
-  }
+  return launch<LseKernel>(a, diff);
 }
 
 int pooled_attention(const PooledAttentionArgs& a, bool diff) {
-  if (!valid(a)) return static_cast<int>(cudaErrorInvalidValue);
-  if (a.rows == 0) return 0;
-  const DeviceScope scope(a.device);
-  switch (width_for(a.d, diff)) {
-    case 16:
-      return launch_pooled<16>(a, diff);
-    case 32:
-      return launch_pooled<32>(a, diff);
-    case 64:
-      return launch_pooled<64>(a, diff);
-    case 128:
-      return launch_pooled<128>(a, diff);
-    default:
-      return static_cast<int>(cudaErrorInvalidValue);
-  }
+  return launch<PooledKernel>(a, diff);
 }
 
 int synchronize(int device) {
