@@ -34,6 +34,7 @@ int cmd_train(const Args& a) {
   o.precision = a.get("precision", o.precision);
   o.data_workers = a.get_int("data-workers", o.data_workers);
   o.max_seconds = a.get_int("max-seconds", 0);
+  if (a.has("rows-out")) o.rows_out = a.get("rows-out");
   o.lr = a.get_double("lr", o.lr);
   TrainPhase& last = o.phases.back();
   last.mix.episode_fraction = a.get_double("episode-fraction", last.mix.episode_fraction);
@@ -144,7 +145,10 @@ Command train_command() {
        choice("names", "single-token|original", "", "last phase: the names needles use"),
        choice("precision", "auto|fp32|bf16", "", "matmul precision (auto: bf16 on CUDA, fp32 on the CPU)"),
        integer("data-workers", "N", 0, 256, "", "threads building batches ahead (0: 1 on the CPU)"),
-       integer("max-seconds", "S", 0, 1e9, "", "stop and save after S seconds; the same command resumes")},
+       integer("max-seconds", "S", 0, 1e9, "", "stop and save after S seconds; the same command resumes"),
+       text("rows-out", "FILE",
+            "also write every step's rows (token ids, loss weights) to FILE as JSON lines; refused when FILE "
+            "exists")},
       "",
       cmd_train};
 }

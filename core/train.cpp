@@ -642,6 +642,9 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     std::error_code ec;
     if (fs::exists(o.out_dir, ec) && !fs::is_directory(o.out_dir, ec))
       throw Error("train: --out " + o.out_dir.string() + " is a file, not a folder");
+    if (!o.rows_out.empty() && fs::exists(o.rows_out, ec))
+      throw Error("train: " + o.rows_out.string() +
+                  " exists; refusing to overwrite it (give another --rows-out)");
   }
   (void)train_precision(o, at::Device(at::kCPU));  // refuse a bad precision before any work
   if (o.phases.empty() || o.phases.front().from_step != 0)
@@ -852,6 +855,30 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   };
   const nn::ScopedDtype precision(nn::g_matmul_dtype, train_precision(o, dev));
 
+  std::ofstream rows_file;
+  if (!o.rows_out.empty()) {
+    rows_file.open(o.rows_out);
+    if (!rows_file) throw Error("train: cannot write " + o.rows_out.string());
+  }
+  const auto write_rows = [&](int64_t step, const StepBatch& b) {
+    const Tensor ids = b.ids.to(at::kLong).contiguous();
+    const Tensor w = b.weights.defined() ? b.weights.to(at::kFloat).contiguous() : Tensor();
+    for (int64_t r = 0; r < ids.size(0); ++r) {
+      rows_file << "{\"step\":" << step << ",\"row\":" << r << ",\"ids\":[";
+      const int64_t* p = ids.data_ptr<int64_t>() + r * ids.size(1);
+      for (int64_t i = 0; i < ids.size(1); ++i) rows_file << (i ? "," : "") << p[i];
+      rows_file << "]";
+      if (w.defined()) {
+        rows_file << ",\"weights\":[";
+        const float* q = w.data_ptr<float>() + r * w.size(1);
+        for (int64_t i = 0; i < w.size(1); ++i) rows_file << (i ? "," : "") << q[i];
+        rows_file << "]";
+      }
+      rows_file << "}\n";
+    }
+    if (!rows_file) throw Error("train: writing " + o.rows_out.string() + " failed (disk full?)");
+  };
+
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t tokens_before = tokens;
   double last_report = -1;
@@ -862,6 +889,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= o.max_seconds)
       break;
     const StepBatch host = prefetch.take(step);
+    if (rows_file.is_open()) write_rows(step, host);
     const Tensor batch = to_device(host.ids), weights = to_device(host.weights);
     const double lr = learning_rate(o, step);
     for (auto& s : models) {

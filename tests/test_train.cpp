@@ -19,6 +19,8 @@
 #include "core/train.h"
 #include "helpers.h"
 
+#include <nlohmann/json.hpp>
+
 using namespace difflens;
 
 namespace {
@@ -564,4 +566,62 @@ TEST_CASE("train: the shipped config trains into build/train-small, never beside
   CHECK(f.phases.front().mix.drill_needles_max == 2);
   CHECK(learning_rate(f, 3000) == Approx(0.002));
   CHECK(learning_rate(f, 3999) < 0.0003);
+}
+
+TEST_CASE("train --rows-out: every step's rows, as trained, with their loss weights, never over a file",
+          "[train]") {
+  test::ScratchDir dir("rowsout");
+  make_corpus(dir.path());
+  TrainOptions o = tiny(dir.path(), dir / "out", 5);
+  o.seq_len = 32;
+  o.batch = 3;
+  TrainPhase drills = o.phases.front();
+  drills.from_step = 3;
+  drills.seq_len = 128;  // two needles, asked and answered, need 82 tokens
+  drills.batch = 2;
+  drills.mix.drill_fraction = 1.0;
+  drills.mix.episode_fraction = 0.0;
+  drills.answer_weight = 8;
+  o.phases.push_back(drills);
+  o.train_baseline = false;
+  o.rows_out = dir / "rows.jsonl";
+  CHECK(train_pair(o, nullptr, nullptr) == 5);
+
+  std::ifstream in(o.rows_out);
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
+  // Steps 0-2: 3 rows of 33 ids, no weights (all 1); steps 3-4: 2 rows of 129 ids, weights 1 or 8.
+  REQUIRE(rows.size() == 3 * 3 + 2 * 2);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const int64_t step = r["step"];
+    CHECK(step == (i < 9 ? static_cast<int64_t>(i / 3) : 3 + static_cast<int64_t>(i - 9) / 2));
+    CHECK(r["row"] == (i < 9 ? i % 3 : (i - 9) % 2));
+    const auto ids = r["ids"].get<std::vector<int64_t>>();
+    CHECK(ids.size() == (step < 3 ? 33u : 129u));
+    for (int64_t id : ids) CHECK((id >= 0 && id < 4096));
+    if (step < 3) {
+      CHECK_FALSE(r.contains("weights"));
+    } else {
+      const auto w = r["weights"].get<std::vector<double>>();
+      CHECK(w.size() == 128);
+      const auto eights = std::count(w.begin(), w.end(), 8.0);
+      CHECK(eights >= 4);  // a drill's answers: at least two needles' codes of several tokens each
+      CHECK(eights + std::count(w.begin(), w.end(), 1.0) == 128);
+    }
+  }
+  // The rows depend only on (seed, step): a second run writes the same lines.
+  TrainOptions again = o;
+  again.out_dir = dir / "again";
+  again.rows_out = dir / "rows-again.jsonl";
+  CHECK(train_pair(again, nullptr, nullptr) == 5);
+  CHECK(test::read_all(o.rows_out) == test::read_all(again.rows_out));
+  // An existing file is refused before any step and left as it was.
+  test::write_all(dir / "mine.txt", "my notes\n");
+  again.out_dir = dir / "third";
+  again.rows_out = dir / "mine.txt";
+  CHECK_THROWS_WITH(train_pair(again, nullptr, nullptr),
+                    Catch::Contains("mine.txt exists; refusing to overwrite"));
+  CHECK(test::read_all(dir / "mine.txt") == "my notes\n");
 }
