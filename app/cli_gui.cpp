@@ -64,6 +64,14 @@ int cmd_gui(const Args& a) {
   }
   o.font_scale = as_float(a, "font-scale");
   o.haystack = a.has("haystack") ? a.get("haystack") : bundled("haystack.txt");
+  // The bundled models, one menu choice away (File > Bundled model into the left / right slot).
+  for (const auto& [label, name] : {std::pair<const char*, const char*>{"DIFF (diff-small)", "diff-small"},
+                                    {"DIFF V2 (diff-v2-small)", "diff-v2-small"},
+                                    {"baseline (baseline-small)", "baseline-small"}})
+    try {
+      o.bundled_models.emplace_back(label, bundled_model(name));
+    } catch (const Error&) {  // not installed: the menu lists the others (the slots say what is missing)
+    }
   if (std::filesystem::is_directory(o.haystack))
     throw Error("--haystack " + o.haystack + ": is a folder; the haystack text must be a file");
   o.lab_lengths = a.get("lab-lengths");

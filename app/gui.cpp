@@ -186,6 +186,7 @@ int run_gui(const GuiOptions& opt) {
     state.view.metric_rows = opt.metric_rows;
     state.font_scale = opt.font_scale;
     state.needle.haystack_path = opt.haystack;
+    state.bundled_models = opt.bundled_models;
     state.pooled_budget =
         opt.pooled_budget_mb > 0 ? static_cast<size_t>(opt.pooled_budget_mb * 1024 * 1024) : 0;
     state.lab.lengths = opt.lab_lengths;

@@ -27,7 +27,10 @@ struct GuiOptions {
   int exit_after_frames = 0;        // ...and this many further frames, then exit (0: run until closed)
   int width = 1600, height = 1000;  // with size_given; otherwise the remembered size or 90 % of the monitor
   float font_scale = 1.0f;
-  std::string haystack;           // held-out text for the needle builder (assets/haystack.txt)
+  std::string haystack;  // held-out text for the needle builder (assets/haystack.txt)
+  // The bundled models found at start (File > Bundled model into a slot): what the menu calls each, its
+  // folder.
+  std::vector<std::pair<std::string, std::string>> bundled_models;
   std::vector<int> repeated;      // N,SEED: N random tokens twice as the prompt at start (--repeated)
   std::vector<int> needle;        // build a needle prompt at start: LENGTH,DEPTH%,N,R,SEED[,WITH_ANSWER]
   int logit_bits = 0;             // attention-logit quantization shown at start (0, 8, 6 or 4)

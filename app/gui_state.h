@@ -133,7 +133,8 @@ struct GuiState {
     std::optional<ModelCard> card;
   } cards[kSlots];
   bool about_models = false;  // Help > About the models: the cards' window is open
-  float font_scale = 1.0f;    // View menu: the UI's text size (the shell rebuilds the fonts when it moves)
+  std::vector<std::pair<std::string, std::string>> bundled_models;  // menu label, folder (GuiOptions')
+  float font_scale = 1.0f;  // View menu: the UI's text size (the shell rebuilds the fonts when it moves)
   // File menu / side panel: the "Open" dialog (a model folder or a trace bundle into a slot).
   struct OpenDialog {
     bool request = false;  // open the popup this frame

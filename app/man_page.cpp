@@ -75,7 +75,8 @@ std::string man_page(const Command& app, const std::vector<Command>& commands, c
   out +=
       ".SH FILES\n"
       ".TP\n\\fIPREFIX\\fR/share/difflens/\n"
-      "The bundled models (models/diff-small, models/baseline-small, models/train-small.json), the needle\n"
+      "The bundled models (models/diff-small, models/diff-v2-small, models/baseline-small, their recipe\n"
+      "models/train-fair.json and their card models/README.md), the needle\n"
       "haystack (haystack.txt) and the lecture script (needle-story.play); PREFIX is the folder above the\n"
       "one that holds the difflens binary (/usr for the Debian package).\n"
       ".TP\n\\fIPREFIX\\fR/lib/difflens/libdifflens_spm.so\n"

@@ -196,7 +196,7 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
     } catch (const std::exception& e) {
       ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", e.what());
     }
-    ImGui::TextDisabled("The bundled pair was trained on the default wording only.");
+    ImGui::TextDisabled("The bundled models were trained on the default wording only.");
     ImGui::EndPopup();
   }
   const bool running = lab.progress && lab.progress->running;

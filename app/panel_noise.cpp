@@ -145,31 +145,56 @@ const GuiState::NoiseCache& refresh_noise_cache(GuiState& state, const RunResult
   return cache;
 }
 
-// Selects the layer and heads that attend most to the marked answer from the question's rows: the left
-// model's strongest head over all layers, then the right model's strongest head in that layer.
+// Selects the layer and heads that attend most to the marked answer from the question's rows: the layer
+// where the models' strongest heads together give it the most (neither model leads), and each model's
+// strongest head there. A model whose strongest head overall is in another layer is named with it, so
+// the status line never understates a model.
 void focus_answer_head(GuiState& state, const RunResult& r) {
   if (state.selection.answer_begin < 0) return;
   const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
-  const int lead = cache.readouts[0] ? 0 : 1;
-  if (!cache.readouts[lead]) return;
-  const auto best = strongest_answer_head(*cache.readouts[lead]);
-  if (!best) return;
-  state.view.layer = best->layer;
-  std::string what = "layer " + std::to_string(best->layer) + ": ";
-  for (int k = 0; k < kSlots; ++k) {
-    const int s = (lead + k) % kSlots;
-    if (!cache.readouts[s] || !r.traces[s]) continue;
-    const auto h = strongest_answer_head(*cache.readouts[s], best->layer);
-    if (!h) continue;
-    state.view.head[s] = h->head;
-    char share[32];
-    std::snprintf(share, sizeof share, "%.3f", h->share.answer);
-    const ModelConfig& c = r.traces[s]->config;
-    what += std::string(k ? ", " : "") + (c.name.empty() ? to_string(c.attention) : c.name) + " head " +
-            std::to_string(h->head) + " " + share;
+  int layers = 0;
+  for (int s = 0; s < kSlots; ++s)
+    if (cache.readouts[s] && r.traces[s])
+      layers = std::max(layers, static_cast<int>(r.traces[s]->layers.size()));
+  int best_layer = -1;
+  double best_sum = -1e300;
+  for (int layer = 0; layer < layers; ++layer) {
+    double sum = 0;
+    bool any = false;
+    for (int s = 0; s < kSlots; ++s)
+      if (cache.readouts[s])
+        if (const auto h = strongest_answer_head(*cache.readouts[s], layer)) {
+          sum += h->share.answer;
+          any = true;
+        }
+    if (any && sum > best_sum) {
+      best_sum = sum;
+      best_layer = layer;
+    }
   }
-  state.message =
-      what + " to the answer over the question's rows (the query to the end; the strongest heads)";
+  if (best_layer < 0) return;
+  state.view.layer = best_layer;
+  std::string what = "layer " + std::to_string(best_layer) + ": ", elsewhere;
+  bool first = true;
+  for (int s = 0; s < kSlots; ++s) {
+    if (!cache.readouts[s] || !r.traces[s]) continue;
+    const ModelConfig& c = r.traces[s]->config;
+    const std::string name = c.name.empty() ? to_string(c.attention) : c.name;
+    char share[32];
+    if (const auto h = strongest_answer_head(*cache.readouts[s], best_layer)) {
+      state.view.head[s] = h->head;
+      std::snprintf(share, sizeof share, "%.3f", h->share.answer);
+      what += std::string(first ? "" : ", ") + name + " head " + std::to_string(h->head) + " " + share;
+      first = false;
+    }
+    const auto overall = strongest_answer_head(*cache.readouts[s]);
+    if (overall && overall->layer != best_layer) {
+      std::snprintf(share, sizeof share, "%.3f", overall->share.answer);
+      elsewhere += "; " + name + "'s strongest: layer " + std::to_string(overall->layer) + " head " +
+                   std::to_string(overall->head) + " " + share;
+    }
+  }
+  state.message = what + " to the answer over the question's rows" + elsewhere;
 }
 
 namespace {

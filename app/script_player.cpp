@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -251,9 +252,17 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
     case PlayVerb::TextHeads:
       state.text.heads = i0;
       break;
-    case PlayVerb::Open:
-      open_into_slot(state, worker, a.ints[0], a.ints[1], a.text, a.token);
+    case PlayVerb::Open: {
+      // A model named as the bundled ones are (diff-v2-small) and not a folder here: the bundled one, as
+      // File > Bundled model opens it, so that a lecture script runs from any folder.
+      std::string path = a.text;
+      std::error_code ec;
+      if (a.ints[1] == 0 && !std::filesystem::exists(path, ec))
+        for (const auto& [label, folder] : state.bundled_models)
+          if (std::filesystem::path(folder).filename() == path) path = folder;
+      open_into_slot(state, worker, a.ints[0], a.ints[1], path, a.token);
       break;
+    }
     case PlayVerb::Device:
       pick_device(state, worker, static_cast<DeviceChoice>(i0));
       break;

@@ -127,6 +127,15 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
         state.open_dialog = {true, s, false, state.slots[s].path_field, false, state.open_dialog.token};
     }
     for (int s = 0; s < kSlots; ++s) {
+      const std::string menu = std::string("Bundled model into the ") + slot_name(s) + " slot";
+      if (ImGui::BeginMenu(menu.c_str(), !state.bundled_models.empty())) {
+        for (const auto& [label, folder] : state.bundled_models)
+          if (ImGui::MenuItem(label.c_str(), nullptr, state.slots[s].path_field == folder))
+            open_into_slot(state, worker, s, 0, folder, "");
+        ImGui::EndMenu();
+      }
+    }
+    for (int s = 0; s < kSlots; ++s) {
       const std::string label = std::string("Open trace bundle into the ") + slot_name(s) + " slot...";
       if (ImGui::MenuItem(label.c_str()))
         state.open_dialog = {true, s, true, state.slots[s].bundle_field, false, state.open_dialog.token};

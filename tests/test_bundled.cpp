@@ -1,4 +1,4 @@
-// The bundled pair in assets/models and the SentencePiece tokenizer it ships.
+// The bundled trio in assets/models and the SentencePiece tokenizer it ships.
 #include <catch2/catch.hpp>
 
 #include "core/error.h"
@@ -16,50 +16,67 @@ const std::filesystem::path kModels = DIFFLENS_SOURCE_DIR "/assets/models";
 
 TEST_CASE("bundled models load, are parameter-matched and share one tokenizer", "[bundled]") {
   const Model diff = Model::load(kModels / "diff-small", DeviceChoice::Cpu);
+  const Model v2 = Model::load(kModels / "diff-v2-small", DeviceChoice::Cpu);
   const Model base = Model::load(kModels / "baseline-small", DeviceChoice::Cpu);  // strict: config = tensors
   CHECK(diff.config().attention == AttentionKind::Diff);
+  CHECK(v2.config().attention == AttentionKind::DiffV2);
   CHECK(base.config().attention == AttentionKind::Baseline);
   CHECK(diff.config().hidden_size == base.config().hidden_size);
+  CHECK(v2.config().hidden_size == base.config().hidden_size);
   CHECK(diff.parameter_count() == parameter_count(diff.config()));
-  const double ratio =
-      static_cast<double>(diff.parameter_count()) / static_cast<double>(base.parameter_count());
-  CHECK(ratio > 0.99);
-  CHECK(ratio < 1.01);
-  CHECK(test::read_all(kModels / "diff-small/tokenizer.model") ==
-        test::read_all(kModels / "baseline-small/tokenizer.model"));
+  const auto ratio = [&](const Model& m) {
+    return static_cast<double>(m.parameter_count()) / static_cast<double>(base.parameter_count());
+  };
+  CHECK(ratio(diff) > 0.99);
+  CHECK(ratio(diff) < 1.01);
+  // V2's extra query sub-heads and lambda_proj: 4 x (16,384 + 1,024) = 69,632 parameters, 3.8 %.
+  CHECK(v2.parameter_count() - base.parameter_count() == 69632);
+  for (const char* other : {"diff-v2-small", "baseline-small"})
+    CHECK(test::read_all(kModels / "diff-small/tokenizer.model") ==
+          test::read_all(kModels / other / "tokenizer.model"));
   const auto ids = diff.tokenizer().encode("The secret code of Mira is 4821.", true).ids;
   const Trace t = diff.capture(ids);
   CHECK(t.tokens[1] == "\xe2\x96\x81The");  // "▁The"
   CHECK(t.layers.size() == static_cast<size_t>(diff.config().num_hidden_layers));
 }
 
-TEST_CASE("bundled pair: DIFF retrieves held-out needles and attends to the code, the baseline does not",
-          "[bundled][needle]") {
-  const Model diff = Model::load(kModels / "diff-small", DeviceChoice::Cpu);
-  const Model base = Model::load(kModels / "baseline-small", DeviceChoice::Cpu);
+TEST_CASE(
+    "bundled trio: every model retrieves held-out needles, DIFF's attention noise is far below the baseline's",
+    "[bundled][needle]") {
+  const Model models[3] = {Model::load(kModels / "diff-small", DeviceChoice::Cpu),
+                           Model::load(kModels / "diff-v2-small", DeviceChoice::Cpu),
+                           Model::load(kModels / "baseline-small", DeviceChoice::Cpu)};
   const std::string text = test::read_all(std::filesystem::path(DIFFLENS_SOURCE_DIR) / "assets/haystack.txt");
-  const Haystack hay(text, diff.tokenizer());
-  const EpisodeBuilder builder(hay, diff.tokenizer(), NeedleSplit::Eval);
-  int answered[2] = {0, 0};
-  double strongest[2] = {0, 0};  // the largest answer share of any head, over the episodes
+  const Haystack hay(text, models[0].tokenizer());
+  const EpisodeBuilder builder(hay, models[0].tokenizer(), NeedleSplit::Eval);
+  int answered[3] = {0, 0, 0};
+  double noise[3] = {0, 0, 0};      // mean over heads, layers and episodes, on the rows that produce the code
+  double strongest[3] = {0, 0, 0};  // the largest answer share of any head, over the episodes
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     const Episode ep = needle_episode(builder, {256, 0.5, 1, 1}, seed);
     // The rows that produce the code: from the token before its first digit to its last-but-one digit.
     const Span code = ep.answer_spans.back(),
                needle = ep.needle_code_spans[static_cast<size_t>(ep.queried[0])];
     const std::vector<int64_t> ids(ep.ids.begin(), ep.ids.begin() + code.end - 1);
-    for (int k = 0; k < 2; ++k) {
-      const Model& m = k == 0 ? diff : base;
-      answered[k] += run_needle(m, builder, {256, 0.5, 1, 1}, seed).answered;
-      const NoiseReadout r = attention_noise(m.capture(ids), {needle.begin, needle.end},
+    for (int k = 0; k < 3; ++k) {
+      answered[k] += run_needle(models[k], builder, {256, 0.5, 1, 1}, seed).answered;
+      const NoiseReadout r = attention_noise(models[k].capture(ids), {needle.begin, needle.end},
                                              {code.begin - 1, static_cast<int64_t>(ids.size())});
+      noise[k] += r.mean.noise / 4;
       strongest[k] = std::max(strongest[k], strongest_answer_head(r)->share.answer);
     }
   }
-  CHECK(answered[0] >= 3);  // the needle lab: 1.00 at 256 tokens over 25 episodes
-  CHECK(answered[1] == 0);
-  CHECK(strongest[0] > 0.3);
-  CHECK(strongest[1] < 0.1);
+  INFO("noise " << noise[0] << " " << noise[1] << " " << noise[2] << "; strongest head " << strongest[0]
+                << " " << strongest[1] << " " << strongest[2]);
+  // The model card's needle lab: 1.00 at 256 tokens for all three over 100 episodes.
+  for (int k = 0; k < 3; ++k) CHECK(answered[k] >= 3);
+  // While answering, the card measures noise DIFF .12, DIFF V2 .18, baseline .61 (256 tokens) ...
+  CHECK(noise[0] < 0.5 * noise[2]);
+  CHECK(noise[1] < 0.5 * noise[2]);
+  // ... and, unlike the paper's 3B models, the baseline's strongest head gives the code more than DIFF's
+  // (card: .68 against .15 and .05): both retrieve, DIFF with less attention anywhere else.
+  CHECK(strongest[2] > strongest[0]);
+  CHECK(strongest[2] > strongest[1]);
 }
 
 TEST_CASE("SentencePiece tokenizer: round trip, byte offsets, specials", "[tokenizer][sentencepiece]") {

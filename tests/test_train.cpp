@@ -551,7 +551,8 @@ TEST_CASE("train: the shipped config trains into build/train-small, never beside
   CHECK(o.out_dir == std::filesystem::path(DIFFLENS_SOURCE_DIR) / "build/train-small");
   CHECK(o.corpus_dir == std::filesystem::path(DIFFLENS_SOURCE_DIR) / "build/corpus");
   // The fair trio's recipe (issue 46): into build/train-fair; 2,048 tokens a step in every phase, rows of
-  // 128, 256, 512; a flat rate until the last phase decays it; the key pool and drills of the probe.
+  // 128, 256, 512 and 1024; a flat rate decayed at the end of the 512 phase, restarted (warm-up 50 steps)
+  // for the 1024 phase and decayed again at its end; the key pool and drills of the probe.
   const TrainOptions f = train_options_from_json(kAssets / "models/train-fair.json");
   CHECK(f.out_dir == std::filesystem::path(DIFFLENS_SOURCE_DIR) / "build/train-fair");
   CHECK(f.corpus_dir == std::filesystem::path(DIFFLENS_SOURCE_DIR) / "build/corpus");
@@ -562,10 +563,14 @@ TEST_CASE("train: the shipped config trains into build/train-small, never beside
     CHECK(f.phases[k].mix.names == NameSet::Vocabulary);
     CHECK(f.phases[k].answer_weight == 8);
   }
-  CHECK(lengths == std::set<int64_t>{128, 256, 512});
+  CHECK(lengths == std::set<int64_t>{128, 256, 512, 1024});
   CHECK(f.phases.front().mix.drill_needles_max == 2);
   CHECK(learning_rate(f, 3000) == Approx(0.002));
-  CHECK(learning_rate(f, 3999) < 0.0003);
+  CHECK(learning_rate(f, 3999) < 0.0003);  // the first decay ends at step 4000 (its lr_horizon) ...
+  CHECK(learning_rate(f, 4000) == Approx(0.001 / 50));  // ... the 1024 phase warms up again
+  CHECK(learning_rate(f, 4300) == Approx(0.001));
+  CHECK(learning_rate(f, 4999) < 0.00015);
+  CHECK(phase_seq_len(f, phase_at(f, 4000)) == 1024);
 }
 
 TEST_CASE("train --rows-out: every step's rows, as trained, with their loss weights, never over a file",
