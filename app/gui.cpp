@@ -41,6 +41,7 @@
 #include "app/remote_client.h"
 #include "app/script_player.h"
 #include "app/shell.h"
+#include "app/typing.h"
 #include "app/ui_fonts.h"
 #include "core/atomic_file.h"
 #include "core/data.h"
@@ -56,8 +57,6 @@
 
 namespace difflens::app {
 namespace {
-
-constexpr double kDebounceSeconds = 0.15;
 
 // The layout settings file (layout.h's key=value lines); missing or unreadable: the defaults.
 LayoutState read_layout_settings(const std::string& path) {
@@ -324,7 +323,8 @@ int run_gui(const GuiOptions& opt) {
       PlayRequests played;
       player.step(state, worker, played);
       if (played.width > 0 && !fullscreen.on) glfwSetWindowSize(window, played.width, played.height);
-      if (state.prompt.pending && now_seconds() - state.prompt.last_edit > kDebounceSeconds) {
+      if (state.prompt.pending &&
+          now_seconds() - state.prompt.last_edit >= debounce_seconds(state.status.last_run_ms)) {
         CaptureOptions capture;
         capture.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
         // Long prompts switch to pooled maps (quantization needs whole maps: off above the budget).

@@ -16,6 +16,7 @@
 #include "app/layout.h"
 #include "app/model_card.h"
 #include "app/tile_service.h"
+#include "app/typing.h"
 #include "core/metrics.h"
 #include "helpers.h"
 
@@ -332,4 +333,15 @@ TEST_CASE("model cards: each bundled model says what it retrieves, in agreement 
   const auto plain = read_model_card(dir.path().string());
   CHECK((plain && plain->summary == "s" && plain->caveat.empty() && plain->card_path.empty()));
   CHECK(difflens::app::brief_line(*plain) == "s");
+}
+
+TEST_CASE("typing: an edit runs at once after fast runs, after the debounce after slow ones or none",
+          "[app][typing]") {
+  using difflens::app::debounce_seconds;
+  CHECK(debounce_seconds(0) == difflens::app::kDebounceSeconds);  // no run yet: its cost is unknown
+  CHECK(debounce_seconds(-1) == difflens::app::kDebounceSeconds);
+  CHECK(debounce_seconds(38) == 0);  // the bundled models at 256 tokens on 2 cores
+  CHECK(debounce_seconds(99.9) == 0);
+  CHECK(debounce_seconds(100) == difflens::app::kDebounceSeconds);
+  CHECK(debounce_seconds(2100) == difflens::app::kDebounceSeconds);  // a long prompt: typing on coalesces
 }

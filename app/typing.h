@@ -1,0 +1,17 @@
+// How long an edit of the prompt waits before both models run again (no ImGui, no LibTorch).
+#pragma once
+
+namespace difflens::app {
+
+// An edit runs the models after kDebounceSeconds (typing on coalesces the edits), unless the last run of
+// both models took under kFastRunMs: then at once, a newer edit cancelling a run still in progress (latest
+// wins), so that a keystroke reaches the screen in about the models' own time.
+inline constexpr double kDebounceSeconds = 0.15;
+inline constexpr double kFastRunMs = 100;
+
+// The pause after an edit, given the last run's time in ms (0 or less: no run yet).
+inline double debounce_seconds(double last_run_ms) {
+  return last_run_ms > 0 && last_run_ms < kFastRunMs ? 0.0 : kDebounceSeconds;
+}
+
+}  // namespace difflens::app
