@@ -148,7 +148,7 @@ Command train_command() {
        integer("max-seconds", "S", 0, 1e9, "", "stop and save after S seconds; the same command resumes"),
        text("rows-out", "FILE",
             "also write every step's rows (token ids, loss weights) to FILE as JSON lines; refused when FILE "
-            "exists")},
+            "exists (a resumed run needs a new FILE: it writes the rows of its own steps)")},
       "",
       cmd_train};
 }

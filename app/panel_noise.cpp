@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iterator>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -152,13 +153,26 @@ const GuiState::NoiseCache& refresh_noise_cache(GuiState& state, const RunResult
 void focus_answer_head(GuiState& state, const RunResult& r) {
   if (state.selection.answer_begin < 0) return;
   const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
-  int layers = 0;
-  for (int s = 0; s < kSlots; ++s)
-    if (cache.readouts[s] && r.traces[s])
-      layers = std::max(layers, static_cast<int>(r.traces[s]->layers.size()));
+  // The layers the readouts measured (a bundle may keep some layers only): those every model has, else any.
+  std::set<int> common, any_layer;
+  bool first_model = true;
+  for (int s = 0; s < kSlots; ++s) {
+    if (!cache.readouts[s] || !r.traces[s]) continue;
+    const std::set<int> mine(cache.readouts[s]->layers.begin(), cache.readouts[s]->layers.end());
+    any_layer.insert(mine.begin(), mine.end());
+    if (first_model) {
+      common = mine;
+    } else {
+      std::set<int> both;
+      for (int l : mine)
+        if (common.count(l)) both.insert(l);
+      common = both;
+    }
+    first_model = false;
+  }
   int best_layer = -1;
   double best_sum = -1e300;
-  for (int layer = 0; layer < layers; ++layer) {
+  for (int layer : common.empty() ? any_layer : common) {
     double sum = 0;
     bool any = false;
     for (int s = 0; s < kSlots; ++s)

@@ -257,9 +257,12 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
       // File > Bundled model opens it, so that a lecture script runs from any folder.
       std::string path = a.text;
       std::error_code ec;
-      if (a.ints[1] == 0 && !std::filesystem::exists(path, ec))
+      if (a.ints[1] == 0 && !std::filesystem::is_directory(path, ec)) {
+        std::string name = path;
+        while (name.size() > 1 && name.back() == '/') name.pop_back();  // "diff-v2-small/" too
         for (const auto& [label, folder] : state.bundled_models)
-          if (std::filesystem::path(folder).filename() == path) path = folder;
+          if (std::filesystem::path(folder).filename() == name) path = folder;
+      }
       open_into_slot(state, worker, a.ints[0], a.ints[1], path, a.token);
       break;
     }

@@ -7,6 +7,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -855,28 +857,36 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   };
   const nn::ScopedDtype precision(nn::g_matmul_dtype, train_precision(o, dev));
 
-  std::ofstream rows_file;
+  // Opened only if absent ("wx": never over a file, even one made since the check at the start).
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> rows_file(nullptr, &std::fclose);
   if (!o.rows_out.empty()) {
-    rows_file.open(o.rows_out);
-    if (!rows_file) throw Error("train: cannot write " + o.rows_out.string());
+    rows_file.reset(std::fopen(o.rows_out.c_str(), "wx"));
+    if (!rows_file)
+      throw Error("train: cannot write " + o.rows_out.string() + ": " +
+                  (errno == EEXIST
+                       ? std::string("it exists; refusing to overwrite it (give another --rows-out)")
+                       : std::string(std::strerror(errno))));
   }
   const auto write_rows = [&](int64_t step, const StepBatch& b) {
     const Tensor ids = b.ids.to(at::kLong).contiguous();
     const Tensor w = b.weights.defined() ? b.weights.to(at::kFloat).contiguous() : Tensor();
+    std::ostringstream line;
     for (int64_t r = 0; r < ids.size(0); ++r) {
-      rows_file << "{\"step\":" << step << ",\"row\":" << r << ",\"ids\":[";
+      line << "{\"step\":" << step << ",\"row\":" << r << ",\"ids\":[";
       const int64_t* p = ids.data_ptr<int64_t>() + r * ids.size(1);
-      for (int64_t i = 0; i < ids.size(1); ++i) rows_file << (i ? "," : "") << p[i];
-      rows_file << "]";
+      for (int64_t i = 0; i < ids.size(1); ++i) line << (i ? "," : "") << p[i];
+      line << "]";
       if (w.defined()) {
-        rows_file << ",\"weights\":[";
+        line << ",\"weights\":[";
         const float* q = w.data_ptr<float>() + r * w.size(1);
-        for (int64_t i = 0; i < w.size(1); ++i) rows_file << (i ? "," : "") << q[i];
-        rows_file << "]";
+        for (int64_t i = 0; i < w.size(1); ++i) line << (i ? "," : "") << q[i];
+        line << "]";
       }
-      rows_file << "}\n";
+      line << "}\n";
     }
-    if (!rows_file) throw Error("train: writing " + o.rows_out.string() + " failed (disk full?)");
+    const std::string text = line.str();
+    if (std::fwrite(text.data(), 1, text.size(), rows_file.get()) != text.size())
+      throw Error("train: writing " + o.rows_out.string() + " failed: " + std::strerror(errno));
   };
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -889,7 +899,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= o.max_seconds)
       break;
     const StepBatch host = prefetch.take(step);
-    if (rows_file.is_open()) write_rows(step, host);
+    if (rows_file) write_rows(step, host);
     const Tensor batch = to_device(host.ids), weights = to_device(host.weights);
     const double lr = learning_rate(o, step);
     for (auto& s : models) {

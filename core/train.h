@@ -68,9 +68,9 @@ struct TrainOptions {
   // run started, so that a machine lent for a fixed time returns a state to resume from.
   double max_seconds = 0;
   // Non-empty: every step's rows are written there as JSON lines, one per row: {"step", "row", "ids" (the
-  // row's L+1 token ids), "weights" (the L loss weights; absent when all are 1)}, so that another trainer
-  // (tests/bench/train_vs_eager.py) or a reader can take exactly the rows this run trained on. Refused when
-  // the file exists.
+  // row's L+1 token ids), "weights" (the L loss weights; absent when the phase's answer_weight is 1)}, so
+  // that another trainer (tests/bench/train_vs_eager.py) or a reader can take exactly the rows this run
+  // trained on. Refused when the file exists (a resumed run writes the rows of its own steps to a new file).
   std::filesystem::path rows_out;
   bool resume = true;  // continue from out_dir's train_state when present
   // A model folder that holds weights train did not write (no train_state/, e.g. the shipped pair) is

@@ -449,3 +449,28 @@ TEST_CASE("play: Continue writes on with each model, the query steps through wha
     CHECK(r.out.find("ms (the first writes back the space the prompt ended with): '") != std::string::npos);
   }
 }
+
+TEST_CASE("play: open takes a bundled model by name from any folder, as File > Bundled model does",
+          "[gui][play][bundled]") {
+#ifndef DIFFLENS_GUI
+  test::skip("built with DIFFLENS_GUI=OFF: the script plays the desktop app");
+#endif
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("playbundled");
+  test::write_all(dir / "baseline-small",
+                  "a file here, not a model folder\n");  // does not hide the bundled one
+  const std::string d = dir.path().string();
+  test::write_all(dir / "s.play",
+                  "size 800x600\nopen left model diff-v2-small/\nopen right model baseline-small\n"
+                  "wait\nneedle 256,50,1,1,1,1\nwait\nexport page " +
+                      d + "/p.html\nquit\n");
+  const Run r = run_difflens("--play " + (dir / "s.play").string() + " --threads 1", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("play: done: 8 of 8 actions") != std::string::npos);
+  CHECK(r.out.find("play: status: layer 1: diff-v2-small head ") != std::string::npos);
+  const std::string page = test::read_all(dir / "p.html");
+  CHECK(page.find("diff-v2-small") != std::string::npos);  // the page names the models it shows
+  CHECK(page.find("baseline-small") != std::string::npos);
+  CHECK(page.find("diff-small\"") == std::string::npos);  // the left slot's DIFF model was replaced
+}

@@ -10,7 +10,8 @@ the pair (DIFF, baseline; one at a time, so that each has the threads to itself)
      rows, as a researcher would write it: the forward of eager_reference.py (checked against DiffLens's
      maps by capture_vs_eager.py) batched, every attention map materialised, the weighted next-token
      cross-entropy, loss.backward(), clip_grad_norm_(1.0), torch.optim.AdamW (0.9, 0.95; weight decay
-     0.1 on matrices). Its tokens per second cover the same steps.
+     0.1 on matrices) at a fixed rate of 2e-3 (the rate does not change a step's work; difflens runs with a
+     one-step warm-up here). Its tokens per second cover the same steps.
 Both count every step, the first included; difflens also builds its rows while it trains (a worker thread
 on the same cores), eager gets them ready-made. Prints one line per length and model and the ratio
 (difflens / eager: above 1, difflens is faster).
@@ -190,6 +191,8 @@ def main():
         for model in ("diff", "baseline"):
             ours[model] = difflens_train(args, config, out, model, rows_file if model == "diff" else None)
         batches = read_rows(rows_file, torch)
+        if not batches:
+            sys.exit("rows file %s is empty: difflens train wrote no rows" % rows_file)
         if len(batches) != args.steps or tuple(batches[0][0].shape) != (B, T + 1):
             sys.exit("rows file %s: %d steps of %s, expected %d of (%d, %d)" %
                      (rows_file, len(batches), tuple(batches[0][0].shape), args.steps, B, T + 1))
