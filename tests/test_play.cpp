@@ -37,6 +37,15 @@ Run run_difflens(const std::string& args, const test::ScratchDir& dir) {
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log)};
 }
 
+// Skips a test that plays the desktop app where there is none: a build without it, or no display.
+void need_the_app_and_a_display(const char* what) {
+#ifndef DIFFLENS_GUI
+  test::skip(std::string("built with DIFFLENS_GUI=OFF: ") + what + " plays the desktop app");
+#endif
+  (void)what;
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+}
+
 uint32_t png_be32(const std::string& bytes, size_t at) {
   uint32_t v = 0;
   for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(bytes[at + i]);
@@ -277,10 +286,7 @@ TEST_CASE("play: a script typed, selected, resized, exported and screenshotted i
 
 TEST_CASE("soak: hundreds of random actions over broken inputs, a server killed and restarted",
           "[soak][play]") {
-#ifndef DIFFLENS_GUI
-  test::skip("built with DIFFLENS_GUI=OFF: the soak plays the desktop app");
-#endif
-  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  need_the_app_and_a_display("the soak");
   test::ScratchDir dir("soak");
   const Run r = run_difflens("soak --out " + (dir / "run").string() + " --seed 3 --actions 500 --corpus " +
                                  DIFFLENS_SOURCE_DIR "/tests/data/fuzz",
@@ -452,10 +458,7 @@ TEST_CASE("play: Continue writes on with each model, the query steps through wha
 
 TEST_CASE("play: open takes a bundled model by name from any folder, as File > Bundled model does",
           "[gui][play][bundled]") {
-#ifndef DIFFLENS_GUI
-  test::skip("built with DIFFLENS_GUI=OFF: the script plays the desktop app");
-#endif
-  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  need_the_app_and_a_display("the script");
   test::ScratchDir dir("playbundled");
   test::write_all(dir / "baseline-small",
                   "a file here, not a model folder\n");  // does not hide the bundled one
