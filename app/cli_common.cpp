@@ -57,7 +57,9 @@ Option pooled_budget_option(const std::string& fallback) {
 }
 
 Option haystack_option() {
-  return text("haystack", "FILE", "haystack text for needle episodes (default: assets/haystack.txt)");
+  return text(
+      "haystack", "FILE",
+      "haystack text for needle episodes (default: the bundled haystack.txt, share/difflens/ when installed)");
 }
 
 std::vector<Option> pair_shape_options() {

@@ -196,7 +196,10 @@ Command gui_command() {
       "the desktop app: both models' attention on a prompt, as maps and analysis views",
       {models_option("the left (DIFF) and right (baseline) models"),
        text(
-           "prompt", "TEXT", "the first prompt",
+           "prompt", "TEXT",
+           "the first prompt; without one (nor --prompt-file, --bundle, --repeated) the app opens on a "
+           "held-out needle episode (--needle), or on this prompt when the left model has no SentencePiece "
+           "tokenizer to build one with",
            "The secret code of Rachel is 4823. The river was high that spring. Q: What is the secret code of "
            "Rachel?\nA: The secret code of Rachel is"),
        prompt_file_option(),
@@ -249,7 +252,8 @@ Command gui_command() {
             "~/.config/difflens/layout.ini; headless screenshots use none unless given)"),
        text("screenshot", "F.png", "write the window to F.png once both maps are shown, then exit"),
        text("play", "FILE",
-            "play a script of app actions, one a line (docs/play.md; assets/needle-story.play)"),
+            "play a script of app actions, one a line (the language: share/doc/difflens/play.md; a lecture: "
+            "share/difflens/needle-story.play)"),
        number("play-delay", "MS", 0, 600000, "0",
               "--play: the pause before each action, typing a character every 60 ms (0: at once)"),
        flag("play-exit", "--play: quit when the script ends (else the window stays)"),

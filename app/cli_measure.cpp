@@ -180,7 +180,8 @@ Command outliers_command() {
       {"outliers",
        "the paper's Table 5 over a whole text: k-th largest |attention logit| and |hidden state|",
        {required(text("out", "DIR", "the report's folder")), models_option("the models measured"),
-        text("text-file", "F", "the text (default: assets/haystack.txt)")},
+        text("text-file", "F",
+             "the text (default: the bundled haystack.txt, share/difflens/ when installed)")},
        "Writes tables.md, outliers.json, outliers.csv and histograms (PNG + SVG).",
        cmd_outliers},
       "tokens per window (each starts with BOS)");

@@ -110,7 +110,9 @@ Command train_command() {
       "train",
       "train a matched DIFF + baseline pair on the prepared corpus (scripts/prepare-corpus); resumes from "
       "--out when a saved state is there, Ctrl-C saves",
-      {text("config", "train.json", "a training configuration (e.g. assets/models/train-small.json)"),
+      {text(
+           "config", "train.json",
+           "a training configuration (e.g. the bundled models/train-fair.json: assets/ in the source, share/difflens/ when installed)"),
        text("corpus", "DIR", "the prepared corpus (required unless the config names it)"),
        text("out", "DIR", "where both models and their logs go (required unless the config names it)"),
        integer("steps", "N", 1, 1e9, "", or_default("optimizer steps", d.steps)),

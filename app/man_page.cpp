@@ -1,6 +1,8 @@
 // The manual page from the option tables (see man_page.h).
 #include "app/man_page.h"
 
+#include "app/keys.h"
+
 namespace difflens::cli {
 
 std::string troff_escape(const std::string& text) {
@@ -72,14 +74,19 @@ std::string man_page(const Command& app, const std::vector<Command>& commands, c
     options_section(out, c.options);
     notes_section(out, c.notes);
   }
+  out += ".SH KEYS\nIn the desktop app (its Help menu shows the same):\n.PP\n.nf\n" +
+         troff_escape(app::kKeysText) + "\n.fi\n";
   out +=
       ".SH FILES\n"
       ".TP\n\\fIPREFIX\\fR/share/difflens/\n"
       "The bundled models (models/diff-small, models/diff-v2-small, models/baseline-small, their recipe\n"
       "models/train-fair.json and their card models/README.md; models/train-small.json is the recipe of\n"
       "the pair shipped before them), the needle\n"
-      "haystack (haystack.txt) and the lecture script (needle-story.play); PREFIX is the folder above the\n"
+      "haystack (haystack.txt) and the lecture script (needle-story.play: \\fBdifflens \\-\\-play\n"
+      "\\fIPREFIX\\fB/share/difflens/needle-story.play\\fR); PREFIX is the folder above the\n"
       "one that holds the difflens binary (/usr for the Debian package).\n"
+      ".TP\n\\fIPREFIX\\fR/share/doc/difflens/play.md\n"
+      "The language of \\fB\\-\\-play\\fR scripts: one app action a line, with the needle story as its example.\n"
       ".TP\n\\fIPREFIX\\fR/lib/difflens/libdifflens_spm.so\n"
       "The SentencePiece module, loaded when a model's tokenizer is a SentencePiece model.\n"
       ".TP\n\\fI$XDG_CONFIG_HOME\\fR/difflens/layout.ini\n"

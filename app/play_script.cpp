@@ -410,7 +410,8 @@ PlayScript parse_play_script(const std::string& text, const std::string& path) {
     }
     script.actions.push_back(std::move(a));
   }
-  if (script.actions.empty()) throw Error(path + ": the script has no actions (one a line; docs/play.md)");
+  if (script.actions.empty())
+    throw Error(path + ": the script has no actions (one a line; the language: share/doc/difflens/play.md)");
   return script;
 }
 

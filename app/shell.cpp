@@ -10,6 +10,7 @@
 #include <string>
 
 #include "app/figures.h"
+#include "app/keys.h"
 #include "app/panels.h"
 #include "app/plot.h"
 #include "app/remote_client.h"
@@ -228,17 +229,7 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
     ImGui::Separator();
     if (ImGui::MenuItem("About the models (their cards)")) state.about_models = true;
     ImGui::Separator();
-    ImGui::TextUnformatted(
-        "1-9        views (View menu)\n"
-        "S          split the view with the maps\n"
-        "Tab        side panel\n"
-        "Up/Down    layer\n"
-        "Left/Right head of the left model (Shift: the right model; Explain: steps)\n"
-        "C          Continue: the left model writes on (Shift+C: the right model)\n"
-        ", and .    the query to the previous / next token the model wrote\n"
-        "Ctrl+O     open a model     Ctrl+E  export the maps shown     F12  save the window\n"
-        "Token strip: click a token for the query, hover for a key, right-drag for the answer span.\n"
-        "Maps: wheel zooms, drag pans, double-click resets, right-click exports.");
+    ImGui::TextUnformatted(kKeysText);  // the manual's KEYS section is the same text
     ImGui::EndMenu();
   }
   // The device and the run's state at the right end of the bar.

@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "app/cli_common.h"
+#include "app/keys.h"
 #include "app/man_page.h"
 #include "tests/helpers.h"
 
@@ -105,6 +107,7 @@ TEST_CASE("install: cmake --install into a prefix that is then moved still finds
                                     "share/man/man1/difflens.1.gz",
                                     "share/doc/difflens/copyright",
                                     "share/doc/difflens/changelog.gz",
+                                    "share/doc/difflens/play.md",
                                     "share/difflens/haystack.txt",
                                     "share/difflens/needle-story.play"};
   for (const std::string& f : files) {
@@ -115,7 +118,7 @@ TEST_CASE("install: cmake --install into a prefix that is then moved still finds
     INFO(f);
     CHECK(files.count(f));
   }
-  for (const char* model : {"diff-small", "baseline-small"})
+  for (const char* model : {"diff-small", "diff-v2-small", "baseline-small"})
     for (const char* f : {"config.json", "model.safetensors", "tokenizer.model"}) {
       INFO(model << "/" << f);
       CHECK(files.count(std::string("share/difflens/models/") + model + "/" + f));
@@ -213,9 +216,26 @@ TEST_CASE("man page: every command and option of the tables is in it, as --help 
           "[install][cli]") {
   const std::string page = cli::man_page(cli::gui_command(), cli::all_commands(), "DiffLens 0.1.0");
   CHECK(page.rfind(".\\\" ", 0) == 0);
-  for (const char* section :
-       {".SH NAME", ".SH SYNOPSIS", ".SH OPTIONS", ".SH COMMANDS", ".SH FILES", ".SH ENVIRONMENT"})
+  for (const char* section : {".SH NAME", ".SH SYNOPSIS", ".SH OPTIONS", ".SH COMMANDS", ".SH KEYS",
+                              ".SH FILES", ".SH ENVIRONMENT"})
     CHECK(page.find(section) != std::string::npos);
+  // The keys are the Help menu's text, line for line; the files are where the package puts them, not the
+  // source tree's paths (an installed reader has no docs/ or assets/).
+  {
+    std::istringstream keys(difflens::app::kKeysText);
+    std::string line;
+    int lines = 0;
+    while (std::getline(keys, line)) {
+      INFO(line);
+      CHECK(page.find("\n" + cli::troff_escape(line) + "\n") != std::string::npos);
+      ++lines;
+    }
+    CHECK(lines >= 12);
+  }
+  CHECK(page.find("share/doc/difflens/play.md") != std::string::npos);
+  CHECK(page.find("share/difflens/needle-story.play") != std::string::npos);
+  CHECK(page.find("docs/play.md") == std::string::npos);
+  CHECK(page.find("assets/haystack") == std::string::npos);
   int options = 0;
   std::vector<cli::Command> all = cli::all_commands();
   all.push_back(cli::gui_command());

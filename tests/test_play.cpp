@@ -152,7 +152,8 @@ TEST_CASE("play scripts: a bad line is refused with its file, line and what was 
   CHECK(refusal("wait 1 2\n") == "s.play:1: 'wait' takes 0 to 1 words, got 2 (expected: wait [MS])");
   CHECK(refusal("text-size 9\n") ==
         "s.play:1: '9' is not a number from 0.75 to 3 (expected: text-size X (0.75 to 3))");
-  CHECK(refusal("# only a comment\n\n") == "s.play: the script has no actions (one a line; docs/play.md)");
+  CHECK(refusal("# only a comment\n\n") ==
+        "s.play: the script has no actions (one a line; the language: share/doc/difflens/play.md)");
 }
 
 TEST_CASE("play scripts: text escapes round-trip every byte", "[play]") {
