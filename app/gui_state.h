@@ -196,7 +196,8 @@ struct GuiState {
     int probe = -1;             // headless --hover-token: the token whose box the first panel notes
     int first_slot = 0;         // the slot of the first panel drawn
     int shown_query = -1;       // the query the panels showed this frame (hovered or kept)
-    int scrolled_to[kSlots] = {-1, -1};  // the kept query each panel last scrolled to
+    int scrolled_to[kSlots] = {-1, -1};      // the kept query each panel last scrolled to
+    int scrolled_answer[kSlots] = {-1, -1};  // ... and the answer's first token then
     // Per slot, what the last frames computed: the weights (recomputed when the request, layer, head, mean,
     // direction or query changes) and the text's layout (when the request, the panel's size or the UI font
     // changes): a long prompt's frame then costs drawing only.

@@ -216,10 +216,10 @@ namespace {
 // The table as a chart in the space left: per layer (and the mean), each model's attention to the answer
 // (solid) and noise (light) side by side, on one axis.
 void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<NoiseReadout>* readouts,
-                      size_t rows) {
-  const ImVec2 room = ImGui::GetContentRegionAvail();
+                      size_t rows, float height) {
+  const ImVec2 room(ImGui::GetContentRegionAvail().x, height);
   const float th = ImGui::GetTextLineHeight();
-  if (rows == 0 || room.y < th * 8) return;
+  if (rows == 0 || room.y < th * 6) return;
   double lo = 0, hi = 1;
   for (int s = 0; s < kSlots; ++s)
     if (readouts[s]) {
@@ -256,38 +256,54 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
                a.max.y + 3),
         ImGui::GetColorU32(ImGuiCol_Text), label.c_str());
   }
-  // The key: each model's colour.
+  // The key: each model's colour, on the title's line (right-aligned), above the bars it names.
   float x = a.max.x;
+  const float key_y = min.y;
   for (int s = kSlots - 1; s >= 0; --s) {
     if (!r.traces[s]) continue;
     const std::string& name = r.traces[s]->config.name;
     x -= ImGui::CalcTextSize(name.c_str()).x + th * 1.6f;
-    dl->AddRectFilled(ImVec2(x, a.min.y + th * 0.4f), ImVec2(x + th * 0.5f, a.min.y + th * 1.2f), solid[s]);
-    dl->AddRectFilled(ImVec2(x + th * 0.5f, a.min.y + th * 0.4f), ImVec2(x + th, a.min.y + th * 1.2f),
-                      light[s]);
-    dl->AddText(ImVec2(x + th * 1.2f, a.min.y + th * 0.3f), ImGui::GetColorU32(ImGuiCol_Text), name.c_str());
+    dl->AddRectFilled(ImVec2(x, key_y + th * 0.1f), ImVec2(x + th * 0.5f, key_y + th * 0.9f), solid[s]);
+    dl->AddRectFilled(ImVec2(x + th * 0.5f, key_y + th * 0.1f), ImVec2(x + th, key_y + th * 0.9f), light[s]);
+    dl->AddText(ImVec2(x + th * 1.2f, key_y), ImGui::GetColorU32(ImGuiCol_Text), name.c_str());
+    state.drawn.note("noise.key." + std::to_string(s), x, key_y,
+                     x + th * 1.2f + ImGui::CalcTextSize(name.c_str()).x, key_y + th);
   }
   ImGui::Dummy(room);
 }
 
 }  // namespace
 
+// The slide's point first: the chart of attention to the answer and noise per layer, in the room left
+// above the table of its numbers and the definitions (which scroll into view below it).
 void draw_noise_panel(GuiState& state, const RunResult& r) {
   const SelectionState& sel = state.selection;
-  ImGui::TextWrapped("%s.", kAttentionShareDefinition);
-  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextWrapped(
-      "Question = tokens from the selected query to the end; answer = the right-dragged span.");
-  ImGui::PopStyleColor();
   if (sel.answer_begin < 0) {
     ImGui::TextUnformatted("Right-drag over the answer's tokens on the token strip to measure.");
+    ImGui::TextWrapped("%s.", kAttentionShareDefinition);
     return;
   }
   if (ImGui::Button("Show the heads that attend most to the answer")) focus_answer_head(state, r);
+  ImGui::SameLine();
+  ImGui::TextDisabled("rows: the query to the end; answer: the marked span");
+  const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
+  const std::optional<NoiseReadout>* readouts = cache.readouts;
+  const std::string* errors = cache.errors;
+  size_t rows = 0;
+  for (int s = 0; s < kSlots; ++s)
+    if (readouts[s]) rows = std::max(rows, readouts[s]->layers.size());
+  for (int s = 0; s < kSlots; ++s)
+    if (!errors[s].empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", errors[s].c_str());
+  // The chart takes what the table (a row a layer, the mean, the header) leaves, at least 8 lines.
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float th = ImGui::GetTextLineHeight();
+  const float table_h = static_cast<float>(rows + 2) * (th + 2 * style.CellPadding.y + 1);
+  const float chart_h =
+      std::max(th * 8, ImGui::GetContentRegionAvail().y - table_h - style.ItemSpacing.y * 2);
+  draw_noise_chart(state, r, readouts, rows, chart_h);
   if (ImGui::BeginTable("noise", 1 + 2 * kSlots,
                         ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
     ImGui::TableSetupColumn("layer");
-    std::string heads[kSlots];
     for (int s = 0; s < kSlots; ++s) {
       const auto& t = r.traces[s];
       const std::string n =
@@ -296,12 +312,6 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
       ImGui::TableSetupColumn((n + " noise").c_str());
     }
     ImGui::TableHeadersRow();
-    const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
-    const std::optional<NoiseReadout>* readouts = cache.readouts;
-    const std::string* errors = cache.errors;
-    size_t rows = 0;
-    for (int s = 0; s < kSlots; ++s)
-      if (readouts[s]) rows = std::max(rows, readouts[s]->layers.size());
     for (size_t i = 0; i <= rows; ++i) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
@@ -322,10 +332,12 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
       }
     }
     ImGui::EndTable();
-    for (int s = 0; s < kSlots; ++s)
-      if (!errors[s].empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", errors[s].c_str());
-    draw_noise_chart(state, r, readouts, rows);
   }
+  ImGui::TextWrapped("%s.", kAttentionShareDefinition);
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped(
+      "Question = tokens from the selected query to the end; answer = the right-dragged span.");
+  ImGui::PopStyleColor();
 }
 
 }  // namespace difflens::app

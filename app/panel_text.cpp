@@ -223,12 +223,38 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const float width = inner.x, pad = c.pad, line = c.line, height = c.height;
-  // Keep the kept query in view when it changes (not the hovered one: the text would move under the pointer).
-  if (tv.scrolled_to[slot] != sel.query && sel.query >= 0 && sel.query < static_cast<int>(c.y.size())) {
+  // Keep the kept query and the marked answer in view when either changes (not the hovered query: the text
+  // would move under the pointer): both when they fit, else the answer (where the query's attention is to
+  // be seen; the title names the query), starting at a whole line (no line cut at the top).
+  if ((tv.scrolled_to[slot] != sel.query || tv.scrolled_answer[slot] != sel.answer_begin) && sel.query >= 0 &&
+      sel.query < static_cast<int>(c.y.size())) {
     const float qy = c.y[static_cast<size_t>(sel.query)], view_h = ImGui::GetWindowHeight();
-    if (qy < ImGui::GetScrollY() || qy + line > ImGui::GetScrollY() + view_h)
-      ImGui::SetScrollY(std::max(0.0f, qy - view_h / 3));
+    const bool answer = sel.answer_begin >= 0 && sel.answer_begin < static_cast<int>(c.y.size());
+    const float ay = answer ? c.y[static_cast<size_t>(sel.answer_begin)] : qy;
+    const float ay_end = answer ? c.y[static_cast<size_t>(std::clamp(sel.answer_end - 1, sel.answer_begin,
+                                                                     static_cast<int>(c.y.size()) - 1))] +
+                                      line
+                                : qy + line;
+    const float from = std::min(ay, qy), to = std::max(ay_end, qy + line);
+    float want = ImGui::GetScrollY();
+    if (from < want || to > want + view_h) {
+      if (to - from <= view_h)
+        want = from - (view_h - (to - from)) / 2;  // both, centred
+      else if (answer)
+        want = ay - (view_h - (ay_end - ay)) / 2;  // the answer, centred
+      else
+        want = qy - view_h / 3;
+      want = std::clamp(want, 0.0f, std::max(0.0f, height - view_h));
+      float snapped = 0, best = 1e30f;  // the nearest line's top, with room for the answer's outline
+      for (float y : c.y)
+        if (std::fabs(y - want) < best) {
+          best = std::fabs(y - want);
+          snapped = y - std::max(2.0f, pad * 1.2f);
+        }
+      ImGui::SetScrollY(std::max(0.0f, snapped));
+    }
     tv.scrolled_to[slot] = sel.query;
+    tv.scrolled_answer[slot] = sel.answer_begin;
   }
   const float top = ImGui::GetScrollY() - line, bottom = ImGui::GetScrollY() + ImGui::GetWindowHeight();
   const bool hovered_window = ImGui::IsWindowHovered();
