@@ -1288,3 +1288,40 @@ TEST_CASE("cli: the unknown-command message and --help list the same commands", 
   CHECK(listed.count("loss") == 1);
   CHECK(listed == documented);
 }
+
+TEST_CASE(
+    "gui layout: lecture slides at 1280x800 keep their point on screen: the Text view its answer, the Noise view its chart",
+    "[gui][cli][layout][lecture]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("lectureslides");
+  // The first screen's episode: the code at tokens [135, 139), the query on token 246, 250 lines of text
+  // apart at lecture size. The pointer over the code's first token: its box is noted only when drawn.
+  Result r =
+      run("--size 1280x800 --lecture --view text --split off --text-heads layer --hover-token 135 "
+          "--threads 1 --exit-after-frames 2 --screenshot " +
+              (dir / "t.png").string(),
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  auto regions = layout_regions(r.out);
+  REQUIRE(regions.count("text.0"));
+  REQUIRE(regions.count("text.probe"));  // the code is in view, not scrolled away behind the query
+  CHECK(regions["text.probe"].y0 >= regions["text.0"].y0);
+  CHECK(regions["text.probe"].y1 <= regions["text.0"].y1);
+  // The Noise view: its chart first, below the builder, at least 8 text lines tall, within the window.
+  r = run(
+      "--size 1280x800 --lecture --view noise --split off --threads 1 --exit-after-frames 2 --screenshot " +
+          (dir / "n.png").string(),
+      dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  regions = layout_regions(r.out);
+  REQUIRE(regions.count("noise.chart"));
+  CHECK(regions["noise.chart"].y1 <= 800 - 40);  // above the status line
+  CHECK(regions["noise.chart"].h() >= 100);
+  for (int s = 0; s < 2; ++s) {  // the key sits above the plot, not over its bars
+    INFO("noise.key." << s);
+    REQUIRE(regions.count("noise.key." + std::to_string(s)));
+    CHECK(regions["noise.key." + std::to_string(s)].y1 <= regions["noise.chart"].y0 + 0.5f);
+  }
+}
