@@ -370,6 +370,10 @@ int run_gui(const GuiOptions& opt) {
       ImGui::Begin("DiffLens", nullptr,
                    ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
                        ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_MenuBar);
+      if (!state.focus_message.empty() && state.prompt.text != state.focus_prompt) {
+        if (state.message == state.focus_message) state.message.clear();  // another prompt: stale shares
+        state.focus_message.clear();
+      }
       const ModelShape shape = shape_of(state);
       if (shape.layers > 0) {  // keep the requested selection until there is a model to check it against
         // A selection beyond the models (--select 9,9, a smaller model loaded) becomes their last layer or

@@ -110,7 +110,11 @@ struct GuiState {
   SlotState slots[kSlots];
   std::optional<RunResult> shown;  // the result on screen
   WorkerStatus status;
-  std::string message;         // last export result or error, shown in the status line
+  std::string message;  // last export result or error, shown in the status line
+  // The heads' shares the status line gives (focus_answer_head) are those of one prompt: the message and
+  // that prompt, so that another prompt (an edit, Continue's tokens) clears it instead of keeping a stale
+  // number on screen.
+  std::string focus_message, focus_prompt;
   bool lecture = false;        // large font for lecture halls
   bool side_folded = false;    // this frame: lecture mode folded the side panel away (the window is narrow)
   bool side_unfolded = false;  // Tab or ">>" brought it back while lecture mode folds it

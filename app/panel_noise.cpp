@@ -209,6 +209,8 @@ void focus_answer_head(GuiState& state, const RunResult& r) {
     }
   }
   state.message = what + " to the answer over the question's rows" + elsewhere;
+  state.focus_message = state.message;
+  state.focus_prompt = state.prompt.text;
 }
 
 namespace {

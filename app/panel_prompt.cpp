@@ -243,7 +243,8 @@ void draw_prompt_editor(GuiState& state) {
 void reset_continue(GuiState& state, const std::string& why) {
   GuiState::Continue& c = state.cont;
   if (c.request) c.cancel = true;
-  if (c.request || c.revealed < c.steps.size()) c.message = why;
+  // Why a continuation stopped; with none in progress, its old report ("the left model wrote ...") goes.
+  c.message = c.request || c.revealed < c.steps.size() ? why : std::string();
   c.request = 0;
   c.written_begin = c.written_end = 0;  // what the model wrote is the user's text now
   c.written_slot = -1;
