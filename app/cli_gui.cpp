@@ -160,6 +160,7 @@ int cmd_gui(const Args& a) {
   o.text_direction = a.choice_index("text-direction");
   o.text_heads = a.choice_index("text-heads");
   o.lecture = a.has("lecture");
+  if (a.has("one-y-scale")) o.one_y_scale = a.get("one-y-scale") == "on" ? 1 : 0;
   const std::vector<int> zoom = a.get_int_list("zoom");
   if (!zoom.empty()) {
     if (zoom[2] < 1) throw Error("--zoom expects ROW0,COL0,SPAN with SPAN at least 1");
@@ -247,6 +248,8 @@ Command gui_command() {
             "window size, at least 320x240 (default: the last one, or 90 % of the screen)"),
        number("font-scale", "X", 0.5, 4, "1", "text size (HiDPI)"),
        flag("lecture", "start with the large lecture font"),
+       choice("one-y-scale", "on|off", "",
+              "Figure 1: both models' bars on one y scale (default: on in lecture mode, else as last left)"),
        text("settings", "FILE",
             "layout settings read at start, written at exit (default "
             "~/.config/difflens/layout.ini; headless screenshots use none unless given)"),

@@ -181,6 +181,7 @@ int run_gui(const GuiOptions& opt) {
     state.view.zoom_span = opt.zoom[2];
     if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
     state.layout = layout;
+    if (opt.one_y_scale >= 0) state.layout.shared_rows_scale = opt.one_y_scale == 1;
     state.view.head_metric = opt.head_metric;
     state.view.metric_rows = opt.metric_rows;
     state.font_scale = opt.font_scale;
@@ -247,7 +248,9 @@ int run_gui(const GuiOptions& opt) {
     ScriptPlayer player(opt.play, opt.play_delay_ms, opt.play_seconds, opt.play_exit);
     bool was_presenting = opt.present;
     int rescroll_frames = 0;
-    float strip_width_seen = 0;  // the window's width the strip was last scrolled for
+    bool lecture_before = false;  // lecture mode as the last frame had it
+    bool started = false;         // a frame was drawn
+    float strip_width_seen = 0;   // the window's width the strip was last scrolled for
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result (the worker posts an event when a job ends); wake up for the
@@ -353,6 +356,13 @@ int run_gui(const GuiOptions& opt) {
       if (new_result) fonts.seen_request = state.shown->request;
       if (fonts.normal && fonts.lecture)
         io.FontDefault = state.lecture || state.explain.present ? fonts.lecture : fonts.normal;
+      // Lecture mode turning on (L, the View menu, --lecture, a script) puts Figure 1's bars on one y scale,
+      // so that a projected chart does not make 0.05 look as tall as 1 (the box unticks it again); an
+      // explicit --one-y-scale at start wins.
+      if (state.lecture && !lecture_before && !(!started && opt.one_y_scale >= 0))
+        state.layout.shared_rows_scale = true;
+      lecture_before = state.lecture;
+      started = true;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       headless.place_mouse(state, io);

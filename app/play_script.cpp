@@ -35,6 +35,7 @@ constexpr VerbName kVerbs[] = {
     {"split", "off|below|beside"},
     {"side", "on|off"},
     {"lecture", "on|off"},
+    {"one-y-scale", "on|off"},
     {"text-size", "X (0.75 to 3)"},
     {"text-direction", "from|to"},
     {"text-heads", "head|layer|all"},
@@ -199,6 +200,9 @@ void parse_line(const std::string& line, PlayAction& a) {
   } else if (verb == "split") {
     a.verb = PlayVerb::Split;
     a.ints = {one_of("off|below|beside")};
+  } else if (verb == "one-y-scale") {
+    a.verb = PlayVerb::OneYScale;
+    a.ints = {one_of("off|on")};
   } else if (verb == "side" || verb == "lecture" || verb == "present") {
     a.verb = verb == "side" ? PlayVerb::Side : verb == "lecture" ? PlayVerb::Lecture : PlayVerb::Present;
     a.ints = {one_of("off|on")};

@@ -243,6 +243,9 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
     case PlayVerb::Lecture:
       state.lecture = on();
       break;
+    case PlayVerb::OneYScale:
+      state.layout.shared_rows_scale = on();
+      break;
     case PlayVerb::TextSize:
       state.font_scale = static_cast<float>(a.number);
       break;

@@ -1325,3 +1325,30 @@ TEST_CASE(
     CHECK(regions["noise.key." + std::to_string(s)].y1 <= regions["noise.chart"].y0 + 0.5f);
   }
 }
+
+TEST_CASE("gui layout: lecture mode puts Figure 1's bars on one y scale unless --one-y-scale says otherwise",
+          "[gui][cli][layout][lecture]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("oneyscale");
+  // What the run left is in its settings file (shared_rows_scale): four starts, each from no settings.
+  const std::pair<std::string, const char*> cases[] = {
+      {"", "shared_rows_scale=0\n"},                             // the default outside lecture mode
+      {"--lecture", "shared_rows_scale=1\n"},                    // lecture mode shares it
+      {"--lecture --one-y-scale off", "shared_rows_scale=0\n"},  // unless told not to
+      {"--one-y-scale on", "shared_rows_scale=1\n"},
+  };
+  int k = 0;
+  for (const auto& [options, want] : cases) {
+    const std::string settings = (dir / ("s" + std::to_string(k++) + ".ini")).string();
+    const Result r =
+        run(options + " --settings " + settings +
+                " --size 1280x800 --threads 1 --exit-after-frames 1 --screenshot " + (dir / "a.png").string(),
+            dir);
+    INFO(options << "\n" << r.out);
+    REQUIRE(r.status == 0);
+    CHECK(test::read_all(settings).find(want) != std::string::npos);
+  }
+  const std::pair<std::string, std::string> bad[] = {
+      {"--one-y-scale maybe --screenshot x.png", "--one-y-scale"}};
+  expect_failures(bad, dir);
+}

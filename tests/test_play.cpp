@@ -112,6 +112,16 @@ TEST_CASE("play scripts: every action read with its values, comments and blank l
   CHECK(a[43].ints == std::vector<int>{2});
 }
 
+TEST_CASE("play scripts: one-y-scale sets Figure 1's shared y scale, on or off", "[play]") {
+  const PlayScript s = parse_play_script("one-y-scale on\none-y-scale off\n", "s.play");
+  REQUIRE(s.actions.size() == 2);
+  CHECK(s.actions[0].verb == PlayVerb::OneYScale);
+  CHECK(s.actions[0].ints == std::vector<int>{1});
+  CHECK(s.actions[1].ints == std::vector<int>{0});
+  CHECK_THROWS_WITH(parse_play_script("one-y-scale maybe\n", "s.play"),
+                    Catch::Contains("expected: one-y-scale on|off"));
+}
+
 TEST_CASE("play scripts: a bad line is refused with its file, line and what was expected", "[play][errors]") {
   CHECK(
       refusal("wait\n\njump 3\n") ==
