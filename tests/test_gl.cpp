@@ -67,7 +67,7 @@ TEST_CASE("GL: a causal map renders with its empty triangle at the top right", "
   CHECK(same(at(90, 70), style.masked));                       // query 3, key 4: just above the diagonal
 }
 
-TEST_CASE("GL: diverging style puts negative values on the blue side and zero at white", "[gl][viz]") {
+TEST_CASE("GL: diverging style puts negative values on the red side and zero at white", "[gl][viz]") {
   GlContext gl;
   const HeatmapRenderer renderer;
   const std::vector<float> m = {-0.5f, 0.0f, 0.0f, 0.5f};  // 2×2, not causal
@@ -84,8 +84,8 @@ TEST_CASE("GL: diverging style puts negative values on the blue side and zero at
     return Rgb8{px[o], px[o + 1], px[o + 2]};
   };
   const Rgb8 neg = at(2, 2), zero = at(17, 2), pos = at(17, 17);
-  CHECK(neg.b > neg.r + 60);
-  CHECK(pos.r > pos.b + 60);
+  CHECK(neg.r > neg.b + 60);
+  CHECK(pos.b > pos.r + 60);
   CHECK(zero.r > 230);
   CHECK(zero.g > 230);
   CHECK(zero.b > 230);

@@ -53,14 +53,14 @@ TEST_CASE("icon: the drawing has transparent corners, the needle red in A1 - lam
     CHECK(at(0.99, 0.99)[3] == 0);
     CHECK(at(0.5, 0.03)[3] == 255);  // the background inside
     // The bottom map's last row (left 0.30, top 0.52, side 0.40, 6 cells): the needle (column 1) is the
-    // diverging map's top end, a noise cell (column 3) below zero: blue over red.
+    // diverging map's top end, a noise cell (column 3) below zero: red over blue.
     const double cell = 0.40 / 6, row = 0.52 + 5.5 * cell;
     const auto needle = at(0.30 + 1.5 * cell, row), noise = at(0.30 + 3.5 * cell, row);
     const Rgb8 top = diverging_colormap().at(1.0);
     CHECK(std::abs(needle[0] - top.r) <= 2);
     CHECK(std::abs(needle[1] - top.g) <= 2);
     CHECK(std::abs(needle[2] - top.b) <= 2);
-    CHECK(noise[2] > noise[0]);
+    CHECK(noise[0] > noise[2]);
     // The same cell in A1 (top left) and A2 (top right), on the app's probability scale (0 to 1):
     // A1 0.7 + 0.3 / 6 = 0.75 on the needle, A2 1 / 6.
     const Rgb8 c1 = sequential_colormap().at(0.75), c2 = sequential_colormap().at(1.0 / 6);

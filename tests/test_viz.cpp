@@ -24,15 +24,15 @@ TEST_CASE("sequential colormap: lightness rises monotonically from dark to light
   CHECK(c.at(NAN).g == c.rgb.front().g);
 }
 
-TEST_CASE("diverging colormap: near-white at zero, symmetric lightness, blue below and red above",
+TEST_CASE("diverging colormap: near-white at zero, symmetric lightness, red below and blue above",
           "[viz][colormap]") {
   const Colormap& c = diverging_colormap();
   CHECK(oklab_lightness(c.at(0.5)) > 0.93);
   for (int i = 0; i < 128; ++i)
     CHECK(oklab_lightness(c.rgb[static_cast<size_t>(i)]) ==
           Approx(oklab_lightness(c.rgb[static_cast<size_t>(255 - i)])).margin(0.02));
-  CHECK(c.rgb.front().b > c.rgb.front().r + 60);
-  CHECK(c.rgb.back().r > c.rgb.back().b + 60);
+  CHECK(c.rgb.front().r > c.rgb.front().b + 60);
+  CHECK(c.rgb.back().b > c.rgb.back().r + 60);
   CHECK(oklab_lightness(c.rgb.front()) < 0.5);
 }
 
@@ -285,4 +285,25 @@ TEST_CASE("text shading: white at 0, blue for positive weights, red for negative
     for (int k = 1; k < kTextShadeSteps; ++k)
       CHECK(oklab_lightness(text_shade_step(k, negative).background) <
             oklab_lightness(text_shade_step(k - 1, negative).background) + 1e-9);
+}
+
+TEST_CASE("one sign convention: the maps' colormap, the Text view's shades and Figure 1's bars agree",
+          "[viz][colormap]") {
+  // Blue above zero, red below (core/FORMATS.md, "Colours"): the colormap's ends, the text shades at full
+  // weight and the two constants Figure 1's bars are drawn with.
+  const auto blue = [](Rgb8 c) { return c.b > c.r + 60; };
+  const auto red = [](Rgb8 c) { return c.r > c.b + 60; };
+  const Colormap& map = diverging_colormap();
+  CHECK(blue(map.at(1.0)));
+  CHECK(blue(map.at(0.8)));
+  CHECK(red(map.at(0.0)));
+  CHECK(red(map.at(0.2)));
+  CHECK(blue(text_shade_step(kTextShadeSteps - 1, false).background));
+  CHECK(red(text_shade_step(kTextShadeSteps - 1, true).background));
+  CHECK(blue(kTextPositive));
+  CHECK(red(kTextNegative));
+  // Zero is white in both.
+  const Rgb8 zero = map.at(0.5), blank = text_shade_step(0, false).background;
+  CHECK(std::min({zero.r, zero.g, zero.b}) > 230);
+  CHECK(std::min({blank.r, blank.g, blank.b}) > 230);
 }

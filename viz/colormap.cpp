@@ -79,9 +79,11 @@ const Colormap& diverging_colormap() {
     c.kind = ColormapKind::Diverging;
     for (int i = 0; i < Colormap::kEntries; ++i) {
       const double t = static_cast<double>(i) / (Colormap::kEntries - 1);
-      const double u = std::fabs(2 * t - 1);             // distance from zero
-      const double L = 0.97 - 0.52 * u;                  // symmetric lightness, near-white at 0
-      const double h = (t < 0.5 ? 255.0 : 30.0) * kDeg;  // blue below zero, red above
+      const double u = std::fabs(2 * t - 1);  // distance from zero
+      const double L = 0.97 - 0.52 * u;       // symmetric lightness, near-white at 0
+      // The app's one sign convention (core/FORMATS.md, "Colours"): red below zero, blue above, as the Text
+      // view, the page and Figure 1's bars have it.
+      const double h = (t < 0.5 ? 30.0 : 255.0) * kDeg;
       c.rgb.push_back(lch_in_gamut(L, 0.20 * std::sqrt(u), h));
     }
     return c;

@@ -1,7 +1,8 @@
 // Colormaps for attention maps, generated in the OKLab perceptual space (no tables copied from elsewhere):
 // a sequential map for probabilities (lightness rises monotonically from dark violet through teal to pale
-// yellow) and a diverging map for A1 − λA2 (blue for negative, near-white at 0, red for positive, with
-// lightness symmetric about 0). Plain data: the GL code uploads `rgb` as a 1-D texture.
+// yellow) and a diverging map for A1 − λA2 (red for negative, near-white at 0, blue for positive, with
+// lightness symmetric about 0: the sign convention of every view, core/FORMATS.md "Colours"). Plain data: the
+// GL code uploads `rgb` as a 1-D texture.
 #pragma once
 
 #include <array>
