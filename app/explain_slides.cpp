@@ -11,7 +11,9 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "viz/colormap.h"
 #include "viz/export.h"
+#include "viz/text_shade.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {
@@ -20,7 +22,9 @@ namespace {
 using viz::Rgb8;
 
 const Rgb8 kInk{30, 30, 30}, kMuted{110, 110, 110}, kAxis{150, 150, 150};
-const Rgb8 kDiff{31, 94, 196}, kBase{196, 62, 50}, kShared{175, 175, 175}, kExcess{226, 135, 28};
+// The models' identity colours (viz::kModelColours: never the sign scale's blue or red).
+const Rgb8 kDiff = viz::kModelColours[0], kBase = viz::kModelColours[1], kShared{175, 175, 175},
+           kExcess{226, 135, 28};
 const Rgb8 kAnswer{225, 243, 221}, kQuestion{252, 236, 246};
 
 std::string fmt(const char* f, double v) {
@@ -195,9 +199,10 @@ std::vector<Bar> plain_bars(const std::vector<double>& v, Rgb8 c) {
 std::vector<Bar> plain_bars(const std::vector<float>& v, Rgb8 c) {
   return plain_bars(std::vector<double>(v.begin(), v.end()), c);
 }
+// A signed weight's bars in the sign colours of every view (blue above zero, red below: core/FORMATS.md).
 std::vector<Bar> signed_bars(const std::vector<double>& v) {
   std::vector<Bar> out;
-  for (double x : v) out.push_back({x, x >= 0 ? kDiff : kExcess, 0});
+  for (double x : v) out.push_back({x, x >= 0 ? viz::kTextPositive : viz::kTextNegative, 0});
   return out;
 }
 
@@ -382,7 +387,7 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
         }
         bar_chart(cv, x, y, w, row_h,
                   "A1 and λ·A2: grey = min(A1, λA2) cancels (" + fmt("%.3f", e.common_sum) +
-                      "), blue = A1 beyond, orange = λA2 beyond",
+                      "), purple = A1 beyond, orange = λA2 beyond",
                   over, false, labels_for(e, tk, e.a1), span_bands(e, in));
         bar_chart(cv, x, y + row_h, w, row_h, "A = A1 − λ·A2  (sums to 1 − λ = " + fmt("%.3f", e.a_sum) + ")",
                   signed_bars(e.a), true, labels_for(e, tk, e.a), span_bands(e, in));

@@ -9,6 +9,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "viz/colormap.h"
 #include "viz/export.h"
 #include "viz/figure.h"
 
@@ -89,7 +90,7 @@ std::string write_outlier_report(const std::filesystem::path& out, const std::ve
   }
   write_file_atomically(out / "outliers.csv", csv.str());
   write_file_atomically(out / "outliers.json", j.dump(1) + "\n");
-  const viz::Rgb8 colors[] = {{31, 119, 180}, {214, 39, 40}, {44, 160, 44}, {148, 103, 189}};
+  const viz::Rgb8* colors = viz::kModelColours;  // the models' identity colours, 4 (then again)
   for (const bool logits : {true, false}) {
     viz::HistogramFigure h;
     h.title = logits ? "|attention logits|, all layers pooled" : "|hidden states|, all layers pooled";

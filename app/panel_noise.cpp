@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/needle.h"
+#include "viz/colormap.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {
@@ -233,8 +234,14 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
                                      "attention to the answer (solid) and noise (light) per layer");
   state.drawn.note("noise.chart", a.min.x, a.min.y, a.max.x, a.max.y);
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  const ImU32 solid[kSlots] = {IM_COL32(31, 94, 196, 255), IM_COL32(196, 62, 50, 255)};
-  const ImU32 light[kSlots] = {IM_COL32(150, 180, 230, 255), IM_COL32(235, 160, 150, 255)};
+  // Each model's identity colour (never a sign colour: the bars themselves may be negative).
+  ImU32 solid[kSlots], light[kSlots];
+  for (int s = 0; s < kSlots; ++s) {
+    const viz::Rgb8 c = viz::model_colour(static_cast<size_t>(s)),
+                    l = viz::model_colour(static_cast<size_t>(s), true);
+    solid[s] = IM_COL32(c.r, c.g, c.b, 255);
+    light[s] = IM_COL32(l.r, l.g, l.b, 255);
+  }
   const size_t groups = rows + 1;  // the layers, then the mean
   const float gw = (a.max.x - a.min.x) / static_cast<float>(groups), bw = gw * 0.8f / (2 * kSlots);
   const float zero = a.y(0);

@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "app/panels.h"
+#include "viz/colormap.h"
 
 namespace difflens::app {
 namespace {
 
 // Two models' |value| histograms on the same log10 axis (bins merged to 4 per decade), log-count bars,
-// DIFF blue and baseline red side by side in each bin.
+// each model in its identity colour (viz::kModelColours), side by side in each bin.
 void draw_histograms(const char* title, const ValueStats* stats[kSlots], const char* names[kSlots],
                      ImVec2 size) {
   constexpr int kMerge = LogHistogram::kBinsPerDecade / 4;
@@ -35,7 +36,11 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
       }
   }
   ImGui::TextUnformatted(title);
-  const ImVec4 legend[kSlots] = {ImVec4(0.12f, 0.47f, 0.71f, 1), ImVec4(0.84f, 0.15f, 0.16f, 1)};
+  ImVec4 legend[kSlots];  // the bars' colours
+  for (int s = 0; s < kSlots; ++s) {
+    const viz::Rgb8 c = viz::model_colour(static_cast<size_t>(s));
+    legend[s] = ImVec4(c.r / 255.0f, c.g / 255.0f, c.b / 255.0f, 1);
+  }
   for (int s = 0; s < kSlots; ++s)
     if (stats[s]) {
       ImGui::SameLine();
@@ -50,7 +55,11 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
   const float plot_h = size.y - label_h;
   const int n = last - first + 1;
   const float bw = size.x / static_cast<float>(n);
-  const ImU32 colors[kSlots] = {IM_COL32(31, 119, 180, 230), IM_COL32(214, 39, 40, 230)};
+  ImU32 colors[kSlots];  // the models' identity colours
+  for (int s = 0; s < kSlots; ++s) {
+    const viz::Rgb8 c = viz::model_colour(static_cast<size_t>(s));
+    colors[s] = IM_COL32(c.r, c.g, c.b, 230);
+  }
   for (int b = first; b <= last; ++b)
     for (int s = 0; s < kSlots; ++s) {
       if (!stats[s] || counts[s][b] <= 0) continue;

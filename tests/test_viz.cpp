@@ -307,3 +307,23 @@ TEST_CASE("one sign convention: the maps' colormap, the Text view's shades and F
   CHECK(std::min({zero.r, zero.g, zero.b}) > 230);
   CHECK(std::min({blank.r, blank.g, blank.b}) > 230);
 }
+
+TEST_CASE("model identity colours are never the sign scale's blue or red, nor the answer's or the query's",
+          "[viz][colormap]") {
+  const auto distance = [](double a, double b) {
+    const double d = std::fabs(a - b);
+    return std::min(d, 360 - d);
+  };
+  const double sign_plus = oklab_hue_degrees(diverging_colormap().at(1.0)),
+               sign_minus = oklab_hue_degrees(diverging_colormap().at(0.0)),
+               answer = oklab_hue_degrees(Rgb8{20, 160, 60}), query = oklab_hue_degrees(Rgb8{240, 130, 0});
+  for (size_t i = 0; i < 4; ++i)
+    for (bool light : {false, true}) {
+      const Rgb8 c = model_colour(i, light);
+      INFO("model colour " << i << (light ? " (light)" : "") << ": hue " << oklab_hue_degrees(c)
+                           << ", chroma " << oklab_chroma(c));
+      if (oklab_chroma(c) < 0.03) continue;  // a grey has no hue to confuse
+      for (double h : {sign_plus, sign_minus, answer, query}) CHECK(distance(oklab_hue_degrees(c), h) >= 35);
+    }
+  CHECK(model_colour(0).r != model_colour(1).r);  // the two slots differ
+}

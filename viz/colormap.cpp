@@ -91,6 +91,29 @@ const Colormap& diverging_colormap() {
   return cmap;
 }
 
+namespace {
+std::array<double, 3> oklab_of(Rgb8 c) {
+  const double r = srgb_decode(c.r / 255.0), g = srgb_decode(c.g / 255.0), b = srgb_decode(c.b / 255.0);
+  const double l = std::cbrt(0.4122214708 * r + 0.5363288310 * g + 0.0514459929 * b);
+  const double m = std::cbrt(0.2119034982 * r + 0.6806995451 * g + 0.1073969566 * b);
+  const double s = std::cbrt(0.0883024619 * r + 0.2817188376 * g + 0.6299787005 * b);
+  return {0.2104542553 * l + 0.7936177850 * m - 0.0040720468 * s,
+          1.9779984951 * l - 2.4285922050 * m + 0.4505937099 * s,
+          0.0259040371 * l + 0.7827717662 * m - 0.8086757660 * s};
+}
+}  // namespace
+
+double oklab_hue_degrees(Rgb8 c) {
+  const auto lab = oklab_of(c);
+  const double h = std::atan2(lab[2], lab[1]) / kDeg;
+  return h < 0 ? h + 360 : h;
+}
+
+double oklab_chroma(Rgb8 c) {
+  const auto lab = oklab_of(c);
+  return std::hypot(lab[1], lab[2]);
+}
+
 double oklab_lightness(Rgb8 c) {
   const double r = srgb_decode(c.r / 255.0), g = srgb_decode(c.g / 255.0), b = srgb_decode(c.b / 255.0);
   const double l = std::cbrt(0.4122214708 * r + 0.5363288310 * g + 0.0514459929 * b);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -30,5 +31,18 @@ const Colormap& diverging_colormap();
 
 // OKLab lightness of an sRGB colour (0 black .. 1 white), for tests and legends.
 double oklab_lightness(Rgb8 c);
+// OKLab hue (degrees, 0 to 360) and chroma of an sRGB colour: which colours may stand for what.
+double oklab_hue_degrees(Rgb8 c);
+double oklab_chroma(Rgb8 c);
+
+// Colours that name a model (its slot, or its place in a list of models): never near the hues of the sign
+// scale (blue above zero, red below; core/FORMATS.md, "Colours"), nor the answer's green or the query's
+// orange. Slot 0 (the left, usually DIFF) purple, slot 1 (the right, usually the baseline) teal; lists go on
+// with olive and grey. Light variants for a second quantity of the same model (the Noise chart's noise).
+constexpr Rgb8 kModelColours[4] = {{118, 42, 131}, {1, 102, 94}, {120, 120, 20}, {90, 90, 90}};
+constexpr Rgb8 kModelColoursLight[4] = {{194, 165, 207}, {128, 205, 193}, {205, 205, 130}, {190, 190, 190}};
+inline Rgb8 model_colour(size_t i, bool light = false) {
+  return (light ? kModelColoursLight : kModelColours)[i % 4];
+}
 
 }  // namespace difflens::viz
