@@ -234,7 +234,8 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
     return;
   }
   const HeadExplain& e = *side.head;
-  const Rgb8 col = e.diff ? kDiff : kBase;
+  const Rgb8 col = diff_column ? kDiff : kBase;  // the slot's colour, as the title's and every other view's
+  const char* col_name = diff_column ? "purple" : "teal";
   const auto& tk = side.tokens;
   // Rows at the same heights in both columns, so the two models' rows line up; with larger text (k > 1) they
   // share what is left of the slide's height above two note lines.
@@ -386,8 +387,8 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
           over.push_back(e.a1[k] >= l2 ? Bar{e.a1[k], col, e.common[k]} : Bar{l2, kExcess, e.common[k]});
         }
         bar_chart(cv, x, y, w, row_h,
-                  "A1 and λ·A2: grey = min(A1, λA2) cancels (" + fmt("%.3f", e.common_sum) +
-                      "), purple = A1 beyond, orange = λA2 beyond",
+                  "A1 and λ·A2: grey = min(A1, λA2) cancels (" + fmt("%.3f", e.common_sum) + "), " +
+                      col_name + " = A1 beyond, orange = λA2 beyond",
                   over, false, labels_for(e, tk, e.a1), span_bands(e, in));
         bar_chart(cv, x, y + row_h, w, row_h, "A = A1 − λ·A2  (sums to 1 − λ = " + fmt("%.3f", e.a_sum) + ")",
                   signed_bars(e.a), true, labels_for(e, tk, e.a), span_bands(e, in));

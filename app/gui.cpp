@@ -181,7 +181,10 @@ int run_gui(const GuiOptions& opt) {
     state.view.zoom_span = opt.zoom[2];
     if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
     state.layout = layout;
-    if (opt.one_y_scale >= 0) state.layout.shared_rows_scale = opt.one_y_scale == 1;
+    if (opt.one_y_scale >= 0) {
+      state.layout.shared_rows_scale = opt.one_y_scale == 1;
+      state.layout.rows_scale_chosen = true;
+    }
     state.view.head_metric = opt.head_metric;
     state.view.metric_rows = opt.metric_rows;
     state.font_scale = opt.font_scale;
@@ -248,9 +251,9 @@ int run_gui(const GuiOptions& opt) {
     ScriptPlayer player(opt.play, opt.play_delay_ms, opt.play_seconds, opt.play_exit);
     bool was_presenting = opt.present;
     int rescroll_frames = 0;
-    bool lecture_before = false;  // lecture mode as the last frame had it
-    bool started = false;         // a frame was drawn
-    float strip_width_seen = 0;   // the window's width the strip was last scrolled for
+    bool lecture_before = false;      // lecture mode as the last frame had it
+    bool scale_from_lecture = false;  // lecture mode ticked "one y scale" (unticked again when it ends)
+    float strip_width_seen = 0;       // the window's width the strip was last scrolled for
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result (the worker posts an event when a job ends); wake up for the
@@ -326,8 +329,8 @@ int run_gui(const GuiOptions& opt) {
       PlayRequests played;
       player.step(state, worker, played);
       if (played.width > 0 && !fullscreen.on) glfwSetWindowSize(window, played.width, played.height);
-      if (state.prompt.pending &&
-          now_seconds() - state.prompt.last_edit >= debounce_seconds(state.status.last_run_ms)) {
+      if (state.prompt.pending && now_seconds() - state.prompt.last_edit >=
+                                      debounce_seconds(state.status.last_run_ms, state.status.busy)) {
         CaptureOptions capture;
         capture.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
         // Long prompts switch to pooled maps (quantization needs whole maps: off above the budget).
@@ -357,12 +360,17 @@ int run_gui(const GuiOptions& opt) {
       if (fonts.normal && fonts.lecture)
         io.FontDefault = state.lecture || state.explain.present ? fonts.lecture : fonts.normal;
       // Lecture mode turning on (L, the View menu, --lecture, a script) puts Figure 1's bars on one y scale,
-      // so that a projected chart does not make 0.05 look as tall as 1 (the box unticks it again); an
-      // explicit --one-y-scale at start wins.
-      if (state.lecture && !lecture_before && !(!started && opt.one_y_scale >= 0))
+      // so that a projected chart does not make 0.05 look as tall as 1, unless this session chose the box's
+      // state (the box, --one-y-scale, a script's one-y-scale): a choice is never overridden.
+      if (state.lecture && !lecture_before && !state.layout.rows_scale_chosen &&
+          !state.layout.shared_rows_scale) {
         state.layout.shared_rows_scale = true;
+        scale_from_lecture = true;
+      }
+      if (!state.lecture && lecture_before && scale_from_lecture && !state.layout.rows_scale_chosen)
+        state.layout.shared_rows_scale = false;  // lecture mode left: the box as it was
+      if (!state.lecture || state.layout.rows_scale_chosen) scale_from_lecture = false;
       lecture_before = state.lecture;
-      started = true;
       ImGui_ImplOpenGL3_NewFrame();
       ImGui_ImplGlfw_NewFrame();
       headless.place_mouse(state, io);

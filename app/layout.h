@@ -37,6 +37,8 @@ struct LayoutState {
   float side_width_em = 17;        // its width in font heights
   bool square_maps = false;        // maps keep square cells (false: they fill the space they are given)
   bool shared_rows_scale = false;  // Figure 1: both models' bars on one y scale
+  // Set by the box, --one-y-scale or the play action: lecture mode then leaves shared_rows_scale alone.
+  bool rows_scale_chosen = false;
   int window_w = 0, window_h = 0;  // the window's size when the app last closed (0: not known)
   bool& view_split() { return split[static_cast<size_t>(view)]; }  // the shown view's setting
   bool split_shown() const { return view != View::Maps && split[static_cast<size_t>(view)]; }

@@ -12,6 +12,7 @@
 #include "app/panels.h"
 #include "app/plot.h"
 #include "app/remote_client.h"
+#include "viz/colormap.h"
 
 namespace difflens::app {
 
@@ -238,6 +239,11 @@ void draw_prompt_editor(GuiState& state) {
     prompt_edited(state);
   ImGui::SameLine();
   draw_continue_controls(state);
+}
+
+ImU32 written_ink(const GuiState& state) {
+  const viz::Rgb8 c = viz::model_colour(static_cast<size_t>(std::max(state.cont.written_slot, 0)));
+  return IM_COL32(c.r, c.g, c.b, 255);
 }
 
 void reset_continue(GuiState& state, const std::string& why) {

@@ -300,7 +300,7 @@ void draw_query_row_view(GuiState& state) {
   for (int s = 0; s < kSlots; ++s)
     if (r.traces[s]) slots[n++] = s;
   if (n == 0) return;
-  ImGui::Checkbox("one y scale", &state.layout.shared_rows_scale);
+  if (ImGui::Checkbox("one y scale", &state.layout.shared_rows_scale)) state.layout.rows_scale_chosen = true;
   if (state.selection.answer_begin >= 0) {
     flow_next(ImGui::CalcTextSize("answer").x);
     ImGui::TextColored(ImVec4(0.08f, 0.55f, 0.22f, 1), "answer");

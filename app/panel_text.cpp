@@ -20,6 +20,7 @@
 #include "app/text_page.h"
 #include "core/atomic_file.h"
 #include "core/token_weights.h"
+#include "viz/colormap.h"
 #include "viz/text_shade.h"
 #include "viz/token_text.h"
 
@@ -272,7 +273,7 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
     if (carries) dl->AddRectFilled(a, b, col(s.background));
     dl->AddText(ImVec2(a.x, a.y + pad), carries ? col(s.ink) : disabled, labels[i].c_str());
     if (std::binary_search(written.begin(), written.end(), ii))
-      dl->AddRectFilled(ImVec2(a.x, b.y - 2), ImVec2(b.x, b.y), IM_COL32(40, 90, 220, 255));
+      dl->AddRectFilled(ImVec2(a.x, b.y - 2), ImVec2(b.x, b.y), written_ink(state));
     const bool answer = ii >= sel.answer_begin && ii < sel.answer_end;
     if (answer) {  // the span outlined as one box (per line): top and bottom, closed at its ends
       const ImU32 green = IM_COL32(20, 160, 60, 255);

@@ -60,7 +60,7 @@ void draw_token_strip(GuiState& state, const std::vector<std::string>& tokens,
     dl->AddText(ImVec2(p.x + pad.x, p.y + pad.y), ImGui::GetColorU32(ImGuiCol_Text), text.c_str());
     if (std::binary_search(written.begin(), written.end(), ii))
       dl->AddRectFilled(ImVec2(p.x, p.y + size.y - 3), ImVec2(p.x + size.x, p.y + size.y),
-                        IM_COL32(40, 90, 220, 255));
+                        written_ink(state));
     if (query && state.strip_scrolled_to != ii) {  // keep the selected query in sight, whole lines shown
       const float y = p.y - ImGui::GetWindowPos().y + ImGui::GetScrollY();  // its line's top in the strip
       const float visible = std::max(1.0f, std::floor(ImGui::GetWindowHeight() / line));

@@ -14,6 +14,8 @@ namespace difflens::app {
 void draw_model_slots(GuiState& state, InferenceWorker& worker);
 void draw_device_menu(GuiState& state, InferenceWorker& worker);
 void draw_prompt_editor(GuiState& state);
+// The underline of the tokens Continue wrote: the writing model's identity colour (never a sign colour).
+ImU32 written_ink(const GuiState& state);
 // What an edit of the prompt does (the editor, --play's typing): the prompt runs after the debounce.
 void prompt_edited(GuiState& state);
 // The Run menu's pick of a device: accepted or refused with a message; loaded models go there again.

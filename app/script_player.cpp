@@ -245,6 +245,7 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
       break;
     case PlayVerb::OneYScale:
       state.layout.shared_rows_scale = on();
+      state.layout.rows_scale_chosen = true;
       break;
     case PlayVerb::TextSize:
       state.font_scale = static_cast<float>(a.number);

@@ -9,9 +9,10 @@ namespace difflens::app {
 inline constexpr double kDebounceSeconds = 0.15;
 inline constexpr double kFastRunMs = 100;
 
-// The pause after an edit, given the last run's time in ms (0 or less: no run yet).
-inline double debounce_seconds(double last_run_ms) {
-  return last_run_ms > 0 && last_run_ms < kFastRunMs ? 0.0 : kDebounceSeconds;
+// The pause after an edit, given the last run's time in ms (0 or less: no run yet) and whether a run is in
+// progress (a pasted long text: its run's time is not known yet, so typing on waits as after a slow run).
+inline double debounce_seconds(double last_run_ms, bool running = false) {
+  return !running && last_run_ms > 0 && last_run_ms < kFastRunMs ? 0.0 : kDebounceSeconds;
 }
 
 }  // namespace difflens::app

@@ -343,5 +343,6 @@ TEST_CASE("typing: an edit runs at once after fast runs, after the debounce afte
   CHECK(debounce_seconds(38) == 0);  // the bundled models at 256 tokens on 2 cores
   CHECK(debounce_seconds(99.9) == 0);
   CHECK(debounce_seconds(100) == difflens::app::kDebounceSeconds);
-  CHECK(debounce_seconds(2100) == difflens::app::kDebounceSeconds);  // a long prompt: typing on coalesces
+  CHECK(debounce_seconds(2100) == difflens::app::kDebounceSeconds);      // a long prompt: typing on coalesces
+  CHECK(debounce_seconds(38, true) == difflens::app::kDebounceSeconds);  // a run in progress (a long paste)
 }

@@ -1348,6 +1348,17 @@ TEST_CASE("gui layout: lecture mode puts Figure 1's bars on one y scale unless -
     REQUIRE(r.status == 0);
     CHECK(test::read_all(settings).find(want) != std::string::npos);
   }
+  // A choice made in the session (here a script's) is never undone by lecture mode turning on again.
+  test::write_all(dir / "s.play", "lecture on\none-y-scale off\nlecture off\nlecture on\nwait\nquit\n");
+  {
+    const std::string settings = (dir / "played.ini").string();
+    const Result r = run(
+        "--play " + (dir / "s.play").string() + " --settings " + settings + " --size 1280x800 --threads 1",
+        dir);
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    CHECK(test::read_all(settings).find("shared_rows_scale=0\n") != std::string::npos);
+  }
   const std::pair<std::string, std::string> bad[] = {
       {"--one-y-scale maybe --screenshot x.png", "--one-y-scale"}};
   expect_failures(bad, dir);

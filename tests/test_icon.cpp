@@ -38,7 +38,7 @@ TEST_CASE(
   CHECK(m.a[last + 3] == Approx(0.05 - 0.8 / 6));
 }
 
-TEST_CASE("icon: the drawing has transparent corners, the needle red in A1 - lambda A2, the noise blue",
+TEST_CASE("icon: the drawing has transparent corners, the needle blue in A1 - lambda A2, the noise red",
           "[viz][icon]") {
   for (const int size : {48, 256}) {
     INFO(size);

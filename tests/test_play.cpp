@@ -126,7 +126,8 @@ TEST_CASE("play scripts: a bad line is refused with its file, line and what was 
   CHECK(
       refusal("wait\n\njump 3\n") ==
       "s.play:3: unknown action 'jump' (actions: type, paste, paste-file, prompt, clear, needle, query, "
-      "answer, layer, head, view, split, side, lecture, text-size, text-direction, text-heads, open, device, "
+      "answer, layer, head, view, split, side, lecture, one-y-scale, text-size, text-direction, text-heads, open, "
+      "device, "
       "logits, pooling, budget, size, lab, explain, present, export, continue, step, wait, screenshot, quit)");
   CHECK(
       refusal("view 10\n") ==

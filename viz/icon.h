@@ -2,7 +2,8 @@
 // (the masked cells above the diagonal grey), A1 and A2 side by side above and their difference A1 − λA2
 // below, on a dark rounded square. A1 attends
 // to one key (the "needle") with some noise, A2 spreads its attention evenly (the noise alone), so
-// A1 − λA2 keeps the needle red and cancels the noise to near white and blue: the app's story in 48 pixels.
+// A1 − λA2 keeps the needle blue (positive) and cancels the noise to near white and red (negative): the app's
+// story in 48 pixels.
 // Plain data and CPU drawing: the PNGs and SVG the build installs and the window's icon (GLFW) come from it.
 #pragma once
 
