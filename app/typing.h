@@ -4,8 +4,8 @@
 namespace difflens::app {
 
 // An edit runs the models after kDebounceSeconds (typing on coalesces the edits), unless the last run of
-// both models took under kFastRunMs: then at once, a newer edit cancelling a run still in progress (latest
-// wins), so that a keystroke reaches the screen in about the models' own time.
+// both models took under kFastRunMs and none is in progress: then at once, so that a keystroke reaches the
+// screen in about the models' own time (a newer run still cancels an older one: latest wins).
 inline constexpr double kDebounceSeconds = 0.15;
 inline constexpr double kFastRunMs = 100;
 
