@@ -325,5 +325,11 @@ TEST_CASE("model identity colours are never the sign scale's blue or red, nor th
       if (oklab_chroma(c) < 0.03) continue;  // a grey has no hue to confuse
       for (double h : {sign_plus, sign_minus, answer, query}) CHECK(distance(oklab_hue_degrees(c), h) >= 35);
     }
-  CHECK(model_colour(0).r != model_colour(1).r);  // the two slots differ
+  // Four different colours, each side of the light switch (a sanitizer build once returned the first for
+  // all).
+  for (size_t i = 0; i < 4; ++i)
+    for (size_t j = 0; j < i; ++j) {
+      CHECK(oklab_lightness(model_colour(i)) != oklab_lightness(model_colour(j)));
+      CHECK(oklab_lightness(model_colour(i, true)) != oklab_lightness(model_colour(j, true)));
+    }
 }

@@ -42,7 +42,10 @@ double oklab_chroma(Rgb8 c);
 constexpr Rgb8 kModelColours[4] = {{118, 42, 131}, {1, 102, 94}, {120, 120, 20}, {90, 90, 90}};
 constexpr Rgb8 kModelColoursLight[4] = {{194, 165, 207}, {128, 205, 193}, {205, 205, 130}, {190, 190, 190}};
 inline Rgb8 model_colour(size_t i, bool light = false) {
-  return (light ? kModelColoursLight : kModelColours)[i % 4];
+  // Indexed on each side: GCC 12 with -fsanitize=undefined returned element 0 for every i from
+  // (light ? a : b)[i] (the sanitizer build's test caught it).
+  const size_t k = i % 4;
+  return light ? kModelColoursLight[k] : kModelColours[k];
 }
 
 }  // namespace difflens::viz
