@@ -21,12 +21,6 @@
 namespace difflens::app {
 namespace {
 
-// A model's λ in its identity colour (viz::kModelColours: never a sign colour, though λ may be negative).
-ImU32 slot_ink(int slot, int alpha = 255) {
-  const viz::Rgb8 c = viz::model_colour(static_cast<size_t>(std::max(slot, 0)));
-  return IM_COL32(c.r, c.g, c.b, alpha);
-}
-
 void draw_lambda_plot(GuiState& state, const Trace& t, int slot, ImVec2 min, ImVec2 max) {
   const int L = static_cast<int>(t.layers.size());
   double lo = 0, hi = 1;
@@ -63,7 +57,7 @@ void draw_lambda_plot(GuiState& state, const Trace& t, int slot, ImVec2 min, ImV
   const ImU32 text = ImGui::GetColorU32(ImGuiCol_Text);
   const float th = ImGui::GetTextLineHeight();
   ImVec2 key(a.min.x + th * 0.6f, a.min.y + th * 0.4f);
-  dl->AddLine(ImVec2(key.x, key.y + th / 2), ImVec2(key.x + th * 1.5f, key.y + th / 2), slot_ink(slot),
+  dl->AddLine(ImVec2(key.x, key.y + th / 2), ImVec2(key.x + th * 1.5f, key.y + th / 2), model_ink(slot),
               2.5f * k);
   dl->AddText(ImVec2(key.x + th * 2, key.y), text, "\xce\xbb (the selected layer orange)");
   key.y += th * 1.3f;
@@ -82,13 +76,13 @@ void draw_lambda_plot(GuiState& state, const Trace& t, int slot, ImVec2 min, ImV
                   ImVec2(p0.x + (p1.x - p0.x) * (d + 1) / kDashes, p0.y + (p1.y - p0.y) * (d + 1) / kDashes),
                   IM_COL32(120, 120, 120, 255), 2.0f * k);
     dl->AddLine(ImVec2(x_of(i), a.y(t.layers[static_cast<size_t>(i)].lambda)),
-                ImVec2(x_of(i + 1), a.y(t.layers[static_cast<size_t>(i + 1)].lambda)), slot_ink(slot),
+                ImVec2(x_of(i + 1), a.y(t.layers[static_cast<size_t>(i + 1)].lambda)), model_ink(slot),
                 2.5f * k);
   }
   for (int i = 0; i < L; ++i) {
     dl->AddCircleFilled(ImVec2(x_of(i), a.y(t.layers[static_cast<size_t>(i)].lambda)),
                         i == sel ? 6.0f * k : 4.0f * k,
-                        i == sel ? IM_COL32(30, 30, 30, 255) : slot_ink(slot));
+                        i == sel ? IM_COL32(30, 30, 30, 255) : model_ink(slot));
     dl->AddCircleFilled(ImVec2(x_of(i), a.y(t.layers[static_cast<size_t>(i)].lambda_init)), 2.5f * k,
                         IM_COL32(120, 120, 120, 255));
   }
@@ -288,11 +282,11 @@ void draw_lambda_distribution(GuiState& state, const RunResult& r, int slot, ImV
                         IM_COL32(255, 200, 120, 110));
     const std::string s = "L" + std::to_string(t.layers[static_cast<size_t>(i)].index);
     dl->AddText(ImVec2(a.min.x + 2, y - th / 2), text, s.c_str());
-    const ImU32 ink = slot_ink(slot);
+    const ImU32 ink = model_ink(slot);
     const float bh = std::min(rh * 0.6f, th);
     dl->AddLine(ImVec2(x_of(v[0]), y), ImVec2(x_of(v[4]), y), ink, 1.5f * k);
     dl->AddRectFilled(ImVec2(x_of(v[1]), y - bh / 2),
-                      ImVec2(std::max(x_of(v[3]), x_of(v[1]) + 1), y + bh / 2), slot_ink(slot, 120));
+                      ImVec2(std::max(x_of(v[3]), x_of(v[1]) + 1), y + bh / 2), model_ink(slot, false, 120));
     dl->AddLine(ImVec2(x_of(v[2]), y - bh / 2), ImVec2(x_of(v[2]), y + bh / 2), IM_COL32(30, 30, 30, 255),
                 3.0f * k);
   }

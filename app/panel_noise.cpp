@@ -18,7 +18,6 @@
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/needle.h"
-#include "viz/colormap.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {
@@ -234,14 +233,8 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
                                      "attention to the answer (solid) and noise (light) per layer");
   state.drawn.note("noise.chart", a.min.x, a.min.y, a.max.x, a.max.y);
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  // Each model's identity colour (never a sign colour: the bars themselves may be negative).
-  ImU32 solid[kSlots], light[kSlots];
-  for (int s = 0; s < kSlots; ++s) {
-    const viz::Rgb8 c = viz::model_colour(static_cast<size_t>(s)),
-                    l = viz::model_colour(static_cast<size_t>(s), true);
-    solid[s] = IM_COL32(c.r, c.g, c.b, 255);
-    light[s] = IM_COL32(l.r, l.g, l.b, 255);
-  }
+  // Each model in its identity colour (never a sign colour: the bars themselves may be negative), its
+  // noise in the light variant.
   const size_t groups = rows + 1;  // the layers, then the mean
   const float gw = (a.max.x - a.min.x) / static_cast<float>(groups), bw = gw * 0.8f / (2 * kSlots);
   const float zero = a.y(0);
@@ -256,7 +249,7 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
         const float x0 = a.min.x + gw * (static_cast<float>(g) + 0.1f) + bw * static_cast<float>(2 * s + k);
         const float y = a.y(k == 0 ? v->answer : v->noise);
         dl->AddRectFilled(ImVec2(x0, std::min(y, zero)), ImVec2(x0 + bw * 0.9f, std::max(y, zero)),
-                          k == 0 ? solid[s] : light[s]);
+                          model_ink(s, k != 0));
       }
     }
     const std::string label = g < rows ? "layer " + std::to_string(g) : "mean";
@@ -272,8 +265,9 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
     if (!r.traces[s]) continue;
     const std::string& name = r.traces[s]->config.name;
     x -= ImGui::CalcTextSize(name.c_str()).x + th * 1.6f;
-    dl->AddRectFilled(ImVec2(x, key_y + th * 0.1f), ImVec2(x + th * 0.5f, key_y + th * 0.9f), solid[s]);
-    dl->AddRectFilled(ImVec2(x + th * 0.5f, key_y + th * 0.1f), ImVec2(x + th, key_y + th * 0.9f), light[s]);
+    dl->AddRectFilled(ImVec2(x, key_y + th * 0.1f), ImVec2(x + th * 0.5f, key_y + th * 0.9f), model_ink(s));
+    dl->AddRectFilled(ImVec2(x + th * 0.5f, key_y + th * 0.1f), ImVec2(x + th, key_y + th * 0.9f),
+                      model_ink(s, true));
     dl->AddText(ImVec2(x + th * 1.2f, key_y), ImGui::GetColorU32(ImGuiCol_Text), name.c_str());
     state.drawn.note("noise.key." + std::to_string(s), x, key_y,
                      x + th * 1.2f + ImGui::CalcTextSize(name.c_str()).x, key_y + th);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "app/panels.h"
-#include "viz/colormap.h"
+#include "app/plot.h"
 
 namespace difflens::app {
 namespace {
@@ -36,15 +36,10 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
       }
   }
   ImGui::TextUnformatted(title);
-  ImVec4 legend[kSlots];  // the bars' colours
-  for (int s = 0; s < kSlots; ++s) {
-    const viz::Rgb8 c = viz::model_colour(static_cast<size_t>(s));
-    legend[s] = ImVec4(c.r / 255.0f, c.g / 255.0f, c.b / 255.0f, 1);
-  }
-  for (int s = 0; s < kSlots; ++s)
+  for (int s = 0; s < kSlots; ++s)  // each name in its bars' colour
     if (stats[s]) {
       ImGui::SameLine();
-      ImGui::TextColored(legend[s], "%s", names[s]);
+      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(model_ink(s)), "%s", names[s]);
     }
   const ImVec2 p = ImGui::GetCursorScreenPos();
   ImGui::Dummy(size);
@@ -55,18 +50,14 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
   const float plot_h = size.y - label_h;
   const int n = last - first + 1;
   const float bw = size.x / static_cast<float>(n);
-  ImU32 colors[kSlots];  // the models' identity colours
-  for (int s = 0; s < kSlots; ++s) {
-    const viz::Rgb8 c = viz::model_colour(static_cast<size_t>(s));
-    colors[s] = IM_COL32(c.r, c.g, c.b, 230);
-  }
   for (int b = first; b <= last; ++b)
     for (int s = 0; s < kSlots; ++s) {
       if (!stats[s] || counts[s][b] <= 0) continue;
       const float h =
           plot_h * static_cast<float>(std::log10(1 + counts[s][b]) / std::log10(1 + peak));  // log count
       const float x0 = p.x + bw * static_cast<float>(b - first) + bw * 0.5f * static_cast<float>(s);
-      dl->AddRectFilled(ImVec2(x0, p.y + plot_h - h), ImVec2(x0 + bw * 0.5f, p.y + plot_h), colors[s]);
+      dl->AddRectFilled(ImVec2(x0, p.y + plot_h - h), ImVec2(x0 + bw * 0.5f, p.y + plot_h),
+                        model_ink(s, false, 230));
     }
   // Decade ticks on the |value| axis.
   for (int b = first; b <= last + 1; ++b) {

@@ -12,7 +12,6 @@
 #include "app/panels.h"
 #include "app/plot.h"
 #include "app/remote_client.h"
-#include "viz/colormap.h"
 
 namespace difflens::app {
 
@@ -242,8 +241,7 @@ void draw_prompt_editor(GuiState& state) {
 }
 
 ImU32 written_ink(const GuiState& state) {
-  const viz::Rgb8 c = viz::model_colour(static_cast<size_t>(std::max(state.cont.written_slot, 0)));
-  return IM_COL32(c.r, c.g, c.b, 255);
+  return model_ink(state.cont.written_slot);
 }
 
 void reset_continue(GuiState& state, const std::string& why) {

@@ -191,13 +191,11 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
   const float zero = a.y(0);
   for (int j = 0; j < n; ++j) {
     const float v = row.values[static_cast<size_t>(j)];
-    const ImU32 col = in_answer(j)           ? IM_COL32(20, 160, 60, 255)
-                      : j == q               ? IM_COL32(240, 130, 0, 255)
-                      : j == sel.hovered_key ? IM_COL32(230, 0, 150, 255)
-                      : v < 0
-                          ? IM_COL32(viz::kTextNegative.r, viz::kTextNegative.g, viz::kTextNegative.b, 255)
-                          : IM_COL32(viz::kTextPositive.r, viz::kTextPositive.g, viz::kTextPositive.b,
-                                     255);  // the sign colours (core/FORMATS.md)
+    const ImU32 col = in_answer(j) ? IM_COL32(20, 160, 60, 255)
+                      : j == q     ? IM_COL32(240, 130, 0, 255)
+                      : j == sel.hovered_key
+                          ? IM_COL32(230, 0, 150, 255)
+                          : ink(v < 0 ? viz::kTextNegative : viz::kTextPositive);  // the sign colours
     const float x0 = a.min.x + bw * static_cast<float>(j), x1 = std::max(x0 + 1.0f, x0 + bw * 0.85f);
     const float y = std::clamp(a.y(v), a.min.y, a.max.y);
     dl->AddRectFilled(ImVec2(x0, std::min(y, zero)), ImVec2(x1, std::max(y, zero)), col);

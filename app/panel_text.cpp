@@ -20,7 +20,6 @@
 #include "app/text_page.h"
 #include "core/atomic_file.h"
 #include "core/token_weights.h"
-#include "viz/colormap.h"
 #include "viz/text_shade.h"
 #include "viz/token_text.h"
 

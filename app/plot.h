@@ -6,7 +6,18 @@
 
 #include <string>
 
+#include "viz/colormap.h"
+
 namespace difflens::app {
+
+// A viz colour for ImGui's draw list.
+inline ImU32 ink(viz::Rgb8 c, int alpha = 255) {
+  return IM_COL32(c.r, c.g, c.b, alpha);
+}
+// A model's identity colour by its slot (viz::model_colour: never a sign colour).
+inline ImU32 model_ink(int slot, bool light = false, int alpha = 255) {
+  return ink(viz::model_colour(static_cast<size_t>(slot < 0 ? 0 : slot), light), alpha);
+}
 
 struct PlotArea {
   ImVec2 min, max;  // the data area, inside the axes

@@ -115,11 +115,7 @@ double oklab_chroma(Rgb8 c) {
 }
 
 double oklab_lightness(Rgb8 c) {
-  const double r = srgb_decode(c.r / 255.0), g = srgb_decode(c.g / 255.0), b = srgb_decode(c.b / 255.0);
-  const double l = std::cbrt(0.4122214708 * r + 0.5363288310 * g + 0.0514459929 * b);
-  const double m = std::cbrt(0.2119034982 * r + 0.6806995451 * g + 0.1073969566 * b);
-  const double s = std::cbrt(0.0883024619 * r + 0.2817188376 * g + 0.6299787005 * b);
-  return 0.2104542553 * l + 0.7936177850 * m - 0.0040720468 * s;
+  return oklab_of(c)[0];
 }
 
 }  // namespace difflens::viz
