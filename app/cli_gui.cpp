@@ -227,8 +227,9 @@ Command gui_command() {
               "maps",
               "the Model view's grid: maps, or each head coloured by its attention to the answer, noise, "
               "entropy, first-token share, or previous-token, duplicate-token or induction score"),
-       choice("metric-rows", "query|question", "query",
-              "the Model view's metrics over the selected query's row or the question's rows"),
+       choice(
+           "metric-rows", "query|question", "query",
+           "the Model view's metrics over the selected query's row, or (question) every row from it to the end"),
        int_list("zoom", "R,C,N", 0, 1e9, 3, 3, "head view zoomed to N tokens from query R, key C"),
        integer("explain-step", "N", 1, app::kExplainSteps, "1", "the Explain view's step"),
        flag("present", "start presenting the Explain slides (Esc leaves)"),

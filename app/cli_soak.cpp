@@ -279,7 +279,7 @@ int cmd_soak(const Args& a) {
     const std::regex done(
         "play: (done|stopped at the time limit): ([0-9]+) of [0-9]+ actions.*?in ([0-9.]+) s; resident memory "
         "([0-9]+) MB after action ([0-9]+), ([0-9]+) MB at the end \\(grew (-?[0-9]+) MB\\), peak ([0-9]+) MB; "
-        "([0-9]+) screenshots? not written, ([0-9]+) waits? for results");
+        "([0-9]+) screenshots? not written, [0-9]+ with layout faults, ([0-9]+) waits? for results");
     const size_t line = text.rfind("play: done");
     const size_t line2 = text.rfind("play: stopped");
     const size_t at = line != std::string::npos ? line : line2;

@@ -29,6 +29,7 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+#include "app/figure_export.h"
 #include "app/figures.h"
 #include "app/glyphs.h"
 #include "app/headless_run.h"
@@ -328,6 +329,22 @@ int run_gui(const GuiOptions& opt) {
       headless.after_poll(state);
       PlayRequests played;
       player.step(state, worker, played);
+      // The view as a figure (File menu last frame, or the action just played), before the panels draw: the
+      // Maps view's head views export as they draw this frame.
+      if (state.export_figure) {
+        state.export_figure = false;
+        try {
+          const std::vector<std::string> files = export_view_figure(state);
+          if (!files.empty())
+            state.message =
+                "exported " + files.front() +
+                (files.size() > 2 ? " and " + std::to_string(files.size() / 2 - 1) + " more" : "") +
+                " (PNG + SVG, " + std::to_string(state.view.figure_width) + "x" +
+                std::to_string(state.view.figure_height) + ")";
+        } catch (const std::exception& e) {
+          state.message = std::string("figure export failed: ") + e.what();
+        }
+      }
       if (played.width > 0 && !fullscreen.on) glfwSetWindowSize(window, played.width, played.height);
       if (state.prompt.pending && now_seconds() - state.prompt.last_edit >=
                                       debounce_seconds(state.status.last_run_ms, state.status.busy)) {
@@ -382,7 +399,7 @@ int run_gui(const GuiOptions& opt) {
         player.park_mouse(io, cx + wx, cy + wy);
       }
       ImGui::NewFrame();
-      state.drawn.rects.clear();
+      state.drawn = LayoutRecord{};
       ImGui::SetNextWindowPos(ImVec2(0, 0));
       ImGui::SetNextWindowSize(io.DisplaySize);
       ImGui::Begin("DiffLens", nullptr,
@@ -468,9 +485,10 @@ int run_gui(const GuiOptions& opt) {
             ImGui::CalcTextSize(status_text.c_str()).y + ImGui::GetStyle().ItemSpacing.y * 2 + 1;
         ImGui::BeginChild("body", ImVec2(0, -status_h), false, ImGuiWindowFlags_NoScrollbar);
         const float em = ImGui::GetFontSize();
-        state.side_folded = state.lecture && state.layout.side_panel && !state.side_unfolded &&
-                            io.DisplaySize.x < kLectureNarrowEm * em;
-        if (state.side_folded) state.drawn.note("lecture.side-folded", 0, 0, 0, 0);
+        state.side_folded = state.layout.side_panel && !state.side_unfolded &&
+                            io.DisplaySize.x < (state.lecture ? kLectureNarrowEm : kNarrowEm) * em;
+        if (state.side_folded)
+          state.drawn.note(state.lecture ? "lecture.side-folded" : "narrow.side-folded", 0, 0, 0, 0);
         if (state.layout.side_panel && !state.side_folded) {
           const float side_w =
               std::min(state.layout.side_width_em * em, ImGui::GetContentRegionAvail().x * 0.2f);
@@ -560,6 +578,7 @@ int run_gui(const GuiOptions& opt) {
         const std::filesystem::path parent = std::filesystem::path(played.screenshot).parent_path();
         if (!parent.empty()) std::filesystem::create_directories(parent, ec);
         player.screenshot_written(played.screenshot, write_window_png(played.screenshot, w, h));
+        player.layout_checked(check_layout(state, w, h, false).clean());
       }
       if (headless.after_render(state, worker, w, h, frame_start)) {
         exit_status = headless.exit_status();

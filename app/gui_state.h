@@ -43,6 +43,9 @@ struct LayoutRecord {
     float x0, y0, x1, y1;
   };
   std::vector<Rect> rects;
+  // Faults inside figures drawn as images (an Explain slide's texts over each other), which the layout
+  // check cannot see in ImGui's draw lists: "what: example".
+  std::vector<std::string> figure_faults;
   void note(const std::string& name, float x0, float y0, float x1, float y1) {
     rects.push_back({name, x0, y0, x1, y1});
   }
@@ -62,6 +65,10 @@ struct ViewState {
   float clamp_percentile = 99.5f;
   int outlier_layer = -1;  // -1: pooled over layers
   int export_size = 1024;  // PNG export resolution (pixels per side)
+  // A view exported as a figure (File > Export this view as a figure): its size and text size (0: from
+  // the height).
+  int figure_width = 1600, figure_height = 900;
+  float figure_text_px = 0;
   // Zoom of the head view, shared by its maps so they stay comparable: the visible square of
   // `span` tokens starting at (row0, col0). span 0 = the whole map.
   double zoom_row0 = 0, zoom_col0 = 0, zoom_span = 0;
@@ -127,10 +134,11 @@ struct GuiState {
                                    // the run on screen was not typed (a script's prompt, a needle, Continue)
   bool export_all = false;         // Ctrl+E: export every map of the head view this frame
   bool export_head_views = false;  // File menu: export each model's labelled head view this frame
-  bool window_shot = false;        // F12 / File menu: save the window as a PNG after this frame
-  bool export_page = false;        // File menu: write the Text view as an HTML page after this frame
-  std::string export_page_path;    // ...to this file ("" : a new file in the export folder)
-  bool quit = false;               // File menu: close the window
+  bool export_figure = false;  // File menu, play: the view on screen as a figure (PNG + SVG) after this frame
+  bool window_shot = false;    // F12 / File menu: save the window as a PNG after this frame
+  bool export_page = false;    // File menu: write the Text view as an HTML page after this frame
+  std::string export_page_path;  // ...to this file ("" : a new file in the export folder)
+  bool quit = false;             // File menu: close the window
   // Each slot's model card (card.json in its folder), read again when the slot's folder changes.
   struct Card {
     std::string dir;  // the folder it was read from

@@ -20,16 +20,20 @@
 namespace difflens::app {
 namespace {
 
-// The headless layout report: the view shown, every region drawn (window pixels) and any window that lies
-// outside the screen or whose contents it clips without a scrollbar to reach them.
-// Text cut by a clip rectangle in the frame just rendered: glyph quads of the font atlas that reach past
-// their draw command's clip rectangle (sideways anywhere; up or down only in windows that cannot scroll).
-// ImGui emits a glyph that straddles the clip edge and skips those wholly beyond it, so a cut line shows as
-// one straddling glyph. The prompt editor (it scrolls to its cursor) is left out. Prints up to 8 of them,
-// one per window and line; returns how many lines of text are cut.
-int count_cut_text() {
+// Text the frame just rendered shows badly: glyph quads of the font atlas that reach past their draw
+// command's clip rectangle (sideways anywhere; up or down in windows that cannot scroll — and, counted
+// apart, at the edge of one that can: a line half shown at the top or bottom of a scrolled box), and glyphs
+// of two different texts drawn over each other. ImGui emits a glyph that straddles the clip edge and skips
+// those wholly beyond it, so a cut line shows as one straddling glyph. The prompt editor (it scrolls to its
+// cursor) is left out. Prints up to 8 of each kind, one per window and line.
+struct TextFaults {
+  int cut = 0, cut_at_scroll_edge = 0, overlaps = 0;
+};
+
+TextFaults count_text_faults() {
+  TextFaults faults;
   const ImDrawData* dd = ImGui::GetDrawData();
-  if (!dd) return 0;
+  if (!dd) return faults;
   auto key = [](float u0, float v0, float u1, float v1) {
     return std::array<long, 4>{std::lround(u0 * 1e6f), std::lround(v0 * 1e6f), std::lround(u1 * 1e6f),
                                std::lround(v1 * 1e6f)};
@@ -44,11 +48,21 @@ int count_cut_text() {
   std::map<const ImDrawList*, ImGuiWindow*> owner;
   for (ImGuiWindow* w : GImGui->Windows)
     if (w->Active) owner[w->DrawList] = w;
-  std::set<std::pair<std::string, int>> lines;  // (window, line y): each cut line counted once
+  // A shown glyph: its quad less the rasteriser's padding, cut to its clip rectangle, and the text run it
+  // belongs to (glyphs one after another in the vertex buffer, each right of the last or on a new line).
+  struct Shown {
+    float x0, y0, x1, y1;
+    int run;
+    std::string window;
+  };
+  std::vector<Shown> shown;
+  int run = 0;
+  std::set<std::pair<std::string, int>> cut_lines, edge_lines;  // (window, line y): each line counted once
   for (int l = 0; l < dd->CmdListsCount; ++l) {
     const ImDrawList* list = dd->CmdLists[l];
     const auto it = owner.find(list);
     const ImGuiWindow* win = it == owner.end() ? nullptr : it->second;
+    if (win && (win->Flags & ImGuiWindowFlags_Tooltip)) continue;  // a tooltip covers what is under it
     const std::string name = win ? win->Name : (list->_OwnerName ? list->_OwnerName : "?");
     if (name.find("/##prompt") != std::string::npos) continue;
     const bool scrolls = win && (win->ScrollMax.y > 0 || win->ScrollbarY);
@@ -58,6 +72,8 @@ int count_cut_text() {
       // Glyphs are quads drawn as the index pattern v, v+1, v+2, v, v+2, v+3 (corners v: top left,
       // v + 2: bottom right); other shapes are triangles, so the scan steps by one triangle.
       const ImDrawIdx* idx = list->IdxBuffer.Data + cmd.IdxOffset;
+      long last_v = -10;
+      float last_x0 = 0, last_y0 = 0;
       for (unsigned int i = 0; i + 6 <= cmd.ElemCount; i += 3) {
         const ImDrawIdx v = idx[i];
         if (idx[i + 1] != v + 1 || idx[i + 2] != v + 2 || idx[i + 3] != v || idx[i + 4] != v + 2 ||
@@ -69,27 +85,72 @@ int count_cut_text() {
         i += 3;  // the quad's second triangle
         const float x0 = std::min(a.pos.x, c.pos.x), x1 = std::max(a.pos.x, c.pos.x);
         const float y0 = std::min(a.pos.y, c.pos.y), y1 = std::max(a.pos.y, c.pos.y);
+        const bool same_run = static_cast<long>(v) == last_v + 4 && (x0 > last_x0 || y0 > last_y0 + 1);
+        if (!same_run) ++run;
+        last_v = v;
+        last_x0 = x0;
+        last_y0 = y0;
         // Glyph quads carry a pixel of the rasteriser's padding: a cut shows beyond 2 px.
-        const bool sideways = x0 < clip.x - 2 || x1 > clip.z + 2;
-        const bool vertical = !scrolls && (y0 < clip.y - 2 || y1 > clip.w + 2);
-        if (!sideways && !vertical) continue;
-        if (lines.insert({name, static_cast<int>(y0)}).second && lines.size() <= 8)
-          std::printf("layout: text cut in %s at %.0f,%.0f (clip %.0f,%.0f-%.0f,%.0f)\n", name.c_str(), x0,
-                      y0, clip.x, clip.y, clip.z, clip.w);
+        // A glyph wholly beyond its clip rectangle is not drawn at all (the scissor): only one that
+        // straddles an edge shows cut.
+        const bool sideways = (x0 < clip.x - 2 && x1 > clip.x + 2) || (x0 < clip.z - 2 && x1 > clip.z + 2);
+        const bool vertical = (y0 < clip.y - 2 && y1 > clip.y + 2) || (y0 < clip.w - 2 && y1 > clip.w + 2);
+        if (sideways || (vertical && !scrolls)) {
+          if (cut_lines.insert({name, static_cast<int>(y0)}).second && cut_lines.size() <= 8)
+            std::printf("layout: text cut in %s at %.0f,%.0f (clip %.0f,%.0f-%.0f,%.0f)\n", name.c_str(), x0,
+                        y0, clip.x, clip.y, clip.z, clip.w);
+        } else if (vertical) {
+          if (edge_lines.insert({name, static_cast<int>(y0)}).second && edge_lines.size() <= 8)
+            std::printf("layout: a line half shown at the scroll edge of %s at %.0f,%.0f (clip %.0f-%.0f)\n",
+                        name.c_str(), x0, y0, clip.y, clip.w);
+        }
+        const Shown g{std::max(x0 + 1.5f, clip.x),
+                      std::max(y0 + 1.5f, clip.y),
+                      std::min(x1 - 1.5f, clip.z),
+                      std::min(y1 - 1.5f, clip.w),
+                      run,
+                      name};
+        if (g.x1 > g.x0 && g.y1 > g.y0) shown.push_back(g);
       }
     }
   }
-  return static_cast<int>(lines.size());
+  faults.cut = static_cast<int>(cut_lines.size());
+  faults.cut_at_scroll_edge = static_cast<int>(edge_lines.size());
+  // Two texts over each other: glyphs of different runs whose inked boxes share more than a fifth of the
+  // smaller one (neighbouring words only touch). A sweep over x keeps it linear in practice.
+  std::sort(shown.begin(), shown.end(), [](const Shown& p, const Shown& q) { return p.x0 < q.x0; });
+  std::set<std::pair<int, int>> pairs;  // (run, run): each pair of texts counted once
+  for (size_t i = 0; i < shown.size(); ++i)
+    for (size_t j = i + 1; j < shown.size() && shown[j].x0 < shown[i].x1; ++j) {
+      const Shown &p = shown[i], &q = shown[j];
+      if (p.run == q.run) continue;
+      const float w = std::min(p.x1, q.x1) - std::max(p.x0, q.x0),
+                  h = std::min(p.y1, q.y1) - std::max(p.y0, q.y0);
+      if (w <= 0 || h <= 0) continue;
+      const float smaller = std::min((p.x1 - p.x0) * (p.y1 - p.y0), (q.x1 - q.x0) * (q.y1 - q.y0));
+      if (w * h <= 0.2f * smaller) continue;
+      if (pairs.insert({std::min(p.run, q.run), std::max(p.run, q.run)}).second && pairs.size() <= 8)
+        std::printf("layout: texts over each other in %s%s%s at %.0f,%.0f\n", p.window.c_str(),
+                    p.window == q.window ? "" : " and ", p.window == q.window ? "" : q.window.c_str(), q.x0,
+                    q.y0);
+    }
+  faults.overlaps = static_cast<int>(pairs.size());
+  return faults;
 }
 
-void print_layout_report(const GuiState& state, int width, int height) {
-  std::printf(
-      "layout: view %s%s\n", view_name(state.layout.view),
-      state.layout.split_shown() ? (state.layout.side_by_side ? " beside the maps" : " below the maps") : "");
-  for (const LayoutRecord::Rect& r : state.drawn.rects)
-    std::printf("layout: %s %.0f %.0f %.0f %.0f (%.0fx%.0f)\n", r.name.c_str(), r.x0, r.y0, r.x1, r.y1,
-                r.x1 - r.x0, r.y1 - r.y0);
-  int windows = 0, bad = 0;
+}  // namespace
+
+LayoutCheck check_layout(const GuiState& state, int width, int height, bool print_regions) {
+  if (print_regions) {
+    std::printf("layout: view %s%s\n", view_name(state.layout.view),
+                state.layout.split_shown()
+                    ? (state.layout.side_by_side ? " beside the maps" : " below the maps")
+                    : "");
+    for (const LayoutRecord::Rect& r : state.drawn.rects)
+      std::printf("layout: %s %.0f %.0f %.0f %.0f (%.0fx%.0f)\n", r.name.c_str(), r.x0, r.y0, r.x1, r.y1,
+                  r.x1 - r.x0, r.y1 - r.y0);
+  }
+  LayoutCheck check;
   for (ImGuiWindow* win : GImGui->Windows) {
     if (!win->Active || (win->Flags & (ImGuiWindowFlags_Tooltip | ImGuiWindowFlags_Popup))) continue;
     if (std::strstr(win->Name, "/##prompt"))
@@ -97,7 +158,7 @@ void print_layout_report(const GuiState& state, int width, int height) {
     // Wider than the window is a fault even with a scrollbar to reach it (a cut toolbar, a table off the
     // edge), except in the Model view's grid, which scrolls for models with many heads by design.
     const bool scrolls_by_design = std::strstr(win->Name, "/modelgrid") != nullptr;
-    ++windows;
+    ++check.windows;
     const ImRect r = win->Rect();
     // Below (or above) the window only counts where no scrolling parent can bring it into view.
     const bool parent_scrolls = win->ParentWindow && win->ParentWindow->ScrollbarY;
@@ -107,15 +168,34 @@ void print_layout_report(const GuiState& state, int width, int height) {
     const bool clipped_x = (!win->ScrollbarX || !scrolls_by_design) && win->ContentSize.x > room.x + 1.0f;
     const bool clipped_y = !win->ScrollbarY && win->ContentSize.y > room.y + 1.0f;
     if (outside || clipped_x || clipped_y) {
-      ++bad;
+      ++check.clipped;
       std::printf("layout: %s %s: content %.0fx%.0f in %.0fx%.0f at %.0f,%.0f-%.0f,%.0f\n", win->Name,
                   outside ? "outside the window" : "clips its contents", win->ContentSize.x,
                   win->ContentSize.y, room.x, room.y, r.Min.x, r.Min.y, r.Max.x, r.Max.y);
     }
   }
-  const int cut = count_cut_text();
-  std::printf("layout check: %d windows, %d outside or clipped, %d texts cut\n", windows, bad, cut);
+  check.lecture = state.lecture;
+  for (const LayoutRecord::Rect& r : state.drawn.rects)
+    if (r.x1 > r.x0 && r.y1 > r.y0 && (r.x1 > width + 0.5f || r.y1 > height + 0.5f)) {
+      if (++check.regions_beyond <= 8)
+        std::printf("layout: %s reaches past the window: %.0f,%.0f-%.0f,%.0f in %dx%d\n", r.name.c_str(),
+                    r.x0, r.y0, r.x1, r.y1, width, height);
+    }
+  const TextFaults text = count_text_faults();
+  check.cut = text.cut;
+  check.cut_at_scroll_edge = text.cut_at_scroll_edge;
+  check.overlaps = text.overlaps + static_cast<int>(state.drawn.figure_faults.size());
+  for (size_t i = 0; i < state.drawn.figure_faults.size() && i < 8; ++i)
+    std::printf("layout: %s\n", state.drawn.figure_faults[i].c_str());
+  std::printf(
+      "layout check: %d windows, %d outside or clipped, %d texts cut, %d lines half shown at a scroll edge, "
+      "%d texts over each other, %d regions past the window%s\n",
+      check.windows, check.clipped, check.cut, check.cut_at_scroll_edge, check.overlaps, check.regions_beyond,
+      check.lecture ? " (lecture mode: all count)" : " (the last two count in lecture mode)");
+  return check;
 }
+
+namespace {
 
 // The prompt's length in tokens, from whichever slot ran it (0 before any result).
 long long shown_length(const GuiState& state) {
@@ -287,7 +367,7 @@ void HeadlessRun::report(const GuiState& state, const InferenceWorker& worker, i
     std::printf("prompt box: %zu bytes: %s%s\n", state.prompt.text.size(), shown.c_str(),
                 state.prompt.text.size() > 120 ? "..." : "");
   }
-  print_layout_report(state, w, h);
+  check_layout(state, w, h, true);
   for (int s = 0; s < kSlots; ++s)
     if (state.cards[s].card) std::printf("model card %d: %s\n", s, card_line(*state.cards[s].card).c_str());
   if (state.drawn.find("text.0") || state.drawn.find("text.1"))

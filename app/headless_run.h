@@ -15,6 +15,22 @@
 
 namespace difflens::app {
 
+// What the layout check found in the frame just rendered: windows outside the screen or clipping their
+// contents, lines of text cut by a clip rectangle, lines half shown at the edge of a scrolled box, and
+// texts drawn over each other. Printed as one "layout check:" line with up to 8 examples of each; with
+// `print_regions`, every region the panels recorded first.
+// In lecture mode a slide is held to more: no line half shown at a scroll edge and no region the panels
+// drew (a map, a chart, a model's grid) reaching past the window, where a lecturer would have to scroll.
+struct LayoutCheck {
+  int windows = 0, clipped = 0, cut = 0, cut_at_scroll_edge = 0, overlaps = 0, regions_beyond = 0;
+  bool lecture = false;
+  bool clean() const {
+    return clipped == 0 && cut == 0 && overlaps == 0 &&
+           (!lecture || (cut_at_scroll_edge == 0 && regions_beyond == 0));
+  }
+};
+LayoutCheck check_layout(const GuiState& state, int width, int height, bool print_regions);
+
 // The framebuffer as a PNG (rows flipped: GL's are bottom-up). False when it cannot be written.
 bool write_window_png(const std::string& path, int width, int height);
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "viz/ticks.h"
+
 namespace difflens::app {
 
 // The views of the central area (keys 1-9 pick them, in this order).
@@ -99,11 +101,8 @@ struct AxisTick {
 std::vector<AxisTick> axis_ticks(int64_t first, int64_t span, int max_ticks,
                                  const std::function<int64_t(int64_t)>& to_token);
 
-// Round tick values covering [lo, hi] (1, 2 or 5 times a power of ten apart), at most max_ticks of them,
-// 0 among them when the range spans it. A range of zero width gets one tick.
-std::vector<double> nice_ticks(double lo, double hi, int max_ticks);
-// The printf format for the labels of `ticks` (evenly spaced): `fmt` ("%.2f") when each label reads as its
-// tick within a quarter step, else "%.Nf" with as many decimals as the step has (0.005 -> "%.3f").
-std::string tick_label_format(const std::vector<double>& ticks, const char* fmt);
+// Round ticks for the panels' charts (viz/ticks.h: the figures use the same).
+using viz::nice_ticks;
+using viz::tick_label_format;
 
 }  // namespace difflens::app

@@ -77,8 +77,21 @@ void ExplainView::draw_slide(GuiState& state, float width, float height) {
   if (key_ != key) {
     key_ = key;
     try {
-      const viz::Image img =
-          viz::render_scene(explain_slide(input(state), state.explain.step, pw, ph, min_text));
+      // Laid out at the size shown when its texts fit there; else at the first larger size, up to the
+      // Present layout's 1920 x 1080, where they do (charts and labels keep their room), shown scaled down.
+      const ExplainInput in = input(state);
+      viz::FigureScene scene = explain_slide(in, state.explain.step, pw, ph, min_text);
+      faults_ = viz::scene_text_faults(scene);
+      for (float grow = 1.25f; !faults_.clean() && pw * grow / 1.25f < 1920; grow *= 1.25f) {
+        const int gw = std::min(1920, static_cast<int>(pw * grow)), gh = gw * 9 / 16;
+        viz::FigureScene larger = explain_slide(in, state.explain.step, gw, gh, min_text);
+        viz::SceneTextFaults f = viz::scene_text_faults(larger);
+        if (f.overlaps + f.outside < faults_.overlaps + faults_.outside || f.clean()) {
+          scene = std::move(larger);
+          faults_ = std::move(f);
+        }
+      }
+      const viz::Image img = viz::render_scene(scene);
       if (!texture_) glGenTextures(1, &texture_);
       glBindTexture(GL_TEXTURE_2D, texture_);
       glPixelStorei(GL_UNPACK_ALIGNMENT, 1);
@@ -97,6 +110,7 @@ void ExplainView::draw_slide(GuiState& state, float width, float height) {
   const float shown_w = std::min(static_cast<float>(tex_w_), fit), shown_h = shown_w * 9.0f / 16.0f;
   ImGui::SetCursorPosX(ImGui::GetCursorPosX() + std::max(0.0f, (width - shown_w) / 2));
   ImGui::Image(reinterpret_cast<ImTextureID>(static_cast<intptr_t>(texture_)), ImVec2(shown_w, shown_h));
+  for (const std::string& f : faults_.examples) state.drawn.figure_faults.push_back("Explain slide: " + f);
   state.drawn.note("slide", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y, ImGui::GetItemRectMax().x,
                    ImGui::GetItemRectMax().y);
 }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "viz/scene.h"
+
 #include "app/explain_slides.h"
 #include "app/gui_state.h"
 
@@ -32,7 +34,8 @@ class ExplainView {
   void export_steps(GuiState& state);
   unsigned texture_ = 0;
   int tex_w_ = 0, tex_h_ = 0;
-  std::string key_;  // what the texture shows
+  std::string key_;              // what the texture shows
+  viz::SceneTextFaults faults_;  // the shown slide's texts over each other or past its edges
 };
 
 }  // namespace difflens::app

@@ -15,6 +15,7 @@
 
 #include "app/figures.h"
 #include "app/panel_maps.h"
+#include "core/atomic_file.h"
 #include "core/tiles.h"
 #include "viz/export.h"
 #include "viz/figure.h"
@@ -124,19 +125,35 @@ void draw_legend(const viz::Colormap& cmap, const viz::ValueRange& range, viz::V
   dl->AddRect(p, ImVec2(p.x + bar, p.y + height), IM_COL32(120, 120, 120, 255));
   // Labels are the values at the ramp's ends and middle under the chosen scale (sqrt: hi/4 in the middle;
   // log: the low end holds everything below hi·1e-4).
+  // A clamped end (values beyond it exist: they take its colour) reads "≥ hi" (and "≤ −hi" for a diverging
+  // map); the scale's line under the bar then names the percentile, and hovering the bar gives the largest.
   const bool log_low = scale == viz::ValueScale::Log && !range.diverging;
+  const bool clamped = range.clamped();
   char lo[32], mid[32], hi[32];
-  std::snprintf(lo, sizeof lo, "%s%.3g", log_low ? "<=" : "", viz::value_at_coordinate(0, range, scale));
+  std::snprintf(lo, sizeof lo, "%s%.3g", log_low || (clamped && range.diverging) ? "\xe2\x89\xa4" : "",
+                viz::value_at_coordinate(0, range, scale));
   std::snprintf(mid, sizeof mid, "%.3g", range.diverging ? 0.0 : viz::value_at_coordinate(0.5, range, scale));
-  std::snprintf(hi, sizeof hi, "%.3g", range.hi);
+  std::snprintf(hi, sizeof hi, "%s%.3g", clamped ? "\xe2\x89\xa5" : "", range.hi);
   const float x = p.x + bar + ImGui::GetFontSize() * 0.45f, th = ImGui::GetTextLineHeight();
   const ImU32 text = ImGui::GetColorU32(ImGuiCol_Text);
   dl->AddText(ImVec2(x, p.y), text, hi);
   if (height > 4 * th) dl->AddText(ImVec2(x, p.y + height / 2 - th / 2), text, mid);
   dl->AddText(ImVec2(x, p.y + height - th), text, lo);
   static const char* kScales[] = {"linear", "sqrt", "log"};  // the colour scale, under the bar
-  dl->AddText(ImVec2(p.x, p.y + height + 2), ImGui::GetColorU32(ImGuiCol_TextDisabled),
-              kScales[std::clamp(static_cast<int>(scale), 0, 2)]);
+  char under[48];
+  std::snprintf(under, sizeof under, clamped ? "%s p%g" : "%s",
+                kScales[std::clamp(static_cast<int>(scale), 0, 2)], range.percentile);
+  dl->AddText(ImVec2(p.x, p.y + height + 2), ImGui::GetColorU32(ImGuiCol_TextDisabled), under);
+  if (ImGui::IsMouseHoveringRect(p, ImVec2(x + ImGui::CalcTextSize(hi).x, p.y + height)) &&
+      ImGui::IsWindowHovered()) {
+    if (clamped)
+      ImGui::SetTooltip(
+          "Colours end at the %gth percentile of |value| (%.3g); the largest is %.3g: values beyond\n"
+          "the end take its colour. The clamp: View > clamp percentile (100: none).",
+          range.percentile, range.hi, range.max_abs);
+    else
+      ImGui::SetTooltip("Colours span every value shown (the largest |value| is %.3g).", range.hi);
+  }
   for (float f : {0.0f, 0.5f, 1.0f})
     dl->AddLine(ImVec2(p.x + bar, p.y + height * f), ImVec2(p.x + bar + 3, p.y + height * f), text);
 }
@@ -213,8 +230,20 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
     }
   const int64_t T = maps[0].T;
   const float pct = state.view.clamp_percentile;
-  const viz::ValueRange shared_range = ranges_.get(
-      {shared_versions, 1}, pct, false, [&] { return viz::value_range(shared, T, T, pct, false, true); });
+  // The zoom lives in tokens (shared by both models); a pooled map converts it to its cells. The colours
+  // span what the zoom shows (a 16 x 16 corner is not coloured by the whole map's clamp).
+  ViewState& v = state.view;
+  const double n_tokens = pooled_from > 0 ? static_cast<double>(pooled_from) : static_cast<double>(T);
+  const double u = static_cast<double>(T) / n_tokens;  // map units per token
+  if (v.zoom_span <= 0 || v.zoom_span > n_tokens) v.zoom_span = n_tokens, v.zoom_row0 = v.zoom_col0 = 0;
+  const int64_t span = std::clamp<int64_t>(std::llround(v.zoom_span * u), 1, T);
+  const int64_t r0 = std::clamp<int64_t>(std::llround(v.zoom_row0 * u), 0, T - span);
+  const int64_t c0 = std::clamp<int64_t>(std::llround(v.zoom_col0 * u), 0, T - span);
+  const viz::MapRegion shown{r0, c0, span, span};
+  const auto zoom_key = static_cast<uint64_t>((r0 * 1000003 + c0) * 1000003 + span);
+  const viz::ValueRange shared_range = ranges_.get({shared_versions, 1, zoom_key}, pct, false, [&] {
+    return viz::value_range(shared, T, T, shown, pct, false, true);
+  });
   viz::HeadFigure figure;  // the same maps, styles and zoom, for "Export head view"
   figure.tokens = pooled_from > 0 ? cell_text : token_text;
   // A new tile (or none) means new textures and ranges.
@@ -261,10 +290,11 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
     dl->PopClipRect();
     viz::HeatmapStyle style;
     style.scale = static_cast<viz::ValueScale>(state.view.scale);
-    style.range = m.diverging || !state.view.shared_scale
-                      ? ranges_.get({m.version, 2}, pct, m.diverging,
-                                    [&] { return viz::value_range({m.data}, T, T, pct, m.diverging, true); })
-                      : shared_range;
+    style.range =
+        m.diverging || !state.view.shared_scale
+            ? ranges_.get({m.version, 2, zoom_key}, pct, m.diverging,
+                          [&] { return viz::value_range({m.data}, T, T, shown, pct, m.diverging, true); })
+            : shared_range;
     if (tile) {  // the exact tile gets the colour range of its own values (the pooled map's is far wider)
       std::vector<const float*> group;
       if (m.diverging || !state.view.shared_scale) {
@@ -279,14 +309,6 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
     }
     viz::HeatmapView& view = views_[i];
     const int pw = std::max(16, static_cast<int>(mw)), ph = std::max(16, static_cast<int>(mh));
-    ViewState& v = state.view;
-    // The zoom lives in tokens (shared by both models); a pooled map converts it to its cells.
-    const double n_tokens = pooled_from > 0 ? static_cast<double>(pooled_from) : static_cast<double>(T);
-    const double u = static_cast<double>(T) / n_tokens;  // map units per token
-    if (v.zoom_span <= 0 || v.zoom_span > n_tokens) v.zoom_span = n_tokens, v.zoom_row0 = v.zoom_col0 = 0;
-    const int64_t span = std::clamp<int64_t>(std::llround(v.zoom_span * u), 1, T);
-    const int64_t r0 = std::clamp<int64_t>(std::llround(v.zoom_row0 * u), 0, T - span);
-    const int64_t c0 = std::clamp<int64_t>(std::llround(v.zoom_col0 * u), 0, T - span);
     view.update({m.data, T, T, m.version, true, {r0, c0, span, span}}, pw, ph,
                 static_cast<viz::Pooling>(v.pooling), style, renderer);
     viz::HeatmapView& tview = tile_views_[i];
@@ -306,7 +328,7 @@ bool HeadView::draw(GuiState& state, const std::vector<MapSpec>& maps,
       if (ImGui::MenuItem("Export this map (PNG, NPY, CSV)"))
         export_map(state, model_name_, layer_, head_, m.export_name, {m.data, T, T, m.version, true, {}},
                    style, figure.tokens, renderer);
-      if (ImGui::MenuItem("Export the head view (labelled PNG)")) export_figure = true;
+      if (ImGui::MenuItem("Export the head view (labelled PNG + SVG)")) export_figure = true;
       if (ImGui::MenuItem("Reset the zoom")) v.zoom_span = 0;
       ImGui::EndPopup();
     }
@@ -436,7 +458,10 @@ void HeadView::export_head_figure(GuiState& state, viz::HeadFigure& figure, viz:
                                                  std::to_string(head_) + "-headview.png");
     const viz::Image img = viz::render_head_figure(figure);
     viz::write_png(path, img.rgb, img.width, img.height);
-    state.message = "exported " + path.string() + " (" + std::to_string(img.width) + "x" +
+    std::filesystem::path svg = path;
+    svg.replace_extension(".svg");
+    write_file_atomically(svg, viz::head_figure_svg(figure, viz::FigureFont::standard()));
+    state.message = "exported " + path.string() + " and .svg (" + std::to_string(img.width) + "x" +
                     std::to_string(img.height) + ")";
   } catch (const std::exception& e) {
     state.message = std::string("head view export failed: ") + e.what();

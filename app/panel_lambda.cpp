@@ -16,6 +16,8 @@
 
 #include "app/panels.h"
 #include "app/plot.h"
+#include "core/error.h"
+#include "viz/chart.h"
 #include "viz/colormap.h"
 
 namespace difflens::app {
@@ -354,6 +356,42 @@ void draw_lambda_view(GuiState& state) {
   }
   ImGui::SetCursorScreenPos(origin);
   ImGui::Dummy(room);
+}
+
+viz::ChartFigure lambda_chart(GuiState& state, int width, int height, float font_px) {
+  if (!state.shown) throw Error("no run on screen yet");
+  viz::ChartFigure f = chart_frame(width, height, font_px, "\xce\xbb per layer", "\xce\xbb", "layer");
+  viz::ChartPanel p;
+  size_t layers = 0;
+  for (int s = 0; s < kSlots; ++s)
+    if (const auto& t = state.shown->traces[s]; t && t->config.is_diff())
+      layers = std::max(layers, t->layers.size());
+  if (layers == 0) throw Error("no DIFF model on screen: lambda belongs to DIFF attention");
+  for (size_t i = 0; i < layers; ++i) p.groups.push_back(std::to_string(i));
+  std::string notes;
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& t = state.shown->traces[s];
+    if (!t || !t->config.is_diff()) continue;
+    const std::string name = t->config.name.empty() ? to_string(t->config.attention) : t->config.name;
+    viz::ChartSeries lam, init;
+    lam.name = name + (t->config.is_diff_v2() ? ": mean \xce\xbb over tokens and heads" : ": \xce\xbb");
+    lam.color = viz::model_colour(static_cast<size_t>(s));
+    init.name = name + ": \xce\xbb_init";
+    init.color = viz::model_colour(static_cast<size_t>(s), true);
+    for (size_t i = 0; i < layers; ++i) {
+      const bool has = i < t->layers.size();
+      lam.values.push_back(has ? t->layers[i].lambda : std::nan(""));
+      init.values.push_back(has && !t->config.is_diff_v2() ? t->layers[i].lambda_init : std::nan(""));
+    }
+    p.series.push_back(lam);
+    if (!t->config.is_diff_v2()) p.series.push_back(init);
+  }
+  p.value_labels = true;
+  if (state.view.layer >= 0 && state.view.layer < static_cast<int>(layers)) p.mark = state.view.layer;
+  f.panels.push_back(std::move(p));
+  f.footnote =
+      "DIFF: \xce\xbb = exp(\xce\xbbq1\xc2\xb7\xce\xbbk1) \xe2\x88\x92 exp(\xce\xbbq2\xc2\xb7\xce\xbbk2) + \xce\xbb_init per layer; DIFF V2: \xce\xbb per token and head, its mean here. Orange under the axis: the selected layer.";
+  return f;
 }
 
 }  // namespace difflens::app

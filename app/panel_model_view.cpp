@@ -1,5 +1,5 @@
 // The Model view: each model's layers x heads grid, as maps (A1 − λA2 for DIFF, A for the baseline) or
-// coloured by a per-head summary of the selected query's row or the question's rows (attention to the
+// coloured by a per-head summary of the selected query's row or the rows from it to the end (attention to the
 // answer, noise, entropy, the first token's share) with its legend; a click selects the layer and head.
 #include <imgui.h>
 #include <imgui_stdlib.h>
@@ -88,7 +88,7 @@ const HeadSummaries* ModelView::summaries(const GuiState& state, const Trace& t,
       static_cast<double>(rows.size()) * static_cast<double>(T) *
       static_cast<double>(t.config.num_hidden_layers * t.config.num_attention_heads * t.config.head_dim);
   if (pooled && work > 4e8) {
-    error_ = "the question spans " + std::to_string(rows.size()) +
+    error_ = "the rows from the query to the end span " + std::to_string(rows.size()) +
              " tokens of a long prompt: pick the selected query's row, or a later query";
     return nullptr;
   }
@@ -103,6 +103,13 @@ const HeadSummaries* ModelView::summaries(const GuiState& state, const Trace& t,
     error_ = e.what();
   }
   return summaries_ ? &*summaries_ : nullptr;
+}
+
+// The width of a grid's row labels: "L3  lambda 0.141" for DIFF, "L3" for a model without lambda.
+static float row_label_width(const Trace& t) {
+  return t.config.is_diff() ? std::max(ImGui::CalcTextSize("L00  lambda -0.000").x,
+                                       ImGui::CalcTextSize("L00  mean \xce\xbb -0.000").x)
+                            : ImGui::CalcTextSize("L00  ").x;
 }
 
 static ImVec2 thumbnail_box(ImVec2 cell, bool summary) {
@@ -120,7 +127,8 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
   // The title wraps at the grid's width (it must not push the other model's grid off the view).
   const int shown_heads = static_cast<int>(
       parse_index_filter(state.view.head_filter, static_cast<int>(t.config.map_heads())).size());
-  const float grid_w = ImGui::CalcTextSize("L00  lambda -0.000").x +
+  const float label_w = row_label_width(t);
+  const float grid_w = std::max(ImGui::CalcTextSize("L00  lambda -0.000").x, label_w) +
                        static_cast<float>(shown_heads) * (box.x + ImGui::GetStyle().ItemSpacing.x);
   ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + grid_w);
   ImGui::TextWrapped("%s: %s", t.config.name.c_str(),
@@ -144,7 +152,6 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
       parse_index_filter(state.view.layer_filter, static_cast<int>(t.layers.size()));
   const std::vector<int> heads =
       parse_index_filter(state.view.head_filter, static_cast<int>(t.config.map_heads()));
-  const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
   {  // the heads' numbers over their columns
     const ImVec2 p = ImGui::GetCursorScreenPos();
     const float pad = ImGui::GetStyle().ItemSpacing.x;
@@ -354,11 +361,9 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
   if (state.view.head_metric > 0 && !whole_map_metric(state.view.head_metric)) {
     flow_next(ImGui::GetFontSize() * 11, "over");
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 11);
-    ImGui::Combo("over", &state.view.metric_rows, "the query's row\0the question's rows\0");
+    ImGui::Combo("over", &state.view.metric_rows, "the query's row\0rows query..end\0");
     if (ImGui::IsItemHovered())
-      ImGui::SetTooltip(
-          "the selected query's row, or every row from the selected query (the question's start) to "
-          "the end");
+      ImGui::SetTooltip("the selected query's row, or every row from the selected query to the end");
   }
   flow_next(fw, "layers");
   ImGui::SetNextItemWidth(fw);
@@ -368,12 +373,15 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
   ImGui::InputTextWithHint("heads", "all, or 0-3,7", &state.view.head_filter);
   if (whole_map_metric(state.view.head_metric)) draw_repeated_builder(state);
   // Cells as large as the view allows: every shown layer's row fits the height, both grids the width;
-  // at least 3 text lines (the grid scrolls beyond that).
+  // at least 2 or 3 text lines (the grid scrolls beyond that).
   // The two grids side by side or one above the other, whichever gives larger cells.
   int rows = 1, cols = 0, max_cols = 1, models = 0;
+  float labels_w = 0, widest_label = 0;  // side by side: every grid's row labels; stacked: the widest
   for (int s = 0; s < kSlots; ++s)
     if (const auto& t = state.shown->traces[s]) {
       ++models;
+      labels_w += row_label_width(*t) + ImGui::GetStyle().ItemSpacing.x;
+      widest_label = std::max(widest_label, row_label_width(*t));
       rows = std::max(
           rows, static_cast<int>(
                     parse_index_filter(state.view.layer_filter, static_cast<int>(t->layers.size())).size()));
@@ -385,14 +393,14 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
   ImGui::BeginChild("modelgrid", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
   const ImVec2 room = ImGui::GetContentRegionAvail();
   const float pad = ImGui::GetStyle().ItemSpacing.x, vpad = ImGui::GetStyle().ItemSpacing.y;
-  const float label_w = ImGui::CalcTextSize("L00  lambda -0.000").x;
   const float header = 4 * ImGui::GetTextLineHeightWithSpacing();  // title, legend, head numbers
-  const ImVec2 beside(
-      (room.x - 2 * ImGui::GetFontSize() - models * (label_w + pad)) / std::max(1, cols) - pad,
-      (room.y - header) / rows - vpad);
-  const ImVec2 stacked((room.x - label_w - pad) / max_cols - pad,
+  const ImVec2 beside((room.x - 2 * ImGui::GetFontSize() - labels_w) / std::max(1, cols) - pad,
+                      (room.y - header) / rows - vpad);
+  const ImVec2 stacked((room.x - widest_label - pad) / max_cols - pad,
                        (room.y - models * header) / std::max(1, models * rows) - vpad);
-  const float least = ImGui::GetTextLineHeight() * 3;
+  // A summary cell holds its number in 3 text lines; a map thumbnail reads at 2 (the lecture font's 46 px:
+  // both bundled grids side by side at 1280 x 800 rather than the baseline's below the fold).
+  const float least = ImGui::GetTextLineHeight() * (state.view.head_metric > 0 ? 3 : 2);
   // The larger cells, unless that arrangement runs off the view's width while the other does not (the grid
   // scrolls down more readily than sideways).
   auto area = [&](ImVec2 c) {

@@ -4,7 +4,10 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <memory>
@@ -18,6 +21,7 @@
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/needle.h"
+#include "viz/chart.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {
@@ -63,11 +67,11 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir) {
     for (const Span& sp : ep.needle_spans)
       state.selection.needles.push_back({static_cast<int>(sp.begin), static_cast<int>(sp.end)});
     n.built =
-        "built a " + std::to_string(n.tokenizer->encode(ep.text, true).ids.size()) + "-token prompt: asked " +
-        asked.name + " -> " + asked.code + " (answer span = the needle's code, tokens " +
-        viz::token_range(code.begin, code.end) + "); " +
-        (n.with_answer ? "the prompt ends with the code: the rows from the selected query on are the tokens "
-                         "that produce it, so a retrieving head puts weight on the needle's code there"
+        "built a " + std::to_string(n.tokenizer->encode(ep.text, true).ids.size()) + "-token prompt (of " +
+        std::to_string(n.length) + " at most: whole sentences): asked " + asked.name + " -> " + asked.code +
+        " (the answer: the needle's code, tokens " + viz::token_range(code.begin, code.end) + "); " +
+        (n.with_answer ? "the prompt ends with the code, so the rows from the query on produce it: a "
+                         "retrieving head puts weight on the needle's code there"
                        : "a model that retrieves continues with \" " + asked.code + "\" (next-token panel)");
   } catch (const std::exception& e) {
     n.built = std::string("could not build: ") + e.what();
@@ -109,6 +113,12 @@ void draw_needle_builder(GuiState& state) {
   ImGui::Separator();
 }
 
+std::string answer_rows_phrase(int64_t query, int64_t length) {
+  const int64_t q = std::clamp<int64_t>(query, 0, std::max<int64_t>(0, length - 1));
+  if (q + 1 >= length) return "row " + std::to_string(q) + " (the query, the last token)";
+  return "rows " + std::to_string(q) + "-" + std::to_string(length - 1) + " (the query to the end)";
+}
+
 // Attention to the answer and noise for the current selection, computed once per result and selection
 // (long prompts recompute the question's rows from tiles).
 const GuiState::NoiseCache& refresh_noise_cache(GuiState& state, const RunResult& r) {
@@ -131,9 +141,9 @@ const GuiState::NoiseCache& refresh_noise_cache(GuiState& state, const RunResult
                           static_cast<double>(t->config.num_hidden_layers * t->config.num_attention_heads *
                                               t->config.head_dim);
       if (tiles && work > 4e8) {
-        cache.errors[s] = "the question spans " + std::to_string(question.end - question.begin) +
-                          " tokens of a long prompt: select a later query token (the question start) to "
-                          "measure it";
+        cache.errors[s] = "the rows from the query to the end span " +
+                          std::to_string(question.end - question.begin) +
+                          " tokens of a long prompt: select a later query token to measure them";
         continue;
       }
       try {
@@ -189,6 +199,9 @@ void focus_answer_head(GuiState& state, const RunResult& r) {
   if (best_layer < 0) return;
   state.view.layer = best_layer;
   std::string what = "layer " + std::to_string(best_layer) + ": ", elsewhere;
+  int64_t T = 0;
+  for (const auto& t : r.traces)
+    if (t) T = std::max(T, t->length());
   bool first = true;
   for (int s = 0; s < kSlots; ++s) {
     if (!cache.readouts[s] || !r.traces[s]) continue;
@@ -208,12 +221,46 @@ void focus_answer_head(GuiState& state, const RunResult& r) {
                    std::to_string(overall->head) + " " + share;
     }
   }
-  state.message = what + " to the answer over the question's rows" + elsewhere;
+  // What the numbers are, on the line: each head's share of the rows' absolute weight on the answer, the
+  // mean over the rows from the query to the end (Figure 1 shows the query's row alone, the Noise view the
+  // mean over a layer's heads).
+  state.message =
+      what + " to the answer, mean over " + answer_rows_phrase(state.selection.query, T) + elsewhere;
   state.focus_message = state.message;
   state.focus_prompt = state.prompt.text;
 }
 
 namespace {
+
+// A bar's value to 3 decimals (the table's), in the largest font up to the view's that fits the bar's
+// width: beyond its end (above a positive bar, below a negative one), or just inside it where the plot
+// has no room (dark on the light noise bars, white on the solid ones); none where no font fits.
+void bar_value(ImDrawList* dl, const PlotArea& a, float x0, float w, double v, bool light) {
+  char s[32];
+  const ImFont* font = nullptr;
+  for (const char* fmt : {"%.3f", "%.2f"}) {  // 2 decimals where 3 fit no font ("-0.185" in a narrow bar)
+    std::snprintf(s, sizeof s, fmt, v);
+    if (std::strcmp(s, "-0.000") == 0 || std::strcmp(s, "-0.00") == 0) s[0] = ' ';  // never "-0"
+    for (const ImFont* f : ImGui::GetIO().Fonts->Fonts)
+      if (f->FontSize <= ImGui::GetFontSize() && f->CalcTextSizeA(f->FontSize, FLT_MAX, 0, s).x <= w &&
+          (!font || f->FontSize > font->FontSize))
+        font = f;
+    if (font) break;
+  }
+  if (!font) return;
+  const ImVec2 size = font->CalcTextSizeA(font->FontSize, FLT_MAX, 0, s);
+  const float zero = a.y(0), end = a.y(v), x = x0 + (w - size.x) / 2;
+  float y = v >= 0 ? end - size.y : end;  // beyond the bar's end
+  bool inside = v >= 0 ? y < a.min.y : y + size.y > a.max.y;
+  if (inside) {
+    y = v >= 0 ? end : end - size.y;
+    if (std::fabs(end - zero) < size.y) return;  // neither beyond nor inside: no room
+  }
+  const ImU32 ink = !inside ? ImGui::GetColorU32(ImGuiCol_Text)
+                    : light ? IM_COL32(30, 30, 30, 255)
+                            : IM_COL32(255, 255, 255, 255);
+  dl->AddText(font, font->FontSize, ImVec2(x, y), ink, s);
+}
 
 // The table as a chart in the space left: per layer (and the mean), each model's attention to the answer
 // (solid) and noise (light) side by side, on one axis.
@@ -250,6 +297,7 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
         const float y = a.y(k == 0 ? v->answer : v->noise);
         dl->AddRectFilled(ImVec2(x0, std::min(y, zero)), ImVec2(x0 + bw * 0.9f, std::max(y, zero)),
                           model_ink(s, k != 0));
+        bar_value(dl, a, x0, bw * 0.9f, k == 0 ? v->answer : v->noise, k != 0);
       }
     }
     const std::string label = g < rows ? "layer " + std::to_string(g) : "mean";
@@ -287,8 +335,17 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
     return;
   }
   if (ImGui::Button("Show the heads that attend most to the answer")) focus_answer_head(state, r);
-  ImGui::SameLine();
-  ImGui::TextDisabled("rows: the query to the end; answer: the marked span");
+  {  // what each bar averages, with the live row numbers
+    int64_t T = 0;
+    for (const auto& t : r.traces)
+      if (t) T = std::max(T, t->length());
+    const std::string what = "each bar: the mean over a layer's heads and " +
+                             answer_rows_phrase(sel.query, T) + "; answer: tokens " +
+                             viz::token_range(sel.answer_begin, sel.answer_end);
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped("%s", what.c_str());
+    ImGui::PopStyleColor();
+  }
   const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
   const std::optional<NoiseReadout>* readouts = cache.readouts;
   const std::string* errors = cache.errors;
@@ -297,15 +354,18 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
     if (readouts[s]) rows = std::max(rows, readouts[s]->layers.size());
   for (int s = 0; s < kSlots; ++s)
     if (!errors[s].empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", errors[s].c_str());
-  // The chart takes what the table (a row a layer, the mean, the header) leaves, at least 8 lines.
+  // The chart takes what the table (a row a layer, the mean, the header) leaves, at least 8 lines. In
+  // lecture mode the chart is the slide: it takes the whole view, its bars carry the table's numbers, and
+  // the table is left out (the definitions scroll into view below).
   const ImGuiStyle& style = ImGui::GetStyle();
   const float th = ImGui::GetTextLineHeight();
-  const float table_h = static_cast<float>(rows + 2) * (th + 2 * style.CellPadding.y + 1);
+  const float table_h =
+      state.lecture ? 0.0f : static_cast<float>(rows + 2) * (th + 2 * style.CellPadding.y + 1);
   const float chart_h =
       std::max(th * 8, ImGui::GetContentRegionAvail().y - table_h - style.ItemSpacing.y * 2);
   draw_noise_chart(state, r, readouts, rows, chart_h);
-  if (ImGui::BeginTable("noise", 1 + 2 * kSlots,
-                        ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
+  if (!state.lecture && ImGui::BeginTable("noise", 1 + 2 * kSlots,
+                                          ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
     ImGui::TableSetupColumn("layer");
     for (int s = 0; s < kSlots; ++s) {
       const auto& t = r.traces[s];
@@ -336,11 +396,87 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
     }
     ImGui::EndTable();
   }
+  // The most negative share on the chart, where there is one, read out in words from its number.
+  {
+    double lowest = -0.0005;
+    std::string where;
+    bool of_answer = false;
+    for (int s = 0; s < kSlots; ++s)
+      if (readouts[s])
+        for (size_t i = 0; i <= readouts[s]->per_layer.size(); ++i) {
+          const bool mean = i == readouts[s]->per_layer.size();
+          const AttentionShare& a = mean ? readouts[s]->mean : readouts[s]->per_layer[i];
+          for (const bool answer : {true, false})
+            if ((answer ? a.answer : a.noise) < lowest) {
+              lowest = answer ? a.answer : a.noise;
+              of_answer = answer;
+              where =
+                  r.traces[s]->config.name + (mean ? ", mean over layers" : ", layer " + std::to_string(i));
+            }
+        }
+    if (!where.empty()) {
+      char line[400];
+      std::snprintf(
+          line, sizeof line,
+          "Negative here (%s): %s %.3f: the keys it counts carry net negative weight, %.1f%% of the "
+          "rows' absolute weight (lambda A2 puts more there than A1).",
+          where.c_str(), of_answer ? "attention to the answer" : "noise", lowest, -100.0 * lowest);
+      ImGui::TextWrapped("%s", line);
+    }
+  }
   ImGui::TextWrapped("%s.", kAttentionShareDefinition);
-  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextWrapped(
-      "Question = tokens from the selected query to the end; answer = the right-dragged span.");
-  ImGui::PopStyleColor();
+}
+
+viz::ChartFigure noise_chart(GuiState& state, int width, int height, float font_px) {
+  if (!state.shown) throw Error("no run on screen yet");
+  const RunResult& r = *state.shown;
+  const SelectionState& sel = state.selection;
+  if (sel.answer_begin < 0) throw Error("mark an answer span first (right-drag over its tokens)");
+  const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
+  size_t rows = 0;
+  int64_t T = 0;
+  for (int s = 0; s < kSlots; ++s) {
+    if (cache.readouts[s]) rows = std::max(rows, cache.readouts[s]->layers.size());
+    if (r.traces[s]) T = std::max(T, r.traces[s]->length());
+  }
+  if (rows == 0) {
+    for (int s = 0; s < kSlots; ++s)
+      if (!cache.errors[s].empty()) throw Error(cache.errors[s]);
+    throw Error("no readout of attention to the answer");
+  }
+  viz::ChartFigure f =
+      chart_frame(width, height, font_px, "Attention to the answer (solid) and noise (light) per layer",
+                  "share of the rows' |A|",
+                  "each bar: the mean over a layer's heads and " + answer_rows_phrase(sel.query, T) +
+                      "; answer: tokens " + viz::token_range(sel.answer_begin, sel.answer_end));
+  viz::ChartPanel p;
+  for (size_t i = 0; i < rows; ++i) p.groups.push_back("layer " + std::to_string(i));
+  p.groups.push_back("mean");
+  std::string cards;
+  for (int s = 0; s < kSlots; ++s) {
+    if (!cache.readouts[s] || !r.traces[s]) continue;
+    const NoiseReadout& nr = *cache.readouts[s];
+    const std::string name = r.traces[s]->config.name.empty() ? to_string(r.traces[s]->config.attention)
+                                                              : r.traces[s]->config.name;
+    viz::ChartSeries answer, noise;
+    answer.name = name + " to the answer";
+    answer.color = viz::model_colour(static_cast<size_t>(s));
+    noise.name = name + " noise";
+    noise.color = viz::model_colour(static_cast<size_t>(s), true);
+    for (size_t i = 0; i <= rows; ++i) {
+      const AttentionShare* a = i < nr.per_layer.size() ? &nr.per_layer[i] : i == rows ? &nr.mean : nullptr;
+      answer.values.push_back(a ? a->answer : std::nan(""));
+      noise.values.push_back(a ? a->noise : std::nan(""));
+    }
+    p.series.push_back(answer);
+    p.series.push_back(noise);
+    if (const ModelCard* card = slot_card(state, s))
+      cards += (cards.empty() ? "" : "\n") + name + ": " + brief_line(*card);
+  }
+  p.value_labels = true;
+  f.panels.push_back(std::move(p));
+  f.footnote = cards;
+  return f;
 }
 
 }  // namespace difflens::app

@@ -209,10 +209,10 @@ void draw_continue_controls(GuiState& state) {
   if (writing)
     std::snprintf(where, sizeof where, "writing %zu of %d", c.revealed, c.tokens);
   else if (at != written.end())
-    std::snprintf(where, sizeof where, "written %d of %zu", static_cast<int>(at - written.begin()) + 1,
+    std::snprintf(where, sizeof where, "new token %d of %zu", static_cast<int>(at - written.begin()) + 1,
                   written.size());
   else if (!written.empty())
-    std::snprintf(where, sizeof where, "%zu written", written.size());
+    std::snprintf(where, sizeof where, "%zu new tokens", written.size());
   else if (!c.message.empty())
     std::snprintf(where, sizeof where, "%s", c.message.c_str());
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
@@ -327,7 +327,9 @@ void poll_continue(GuiState& state, InferenceWorker& worker) {
   c.message = msg;
   // A prompt ending in a space reads without it (SentencePiece drops it), so a model often writes it back
   // first: that token adds nothing to the text and is not among the underlined ones.
-  if (done->first_wrote_back_space) c.message += " (the first writes back the space the prompt ended with)";
+  if (done->first_wrote_back_space)
+    c.message += " (the first writes back the space the prompt ended with, so " +
+                 std::to_string(done->ids.size() - 1) + " are new)";
 }
 
 std::vector<int> written_tokens(const GuiState& state) {

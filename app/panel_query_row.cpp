@@ -14,8 +14,10 @@
 #include "app/panels.h"
 #include "app/plot.h"
 #include "app/prediction_text.h"
+#include "core/error.h"
 #include "core/metrics.h"
 #include "core/tiles.h"
+#include "viz/chart.h"
 #include "viz/text_shade.h"
 #include "viz/token_text.h"
 
@@ -167,10 +169,18 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
   AttentionShare share;
   if (answer_marked) {
     share = query_row_share(row.values.data(), q, {sel.answer_begin, sel.answer_end});
-    char full[160], brief[160];
-    std::snprintf(full, sizeof full, "to the answer %.3f   noise %.3f", share.answer, share.noise);
-    std::snprintf(brief, sizeof brief, "answer %.3f  noise %.3f", share.answer, share.noise);
-    shares = {full, brief};
+    // Shares of the row's absolute weight (DIFF's signed row sums to 1 - lambda, its |A| to more), so
+    // the denominator is on the chart: the answer's bars summed, divided by it, give the share.
+    double abs_sum = 0;
+    for (int64_t j = 0; j <= q && j < static_cast<int64_t>(row.values.size()); ++j)
+      abs_sum += std::fabs(row.values[static_cast<size_t>(j)]);
+    char full[200], brief[160], least[160];
+    std::snprintf(full, sizeof full, "row %lld: to the answer %.3f   noise %.3f   (of \xce\xa3|A| %.3f)",
+                  static_cast<long long>(q), share.answer, share.noise, abs_sum);
+    std::snprintf(brief, sizeof brief, "answer %.3f  noise %.3f  of \xce\xa3|A| %.2f", share.answer,
+                  share.noise, abs_sum);
+    std::snprintf(least, sizeof least, "answer %.3f  noise %.3f", share.answer, share.noise);
+    shares = {full, brief, least};
   }
   const ChartTitle ct = chart_title(forms, shares, max.x - min.x);
   const PlotArea a = draw_plot_frame(min, max, lo, hi, "%.2f", true, ct.title);
@@ -379,6 +389,68 @@ void draw_query_row_view(GuiState& state) {
   }
   ImGui::SetCursorScreenPos(origin);
   ImGui::Dummy(room);
+}
+
+viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float font_px) {
+  viz::ChartFigure f =
+      chart_frame(width, height, font_px,
+                  "Attention of the query to every key it sees (green: the answer, orange: the query)",
+                  "weight", "keys (tokens the query sees)");
+  f.shared_y = state.layout.shared_rows_scale;
+  if (!state.shown) throw Error("no run on screen yet");
+  const RunResult& r = *state.shown;
+  const SelectionState& sel = state.selection;
+  const bool answer_marked = sel.answer_begin >= 0 && sel.answer_end > sel.answer_begin;
+  std::string cards;
+  for (int s = 0; s < kSlots; ++s) {
+    if (!r.traces[s]) continue;
+    const Trace& t = *r.traces[s];
+    const int q = std::clamp(sel.query, 0, static_cast<int>(t.length()) - 1);
+    const QueryRow row = query_row(state, t, state.view.head[s], q);
+    if (!row.error.empty() || row.values.empty())
+      throw Error((t.config.name.empty() ? to_string(t.config.attention) : t.config.name) + ": " +
+                  (row.error.empty() ? "no row" : row.error));
+    const std::vector<std::string>& labels = r.labels[static_cast<size_t>(s)];
+    const std::string name = t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
+    viz::ChartPanel p;
+    p.title = name + "  L" + std::to_string(state.view.layer) + " H" + std::to_string(state.view.head[s]) +
+              "   query " + std::to_string(q) + " '" + labels[static_cast<size_t>(q)] + "':  " + row.what;
+    const int n = q + 1;
+    p.groups.assign(labels.begin(), labels.begin() + n);
+    viz::ChartSeries bars;
+    bars.name = "weight > 0 | < 0";
+    bars.signed_colors = true;
+    bars.values.assign(row.values.begin(), row.values.end());
+    p.series.push_back(bars);
+    p.mark = q;
+    p.color_marked_bars = true;
+    if (answer_marked && sel.answer_begin < n) {
+      const int b = sel.answer_begin, e = std::min(sel.answer_end, n);
+      p.bands.push_back({b, e});
+      std::string joined;
+      for (int j = b; j < e; ++j) joined += labels[static_cast<size_t>(j)];
+      p.groups[static_cast<size_t>(b)] = joined;  // the answer labelled once, under its first key
+      for (int j = b + 1; j < e; ++j) p.groups[static_cast<size_t>(j)].clear();
+      p.labelled.push_back(b);
+      const AttentionShare share = query_row_share(row.values.data(), q, {sel.answer_begin, sel.answer_end});
+      double abs_sum = 0;
+      for (float v : row.values) abs_sum += std::fabs(v);
+      char note[200];
+      std::snprintf(note, sizeof note, "row %d: to the answer %.3f, noise %.3f (of \xce\xa3|A| %.3f)", q,
+                    share.answer, share.noise, abs_sum);
+      p.note = note;
+    }
+    p.labelled.push_back(q);
+    for (int j : labelled_keys(row.values, q, answer_marked ? sel.answer_begin : -1,
+                               answer_marked ? sel.answer_end : -1, 8))
+      p.labelled.push_back(j);
+    f.panels.push_back(std::move(p));
+    if (const ModelCard* card = slot_card(state, s))
+      cards += (cards.empty() ? "" : "\n") + name + ": " + brief_line(*card);
+  }
+  if (f.panels.empty()) throw Error("no model has a run on screen");
+  f.footnote = cards;
+  return f;
 }
 
 }  // namespace difflens::app

@@ -184,9 +184,12 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
 
   // The text, wrapped into the child's width, in the largest UI font it fits in (a short prompt reads from
   // the back of the room); only the lines in view are drawn.
+  // The box shows whole lines: its padding above and below is the answer's outline (so the line before the
+  // first one shown never peeks in), its height a whole number of lines, and its scrolling steps by lines.
   const ImVec2 body = ImGui::GetContentRegionAvail();
+  const float edge = std::max(2.0f, std::max(1.0f, ImGui::GetFontSize() * 0.12f) * 1.2f) + 1;
   const ImVec2 inner(body.x - 2 * ImGui::GetStyle().WindowPadding.x - ImGui::GetStyle().ScrollbarSize,
-                     body.y - 2 * ImGui::GetStyle().WindowPadding.y);
+                     body.y - 2 * edge - 2 * ImGui::GetStyle().ChildBorderSize);
   const std::array<float, 4> layout_key{static_cast<float>(state.shown->request % 16777216), inner.x, inner.y,
                                         ImGui::GetFontSize()};
   if (c.layout_key != layout_key) {  // lay the text out again: the largest font it fits in, then its boxes
@@ -219,16 +222,31 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   for (ImFont* f : ImGui::GetIO().Fonts->Fonts)
     if (f->FontSize == c.font_size) font = f;
   ImGui::PushFont(font);
-  ImGui::BeginChild(("text.body." + std::to_string(slot)).c_str(), ImVec2(0, 0), true);
+  // The outline margin in the font the text is drawn in (a larger font than the panel's has a wider one).
+  const float margin = std::max(2.0f, c.pad * 1.2f) + 1;
+  const float fit_h = body.y - 2 * margin - 2 * ImGui::GetStyle().ChildBorderSize;
+  const float lines_shown = std::max(1.0f, std::floor(fit_h / c.line));
+  const float box_h = c.height <= fit_h ? body.y
+                                        : std::min(body.y, std::ceil(lines_shown * c.line + 2 * margin +
+                                                                     2 * ImGui::GetStyle().ChildBorderSize));
+  ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(ImGui::GetStyle().WindowPadding.x, margin));
+  ImGui::BeginChild(("text.body." + std::to_string(slot)).c_str(), ImVec2(0, box_h), true);
+  ImGui::PopStyleVar();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const float width = inner.x, pad = c.pad, line = c.line, height = c.height;
+  const float view_lines_h = ImGui::GetWindowHeight() - 2 * margin - 2 * ImGui::GetStyle().ChildBorderSize;
+  // Scrolling (the wheel, the scrollbar let go) comes to rest on a whole line.
+  if (!ImGui::IsMouseDown(ImGuiMouseButton_Left) && line > 0) {
+    const float snapped = std::min(std::round(ImGui::GetScrollY() / line) * line, ImGui::GetScrollMaxY());
+    if (std::fabs(snapped - ImGui::GetScrollY()) > 0.5f) ImGui::SetScrollY(snapped);
+  }
   // Keep the kept query and the marked answer in view when either changes (not the hovered query: the text
   // would move under the pointer): both when they fit, else the answer (where the query's attention is to
   // be seen; the title names the query), starting at a whole line (no line cut at the top).
   if ((tv.scrolled_to[slot] != sel.query || tv.scrolled_answer[slot] != sel.answer_begin) && sel.query >= 0 &&
       sel.query < static_cast<int>(c.y.size())) {
-    const float qy = c.y[static_cast<size_t>(sel.query)], view_h = ImGui::GetWindowHeight();
+    const float qy = c.y[static_cast<size_t>(sel.query)], view_h = view_lines_h;
     const bool answer = sel.answer_begin >= 0 && sel.answer_begin < static_cast<int>(c.y.size());
     const float ay = answer ? c.y[static_cast<size_t>(sel.answer_begin)] : qy;
     const float ay_end = answer ? c.y[static_cast<size_t>(std::clamp(sel.answer_end - 1, sel.answer_begin,
@@ -245,18 +263,13 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
       else
         want = qy - view_h / 3;
       want = std::clamp(want, 0.0f, std::max(0.0f, height - view_h));
-      float snapped = 0, best = 1e30f;  // the nearest line's top, with room for the answer's outline
-      for (float y : c.y)
-        if (std::fabs(y - want) < best) {
-          best = std::fabs(y - want);
-          snapped = y - std::max(2.0f, pad * 1.2f);
-        }
-      ImGui::SetScrollY(std::max(0.0f, snapped));
+      ImGui::SetScrollY(std::max(0.0f, std::round(want / line) * line));  // the nearest line's top
     }
     tv.scrolled_to[slot] = sel.query;
     tv.scrolled_answer[slot] = sel.answer_begin;
   }
-  const float top = ImGui::GetScrollY() - line, bottom = ImGui::GetScrollY() + ImGui::GetWindowHeight();
+  // Only whole lines are drawn (none cut at the box's top or bottom while it rests on a line).
+  const float top = ImGui::GetScrollY() - 0.5f, bottom = ImGui::GetScrollY() + view_lines_h - line + 1.5f;
   const bool hovered_window = ImGui::IsWindowHovered();
   const ImVec2 mouse = ImGui::GetIO().MousePos;
   const ImU32 disabled = ImGui::GetColorU32(ImGuiCol_TextDisabled);

@@ -3,10 +3,14 @@
 // declared in app/panel_maps.h.
 #pragma once
 
+#include <imgui.h>
+
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/gui_state.h"
+#include "viz/chart.h"
 
 namespace difflens::app {
 
@@ -65,6 +69,8 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir);
 void draw_needle_builder(GuiState& state);
 const GuiState::NoiseCache& refresh_noise_cache(GuiState& state, const RunResult& r);
 void focus_answer_head(GuiState& state, const RunResult& r);
+// The rows the answer readouts average, named with their numbers: "rows 246-250 (the query to the end)".
+std::string answer_rows_phrase(int64_t query, int64_t length);
 void draw_noise_panel(GuiState& state, const RunResult& r);
 
 // panel_lab.cpp: the Needle lab tab.
@@ -75,5 +81,24 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker);
 
 // panel_outliers.cpp: the Outliers tab.
 void draw_outlier_panel(const RunResult& r, int& layer_choice);
+
+// The views as figures (app/figure_export.cpp writes them): Figure 1 (panel_query_row.cpp), λ per layer
+// (panel_lambda.cpp) and the Noise chart (panel_noise.cpp) at width x height pixels, text at font_px (0:
+// from the height). Throw Error when there is nothing to draw (no run, no DIFF model, no answer marked).
+viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float font_px);
+// A chart figure's frame: its size, text size, title and axis titles (the panels come from the view).
+inline viz::ChartFigure chart_frame(int width, int height, float font_px, std::string title,
+                                    std::string y_title, std::string x_title) {
+  viz::ChartFigure f;
+  f.width = width;
+  f.height = height;
+  f.font_px = font_px;
+  f.title = std::move(title);
+  f.y_title = std::move(y_title);
+  f.x_title = std::move(x_title);
+  return f;
+}
+viz::ChartFigure lambda_chart(GuiState& state, int width, int height, float font_px);
+viz::ChartFigure noise_chart(GuiState& state, int width, int height, float font_px);
 
 }  // namespace difflens::app

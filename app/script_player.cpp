@@ -62,8 +62,10 @@ void ScriptPlayer::finish(const char* how) {
   if (rss_at_mark_ >= 0)
     std::printf("; resident memory %.0f MB after action %zu, %.0f MB at the end (grew %.0f MB), peak %.0f MB",
                 rss_at_mark_, mark_, end_mb, end_mb - rss_at_mark_, std::max(peak_resident_mb(), rss_peak_));
-  std::printf("; %d screenshot%s not written, %d wait%s for results ended after %.0f s\n", failed_shots_,
-              failed_shots_ == 1 ? "" : "s", stuck_waits_, stuck_waits_ == 1 ? "" : "s", kWaitWarnSeconds);
+  std::printf(
+      "; %d screenshot%s not written, %d with layout faults, %d wait%s for results ended after %.0f s\n",
+      failed_shots_, failed_shots_ == 1 ? "" : "s", faulty_shots_, stuck_waits_, stuck_waits_ == 1 ? "" : "s",
+      kWaitWarnSeconds);
   std::fflush(stdout);
 }
 
@@ -319,6 +321,11 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
     case PlayVerb::ExportWindow:
       state.window_shot = true;
       break;
+    case PlayVerb::ExportFigure:
+      if (a.ints[0] > 0) state.view.figure_width = a.ints[0], state.view.figure_height = a.ints[1];
+      if (a.number >= 0) state.view.figure_text_px = static_cast<float>(a.number);
+      state.export_figure = true;
+      break;
     case PlayVerb::ExportDir:
       state.view.export_dir = a.text;
       break;
@@ -349,7 +356,7 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
                               c.text.c_str(), 100.0 * c.probability);
                 next += part;
               }
-        std::printf("play: step: the query on token %d, written %d of %zu%s\n", state.selection.query,
+        std::printf("play: step: the query on token %d, new token %d of %zu%s\n", state.selection.query,
                     static_cast<int>(std::find(w.begin(), w.end(), state.selection.query) - w.begin()) + 1,
                     w.size(), next.c_str());
       }

@@ -40,6 +40,8 @@ class ScriptPlayer {
   void park_mouse(ImGuiIO& io, double cursor_x, double cursor_y);
   // After a requested screenshot: whether it was written.
   void screenshot_written(const std::string& path, bool ok);
+  // The layout check of a screenshot's frame: the summary counts the screenshots that were not clean.
+  void layout_checked(bool clean) { faulty_shots_ += clean ? 0 : 1; }
 
  private:
   void play(const PlayAction& a, GuiState& state, InferenceWorker& worker, PlayRequests& out);
@@ -64,7 +66,7 @@ class ScriptPlayer {
   std::string cont_message_;  // Continue's last message, as printed
   bool cursor_seen_ = false, cursor_moved_ = false;
   double cursor_x_ = 0, cursor_y_ = 0;
-  int failed_shots_ = 0, stuck_waits_ = 0;
+  int failed_shots_ = 0, stuck_waits_ = 0, faulty_shots_ = 0;
   // Resident memory (MB): after the mark (the first thousand actions, or a quarter of a shorter script)
   // and the peak so far.
   size_t mark_ = 0;

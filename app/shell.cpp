@@ -144,8 +144,14 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
     ImGui::Separator();
     if (ImGui::MenuItem("Export the maps shown (PNG, NPY, CSV)", "Ctrl+E", false, state.shown.has_value()))
       state.export_all = true;
-    if (ImGui::MenuItem("Export head views (labelled PNG)", nullptr, false, state.shown.has_value()))
+    if (ImGui::MenuItem("Export head views (labelled PNG + SVG)", nullptr, false, state.shown.has_value()))
       state.export_head_views = true;
+    if (ImGui::MenuItem("Export this view as a figure (PNG + SVG)", nullptr, false, state.shown.has_value()))
+      state.export_figure = true;
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "Figure 1, lambda per layer, the Noise chart, the outliers or the Model view's grid, drawn at the\n"
+          "figure size below with axis titles and a legend; the Maps view: its labelled head views.");
     if (ImGui::MenuItem("Export page (HTML: the Text view for a browser)", nullptr, false,
                         state.shown.has_value()))
       state.export_page = true;
@@ -159,6 +165,15 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
     ImGui::SetNextItemWidth(field);
     ImGui::InputInt("PNG size (px)", &v.export_size, 256, 1024);
     v.export_size = std::clamp(v.export_size, 8, 16384);
+    ImGui::SetNextItemWidth(field);
+    int fig[2] = {v.figure_width, v.figure_height};
+    if (ImGui::InputInt2("figure size (px)", fig)) {
+      v.figure_width = std::clamp(fig[0], 200, 8192);
+      v.figure_height = std::clamp(fig[1], 200, 8192);
+    }
+    ImGui::SetNextItemWidth(field);
+    ImGui::SliderFloat("figure text (px, 0: auto)", &v.figure_text_px, 0.0f, 60.0f, "%.0f");
+    if (v.figure_text_px > 0 && v.figure_text_px < 6) v.figure_text_px = 6;
     ImGui::Separator();
     if (ImGui::MenuItem("Quit")) state.quit = true;
     ImGui::EndMenu();
@@ -402,9 +417,8 @@ void draw_view_bar(GuiState& state) {
 }
 
 void toggle_side_panel(GuiState& state) {
-  // On what is on screen: shown (by the setting, or brought back over lecture mode's folding) hides it;
-  // hidden (by the setting, or folded by lecture mode) shows it, and keeps it shown in a narrow lecture
-  // window.
+  // On what is on screen: shown (by the setting, or brought back over a narrow window's folding) hides it;
+  // hidden (by the setting, or folded in a narrow window) shows it, and keeps it shown there.
   const bool shown = state.layout.side_panel && !state.side_folded;
   state.layout.side_panel = state.side_unfolded = !shown;
 }
@@ -460,6 +474,16 @@ void draw_central_area(GuiState& state, InferenceWorker& worker, ViewObjects& vi
   // Lecture mode: Figure 1 takes the area alone unless the maps beside it would be at least 200 px each
   // (smaller ones cannot be read from the back of a room).
   bool alone = !l.split_shown();
+  // Too little room for two panes: the view alone (the maps come back as the window grows).
+  if (!alone) {
+    const float em = ImGui::GetFontSize(), other = extent - maps;
+    const float least =
+        l.side_by_side ? kSplitMinEm * em : kSplitMinLines * ImGui::GetTextLineHeightWithSpacing();
+    if (other < least || maps < least) {
+      alone = true;
+      state.drawn.note("narrow.view-alone", 0, 0, 0, 0);
+    }
+  }
   if (!alone && state.lecture && l.view == View::QueryRow && state.shown) {
     int n = 0;
     int64_t tokens = 0;

@@ -45,6 +45,12 @@ void toggle_side_panel(GuiState& state);
 constexpr float kLectureMinMap = 200;
 // The window narrower than this many font heights folds the side panel away in lecture mode (Tab: back).
 constexpr float kLectureNarrowEm = 80;
+// Outside lecture mode the side panel folds below this many (its fifth of the window would clip its
+// buttons), and a view shares the area with the maps only when each keeps this many font heights across
+// (beside) or kSplitMinLines text lines (below); else the view takes the area alone.
+constexpr float kNarrowEm = 56;
+constexpr float kSplitMinEm = 22;
+constexpr float kSplitMinLines = 6;
 
 // The selected view in all the space left (split with the maps when asked).
 void draw_central_area(GuiState& state, InferenceWorker& worker, ViewObjects& views,

@@ -13,12 +13,13 @@
 namespace difflens {
 
 const char* const kAttentionShareDefinition =
-    "attention to answer = sum of A[i,j] over answer keys j / sum of |A[i,j]| over all keys j <= i; "
-    "attention noise = sum of A[i,j] over keys outside the answer and the question / the same denominator; "
-    "A = A1 - lambda*A2 for DIFF, the softmax map for the baseline; averaged over the question's tokens i, "
-    "then over heads and layers. DIFF's map is signed, so both can be negative: noise -0.27 means the keys "
-    "outside the answer and the question carry net negative weight, 27% of the row's absolute weight "
-    "(the second softmax cancels more than the first puts there); the baseline's lie in [0, 1]";
+    "attention to answer = sum of A[i,j] over answer keys j / sum of |A[i,j]| over all keys j <= i (the "
+    "row's absolute weight); attention noise = sum of A[i,j] over keys outside the answer and the measured "
+    "rows / the same denominator; A = A1 - lambda*A2 for DIFF, the softmax map for the baseline (whose "
+    "absolute weight is 1); averaged over the measured rows i (from the query to the end), then over heads "
+    "and layers. DIFF's map is signed, so both can be negative: then the keys counted carry net negative "
+    "weight, that share of the row's absolute weight (the second softmax cancels more than the first puts "
+    "there); the baseline's lie in [0, 1]";
 
 const char* const kHeadSummaryDefinition =
     "per head, averaged over the query rows i: answer and noise as attention to answer / attention noise; "

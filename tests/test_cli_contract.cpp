@@ -304,7 +304,10 @@ TEST_CASE("contract: noise is defined for signed maps where it is shown and in F
   CHECK(def.find("net negative weight") != std::string::npos);
   const std::string formats = test::read_all(kSource / "core/FORMATS.md");
   CHECK(formats.find("### Attention to the answer and attention noise") != std::string::npos);
-  CHECK(formats.find("a negative noise") != std::string::npos);
+  CHECK(formats.find("a negative share means the keys counted carry net negative weight") !=
+        std::string::npos);
+  CHECK(formats.find("the first screen's −0.27") ==
+        std::string::npos);  // no fixed example beside live numbers
   // A hand-made signed row: A = [0.1, 0.6, -0.2, 0.3] at query 3, the answer key 1: Σ|A| = 1.2.
   const float row[] = {0.1f, 0.6f, -0.2f, 0.3f};
   const AttentionShare s = query_row_share(row, 3, {1, 2});

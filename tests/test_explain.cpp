@@ -32,6 +32,19 @@ const NamedTensor& tensor(const std::vector<NamedTensor>& all, const std::string
   return all.front();
 }
 
+// The bundled DIFF model's and baseline's traces of `text`, queries and keys kept (what Explain reads).
+struct CapturedPair {
+  Trace diff, base;
+};
+CapturedPair capture_bundled_pair(const std::string& text) {
+  const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu);
+  const Model base = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/baseline-small", DeviceChoice::Cpu);
+  CaptureOptions o;
+  o.keep_qkv = true;
+  return {diff.capture(diff.tokenizer().encode(text, true).ids, o),
+          base.capture(base.tokenizer().encode(text, true).ids, o)};
+}
+
 }  // namespace
 
 TEST_CASE("explain: each step's numbers are the trace's own", "[explain]") {
@@ -212,7 +225,7 @@ TEST_CASE("explain slides: the numbers drawn are the trace's, and every step exp
   char sum[64];
   std::snprintf(sum, sizeof sum, "sums to 1 − λ = %.3f", 1.0 - l.lambda);
   CHECK_THAT(texts(5), Catch::Contains(sum));
-  CHECK_THAT(texts(5), Catch::Contains("to the answer (green): A1 "));
+  CHECK_THAT(texts(5), Catch::Contains("to the answer (green), of the row's Σ|A|: A1 "));
   // Step 6: the output's length.
   CHECK_THAT(texts(6), Catch::Contains("|·| = " + f4(in.diff.head->out_norm)));
   // Bars: one data rectangle per visible key in each map row of step 3 (A1, A2 and the baseline's A).
@@ -270,15 +283,10 @@ TEST_CASE("explain: keeping queries, keys and values changes no other readout of
 
 TEST_CASE("explain slides: no text leaves a slide, and a command-line reader is told the flag",
           "[explain][app]") {
-  const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu);
-  const Model base = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/baseline-small", DeviceChoice::Cpu);
-  const std::string text =
+  const CapturedPair pair = capture_bundled_pair(
       "The secret code of Mira is 4821. The river was high that spring. Q: What is the secret code of Mira? "
-      "A: The secret code of Mira is";
-  CaptureOptions o;
-  o.keep_qkv = true;
-  const Trace td = diff.capture(diff.tokenizer().encode(text, true).ids, o);
-  const Trace tb = base.capture(base.tokenizer().encode(text, true).ids, o);
+      "A: The secret code of Mira is");
+  const Trace &td = pair.diff, &tb = pair.base;
   const int64_t q = td.length() - 1;
   app::ExplainInput in;
   in.diff = app::explain_side("diff-small", &td, 1, 3, q);
@@ -321,4 +329,30 @@ TEST_CASE("explain slides: no text leaves a slide, and a command-line reader is 
         }
       }
   }
+}
+
+TEST_CASE("explain slides: crowded in a small window, clean in the Present layout the window falls back to",
+          "[explain][app][layout]") {
+  const CapturedPair pair = capture_bundled_pair(
+      "The secret code of Mira is 4821. The river was high that spring. Q: What is the secret code of Mira? "
+      "A: The secret code of Mira is 4821");
+  const Trace &td = pair.diff, &tb = pair.base;
+  const int64_t q = td.length() - 5;
+  app::ExplainInput in;
+  in.diff = app::explain_side("diff-small", &td, 1, 0, q);
+  in.base = app::explain_side("baseline-small", &tb, 1, 7, q);
+  in.answer = {10, 14};
+  // The lecture window at 1280 x 800 gave the slide 768 x 432 with 14 px text: step 1's chart labels lay
+  // over each other there (what the layout check now reports); the panel then lays the slide out larger,
+  // up to 1920 x 1080, where no step has a fault, and shows it scaled down.
+  int crowded = 0;
+  for (int step = 1; step <= app::kExplainSteps; ++step) {
+    const viz::SceneTextFaults small = viz::scene_text_faults(app::explain_slide(in, step, 768, 432, 14.3f));
+    crowded += small.overlaps + small.outside;
+    const viz::SceneTextFaults present =
+        viz::scene_text_faults(app::explain_slide(in, step, 1920, 1080, 14.3f));
+    INFO("step " << step << ": " << (present.examples.empty() ? "" : present.examples[0]));
+    CHECK(present.clean());
+  }
+  CHECK(crowded > 0);
 }

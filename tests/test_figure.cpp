@@ -12,7 +12,10 @@
 
 #include "core/error.h"
 #include "helpers.h"
+#include "viz/chart.h"
+#include "viz/export.h"
 #include "viz/figure.h"
+#include "viz/text_shade.h"
 
 using namespace difflens;
 using namespace difflens::viz;
@@ -394,4 +397,110 @@ TEST_CASE("figure: a grid figure's SVG has one cell per value, coloured and labe
   CHECK(cells == 6);
   g.values.pop_back();
   CHECK_THROWS_WITH(grid_figure_svg(g, *font), Catch::Contains("5 values for 3 x 2 labels"));
+}
+
+TEST_CASE("colour ranges: a clamped end is known and marked, and a zoom's range is its own",
+          "[viz][figure]") {
+  // T = 4 causal rows; one large entry (0.9) among small ones (0.1 .. 0.4).
+  const int64_t T = 4;
+  std::vector<float> m(T * T, std::nanf(""));
+  const float values[4][4] = {{0.1f}, {0.2f, 0.1f}, {0.3f, 0.2f, 0.1f}, {0.9f, 0.4f, 0.3f, 0.2f}};
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j <= i; ++j) m[i * T + j] = values[i][j];
+  // 10 causal entries: the 90th percentile (nearest rank 9) is 0.4, below the largest 0.9.
+  const ValueRange clamped = value_range({m.data()}, T, T, 90, false, true);
+  CHECK(clamped.hi == Approx(0.4));
+  CHECK(clamped.max_abs == Approx(0.9));
+  CHECK(clamped.percentile == Approx(90));
+  CHECK(clamped.clamped());
+  const ValueRange whole = value_range({m.data()}, T, T, 100, false, true);
+  CHECK(whole.hi == Approx(0.9));
+  CHECK_FALSE(whole.clamped());
+  // A zoom on rows 0-2, columns 0-2 (6 causal entries, largest 0.3): its range ends at 0.3, unclamped.
+  const ValueRange zoom = value_range({m.data()}, T, T, MapRegion{0, 0, 3, 3}, 100, false, true);
+  CHECK(zoom.hi == Approx(0.3));
+  CHECK(zoom.max_abs == Approx(0.3));
+  // The figure's colour bar marks the clamped end with "≥" and the percentile; an unclamped one does not.
+  const FigureFont* font = system_font();
+  HeadFigure fig;
+  fig.tokens = {"a", "b", "c", "d"};
+  HeatmapStyle style;
+  style.range = clamped;
+  fig.panels = {{"A", m.data(), style}};
+  auto legend_texts = [&] {
+    std::string all;
+    for (const auto& t : layout_head_figure(fig, *font).texts) all += t.text + "|";
+    return all;
+  };
+  CHECK_THAT(legend_texts(), Catch::Contains("\u22650.4 (p90)"));
+  fig.panels[0].style.range = whole;
+  CHECK_THAT(legend_texts(), !Catch::Contains("\u2265"));
+}
+
+TEST_CASE("base64: the RFC 4648 test vectors", "[viz]") {
+  CHECK(base64("") == "");
+  CHECK(base64("f") == "Zg==");
+  CHECK(base64("fo") == "Zm8=");
+  CHECK(base64("foo") == "Zm9v");
+  CHECK(base64("foob") == "Zm9vYg==");
+  CHECK(base64("fooba") == "Zm9vYmE=");
+  CHECK(base64("foobar") == "Zm9vYmFy");
+  CHECK(base64(std::string("\xff\x00\x10", 3)) == "/wAQ");
+}
+
+TEST_CASE("chart figures: bars where their values put them, in the sign or series colours, labels apart",
+          "[viz][figure]") {
+  const FigureFont* font = system_font();
+  ChartFigure f;
+  f.title = "t";
+  f.y_title = "weight";
+  f.x_title = "keys";
+  f.width = 800;
+  f.height = 400;
+  f.lo = -0.5;
+  f.hi = 1.0;
+  ChartPanel p;
+  p.groups = {"a", "b", "c", "d"};
+  ChartSeries s;
+  s.name = "";  // no legend: the sign colours' rectangles are the bars alone
+  s.signed_colors = true;
+  s.values = {0.5, -0.25, 1.0, std::nan("")};
+  p.series = {s};
+  p.bands = {{2, 3}};
+  p.mark = 0;
+  p.value_labels = true;
+  f.panels = {p};
+  const FigureScene sc = layout_chart_figure(f, *font);
+  CHECK(scene_text_faults(sc, *font).clean());
+  // The bars: 0.5 blue up from 0, -0.25 red down, 1.0 blue to the top; none for NaN. Their heights keep
+  // the values' ratios (0.5 : 0.25 : 1.0) to a pixel.
+  std::vector<FigureScene::Rect> bars;
+  for (const auto& r : sc.rects)
+    if ((r.color.r == kTextPositive.r && r.color.g == kTextPositive.g && r.color.b == kTextPositive.b) ||
+        (r.color.r == kTextNegative.r && r.color.g == kTextNegative.g && r.color.b == kTextNegative.b))
+      bars.push_back(r);
+  REQUIRE(bars.size() == 3);
+  CHECK(bars[1].color.r == kTextNegative.r);
+  CHECK(bars[0].h == Approx(bars[2].h / 2.0).margin(1));
+  CHECK(bars[1].h == Approx(bars[2].h / 4.0).margin(1));
+  CHECK(bars[1].y == Approx(bars[0].y + bars[0].h).margin(1));  // the negative bar hangs from zero
+  CHECK(bars[0].x < bars[1].x);
+  CHECK(bars[1].x < bars[2].x);
+  std::string texts;
+  for (const auto& t : sc.texts) texts += t.text + "|";
+  for (const char* want : {"0.500|", "-0.250|", "1.000|", "weight|", "keys|", "t|", "a|", "d|"})
+    CHECK_THAT(texts, Catch::Contains(want));
+  // The SVG has every label as text.
+  const std::string svg = chart_figure_svg(f, *font);
+  CHECK(svg.find(">-0.250<") != std::string::npos);
+  // Bad figures are refused with what is wrong.
+  ChartFigure bad = f;
+  bad.panels[0].series[0].values.pop_back();
+  CHECK_THROWS_WITH(layout_chart_figure(bad, *font), Catch::Contains("3 values for 4 groups"));
+  bad = f;
+  bad.panels[0].bands = {{3, 5}};
+  CHECK_THROWS_WITH(layout_chart_figure(bad, *font), Catch::Contains("band outside the groups"));
+  bad = f;
+  bad.height = 100;
+  CHECK_THROWS_WITH(layout_chart_figure(bad, *font), Catch::Contains("between 200 and 8192"));
 }

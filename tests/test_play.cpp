@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "app/play_script.h"
@@ -277,7 +278,8 @@ TEST_CASE("play: a script typed, selected, resized, exported and screenshotted i
   REQUIRE(r.status == 0);
   CHECK(r.out.find("play: 9: screenshot") != std::string::npos);
   CHECK(r.out.find("play: done: 18 of 18 actions") != std::string::npos);
-  CHECK(r.out.find("0 screenshots not written, 0 waits for results ended") != std::string::npos);
+  CHECK(r.out.find("0 screenshots not written, 0 with layout faults, 0 waits for results ended") !=
+        std::string::npos);
   const std::string a = test::read_all(dir / "a.png"), b = test::read_all(dir / "b.png");
   REQUIRE(a.size() > 10000);
   CHECK(png_be32(a, 16) == 1280);
@@ -435,12 +437,12 @@ TEST_CASE("play: Continue writes on with each model, the query steps through wha
   const std::vector<int64_t> retokenized = diff.tokenizer().encode(prompt + wrote, true).ids;
   const int n = static_cast<int>(retokenized.size()) - first;
   CHECK(n >= 1);
-  CHECK(r.out.find("play: step: the query on token " + std::to_string(first) + ", written 1 of " +
+  CHECK(r.out.find("play: step: the query on token " + std::to_string(first) + ", new token 1 of " +
                    std::to_string(n)) != std::string::npos);
   if (n >= 2)
-    CHECK(r.out.find("play: step: the query on token " + std::to_string(first + 1) + ", written 2 of " +
+    CHECK(r.out.find("play: step: the query on token " + std::to_string(first + 1) + ", new token 2 of " +
                      std::to_string(n)) != std::string::npos);
-  CHECK(r.out.find("play: step: the query on token " + std::to_string(first + n - 1) + ", written " +
+  CHECK(r.out.find("play: step: the query on token " + std::to_string(first + n - 1) + ", new token " +
                    std::to_string(n) + " of " + std::to_string(n)) != std::string::npos);
   CHECK(r.out.find("play: continue: the right model wrote 3 tokens in ") != std::string::npos);
   // Typing while the left model writes 200 tokens stops it; the typed text stays the user's (nothing marked).
@@ -464,7 +466,8 @@ TEST_CASE("play: Continue writes on with each model, the query steps through wha
   CHECK(space_first);  // the bundled DIFF model does, so the note below is tested
   if (space_first) {
     CHECK(r.out.find("play: continue: the left model wrote 3 tokens in ") != std::string::npos);
-    CHECK(r.out.find("ms (the first writes back the space the prompt ended with): '") != std::string::npos);
+    CHECK(r.out.find("ms (the first writes back the space the prompt ended with, so 2 are new): '") !=
+          std::string::npos);
   }
 }
 
@@ -488,4 +491,38 @@ TEST_CASE("play: open takes a bundled model by name from any folder, as File > B
   CHECK(page.find("diff-v2-small") != std::string::npos);  // the page names the models it shows
   CHECK(page.find("baseline-small") != std::string::npos);
   CHECK(page.find("diff-small\"") == std::string::npos);  // the left slot's DIFF model was replaced
+}
+
+TEST_CASE("play: the needle story at 1280x800 in lecture mode keeps every slide's point on screen",
+          "[gui][play][layout]") {
+  need_the_app_and_a_display("the needle story");
+  test::ScratchDir dir("story");
+  // The bundled story as shipped, less its pauses for the lecturer to talk ("wait 4000"; a bare "wait"
+  // for results stays).
+  std::string story, line;
+  {
+    std::istringstream in(test::read_all(DIFFLENS_SOURCE_DIR "/assets/needle-story.play"));
+    while (std::getline(in, line))
+      if (line.rfind("wait ", 0) != 0) story += line + "\n";
+  }
+  test::write_all(dir / "story.play", story);
+  const Run r = run_difflens("--play " + (dir / "story.play").string() + " --play-exit", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  // Ten screenshots, each followed by its layout check: nothing clipped, cut, half shown at a scroll edge,
+  // over other text (an Explain slide's texts included) or past the window. Before this check counted the
+  // last three, steps 2, 3 and 6 had 18 half lines, 3 half lines and the baseline's grid below the fold.
+  int shots = 0;
+  for (size_t at = r.out.find("play: wrote "); at != std::string::npos;
+       at = r.out.find("play: wrote ", at + 1)) {
+    ++shots;
+    const size_t check = r.out.find("layout check: ", at);
+    REQUIRE(check != std::string::npos);
+    const std::string verdict = r.out.substr(check, r.out.find('\n', check) - check);
+    INFO(r.out.substr(at, r.out.find('\n', at) - at));
+    CHECK_THAT(verdict, Catch::Contains("0 outside or clipped, 0 texts cut, 0 lines half shown at a scroll "
+                                        "edge, 0 texts over each other, 0 regions past the window"));
+  }
+  CHECK(shots == 10);
+  CHECK_THAT(r.out, Catch::Contains("0 screenshots not written, 0 with layout faults"));
 }

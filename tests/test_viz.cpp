@@ -146,6 +146,7 @@ TEST_CASE("pooling a zoomed region uses absolute indices for causality", "[viz][
 #include <algorithm>
 
 #include "viz/figure.h"
+#include "viz/scene.h"
 #include "viz/token_text.h"
 
 namespace {
@@ -332,4 +333,36 @@ TEST_CASE("model identity colours are never the sign scale's blue or red, nor th
       CHECK(oklab_lightness(model_colour(i)) != oklab_lightness(model_colour(j)));
       CHECK(oklab_lightness(model_colour(i, true)) != oklab_lightness(model_colour(j, true)));
     }
+}
+
+TEST_CASE("scene text faults: texts over each other and past the edge are counted, neighbours are not",
+          "[viz][layout]") {
+  const FigureFont& font = FigureFont::standard();
+  FigureScene s;
+  s.width = 400;
+  s.height = 200;
+  auto text = [&](int x, int y, const std::string& t) {
+    FigureScene::Text tx;
+    tx.x = x;
+    tx.y = y;
+    tx.text = t;
+    tx.px = 20;
+    s.texts.push_back(tx);
+  };
+  text(10, 10, "0.104");
+  text(10 + font.text_width("0.104", 20), 10, "next");  // touching on the right: apart
+  text(10, 30, "below");                                // the next line down: apart
+  CHECK(scene_text_faults(s, font).clean());
+  text(14, 14, "-0.104");  // over "0.104" (and "next"'s start)
+  SceneTextFaults f = scene_text_faults(s, font);
+  CHECK(f.overlaps >= 1);
+  CHECK(f.outside == 0);
+  REQUIRE(!f.examples.empty());
+  CHECK_THAT(f.examples[0], Catch::Contains("-0.104"));
+  s.texts.pop_back();
+  text(390, 100, "cut at the right edge");
+  f = scene_text_faults(s, font);
+  CHECK(f.overlaps == 0);
+  CHECK(f.outside == 1);
+  CHECK_THAT(f.examples[0], Catch::Contains("past the edge"));
 }

@@ -82,18 +82,49 @@ void write_csv(const std::filesystem::path& path, const float* data, int64_t row
 
 namespace {
 
-void write_png_channels(const std::filesystem::path& path, const std::vector<uint8_t>& pixels, int width,
-                        int height, int channels) {
-  std::string png;  // encoded in memory, then written whole (an earlier file survives a failed write)
+std::string encode_png(const std::vector<uint8_t>& pixels, int width, int height, int channels,
+                       const std::string& what) {
+  std::string png;
   auto append = [](void* to, void* data, int size) {
     static_cast<std::string*>(to)->append(static_cast<const char*>(data), static_cast<size_t>(size));
   };
-  if (!stbi_write_png_to_func(append, &png, width, height, channels, pixels.data(), width * channels))
-    throw Error(path.string() + ": cannot encode the PNG");
-  write_file_atomically(path, png);
+  if (width < 1 || height < 1 || pixels.size() < static_cast<size_t>(width) * height * channels ||
+      !stbi_write_png_to_func(append, &png, width, height, channels, pixels.data(), width * channels))
+    throw Error(what + ": cannot encode the PNG");
+  return png;
+}
+
+void write_png_channels(const std::filesystem::path& path, const std::vector<uint8_t>& pixels, int width,
+                        int height, int channels) {
+  // Encoded in memory, then written whole (an earlier file survives a failed write).
+  write_file_atomically(path, encode_png(pixels, width, height, channels, path.string()));
 }
 
 }  // namespace
+
+std::string png_bytes(const std::vector<uint8_t>& rgb, int width, int height) {
+  return encode_png(rgb, width, height, 3, "image");
+}
+
+std::string base64(const std::string& bytes) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) | (static_cast<uint8_t>(bytes[i + 1]) << 8) |
+                       static_cast<uint8_t>(bytes[i + 2]);
+    out += {k[v >> 18], k[(v >> 12) & 63], k[(v >> 6) & 63], k[v & 63]};
+  }
+  if (i + 1 == bytes.size()) {
+    const uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    out += {k[v >> 18], k[(v >> 12) & 63], '=', '='};
+  } else if (i + 2 == bytes.size()) {
+    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) | (static_cast<uint8_t>(bytes[i + 1]) << 8);
+    out += {k[v >> 18], k[(v >> 12) & 63], k[(v >> 6) & 63], '='};
+  }
+  return out;
+}
 
 void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rgb, int width, int height) {
   write_png_channels(path, rgb, width, height, 3);

@@ -22,6 +22,10 @@ void write_csv(const std::filesystem::path& path, const float* data, int64_t row
 
 // RGB8 rows top first → PNG.
 void write_png(const std::filesystem::path& path, const std::vector<uint8_t>& rgb, int width, int height);
+// RGB8 rows top first → the bytes of a PNG file (for an SVG's embedded image). Throws Error when it fails.
+std::string png_bytes(const std::vector<uint8_t>& rgb, int width, int height);
+// RFC 4648 base64 of `bytes` (data: URLs).
+std::string base64(const std::string& bytes);
 // RGBA8 rows top first (straight alpha) → PNG with transparency.
 void write_png_rgba(const std::filesystem::path& path, const std::vector<uint8_t>& rgba, int width,
                     int height);

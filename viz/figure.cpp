@@ -128,6 +128,11 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
         if (!panel.style.range.diverging && t == 0) s = "\u2264" + s;  // the low end holds all below it
         if (panel.style.range.diverging && t == 2) s = "0";
       }
+      // A clamped end: larger values exist and take its colour ("≥ 0.191 (p99.5)").
+      if (panel.style.range.clamped()) {
+        if (t == 4) s = "\u2265" + s + " (p" + format_tick(panel.style.range.percentile) + ")";
+        if (t == 0 && panel.style.range.diverging) s = "\u2264" + s;
+      }
       const int tx = x0 + static_cast<int>(pos * (P - 1));
       const int w = font.text_width(s, label_px);
       const int lx = std::clamp(tx - w / 2, x0, x0 + P - w);
@@ -258,7 +263,7 @@ FigureScene layout_histogram_figure(const HistogramFigure& h, const FigureFont& 
   const Rgb8 ink{20, 20, 20}, grid{225, 225, 225};
   const float px = std::clamp(h.height / 36.0f, 10.0f, 40.0f);
   const int left = static_cast<int>(px * 4.5f), right = static_cast<int>(px * 1.5f);
-  const int top_margin = static_cast<int>(px * 2.6f), bottom = static_cast<int>(px * 3.6f);
+  const int top_margin = static_cast<int>(px * 3.5f), bottom = static_cast<int>(px * 3.6f);
   const int pw = h.width - left - right, ph = h.height - top_margin - bottom;
   if (pw < 50 || ph < 50) throw Error("histogram figure: too small for its labels");
   FigureScene sc;
@@ -279,12 +284,20 @@ FigureScene layout_histogram_figure(const HistogramFigure& h, const FigureFont& 
     std::snprintf(b, sizeof b, "1e%+.0f", d);
     text(X(d) - font.text_width(b, px) / 2, top_margin + ph + static_cast<int>(px * 0.4f), b, px);
   }
-  for (int e = 0; e <= static_cast<int>(ytop); ++e) {
-    const int y = Y(std::pow(10.0, e) - 1);
+  // The count axis is log10(count + 1) (a single count shows): grid lines at counts 1, 10, 100, ... where
+  // they are, and 0 at the bottom where it does not crowd the 1 above it.
+  auto count_label = [&](double count, const char* label) {
+    const int y = Y(count);
     rect(left, y, pw, 1, grid);
+    text(left - static_cast<int>(px * 0.4f) - font.text_width(label, px), y - static_cast<int>(px / 2), label,
+         px);
+  };
+  if (Y(0) - Y(1) >= px) count_label(0, "0");
+  for (int e = 0; e <= static_cast<int>(ytop); ++e) {
     char b[32];
-    std::snprintf(b, sizeof b, e == 0 ? "0" : "1e%d", e);
-    text(left - static_cast<int>(px * 0.4f) - font.text_width(b, px), y - static_cast<int>(px / 2), b, px);
+    std::snprintf(b, sizeof b, e <= 2 ? "%.0f" : "1e%.0f",
+                  e <= 2 ? std::pow(10.0, e) : static_cast<double>(e));
+    if (std::log10(std::pow(10.0, e) + 1) <= ytop + 0.05) count_label(std::pow(10.0, e), b);
   }
   rect(left, top_margin + ph, pw, 1, ink);
   rect(left, top_margin, 1, ph, ink);
@@ -304,14 +317,15 @@ FigureScene layout_histogram_figure(const HistogramFigure& h, const FigureFont& 
       prev_y = y;
     }
   }
-  // Legend, top right.
-  int ly = top_margin + static_cast<int>(px * 0.5f);
-  for (const auto& s : h.series) {
-    const int w = font.text_width(s.name, px);
-    const int lx = left + pw - w - static_cast<int>(px * 2.5f);
-    rect(lx, ly + static_cast<int>(px / 2), static_cast<int>(px * 1.6f), 3, s.color);
-    text(lx + static_cast<int>(px * 2.0f), ly, s.name, px);
-    ly += static_cast<int>(px * 1.4f);
+  // Legend: one line above the plot, right-aligned (inside the plot a curve ran through it).
+  int lx = left + pw;
+  const int ly = top_margin - static_cast<int>(px * 1.35f);
+  for (auto it = h.series.rbegin(); it != h.series.rend(); ++it) {
+    const int w = font.text_width(it->name, px);
+    lx -= w + static_cast<int>(px * 2.0f);
+    rect(lx, ly + static_cast<int>(px / 2), static_cast<int>(px * 1.6f), 3, it->color);
+    text(lx + static_cast<int>(px * 2.0f), ly, it->name, px);
+    lx -= static_cast<int>(px * 1.2f);
   }
   return sc;
 }

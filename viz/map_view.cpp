@@ -49,16 +49,27 @@ PooledMap pool_region(const float* map, int64_t src_rows, int64_t src_cols, cons
 
 ValueRange value_range(const std::vector<const float*>& maps, int64_t rows, int64_t cols, double percentile,
                        bool diverging, bool causal) {
+  return value_range(maps, rows, cols, MapRegion{0, 0, rows, cols}, percentile, diverging, causal);
+}
+
+ValueRange value_range(const std::vector<const float*>& maps, int64_t rows, int64_t cols,
+                       const MapRegion& region, double percentile, bool diverging, bool causal) {
   std::vector<float> mags;
+  const int64_t r0 = std::clamp<int64_t>(region.row0, 0, rows),
+                r1 = std::clamp<int64_t>(region.row0 + region.rows, r0, rows);
+  const int64_t c0 = std::clamp<int64_t>(region.col0, 0, cols),
+                c1 = std::clamp<int64_t>(region.col0 + region.cols, c0, cols);
   for (const float* m : maps)
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < (causal ? std::min(cols, i + 1) : cols); ++j) {
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t j = c0; j < (causal ? std::min(c1, i + 1) : c1); ++j) {
         const float v = std::fabs(m[i * cols + j]);
         if (std::isfinite(v)) mags.push_back(v);
       }
   ValueRange r;
   r.diverging = diverging;
+  r.percentile = std::clamp(percentile, 0.0, 100.0);
   if (mags.empty()) return r;
+  r.max_abs = *std::max_element(mags.begin(), mags.end());
   // Nearest-rank percentile: the smallest value with at least p·n values at or below it.
   const double p = std::clamp(percentile, 0.0, 100.0) / 100.0;
   const auto rank = static_cast<int64_t>(std::ceil(p * static_cast<double>(mags.size())));

@@ -36,16 +36,24 @@ struct MapRegion {
 PooledMap pool_region(const float* map, int64_t src_rows, int64_t src_cols, const MapRegion& region,
                       int64_t max_rows, int64_t max_cols, Pooling pooling, bool causal);
 
-// The value range a colormap spans. Sequential maps: [0, hi]; diverging maps: [−hi, hi].
+// The value range a colormap spans. Sequential maps: [0, hi]; diverging maps: [−hi, hi]. A range taken
+// at a percentile keeps it and the largest |value| it saw, so a colour bar can mark a clamped end.
 struct ValueRange {
   double hi = 1.0;
   bool diverging = false;
+  double percentile = 100;  // hi is this percentile of |value|
+  double max_abs = 0;       // the largest |value| the range was taken over (0: not known)
+  // Values beyond hi exist and saturate the colour bar's end(s).
+  bool clamped() const { return max_abs > hi * (1 + 1e-6); }
 };
 
 // hi = the `percentile` (0–100] of |value| over the causal entries of all `maps` (each R×C); 100 = max.
 // Returns hi = 1 when every value is 0.
 ValueRange value_range(const std::vector<const float*>& maps, int64_t rows, int64_t cols, double percentile,
                        bool diverging, bool causal);
+// The same over `region` of the maps only (a zoom: the colours span what it shows).
+ValueRange value_range(const std::vector<const float*>& maps, int64_t rows, int64_t cols,
+                       const MapRegion& region, double percentile, bool diverging, bool causal);
 
 // Position in [0, 1] along the colormap (diverging: 0.5 is zero). Log scale spans 4 decades below hi.
 // NaN stays NaN (masked).

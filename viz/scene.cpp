@@ -127,4 +127,44 @@ std::string scene_to_svg(const FigureScene& scene, const FigureFont& font) {
   return scene_svg(scene, font, [](std::string&) {});
 }
 
+SceneTextFaults scene_text_faults(const FigureScene& scene, const FigureFont& font) {
+  struct Box {
+    float x0, y0, x1, y1;
+    const FigureScene::Text* text;
+  };
+  std::vector<Box> boxes;
+  SceneTextFaults faults;
+  auto example = [&](const std::string& what) {
+    if (faults.examples.size() < 8) faults.examples.push_back(what);
+  };
+  for (const FigureScene::Text& t : scene.texts) {
+    if (t.text.empty()) continue;
+    const float w = static_cast<float>(font.text_width(t.text, t.px));
+    // Horizontal: the line box right of x, below y. Vertical (reads upwards from y): px wide, w tall above y.
+    const Box b = t.vertical ? Box{float(t.x), t.y - w, t.x + t.px, float(t.y), &t}
+                             : Box{float(t.x), float(t.y), t.x + w, t.y + t.px, &t};
+    if (b.x0 < -1 || b.y0 < -1 || b.x1 > scene.width + 1 || b.y1 > scene.height + 1) {
+      ++faults.outside;
+      example("'" + t.text + "' past the edge at " + std::to_string(t.x) + "," + std::to_string(t.y));
+    }
+    const float inset = t.px / 6;  // the line box's empty top and bottom
+    boxes.push_back(t.vertical ? Box{b.x0 + inset, b.y0, b.x1 - inset, b.y1, &t}
+                               : Box{b.x0, b.y0 + inset, b.x1, b.y1 - inset, &t});
+  }
+  std::sort(boxes.begin(), boxes.end(), [](const Box& p, const Box& q) { return p.x0 < q.x0; });
+  for (size_t i = 0; i < boxes.size(); ++i)
+    for (size_t j = i + 1; j < boxes.size() && boxes[j].x0 < boxes[i].x1; ++j) {
+      const Box &p = boxes[i], &q = boxes[j];
+      const float w = std::min(p.x1, q.x1) - std::max(p.x0, q.x0),
+                  h = std::min(p.y1, q.y1) - std::max(p.y0, q.y0);
+      if (w <= 0 || h <= 0) continue;
+      const float smaller = std::min((p.x1 - p.x0) * (p.y1 - p.y0), (q.x1 - q.x0) * (q.y1 - q.y0));
+      if (w * h <= 0.1f * smaller) continue;
+      ++faults.overlaps;
+      example("'" + p.text->text + "' over '" + q.text->text + "' at " + std::to_string(q.text->x) + "," +
+              std::to_string(q.text->y));
+    }
+  return faults;
+}
+
 }  // namespace difflens::viz

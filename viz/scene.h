@@ -66,4 +66,14 @@ std::string scene_svg(const FigureScene& scene, const FigureFont& font,
 // "#rrggbb"
 std::string svg_color(Rgb8 c);
 
+// Texts a scene lays out badly: pairs drawn over each other (their line boxes, less a sixth of the line
+// above and below, share more than a tenth of the smaller), and texts reaching past the scene's edges.
+// `examples` names up to 8 of them ("'0.104' over '-0.104' at 120,340").
+struct SceneTextFaults {
+  int overlaps = 0, outside = 0;
+  std::vector<std::string> examples;
+  bool clean() const { return overlaps == 0 && outside == 0; }
+};
+SceneTextFaults scene_text_faults(const FigureScene& scene, const FigureFont& font = FigureFont::standard());
+
 }  // namespace difflens::viz
