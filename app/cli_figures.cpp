@@ -66,10 +66,10 @@ int cmd_render(const Args& a) {
     return render_page(a);
   }
   if (!a.has("out")) throw Error("give --out F.png|F.svg (a figure) or --html F.html (a page)");
-  for (const char* page_only :
-       {"compare", "compare-head", "layers", "query", "answer", "direction", "pool", "max-mb"})
+  for (const char* page_only : {"layers", "direction", "pool", "max-mb"})
     if (a.has(page_only))
       throw Error(std::string("--") + page_only + " belongs to the page: give --html F.html with it");
+  if (a.has("compare-head") && !a.has("compare")) throw Error("--compare-head needs --compare DIR");
   const std::string out = a.require("out");
   check_output_file(out, "--out", {".png", ".svg"});
   const Trace trace = read_trace_bundle(a.require("trace"));
@@ -86,7 +86,19 @@ int cmd_render(const Args& a) {
     if (zoom[2] < 1) throw Error("--zoom: N must be at least 1");
     o.region = {zoom[0], zoom[1], zoom[2], zoom[2]};
   }
-  const viz::HeadFigure fig = app::head_figure(trace, a.get_int("layer"), a.get_int("head"), o);
+  o.query = a.get_int("query", -1);
+  const std::vector<int> answer = a.get_int_list("answer");
+  if (!answer.empty()) {
+    if (answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
+    o.answer_begin = answer[0];
+    o.answer_end = answer[1];
+  }
+  o.label_px = static_cast<float>(a.get_double("font-px", 0));
+  const viz::HeadFigure fig =
+      a.has("compare")
+          ? app::compare_figure(trace, a.get_int("head"), read_trace_bundle(a.require("compare")),
+                                a.get_int("compare-head", a.get_int("head")), a.get_int("layer"), o)
+          : app::head_figure(trace, a.get_int("layer"), a.get_int("head"), o);
   const std::string ext = lowercase_extension(out);
   if (std::filesystem::path(out).has_parent_path())
     std::filesystem::create_directories(std::filesystem::path(out).parent_path());
@@ -123,11 +135,13 @@ Command render_command() {
        flag("per-map-scale", "each map its own colour scale (default: one shared scale)"),
        int_list("zoom", "ROW,COL,N", 0, 1e9, 3, 3, "only the N x N tokens from query ROW, key COL"),
        integer("max-cells", "N", 1, 1 << 16, "256", "SVG cells per side (pooled beyond)"),
-       text("compare", "DIR",
-            "the page: a second bundle of the same prompt, shown beside (e.g. the baseline)"),
-       integer("compare-head", "H", 0, 1e6, "", "the page: the second bundle's head (default: --head)"),
+       text("compare", "DIR", "a second bundle of the same prompt, shown beside (e.g. the baseline)"),
+       integer("compare-head", "H", 0, 1e6, "", "the second bundle's head (default: --head)"),
+       number("font-px", "PX", 6, 64, "",
+              "the figure's token labels and ticks, pixels (default: from --size)"),
        int_list("layers", "0,3", 0, 1e6, 0, 0, "the page: the layers it holds (default: --layer)"),
-       integer("query", "I", 0, 1e9, "", "the page: the query shown first (default: the last token)"),
+       integer("query", "I", 0, 1e9, "",
+               "the query: marked on the figure (orange), shown first on the page (default: the last token)"),
        answer_option(),
        choice("direction", "from|to", "from",
               "the page: from the query (its row) or to its token (its column)"),

@@ -117,6 +117,22 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
       viz::region_caption(o.region, static_cast<int64_t>(fig.tokens.size()),
                           maps[0].pooled_from > 0 ? cell_starts(T, maps[0].T) : std::vector<int64_t>{});
   if (!region.empty()) fig.title += "   " + region;
+  // The marks in map units (a pooled map's cells hold several tokens each).
+  const std::vector<int64_t> starts =
+      maps[0].pooled_from > 0 ? cell_starts(T, maps[0].T) : std::vector<int64_t>{};
+  auto unit = [&](int64_t token) { return starts.empty() ? token : cell_of(starts, token); };
+  if (o.query >= T)
+    throw Error("the query " + std::to_string(o.query) + " lies beyond the " + std::to_string(T) +
+                "-token prompt");
+  if (o.answer_begin >= 0 && (o.answer_end <= o.answer_begin || o.answer_end > T))
+    throw Error("the answer [" + std::to_string(o.answer_begin) + ", " + std::to_string(o.answer_end) +
+                ") is not a span of the " + std::to_string(T) + "-token prompt");
+  if (o.query >= 0) fig.query = unit(o.query);
+  if (o.answer_begin >= 0) {
+    fig.answer_begin = unit(o.answer_begin);
+    fig.answer_end = unit(o.answer_end - 1) + 1;
+  }
+  fig.label_px = o.label_px;
   for (const auto& m : maps) {
     viz::HeatmapStyle style;
     style.scale = o.scale;
@@ -126,6 +142,29 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
     fig.panels.push_back({m.title, m.data, style});
   }
   return fig;
+}
+
+viz::HeadFigure compare_figure(const Trace& left, int left_head, const Trace& right, int right_head,
+                               int layer, const FigureOptions& o) {
+  if (left.tokens != right.tokens)
+    throw Error("the two traces are not of the same tokens (" + std::to_string(left.length()) + " and " +
+                std::to_string(right.length()) + "): capture both models on one prompt with one tokenizer");
+  viz::HeadFigure a = head_figure(left, layer, left_head, o);
+  const viz::HeadFigure b = head_figure(right, layer, right_head, o);
+  auto name = [](const Trace& t) {
+    return t.config.name.empty() ? std::string(to_string(t.config.attention)) : t.config.name;
+  };
+  for (auto& p : a.panels) p.title = name(left) + "  " + p.title;
+  for (auto p : b.panels) {
+    p.title = name(right) + "  " + p.title;
+    a.panels.push_back(p);
+  }
+  a.title = name(left) + " head " + std::to_string(left_head) + " and " + name(right) + " head " +
+            std::to_string(right_head) + "   layer " + std::to_string(layer) + "   " +
+            std::to_string(left.length()) + " tokens";
+  const size_t cut = b.title.find("   (rows ");  // the zoom's caption, once
+  if (cut != std::string::npos) a.title += b.title.substr(cut);
+  return a;
 }
 
 std::vector<int> parse_index_filter(const std::string& text, int n) {

@@ -38,10 +38,17 @@ struct FigureOptions {
   bool shared_scale = true;  // sequential maps share one range
   viz::MapRegion region;     // rows == 0: the whole map
   std::string only;          // "": every map of the head; else A1, A2 or A
+  // Marked on the figure, in tokens (-1: none): the answer's keys [answer_begin, answer_end) and the query.
+  int64_t answer_begin = -1, answer_end = -1, query = -1;
+  float label_px = 0;  // token labels and ticks (0: from the map size)
 };
 
-// Throws Error naming what is missing (layer, head, map, kept maps) or wrong (region, size).
+// Throws Error naming what is missing (layer, head, map, kept maps) or wrong (region, size, marks).
 viz::HeadFigure head_figure(const Trace& trace, int layer, int head, const FigureOptions& options);
+// Two models' heads on one prompt side by side (DIFF's A1, A2, A1 - lambda A2 beside the baseline's A),
+// each map titled with its model; throws Error when the two traces are not of the same tokens.
+viz::HeadFigure compare_figure(const Trace& left, int left_head, const Trace& right, int right_head,
+                               int layer, const FigureOptions& options);
 
 // Model-view filters: "0-3,7" -> the listed indices below n, sorted; empty text -> all of 0..n-1.
 // Parts that are not numbers or ranges are ignored.

@@ -26,6 +26,9 @@ std::optional<ModelCard> read_model_card(const std::string& model_dir) {
   card.summary = j["summary"].get<std::string>();
   if (j.contains("caveat") && j["caveat"].is_string()) card.caveat = j["caveat"].get<std::string>();
   if (j.contains("brief") && j["brief"].is_string()) card.brief = j["brief"].get<std::string>();
+  if (j.contains("views") && j["views"].is_object())
+    for (const auto& [view, line] : j["views"].items())
+      if (line.is_string() && !line.get<std::string>().empty()) card.views[view] = line.get<std::string>();
   if (j.contains("card") && j["card"].is_string() && !j["card"].get<std::string>().empty()) {
     const std::filesystem::path full = std::filesystem::path(model_dir) / j["card"].get<std::string>();
     card.card_path = full.lexically_normal().string();
@@ -39,6 +42,11 @@ std::string card_line(const ModelCard& card) {
 
 std::string brief_line(const ModelCard& card) {
   return card.brief.empty() ? card_line(card) : card.brief;
+}
+
+std::string view_line(const ModelCard& card, const std::string& view) {
+  const auto it = card.views.find(view);
+  return it == card.views.end() ? "" : it->second;
 }
 
 }  // namespace difflens::app

@@ -437,6 +437,7 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
     ImGui::SameLine();
     ImGui::Text("%.0f ... %.0f  (%s%s; hover a cell for every score)", range.lo, range.hi,
                 kMetricNames[metric], whole_map_metric(metric) ? ", over every row" : "");
+    if (whole_map_metric(metric)) draw_card_view_lines(state, "heads");  // e.g. no induction head
   }
   for (int s = 0; s < kSlots; ++s) {
     if (s && !stack) ImGui::SameLine(0, 2 * ImGui::GetFontSize());

@@ -103,7 +103,9 @@ void draw_outlier_table(const char* id, const ValueStats* stats[kSlots], const c
 
 }  // namespace
 
-void draw_outlier_panel(const RunResult& r, int& layer_choice) {
+void draw_outlier_panel(GuiState& state) {
+  const RunResult& r = *state.shown;
+  int& layer_choice = state.view.outlier_layer;
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 10);
   int layers = 0;
   for (const auto& t : r.traces)
@@ -129,6 +131,7 @@ void draw_outlier_panel(const RunResult& r, int& layer_choice) {
     lp[s] = &logits[s];
     hp[s] = &hidden[s];
   }
+  draw_card_view_lines(state, "outliers");
   // Side by side where both tables fit (seven columns each), else one above the other. The histograms take
   // the height the titles, the tables (header and two models) and the note leave.
   const ImVec2 room = ImGui::GetContentRegionAvail();

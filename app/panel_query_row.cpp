@@ -453,4 +453,19 @@ viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float fon
   return f;
 }
 
+void draw_card_view_lines(GuiState& state, const std::string& view) {
+  if (!state.shown) return;
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& t = state.shown->traces[s];
+    const ModelCard* card = t ? slot_card(state, s) : nullptr;
+    const std::string line = card ? view_line(*card, view) : "";
+    if (line.empty()) continue;
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.7f, 0.33f, 0.0f, 1));
+    ImGui::TextWrapped("%s: %s",
+                       (t->config.name.empty() ? to_string(t->config.attention) : t->config.name).c_str(),
+                       line.c_str());
+    ImGui::PopStyleColor();
+  }
+}
+
 }  // namespace difflens::app

@@ -80,7 +80,11 @@ void export_lab(GuiState& state);
 void draw_lab_panel(GuiState& state, InferenceWorker& worker);
 
 // panel_outliers.cpp: the Outliers tab.
-void draw_outlier_panel(const RunResult& r, int& layer_choice);
+void draw_outlier_panel(GuiState& state);
+// A model card's line for a view (model_card.h, "views"), wrapped, in the caveat's orange: where the
+// bundled model differs from the paper's, said beside the view that shows it. Nothing when no loaded
+// model's card has one.
+void draw_card_view_lines(GuiState& state, const std::string& view);
 
 // The views as figures (app/figure_export.cpp writes them): Figure 1 (panel_query_row.cpp), λ per layer
 // (panel_lambda.cpp) and the Noise chart (panel_noise.cpp) at width x height pixels, text at font_px (0:

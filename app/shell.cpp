@@ -78,7 +78,7 @@ void draw_view(View v, GuiState& state, InferenceWorker& worker, ViewObjects& vi
     case View::Lab:
       break;
     case View::Outliers:
-      draw_outlier_panel(*state.shown, state.view.outlier_layer);
+      draw_outlier_panel(state);
       break;
     case View::Explain:
       views.explain.draw_tab(state);

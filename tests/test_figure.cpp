@@ -504,3 +504,70 @@ TEST_CASE("chart figures: bars where their values put them, in the sign or serie
   bad.height = 100;
   CHECK_THROWS_WITH(layout_chart_figure(bad, *font), Catch::Contains("between 200 and 8192"));
 }
+
+TEST_CASE(
+    "head figures: the answer and the query marked, axis titles, round legend ticks, a chosen text size",
+    "[viz][figure]") {
+  const FigureFont* font = system_font();
+  const int64_t T = 12;
+  std::vector<float> a(T * T, 0);
+  for (int64_t q = 0; q < T; ++q)
+    for (int64_t k = 0; k <= q; ++k)
+      a[q * T + k] = 0.937f * static_cast<float>(k + 1) / static_cast<float>(q + 1) / 6.5f;
+  HeadFigure fig;
+  for (int64_t i = 0; i < T; ++i) fig.tokens.push_back("t" + std::to_string(i));
+  HeatmapStyle style;
+  style.scale = ValueScale::Sqrt;
+  style.range = value_range({a.data()}, T, T, 100, false, true);
+  fig.panels = {{"A", a.data(), style}};
+  fig.panel_size = 240;
+  fig.answer_begin = 3;
+  fig.answer_end = 6;
+  fig.query = 9;
+  fig.label_px = 13;
+  const FigureScene sc = layout_head_figure(fig, *font);
+  CHECK(scene_text_faults(sc, *font).clean());
+  const Rgb8 green{20, 130, 50}, orange{220, 110, 0};
+  auto same = [](Rgb8 p, Rgb8 q) { return p.r == q.r && p.g == q.g && p.b == q.b; };
+  // The answer's band spans keys 3-5 (a 20-pixel cell each) just under the map; the query's mark sits left
+  // of the map on row 9.
+  const auto& m = sc.maps.at(0);
+  bool band = false, mark = false;
+  for (const auto& r : sc.rects) {
+    if (same(r.color, green) && r.x == m.x + 3 * 20 && r.w == 3 * 20 && r.y == m.y + m.size + 1) band = true;
+    if (same(r.color, orange) && r.x + r.w <= m.x && r.y == m.y + 9 * 20 && r.h == 20) mark = true;
+  }
+  CHECK(band);
+  CHECK(mark);
+  // Labels: the answer's keys green, the query's row orange, all at the size asked; the axis titles.
+  int green_labels = 0, orange_labels = 0;
+  std::vector<std::string> ticks;
+  for (const auto& t : sc.texts) {
+    if (same(t.color, green)) ++green_labels;
+    if (same(t.color, orange)) {
+      CHECK(t.text == "t9");
+      ++orange_labels;
+    }
+    if (t.y > m.y + m.size + 40 && !t.vertical && t.text != "keys") ticks.push_back(t.text);
+  }
+  CHECK(green_labels == 3);
+  CHECK(orange_labels == 1);
+  std::string all;
+  for (const auto& t : sc.texts) all += t.text + "|";
+  CHECK_THAT(all, Catch::Contains("|queries|"));
+  CHECK_THAT(all, Catch::Contains("|keys|"));
+  for (const auto& t : sc.texts)
+    if (t.text.rfind("t", 0) == 0) CHECK(t.px == Approx(13));
+  // The ramp's ends are the range's (0 and its top, 0.937 / 6.5 = 0.144); inside, only round values
+  // (1, 2 or 5 times a power of ten, or multiples of such a step).
+  REQUIRE(ticks.size() >= 3);
+  CHECK(ticks[0] == "0");
+  CHECK(ticks[1] == "0.144");
+  for (size_t i = 2; i < ticks.size(); ++i) {
+    INFO(ticks[i]);
+    const double v = std::stod(ticks[i]);
+    const double step = std::pow(10.0, std::floor(std::log10(v)));
+    const double mant = v / step;
+    CHECK(std::fabs(mant - std::round(mant)) < 1e-9);  // 0.02, 0.05, 0.1: one significant digit
+  }
+}

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "viz/ticks.h"
 #include "viz/token_text.h"
 #include "viz/utf8.h"
 
@@ -64,7 +65,11 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   const float sub_px = std::clamp(P / 28.0f, 12.0f, 48.0f);
   // Labels as large as a cell allows (every token labelled down to 9-pixel cells), at most P/40.
   const double min_cell = static_cast<double>(P) / static_cast<double>(std::max(region.rows, region.cols));
-  const float label_px = std::clamp(std::min(P / 40.0f, static_cast<float>(min_cell * 0.8)), 9.0f, 28.0f);
+  const float label_px =
+      fig.label_px > 0 ? std::clamp(fig.label_px, 6.0f, 64.0f)
+                       : std::clamp(std::min(P / 40.0f, static_cast<float>(min_cell * 0.8)), 9.0f, 28.0f);
+  const Rgb8 answer_ink{20, 130, 50}, query_ink{220, 110, 0};
+  const bool has_answer = fig.answer_begin >= 0 && fig.answer_end > fig.answer_begin;
   const int margin = std::max(8, P / 32), gap = std::max(12, P / 16);
   const int label_cap = P / 3;  // longest label box, pixels
   // Every stride-th token is labelled so labels never overlap.
@@ -76,14 +81,21 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   // Labels from the whole sequence, so a zoomed region that starts inside a byte-fallback character
   // still shows it as a continuation; a label of only spaces is drawn as "␣" so it can be seen.
   const std::vector<std::string> shown = display_tokens(fig.tokens, Spaces::Visible);
-  auto labels = [&](int64_t first, int64_t count, int64_t stride) {
+  // Every stride-th token, then the marked ones (the query's row, the answer's first key) in place of the
+  // labels that would crowd them.
+  auto labels = [&](int64_t first, int64_t count, int64_t stride, int64_t marked) {
     std::vector<std::pair<int64_t, std::string>> out;
     for (int64_t i = first; i < first + count; i += stride)
-      out.push_back({i, fit(font, shown[static_cast<size_t>(i)], label_px, label_cap)});
+      if (marked < 0 || std::llabs(i - marked) >= stride || i == marked)
+        out.push_back({i, fit(font, shown[static_cast<size_t>(i)], label_px, label_cap)});
+    if (marked >= first && marked < first + count &&
+        std::none_of(out.begin(), out.end(), [&](const auto& e) { return e.first == marked; }))
+      out.push_back({marked, fit(font, shown[static_cast<size_t>(marked)], label_px, label_cap)});
     return out;
   };
-  const auto row_labels = labels(region.row0, region.rows, row_stride);
-  const auto col_labels = labels(region.col0, region.cols, col_stride);
+  const auto row_labels = labels(region.row0, region.rows, row_stride, fig.query);
+  const auto col_labels = labels(region.col0, region.cols, col_stride, has_answer ? fig.answer_begin : -1);
+  auto in_answer = [&](int64_t k) { return has_answer && k >= fig.answer_begin && k < fig.answer_end; };
   int row_label_w = 0, col_label_h = 0;
   for (const auto& [i, s] : row_labels) row_label_w = std::max(row_label_w, font.text_width(s, label_px));
   for (const auto& [i, s] : col_labels) col_label_h = std::max(col_label_h, font.text_width(s, label_px));
@@ -92,11 +104,14 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
 
   const int legend_h = std::max(8, P / 24);
   const int n = static_cast<int>(fig.panels.size());
-  const int left = margin + row_label_w;
+  const int axis_title_w = fig.axis_titles ? static_cast<int>(label_px * 1.6f) : 0;
+  const int keys_title_h = fig.axis_titles ? static_cast<int>(label_px * 1.5f) : 0;
+  const int mark_w = fig.query >= 0 ? std::max(3, static_cast<int>(label_px / 3)) : 0;
+  const int left = margin + axis_title_w + row_label_w + mark_w;
   sc.width = left + n * P + (n - 1) * gap + margin;
   const int title_h = static_cast<int>(title_px * 1.6f), sub_h = static_cast<int>(sub_px * 1.5f);
   const int map_top = margin + title_h + sub_h;
-  sc.legend_top = map_top + P + col_label_h + static_cast<int>(label_px / 2);
+  sc.legend_top = map_top + P + col_label_h + keys_title_h + static_cast<int>(label_px / 2);
   sc.height = sc.legend_top + legend_h + static_cast<int>(label_px * 1.8f) + margin;
   sc.texts.push_back({margin, margin, fig.title, title_px, ink, false});
 
@@ -104,8 +119,13 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   const double cell_x = static_cast<double>(P) / static_cast<double>(region.cols);
   for (const auto& [i, s] : row_labels) {  // queries, right-aligned against the first map
     const int cy = map_top + static_cast<int>((static_cast<double>(i - region.row0) + 0.5) * cell_y);
-    sc.texts.push_back({left - static_cast<int>(label_px / 3) - font.text_width(s, label_px),
-                        cy - static_cast<int>(label_px / 2), s, label_px, ink, false});
+    sc.texts.push_back({left - mark_w - static_cast<int>(label_px / 3) - font.text_width(s, label_px),
+                        cy - static_cast<int>(label_px / 2), s, label_px, i == fig.query ? query_ink : ink,
+                        false});
+  }
+  if (fig.axis_titles) {
+    const std::string q = "queries";
+    sc.texts.push_back({margin, map_top + P / 2 + font.text_width(q, label_px) / 2, q, label_px, grey, true});
   }
   for (int k = 0; k < n; ++k) {
     const FigurePanel& panel = fig.panels[static_cast<size_t>(k)];
@@ -116,23 +136,64 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
       const int cx = x0 + static_cast<int>((static_cast<double>(i - region.col0) + 0.5) * cell_x);
       sc.texts.push_back({cx - static_cast<int>(label_px / 2),
                           map_top + P + static_cast<int>(label_px / 3) + font.text_width(s, label_px), s,
-                          label_px, ink, true});
+                          label_px, in_answer(i) ? answer_ink : ink, true});
     }
-    // Legend: the ramp, then ticks at 0, ¼, ½, ¾, 1 of it labelled with the values they stand for.
+    if (fig.axis_titles) {
+      const std::string keys = "keys";
+      sc.texts.push_back({x0 + (P - font.text_width(keys, label_px)) / 2,
+                          map_top + P + col_label_h + static_cast<int>(label_px * 0.2f), keys, label_px, grey,
+                          false});
+    }
+    // The marks: the answer's keys as a band just under the map, the query's row beside its left edge.
+    if (has_answer) {
+      const int64_t b = std::max(fig.answer_begin, region.col0),
+                    e = std::min(fig.answer_end, region.col0 + region.cols);
+      if (e > b) {
+        const int bx = x0 + static_cast<int>(static_cast<double>(b - region.col0) * cell_x);
+        const int ex = x0 + static_cast<int>(static_cast<double>(e - region.col0) * cell_x);
+        sc.rects.push_back({bx, map_top + P + 1, std::max(2, ex - bx),
+                            std::max(2, static_cast<int>(label_px / 4)), answer_ink, false});
+      }
+    }
+    if (fig.query >= region.row0 && fig.query < region.row0 + region.rows) {
+      const int qy = map_top + static_cast<int>(static_cast<double>(fig.query - region.row0) * cell_y);
+      sc.rects.push_back(
+          {x0 - mark_w - 1, qy, mark_w, std::max(2, static_cast<int>(cell_y)), query_ink, false});
+    }
+    // Legend: the ramp, its ends labelled with the values they stand for (a clamped end marked "≥ ... (pP)"),
+    // then round values inside (0.05, 0.1, ...; log: decades) where they stand under the scale.
     sc.ramps.push_back({x0, sc.legend_top, P, legend_h, panel.style.range.diverging});
-    std::vector<std::pair<int, int>> taken;  // label extents: the ends first, then the inner ticks
-    for (int t : {0, 4, 2, 1, 3}) {
-      const double pos = t / 4.0;
-      std::string s = format_tick(value_at_coordinate(pos, panel.style.range, panel.style.scale));
+    const ValueRange& range = panel.style.range;
+    std::vector<std::pair<double, std::string>> ticks;  // (position on the ramp, label): ends first
+    {
+      std::string lo = format_tick(value_at_coordinate(0, range, panel.style.scale));
+      std::string hi = format_tick(range.hi);
+      if (panel.style.scale == ValueScale::Log && !range.diverging) lo = "\u2264" + lo;  // all below it
+      if (range.clamped()) {
+        hi = "\u2265" + hi + " (p" + format_tick(range.percentile) + ")";
+        if (range.diverging) lo = "\u2264" + lo;
+      }
+      ticks.push_back({0.0, lo});
+      ticks.push_back({1.0, hi});
+      if (range.diverging) ticks.push_back({0.5, "0"});
+      std::vector<double> values;
       if (panel.style.scale == ValueScale::Log) {
-        if (!panel.style.range.diverging && t == 0) s = "\u2264" + s;  // the low end holds all below it
-        if (panel.style.range.diverging && t == 2) s = "0";
+        for (int d = 1; d < static_cast<int>(kLogDecades); ++d)
+          values.push_back(range.hi * std::pow(10.0, -d));
+      } else {
+        values = nice_ticks(0, range.hi, 5);
       }
-      // A clamped end: larger values exist and take its colour ("≥ 0.191 (p99.5)").
-      if (panel.style.range.clamped()) {
-        if (t == 4) s = "\u2265" + s + " (p" + format_tick(panel.style.range.percentile) + ")";
-        if (t == 0 && panel.style.range.diverging) s = "\u2264" + s;
+      for (double v : values) {
+        if (!(v > 0) || v >= range.hi * 0.999) continue;
+        const double round_v = std::stod(format_tick(v));  // as labelled
+        const double pos = colormap_coordinate(round_v, range, panel.style.scale);
+        ticks.push_back({pos, format_tick(round_v)});
+        if (range.diverging)
+          ticks.push_back({colormap_coordinate(-round_v, range, panel.style.scale), format_tick(-round_v)});
       }
+    }
+    std::vector<std::pair<int, int>> taken;  // label extents, placed in order (ends first)
+    for (const auto& [pos, s] : ticks) {
       const int tx = x0 + static_cast<int>(pos * (P - 1));
       const int w = font.text_width(s, label_px);
       const int lx = std::clamp(tx - w / 2, x0, x0 + P - w);

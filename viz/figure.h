@@ -30,6 +30,12 @@ struct HeadFigure {
   MapRegion region;                 // rows == 0: the whole map
   int panel_size = 512;             // pixels per map side
   Pooling pooling = Pooling::Max;
+  // Marks, in map units (tokens, or a pooled map's cells): the answer's keys [answer_begin, answer_end)
+  // (a green band under each map, their labels green) and the query's row (an orange mark left of each
+  // map, its label orange); -1: none.
+  int64_t answer_begin = -1, answer_end = -1, query = -1;
+  float label_px = 0;       // token labels and ticks, pixels (0: from the cell size, 9 to 28)
+  bool axis_titles = true;  // "queries" down the left, "keys" under each map
 };
 
 // Throws Error for an empty figure, a panel without data, no tokens, a region outside the map or a panel
