@@ -20,6 +20,18 @@
 namespace difflens::cli {
 namespace {
 
+// --query and --answer into the page's or the figure's options (-1: not given).
+template <typename Options>
+void read_marks(const Args& a, Options& o) {
+  o.query = a.get_int("query", -1);
+  const std::vector<int> answer = a.get_int_list("answer");
+  if (!answer.empty()) {
+    if (answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
+    o.answer_begin = answer[0];
+    o.answer_end = answer[1];
+  }
+}
+
 // render --html: the Text view as a self-contained page of one or two bundles of the same prompt.
 int render_page(const Args& a) {
   const std::string out = a.require("html");
@@ -34,13 +46,7 @@ int render_page(const Args& a) {
     o.layer = *std::min_element(o.layers.begin(), o.layers.end());
   o.head[0] = a.get_int("head");
   o.head[1] = a.get_int("compare-head", o.head[0]);
-  o.query = a.get_int("query", -1);
-  const std::vector<int> answer = a.get_int_list("answer");
-  if (!answer.empty()) {
-    if (answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
-    o.answer_begin = answer[0];
-    o.answer_end = answer[1];
-  }
+  read_marks(a, o);
   o.direction = a.get("direction") == "to" ? WeightDirection::ToToken : WeightDirection::FromQuery;
   o.pool = std::array<HeadPool, 3>{HeadPool::Head, HeadPool::LayerMean,
                                    HeadPool::AllLayers}[a.choice_index("pool")];
@@ -86,13 +92,7 @@ int cmd_render(const Args& a) {
     if (zoom[2] < 1) throw Error("--zoom: N must be at least 1");
     o.region = {zoom[0], zoom[1], zoom[2], zoom[2]};
   }
-  o.query = a.get_int("query", -1);
-  const std::vector<int> answer = a.get_int_list("answer");
-  if (!answer.empty()) {
-    if (answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
-    o.answer_begin = answer[0];
-    o.answer_end = answer[1];
-  }
+  read_marks(a, o);
   o.label_px = static_cast<float>(a.get_double("font-px", 0));
   const viz::HeadFigure fig =
       a.has("compare")
