@@ -11,6 +11,7 @@
 #include "app/panels.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/trace_io.h"
 #include "viz/chart.h"
 #include "viz/export.h"
 #include "viz/figure.h"
@@ -192,6 +193,28 @@ std::vector<std::string> export_view_figure(GuiState& state) {
                   "the Lab: Export results)");
   }
   return files;
+}
+
+std::vector<std::string> save_run_bundles(GuiState& state) {
+  if (!state.shown || first_trace_slot(*state.shown) < 0)
+    throw Error("nothing to save yet: no run on screen");
+  const std::filesystem::path dir(state.view.export_dir);
+  std::filesystem::path run;
+  for (int k = 1;; ++k) {  // a new folder: never into an earlier save
+    run = dir / (k == 1 ? "run" : "run-" + std::to_string(k));
+    std::error_code ec;
+    if (!std::filesystem::exists(run, ec)) break;
+  }
+  std::vector<std::string> out;
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& t = state.shown->traces[s];
+    if (!t) continue;
+    const std::filesystem::path bundle =
+        run / file_safe(std::string(s == 0 ? "left-" : "right-") + model_name(*t));
+    write_trace_bundle(*t, bundle);
+    out.push_back(bundle.string());
+  }
+  return out;
 }
 
 }  // namespace difflens::app

@@ -16,4 +16,10 @@ namespace difflens::app {
 // such figure (the Text view: its page; Explain and the Lab: their own exports) or nothing is on screen.
 std::vector<std::string> export_view_figure(GuiState& state);
 
+// File > Save this run as trace bundles (play: "export bundle"): each slot's trace of the run on screen as
+// a bundle (core/trace_io.h) in a new folder of the export folder (run, run-2, ...), named by slot and
+// model ("left-diff-small"), which File > Open trace bundle and `difflens render` read. Returns the
+// bundles' folders; throws Error when no run is on screen.
+std::vector<std::string> save_run_bundles(GuiState& state);
+
 }  // namespace difflens::app

@@ -331,6 +331,17 @@ int run_gui(const GuiOptions& opt) {
       player.step(state, worker, played);
       // The view as a figure (File menu last frame, or the action just played), before the panels draw: the
       // Maps view's head views export as they draw this frame.
+      if (state.save_bundles) {
+        state.save_bundles = false;
+        try {
+          const std::vector<std::string> saved = save_run_bundles(state);
+          std::string list;
+          for (const std::string& b : saved) list += (list.empty() ? "" : " and ") + b;
+          state.message = "saved " + list + " (File > Open trace bundle reads them)";
+        } catch (const std::exception& e) {
+          state.message = std::string("saving the run failed: ") + e.what();
+        }
+      }
       if (state.export_figure) {
         state.export_figure = false;
         try {

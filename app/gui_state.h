@@ -134,9 +134,11 @@ struct GuiState {
                                    // the run on screen was not typed (a script's prompt, a needle, Continue)
   bool export_all = false;         // Ctrl+E: export every map of the head view this frame
   bool export_head_views = false;  // File menu: export each model's labelled head view this frame
-  bool export_figure = false;  // File menu, play: the view on screen as a figure (PNG + SVG) after this frame
-  bool window_shot = false;    // F12 / File menu: save the window as a PNG after this frame
-  bool export_page = false;    // File menu: write the Text view as an HTML page after this frame
+  bool export_figure = false;
+  bool save_bundles = false;  // File menu, play: each slot's trace of the run on screen as a bundle  // File
+                              // menu, play: the view on screen as a figure (PNG + SVG) after this frame
+  bool window_shot = false;   // F12 / File menu: save the window as a PNG after this frame
+  bool export_page = false;   // File menu: write the Text view as an HTML page after this frame
   std::string export_page_path;  // ...to this file ("" : a new file in the export folder)
   bool quit = false;             // File menu: close the window
   // Each slot's model card (card.json in its folder), read again when the slot's folder changes.

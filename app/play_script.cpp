@@ -48,7 +48,7 @@ constexpr VerbName kVerbs[] = {
     {"lab", "grid LENGTHS DEPTHS NEEDLES QUERIED SEEDS|start|cancel"},
     {"explain", "next|back|STEP"},
     {"present", "on|off"},
-    {"export", "maps|heads|figure [WIDTHxHEIGHT [TEXT_PX]]|page [FILE.html]|window|folder DIR"},
+    {"export", "maps|heads|figure [WIDTHxHEIGHT [TEXT_PX]]|bundle|page [FILE.html]|window|folder DIR"},
     {"continue", "left|right TOKENS [TEMPERATURE [SEED]]"},
     {"step", "back|forward|first|last"},
     {"wait", "[MS]"},
@@ -276,10 +276,11 @@ void parse_line(const std::string& line, PlayAction& a) {
       a.ints = {integer(w[0], 1, 6), 0};
   } else if (verb == "export") {
     if (w.empty()) bad("'export' needs what to export");
-    const int what = pick(w[0], "maps|heads|page|window|folder|figure");
-    if (what < 0) bad("'" + w[0] + "' is not maps, heads, figure, page, window or folder");
+    const int what = pick(w[0], "maps|heads|page|window|folder|figure|bundle");
+    if (what < 0) bad("'" + w[0] + "' is not maps, heads, figure, bundle, page, window or folder");
     const PlayVerb verbs[] = {PlayVerb::ExportMaps,   PlayVerb::ExportHeads, PlayVerb::ExportPage,
-                              PlayVerb::ExportWindow, PlayVerb::ExportDir,   PlayVerb::ExportFigure};
+                              PlayVerb::ExportWindow, PlayVerb::ExportDir,   PlayVerb::ExportFigure,
+                              PlayVerb::ExportBundle};
     a.verb = verbs[what];
     if (what == 5) {  // the figure's size and text size (none: as the File menu has them)
       words(1, 3);
@@ -554,8 +555,9 @@ std::string soak_script(uint64_t seed, int actions, const SoakInputs& in) {
     } else if (kind < 83) {
       out << (chance(30) ? "present on" : "present off") << "\n";
     } else if (kind < 86) {
-      static const char* kExports[] = {"maps", "heads", "page", "window", "figure", "figure 640x400 9"};
-      out << "export " << kExports[below(6)] << "\n";
+      static const char* kExports[] = {"maps",  "heads", "page", "window", "figure", "figure 640x400 9",
+                                       "bundle"};
+      out << "export " << kExports[below(7)] << "\n";
     } else if (kind < 87 && screenshots < 20) {
       out << "screenshot " << dir << "/soak-" << screenshots++ << ".png\n";
     } else if (kind < 89) {

@@ -46,6 +46,7 @@ enum class PlayVerb {
   ExportWindow,  // F12
   ExportDir,     // text: the export folder
   ExportFigure,  // the view as a figure; ints: WIDTH, HEIGHT (0: as set); number: text px (-1: as set)
+  ExportBundle,  // each slot's trace as a bundle in a new run folder
   Continue,      // ints: SLOT, TOKENS, SEED; number: temperature (0: greedy)
   Step,          // ints[0]: -1 back, +1 forward through the written tokens, 0 the first, 2 the last
   Wait,          // ints[0]: milliseconds (-1: until the results are in and the models idle)

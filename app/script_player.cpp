@@ -321,6 +321,9 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
     case PlayVerb::ExportWindow:
       state.window_shot = true;
       break;
+    case PlayVerb::ExportBundle:
+      state.save_bundles = true;
+      break;
     case PlayVerb::ExportFigure:
       if (a.ints[0] > 0) state.view.figure_width = a.ints[0], state.view.figure_height = a.ints[1];
       if (a.number >= 0) state.view.figure_text_px = static_cast<float>(a.number);

@@ -152,6 +152,12 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
       ImGui::SetTooltip(
           "Figure 1, lambda per layer, the Noise chart, the outliers or the Model view's grid, drawn at the\n"
           "figure size below with axis titles and a legend; the Maps view: its labelled head views.");
+    if (ImGui::MenuItem("Save this run as trace bundles", nullptr, false, state.shown.has_value()))
+      state.save_bundles = true;
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "Both models' traces of the prompt on screen (maps, lambda, statistics, queries and keys), each a\n"
+          "folder that File > Open trace bundle and `difflens render` read, in a new run folder.");
     if (ImGui::MenuItem("Export page (HTML: the Text view for a browser)", nullptr, false,
                         state.shown.has_value()))
       state.export_page = true;

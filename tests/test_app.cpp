@@ -287,6 +287,7 @@ TEST_CASE("map axes: ticks at round token numbers, placed inside pooled cells", 
 TEST_CASE("model cards: each bundled model says what it retrieves, in agreement with its model card",
           "[app][card]") {
   using difflens::app::read_model_card;
+  using difflens::app::view_line;
   const std::string models = DIFFLENS_SOURCE_DIR "/assets/models";
   // The numbers the lines carry are the model card's: README.md's ship-criterion table, one row a model
   // ("| diff-small | 1.00 | 0.98 | 0.74 | ..." at 256 / 512 / 1024 tokens).
@@ -320,6 +321,14 @@ TEST_CASE("model cards: each bundled model says what it retrieves, in agreement 
   const auto base = read_model_card(models + "/baseline-small");
   CHECK(diff->caveat.find("unlike the paper's DIFF") != std::string::npos);
   CHECK(base->caveat.empty());
+  // Beside the Outliers view: the direction and the size of the gap against the paper's Table 5, as the
+  // card's README says it; beside the head scores: the card's finding on induction heads.
+  CHECK(view_line(*diff, "outliers").find("as the paper's DIFF, but by ") != std::string::npos);
+  CHECK(card.find("Against the paper's Table 5: diff-small's largest |attention logit| is ") != std::string::npos);
+  const bool no_induction = card.find("have no induction head") != std::string::npos ||
+                            card.find("has no induction head") != std::string::npos;
+  CHECK((view_line(*diff, "heads").find("no induction head") != std::string::npos) == no_induction);
+  CHECK(view_line(*diff, "no-such-view").empty());
   // No card, or a broken one: nothing, or a line that says what is wrong.
   CHECK_FALSE(read_model_card(models).has_value());
   CHECK_FALSE(read_model_card("").has_value());

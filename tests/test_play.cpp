@@ -2,6 +2,7 @@
 // a script played in a real window (under Xvfb) doing what its lines say.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -11,6 +12,7 @@
 #include "app/play_script.h"
 #include "core/error.h"
 #include "core/model.h"
+#include "core/trace_io.h"
 #include "helpers.h"
 
 using namespace difflens;
@@ -525,4 +527,36 @@ TEST_CASE("play: the needle story at 1280x800 in lecture mode keeps every slide'
   }
   CHECK(shots == 10);
   CHECK_THAT(r.out, Catch::Contains("0 screenshots not written, 0 with layout faults"));
+}
+
+TEST_CASE("play: a run saved as trace bundles reads back as the traces the app showed", "[gui][play]") {
+  need_the_app_and_a_display("saving a run");
+  test::ScratchDir dir("bundles");
+  const std::string out = (dir / "out").string();
+  const std::string prompt = "The secret code of Mira is 4821. Q: What is the secret code of Mira? A: 4821";
+  test::write_all(dir / "s.play", "prompt " + prompt + "\nwait\nexport folder " + out +
+                                      "\nexport bundle\nexport bundle\nwait\n");
+  const Run r = run_difflens("--play " + (dir / "s.play").string() + " --play-exit --threads 1", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("play: status: saved " + out + "/run/left-diff-small and " + out +
+                   "/run/right-baseline-small") != std::string::npos);
+  CHECK(r.out.find(out + "/run-2/left-diff-small") != std::string::npos);  // the second save: a new folder
+  // Each bundle is the trace of that prompt: the same tokens and maps as capturing it here.
+  for (const char* m : {"diff-small", "baseline-small"}) {
+    INFO(m);
+    const Trace saved = read_trace_bundle(
+        dir / "out" / "run" / ((std::string(m) == "diff-small" ? "left-" : "right-") + std::string(m)));
+    const Model model =
+        Model::load(DIFFLENS_SOURCE_DIR "/assets/models/" + std::string(m), DeviceChoice::Cpu);
+    const Trace direct = model.capture(model.tokenizer().encode(prompt, true).ids);
+    REQUIRE(saved.length() == direct.length());
+    CHECK(saved.tokens == direct.tokens);
+    REQUIRE(saved.layers.size() == direct.layers.size());
+    const FloatArray &a = saved.layers[1].a, &b = direct.layers[1].a;
+    REQUIRE(a.data.size() == b.data.size());
+    float worst = 0;
+    for (size_t i = 0; i < a.data.size(); ++i) worst = std::max(worst, std::fabs(a.data[i] - b.data[i]));
+    CHECK(worst <= 1e-5f);
+  }
 }
