@@ -175,12 +175,21 @@ LayoutCheck check_layout(const GuiState& state, int width, int height, bool prin
     }
   }
   check.lecture = state.lecture;
-  for (const LayoutRecord::Rect& r : state.drawn.rects)
-    if (r.x1 > r.x0 && r.y1 > r.y0 && (r.x1 > width + 0.5f || r.y1 > height + 0.5f)) {
+  // A region past the window, or one that starts in the central area (the view) and ends beyond it (below
+  // the fold of a view that scrolls).
+  const LayoutRecord::Rect* central = state.drawn.find("central");
+  for (const LayoutRecord::Rect& r : state.drawn.rects) {
+    if (!(r.x1 > r.x0 && r.y1 > r.y0) || r.name == "central") continue;
+    const bool in_view = central && r.x0 >= central->x0 - 0.5f && r.y0 >= central->y0 - 0.5f &&
+                         r.x0 < central->x1 && r.y0 < central->y1;
+    const float right = in_view ? central->x1 : static_cast<float>(width);
+    const float bottom = in_view ? central->y1 : static_cast<float>(height);
+    if (r.x1 > right + 1 || r.y1 > bottom + 1) {
       if (++check.regions_beyond <= 8)
-        std::printf("layout: %s reaches past the window: %.0f,%.0f-%.0f,%.0f in %dx%d\n", r.name.c_str(),
-                    r.x0, r.y0, r.x1, r.y1, width, height);
+        std::printf("layout: %s reaches past the %s: %.0f,%.0f-%.0f,%.0f (ends at %.0f,%.0f)\n",
+                    r.name.c_str(), in_view ? "view" : "window", r.x0, r.y0, r.x1, r.y1, right, bottom);
     }
+  }
   const TextFaults text = count_text_faults();
   check.cut = text.cut;
   check.cut_at_scroll_edge = text.cut_at_scroll_edge;

@@ -271,6 +271,7 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
         if (!accuracy) {  // attention shares are small for small models (and DIFF's can be < 0): span them
           g.lo = attention_lo;
           g.hi = attention_hi;
+          g.diverging = attention_lo < 0;  // DIFF's shares below 0: the sign scale, as every view
           g.format = "%.3f";
         }
         const viz::Image img = viz::render_grid_figure(g);

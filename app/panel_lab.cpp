@@ -16,12 +16,12 @@
 #include "core/error.h"
 #include "core/needle.h"
 #include "viz/colormap.h"
+#include "viz/figure.h"
 
 namespace difflens::app {
 namespace {
 
-ImU32 colormap_u32(double t) {
-  const viz::Rgb8 c = viz::sequential_colormap().at(t);
+ImU32 colormap_u32(viz::Rgb8 c) {
   return IM_COL32(c.r, c.g, c.b, 255);
 }
 
@@ -74,13 +74,14 @@ void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vecto
         continue;
       }
       const double v = lab_value(*found, value);
-      const double t = std::clamp((v - lo) / (hi - lo), 0.0, 1.0);
-      dl->AddRectFilled(a, b, colormap_u32(t));
+      // Shares below 0 (DIFF can subtract): the sign scale around 0, as every view; else sequential.
+      const viz::Rgb8 colour = viz::grid_cell_colour(v, lo, hi, lo < 0);
+      dl->AddRectFilled(a, b, colormap_u32(colour));
       char txt[32];
       std::snprintf(txt, sizeof txt, value == LabValue::QuestionAttention ? "%.3f" : "%.2f", v);
       const ImVec2 ts = ImGui::CalcTextSize(txt);
       if (ts.x < cell - 2) {
-        const bool dark = viz::oklab_lightness(viz::sequential_colormap().at(t)) < 0.6;
+        const bool dark = viz::oklab_lightness(colour) < 0.6;
         dl->AddText(ImVec2(a.x + (cell - ts.x) / 2, a.y + (cell - ts.y) / 2),
                     dark ? IM_COL32(255, 255, 255, 255) : IM_COL32(20, 20, 20, 255), txt);
       }
@@ -292,8 +293,13 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
         ImGui::PopID();
       }
     }
-    ImGui::TextDisabled("accuracy colours span 0..1; %s spans %.3f..%.3f for both models", shown_name, lo,
-                        hi);
+    if (lo < 0)
+      ImGui::TextDisabled(
+          "accuracy colours span 0..1; %s: blue above 0, red below, to %.3f either way, both models",
+          shown_name, std::max(-lo, hi));
+    else
+      ImGui::TextDisabled("accuracy colours span 0..1; %s spans %.3f..%.3f for both models", shown_name, lo,
+                          hi);
   }
   // The paper's Table 3 layout: attention to answer / noise by depth, per length and model.
   for (const auto& nr : sweep.needles_queried) {

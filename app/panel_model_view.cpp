@@ -391,26 +391,6 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
       max_cols = std::max(max_cols, c);
     }
   ImGui::BeginChild("modelgrid", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
-  const ImVec2 room = ImGui::GetContentRegionAvail();
-  const float pad = ImGui::GetStyle().ItemSpacing.x, vpad = ImGui::GetStyle().ItemSpacing.y;
-  const float header = 4 * ImGui::GetTextLineHeightWithSpacing();  // title, legend, head numbers
-  const ImVec2 beside((room.x - 2 * ImGui::GetFontSize() - labels_w) / std::max(1, cols) - pad,
-                      (room.y - header) / rows - vpad);
-  const ImVec2 stacked((room.x - widest_label - pad) / max_cols - pad,
-                       (room.y - models * header) / std::max(1, models * rows) - vpad);
-  // A summary cell holds its number in 3 text lines; a map thumbnail reads at 2 (the lecture font's 46 px:
-  // both bundled grids side by side at 1280 x 800 rather than the baseline's below the fold).
-  const float least = ImGui::GetTextLineHeight() * (state.view.head_metric > 0 ? 3 : 2);
-  // The larger cells, unless that arrangement runs off the view's width while the other does not (the grid
-  // scrolls down more readily than sideways).
-  auto area = [&](ImVec2 c) {
-    const ImVec2 b = thumbnail_box(c, state.view.head_metric > 0);
-    return std::max(0.0f, b.x) * std::max(0.0f, b.y);
-  };
-  bool stack = area(stacked) > area(beside);
-  if (beside.x < least && stacked.x >= least) stack = true;
-  const ImVec2 cell(std::clamp((stack ? stacked : beside).x, least, 400.0f),
-                    std::clamp((stack ? stacked : beside).y, least, 400.0f));
   // One colour range for both models' summaries, so their cells compare: signed shares diverge around 0
   // when anything is negative; entropy / ln(keys seen) spans 0..1.
   const int metric = state.view.head_metric;
@@ -439,6 +419,27 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
                 kMetricNames[metric], whole_map_metric(metric) ? ", over every row" : "");
     if (whole_map_metric(metric)) draw_card_view_lines(state, "heads");  // e.g. no induction head
   }
+  // The cells take the room the legend and the cards' lines leave.
+  const ImVec2 room = ImGui::GetContentRegionAvail();
+  const float pad = ImGui::GetStyle().ItemSpacing.x, vpad = ImGui::GetStyle().ItemSpacing.y;
+  const float header = 4 * ImGui::GetTextLineHeightWithSpacing();  // title, legend, head numbers
+  const ImVec2 beside((room.x - 2 * ImGui::GetFontSize() - labels_w) / std::max(1, cols) - pad,
+                      (room.y - header) / rows - vpad);
+  const ImVec2 stacked((room.x - widest_label - pad) / max_cols - pad,
+                       (room.y - models * header) / std::max(1, models * rows) - vpad);
+  // A cell reads at 2 text lines, its number or its map (the lecture font's 46 px: both bundled grids side
+  // by side at 1280 x 800 rather than the baseline's below the fold).
+  const float least = ImGui::GetTextLineHeight() * 2;
+  // The larger cells, unless that arrangement runs off the view's width while the other does not (the grid
+  // scrolls down more readily than sideways).
+  auto area = [&](ImVec2 c) {
+    const ImVec2 b = thumbnail_box(c, state.view.head_metric > 0);
+    return std::max(0.0f, b.x) * std::max(0.0f, b.y);
+  };
+  bool stack = area(stacked) > area(beside);
+  if (beside.x < least && stacked.x >= least) stack = true;
+  const ImVec2 cell(std::clamp((stack ? stacked : beside).x, least, 400.0f),
+                    std::clamp((stack ? stacked : beside).y, least, 400.0f));
   for (int s = 0; s < kSlots; ++s) {
     if (s && !stack) ImGui::SameLine(0, 2 * ImGui::GetFontSize());
     ImGui::BeginGroup();

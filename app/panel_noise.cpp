@@ -232,6 +232,19 @@ void focus_answer_head(GuiState& state, const RunResult& r) {
 
 namespace {
 
+// The layer that row i of the readouts stands for: the trace's own index (a bundle may keep some layers
+// only), or "#i" where the models kept different layers.
+std::string readout_layer(const std::optional<NoiseReadout>* readouts, size_t i) {
+  int layer = -1;
+  for (int s = 0; s < kSlots; ++s)
+    if (readouts[s] && i < readouts[s]->layers.size()) {
+      const int l = readouts[s]->layers[i];
+      if (layer >= 0 && l != layer) return "#" + std::to_string(i);
+      layer = l;
+    }
+  return layer >= 0 ? std::to_string(layer) : "#" + std::to_string(i);
+}
+
 // A bar's value to 3 decimals (the table's), in the largest font up to the view's that fits the bar's
 // width: beyond its end (above a positive bar, below a negative one), or just inside it where the plot
 // has no room (dark on the light noise bars, white on the solid ones); none where no font fits.
@@ -300,7 +313,7 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
         bar_value(dl, a, x0, bw * 0.9f, k == 0 ? v->answer : v->noise, k != 0);
       }
     }
-    const std::string label = g < rows ? "layer " + std::to_string(g) : "mean";
+    const std::string label = g < rows ? "layer " + readout_layer(readouts, g) : "mean";
     dl->AddText(
         ImVec2(a.min.x + gw * (static_cast<float>(g) + 0.5f) - ImGui::CalcTextSize(label.c_str()).x / 2,
                a.max.y + 3),
@@ -379,7 +392,7 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       if (i < rows)
-        ImGui::Text("%zu", i);
+        ImGui::TextUnformatted(readout_layer(readouts, i).c_str());
       else
         ImGui::TextUnformatted("mean");
       for (int s = 0; s < kSlots; ++s) {
@@ -410,8 +423,8 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
             if ((answer ? a.answer : a.noise) < lowest) {
               lowest = answer ? a.answer : a.noise;
               of_answer = answer;
-              where =
-                  r.traces[s]->config.name + (mean ? ", mean over layers" : ", layer " + std::to_string(i));
+              where = r.traces[s]->config.name +
+                      (mean ? ", mean over layers" : ", layer " + readout_layer(readouts, i));
             }
         }
     if (!where.empty()) {
@@ -450,7 +463,7 @@ viz::ChartFigure noise_chart(GuiState& state, int width, int height, float font_
                   "each bar: the mean over a layer's heads and " + answer_rows_phrase(sel.query, T) +
                       "; answer: tokens " + viz::token_range(sel.answer_begin, sel.answer_end));
   viz::ChartPanel p;
-  for (size_t i = 0; i < rows; ++i) p.groups.push_back("layer " + std::to_string(i));
+  for (size_t i = 0; i < rows; ++i) p.groups.push_back("layer " + readout_layer(cache.readouts, i));
   p.groups.push_back("mean");
   std::string cards;
   for (int s = 0; s < kSlots; ++s) {

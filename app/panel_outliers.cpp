@@ -17,8 +17,9 @@ namespace {
 
 // Two models' |value| histograms on the same log10 axis (bins merged to 4 per decade), log-count bars,
 // each model in its identity colour (viz::kModelColours), side by side in each bin.
+// `with_top`: each name followed by its largest value (lecture mode, where the tables are left out).
 void draw_histograms(const char* title, const ValueStats* stats[kSlots], const char* names[kSlots],
-                     ImVec2 size) {
+                     ImVec2 size, bool with_top) {
   constexpr int kMerge = LogHistogram::kBinsPerDecade / 4;
   constexpr int kBins = LogHistogram::kBins / kMerge;
   double counts[kSlots][kBins] = {};
@@ -39,7 +40,11 @@ void draw_histograms(const char* title, const ValueStats* stats[kSlots], const c
   for (int s = 0; s < kSlots; ++s)  // each name in its bars' colour
     if (stats[s]) {
       ImGui::SameLine();
-      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(model_ink(s)), "%s", names[s]);
+      if (with_top && !stats[s]->top.empty())
+        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(model_ink(s)), "%s top-1 %.1f", names[s],
+                           stats[s]->top[0]);
+      else
+        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(model_ink(s)), "%s", names[s]);
     }
   const ImVec2 p = ImGui::GetCursorScreenPos();
   ImGui::Dummy(size);
@@ -140,18 +145,25 @@ void draw_outlier_panel(GuiState& state) {
   const ImGuiStyle& st = ImGui::GetStyle();
   const float line = ImGui::GetTextLineHeightWithSpacing();
   const float table = 3 * (ImGui::GetTextLineHeight() + 2 * st.CellPadding.y) + st.ItemSpacing.y + 2;
-  const float group = line + table + st.ItemSpacing.y;  // a histogram's title and table
+  // In lecture mode the histograms are the slide: their tables are left out (each name carries its top-1).
+  const bool tables = !state.lecture;
+  const float group = line + (tables ? table : 0.0f) + st.ItemSpacing.y;  // a histogram's title and table
   const float rest =
       room.y - line /* the note */ - (stacked ? 2 : 1) * group - (stacked ? st.ItemSpacing.y : 0);
-  const float h = std::max(ImGui::GetTextLineHeight() * 7, stacked ? rest / 2 : rest);
+  const float h = std::max(ImGui::GetTextLineHeight() * (state.lecture ? 4 : 7), stacked ? rest / 2 : rest);
   ImGui::BeginGroup();
-  draw_histograms("|attention logits| (DIFF: both components pooled; log count)", lp, names, ImVec2(w, h));
-  draw_outlier_table("logit_table", lp, names);
+  draw_histograms("|attention logits| (DIFF: both components pooled; log count)", lp, names, ImVec2(w, h),
+                  !tables);
+  state.drawn.note("outliers.logits", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
+                   ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
+  if (tables) draw_outlier_table("logit_table", lp, names);
   ImGui::EndGroup();
   if (!stacked) ImGui::SameLine();
   ImGui::BeginGroup();
-  draw_histograms("|hidden states| at layer outputs (log count)", hp, names, ImVec2(w, h));
-  draw_outlier_table("hidden_table", hp, names);
+  draw_histograms("|hidden states| at layer outputs (log count)", hp, names, ImVec2(w, h), !tables);
+  state.drawn.note("outliers.hidden", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
+                   ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
+  if (tables) draw_outlier_table("hidden_table", hp, names);
   ImGui::EndGroup();
   if (layer_choice < 0)
     ImGui::TextDisabled("pooled over layers: top-k exact; median from the log histogram (within 3.7 %%)");

@@ -461,9 +461,13 @@ void draw_card_view_lines(GuiState& state, const std::string& view) {
     const std::string line = card ? view_line(*card, view) : "";
     if (line.empty()) continue;
     ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.7f, 0.33f, 0.0f, 1));
+    // Wrapped at the visible right edge (a child that scrolls sideways would wrap at its content's).
+    ImGui::PushTextWrapPos(ImGui::GetWindowWidth() - ImGui::GetStyle().WindowPadding.x -
+                           ImGui::GetStyle().ScrollbarSize + ImGui::GetScrollX());
     ImGui::TextWrapped("%s: %s",
                        (t->config.name.empty() ? to_string(t->config.attention) : t->config.name).c_str(),
                        line.c_str());
+    ImGui::PopTextWrapPos();
     ImGui::PopStyleColor();
   }
 }

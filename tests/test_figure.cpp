@@ -571,3 +571,29 @@ TEST_CASE(
     CHECK(std::fabs(mant - std::round(mant)) < 1e-9);  // 0.02, 0.05, 0.1: one significant digit
   }
 }
+
+TEST_CASE("grid figures: signed values take the sign scale around 0, as every view colours them", "[viz][figure]") {
+  // The needle lab's attention to the answer: DIFF's can be below 0 (-0.2 here), the baseline's up to 0.5.
+  const Colormap& div = diverging_colormap();
+  auto same = [](Rgb8 p, Rgb8 q) { return p.r == q.r && p.g == q.g && p.b == q.b; };
+  CHECK(same(grid_cell_colour(0.0, -0.2, 0.5, true), div.at(0.5)));   // 0: the middle (near white)
+  CHECK(same(grid_cell_colour(0.5, -0.2, 0.5, true), div.at(1.0)));   // the largest |value|: the blue end
+  CHECK(same(grid_cell_colour(-0.2, -0.2, 0.5, true), div.at(0.3)));  // -0.2 of 0.5: red, 0.4 of the way
+  CHECK(same(grid_cell_colour(0.25, 0.0, 0.5, false), sequential_colormap().at(0.5)));
+  GridFigure g;
+  g.row_labels = {"0%"};
+  g.col_labels = {"256", "512"};
+  g.values = {-0.2, 0.5};
+  g.lo = -0.2;
+  g.hi = 0.5;
+  g.diverging = true;
+  g.format = "%.3f";
+  const FigureScene sc = layout_grid_figure(g, *system_font());
+  REQUIRE(sc.ramps.size() == 1);
+  CHECK(sc.ramps[0].diverging);
+  std::string all;
+  for (const auto& t : sc.texts) all += t.text + "|";
+  CHECK_THAT(all, Catch::Contains("|-0.500|"));  // the ramp spans ±0.5 with 0 in the middle
+  CHECK_THAT(all, Catch::Contains("|0.500|"));
+  CHECK_THAT(all, Catch::Contains("|0|"));
+}

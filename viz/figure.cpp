@@ -224,6 +224,14 @@ Image render_head_figure(const HeadFigure& fig, const FigureFont& font, HeadFigu
   return img;
 }
 
+Rgb8 grid_cell_colour(double v, double lo, double hi, bool diverging) {
+  if (diverging) {
+    const double m = std::max(std::fabs(lo), std::fabs(hi));
+    return diverging_colormap().at(0.5 + 0.5 * std::clamp(v / (m > 0 ? m : 1), -1.0, 1.0));
+  }
+  return sequential_colormap().at(std::clamp((v - lo) / (hi > lo ? hi - lo : 1), 0.0, 1.0));
+}
+
 FigureScene layout_grid_figure(const GridFigure& g, const FigureFont& font) {
   const size_t R = g.row_labels.size(), C = g.col_labels.size();
   if (R == 0 || C == 0 || g.values.size() != R * C)
@@ -254,7 +262,6 @@ FigureScene layout_grid_figure(const GridFigure& g, const FigureFont& font) {
   text(margin, margin, g.title, title_px, ink);
   text(left, margin + static_cast<int>(title_px * 1.6f), g.col_title, px, ink);
   text(margin, top - static_cast<int>(px * 1.3f), g.row_title, px, ink);
-  const Colormap& cmap = sequential_colormap();
   for (size_t r = 0; r < R; ++r) {
     const int y = top + static_cast<int>(r) * g.cell;
     text(left - margin / 2 - font.text_width(g.row_labels[r], px), y + (g.cell - static_cast<int>(px)) / 2,
@@ -269,7 +276,7 @@ FigureScene layout_grid_figure(const GridFigure& g, const FigureFont& font) {
         cell.color = {236, 236, 236};
         std::snprintf(b, sizeof b, "n/a");
       } else {
-        cell.color = cmap.at((v - g.lo) / (g.hi - g.lo));
+        cell.color = grid_cell_colour(v, g.lo, g.hi, g.diverging);
         std::snprintf(b, sizeof b, g.format.c_str(), v);
       }
       sc.rects.push_back(cell);
@@ -283,12 +290,14 @@ FigureScene layout_grid_figure(const GridFigure& g, const FigureFont& font) {
          top - static_cast<int>(px * 1.3f), g.col_labels[c], px, ink);
   // Legend: the ramp from lo to hi under the grid.
   const int lh = static_cast<int>(px * 0.8f);
-  sc.ramps.push_back({left, sc.legend_top, grid_w, lh, false});
+  sc.ramps.push_back({left, sc.legend_top, grid_w, lh, g.diverging});
+  const double m = std::max(std::fabs(g.lo), std::fabs(g.hi));
   char lo[32], hi[32];
-  std::snprintf(lo, sizeof lo, g.format.c_str(), g.lo);
-  std::snprintf(hi, sizeof hi, g.format.c_str(), g.hi);
+  std::snprintf(lo, sizeof lo, g.format.c_str(), g.diverging ? -m : g.lo);
+  std::snprintf(hi, sizeof hi, g.format.c_str(), g.diverging ? m : g.hi);
   text(left, sc.legend_top + lh + 2, lo, px, ink);
   text(left + grid_w - font.text_width(hi, px), sc.legend_top + lh + 2, hi, px, ink);
+  if (g.diverging) text(left + (grid_w - font.text_width("0", px)) / 2, sc.legend_top + lh + 2, "0", px, ink);
   return sc;
 }
 

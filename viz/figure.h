@@ -72,10 +72,15 @@ struct GridFigure {
   std::vector<std::string> row_labels, col_labels;
   std::vector<double> values;  // rows × cols, row-major; NaN cells are drawn empty ("n/a")
   double lo = 0, hi = 1;
+  // Values of both signs (DIFF's shares): the sign scale around 0 (blue above, red below) spanning
+  // ±max(|lo|, |hi|), as every view colours signed weights; else sequential over [lo, hi].
+  bool diverging = false;
   int cell = 72;  // pixels per cell side
   std::string format = "%.2f";
 };
 
+// A table cell's colour as layout_grid_figure gives it (the app's lab grids use the same).
+Rgb8 grid_cell_colour(double v, double lo, double hi, bool diverging);
 // Throws Error when the values do not match the labels or the cell size is outside 16..512.
 FigureScene layout_grid_figure(const GridFigure& figure, const FigureFont& font);
 Image render_grid_figure(const GridFigure& figure, const FigureFont& font = FigureFont::standard());
