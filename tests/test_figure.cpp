@@ -15,6 +15,7 @@
 #include "viz/chart.h"
 #include "viz/export.h"
 #include "viz/figure.h"
+#include "viz/scene.h"
 #include "viz/text_shade.h"
 
 using namespace difflens;
@@ -596,4 +597,45 @@ TEST_CASE("grid figures: signed values take the sign scale around 0, as every vi
   CHECK_THAT(all, Catch::Contains("|-0.500|"));  // the ramp spans ±0.5 with 0 in the middle
   CHECK_THAT(all, Catch::Contains("|0.500|"));
   CHECK_THAT(all, Catch::Contains("|0|"));
+}
+
+TEST_CASE("one sign convention in every export: maps, charts, tables and head figures colour +0.5 blue, -0.5 red",
+          "[viz][figure][colormap]") {
+  const auto blue = [](Rgb8 c) { return c.b > c.r + 60; };
+  const auto red = [](Rgb8 c) { return c.r > c.b + 60; };
+  // A signed 2 x 2 map (a DIFF A1 - lambda A2): +0.5 on the diagonal, -0.5 below it.
+  const float m[4] = {0.5f, std::nanf(""), -0.5f, 0.5f};
+  HeatmapStyle style;
+  style.range = {0.5, true};
+  const Image img = colorize_map(m, 2, 2, {}, 2, Pooling::Max, style);
+  CHECK(blue(img.at(0, 0)));  // the map export and render's PNG
+  CHECK(red(img.at(0, 1)));
+  // The same map's SVG cells (render --out F.svg, the head views' SVG).
+  HeadFigure fig;
+  fig.tokens = {"a", "b"};
+  fig.panels = {{"A", m, style}};
+  fig.panel_size = 64;
+  const std::string svg = head_figure_svg(fig, *system_font());
+  CHECK(svg.find(svg_color(diverging_colormap().at(1.0))) != std::string::npos);
+  CHECK(svg.find(svg_color(diverging_colormap().at(0.0))) != std::string::npos);
+  // Figure 1's exported chart (signed bars) and the lab's tables (signed shares).
+  ChartFigure f;
+  f.width = 400;
+  f.height = 300;
+  ChartPanel p;
+  p.groups = {"a", "b"};
+  ChartSeries s;
+  s.signed_colors = true;
+  s.values = {0.5, -0.5};
+  p.series = {s};
+  f.panels = {p};
+  bool saw_blue = false, saw_red = false;
+  for (const auto& r : layout_chart_figure(f, *system_font()).rects) {
+    saw_blue = saw_blue || (r.h > 20 && blue(r.color));
+    saw_red = saw_red || (r.h > 20 && red(r.color));
+  }
+  CHECK(saw_blue);
+  CHECK(saw_red);
+  CHECK(blue(grid_cell_colour(0.5, -0.5, 0.5, true)));
+  CHECK(red(grid_cell_colour(-0.5, -0.5, 0.5, true)));
 }
