@@ -244,10 +244,19 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   if (!p.error.empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", p.error.c_str());
   if (!lab.message.empty()) ImGui::TextDisabled("%s", lab.message.c_str());
   if (p.done == 0) return;
-  ImGui::TextWrapped(
-      "%s. Answer span: the code of the needle the last question asks about; query rows: that "
-      "question's tokens.",
-      kAttentionShareDefinition);
+  // The definitions: a paragraph, or in lecture mode one line with the paragraph on hover (the heatmaps
+  // are the slide).
+  static const std::string kDefinitions =
+      std::string(kAttentionShareDefinition) +
+      ". Answer span: the code of the needle the last question asks about; "
+      "query rows: that question's tokens.";
+  if (state.lecture) {
+    ImGui::TextDisabled("attention to answer, noise, answer span, query rows: hover for the definitions");
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s", wrap_at_spaces(kDefinitions, ImGui::GetFontSize() * 40).c_str());
+  } else {
+    ImGui::TextWrapped("%s", kDefinitions.c_str());
+  }
   const NeedleSweep& sweep = p.request.sweep;
   std::vector<int> slots;
   for (int s = 0; s < kSlots; ++s)
@@ -285,7 +294,13 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
     for (int s : slots) {
       const std::string& name = p.models[static_cast<size_t>(s)];
       for (const bool accuracy : {true, false}) {
-        if (!first) ImGui::SameLine(0, ImGui::GetFontSize());
+        // Beside the last grid where it fits, else on the next line (four grids of 72-pixel cells do not
+        // fit a 1280-pixel lecture window side by side).
+        const std::string title = name + ": " + (accuracy ? "accuracy" : shown_name);
+        if (!first)
+          flow_next(std::max(label_w + cell * static_cast<float>(sweep.lengths.size()),
+                             ImGui::CalcTextSize(title.c_str()).x) +
+                    ImGui::GetFontSize());
         first = false;
         ImGui::PushID(s * 2 + (accuracy ? 0 : 1) + 16 * nr.first + 256 * nr.second);
         draw_lab_grid((name + ": " + (accuracy ? "accuracy" : shown_name)).c_str(), sweep, lab.cells[s], nr,
