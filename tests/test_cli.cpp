@@ -1390,6 +1390,7 @@ TEST_CASE(
                       "view outliers\nexport figure\n"
                       "view models\nexport figure\n"
                       "view query-row\nexport figure 900x600 18\n"  // a second one: a new name, larger text
+                      "view maps\nexport figure\n"                  // the Maps view: its head views
                       "view text\nexport figure\n"
                       "wait\n");
   const Result r = run("--play " + (dir / "f.play").string() + " --play-exit --threads 1", dir);
@@ -1408,7 +1409,9 @@ TEST_CASE(
                                        {out + "/diff-small-baseline-small-noise", 1200, 700},
                                        {out + "/diff-small-baseline-small-outliers-logits", 1200, 700},
                                        {out + "/diff-small-baseline-small-outliers-hidden", 1200, 700},
-                                       {out + "/diff-small-baseline-small-models", 0, 0}};
+                                       {out + "/diff-small-baseline-small-models", 0, 0},
+                                       {out + "/diff-small-L1-H0-headview", 0, 0},
+                                       {out + "/baseline-small-L1-H7-headview", 0, 0}};
   for (const Expect& e : figures) {
     INFO(e.base);
     int w = 0, h = 0, n = 0;
