@@ -393,3 +393,30 @@ TEST_CASE("page: model names and tokens cannot end its script or inject markup",
   REQUIRE(status == 0);
   CHECK(dom.find("<pre id=\"selftest-result\">{\"ok\":true") != std::string::npos);
 }
+
+TEST_CASE("page: its script and style are app/page's files verbatim, and the script passes node's parser",
+          "[page]") {
+  const std::string js = test::read_all(DIFFLENS_SOURCE_DIR "/app/page/page.js");
+  const std::string css = test::read_all(DIFFLENS_SOURCE_DIR "/app/page/page.css");
+  REQUIRE(js.size() > 1000);
+  REQUIRE(css.size() > 200);
+  const Pair& p = tiny_pair();
+  app::PageOptions o;
+  const std::string html = app::text_page_html({&p.diff, &p.base}, o);
+  CHECK(html.find("<script>" + js + "</script>") != std::string::npos);
+  CHECK(html.find("<style>" + css + "</style>") != std::string::npos);
+  // node's own parser, as a JavaScript tool reads the file (scripts/install-deps installs node).
+  if (std::system("command -v node > /dev/null 2>&1") != 0) {
+    if (std::getenv("CI")) FAIL("node is not installed, though scripts/install-deps installs it");
+    test::skip("node is not installed (scripts/install-deps installs nodejs)");
+  }
+  int status = -1;
+  const std::string out = run_output("node --check " DIFFLENS_SOURCE_DIR "/app/page/page.js 2>&1", &status);
+  INFO(out);
+  CHECK(status == 0);
+  // ...and a file with a syntax error is refused by the same check (the check can fail).
+  test::ScratchDir dir("page-js");
+  test::write_all(dir / "broken.js", js.substr(0, js.size() / 2));
+  run_output("node --check " + (dir / "broken.js").string() + " 2>&1", &status);
+  CHECK(status != 0);
+}
