@@ -1,16 +1,7 @@
-# Turns shaders/*.vert|frag into a C++ header of raw string literals at configure time; CMake re-runs
-# when a shader changes (CMAKE_CONFIGURE_DEPENDS), so the binary always carries the current source.
+# Turns shaders/*.vert|frag into a C++ header of raw string literals at configure time (embed_text.cmake);
+# CMake re-runs when a shader changes, so the binary always carries the current source.
+include(${CMAKE_CURRENT_LIST_DIR}/embed_text.cmake)
 function(difflens_embed_shaders out_header)
   file(GLOB shaders ${PROJECT_SOURCE_DIR}/shaders/*.vert ${PROJECT_SOURCE_DIR}/shaders/*.frag)
-  set(text "// Generated from shaders/ by cmake/embed_shaders.cmake. Do not edit.\n#pragma once\n\nnamespace difflens::viz::shaders {\n")
-  foreach(path ${shaders})
-    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
-    get_filename_component(name ${path} NAME)
-    string(MAKE_C_IDENTIFIER ${name} id)
-    file(READ ${path} src)
-    string(APPEND text "inline constexpr const char* ${id} = R\"glsl(${src})glsl\";\n")
-  endforeach()
-  string(APPEND text "}  // namespace difflens::viz::shaders\n")
-  file(WRITE ${out_header}.tmp "${text}")
-  file(COPY_FILE ${out_header}.tmp ${out_header} ONLY_IF_DIFFERENT)
+  difflens_embed_text(${out_header} difflens::viz::shaders ${shaders})
 endfunction()
