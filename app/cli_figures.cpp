@@ -94,9 +94,11 @@ int cmd_render(const Args& a) {
   }
   read_marks(a, o);
   o.label_px = static_cast<float>(a.get_double("font-px", 0));
+  // The second bundle lives as long as the figure: its panels point into the trace's maps.
+  const Trace compare = a.has("compare") ? read_trace_bundle(a.require("compare")) : Trace{};
   const viz::HeadFigure fig =
       a.has("compare")
-          ? app::compare_figure(trace, a.get_int("head"), read_trace_bundle(a.require("compare")),
+          ? app::compare_figure(trace, a.get_int("head"), compare,
                                 a.get_int("compare-head", a.get_int("head")), a.get_int("layer"), o)
           : app::head_figure(trace, a.get_int("layer"), a.get_int("head"), o);
   const std::string ext = lowercase_extension(out);

@@ -117,227 +117,278 @@ bool ends_with(const std::string& s, const std::string& end) {
   return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
 }
 
-// Reads one non-blank, non-comment line into `a`; a problem is thrown as Error(what is wrong).
-void parse_line(const std::string& line, PlayAction& a) {
-  const size_t word_end = line.find(' ');
-  const std::string verb = line.substr(0, word_end);
-  // The rest after one space: TEXT keeps every further space.
-  const std::string rest = word_end == std::string::npos ? "" : line.substr(word_end + 1);
-  const std::vector<std::string> w = split_words(rest);
-  auto usage = [&](const char* v) -> std::string {
+// One line being read: its verb, the rest after one space (TEXT keeps every further space), the rest's
+// words, and the checks that throw Error(what is wrong, and what the verb expects).
+struct LineReader {
+  explicit LineReader(const std::string& line)
+      : verb(line.substr(0, line.find(' '))),
+        rest(line.find(' ') == std::string::npos ? "" : line.substr(line.find(' ') + 1)),
+        w(split_words(rest)) {}
+  const std::string verb, rest;
+  const std::vector<std::string> w;
+
+  std::string usage() const {
     for (const VerbName& n : kVerbs)
-      if (verb == n.word) return std::string("expected: ") + v + (*n.usage ? " " : "") + n.usage;
+      if (verb == n.word) return std::string("expected: ") + verb + (*n.usage ? " " : "") + n.usage;
     return "";
-  };
-  auto bad = [&](const std::string& what) { throw Error(what + " (" + usage(verb.c_str()) + ")"); };
-  auto words = [&](size_t lo, size_t hi) {
+  }
+  [[noreturn]] void bad(const std::string& what) const { throw Error(what + " (" + usage() + ")"); }
+  void words(size_t lo, size_t hi) const {
     if (w.size() < lo || w.size() > hi)
       bad("'" + verb + "' takes " +
           (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)) + " word" +
           (lo == 1 && hi == 1 ? "" : "s") + ", got " + std::to_string(w.size()));
-  };
-  auto one_of = [&](const std::string& choices) {
+  }
+  int one_of(const std::string& choices) const {
     words(1, 1);
     const int i = pick(w[0], choices);
     if (i < 0) bad("'" + w[0] + "' is not one of " + choices);
     return i;
-  };
-  auto integer = [&](const std::string& s, int lo, int hi) {
+  }
+  int integer(const std::string& s, int lo, int hi) const {
     int v = 0;
     if (!parse_int(s, lo, hi, v))
       bad("'" + s + "' is not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
     return v;
-  };
-  if (verb == "type" || verb == "paste" || verb == "prompt") {
-    a.verb = verb == "type" ? PlayVerb::Type : verb == "paste" ? PlayVerb::Paste : PlayVerb::Prompt;
-    a.text = unescape_play_text(rest);
-  } else if (verb == "paste-file") {
+  }
+};
+
+// The prompt and the selection: type, paste, paste-file, prompt, clear, needle, query, answer, layer, head.
+// False: not one of these verbs.
+bool parse_prompt_and_selection(const LineReader& r, PlayAction& a) {
+  if (r.verb == "type" || r.verb == "paste" || r.verb == "prompt") {
+    a.verb = r.verb == "type" ? PlayVerb::Type : r.verb == "paste" ? PlayVerb::Paste : PlayVerb::Prompt;
+    a.text = unescape_play_text(r.rest);
+  } else if (r.verb == "paste-file") {
     a.verb = PlayVerb::PasteFile;
-    if (rest.empty()) bad("no file named");
-    a.text = rest;
-  } else if (verb == "clear") {
+    if (r.rest.empty()) r.bad("no file named");
+    a.text = r.rest;
+  } else if (r.verb == "clear") {
     a.verb = PlayVerb::Clear;
-    words(0, 0);
-  } else if (verb == "needle") {
+    r.words(0, 0);
+  } else if (r.verb == "needle") {
     a.verb = PlayVerb::Needle;
-    words(1, 1);
-    a.ints = parse_int_list(w[0], 0, 1 << 20);
+    r.words(1, 1);
+    a.ints = parse_int_list(r.w[0], 0, 1 << 20);
     const auto& n = a.ints;
     if (n.size() < 5 || n.size() > 6 || n[0] < 64 || n[1] > 100 || n[2] < 1 || n[2] > 6 || n[3] < 1 ||
         n[3] > n[2] || (n.size() == 6 && n[5] > 1))
-      bad("'" + w[0] + "' is not TOKENS >= 64, DEPTH 0..100, 1 <= ASKED <= NEEDLES <= 6, ANSWER 0 or 1");
-  } else if (verb == "query") {
+      r.bad("'" + r.w[0] + "' is not TOKENS >= 64, DEPTH 0..100, 1 <= ASKED <= NEEDLES <= 6, ANSWER 0 or 1");
+  } else if (r.verb == "query") {
     a.verb = PlayVerb::Query;
-    words(1, 1);
-    a.ints = {w[0] == "last" ? -1 : integer(w[0], 0, 1 << 30)};
-  } else if (verb == "answer") {
+    r.words(1, 1);
+    a.ints = {r.w[0] == "last" ? -1 : r.integer(r.w[0], 0, 1 << 30)};
+  } else if (r.verb == "answer") {
     a.verb = PlayVerb::Answer;
-    if (w.size() == 1 && w[0] == "clear") return;
-    words(2, 2);
-    a.ints = {integer(w[0], 0, 1 << 30), integer(w[1], 0, 1 << 30)};
-    if (a.ints[1] <= a.ints[0]) bad("the answer's END must be after its BEGIN");
-  } else if (verb == "layer") {
+    if (r.w.size() == 1 && r.w[0] == "clear") return true;
+    r.words(2, 2);
+    a.ints = {r.integer(r.w[0], 0, 1 << 30), r.integer(r.w[1], 0, 1 << 30)};
+    if (a.ints[1] <= a.ints[0]) r.bad("the answer's END must be after its BEGIN");
+  } else if (r.verb == "layer") {
     a.verb = PlayVerb::Layer;
-    words(1, 1);
-    a.ints = {integer(w[0], 0, 1 << 20)};
-  } else if (verb == "head") {
+    r.words(1, 1);
+    a.ints = {r.integer(r.w[0], 0, 1 << 20)};
+  } else if (r.verb == "head") {
     a.verb = PlayVerb::Head;
-    words(1, 2);
-    const int slot = w.size() == 1 ? -1 : pick(w[0], "left|right");
-    if (w.size() == 2 && slot < 0) bad("'" + w[0] + "' is not left or right");
-    a.ints = {slot, integer(w.back(), 0, 1 << 20)};
-  } else if (verb == "view") {
+    r.words(1, 2);
+    const int slot = r.w.size() == 1 ? -1 : pick(r.w[0], "left|right");
+    if (r.w.size() == 2 && slot < 0) r.bad("'" + r.w[0] + "' is not left or right");
+    a.ints = {slot, r.integer(r.w.back(), 0, 1 << 20)};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// What is shown and how: view, split, one-y-scale, side, lecture, present, text-size, text-direction,
+// text-heads. False: not one of these verbs.
+bool parse_view_settings(const LineReader& r, PlayAction& a) {
+  if (r.verb == "view") {
     a.verb = PlayVerb::View;
-    words(1, 1);
+    r.words(1, 1);
     int n = 0;
-    if (parse_int(w[0], 1, kViews, n)) {
+    if (parse_int(r.w[0], 1, kViews, n)) {
       a.ints = {n - 1};
     } else {
-      const auto v = parse_view(w[0]);
-      if (!v) bad("'" + w[0] + "' is not a view: " + view_names() + " or 1 to " + std::to_string(kViews));
+      const auto v = parse_view(r.w[0]);
+      if (!v) r.bad("'" + r.w[0] + "' is not a view: " + view_names() + " or 1 to " + std::to_string(kViews));
       a.ints = {static_cast<int>(*v)};
     }
-  } else if (verb == "split") {
+  } else if (r.verb == "split") {
     a.verb = PlayVerb::Split;
-    a.ints = {one_of("off|below|beside")};
-  } else if (verb == "one-y-scale") {
+    a.ints = {r.one_of("off|below|beside")};
+  } else if (r.verb == "one-y-scale") {
     a.verb = PlayVerb::OneYScale;
-    a.ints = {one_of("off|on")};
-  } else if (verb == "side" || verb == "lecture" || verb == "present") {
-    a.verb = verb == "side" ? PlayVerb::Side : verb == "lecture" ? PlayVerb::Lecture : PlayVerb::Present;
-    a.ints = {one_of("off|on")};
-  } else if (verb == "text-size") {
+    a.ints = {r.one_of("off|on")};
+  } else if (r.verb == "side" || r.verb == "lecture" || r.verb == "present") {
+    a.verb = r.verb == "side" ? PlayVerb::Side : r.verb == "lecture" ? PlayVerb::Lecture : PlayVerb::Present;
+    a.ints = {r.one_of("off|on")};
+  } else if (r.verb == "text-size") {
     a.verb = PlayVerb::TextSize;
-    words(1, 1);
+    r.words(1, 1);
     try {
       size_t used = 0;
-      a.number = std::stod(w[0], &used);
-      if (used != w[0].size() || !std::isfinite(a.number) || a.number < 0.75 || a.number > 3) throw Error("");
+      a.number = std::stod(r.w[0], &used);
+      if (used != r.w[0].size() || !std::isfinite(a.number) || a.number < 0.75 || a.number > 3)
+        throw Error("");
     } catch (const std::exception&) {
-      bad("'" + w[0] + "' is not a number from 0.75 to 3");
+      r.bad("'" + r.w[0] + "' is not a number from 0.75 to 3");
     }
-  } else if (verb == "text-direction") {
+  } else if (r.verb == "text-direction") {
     a.verb = PlayVerb::TextFrom;
-    a.ints = {one_of("from|to")};
-  } else if (verb == "text-heads") {
+    a.ints = {r.one_of("from|to")};
+  } else if (r.verb == "text-heads") {
     a.verb = PlayVerb::TextHeads;
-    a.ints = {one_of("head|layer|all")};
-  } else if (verb == "open") {
+    a.ints = {r.one_of("head|layer|all")};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The models and the window: open, device, logits, pooling, budget, size. False: not one of these verbs.
+bool parse_models_and_window(const LineReader& r, PlayAction& a) {
+  if (r.verb == "open") {
     a.verb = PlayVerb::Open;
-    if (w.size() < 3) bad("'open' needs a slot, a kind and a path");
-    const int slot = pick(w[0], "left|right"), kind = pick(w[1], "model|bundle|remote");
-    if (slot < 0) bad("'" + w[0] + "' is not left or right");
-    if (kind < 0) bad("'" + w[1] + "' is not model, bundle or remote");
+    if (r.w.size() < 3) r.bad("'open' needs a slot, a kind and a path");
+    const int slot = pick(r.w[0], "left|right"), kind = pick(r.w[1], "model|bundle|remote");
+    if (slot < 0) r.bad("'" + r.w[0] + "' is not left or right");
+    if (kind < 0) r.bad("'" + r.w[1] + "' is not model, bundle or remote");
     a.ints = {slot, kind};
-    // The path is the rest of the line after the kind (spaces kept), except a remote's token at its end.
-    const size_t at = rest.find(w[1], rest.find(w[0]) + w[0].size()) + w[1].size() + 1;
-    a.text = at < rest.size() ? rest.substr(at) : "";
-    if (kind == 2 && w.size() == 4) {
-      a.text = w[2];
-      a.token = w[3];
-    } else if (kind == 2 && w.size() > 4) {
-      bad("a remote address has no spaces: remote://HOST:PORT/N [TOKEN]");
+    // The path is the r.rest of the line after the kind (spaces kept), except a remote's token at its end.
+    const size_t at = r.rest.find(r.w[1], r.rest.find(r.w[0]) + r.w[0].size()) + r.w[1].size() + 1;
+    a.text = at < r.rest.size() ? r.rest.substr(at) : "";
+    if (kind == 2 && r.w.size() == 4) {
+      a.text = r.w[2];
+      a.token = r.w[3];
+    } else if (kind == 2 && r.w.size() > 4) {
+      r.bad("a remote address has no spaces: remote://HOST:PORT/N [TOKEN]");
     }
-  } else if (verb == "device") {
+  } else if (r.verb == "device") {
     a.verb = PlayVerb::Device;
-    a.ints = {one_of("auto|cpu|cuda")};
-  } else if (verb == "logits") {
+    a.ints = {r.one_of("auto|cpu|cuda")};
+  } else if (r.verb == "logits") {
     a.verb = PlayVerb::Logits;
-    a.ints = {one_of("exact|8|6|4")};
-  } else if (verb == "pooling") {
+    a.ints = {r.one_of("exact|8|6|4")};
+  } else if (r.verb == "pooling") {
     a.verb = PlayVerb::Pooling;
-    a.ints = {one_of("max|mean")};
-  } else if (verb == "budget") {
+    a.ints = {r.one_of("max|mean")};
+  } else if (r.verb == "budget") {
     a.verb = PlayVerb::Budget;
-    words(1, 1);
-    a.ints = {integer(w[0], 0, 65536)};
-  } else if (verb == "size") {
+    r.words(1, 1);
+    a.ints = {r.integer(r.w[0], 0, 65536)};
+  } else if (r.verb == "size") {
     a.verb = PlayVerb::Size;
-    words(1, 1);
-    const size_t x = w[0].find('x');
-    if (x == std::string::npos) bad("'" + w[0] + "' is not WIDTHxHEIGHT");
-    a.ints = {integer(w[0].substr(0, x), 320, 16384), integer(w[0].substr(x + 1), 240, 16384)};
-  } else if (verb == "lab") {
-    if (w.empty()) bad("'lab' needs grid, start or cancel");
-    if (w[0] == "grid") {
+    r.words(1, 1);
+    const size_t x = r.w[0].find('x');
+    if (x == std::string::npos) r.bad("'" + r.w[0] + "' is not WIDTHxHEIGHT");
+    a.ints = {r.integer(r.w[0].substr(0, x), 320, 16384), r.integer(r.w[0].substr(x + 1), 240, 16384)};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The lab, Explain and the exports: lab, explain, export. False: not one of these verbs.
+bool parse_lab_explain_export(const LineReader& r, PlayAction& a) {
+  if (r.verb == "lab") {
+    if (r.w.empty()) r.bad("'lab' needs grid, start or cancel");
+    if (r.w[0] == "grid") {
       a.verb = PlayVerb::LabGrid;
-      words(6, 6);
-      a.words.assign(w.begin() + 1, w.end());
-      (void)integer(w[5], 1, 100);
+      r.words(6, 6);
+      a.words.assign(r.w.begin() + 1, r.w.end());
+      (void)r.integer(r.w[5], 1, 100);
     } else {
-      a.verb = one_of("start|cancel") == 0 ? PlayVerb::LabStart : PlayVerb::LabCancel;
+      a.verb = r.one_of("start|cancel") == 0 ? PlayVerb::LabStart : PlayVerb::LabCancel;
     }
-  } else if (verb == "explain") {
+  } else if (r.verb == "explain") {
     a.verb = PlayVerb::Explain;
-    words(1, 1);
-    if (w[0] == "next" || w[0] == "back")
-      a.ints = {0, w[0] == "next" ? 1 : -1};
+    r.words(1, 1);
+    if (r.w[0] == "next" || r.w[0] == "back")
+      a.ints = {0, r.w[0] == "next" ? 1 : -1};
     else
-      a.ints = {integer(w[0], 1, 6), 0};
-  } else if (verb == "export") {
-    if (w.empty()) bad("'export' needs what to export");
-    const int what = pick(w[0], "maps|heads|page|window|folder|figure|bundle");
-    if (what < 0) bad("'" + w[0] + "' is not maps, heads, figure, bundle, page, window or folder");
+      a.ints = {r.integer(r.w[0], 1, 6), 0};
+  } else if (r.verb == "export") {
+    if (r.w.empty()) r.bad("'export' needs what to export");
+    const int what = pick(r.w[0], "maps|heads|page|window|folder|figure|bundle");
+    if (what < 0) r.bad("'" + r.w[0] + "' is not maps, heads, figure, bundle, page, window or folder");
     const PlayVerb verbs[] = {PlayVerb::ExportMaps,   PlayVerb::ExportHeads, PlayVerb::ExportPage,
                               PlayVerb::ExportWindow, PlayVerb::ExportDir,   PlayVerb::ExportFigure,
                               PlayVerb::ExportBundle};
     a.verb = verbs[what];
     if (what == 5) {  // the figure's size and text size (none: as the File menu has them)
-      words(1, 3);
+      r.words(1, 3);
       a.ints = {0, 0};
       a.number = -1;
-      if (w.size() >= 2) {
-        const size_t x = w[1].find('x');
-        if (x == std::string::npos) bad("'" + w[1] + "' is not WIDTHxHEIGHT");
-        a.ints = {integer(w[1].substr(0, x), 200, 8192), integer(w[1].substr(x + 1), 200, 8192)};
+      if (r.w.size() >= 2) {
+        const size_t x = r.w[1].find('x');
+        if (x == std::string::npos) r.bad("'" + r.w[1] + "' is not WIDTHxHEIGHT");
+        a.ints = {r.integer(r.w[1].substr(0, x), 200, 8192), r.integer(r.w[1].substr(x + 1), 200, 8192)};
       }
-      if (w.size() == 3) a.number = integer(w[2], 6, 200);
+      if (r.w.size() == 3) a.number = r.integer(r.w[2], 6, 200);
     } else if (what == 2) {
-      words(1, 2);
-      if (w.size() == 2) {
-        a.text = w[1];
-        if (!ends_with(a.text, ".html") && !ends_with(a.text, ".htm")) bad("a page is written to F.html");
+      r.words(1, 2);
+      if (r.w.size() == 2) {
+        a.text = r.w[1];
+        if (!ends_with(a.text, ".html") && !ends_with(a.text, ".htm")) r.bad("a page is written to F.html");
       }
-    } else if (what == 4) {  // the folder: the rest of the line (spaces kept)
-      if (w.size() < 2) bad("no folder named");
-      a.text = rest.substr(rest.find(w[0]) + w[0].size() + 1);
+    } else if (what == 4) {  // the folder: the r.rest of the line (spaces kept)
+      if (r.w.size() < 2) r.bad("no folder named");
+      a.text = r.rest.substr(r.rest.find(r.w[0]) + r.w[0].size() + 1);
     } else {
-      words(1, 1);
+      r.words(1, 1);
     }
-  } else if (verb == "continue") {
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Continue and the script's pace: continue, step, wait, screenshot, quit. False: not one of these verbs.
+bool parse_writing_and_pacing(const LineReader& r, PlayAction& a) {
+  if (r.verb == "continue") {
     a.verb = PlayVerb::Continue;
-    words(2, 4);
-    const int slot = pick(w[0], "left|right");
-    if (slot < 0) bad("'" + w[0] + "' is not left or right");
-    a.ints = {slot, integer(w[1], 1, 256), w.size() == 4 ? integer(w[3], 0, 1 << 30) : 1};
-    if (w.size() >= 3) {
+    r.words(2, 4);
+    const int slot = pick(r.w[0], "left|right");
+    if (slot < 0) r.bad("'" + r.w[0] + "' is not left or right");
+    a.ints = {slot, r.integer(r.w[1], 1, 256), r.w.size() == 4 ? r.integer(r.w[3], 0, 1 << 30) : 1};
+    if (r.w.size() >= 3) {
       try {
         size_t used = 0;
-        a.number = std::stod(w[2], &used);
-        if (used != w[2].size() || !std::isfinite(a.number) || a.number < 0 || a.number > 100)
+        a.number = std::stod(r.w[2], &used);
+        if (used != r.w[2].size() || !std::isfinite(a.number) || a.number < 0 || a.number > 100)
           throw Error("");
       } catch (const std::exception&) {
-        bad("'" + w[2] + "' is not a temperature from 0 (greedy) to 100");
+        r.bad("'" + r.w[2] + "' is not a temperature from 0 (greedy) to 100");
       }
     }
-  } else if (verb == "step") {
+  } else if (r.verb == "step") {
     a.verb = PlayVerb::Step;
-    a.ints = {std::array<int, 4>{-1, 1, 0, 2}[static_cast<size_t>(one_of("back|forward|first|last"))]};
-  } else if (verb == "wait") {
+    a.ints = {std::array<int, 4>{-1, 1, 0, 2}[static_cast<size_t>(r.one_of("back|forward|first|last"))]};
+  } else if (r.verb == "wait") {
     a.verb = PlayVerb::Wait;
-    words(0, 1);
-    a.ints = {w.empty() ? -1 : integer(w[0], 0, 3600 * 1000)};
-  } else if (verb == "screenshot") {
+    r.words(0, 1);
+    a.ints = {r.w.empty() ? -1 : r.integer(r.w[0], 0, 3600 * 1000)};
+  } else if (r.verb == "screenshot") {
     a.verb = PlayVerb::Screenshot;
-    words(1, 1);
-    if (!ends_with(w[0], ".png")) bad("'" + w[0] + "' does not end in .png");
-    a.text = w[0];
-  } else if (verb == "quit") {
+    r.words(1, 1);
+    if (!ends_with(r.w[0], ".png")) r.bad("'" + r.w[0] + "' does not end in .png");
+    a.text = r.w[0];
+  } else if (r.verb == "quit") {
     a.verb = PlayVerb::Quit;
-    words(0, 0);
+    r.words(0, 0);
   } else {
-    throw Error("unknown action '" + verb + "' (actions: " + verbs_list() + ")");
+    return false;
   }
+  return true;
+}
+
+// Reads one non-blank, non-comment line into `a`; a problem is thrown as Error(what is wrong).
+void parse_line(const std::string& line, PlayAction& a) {
+  const LineReader r(line);
+  if (!parse_prompt_and_selection(r, a) && !parse_view_settings(r, a) && !parse_models_and_window(r, a) &&
+      !parse_lab_explain_export(r, a) && !parse_writing_and_pacing(r, a))
+    throw Error("unknown action '" + r.verb + "' (actions: " + verbs_list() + ")");
 }
 
 }  // namespace
