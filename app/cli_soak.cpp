@@ -22,6 +22,7 @@
 #include <fstream>
 #include <regex>
 #include <thread>
+#include <utility>
 
 #include "app/cli_common.h"
 #include "app/play_script.h"
@@ -169,6 +170,123 @@ app::SoakInputs prepare(const fs::path& dir, const std::vector<std::string>& mod
 // What LeakSanitizer prints when it cannot do its check (the tool's failure, not a leak).
 constexpr const char* kLsanFatal = "LeakSanitizer has encountered a fatal error";
 
+// The remote slot's server while the app plays: started, then killed (SIGKILL: as a crash or a pulled cable)
+// and started again every 20 s (15 s up, 5 s down), until stopped.
+class ChaosServer {
+ public:
+  ChaosServer(std::vector<std::string> args, fs::path log) : args_(std::move(args)), log_(std::move(log)) {
+    start();
+    thread_ = std::thread([this] {
+      using namespace std::chrono_literals;
+      for (int tick = 1; !stop_; ++tick) {
+        std::this_thread::sleep_for(100ms);
+        if (tick % 200 == 150 && server_ > 0) {
+          ::kill(server_, SIGKILL);
+          ::waitpid(server_, nullptr, 0);
+          server_ = 0;
+        } else if (tick % 200 == 0 && server_ == 0) {
+          start();
+          ++restarts_;
+        }
+      }
+    });
+  }
+  ~ChaosServer() { stop(); }
+  void stop() {
+    if (stop_.exchange(true)) return;
+    thread_.join();
+    if (server_ > 0) {
+      ::kill(server_, SIGKILL);
+      ::waitpid(server_, nullptr, 0);
+    }
+  }
+  int restarts() const { return restarts_; }
+
+ private:
+  void start() { server_ = spawn_self(args_, log_); }
+  std::vector<std::string> args_;
+  fs::path log_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> restarts_{0};
+  std::atomic<pid_t> server_{0};
+  std::thread thread_;
+};
+
+// One play of the script by the app, ended by itself or killed past `limit` seconds.
+struct AppRun {
+  int status = 0;
+  bool hung = false;
+  double took = 0;  // seconds
+};
+
+AppRun play_app(const std::vector<std::string>& args, const fs::path& log, double limit) {
+  AppRun run;
+  const auto began = std::chrono::steady_clock::now();
+  const pid_t app = spawn_self(args, log);
+  while (::waitpid(app, &run.status, WNOHANG) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count() > limit) {
+      run.hung = true;
+      ::kill(app, SIGKILL);
+      ::waitpid(app, &run.status, 0);
+    }
+  }
+  run.took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  return run;
+}
+
+// What a play's log and exit show wrong (empty: nothing); with `print`, its figures on stdout.
+std::vector<std::string> assess_run(const std::string& text, const AppRun& run, double limit, double bound,
+                                    int restarts, bool print) {
+  std::vector<std::string> problems;
+  if (run.hung)
+    problems.push_back("the app did not end within " + std::to_string(static_cast<int>(limit)) + " s");
+  if (WIFSIGNALED(run.status))
+    problems.push_back("the app died of signal " + std::to_string(WTERMSIG(run.status)));
+  if (WIFEXITED(run.status) && WEXITSTATUS(run.status) != 0)
+    problems.push_back("the app exited with status " + std::to_string(WEXITSTATUS(run.status)));
+  for (const char* report : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", kLsanFatal, "runtime error:"})
+    if (text.find(report) != std::string::npos)
+      problems.push_back(std::string("the log has '") + report + "'");
+  std::smatch m;
+  const std::regex done(
+      "play: (done|stopped at the time limit): ([0-9]+) of [0-9]+ actions.*?in ([0-9.]+) s; resident memory "
+      "([0-9]+) MB after action ([0-9]+), ([0-9]+) MB at the end \\(grew (-?[0-9]+) MB\\), peak ([0-9]+) MB; "
+      "([0-9]+) screenshots? not written, [0-9]+ with layout faults, ([0-9]+) waits? for results");
+  const size_t line = text.rfind("play: done");
+  const size_t line2 = text.rfind("play: stopped");
+  const size_t at = line != std::string::npos ? line : line2;
+  const std::string summary = at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
+  if (!std::regex_search(summary, m, done)) {
+    problems.push_back("the app never said it finished the script (no 'play: done' with its figures)");
+    return problems;
+  }
+  if (std::stoi(m[10]) > 0)
+    problems.push_back(m[10].str() + " waits for results never ended: the app stopped answering");
+  if (std::stod(m[7]) > bound)
+    problems.push_back("resident memory grew " + m[7].str() + " MB after action " + m[5].str() + " (bound " +
+                       std::to_string(static_cast<int>(bound)) + " MB): a leak");
+  if (print)
+    std::printf(
+        "soak: %s actions in %.0f s (the whole run %.0f s), the server killed and restarted %d times;\n"
+        "soak: resident memory %s MB after action %s, %s MB at the end (grew %s MB; bound %.0f MB), peak %s "
+        "MB; %s screenshots not written\n",
+        m[2].str().c_str(), std::stod(m[3]), run.took, restarts, m[4].str().c_str(), m[5].str().c_str(),
+        m[6].str().c_str(), m[7].str().c_str(), bound, m[8].str().c_str(), m[9].str().c_str());
+  return problems;
+}
+
+// The trend of a log's resident memory, every thousand actions (MB, comma-separated; "" : none).
+std::string memory_trend(const std::string& text) {
+  std::string trend;
+  for (size_t at = text.find("play: resident memory "); at != std::string::npos;
+       at = text.find("play: resident memory ", at + 1)) {
+    const size_t from = at + std::strlen("play: resident memory ");
+    trend += (trend.empty() ? "" : ", ") + text.substr(from, text.find(" MB", from) - from);
+  }
+  return trend;
+}
+
 int cmd_soak(const Args& a) {
 #ifndef DIFFLENS_GUI
   throw Error("soak plays the desktop app, and this difflens was built without it (DIFFLENS_GUI=OFF)");
@@ -192,32 +310,9 @@ int cmd_soak(const Args& a) {
   in.remotes = {"remote://127.0.0.1:" + std::to_string(port) + "/0?token=" + token};
   const fs::path script = out / "soak.play";
   write_file_atomically(script.string(), app::soak_script(seed, actions, in));
-
-  // The server: started, then killed (SIGKILL: as a crash or a pulled cable) and started again every
-  // 20 s while the app plays.
-  std::atomic<bool> stop{false};
-  std::atomic<int> restarts{0};
-  std::atomic<pid_t> server{0};
-  auto start_server = [&] {
-    server = spawn_self({"serve", "--models", models[0], "--port", std::to_string(port), "--token", token,
-                         "--threads", "1", "--quiet"},
-                        out / "serve.log");
-  };
-  start_server();
-  std::thread chaos([&] {
-    using namespace std::chrono_literals;
-    for (int tick = 1; !stop; ++tick) {
-      std::this_thread::sleep_for(100ms);
-      if (tick % 200 == 150 && server > 0) {  // 15 s up, then 5 s down
-        ::kill(server, SIGKILL);
-        ::waitpid(server, nullptr, 0);
-        server = 0;
-      } else if (tick % 200 == 0 && server == 0) {
-        start_server();
-        ++restarts;
-      }
-    }
-  });
+  ChaosServer server({"serve", "--models", models[0], "--port", std::to_string(port), "--token", token,
+                      "--threads", "1", "--quiet"},
+                     out / "serve.log");
 
   std::printf("soak: seed %llu, %d actions%s, the script in %s, the app's log in %s\n",
               static_cast<unsigned long long>(seed), actions,
@@ -245,103 +340,35 @@ int cmd_soak(const Args& a) {
   setenv("ASAN_OPTIONS", asan_options.c_str(), 1);
   // The app must end by itself: its actions, then at most 10 minutes for the last wait and the exit.
   const double limit = (seconds > 0 ? seconds : 3600.0) + 600;
-  int status = 0;
-  bool hung = false;
-  double took = 0;
-  auto play = [&](const fs::path& log_file) {
-    const auto began = std::chrono::steady_clock::now();
-    const pid_t app = spawn_self(app_args, log_file);
-    status = 0;
-    hung = false;
-    while (::waitpid(app, &status, WNOHANG) == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count() > limit) {
-        hung = true;
-        ::kill(app, SIGKILL);
-        ::waitpid(app, &status, 0);
-      }
-    }
-    took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  };
-  // What a run's log and exit show wrong; its figures are printed when `print`.
-  auto assess = [&](const std::string& text, bool print) {
-    std::vector<std::string> problems;
-    if (hung)
-      problems.push_back("the app did not end within " + std::to_string(static_cast<int>(limit)) + " s");
-    if (WIFSIGNALED(status)) problems.push_back("the app died of signal " + std::to_string(WTERMSIG(status)));
-    if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
-      problems.push_back("the app exited with status " + std::to_string(WEXITSTATUS(status)));
-    for (const char* report :
-         {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", kLsanFatal, "runtime error:"})
-      if (text.find(report) != std::string::npos)
-        problems.push_back(std::string("the log has '") + report + "'");
-    std::smatch m;
-    const std::regex done(
-        "play: (done|stopped at the time limit): ([0-9]+) of [0-9]+ actions.*?in ([0-9.]+) s; resident memory "
-        "([0-9]+) MB after action ([0-9]+), ([0-9]+) MB at the end \\(grew (-?[0-9]+) MB\\), peak ([0-9]+) MB; "
-        "([0-9]+) screenshots? not written, [0-9]+ with layout faults, ([0-9]+) waits? for results");
-    const size_t line = text.rfind("play: done");
-    const size_t line2 = text.rfind("play: stopped");
-    const size_t at = line != std::string::npos ? line : line2;
-    const std::string summary = at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
-    if (!std::regex_search(summary, m, done)) {
-      problems.push_back("the app never said it finished the script (no 'play: done' with its figures)");
-      return problems;
-    }
-    if (std::stoi(m[10]) > 0)
-      problems.push_back(m[10].str() + " waits for results never ended: the app stopped answering");
-    if (std::stod(m[7]) > bound)
-      problems.push_back("resident memory grew " + m[7].str() + " MB after action " + m[5].str() +
-                         " (bound " + std::to_string(static_cast<int>(bound)) + " MB): a leak");
-    if (print)
-      std::printf(
-          "soak: %s actions in %.0f s (the whole run %.0f s), the server killed and restarted %d times;\n"
-          "soak: resident memory %s MB after action %s, %s MB at the end (grew %s MB; bound %.0f MB), peak %s "
-          "MB; %s screenshots not written\n",
-          m[2].str().c_str(), std::stod(m[3]), took, restarts.load(), m[4].str().c_str(), m[5].str().c_str(),
-          m[6].str().c_str(), m[7].str().c_str(), bound, m[8].str().c_str(), m[9].str().c_str());
-    return problems;
-  };
   fs::path played_log = app_log;
-  play(played_log);
+  AppRun run = play_app(app_args, played_log, limit);
   // LeakSanitizer's own failure ends the app with status 1 and no report (app::leak_check_could_not_run): the
   // tool could not look, so the script is played once more, said here. Only when nothing else went wrong in
   // that run (no hung wait, no memory growth, the script finished): anything else fails at once.
   {
     const std::string first = read_bytes(app_log);
-    const std::vector<std::string> found = assess(first, false);
+    const std::vector<std::string> found = assess_run(first, run, limit, bound, server.restarts(), false);
     const bool only_the_tool = std::all_of(found.begin(), found.end(), [](const std::string& p) {
       return p == "the app exited with status 1" || p == std::string("the log has '") + kLsanFatal + "'";
     });
     if (app::leak_check_could_not_run(first) && only_the_tool) {
-      const double first_took = took;
+      const double first_took = run.took;
       played_log = out / "app-2.log";
       std::printf(
           "soak: LeakSanitizer itself failed in the app's leak check ('%s', no leak reported; %s): the script "
           "is played again, the app's log in %s\n",
           kLsanFatal, app_log.c_str(), played_log.c_str());
       std::fflush(stdout);
-      play(played_log);
-      took += first_took;  // the whole run: both plays (the server's restarts count both too)
+      run = play_app(app_args, played_log, limit);
+      run.took += first_took;  // the whole run: both plays (the server's restarts count both too)
     }
   }
-  stop = true;
-  chaos.join();
-  if (server > 0) {
-    ::kill(server, SIGKILL);
-    ::waitpid(server, nullptr, 0);
-  }
+  server.stop();
 
   const std::string text = read_bytes(played_log);
-  const std::vector<std::string> problems = assess(text, true);
-  // The trend: resident memory every thousand actions (what is on screen then counts too: a 100K-character
-  // paste's trace is larger than a short prompt's).
-  std::string trend;
-  for (size_t at2 = text.find("play: resident memory "); at2 != std::string::npos;
-       at2 = text.find("play: resident memory ", at2 + 1)) {
-    const size_t from = at2 + std::strlen("play: resident memory ");
-    trend += (trend.empty() ? "" : ", ") + text.substr(from, text.find(" MB", from) - from);
-  }
+  const std::vector<std::string> problems = assess_run(text, run, limit, bound, server.restarts(), true);
+  // What is on screen then counts too: a 100K-character paste's trace is larger than a short prompt's.
+  const std::string trend = memory_trend(text);
   if (!trend.empty()) std::printf("soak: resident memory every 1000 actions (MB): %s\n", trend.c_str());
   if (problems.empty()) {
     std::printf("soak: passed: no crash, no sanitizer report, the app answered at the end\n");
