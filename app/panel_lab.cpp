@@ -154,7 +154,10 @@ void export_lab(GuiState& state) {
   state.message = lab.message;
 }
 
-void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
+namespace {
+
+// The sweep's form: lengths, depths, (N, R), seeds, names, the haystack, the wording; Run, Cancel, Export.
+void draw_lab_form(GuiState& state, InferenceWorker& worker) {
   GuiState::Lab& lab = state.lab;
   const float w = ImGui::GetFontSize() * 9;
   // The form's items continue the line while they fit the view, else wrap (flow_next).
@@ -217,6 +220,11 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   lab.cell_px = std::clamp(lab.cell_px, 16, 512);
   if (!have_runs) ImGui::EndDisabled();
   if (!lab.form_error.empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", lab.form_error.c_str());
+}
+
+// The sweep's progress bar and messages, or what a sweep does before the first; the progress when it has
+// episodes to show, else nullptr.
+const SweepProgress* draw_lab_progress(GuiState::Lab& lab) {
   if (!lab.progress) {
     ImGui::TextWrapped(
         "Runs every length x depth x (N, R) cell on both models with held-out names, codes and haystack "
@@ -224,7 +232,7 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
         "typing a prompt meanwhile pauses the sweep. Accuracy: the whole code produced greedily. The sweep "
         "uses "
         "the logits menu above: exact, or attention logits quantized to 8/6/4 bits.");
-    return;
+    return nullptr;
   }
   const SweepProgress& p = *lab.progress;
   char overlay[320];
@@ -243,24 +251,12 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
                      overlay);
   if (!p.error.empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", p.error.c_str());
   if (!lab.message.empty()) ImGui::TextDisabled("%s", lab.message.c_str());
-  if (p.done == 0) return;
-  // The definitions: a paragraph, or in lecture mode one line with the paragraph on hover (the heatmaps
-  // are the slide).
-  static const std::string kDefinitions =
-      std::string(kAttentionShareDefinition) +
-      ". Answer span: the code of the needle the last question asks about; "
-      "query rows: that question's tokens.";
-  if (state.lecture) {
-    ImGui::TextDisabled("attention to answer, noise, answer span, query rows: hover for the definitions");
-    if (ImGui::IsItemHovered())
-      ImGui::SetTooltip("%s", wrap_at_spaces(kDefinitions, ImGui::GetFontSize() * 40).c_str());
-  } else {
-    ImGui::TextWrapped("%s", kDefinitions.c_str());
-  }
+  return p.done > 0 ? &p : nullptr;
+}
+
+// Accuracy and the chosen attention heatmap, depth x length, per model and (N, R), sized to the view.
+void draw_lab_heatmaps(GuiState::Lab& lab, const SweepProgress& p, const std::vector<int>& slots) {
   const NeedleSweep& sweep = p.request.sweep;
-  std::vector<int> slots;
-  for (int s = 0; s < kSlots; ++s)
-    if (!p.models[static_cast<size_t>(s)].empty()) slots.push_back(s);
   const float avail = ImGui::GetContentRegionAvail().x;
   const float label_w = ImGui::CalcTextSize("100%").x + 2 * ImGui::GetStyle().ItemSpacing.x;
   const float grids = 2.0f * static_cast<float>(slots.size());
@@ -316,6 +312,11 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
       ImGui::TextDisabled("accuracy colours span 0..1; %s spans %.3f..%.3f for both models", shown_name, lo,
                           hi);
   }
+}
+
+// The paper's Table 3 layout, the while-answering table and the multi-needle accuracies.
+void draw_lab_tables(const GuiState::Lab& lab, const SweepProgress& p, const std::vector<int>& slots) {
+  const NeedleSweep& sweep = p.request.sweep;
   // The paper's Table 3 layout: attention to answer / noise by depth, per length and model.
   for (const auto& nr : sweep.needles_queried) {
     ImGui::Text("Attention to answer / attention noise by depth (N=%d, R=%d)", nr.first, nr.second);
@@ -407,7 +408,10 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
     }
     ImGui::EndTable();
   }
-  // Every episode: what each model answered, right or not, and where it looked.
+}
+
+// Every episode: what each model answered, right or not, and where it looked.
+void draw_lab_episodes(const SweepProgress& p, const std::vector<int>& slots) {
   size_t episodes = 0;
   for (int s : slots) episodes += p.runs[static_cast<size_t>(s)].size();
   if (ImGui::CollapsingHeader(("Episodes (" + std::to_string(episodes) + ")").c_str(),
@@ -459,6 +463,34 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
       }
     ImGui::EndTable();
   }
+}
+
+}  // namespace
+
+void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
+  draw_lab_form(state, worker);
+  const SweepProgress* progress = draw_lab_progress(state.lab);
+  if (!progress) return;
+  const SweepProgress& p = *progress;
+  // The definitions: a paragraph, or in lecture mode one line with the paragraph on hover (the heatmaps
+  // are the slide).
+  static const std::string kDefinitions =
+      std::string(kAttentionShareDefinition) +
+      ". Answer span: the code of the needle the last question asks about; "
+      "query rows: that question's tokens.";
+  if (state.lecture) {
+    ImGui::TextDisabled("attention to answer, noise, answer span, query rows: hover for the definitions");
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s", wrap_at_spaces(kDefinitions, ImGui::GetFontSize() * 40).c_str());
+  } else {
+    ImGui::TextWrapped("%s", kDefinitions.c_str());
+  }
+  std::vector<int> slots;
+  for (int s = 0; s < kSlots; ++s)
+    if (!p.models[static_cast<size_t>(s)].empty()) slots.push_back(s);
+  draw_lab_heatmaps(state.lab, p, slots);
+  draw_lab_tables(state.lab, p, slots);
+  draw_lab_episodes(p, slots);
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   ImGui::TextWrapped(
       "Paper (Ye et al., ICLR 2025, Table 3; 3B models, 4K context): attention to answer by depth "
