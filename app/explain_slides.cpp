@@ -399,12 +399,13 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
       const float ny = y + (e.diff ? 2 : 1) * row_h + 6;
       if (in.answer.begin >= 0) {
         if (e.diff) {
-          const float next = note(ny, "to the answer (green), of the row's Σ|A|: A1 " + fmt("%.3f", before.answer) +
-                                          " → A " + fmt("%.3f", after.answer));
-          note(next, "noise (keys outside the answer and the query), of Σ|A|: A1 " + fmt("%.3f", before.noise) +
-                         " → A " + fmt("%.3f", after.noise));
+          const float next = note(ny, "to the answer (green), of the row's Σ|A|: A1 " +
+                                          fmt("%.3f", before.answer) + " → A " + fmt("%.3f", after.answer));
+          note(next, "noise (keys outside the answer and the query), of Σ|A|: A1 " +
+                         fmt("%.3f", before.noise) + " → A " + fmt("%.3f", after.noise));
         } else {
-          const float next = note(ny, "to the answer (green), of the row's Σ|A|: " + fmt("%.3f", after.answer));
+          const float next =
+              note(ny, "to the answer (green), of the row's Σ|A|: " + fmt("%.3f", after.answer));
           note(next, "noise (keys outside the answer and the query), of Σ|A|: " + fmt("%.3f", after.noise));
         }
       } else {

@@ -87,10 +87,6 @@ std::string list_heads(const std::vector<int>& heads) {
   return out;
 }
 
-
-
-
-
 }  // namespace
 
 size_t page_map_bytes(int64_t T) {

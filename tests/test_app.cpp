@@ -324,7 +324,8 @@ TEST_CASE("model cards: each bundled model says what it retrieves, in agreement 
   // Beside the Outliers view: the direction and the size of the gap against the paper's Table 5, as the
   // card's README says it; beside the head scores: the card's finding on induction heads.
   CHECK(view_line(*diff, "outliers").find("as the paper's DIFF, but by ") != std::string::npos);
-  CHECK(card.find("Against the paper's Table 5: diff-small's largest |attention logit| is ") != std::string::npos);
+  CHECK(card.find("Against the paper's Table 5: diff-small's largest |attention logit| is ") !=
+        std::string::npos);
   const bool no_induction = card.find("have no induction head") != std::string::npos ||
                             card.find("has no induction head") != std::string::npos;
   CHECK((view_line(*diff, "heads").find("no induction head") != std::string::npos) == no_induction);

@@ -573,7 +573,8 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("grid figures: signed values take the sign scale around 0, as every view colours them", "[viz][figure]") {
+TEST_CASE("grid figures: signed values take the sign scale around 0, as every view colours them",
+          "[viz][figure]") {
   // The needle lab's attention to the answer: DIFF's can be below 0 (-0.2 here), the baseline's up to 0.5.
   const Colormap& div = diverging_colormap();
   auto same = [](Rgb8 p, Rgb8 q) { return p.r == q.r && p.g == q.g && p.b == q.b; };
@@ -599,8 +600,9 @@ TEST_CASE("grid figures: signed values take the sign scale around 0, as every vi
   CHECK_THAT(all, Catch::Contains("|0|"));
 }
 
-TEST_CASE("one sign convention in every export: maps, charts, tables and head figures colour +0.5 blue, -0.5 red",
-          "[viz][figure][colormap]") {
+TEST_CASE(
+    "one sign convention in every export: maps, charts, tables and head figures colour +0.5 blue, -0.5 red",
+    "[viz][figure][colormap]") {
   const auto blue = [](Rgb8 c) { return c.b > c.r + 60; };
   const auto red = [](Rgb8 c) { return c.r > c.b + 60; };
   // A signed 2 x 2 map (a DIFF A1 - lambda A2): +0.5 on the diagonal, -0.5 below it.
