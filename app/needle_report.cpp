@@ -54,16 +54,12 @@ std::string csv_field(const std::string& s) {
   return q + "\"";
 }
 
-std::string write_needle_report(const std::filesystem::path& out, const std::vector<std::string>& models,
-                                const std::vector<std::vector<NeedleRun>>& runs, int cell) {
-  if (models.size() != runs.size()) throw Error("needle report: one list of runs per model");
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec) throw Error(out.string() + ": cannot create the folder (" + ec.message() + ")");
-  std::vector<std::vector<NeedleCellSummary>> cells;
-  for (const auto& r : runs) cells.push_back(summarize(r));
+namespace {
 
-  // needle.json: everything.
+// needle.json: everything, every run and every cell of each model.
+nlohmann::json needle_json(const std::vector<std::string>& models,
+                           const std::vector<std::vector<NeedleRun>>& runs,
+                           const std::vector<std::vector<NeedleCellSummary>>& cells) {
   nlohmann::json j;
   j["definition"] = kAttentionShareDefinition;
   j["answer_span"] = "the code tokens of the needle the last question asks about";
@@ -116,40 +112,60 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
                              {"answering_strongest_head", c.answering_head}});
     j["models"].push_back(jm);
   }
-  // Replies of a model that produced broken UTF-8 are kept with U+FFFD in their place.
-  write_file_atomically(out / "needle.json",
-                        j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  return j;
+}
 
-  // needle.csv: one row per model and cell.
-  {
-    std::ostringstream csv;
-    csv << "model,length,depth,needles,queried,runs,accuracy,attention_to_answer,attention_noise,"
-           "answering_to_answer,answering_noise,answering_strongest_head,placed_depth\n";
-    for (size_t m = 0; m < models.size(); ++m)
-      for (const auto& c : cells[m])
-        csv << csv_field(models[m]) << "," << c.cell.length << "," << c.cell.depth << "," << c.cell.needles
-            << "," << c.cell.queried << "," << c.runs << "," << c.accuracy << "," << c.attention.answer << ","
-            << c.attention.noise << "," << c.answering.answer << "," << c.answering.noise << ","
-            << c.answering_head << "," << c.placed_depth << "\n";
-    write_file_atomically(out / "needle.csv", csv.str());
-  }
+// needle.csv: one row per model and cell.
+std::string needle_csv(const std::vector<std::string>& models,
+                       const std::vector<std::vector<NeedleCellSummary>>& cells) {
+  std::ostringstream csv;
+  csv << "model,length,depth,needles,queried,runs,accuracy,attention_to_answer,attention_noise,"
+         "answering_to_answer,answering_noise,answering_strongest_head,placed_depth\n";
+  for (size_t m = 0; m < models.size(); ++m)
+    for (const auto& c : cells[m])
+      csv << csv_field(models[m]) << "," << c.cell.length << "," << c.cell.depth << "," << c.cell.needles
+          << "," << c.cell.queried << "," << c.runs << "," << c.accuracy << "," << c.attention.answer << ","
+          << c.attention.noise << "," << c.answering.answer << "," << c.answering.noise << ","
+          << c.answering_head << "," << c.placed_depth << "\n";
+  return csv.str();
+}
 
-  // tables.md
+// The sweep's axes as its cells have them: lengths, depths and (N, R).
+struct SweepAxes {
   std::set<int64_t> lengths;
   std::set<double> depths;
   std::set<std::pair<int, int>> nrs;
+};
+
+SweepAxes axes_of(const std::vector<std::vector<NeedleCellSummary>>& cells) {
+  SweepAxes a;
   for (const auto& cm : cells)
     for (const auto& c : cm) {
-      lengths.insert(c.cell.length);
-      depths.insert(c.cell.depth);
-      nrs.insert({c.cell.needles, c.cell.queried});
+      a.lengths.insert(c.cell.length);
+      a.depths.insert(c.cell.depth);
+      a.nrs.insert({c.cell.needles, c.cell.queried});
     }
-  auto find = [&](size_t m, int64_t L, double d, std::pair<int, int> nr) -> const NeedleCellSummary* {
-    for (const auto& c : cells[m])
-      if (c.cell.length == L && c.cell.depth == d && c.cell.needles == nr.first &&
-          c.cell.queried == nr.second)
-        return &c;
-    return nullptr;
+  return a;
+}
+
+// A model's cell at (length, depth, (N, R)), or nullptr.
+const NeedleCellSummary* find_cell(const std::vector<NeedleCellSummary>& cells, int64_t L, double d,
+                                   std::pair<int, int> nr) {
+  for (const auto& c : cells)
+    if (c.cell.length == L && c.cell.depth == d && c.cell.needles == nr.first && c.cell.queried == nr.second)
+      return &c;
+  return nullptr;
+}
+
+// tables.md: the paper's Table 3 layout per (N, R) and length, the while-answering table, multi-needle
+// accuracy.
+std::string needle_tables(const std::vector<std::string>& models,
+                          const std::vector<std::vector<NeedleCellSummary>>& cells, const SweepAxes& axes) {
+  const auto& lengths = axes.lengths;
+  const auto& depths = axes.depths;
+  const auto& nrs = axes.nrs;
+  auto find = [&](size_t m, int64_t L, double d, std::pair<int, int> nr) {
+    return find_cell(cells[m], L, d, nr);
   };
   std::string md = "# Needle-in-a-haystack sweep\n\n";
   md += std::string("Definitions: ") + kAttentionShareDefinition +
@@ -236,8 +252,20 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
       "0/25/50/75/100 %: Transformer .03 .03 .03 .07 .09, DIFF .27 .30 .31 .32 .40; attention noise: "
       "Transformer .51 .54 .52 .49 .49, DIFF .01 .02 .02 .02 .01. Multi-needle accuracy at 4K "
       "(Transformer vs DIFF): N=1 R=1 1.00/1.00, N=2 R=2 .85/.92, N=4 R=2 .62/.84, N=6 R=2 .55/.85.\n";
-  write_file_atomically(out / "tables.md", md);
+  return md;
+}
 
+// Heatmaps (PNG at `cell` pixels a cell, and SVG): accuracy and attention to the answer, depth rows ×
+// length columns, per model and (N, R).
+void write_needle_heatmaps(const std::filesystem::path& out, const std::vector<std::string>& models,
+                           const std::vector<std::vector<NeedleCellSummary>>& cells, const SweepAxes& axes,
+                           int cell) {
+  const auto& lengths = axes.lengths;
+  const auto& depths = axes.depths;
+  const auto& nrs = axes.nrs;
+  auto find = [&](size_t m, int64_t L, double d, std::pair<int, int> nr) {
+    return find_cell(cells[m], L, d, nr);
+  };
   // Heatmaps: accuracy and attention to answer, depth rows × length columns, per model and (N, R). The
   // attention heatmaps of every model and (N, R) share one colour scale (as the app's lab), so that a
   // model's weak retrieval does not look like another's strong one: its bounds span every cell's share.
@@ -280,6 +308,27 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
         viz::write_png(out / (file + ".png"), img.rgb, img.width, img.height);
         write_file_atomically(out / (file + ".svg"), viz::grid_figure_svg(g));
       }
+}
+
+}  // namespace
+
+std::string write_needle_report(const std::filesystem::path& out, const std::vector<std::string>& models,
+                                const std::vector<std::vector<NeedleRun>>& runs, int cell) {
+  if (models.size() != runs.size()) throw Error("needle report: one list of runs per model");
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) throw Error(out.string() + ": cannot create the folder (" + ec.message() + ")");
+  std::vector<std::vector<NeedleCellSummary>> cells;
+  for (const auto& r : runs) cells.push_back(summarize(r));
+  // Replies of a model that produced broken UTF-8 are kept with U+FFFD in their place.
+  write_file_atomically(
+      out / "needle.json",
+      needle_json(models, runs, cells).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomically(out / "needle.csv", needle_csv(models, cells));
+  const SweepAxes axes = axes_of(cells);
+  const std::string md = needle_tables(models, cells, axes);
+  write_file_atomically(out / "tables.md", md);
+  write_needle_heatmaps(out, models, cells, axes, cell);
   return md;
 }
 
