@@ -129,27 +129,14 @@ void draw_text_legend(const viz::ValueRange& range, viz::ValueScale scale) {
   ImGui::Dummy(ImVec2(bar_x + bar_w + em * 0.3f + ImGui::CalcTextSize(right.c_str()).x - p.x, h));
 }
 
-// One model's panel in a child of `size`: title, legend, and the text (scrolling).
-void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vector<std::string>& labels,
-                     Cache& c, int query, double shared_top, ImVec2 size) {
+// The panel's title (the model, the weights, the pool, the query; as tall as the kept query's title) and
+// what the model expects after the query.
+void draw_text_title(GuiState& state, const Trace& t, int slot, const std::vector<std::string>& labels,
+                     const Cache& c, int query) {
   auto& tv = state.text;
   const SelectionState& sel = state.selection;
-  ImGui::BeginChild(("text.panel." + std::to_string(slot)).c_str(), size, false,
-                    ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
-  {
-    const ImVec2 p = ImGui::GetWindowPos(), s = ImGui::GetWindowSize();
-    state.drawn.note("text." + std::to_string(slot), p.x, p.y, p.x + s.x, p.y + s.y);
-  }
   const std::string name = t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
   const int T = static_cast<int>(t.length());
-  if (!c.error.empty()) {
-    ImGui::TextUnformatted(name.c_str());
-    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.8f, 0.2f, 0.2f, 1));
-    ImGui::TextWrapped("%s", c.error.c_str());
-    ImGui::PopStyleColor();
-    ImGui::EndChild();
-    return;
-  }
   const std::string pool =
       describe_pool(c.weights, static_cast<HeadPool>(tv.heads), state.view.layer, state.view.head[slot]);
   const std::string dir = tv.direction == 0 ? "from query " : "to token ";
@@ -176,20 +163,13 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
     if (line.empty()) line = "no prediction kept after token " + std::to_string(query);
     ImGui::TextDisabled("%s", line.c_str());
   }
-  viz::ValueRange range;
-  range.diverging = t.config.is_diff();
-  range.hi = shared_top > 0 ? shared_top : c.top > 0 ? c.top : 1;
-  const auto scale = static_cast<viz::ValueScale>(std::clamp(state.view.scale, 0, 2));
-  draw_text_legend(range, scale);
+}
 
-  // The text, wrapped into the child's width, in the largest UI font it fits in (a short prompt reads from
-  // the back of the room); only the lines in view are drawn.
-  // The box shows whole lines: its padding above and below is the answer's outline (so the line before the
-  // first one shown never peeks in), its height a whole number of lines, and its scrolling steps by lines.
-  const ImVec2 body = ImGui::GetContentRegionAvail();
-  const float edge = std::max(2.0f, std::max(1.0f, ImGui::GetFontSize() * 0.12f) * 1.2f) + 1;
-  const ImVec2 inner(body.x - 2 * ImGui::GetStyle().WindowPadding.x - ImGui::GetStyle().ScrollbarSize,
-                     body.y - 2 * edge - 2 * ImGui::GetStyle().ChildBorderSize);
+// The text laid out again when the run, the box or the font changed: in the largest UI font it fits in
+// (a short prompt reads from the back of the room), then its boxes.
+void fit_text_layout(GuiState& state, int slot, const std::vector<std::string>& labels, Cache& c,
+                     ImVec2 inner) {
+  auto& tv = state.text;
   const std::array<float, 4> layout_key{static_cast<float>(state.shown->request % 16777216), inner.x, inner.y,
                                         ImGui::GetFontSize()};
   if (c.layout_key != layout_key) {  // lay the text out again: the largest font it fits in, then its boxes
@@ -218,6 +198,15 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
     c.font_size = fit->FontSize;
     if (!laid_out) layout_text(labels, width, c);  // the current font
   }
+}
+
+// The text box: whole lines, scrolled to the kept query and the answer, each token shaded by its weight,
+// the answer outlined, the query framed; hovering a token makes it the query, a click keeps it.
+void draw_text_body(GuiState& state, const Trace& t, int slot, const std::vector<std::string>& labels,
+                    Cache& c, int query, const viz::ValueRange& range, viz::ValueScale scale, ImVec2 body,
+                    ImVec2 inner) {
+  auto& tv = state.text;
+  const SelectionState& sel = state.selection;
   ImFont* font = ImGui::GetFont();
   for (ImFont* f : ImGui::GetIO().Fonts->Fonts)
     if (f->FontSize == c.font_size) font = f;
@@ -320,6 +309,42 @@ void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vecto
   ImGui::Dummy(ImVec2(width, height));
   ImGui::EndChild();
   ImGui::PopFont();
+}
+
+// One model's panel in a child of `size`: title, legend, and the text (scrolling).
+void draw_text_panel(GuiState& state, const Trace& t, int slot, const std::vector<std::string>& labels,
+                     Cache& c, int query, double shared_top, ImVec2 size) {
+  ImGui::BeginChild(("text.panel." + std::to_string(slot)).c_str(), size, false,
+                    ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
+  {
+    const ImVec2 p = ImGui::GetWindowPos(), s = ImGui::GetWindowSize();
+    state.drawn.note("text." + std::to_string(slot), p.x, p.y, p.x + s.x, p.y + s.y);
+  }
+  if (!c.error.empty()) {
+    ImGui::TextUnformatted((t.config.name.empty() ? to_string(t.config.attention) : t.config.name).c_str());
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.8f, 0.2f, 0.2f, 1));
+    ImGui::TextWrapped("%s", c.error.c_str());
+    ImGui::PopStyleColor();
+    ImGui::EndChild();
+    return;
+  }
+  draw_text_title(state, t, slot, labels, c, query);
+  viz::ValueRange range;
+  range.diverging = t.config.is_diff();
+  range.hi = shared_top > 0 ? shared_top : c.top > 0 ? c.top : 1;
+  const auto scale = static_cast<viz::ValueScale>(std::clamp(state.view.scale, 0, 2));
+  draw_text_legend(range, scale);
+
+  // The text, wrapped into the child's width, in the largest UI font it fits in (a short prompt reads from
+  // the back of the room); only the lines in view are drawn.
+  // The box shows whole lines: its padding above and below is the answer's outline (so the line before the
+  // first one shown never peeks in), its height a whole number of lines, and its scrolling steps by lines.
+  const ImVec2 body = ImGui::GetContentRegionAvail();
+  const float edge = std::max(2.0f, std::max(1.0f, ImGui::GetFontSize() * 0.12f) * 1.2f) + 1;
+  const ImVec2 inner(body.x - 2 * ImGui::GetStyle().WindowPadding.x - ImGui::GetStyle().ScrollbarSize,
+                     body.y - 2 * edge - 2 * ImGui::GetStyle().ChildBorderSize);
+  fit_text_layout(state, slot, labels, c, inner);
+  draw_text_body(state, t, slot, labels, c, query, range, scale, body, inner);
   ImGui::EndChild();
 }
 
