@@ -96,6 +96,155 @@ void fit_to_monitor(const LayoutState& layout, int& width, int& height, int& x, 
 
 }  // namespace
 
+namespace {
+
+// What the command line asks for at start (models, prompt or bundle, selection, views, lab, needle or
+// repeated-token prompt), into the state and the worker.
+void apply_start_options(GuiState& state, InferenceWorker& worker, const GuiOptions& opt,
+                         const LayoutState& layout) {
+  state.device = parse_device(opt.device);
+  state.cuda = cuda_available();
+  worker.set_device(state.device);
+  for (int s = 0; s < kSlots; ++s) {
+    state.slots[s].path_field = without_token(opt.models[s]);  // shown on screen
+    if (!opt.models[s].empty()) worker.load(s, opt.models[s]);
+  }
+  state.prompt.text = opt.prompt;
+  state.prompt.pending = opt.bundle.empty();  // a bundle at start is shown instead of a run of the prompt
+  if (!opt.bundle.empty()) {
+    state.slots[0].bundle_field = opt.bundle;
+    worker.open_bundle(0, opt.bundle);
+  }
+  state.view.layer = opt.layer;
+  state.selection.query = opt.query;
+  state.lecture = opt.lecture;
+  state.view.zoom_row0 = opt.zoom[0];
+  state.view.zoom_col0 = opt.zoom[1];
+  state.view.zoom_span = opt.zoom[2];
+  if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
+  state.layout = layout;
+  if (opt.one_y_scale >= 0) {
+    state.layout.shared_rows_scale = opt.one_y_scale == 1;
+    state.layout.rows_scale_chosen = true;
+  }
+  state.view.head_metric = opt.head_metric;
+  state.view.metric_rows = opt.metric_rows;
+  state.font_scale = opt.font_scale;
+  state.needle.haystack_path = opt.haystack;
+  state.bundled_models = opt.bundled_models;
+  state.pooled_budget =
+      opt.pooled_budget_mb > 0 ? static_cast<size_t>(opt.pooled_budget_mb * 1024 * 1024) : 0;
+  state.lab.lengths = opt.lab_lengths;
+  state.lab.depths = opt.lab_depths;
+  state.lab.needles = opt.lab_needles;
+  state.lab.queried = opt.lab_queried;
+  state.lab.seeds = opt.lab_seeds;
+  state.selection.answer_begin = opt.answer_begin;
+  state.selection.answer_end = opt.answer_end;
+  if (opt.needle.size() >= 5) {  // a needle prompt at start (validated by the CLI)
+    state.needle.length = opt.needle[0];
+    state.needle.depth_pct = opt.needle[1];
+    state.needle.needles = opt.needle[2];
+    state.needle.asked = opt.needle[3];
+    state.needle.seed = opt.needle[4];
+    if (opt.needle.size() == 6) state.needle.with_answer = opt.needle[5] != 0;
+    if (is_remote(opt.models[0])) {  // its tokenizer comes from the server once the slot connects
+      state.needle.build_on_load = true;
+      state.needle.select_layer = opt.layer;
+      state.needle.select_head = opt.head;
+      state.needle.select_query = opt.query;
+      state.prompt.pending = false;
+    } else {
+      build_needle_prompt(state, opt.models[0]);
+      if (opt.layer >= 0 || opt.head >= 0) state.needle.focus_pending = false;  // --select wins
+      if (opt.query >= 0) state.selection.query = opt.query;                    // and --query
+      if (state.needle.built.rfind("could not", 0) == 0)
+        std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
+    }
+  }
+  if (opt.repeated.size() == 2) {  // repeated random tokens at start (validated by the CLI)
+    state.repeated.length = opt.repeated[0];
+    state.repeated.seed = opt.repeated[1];
+    if (is_remote(opt.models[0])) {
+      state.repeated.build_on_load = true;
+      state.prompt.pending = false;
+    } else {
+      build_repeated_prompt(state, opt.models[0]);
+      if (state.repeated.built.rfind("could not", 0) == 0)
+        std::fprintf(stderr, "difflens: %s\n", state.repeated.built.c_str());
+    }
+    if (opt.query >= 0) state.selection.query = opt.query;
+  }
+  for (int k = 0; k < 4; ++k)
+    if (kQuantizationBits[k] == opt.logit_bits) state.view.quantization = k;
+  if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
+  if (opt.lab_run) start_lab_sweep(state, worker);  // after the logits setting it uses
+}
+
+// The worker's newest result, if any, onto the screen: the prompt box for a bundle, Continue's query, the
+// needle's heads, the keystroke's latency. False when the headless run takes it as its simulated keystroke
+// (the frame is skipped).
+bool receive_result(GuiState& state, InferenceWorker& worker, HeadlessRun& headless) {
+  if (auto r = worker.take_result()) {
+    state.shown = std::move(r);
+    if (state.shown->prompt.rfind("(trace bundle ", 0) == 0) {  // the prompt box shows the bundle's text
+      reset_continue(state, "stopped: a trace bundle was opened");
+      for (const auto& t : state.shown->traces)
+        if (t) {
+          const bool bos = !t->token_ids.empty() && t->token_ids[0] == t->config.bos_token_id;
+          state.prompt.text = viz::text_of_pieces(t->tokens, bos);
+          state.prompt.pending = false;
+        }
+    }
+    if (state.cont.follow && state.shown->prompt == state.prompt.text) {  // a written token arrived
+      state.cont.follow = false;
+      const std::vector<int> w = written_tokens(state);
+      if (!w.empty()) state.selection.query = w.back();
+    }
+    if (state.needle.focus_pending && state.shown->prompt == state.prompt.text) {
+      state.needle.focus_pending = false;
+      focus_answer_head(state, *state.shown);
+    }
+    if (!headless.take_result(state)) return false;  // headless: the first result becomes a keystroke
+    // A run a keystroke started (not a scripted prompt, a needle, Continue's tokens): its latency.
+    state.edit_to_screen_ms = state.edited_at > 0 && state.shown->request == state.edited_request
+                                  ? 1000.0 * (now_seconds() - state.edited_at)
+                                  : -1;
+  }
+  return true;
+}
+
+// A needle or repeated-token prompt waiting for a remote slot's tokenizer: built once the slot has loaded
+// (or the plain prompt runs instead when it cannot be).
+void build_prompts_on_load(GuiState& state) {
+  if (state.needle.build_on_load && (state.status.slots[0].loaded || !state.status.slots[0].error.empty())) {
+    state.needle.build_on_load = false;
+    const std::string& dir = state.status.slots[0].tokenizer_dir;
+    if (!dir.empty() && state.status.slots[0].error.empty()) {
+      build_needle_prompt(state, dir);
+      if (state.needle.select_layer >= 0 || state.needle.select_head >= 0) state.needle.focus_pending = false;
+      if (state.needle.select_query >= 0) state.selection.query = state.needle.select_query;
+    }
+    if (dir.empty() || state.needle.built.rfind("could not", 0) == 0) {
+      if (!state.needle.built.empty()) std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
+      state.prompt.pending = true;  // the plain prompt instead
+      state.prompt.last_edit = 0;
+    }
+  }
+  if (state.repeated.build_on_load &&
+      (state.status.slots[0].loaded || !state.status.slots[0].error.empty())) {
+    state.repeated.build_on_load = false;
+    build_repeated_prompt(
+        state, state.status.slots[0].error.empty() ? state.status.slots[0].tokenizer_dir : std::string());
+    if (state.repeated.built.rfind("could not", 0) == 0) {
+      std::fprintf(stderr, "difflens: %s\n", state.repeated.built.c_str());
+      state.prompt.rerun();  // the plain prompt instead
+    }
+  }
+}
+
+}  // namespace
+
 int run_gui(const GuiOptions& opt) {
   // GLFW's own reason for a failure (a display refused, no OpenGL 3.3 context) reaches the terminal.
   glfwSetErrorCallback([](int code, const char* description) {
@@ -161,83 +310,7 @@ int run_gui(const GuiOptions& opt) {
     const viz::HeatmapRenderer renderer;
     InferenceWorker worker([] { glfwPostEmptyEvent(); }, opt.threads);
     GuiState state;
-    state.device = parse_device(opt.device);
-    state.cuda = cuda_available();
-    worker.set_device(state.device);
-    for (int s = 0; s < kSlots; ++s) {
-      state.slots[s].path_field = without_token(opt.models[s]);  // shown on screen
-      if (!opt.models[s].empty()) worker.load(s, opt.models[s]);
-    }
-    state.prompt.text = opt.prompt;
-    state.prompt.pending = opt.bundle.empty();  // a bundle at start is shown instead of a run of the prompt
-    if (!opt.bundle.empty()) {
-      state.slots[0].bundle_field = opt.bundle;
-      worker.open_bundle(0, opt.bundle);
-    }
-    state.view.layer = opt.layer;
-    state.selection.query = opt.query;
-    state.lecture = opt.lecture;
-    state.view.zoom_row0 = opt.zoom[0];
-    state.view.zoom_col0 = opt.zoom[1];
-    state.view.zoom_span = opt.zoom[2];
-    if (!opt.export_dir.empty()) state.view.export_dir = opt.export_dir;
-    state.layout = layout;
-    if (opt.one_y_scale >= 0) {
-      state.layout.shared_rows_scale = opt.one_y_scale == 1;
-      state.layout.rows_scale_chosen = true;
-    }
-    state.view.head_metric = opt.head_metric;
-    state.view.metric_rows = opt.metric_rows;
-    state.font_scale = opt.font_scale;
-    state.needle.haystack_path = opt.haystack;
-    state.bundled_models = opt.bundled_models;
-    state.pooled_budget =
-        opt.pooled_budget_mb > 0 ? static_cast<size_t>(opt.pooled_budget_mb * 1024 * 1024) : 0;
-    state.lab.lengths = opt.lab_lengths;
-    state.lab.depths = opt.lab_depths;
-    state.lab.needles = opt.lab_needles;
-    state.lab.queried = opt.lab_queried;
-    state.lab.seeds = opt.lab_seeds;
-    state.selection.answer_begin = opt.answer_begin;
-    state.selection.answer_end = opt.answer_end;
-    if (opt.needle.size() >= 5) {  // a needle prompt at start (validated by the CLI)
-      state.needle.length = opt.needle[0];
-      state.needle.depth_pct = opt.needle[1];
-      state.needle.needles = opt.needle[2];
-      state.needle.asked = opt.needle[3];
-      state.needle.seed = opt.needle[4];
-      if (opt.needle.size() == 6) state.needle.with_answer = opt.needle[5] != 0;
-      if (is_remote(opt.models[0])) {  // its tokenizer comes from the server once the slot connects
-        state.needle.build_on_load = true;
-        state.needle.select_layer = opt.layer;
-        state.needle.select_head = opt.head;
-        state.needle.select_query = opt.query;
-        state.prompt.pending = false;
-      } else {
-        build_needle_prompt(state, opt.models[0]);
-        if (opt.layer >= 0 || opt.head >= 0) state.needle.focus_pending = false;  // --select wins
-        if (opt.query >= 0) state.selection.query = opt.query;                    // and --query
-        if (state.needle.built.rfind("could not", 0) == 0)
-          std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
-      }
-    }
-    if (opt.repeated.size() == 2) {  // repeated random tokens at start (validated by the CLI)
-      state.repeated.length = opt.repeated[0];
-      state.repeated.seed = opt.repeated[1];
-      if (is_remote(opt.models[0])) {
-        state.repeated.build_on_load = true;
-        state.prompt.pending = false;
-      } else {
-        build_repeated_prompt(state, opt.models[0]);
-        if (state.repeated.built.rfind("could not", 0) == 0)
-          std::fprintf(stderr, "difflens: %s\n", state.repeated.built.c_str());
-      }
-      if (opt.query >= 0) state.selection.query = opt.query;
-    }
-    for (int k = 0; k < 4; ++k)
-      if (kQuantizationBits[k] == opt.logit_bits) state.view.quantization = k;
-    if (opt.head >= 0) state.view.head[0] = state.view.head[1] = opt.head;
-    if (opt.lab_run) start_lab_sweep(state, worker);  // after the logits setting it uses
+    apply_start_options(state, worker, opt, layout);
     ViewObjects views;
     struct {
       bool on = false;
@@ -271,59 +344,9 @@ int run_gui(const GuiOptions& opt) {
       const double frame_start = now_seconds();  // the frame's own work, not the wait for events
 
       // The one point per frame where results reach the UI.
-      if (auto r = worker.take_result()) {
-        state.shown = std::move(r);
-        if (state.shown->prompt.rfind("(trace bundle ", 0) == 0) {  // the prompt box shows the bundle's text
-          reset_continue(state, "stopped: a trace bundle was opened");
-          for (const auto& t : state.shown->traces)
-            if (t) {
-              const bool bos = !t->token_ids.empty() && t->token_ids[0] == t->config.bos_token_id;
-              state.prompt.text = viz::text_of_pieces(t->tokens, bos);
-              state.prompt.pending = false;
-            }
-        }
-        if (state.cont.follow && state.shown->prompt == state.prompt.text) {  // a written token arrived
-          state.cont.follow = false;
-          const std::vector<int> w = written_tokens(state);
-          if (!w.empty()) state.selection.query = w.back();
-        }
-        if (state.needle.focus_pending && state.shown->prompt == state.prompt.text) {
-          state.needle.focus_pending = false;
-          focus_answer_head(state, *state.shown);
-        }
-        if (!headless.take_result(state)) continue;  // headless: the first result becomes a keystroke
-        // A run a keystroke started (not a scripted prompt, a needle, Continue's tokens): its latency.
-        state.edit_to_screen_ms = state.edited_at > 0 && state.shown->request == state.edited_request
-                                      ? 1000.0 * (now_seconds() - state.edited_at)
-                                      : -1;
-      }
+      if (!receive_result(state, worker, headless)) continue;  // headless: the first result is a keystroke
       state.status = worker.status();
-      if (state.needle.build_on_load &&
-          (state.status.slots[0].loaded || !state.status.slots[0].error.empty())) {
-        state.needle.build_on_load = false;
-        const std::string& dir = state.status.slots[0].tokenizer_dir;
-        if (!dir.empty() && state.status.slots[0].error.empty()) {
-          build_needle_prompt(state, dir);
-          if (state.needle.select_layer >= 0 || state.needle.select_head >= 0)
-            state.needle.focus_pending = false;
-          if (state.needle.select_query >= 0) state.selection.query = state.needle.select_query;
-        }
-        if (dir.empty() || state.needle.built.rfind("could not", 0) == 0) {
-          if (!state.needle.built.empty()) std::fprintf(stderr, "difflens: %s\n", state.needle.built.c_str());
-          state.prompt.pending = true;  // the plain prompt instead
-          state.prompt.last_edit = 0;
-        }
-      }
-      if (state.repeated.build_on_load &&
-          (state.status.slots[0].loaded || !state.status.slots[0].error.empty())) {
-        state.repeated.build_on_load = false;
-        build_repeated_prompt(
-            state, state.status.slots[0].error.empty() ? state.status.slots[0].tokenizer_dir : std::string());
-        if (state.repeated.built.rfind("could not", 0) == 0) {
-          std::fprintf(stderr, "difflens: %s\n", state.repeated.built.c_str());
-          state.prompt.rerun();  // the plain prompt instead
-        }
-      }
+      build_prompts_on_load(state);
       poll_lab(state, worker);
       poll_continue(state, worker);
       headless.after_poll(state);
