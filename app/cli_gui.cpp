@@ -22,27 +22,28 @@ float as_float(const Args& a, const char* name) {
   return static_cast<float>(a.get_double(name));
 }
 
-int cmd_gui(const Args& a) {
-  app::GuiOptions o;
+// A bundled asset's path; without the bundled files (a moved install, say) the app still opens: it says
+// there which places it looked in, and File > Open takes a model.
+std::string bundled_or_said(const std::string& relative) {
+  try {
+    return bundled_asset(relative);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "difflens: %s\n", e.what());
+    const std::vector<std::filesystem::path> dirs = data_dirs();
+    return dirs.empty() ? relative : (dirs.front() / relative).string();
+  }
+}
+
+// The models, the prompt (or a bundle shown as it is) and the layer and head selected at start.
+void read_content(const Args& a, app::GuiOptions& o) {
   if (a.has("prompt") && a.has("prompt-file")) throw Error("give --prompt or --prompt-file, not both");
-  // Without the bundled pair (a moved install, say) the app still opens: it says there which places it
-  // looked in, and File > Open takes a model.
-  const auto bundled = [](const std::string& relative) {
-    try {
-      return bundled_asset(relative);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "difflens: %s\n", e.what());
-      const std::vector<std::filesystem::path> dirs = data_dirs();
-      return dirs.empty() ? relative : (dirs.front() / relative).string();
-    }
-  };
   if (a.has("models")) {
     const std::vector<std::string> dirs = model_dirs(a, 2, "LEFT_DIR,RIGHT_DIR");
     o.models[0] = dirs[0];
     o.models[1] = dirs[1];
   } else {
-    o.models[0] = bundled("models/diff-small");
-    o.models[1] = bundled("models/baseline-small");
+    o.models[0] = bundled_or_said("models/diff-small");
+    o.models[1] = bundled_or_said("models/baseline-small");
   }
   // A needle the bundled pair never saw in training (held-out name, code a multiple of 7); used as it is
   // when the left model has no SentencePiece tokenizer to build a whole needle episode with.
@@ -53,6 +54,10 @@ int cmd_gui(const Args& a) {
     o.layer = sel[0];
     o.head = sel[1];
   }
+}
+
+// The headless run's screenshot and the window: size, text scale, the needle builder's haystack.
+void read_window(const Args& a, app::GuiOptions& o) {
   o.screenshot = a.get("screenshot");
   if (a.has("screenshot")) check_output_file(o.screenshot, "--screenshot", {".png"});
   if (a.has("export-dir")) check_output_dir(a.get("export-dir"), "--export-dir");
@@ -63,7 +68,12 @@ int cmd_gui(const Args& a) {
     o.size_given = true;
   }
   o.font_scale = as_float(a, "font-scale");
-  o.haystack = a.has("haystack") ? a.get("haystack") : bundled("haystack.txt");
+  o.haystack = a.has("haystack") ? a.get("haystack") : bundled_or_said("haystack.txt");
+}
+
+// The bundled models' menu, the needle lab's grid (checked before a window opens) and the repeated-token
+// prompt.
+void read_bundled_and_lab(const Args& a, app::GuiOptions& o) {
   // The bundled models, one menu choice away (File > Bundled model into the left / right slot).
   for (const auto& [label, name] : {std::pair<const char*, const char*>{"DIFF (diff-small)", "diff-small"},
                                     {"DIFF V2 (diff-v2-small)", "diff-v2-small"},
@@ -90,6 +100,10 @@ int cmd_gui(const Args& a) {
     if (o.repeated[0] < 1 || o.repeated[0] > app::kMaxRepeated)
       throw Error("--repeated expects N,SEED with 1 <= N <= " + std::to_string(app::kMaxRepeated));
   }
+}
+
+// The needle prompt at start (asked for, or the first screen's held-out episode when nothing else is).
+void read_needle(const Args& a, app::GuiOptions& o) {
   o.needle = a.get_int_list("needle");
   if (!o.needle.empty()) {
     const auto& n = o.needle;
@@ -105,6 +119,10 @@ int cmd_gui(const Args& a) {
     o.needle = {app::kDefaultNeedle.begin(),
                 app::kDefaultNeedle.end()};  // the first screen: a held-out needle episode
   }
+}
+
+// Logits, threads, device, views, metrics, hover and the layout settings file.
+void read_views(const Args& a, app::GuiOptions& o) {
   o.logit_bits = std::stoi(a.get("logit-bits"));
   if (a.has("maps-height")) o.split_fraction = as_float(a, "maps-height");
   o.threads = a.get_int("threads", 0);
@@ -137,6 +155,11 @@ int cmd_gui(const Args& a) {
     else if (home && *home)
       o.settings_path = (std::filesystem::path(home) / ".config" / "difflens" / "layout.ini").string();
   }
+}
+
+// The play script (checked before a window opens), the query, Explain, the exports, the Text view, lecture
+// mode, the zoom and the answer.
+void read_play_and_exports(const Args& a, app::GuiOptions& o) {
   if (a.has("play")) {  // a bad script is refused before a window opens, with its line
     if (a.has("screenshot"))
       throw Error("give --play or --screenshot, not both (a script writes its own: screenshot F.png)");
@@ -174,6 +197,16 @@ int cmd_gui(const Args& a) {
     o.answer_begin = answer[0];
     o.answer_end = answer[1];
   }
+}
+
+int cmd_gui(const Args& a) {
+  app::GuiOptions o;
+  read_content(a, o);
+  read_window(a, o);
+  read_bundled_and_lab(a, o);
+  read_needle(a, o);
+  read_views(a, o);
+  read_play_and_exports(a, o);
 #ifdef DIFFLENS_GUI
   return app::run_gui(o);
 #else
