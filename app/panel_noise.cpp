@@ -465,7 +465,6 @@ viz::ChartFigure noise_chart(GuiState& state, int width, int height, float font_
   viz::ChartPanel p;
   for (size_t i = 0; i < rows; ++i) p.groups.push_back("layer " + readout_layer(cache.readouts, i));
   p.groups.push_back("mean");
-  std::string cards;
   for (int s = 0; s < kSlots; ++s) {
     if (!cache.readouts[s] || !r.traces[s]) continue;
     const NoiseReadout& nr = *cache.readouts[s];
@@ -483,12 +482,10 @@ viz::ChartFigure noise_chart(GuiState& state, int width, int height, float font_
     }
     p.series.push_back(answer);
     p.series.push_back(noise);
-    if (const ModelCard* card = slot_card(state, s))
-      cards += (cards.empty() ? "" : "\n") + name + ": " + brief_line(*card);
   }
   p.value_labels = true;
   f.panels.push_back(std::move(p));
-  f.footnote = cards;
+  f.footnote = card_footnote(state);
   return f;
 }
 

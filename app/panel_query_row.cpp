@@ -117,6 +117,21 @@ void draw_next_tokens(const Trace& t, int query, ImVec2 at, float width, float h
         last, query);
 }
 
+// The query row's shares of the answer and the noise, and the row's absolute weight Σ|A| they divide by
+// (DIFF's signed row sums to 1 - lambda, its |A| to more): the chart prints the denominator, so the answer's
+// bars summed and divided by it give the share.
+struct RowShare {
+  AttentionShare share;
+  double abs_sum = 0;
+};
+RowShare row_share(const QueryRow& row, int q, const SelectionState& sel) {
+  RowShare r;
+  r.share = query_row_share(row.values.data(), q, {sel.answer_begin, sel.answer_end});
+  for (int64_t j = 0; j <= q && j < static_cast<int64_t>(row.values.size()); ++j)
+    r.abs_sum += std::fabs(row.values[static_cast<size_t>(j)]);
+  return r;
+}
+
 // The chart's title line(s): the longest of its forms that fits beside the shares (to the answer, noise),
 // else the title on one line and the shares on a second. Returns the lines and where the shares go.
 struct ChartTitle {
@@ -166,14 +181,8 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
       name + head + query + ":  " + row.what + " over keys " + viz::token_range(0, q + 1),
       name + head + query, name + head, name};
   std::vector<std::string> shares;
-  AttentionShare share;
   if (answer_marked) {
-    share = query_row_share(row.values.data(), q, {sel.answer_begin, sel.answer_end});
-    // Shares of the row's absolute weight (DIFF's signed row sums to 1 - lambda, its |A| to more), so
-    // the denominator is on the chart: the answer's bars summed, divided by it, give the share.
-    double abs_sum = 0;
-    for (int64_t j = 0; j <= q && j < static_cast<int64_t>(row.values.size()); ++j)
-      abs_sum += std::fabs(row.values[static_cast<size_t>(j)]);
+    const auto [share, abs_sum] = row_share(row, q, sel);
     char full[200], brief[160], least[160];
     std::snprintf(full, sizeof full, "row %lld: to the answer %.3f   noise %.3f   (of \xce\xa3|A| %.3f)",
                   static_cast<long long>(q), share.answer, share.noise, abs_sum);
@@ -401,7 +410,6 @@ viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float fon
   const RunResult& r = *state.shown;
   const SelectionState& sel = state.selection;
   const bool answer_marked = sel.answer_begin >= 0 && sel.answer_end > sel.answer_begin;
-  std::string cards;
   for (int s = 0; s < kSlots; ++s) {
     if (!r.traces[s]) continue;
     const Trace& t = *r.traces[s];
@@ -432,9 +440,7 @@ viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float fon
       p.groups[static_cast<size_t>(b)] = joined;  // the answer labelled once, under its first key
       for (int j = b + 1; j < e; ++j) p.groups[static_cast<size_t>(j)].clear();
       p.labelled.push_back(b);
-      const AttentionShare share = query_row_share(row.values.data(), q, {sel.answer_begin, sel.answer_end});
-      double abs_sum = 0;
-      for (float v : row.values) abs_sum += std::fabs(v);
+      const auto [share, abs_sum] = row_share(row, q, sel);
       char note[200];
       std::snprintf(note, sizeof note, "row %d: to the answer %.3f, noise %.3f (of \xce\xa3|A| %.3f)", q,
                     share.answer, share.noise, abs_sum);
@@ -445,11 +451,9 @@ viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float fon
                                answer_marked ? sel.answer_end : -1, 8))
       p.labelled.push_back(j);
     f.panels.push_back(std::move(p));
-    if (const ModelCard* card = slot_card(state, s))
-      cards += (cards.empty() ? "" : "\n") + name + ": " + brief_line(*card);
   }
   if (f.panels.empty()) throw Error("no model has a run on screen");
-  f.footnote = cards;
+  f.footnote = card_footnote(state);
   return f;
 }
 
@@ -470,6 +474,17 @@ void draw_card_view_lines(GuiState& state, const std::string& view) {
     ImGui::PopTextWrapPos();
     ImGui::PopStyleColor();
   }
+}
+
+std::string card_footnote(GuiState& state) {
+  std::string lines;
+  for (int s = 0; s < kSlots; ++s)
+    if (const auto& t = state.shown ? state.shown->traces[s] : nullptr)
+      if (const ModelCard* card = slot_card(state, s))
+        lines += (lines.empty() ? "" : "\n") +
+                 (t->config.name.empty() ? to_string(t->config.attention) : t->config.name) + ": " +
+                 brief_line(*card);
+  return lines;
 }
 
 }  // namespace difflens::app

@@ -90,6 +90,8 @@ void draw_card_view_lines(GuiState& state, const std::string& view);
 // (panel_lambda.cpp) and the Noise chart (panel_noise.cpp) at width x height pixels, text at font_px (0:
 // from the height). Throw Error when there is nothing to draw (no run, no DIFF model, no answer marked).
 viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float font_px);
+// The loaded models' brief card lines, one a line ("diff-small: single needles ..."): a figure's footnote.
+std::string card_footnote(GuiState& state);
 // A chart figure's frame: its size, text size, title and axis titles (the panels come from the view).
 inline viz::ChartFigure chart_frame(int width, int height, float font_px, std::string title,
                                     std::string y_title, std::string x_title) {
