@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "app/cli.h"
+#include "app/cli/cli.h"
 #include "core/error.h"
 #include "core/model.h"
 

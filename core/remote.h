@@ -1,4 +1,4 @@
-// The wire protocol of `difflens serve` (app/remote_server.h) and its client (app/remote_client.h): what a
+// The wire protocol of `difflens serve` (app/remote/server.h) and its client (app/remote/client.h): what a
 // request may ask, as JSON read with every field checked, and the limits a server refuses requests beyond.
 // Replies carrying a trace are trace_to_bytes() (core/trace_io.h). Plain C++, no LibTorch and no network
 // code, so the request parser is fuzzed alone (tests/fuzz/fuzz_remote_request.cpp). The API as a user sees

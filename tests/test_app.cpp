@@ -11,12 +11,12 @@
 #include <sstream>
 #include <thread>
 
-#include "app/figures.h"
-#include "app/glyphs.h"
-#include "app/layout.h"
-#include "app/model_card.h"
-#include "app/tile_service.h"
-#include "app/typing.h"
+#include "app/desktop/glyphs.h"
+#include "app/desktop/layout.h"
+#include "app/desktop/tile_service.h"
+#include "app/desktop/typing.h"
+#include "app/reports/head_figures.h"
+#include "app/reports/model_card.h"
 #include "core/metrics.h"
 #include "helpers.h"
 

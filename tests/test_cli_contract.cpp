@@ -11,10 +11,11 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "app/cli_common.h"
-#include "app/figures.h"
-#include "app/needle_report.h"
-#include "app/text_page.h"
+#include "app/cli/commands.h"
+#include "app/common/command_support.h"
+#include "app/reports/head_figures.h"
+#include "app/reports/needle_report.h"
+#include "app/reports/text_page.h"
 #include "core/data.h"
 #include "core/metrics.h"
 #include "core/needle.h"

@@ -6,8 +6,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "app/cli_common.h"
-#include "app/cli_options.h"
+#include "app/cli/commands.h"
+#include "app/common/command_support.h"
+#include "app/common/options.h"
 #include "core/error.h"
 
 using namespace difflens;

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "app/explain_slides.h"
+#include "app/reports/explain_slides.h"
 #include "core/error.h"
 #include "core/explain.h"
 #include "core/metrics.h"

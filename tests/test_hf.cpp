@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/inference_worker.h"
+#include "app/worker/inference_worker.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/layout.h"

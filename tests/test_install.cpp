@@ -12,9 +12,10 @@
 #include <sstream>
 #include <string>
 
-#include "app/cli_common.h"
-#include "app/keys.h"
-#include "app/man_page.h"
+#include "app/cli/commands.h"
+#include "app/cli/man_page.h"
+#include "app/common/command_support.h"
+#include "app/common/keys.h"
 #include "tests/helpers.h"
 
 using namespace difflens;
@@ -47,7 +48,11 @@ std::set<std::string> files_under(const fs::path& root) {
 
 // This build has the desktop app (DIFFLENS_GUI=ON).
 bool gui_build() {
-  return fs::exists(DIFFLENS_BINARY_DIR "/app/CMakeFiles/difflens_app.dir/gui.cpp.o");
+#ifdef DIFFLENS_GUI
+  return true;
+#else
+  return false;
+#endif
 }
 
 // What an installed tree under `prefix` must do, wherever it lies.

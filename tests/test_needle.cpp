@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/needle_report.h"
+#include "app/reports/needle_report.h"
 #include "core/model.h"
 #include "core/needle.h"
 #include "helpers.h"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "app/outlier_report.h"
+#include "app/reports/outlier_report.h"
 #include "core/error.h"
 #include "core/model.h"
 #include "core/outliers.h"

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "app/play_script.h"
+#include "app/desktop/play_script.h"
 #include "core/error.h"
 #include "core/model.h"
 #include "core/trace_io.h"

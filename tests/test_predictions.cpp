@@ -1,14 +1,14 @@
 // Every position's prediction (Trace::predictions): equal to the full softmax of the model's logits at each
 // position (read as the next-token distribution of a capture of the prefix: causal attention leaves a
 // position's state as it is), kept within the budget, through bundles and the remote format, refused when
-// corrupt; and how the app words it (app/prediction_text).
+// corrupt; and how the app words it (app/reports/prediction_text).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "app/prediction_text.h"
+#include "app/reports/prediction_text.h"
 #include "core/error.h"
 #include "core/model.h"
 #include "core/trace_io.h"

@@ -16,9 +16,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "app/inference_worker.h"
-#include "app/remote_client.h"
-#include "app/remote_server.h"
+#include "app/remote/client.h"
+#include "app/remote/server.h"
+#include "app/worker/inference_worker.h"
 #include "core/data.h"
 #include "core/needle.h"
 #include "core/remote.h"

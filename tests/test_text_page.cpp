@@ -1,5 +1,5 @@
-// The Text view's page (app/text_page): the weights it embeds are the trace's, bit for bit; its means are the
-// Text view's; what does not fit is named; it loads nothing from the network; and in a real browser
+// The Text view's page (app/reports/text_page): the weights it embeds are the trace's, bit for bit; its means
+// are the Text view's; what does not fit is named; it loads nothing from the network; and in a real browser
 // (Debian's chromium, headless) its switches, hover and click show the trace's numbers.
 #include <catch2/catch.hpp>
 
@@ -11,8 +11,8 @@
 #include <fstream>
 #include <string>
 
-#include "app/prediction_text.h"
-#include "app/text_page.h"
+#include "app/reports/prediction_text.h"
+#include "app/reports/text_page.h"
 #include "core/error.h"
 #include "core/model.h"
 #include "core/tiles.h"
@@ -394,10 +394,11 @@ TEST_CASE("page: model names and tokens cannot end its script or inject markup",
   CHECK(dom.find("<pre id=\"selftest-result\">{\"ok\":true") != std::string::npos);
 }
 
-TEST_CASE("page: its script and style are app/page's files verbatim, and the script passes node's parser",
-          "[page]") {
-  const std::string js = test::read_all(DIFFLENS_SOURCE_DIR "/app/page/page.js");
-  const std::string css = test::read_all(DIFFLENS_SOURCE_DIR "/app/page/page.css");
+TEST_CASE(
+    "page: its script and style are app/reports/page's files verbatim, and the script passes node's parser",
+    "[page]") {
+  const std::string js = test::read_all(DIFFLENS_SOURCE_DIR "/app/reports/page/page.js");
+  const std::string css = test::read_all(DIFFLENS_SOURCE_DIR "/app/reports/page/page.css");
   REQUIRE(js.size() > 1000);
   REQUIRE(css.size() > 200);
   const Pair& p = tiny_pair();
@@ -411,7 +412,8 @@ TEST_CASE("page: its script and style are app/page's files verbatim, and the scr
     test::skip("node is not installed (scripts/install-deps installs nodejs)");
   }
   int status = -1;
-  const std::string out = run_output("node --check " DIFFLENS_SOURCE_DIR "/app/page/page.js 2>&1", &status);
+  const std::string out =
+      run_output("node --check " DIFFLENS_SOURCE_DIR "/app/reports/page/page.js 2>&1", &status);
   INFO(out);
   CHECK(status == 0);
   // ...and a file with a syntax error is refused by the same check (the check can fail).

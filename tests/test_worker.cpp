@@ -6,7 +6,7 @@
 #include <cmath>
 #include <thread>
 
-#include "app/inference_worker.h"
+#include "app/worker/inference_worker.h"
 #include "core/trace_io.h"
 #include "helpers.h"
 

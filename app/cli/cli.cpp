@@ -1,0 +1,105 @@
+// The difflens command line: `difflens [options]` opens the desktop app, `difflens COMMAND [options]` runs a
+// headless command. Each command is a table of its options beside the code that reads them (app/cli/:
+// model_commands, measure_commands, figure_commands, train_command, gui_command, ...); this file dispatches
+// and prints the overview. Errors from core (difflens::Error) are caught in main() and printed; the exit
+// status is non-zero.
+#include "app/cli/cli.h"
+
+#include <cstdio>
+#include <string>
+
+#include "app/cli/commands.h"
+#include "app/common/command_support.h"
+#include "app/common/version.h"
+#include "core/error.h"
+
+namespace difflens::cli {
+namespace {
+
+bool is_help(const std::string& word) {
+  return word == "--help" || word == "-h" || word == "help";
+}
+
+// `difflens --help`: the app's options, then one line per command.
+std::string overview() {
+  std::string out =
+      "DiffLens - Differential Transformer vs baseline attention explorer\n\n"
+      "usage: difflens [options]             open the desktop app (the bundled models by default)\n"
+      "       difflens COMMAND [options]     a headless command\n"
+      "       difflens COMMAND --help        its options\n"
+      "       difflens --version             the version, LibTorch, CPU, GPUs\n\n";
+  const std::string app = command_usage(gui_command());
+  out += "desktop app " + app.substr(app.find("options:\n"));
+  out += "\ncommands:\n";
+  for (const Command& c : all_commands()) {
+    std::string line = "  " + c.name + std::string(c.name.size() < 11 ? 11 - c.name.size() : 1, ' ');
+    // The summary, wrapped under itself at 100 columns.
+    size_t column = line.size();
+    for (size_t i = 0; i < c.summary.size();) {
+      size_t end = c.summary.find(' ', i);
+      if (end == std::string::npos) end = c.summary.size();
+      if (column > 13 && column + 1 + (end - i) > 100) {
+        line += "\n" + std::string(13, ' ');
+        column = 13;
+      } else if (column > 13) {
+        line += ' ';
+        ++column;
+      }
+      line += c.summary.substr(i, end - i);
+      column += end - i;
+      i = end + 1;
+    }
+    out += line + "\n";
+  }
+  out +=
+      "\nMore in docs/commands.md; every view of the app has a headless path (--view, --screenshot, "
+      "--export-all).\n";
+  return out;
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  if (argc == 2 && (std::string(argv[1]) == "--version" || std::string(argv[1]) == "-V")) {
+    std::printf("%s\n", version_line().c_str());
+    return 0;
+  }
+  if (argc >= 2 && is_help(argv[1])) {
+    if (argc >= 3) {  // difflens help COMMAND
+      for (const Command& c : all_commands())
+        if (c.name == argv[2]) return std::fputs(command_usage(c).c_str(), stdout), 0;
+      throw Error(std::string("no command '") + argv[2] + "' (difflens --help lists them)");
+    }
+    std::fputs(overview().c_str(), stdout);
+    return 0;
+  }
+  const bool app = argc < 2 || std::string(argv[1]).rfind("--", 0) == 0;
+  const std::string name = app ? "" : argv[1];
+  std::string names;
+  for (const Command& c : app ? std::vector<Command>{gui_command()} : all_commands()) {
+    if (c.name == name) {
+      const int first = app ? 1 : 2;
+      for (int i = first; i < argc; ++i)
+        if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+          std::fputs((app ? overview() : command_usage(c)).c_str(), stdout);
+          return 0;
+        }
+      return c.run(Args(c, argc, argv, first));
+    }
+    names += (names.empty() ? "" : ", ") + c.name;
+  }
+  throw Error("unknown command '" + name + "' (commands: " + names + "; difflens --help shows them)");
+}
+
+const std::vector<Command>& all_commands() {
+  static const std::vector<Command> commands = [] {
+    std::vector<Command> all;
+    for (auto family : {model_commands, measure_commands, figure_commands, train_commands, serve_commands,
+                        soak_commands, install_commands})
+      for (Command& c : family()) all.push_back(std::move(c));
+    return all;
+  }();
+  return commands;
+}
+
+}  // namespace difflens::cli

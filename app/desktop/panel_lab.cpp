@@ -1,0 +1,504 @@
+// The Needle lab tab: a needle-in-a-haystack sweep run by the worker, its accuracy and attention heatmaps
+// per model, the per-cell tables and the export of the same files as the needle command.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "app/desktop/panels.h"
+#include "app/desktop/plot.h"
+#include "app/reports/needle_report.h"
+#include "core/error.h"
+#include "core/needle.h"
+#include "viz/colormap.h"
+#include "viz/figure.h"
+
+namespace difflens::app {
+namespace {
+
+ImU32 colormap_u32(viz::Rgb8 c) {
+  return IM_COL32(c.r, c.g, c.b, 255);
+}
+
+std::string depth_label(double d) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%.0f%%", d * 100);
+  return b;
+}
+
+// What a lab heatmap shows of a cell: its accuracy, the attention to the answer while the question is read,
+// or the strongest head's attention to the answer while the code is produced.
+enum class LabValue { Accuracy, QuestionAttention, AnsweringHead };
+
+double lab_value(const NeedleCellSummary& c, LabValue v) {
+  return v == LabValue::Accuracy            ? c.accuracy
+         : v == LabValue::QuestionAttention ? c.attention.answer
+                                            : c.answering_head;
+}
+
+// A depth × length grid of one model's cells for one (N, R), coloured over [lo, hi], values printed when
+// they fit; hovering a cell tells its numbers.
+void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vector<NeedleCellSummary>& cells,
+                   std::pair<int, int> nr, LabValue value, double lo, double hi, float cell) {
+  ImGui::BeginGroup();
+  ImGui::TextUnformatted(title);
+  const float label_w = ImGui::CalcTextSize("100%").x + ImGui::GetStyle().ItemSpacing.x;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  ImVec2 p = ImGui::GetCursorScreenPos();
+  for (size_t c = 0; c < sweep.lengths.size(); ++c) {  // length labels above the columns
+    const std::string l = std::to_string(sweep.lengths[c]);
+    const float w = ImGui::CalcTextSize(l.c_str()).x;
+    dl->AddText(ImVec2(p.x + label_w + cell * (static_cast<float>(c) + 0.5f) - w / 2, p.y),
+                ImGui::GetColorU32(ImGuiCol_Text), l.c_str());
+  }
+  p.y += ImGui::GetTextLineHeightWithSpacing();
+  for (size_t r = 0; r < sweep.depths.size(); ++r) {
+    const float y = p.y + cell * static_cast<float>(r);
+    const std::string dlabel = depth_label(sweep.depths[r]);
+    dl->AddText(ImVec2(p.x, y + (cell - ImGui::GetTextLineHeight()) / 2), ImGui::GetColorU32(ImGuiCol_Text),
+                dlabel.c_str());
+    for (size_t c = 0; c < sweep.lengths.size(); ++c) {
+      const ImVec2 a(p.x + label_w + cell * static_cast<float>(c), y), b(a.x + cell - 1, a.y + cell - 1);
+      const NeedleCellSummary* found = nullptr;
+      for (const auto& cs : cells)
+        if (cs.cell.length == sweep.lengths[c] && cs.cell.depth == sweep.depths[r] &&
+            cs.cell.needles == nr.first && cs.cell.queried == nr.second)
+          found = &cs;
+      if (!found) {
+        dl->AddRectFilled(a, b, IM_COL32(236, 236, 236, 255));
+        continue;
+      }
+      const double v = lab_value(*found, value);
+      // Shares below 0 (DIFF can subtract): the sign scale around 0, as every view; else sequential.
+      const viz::Rgb8 colour = viz::grid_cell_colour(v, lo, hi, lo < 0);
+      dl->AddRectFilled(a, b, colormap_u32(colour));
+      char txt[32];
+      std::snprintf(txt, sizeof txt, value == LabValue::QuestionAttention ? "%.3f" : "%.2f", v);
+      const ImVec2 ts = ImGui::CalcTextSize(txt);
+      if (ts.x < cell - 2) {
+        const bool dark = viz::oklab_lightness(colour) < 0.6;
+        dl->AddText(ImVec2(a.x + (cell - ts.x) / 2, a.y + (cell - ts.y) / 2),
+                    dark ? IM_COL32(255, 255, 255, 255) : IM_COL32(20, 20, 20, 255), txt);
+      }
+      if (ImGui::IsMouseHoveringRect(a, b))
+        ImGui::SetTooltip(
+            "%lld tokens, depth %s (placed at %.0f%%: the sentence boundary nearest it), N=%d R=%d\n"
+            "%d episodes: accuracy %.2f\n"
+            "reading the question: attention to answer %.3f, attention noise %.3f\n"
+            "while answering: to answer %.3f, noise %.3f, strongest head %.2f",
+            static_cast<long long>(found->cell.length), depth_label(found->cell.depth).c_str(),
+            found->placed_depth * 100, nr.first, nr.second, found->runs, found->accuracy,
+            found->attention.answer, found->attention.noise, found->answering.answer, found->answering.noise,
+            found->answering_head);
+    }
+  }
+  ImGui::Dummy(
+      ImVec2(label_w + cell * static_cast<float>(sweep.lengths.size()),
+             ImGui::GetTextLineHeightWithSpacing() + cell * static_cast<float>(sweep.depths.size())));
+  ImGui::EndGroup();
+}
+
+}  // namespace
+
+void start_lab_sweep(GuiState& state, InferenceWorker& worker) {
+  GuiState::Lab& lab = state.lab;
+  try {
+    SweepRequest req;
+    req.sweep = parse_needle_sweep(lab.lengths, lab.depths, lab.needles, lab.queried, lab.seeds);
+    req.haystack_path = state.needle.haystack_path;
+    req.names = lab.names == 0 ? NameSet::SingleToken : NameSet::Original;
+    req.wording = state.needle.wording;
+    req.wording.validate();
+    req.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
+    worker.start_sweep(req);
+    lab.form_error.clear();
+    lab.message.clear();
+  } catch (const std::exception& e) {
+    lab.form_error = e.what();
+  }
+}
+
+// Takes the worker's sweep progress when it changed (the lab's one point per frame).
+void poll_lab(GuiState& state, const InferenceWorker& worker) {
+  GuiState::Lab& lab = state.lab;
+  auto p = worker.sweep_progress(lab.progress ? lab.progress->version : 0);
+  if (!p || p->id == 0) return;
+  for (int s = 0; s < kSlots; ++s) lab.cells[s] = summarize(p->runs[static_cast<size_t>(s)]);
+  lab.progress = std::move(p);
+}
+
+void export_lab(GuiState& state) {
+  GuiState::Lab& lab = state.lab;
+  const SweepProgress& p = *lab.progress;
+  try {
+    std::vector<std::string> names;
+    std::vector<std::vector<NeedleRun>> runs;
+    const bool same = p.models[0] == p.models[1];  // e.g. one model in both slots: tell the files apart
+    for (size_t s = 0; s < kSlots; ++s)
+      if (!p.models[s].empty()) {
+        names.push_back(p.models[s] + (same ? (s == 0 ? "-left" : "-right") : ""));
+        runs.push_back(p.runs[s]);
+      }
+    const std::filesystem::path dir =
+        std::filesystem::path(state.view.export_dir) / ("needle-lab-" + std::to_string(p.id));
+    write_needle_report(dir, names, runs, std::clamp(lab.cell_px, 16, 512));
+    lab.message = "exported " + dir.string() + " (needle.json, needle.csv, tables.md, PNG + SVG heatmaps)";
+  } catch (const std::exception& e) {
+    lab.message = std::string("export failed: ") + e.what();
+  }
+  state.message = lab.message;
+}
+
+namespace {
+
+// The sweep's form: lengths, depths, (N, R), seeds, names, the haystack, the wording; Run, Cancel, Export.
+void draw_lab_form(GuiState& state, InferenceWorker& worker) {
+  GuiState::Lab& lab = state.lab;
+  const float w = ImGui::GetFontSize() * 9;
+  // The form's items continue the line while they fit the view, else wrap (flow_next).
+  const float pad = 2 * ImGui::GetStyle().FramePadding.x;
+  auto button_w = [&](const char* label) { return ImGui::CalcTextSize(label).x + pad; };
+  ImGui::TextUnformatted("Sweep:");
+  flow_next(w, "lengths (tokens)");
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputText("lengths (tokens)", &lab.lengths);
+  flow_next(w, "depths (%)");
+  ImGui::SetNextItemWidth(w);
+  ImGui::InputText("depths (%)", &lab.depths);
+  flow_next(w * 0.5f, "needles N");
+  ImGui::SetNextItemWidth(w * 0.5f);
+  ImGui::InputText("needles N", &lab.needles);
+  flow_next(w * 0.5f, "asked R");
+  ImGui::SetNextItemWidth(w * 0.5f);
+  ImGui::InputText("asked R", &lab.queried);
+  flow_next(w * 0.6f, "seeds");
+  ImGui::SetNextItemWidth(w * 0.6f);
+  ImGui::InputInt("seeds", &lab.seeds);
+  lab.seeds = std::clamp(lab.seeds, 1, 1000);
+  flow_next(w * 1.4f, "names");
+  ImGui::SetNextItemWidth(w * 1.4f);
+  ImGui::Combo("names", &lab.names, "held-out single-token\0held-out original\0");
+  const float path_w = std::min(w * 3, ImGui::GetContentRegionAvail().x * 0.6f);
+  ImGui::SetNextItemWidth(path_w);
+  ImGui::InputText("haystack text file", &state.needle.haystack_path);
+  flow_next(button_w("Wording..."));
+  if (ImGui::Button("Wording...")) ImGui::OpenPopup("wording");
+  if (ImGui::BeginPopup("wording")) {
+    NeedleTemplate& t = state.needle.wording;
+    ImGui::TextUnformatted("{name} and {code} are filled in; the answer \" <code>.\" follows the question.");
+    ImGui::SetNextItemWidth(w * 4);
+    ImGui::InputText("needle", &t.needle);
+    ImGui::InputTextMultiline("question", &t.question, ImVec2(w * 4, ImGui::GetTextLineHeight() * 3));
+    if (ImGui::Button("Trained wording")) t = NeedleTemplate{};
+    try {
+      t.validate();
+    } catch (const std::exception& e) {
+      ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", e.what());
+    }
+    ImGui::TextDisabled("The bundled models were trained on the default wording only.");
+    ImGui::EndPopup();
+  }
+  const bool running = lab.progress && lab.progress->running;
+  flow_next(button_w("Restart sweep"));
+  if (ImGui::Button(running ? "Restart sweep" : "Run sweep")) start_lab_sweep(state, worker);
+  flow_next(button_w("Cancel"));
+  if (!running) ImGui::BeginDisabled();
+  if (ImGui::Button("Cancel")) worker.cancel_sweep();
+  if (!running) ImGui::EndDisabled();
+  const bool have_runs = lab.progress && lab.progress->done > 0;
+  flow_next(button_w("Export results"));
+  if (!have_runs) ImGui::BeginDisabled();
+  if (ImGui::Button("Export results")) export_lab(state);
+  flow_next(w * 0.6f, "px per cell");
+  ImGui::SetNextItemWidth(w * 0.6f);
+  ImGui::InputInt("px per cell", &lab.cell_px, 8, 32);
+  lab.cell_px = std::clamp(lab.cell_px, 16, 512);
+  if (!have_runs) ImGui::EndDisabled();
+  if (!lab.form_error.empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", lab.form_error.c_str());
+}
+
+// The sweep's progress bar and messages, or what a sweep does before the first; the progress when it has
+// episodes to show, else nullptr.
+const SweepProgress* draw_lab_progress(GuiState::Lab& lab) {
+  if (!lab.progress) {
+    ImGui::TextWrapped(
+        "Runs every length x depth x (N, R) cell on both models with held-out names, codes and haystack "
+        "text; "
+        "typing a prompt meanwhile pauses the sweep. Accuracy: the whole code produced greedily. The sweep "
+        "uses "
+        "the logits menu above: exact, or attention logits quantized to 8/6/4 bits.");
+    return nullptr;
+  }
+  const SweepProgress& p = *lab.progress;
+  char overlay[320];
+  const double eta = p.done > 0 && p.running
+                         ? p.seconds / static_cast<double>(p.done) * static_cast<double>(p.total - p.done)
+                         : 0;
+  std::snprintf(
+      overlay, sizeof overlay, "%zu/%zu episodes%s%s%s", p.done, p.total,
+      p.running     ? (" - " + p.current).c_str()
+      : p.cancelled ? " - cancelled"
+      : p.finished  ? " - done"
+                    : "",
+      p.running && p.done > 0 ? (" - ETA " + std::to_string(static_cast<int>(eta + 0.5)) + " s").c_str() : "",
+      "");
+  ImGui::ProgressBar(p.total ? static_cast<float>(p.done) / static_cast<float>(p.total) : 0.0f, ImVec2(-1, 0),
+                     overlay);
+  if (!p.error.empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", p.error.c_str());
+  if (!lab.message.empty()) ImGui::TextDisabled("%s", lab.message.c_str());
+  return p.done > 0 ? &p : nullptr;
+}
+
+// Accuracy and the chosen attention heatmap, depth x length, per model and (N, R), sized to the view.
+void draw_lab_heatmaps(GuiState::Lab& lab, const SweepProgress& p, const std::vector<int>& slots) {
+  const NeedleSweep& sweep = p.request.sweep;
+  const float avail = ImGui::GetContentRegionAvail().x;
+  const float label_w = ImGui::CalcTextSize("100%").x + 2 * ImGui::GetStyle().ItemSpacing.x;
+  const float grids = 2.0f * static_cast<float>(slots.size());
+  // Cells as large as the width allows, up to 6 em, and short enough that the tables below stay in view.
+  const float by_width = (avail - grids * label_w - grids * ImGui::GetFontSize()) /
+                         (grids * static_cast<float>(sweep.lengths.size()));
+  const float by_height = 0.5f * ImGui::GetContentRegionAvail().y / static_cast<float>(sweep.depths.size());
+  // ...but never narrower than a value or a length label (the tab scrolls instead).
+  float min_cell = ImGui::CalcTextSize("-0.000").x;
+  for (int64_t L : sweep.lengths)
+    min_cell = std::max(min_cell, ImGui::CalcTextSize(std::to_string(L).c_str()).x);
+  min_cell += ImGui::GetFontSize() * 0.5f;
+  const float cell = std::max(min_cell, std::min({by_width, by_height, ImGui::GetFontSize() * 6.0f}));
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 22);
+  ImGui::Combo("second heatmap", &lab.attention_view,
+               "attention to answer (reading the question)\0strongest head (answering)\0");
+  const LabValue shown = lab.attention_view == 0 ? LabValue::QuestionAttention : LabValue::AnsweringHead;
+  const char* shown_name =
+      shown == LabValue::QuestionAttention ? "attention to answer" : "strongest head answering";
+  for (const auto& nr : sweep.needles_queried) {
+    // One range for both models so their colours compare (DIFF's attention to the answer can be < 0).
+    double lo = 0, hi = 0;
+    for (int s : slots)
+      for (const auto& c : lab.cells[s])
+        if (c.cell.needles == nr.first && c.cell.queried == nr.second)
+          lo = std::min(lo, lab_value(c, shown)), hi = std::max(hi, lab_value(c, shown));
+    if (!(hi > lo)) hi = lo + 1;
+    ImGui::Text("N=%d needles, R=%d asked: rows = depth of the asked needle, columns = context length",
+                nr.first, nr.second);
+    bool first = true;
+    for (int s : slots) {
+      const std::string& name = p.models[static_cast<size_t>(s)];
+      for (const bool accuracy : {true, false}) {
+        // Beside the last grid where it fits, else on the next line (four grids of 72-pixel cells do not
+        // fit a 1280-pixel lecture window side by side).
+        const std::string title = name + ": " + (accuracy ? "accuracy" : shown_name);
+        if (!first)
+          flow_next(std::max(label_w + cell * static_cast<float>(sweep.lengths.size()),
+                             ImGui::CalcTextSize(title.c_str()).x) +
+                    ImGui::GetFontSize());
+        first = false;
+        ImGui::PushID(s * 2 + (accuracy ? 0 : 1) + 16 * nr.first + 256 * nr.second);
+        draw_lab_grid((name + ": " + (accuracy ? "accuracy" : shown_name)).c_str(), sweep, lab.cells[s], nr,
+                      accuracy ? LabValue::Accuracy : shown, accuracy ? 0.0 : lo, accuracy ? 1.0 : hi, cell);
+        ImGui::PopID();
+      }
+    }
+    if (lo < 0)
+      ImGui::TextDisabled(
+          "accuracy colours span 0..1; %s: blue above 0, red below, to %.3f either way, both models",
+          shown_name, std::max(-lo, hi));
+    else
+      ImGui::TextDisabled("accuracy colours span 0..1; %s spans %.3f..%.3f for both models", shown_name, lo,
+                          hi);
+  }
+}
+
+// The paper's Table 3 layout, the while-answering table and the multi-needle accuracies.
+void draw_lab_tables(const GuiState::Lab& lab, const SweepProgress& p, const std::vector<int>& slots) {
+  const NeedleSweep& sweep = p.request.sweep;
+  // The paper's Table 3 layout: attention to answer / noise by depth, per length and model.
+  for (const auto& nr : sweep.needles_queried) {
+    ImGui::Text("Attention to answer / attention noise by depth (N=%d, R=%d)", nr.first, nr.second);
+    const int cols = 2 + static_cast<int>(sweep.depths.size()) + 1;
+    ImGui::PushID(nr.first * 64 + nr.second);
+    if (ImGui::BeginTable("table3", cols, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+      ImGui::TableSetupColumn("model");
+      ImGui::TableSetupColumn("tokens");
+      for (double d : sweep.depths) ImGui::TableSetupColumn(depth_label(d).c_str());
+      ImGui::TableSetupColumn("accuracy");
+      ImGui::TableHeadersRow();
+      for (int64_t L : sweep.lengths)
+        for (int s : slots) {
+          ImGui::TableNextRow();
+          ImGui::TableNextColumn();
+          ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+          ImGui::TableNextColumn();
+          ImGui::Text("%lld", static_cast<long long>(L));
+          double acc = 0;
+          int n = 0;
+          for (double d : sweep.depths) {
+            ImGui::TableNextColumn();
+            for (const auto& c : lab.cells[s])
+              if (c.cell.length == L && c.cell.depth == d && c.cell.needles == nr.first &&
+                  c.cell.queried == nr.second) {
+                ImGui::Text("%.3f / %.3f", c.attention.answer, c.attention.noise);
+                acc += c.accuracy;
+                ++n;
+              }
+          }
+          ImGui::TableNextColumn();
+          if (n) ImGui::Text("%.2f", acc / n);
+        }
+      ImGui::EndTable();
+    }
+    ImGui::PopID();
+  }
+  // While answering (the rows that produce the code): mean over depths, per length, as `needle` tables it.
+  ImGui::TextUnformatted("While answering: to answer / noise / strongest head (mean over depths and seeds)");
+  ImGui::SameLine();
+  ImGui::TextDisabled("(?)");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Query rows: the tokens that produce the asked code, the true code given; the question and "
+        "the answer so far are neither answer nor noise. Strongest head: the attention to the answer "
+        "of the head that gives it the most, per episode.");
+  if (ImGui::BeginTable("answering", 2 + static_cast<int>(sweep.lengths.size()),
+                        ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::TableSetupColumn("model");
+    ImGui::TableSetupColumn("N, R");
+    for (int64_t L : sweep.lengths) ImGui::TableSetupColumn((std::to_string(L) + " tokens").c_str());
+    ImGui::TableHeadersRow();
+    for (int s : slots)
+      for (const auto& nr : sweep.needles_queried) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%d, %d", nr.first, nr.second);
+        for (int64_t L : sweep.lengths) {
+          ImGui::TableNextColumn();
+          const AnsweringMean a = answering_over_depths(lab.cells[s], L, nr.first, nr.second);
+          if (a.cells) ImGui::Text("%.3f / %.3f / %.2f", a.share.answer, a.share.noise, a.strongest_head);
+        }
+      }
+    ImGui::EndTable();
+  }
+  if (sweep.needles_queried.size() > 1 &&
+      ImGui::BeginTable("multi", 1 + static_cast<int>(sweep.needles_queried.size()),
+                        ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::TableSetupColumn("accuracy (mean over lengths, depths, seeds)");
+    std::vector<std::string> heads;
+    for (const auto& nr : sweep.needles_queried)
+      heads.push_back("N=" + std::to_string(nr.first) + " R=" + std::to_string(nr.second));
+    for (const auto& h : heads) ImGui::TableSetupColumn(h.c_str());
+    ImGui::TableHeadersRow();
+    for (int s : slots) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+      for (const auto& nr : sweep.needles_queried) {
+        ImGui::TableNextColumn();
+        double acc = 0;
+        int n = 0;
+        for (const auto& c : lab.cells[s])
+          if (c.cell.needles == nr.first && c.cell.queried == nr.second) acc += c.accuracy, ++n;
+        if (n) ImGui::Text("%.2f", acc / n);
+      }
+    }
+    ImGui::EndTable();
+  }
+}
+
+// Every episode: what each model answered, right or not, and where it looked.
+void draw_lab_episodes(const SweepProgress& p, const std::vector<int>& slots) {
+  size_t episodes = 0;
+  for (int s : slots) episodes += p.runs[static_cast<size_t>(s)].size();
+  if (ImGui::CollapsingHeader(("Episodes (" + std::to_string(episodes) + ")").c_str(),
+                              ImGuiTreeNodeFlags_DefaultOpen) &&
+      ImGui::BeginTable("episodes", 9,
+                        ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_ScrollY |
+                            ImGuiTableFlags_RowBg,
+                        ImVec2(0, ImGui::GetTextLineHeightWithSpacing() * 12))) {
+    ImGui::TableSetupScrollFreeze(0, 1);
+    for (const char* h :
+         {"model", "tokens", "depth", "N", "R", "seed", "asked -> answered", "answer", "noise"})
+      ImGui::TableSetupColumn(h);
+    ImGui::TableHeadersRow();
+    std::vector<std::pair<int, size_t>> rows;
+    for (int s : slots)
+      for (size_t k = 0; k < p.runs[static_cast<size_t>(s)].size(); ++k) rows.push_back({s, k});
+    ImGuiListClipper clipper;
+    clipper.Begin(static_cast<int>(rows.size()));
+    while (clipper.Step())
+      for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
+        const auto [s, k] = rows[static_cast<size_t>(i)];
+        const NeedleRun& run = p.runs[static_cast<size_t>(s)][k];
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%lld", static_cast<long long>(run.tokens));
+        ImGui::TableNextColumn();
+        ImGui::Text("%s (placed %.0f%%)", depth_label(run.cell.depth).c_str(), run.placed_depth * 100);
+        ImGui::TableNextColumn();
+        ImGui::Text("%d", run.cell.needles);
+        ImGui::TableNextColumn();
+        ImGui::Text("%d", run.cell.queried);
+        ImGui::TableNextColumn();
+        ImGui::Text("%llu", static_cast<unsigned long long>(run.seed));
+        ImGui::TableNextColumn();
+        std::string qa;
+        for (size_t q = 0; q < run.truths.size() && q < run.replies.size(); ++q)
+          qa += (q ? "; " : "") + run.truths[q] + " -> " + run.replies[q] +
+                (run.truths[q] == run.replies[q] ? " (right)" : " (wrong)");
+        if (run.answered == run.asked)
+          ImGui::TextColored(ImVec4(0.1f, 0.55f, 0.1f, 1), "%s", qa.c_str());
+        else
+          ImGui::TextUnformatted(qa.c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%.3f", run.attention.mean.answer);
+        ImGui::TableNextColumn();
+        ImGui::Text("%.3f", run.attention.mean.noise);
+      }
+    ImGui::EndTable();
+  }
+}
+
+}  // namespace
+
+void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
+  draw_lab_form(state, worker);
+  const SweepProgress* progress = draw_lab_progress(state.lab);
+  if (!progress) return;
+  const SweepProgress& p = *progress;
+  // The definitions: a paragraph, or in lecture mode one line with the paragraph on hover (the heatmaps
+  // are the slide).
+  static const std::string kDefinitions =
+      std::string(kAttentionShareDefinition) +
+      ". Answer span: the code of the needle the last question asks about; "
+      "query rows: that question's tokens.";
+  if (state.lecture) {
+    ImGui::TextDisabled("attention to answer, noise, answer span, query rows: hover for the definitions");
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s", wrap_at_spaces(kDefinitions, ImGui::GetFontSize() * 40).c_str());
+  } else {
+    ImGui::TextWrapped("%s", kDefinitions.c_str());
+  }
+  std::vector<int> slots;
+  for (int s = 0; s < kSlots; ++s)
+    if (!p.models[static_cast<size_t>(s)].empty()) slots.push_back(s);
+  draw_lab_heatmaps(state.lab, p, slots);
+  draw_lab_tables(state.lab, p, slots);
+  draw_lab_episodes(p, slots);
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped(
+      "Paper (Ye et al., ICLR 2025, Table 3; 3B models, 4K context): attention to answer by depth "
+      "0/25/50/75/100 %%: "
+      "Transformer .03 .03 .03 .07 .09, DIFF .27 .30 .31 .32 .40; noise: Transformer .51 .54 .52 .49 .49, "
+      "DIFF .01 "
+      ".02 .02 .02 .01.");
+  ImGui::PopStyleColor();
+}
+
+}  // namespace difflens::app

@@ -1,0 +1,368 @@
+// The model slots of the side panel (what each holds, its load, "Open" buttons), the Run menu's device
+// choice, and the prompt editor above the token strip.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "app/common/command_support.h"
+#include "app/desktop/panels.h"
+#include "app/desktop/plot.h"
+#include "app/remote/client.h"
+
+namespace difflens::app {
+
+// Each slot as a few lines of the side panel: what it holds (or why it failed), a load's progress, and
+// buttons that open the "Open" dialog for it.
+const ModelCard* slot_card(GuiState& state, int slot) {
+  const SlotInfo& info = state.status.slots[static_cast<size_t>(slot)];
+  const std::string dir = info.loaded && !is_remote(info.path) ? info.path : "";
+  GuiState::Card& c = state.cards[slot];
+  if (c.dir != dir) {  // a file read once per model loaded, not per frame
+    c.dir = dir;
+    c.card = read_model_card(dir);
+  }
+  return c.card ? &*c.card : nullptr;
+}
+
+void draw_about_models(GuiState& state) {
+  if (!state.about_models) return;
+  const ImVec2 size = ImGui::GetIO().DisplaySize;
+  ImGui::SetNextWindowSize(ImVec2(size.x * 0.7f, size.y * 0.75f), ImGuiCond_Appearing);
+  ImGui::SetNextWindowPos(ImVec2(size.x * 0.15f, size.y * 0.12f), ImGuiCond_Appearing);
+  if (!ImGui::Begin("About the models", &state.about_models, ImGuiWindowFlags_NoCollapse)) {
+    ImGui::End();
+    return;
+  }
+  std::string shown_path;
+  for (int s = 0; s < kSlots; ++s) {
+    const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
+    ImGui::TextWrapped("%s: %s", s == 0 ? "Left" : "Right",
+                       info.path.empty() ? "(empty)" : info.path.c_str());
+    const ModelCard* card = slot_card(state, s);
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped("%s",
+                       card ? card_line(*card).c_str() : "no model card (card.json) in this model's folder");
+    ImGui::PopStyleColor();
+    if (card && !card->card_path.empty() && shown_path.empty()) shown_path = card->card_path;
+  }
+  ImGui::Separator();
+  if (!shown_path.empty()) {
+    ImGui::TextDisabled("%s", shown_path.c_str());
+    ImGui::BeginChild("card", ImVec2(0, 0), true);
+    static std::string text_path, text;  // the card's text, read when another card is shown
+    if (text_path != shown_path) {
+      text_path = shown_path;
+      try {
+        text = cli::read_file(shown_path, "model card");
+      } catch (const std::exception& e) {
+        text = e.what();
+      }
+    }
+    ImGui::PushTextWrapPos(0);
+    ImGui::TextUnformatted(text.c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::EndChild();
+  }
+  ImGui::End();
+}
+
+void draw_model_slots(GuiState& state, InferenceWorker& worker) {
+  for (int s = 0; s < kSlots; ++s) {
+    ImGui::PushID(s);
+    const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
+    const std::string& path = info.path.empty() ? state.slots[s].path_field : info.path;
+    const size_t cut = path.rfind("remote://", 0) == 0
+                           ? std::string::npos  // remote://HOST:PORT/N whole
+                           : path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
+    ImGui::TextWrapped("%s: %s", s == 0 ? "Left" : "Right",
+                       path.empty()               ? "(empty)"
+                       : cut == std::string::npos ? path.c_str()
+                                                  : path.c_str() + cut + 1);
+    if (!path.empty() && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", path.c_str());
+    const bool loading_here = state.status.load_fraction >= 0 &&
+                              state.status.activity.find("loading " + state.slots[s].path_field) == 0;
+    if (loading_here) {
+      ImGui::ProgressBar(static_cast<float>(state.status.load_fraction), ImVec2(-1, 0));
+      if (ImGui::SmallButton("Cancel loading")) worker.cancel_load();
+    }
+    // Wrapped: Hugging Face descriptions (architecture, dtype, tokenizer notes) can be long.
+    ImGui::PushStyleColor(ImGuiCol_Text, info.error.empty() ? ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled)
+                                                            : ImVec4(0.85f, 0.2f, 0.2f, 1));
+    ImGui::TextWrapped("%s", !info.error.empty() ? info.error.c_str()
+                             : info.loaded       ? info.description.c_str()
+                                                 : "(loading)");
+    ImGui::PopStyleColor();
+    if (const ModelCard* card = slot_card(state, s)) {  // what the model's own card says of it
+      const float w = ImGui::GetContentRegionAvail().x;
+      ImGui::TextUnformatted(wrap_at_spaces(card->summary, w).c_str());
+      if (!card->caveat.empty()) {
+        ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.7f, 0.33f, 0.0f, 1));
+        ImGui::TextUnformatted(wrap_at_spaces(card->caveat, w).c_str());
+        ImGui::PopStyleColor();
+      }
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("From the model's card.json; Help > About the models");
+    }
+    if (ImGui::SmallButton("Open model..."))
+      state.open_dialog = {true, s, false, state.slots[s].path_field, false, state.open_dialog.token};
+    flow_next(ImGui::CalcTextSize("Open bundle...").x + 2 * ImGui::GetStyle().FramePadding.x);
+    if (ImGui::SmallButton("Open bundle..."))
+      state.open_dialog = {true, s, true, state.slots[s].bundle_field, false, state.open_dialog.token};
+    flow_next(ImGui::CalcTextSize("Remote...").x + 2 * ImGui::GetStyle().FramePadding.x);
+    if (ImGui::SmallButton("Remote..."))
+      state.open_dialog = {true, s, false, state.slots[s].path_field, true, state.open_dialog.token};
+    ImGui::PopID();
+    ImGui::Spacing();
+  }
+}
+
+void pick_device(GuiState& state, InferenceWorker& worker, DeviceChoice to) {
+  const DeviceSwitch plan = plan_device_switch(state.device, to, state.cuda);
+  state.device_message = plan.message;
+  if (!plan.message.empty()) state.message = plan.message;
+  if (plan.accepted) {
+    state.device = to;
+    worker.set_device(to);
+  }
+  if (!plan.reload) return;
+  for (int s = 0; s < kSlots; ++s) {
+    // A loaded model again from where it came; a slot whose load failed (e.g. CUDA asked at start on a
+    // CPU-only build) tries its typed folder again.
+    const SlotInfo& info = state.status.slots[static_cast<size_t>(s)];
+    if (info.path.rfind("remote://", 0) == 0) continue;  // runs where its server put it
+    if (info.loaded && !info.path.empty())
+      worker.load(s, info.path);
+    else if (!info.error.empty() && !state.slots[s].path_field.empty())
+      worker.load(s, state.slots[s].path_field);
+  }
+  state.prompt.rerun();
+}
+
+void draw_device_menu(GuiState& state, InferenceWorker& worker) {
+  ImGui::TextDisabled("device (both models)");
+  static const char* kDevices[] = {"auto", "cpu", "cuda"};
+  for (int pick = 0; pick < 3; ++pick) {
+    if (!ImGui::MenuItem(kDevices[pick], nullptr, static_cast<int>(state.device) == pick)) {
+      if (pick == 0 && ImGui::IsItemHovered())
+        ImGui::SetTooltip("auto: the GPU when LibTorch has CUDA, else the CPU. %s",
+                          state.cuda ? "CUDA is available." : "No CUDA here.");
+      continue;
+    }
+    pick_device(state, worker, static_cast<DeviceChoice>(pick));
+  }
+  if (!state.device_message.empty()) ImGui::TextDisabled("%s", state.device_message.c_str());
+}
+
+namespace {
+
+// Continue, beside the prompt editor in two rows (no height of its own): the button, the writing model and
+// how many tokens; then Back/Forward through what it wrote and where the query is among them. Returns the
+// width it takes.
+float continue_width() {
+  const ImGuiStyle& st = ImGui::GetStyle();
+  const float em = ImGui::GetFontSize();
+  return ImGui::CalcTextSize("Writing...").x + 2 * st.FramePadding.x + em * 4.2f + em * 2.6f +
+         ImGui::CalcTextSize("tokens").x + 4 * st.ItemSpacing.x;
+}
+
+void draw_continue_controls(GuiState& state) {
+  GuiState::Continue& c = state.cont;
+  const float em = ImGui::GetFontSize();
+  const bool writing = c.request != 0 || c.revealed < c.steps.size();
+  ImGui::BeginGroup();
+  const float x0 = ImGui::GetCursorScreenPos().x;
+  if (ImGui::Button(writing ? "Writing..." : "Continue") && !writing) c.start = true;
+  state.drawn.note("continue", ImGui::GetItemRectMin().x, ImGui::GetItemRectMin().y,
+                   ImGui::GetItemRectMax().x, ImGui::GetItemRectMax().y);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "The %s model writes %d tokens after the prompt (%s); they join the prompt one at a time, both\n"
+        "models running again and the query moving to each (C; Shift+C: the right model). Typing stops it.%s%s",
+        c.slot == 0 ? "left" : "right", c.tokens,
+        c.temperature > 0 ? "sampled at the Run menu's temperature" : "greedy: the likeliest token each time",
+        c.message.empty() ? "" : "\nLast: ", c.message.c_str());
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(em * 4.2f);
+  ImGui::Combo("##writer", &c.slot, "left\0right\0");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("the model that writes (C: left, Shift+C: right)");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(em * 2.6f);
+  ImGui::InputInt("tokens##continue", &c.tokens, 0, 0);
+  c.tokens = std::clamp(c.tokens, 1, 256);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("how many tokens the model writes (1 to 256)");
+  const std::vector<int> written = written_tokens(state);
+  ImGui::BeginDisabled(written.empty());
+  if (ImGui::ArrowButton("##back", ImGuiDir_Left)) step_written(state, -1);
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("the query to the previous token the model wrote (,)");
+  ImGui::SameLine();
+  if (ImGui::ArrowButton("##forward", ImGuiDir_Right)) step_written(state, +1);
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("the query to the next token the model wrote (.)");
+  ImGui::EndDisabled();
+  ImGui::SameLine();
+  char where[96] = "";
+  const auto at = std::find(written.begin(), written.end(), state.selection.query);
+  if (writing)
+    std::snprintf(where, sizeof where, "writing %zu of %d", c.revealed, c.tokens);
+  else if (at != written.end())
+    std::snprintf(where, sizeof where, "new token %d of %zu", static_cast<int>(at - written.begin()) + 1,
+                  written.size());
+  else if (!written.empty())
+    std::snprintf(where, sizeof where, "%zu new tokens", written.size());
+  else if (!c.message.empty())
+    std::snprintf(where, sizeof where, "%s", c.message.c_str());
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const float room = std::max(0.0f, x0 + continue_width() - p.x);
+  ImGui::PushClipRect(p, ImVec2(p.x + room, p.y + ImGui::GetFrameHeight()), true);
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted(where);
+  ImGui::PopClipRect();
+  ImGui::PopStyleColor();
+  if (ImGui::IsItemHovered() && !c.message.empty()) ImGui::SetTooltip("%s", c.message.c_str());
+  ImGui::EndGroup();
+}
+
+}  // namespace
+
+// The prompt editor: an edit marks the prompt pending (the shell submits it after the debounce).
+void draw_prompt_editor(GuiState& state) {
+  const float controls = continue_width() + ImGui::GetStyle().ItemSpacing.x;
+  if (ImGui::InputTextMultiline(
+          "##prompt", &state.prompt.text,
+          ImVec2(-controls, ImGui::GetTextLineHeight() * 3 + ImGui::GetStyle().FramePadding.y * 2)))
+    prompt_edited(state);
+  ImGui::SameLine();
+  draw_continue_controls(state);
+}
+
+ImU32 written_ink(const GuiState& state) {
+  return model_ink(state.cont.written_slot);
+}
+
+void reset_continue(GuiState& state, const std::string& why) {
+  GuiState::Continue& c = state.cont;
+  if (c.request) c.cancel = true;
+  // Why a continuation stopped; with none in progress, its old report ("the left model wrote ...") goes.
+  c.message = c.request || c.revealed < c.steps.size() ? why : std::string();
+  c.request = 0;
+  c.written_begin = c.written_end = 0;  // what the model wrote is the user's text now
+  c.written_slot = -1;
+  c.follow = false;
+  c.steps.clear();
+  c.revealed = 0;
+}
+
+void prompt_edited(GuiState& state) {
+  state.prompt.pending = true;
+  reset_continue(state, "stopped: the prompt was edited");  // typing ends a continuation, as it ends a run
+  state.selection.needles.clear();                          // the builder's spans no longer match the text
+  state.needle.focus_pending = false;  // nor is its episode's answer head to be sought in the new text
+  state.prompt.last_edit = now_seconds();
+}
+
+namespace {
+
+constexpr double kRevealSeconds = 0.4;  // between written tokens: long enough to see each token's row
+
+// The next written token joins the prompt once the run of the text so far is on screen and its time has
+// come; both models run again and the query follows it.
+void reveal_next(GuiState& state) {
+  GuiState::Continue& c = state.cont;
+  if (c.revealed >= c.steps.size() || state.prompt.pending) return;
+  const bool shown = state.shown && state.shown->prompt == state.prompt.text;
+  if (c.revealed > 0 && (!shown || now_seconds() < c.next_at)) return;
+  state.prompt.text += c.steps[c.revealed++];
+  c.written_end = state.prompt.text.size();
+  c.next_at = now_seconds() + kRevealSeconds;
+  c.follow = true;
+  state.prompt.rerun();
+}
+
+}  // namespace
+
+void poll_continue(GuiState& state, InferenceWorker& worker) {
+  GuiState::Continue& c = state.cont;
+  if (c.cancel) {
+    worker.cancel_continuation();
+    c.cancel = false;
+  }
+  if (c.start) {
+    c.start = false;
+    GenerateOptions o;
+    o.max_new = c.tokens;
+    o.temperature = c.temperature;
+    o.seed = static_cast<uint64_t>(std::max(0, c.seed));
+    c.request = worker.continue_prompt(c.slot, state.prompt.text, o);
+    c.message.clear();
+    c.steps.clear();
+    c.revealed = 0;
+  }
+  reveal_next(state);
+  std::optional<Continuation> done = worker.take_continuation();
+  if (!done || done->request != c.request) return;
+  c.request = 0;
+  const std::string who = done->slot == 0 ? "left" : "right";
+  if (!done->error.empty()) {
+    c.message = done->error;
+    return;
+  }
+  if (state.prompt.text != done->prompt) {  // edited meanwhile (the edit would have cancelled it)
+    c.message = "the prompt changed while the model wrote: nothing appended";
+    return;
+  }
+  c.written_begin = c.written_end = state.prompt.text.size();
+  c.written_slot = done->slot;
+  c.steps = done->steps;  // revealed a token at a time, the query following each (reveal_next)
+  c.revealed = 0;
+  c.next_at = 0;
+  reveal_next(state);
+  char msg[200];
+  std::snprintf(msg, sizeof msg, "the %s model wrote %zu token%s in %.0f ms", who.c_str(), done->ids.size(),
+                done->ids.size() == 1 ? "" : "s", done->ms);
+  c.message = msg;
+  // A prompt ending in a space reads without it (SentencePiece drops it), so a model often writes it back
+  // first: that token adds nothing to the text and is not among the underlined ones.
+  if (done->first_wrote_back_space)
+    c.message += " (the first writes back the space the prompt ended with, so " +
+                 std::to_string(done->ids.size() - 1) + " are new)";
+}
+
+std::vector<int> written_tokens(const GuiState& state) {
+  const GuiState::Continue& c = state.cont;
+  std::vector<int> out;
+  // The run on screen is of the prompt, or of its beginning while the written tokens join it one at a time.
+  if (c.written_end <= c.written_begin || !state.shown || state.shown->prompt.size() < c.written_begin ||
+      state.prompt.text.compare(0, state.shown->prompt.size(), state.shown->prompt) != 0)
+    return out;
+  // The written bytes as the shown run tokenized them (the left slot's offsets, else the right's).
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& offsets = state.shown->offsets[s];
+    if (!state.shown->traces[static_cast<size_t>(s)] || offsets.empty()) continue;
+    for (size_t i = 0; i < offsets.size(); ++i)
+      if (offsets[i].second > offsets[i].first && offsets[i].first >= c.written_begin &&
+          offsets[i].first < c.written_end)
+        out.push_back(static_cast<int>(i));
+    break;
+  }
+  return out;
+}
+
+void step_written(GuiState& state, int direction) {
+  const std::vector<int> w = written_tokens(state);
+  if (w.empty()) return;
+  const int q = state.selection.query;
+  if (direction > 0) {
+    const auto next = std::upper_bound(w.begin(), w.end(), q);
+    state.selection.query = next == w.end() ? w.back() : *next;
+  } else {
+    const auto at = std::lower_bound(w.begin(), w.end(), q);
+    state.selection.query = at == w.begin() ? w.front() : *(at - 1);
+  }
+}
+
+}  // namespace difflens::app

@@ -1,0 +1,335 @@
+// Needle sweep reports.
+#include "app/reports/needle_report.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "viz/export.h"
+#include "viz/figure.h"
+
+namespace difflens::app {
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// A model name as part of a file name: letters, digits, '-' and '.' kept, runs of anything else as one '_'.
+std::string file_name(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const bool keep = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+    if (keep)
+      out += c;
+    else if (!out.empty() && out.back() != '_')
+      out += '_';
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out.empty() ? "model" : out;
+}
+
+std::string pct(double depth) {
+  return depth < 0 ? "random" : fmt("%.0f%%", depth * 100);
+}
+
+}  // namespace
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+namespace {
+
+// needle.json: everything, every run and every cell of each model.
+nlohmann::json needle_json(const std::vector<std::string>& models,
+                           const std::vector<std::vector<NeedleRun>>& runs,
+                           const std::vector<std::vector<NeedleCellSummary>>& cells) {
+  nlohmann::json j;
+  j["definition"] = kAttentionShareDefinition;
+  j["answer_span"] = "the code tokens of the needle the last question asks about";
+  j["query_rows"] = "the tokens of the last question";
+  j["answering_rows"] =
+      "answering_*: the tokens whose next token is a code token of the last answer (the true code given); "
+      "keys of the question and of the answer so far are neither answer nor noise";
+  for (size_t m = 0; m < models.size(); ++m) {
+    nlohmann::json jm;
+    jm["model"] = models[m];
+    for (const NeedleRun& r : runs[m]) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (size_t k = 0; k < r.attention.layers.size(); ++k)
+        layers.push_back({{"layer", r.attention.layers[k]},
+                          {"answer", r.attention.per_layer[k].answer},
+                          {"noise", r.attention.per_layer[k].noise}});
+      jm["runs"].push_back({{"length", r.cell.length},
+                            {"depth", r.cell.depth},
+                            {"placed_depth", r.placed_depth},
+                            {"needles", r.cell.needles},
+                            {"queried", r.cell.queried},
+                            {"seed", r.seed},
+                            {"tokens", r.tokens},
+                            {"answered", r.answered},
+                            {"asked", r.asked},
+                            {"replies", r.replies},
+                            {"truths", r.truths},
+                            {"attention_to_answer", r.attention.mean.answer},
+                            {"attention_noise", r.attention.mean.noise},
+                            {"per_layer", layers},
+                            {"answering_to_answer", r.answering.mean.answer},
+                            {"answering_noise", r.answering.mean.noise},
+                            {"seconds", r.seconds}});
+      if (const auto h = strongest_answer_head(r.answering))
+        jm["runs"].back()["answering_strongest_head"] = {
+            {"layer", h->layer}, {"head", h->head}, {"answer", h->share.answer}};
+    }
+    for (const auto& c : cells[m])
+      jm["cells"].push_back({{"length", c.cell.length},
+                             {"depth", c.cell.depth},
+                             {"placed_depth", c.placed_depth},
+                             {"needles", c.cell.needles},
+                             {"queried", c.cell.queried},
+                             {"runs", c.runs},
+                             {"accuracy", c.accuracy},
+                             {"attention_to_answer", c.attention.answer},
+                             {"attention_noise", c.attention.noise},
+                             {"answering_to_answer", c.answering.answer},
+                             {"answering_noise", c.answering.noise},
+                             {"answering_strongest_head", c.answering_head}});
+    j["models"].push_back(jm);
+  }
+  return j;
+}
+
+// needle.csv: one row per model and cell.
+std::string needle_csv(const std::vector<std::string>& models,
+                       const std::vector<std::vector<NeedleCellSummary>>& cells) {
+  std::ostringstream csv;
+  csv << "model,length,depth,needles,queried,runs,accuracy,attention_to_answer,attention_noise,"
+         "answering_to_answer,answering_noise,answering_strongest_head,placed_depth\n";
+  for (size_t m = 0; m < models.size(); ++m)
+    for (const auto& c : cells[m])
+      csv << csv_field(models[m]) << "," << c.cell.length << "," << c.cell.depth << "," << c.cell.needles
+          << "," << c.cell.queried << "," << c.runs << "," << c.accuracy << "," << c.attention.answer << ","
+          << c.attention.noise << "," << c.answering.answer << "," << c.answering.noise << ","
+          << c.answering_head << "," << c.placed_depth << "\n";
+  return csv.str();
+}
+
+// The sweep's axes as its cells have them: lengths, depths and (N, R).
+struct SweepAxes {
+  std::set<int64_t> lengths;
+  std::set<double> depths;
+  std::set<std::pair<int, int>> nrs;
+};
+
+SweepAxes axes_of(const std::vector<std::vector<NeedleCellSummary>>& cells) {
+  SweepAxes a;
+  for (const auto& cm : cells)
+    for (const auto& c : cm) {
+      a.lengths.insert(c.cell.length);
+      a.depths.insert(c.cell.depth);
+      a.nrs.insert({c.cell.needles, c.cell.queried});
+    }
+  return a;
+}
+
+// A model's cell at (length, depth, (N, R)), or nullptr.
+const NeedleCellSummary* find_cell(const std::vector<NeedleCellSummary>& cells, int64_t L, double d,
+                                   std::pair<int, int> nr) {
+  for (const auto& c : cells)
+    if (c.cell.length == L && c.cell.depth == d && c.cell.needles == nr.first && c.cell.queried == nr.second)
+      return &c;
+  return nullptr;
+}
+
+// tables.md: the paper's Table 3 layout per (N, R) and length, the while-answering table, multi-needle
+// accuracy.
+std::string needle_tables(const std::vector<std::string>& models,
+                          const std::vector<std::vector<NeedleCellSummary>>& cells, const SweepAxes& axes) {
+  const auto& lengths = axes.lengths;
+  const auto& depths = axes.depths;
+  const auto& nrs = axes.nrs;
+  auto find = [&](size_t m, int64_t L, double d, std::pair<int, int> nr) {
+    return find_cell(cells[m], L, d, nr);
+  };
+  std::string md = "# Needle-in-a-haystack sweep\n\n";
+  md += std::string("Definitions: ") + kAttentionShareDefinition +
+        ". Answer span: the code tokens of the needle the last question asks about; query rows: the tokens "
+        "of that question. Accuracy: questions whose whole code the model produced greedily. Depth: the "
+        "share of the haystack's tokens before the needle, asked (column) and placed (last row, mean over "
+        "seeds): a needle sits between sentences, at the boundary nearest the asked depth.\n\n";
+  for (const auto& nr : nrs)
+    for (int64_t L : lengths) {
+      md += "## Attention to answer / attention noise by depth (N=" + std::to_string(nr.first) +
+            ", R=" + std::to_string(nr.second) + ", " + std::to_string(L) + " tokens)\n\n| model |";
+      for (double d : depths) md += " " + pct(d) + " |";
+      md += " accuracy |\n|---|";
+      for (size_t k = 0; k <= depths.size(); ++k) md += "---|";
+      md += "\n";
+      for (size_t m = 0; m < models.size(); ++m) {
+        md += "| " + models[m] + " |";
+        double acc = 0;
+        int n = 0;
+        for (double d : depths)
+          if (const auto* c = find(m, L, d, nr)) {
+            md += " " + fmt("%.3f", c->attention.answer) + " / " + fmt("%.3f", c->attention.noise) + " |";
+            acc += c->accuracy;
+            ++n;
+          } else {
+            md += " – |";
+          }
+        md += " " + (n ? fmt("%.2f", acc / n) : std::string("–")) + " |\n";
+      }
+      // Where the needles went: a needle sits between sentences, at the boundary nearest the depth asked
+      // (the same episodes for every model with this tokenizer, so the first model's runs say it).
+      md += "| *placed at* |";
+      for (double d : depths) {
+        const auto* c = models.empty() ? nullptr : find(0, L, d, nr);
+        md +=
+            " " + (c && d >= 0 ? "*" + fmt("%.0f%%", c->placed_depth * 100) + "*" : std::string("–")) + " |";
+      }
+      md += " |\n\n";
+    }
+  // While answering: mean over depths, per length.
+  md +=
+      "## Attention while answering: to answer / noise / strongest head (mean over depths and seeds)\n\n"
+      "Query rows: the tokens that produce the asked code (the true code given); the question and the answer "
+      "so far are neither answer nor noise. Strongest head: the attention to the answer of the head that gives "
+      "it the most, per episode.\n\n| model | N, R |";
+  for (int64_t L : lengths) md += " " + std::to_string(L) + " tokens |";
+  md += "\n|---|---|";
+  for (size_t k = 0; k < lengths.size(); ++k) md += "---|";
+  md += "\n";
+  for (size_t m = 0; m < models.size(); ++m)
+    for (const auto& nr : nrs) {
+      md += "| " + models[m] + " | " + std::to_string(nr.first) + ", " + std::to_string(nr.second) + " |";
+      for (int64_t L : lengths) {
+        const AnsweringMean a = answering_over_depths(cells[m], L, nr.first, nr.second);
+        md += a.cells ? " " + fmt("%.3f", a.share.answer) + " / " + fmt("%.3f", a.share.noise) + " / " +
+                            fmt("%.2f", a.strongest_head) + " |"
+                      : std::string(" – |");
+      }
+      md += "\n";
+    }
+  md += "\n";
+  if (nrs.size() > 1) {
+    md += "## Multi-needle accuracy (N needles, R asked; mean over lengths, depths and seeds)\n\n| model |";
+    for (const auto& nr : nrs)
+      md += " N=" + std::to_string(nr.first) + " R=" + std::to_string(nr.second) + " |";
+    md += "\n|---|";
+    for (size_t k = 0; k < nrs.size(); ++k) md += "---|";
+    md += "\n";
+    for (size_t m = 0; m < models.size(); ++m) {
+      md += "| " + models[m] + " |";
+      for (const auto& nr : nrs) {
+        double acc = 0;
+        int n = 0;
+        for (const auto& c : cells[m])
+          if (c.cell.needles == nr.first && c.cell.queried == nr.second) acc += c.accuracy, ++n;
+        md += " " + (n ? fmt("%.2f", acc / n) : std::string("–")) + " |";
+      }
+      md += "\n";
+    }
+    md += "\n";
+  }
+  md +=
+      "Paper (Ye et al., ICLR 2025, Table 3; 3B models, 4K context), attention to answer by depth "
+      "0/25/50/75/100 %: Transformer .03 .03 .03 .07 .09, DIFF .27 .30 .31 .32 .40; attention noise: "
+      "Transformer .51 .54 .52 .49 .49, DIFF .01 .02 .02 .02 .01. Multi-needle accuracy at 4K "
+      "(Transformer vs DIFF): N=1 R=1 1.00/1.00, N=2 R=2 .85/.92, N=4 R=2 .62/.84, N=6 R=2 .55/.85.\n";
+  return md;
+}
+
+// Heatmaps (PNG at `cell` pixels a cell, and SVG): accuracy and attention to the answer, depth rows ×
+// length columns, per model and (N, R).
+void write_needle_heatmaps(const std::filesystem::path& out, const std::vector<std::string>& models,
+                           const std::vector<std::vector<NeedleCellSummary>>& cells, const SweepAxes& axes,
+                           int cell) {
+  const auto& lengths = axes.lengths;
+  const auto& depths = axes.depths;
+  const auto& nrs = axes.nrs;
+  auto find = [&](size_t m, int64_t L, double d, std::pair<int, int> nr) {
+    return find_cell(cells[m], L, d, nr);
+  };
+  // Heatmaps: accuracy and attention to answer, depth rows × length columns, per model and (N, R). The
+  // attention heatmaps of every model and (N, R) share one colour scale (as the app's lab), so that a
+  // model's weak retrieval does not look like another's strong one: its bounds span every cell's share.
+  double attention_lo = 0, attention_hi = 0;
+  for (size_t m = 0; m < models.size(); ++m)
+    for (const auto& c : cells[m])
+      if (!std::isnan(c.attention.answer))
+        attention_lo = std::min(attention_lo, c.attention.answer),
+        attention_hi = std::max(attention_hi, c.attention.answer);
+  if (!(attention_hi > attention_lo)) attention_hi = attention_lo + 1;
+  for (size_t m = 0; m < models.size(); ++m)
+    for (const auto& nr : nrs)
+      for (const bool accuracy : {true, false}) {
+        viz::GridFigure g;
+        g.title = models[m] + (accuracy ? ": retrieval accuracy" : ": attention to answer") +
+                  " (N=" + std::to_string(nr.first) + ", R=" + std::to_string(nr.second) + ")";
+        g.row_title = "depth";
+        g.col_title = "context length (tokens)";
+        for (double d : depths) g.row_labels.push_back(pct(d));
+        for (int64_t L : lengths) g.col_labels.push_back(std::to_string(L));
+        for (double d : depths)
+          for (int64_t L : lengths) {
+            const auto* c = find(m, L, d, nr);
+            g.values.push_back(!c         ? std::numeric_limits<double>::quiet_NaN()
+                               : accuracy ? c->accuracy
+                                          : c->attention.answer);
+          }
+        g.lo = 0;
+        g.hi = 1;
+        g.cell = cell;
+        if (!accuracy) {  // attention shares are small for small models (and DIFF's can be < 0): span them
+          g.lo = attention_lo;
+          g.hi = attention_hi;
+          g.diverging = attention_lo < 0;  // DIFF's shares below 0: the sign scale, as every view
+          g.format = "%.3f";
+        }
+        const viz::Image img = viz::render_grid_figure(g);
+        const std::string file = file_name(models[m]) + (accuracy ? "-accuracy" : "-attention") + "-N" +
+                                 std::to_string(nr.first) + "R" + std::to_string(nr.second);
+        viz::write_png(out / (file + ".png"), img.rgb, img.width, img.height);
+        write_file_atomically(out / (file + ".svg"), viz::grid_figure_svg(g));
+      }
+}
+
+}  // namespace
+
+std::string write_needle_report(const std::filesystem::path& out, const std::vector<std::string>& models,
+                                const std::vector<std::vector<NeedleRun>>& runs, int cell) {
+  if (models.size() != runs.size()) throw Error("needle report: one list of runs per model");
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) throw Error(out.string() + ": cannot create the folder (" + ec.message() + ")");
+  std::vector<std::vector<NeedleCellSummary>> cells;
+  for (const auto& r : runs) cells.push_back(summarize(r));
+  // Replies of a model that produced broken UTF-8 are kept with U+FFFD in their place.
+  write_file_atomically(
+      out / "needle.json",
+      needle_json(models, runs, cells).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  write_file_atomically(out / "needle.csv", needle_csv(models, cells));
+  const SweepAxes axes = axes_of(cells);
+  const std::string md = needle_tables(models, cells, axes);
+  write_file_atomically(out / "tables.md", md);
+  write_needle_heatmaps(out, models, cells, axes, cell);
+  return md;
+}
+
+}  // namespace difflens::app
