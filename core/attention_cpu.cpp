@@ -475,6 +475,18 @@ __attribute__((always_inline)) inline void group_logits(const float* __restrict 
   }
 }
 
+inline bool knocks_out(const std::vector<KeyKnockout>& ks, int64_t h, int64_t i) {
+  for (const KeyKnockout& k : ks)
+    if (k.applies(h, i)) return true;
+  return false;
+}
+
+inline bool removed_key(const std::vector<KeyKnockout>& ks, int64_t h, int64_t i, int64_t j) {
+  for (const KeyKnockout& k : ks)
+    if (k.removes(h, i, j)) return true;
+  return false;
+}
+
 // Rows [r0, r1) of head h, with vectors of type V.
 template <typename V>
 __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a, Worker& w, int64_t h,
@@ -561,14 +573,33 @@ __attribute__((always_inline)) inline void attention_rows_body(const RowArgs& a,
           if (diff) collect(s2, n, a.median_lo, a.median_hi, w.median_values);
         }
       }
-      const float lse1 = softmax<V>(s1, n);
+      // Knockouts: removed keys -inf before both softmaxes; a row left with none attends to nothing.
+      bool no_keys = false;
+      if (in.knockouts && knocks_out(*in.knockouts, h, i)) {
+        int64_t kept = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          if (removed_key(*in.knockouts, h, i, j0 + j)) {
+            s1[j] = neg_inf;
+            if (diff) s2[j] = neg_inf;
+          } else {
+            ++kept;
+          }
+        }
+        no_keys = kept == 0;
+      }
+      auto row_softmax = [&](float* s) {
+        if (!no_keys) return softmax<V>(s, n);
+        for (int64_t j = 0; j < n; ++j) s[j] = 0.0f;
+        return neg_inf;
+      };
+      const float lse1 = row_softmax(s1);
       if (out.lse1) out.lse1[h * T + i] = lse1;
       // The row of A over the group's keys: zeros where this row does not see.
       float* __restrict ar = A[r];
       for (int64_t j = 0; j < j0 - jlo; ++j) ar[j] = 0.0f;
       float* __restrict arow = ar + (j0 - jlo);
       if (diff) {
-        const float lse2 = softmax<V>(s2, n);
+        const float lse2 = row_softmax(s2);
         if (out.lse2) out.lse2[h * T + i] = lse2;
         const float lambda = lambda_rows ? lambda_rows[i - in.q_row0] : in.lambda;
         for (int64_t j = 0; j < n; ++j) arow[j] = s1[j] - lambda * s2[j];

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/intervention.h"
 #include "core/trace.h"
 
 namespace difflens {
@@ -32,6 +33,9 @@ struct CpuAttentionInputs {
   // q1, q2 and lambda_rows hold only the rows [q_row0, T) ([heads, T − q_row0, ...]): a generation step's
   // new tokens against every key so far (the outputs' rows must lie in that range; bits must be 0).
   int64_t q_row0 = 0;
+  // Knockouts (core/intervention.h; null: none): keys removed from rows before both softmaxes. The logits
+  // written and their statistics are the model's own; a row left with no key is zero in every map.
+  const std::vector<KeyKnockout>* knockouts = nullptr;
   // The keys as the pass reads them (transposed, padded), made by the first call and kept here so that the
   // calls of a blocked capture share them.
   mutable std::shared_ptr<const std::vector<float>> k1t, k2t;

@@ -38,15 +38,16 @@ namespace {
 // A DIFF layer's λ and its parts, from the inputs its attention ran with.
 void keep_lambda(const nn::AttentionInputs& in, LayerTrace& lt) {
   if (!in.diff()) return;
-  if (in.lambda_rows.defined()) {  // DIFF V2: per head and token
+  if (in.lambda_rows.defined()) {  // DIFF V2 (or V1 with λ set per head): per head and token
     lt.lambda_rows = to_array(in.lambda_rows[0]);
-    lt.lambda_logits = to_array(in.lambda_logits[0]);
+    if (in.lambda_logits.defined()) lt.lambda_logits = to_array(in.lambda_logits[0]);
     double sum = 0;
     for (float x : lt.lambda_rows.data) sum += x;
     lt.lambda = lt.lambda_rows.data.empty() ? 0 : sum / static_cast<double>(lt.lambda_rows.data.size());
-    return;
+    if (!in.lambda.defined()) return;
+  } else {
+    lt.lambda = in.lambda.item<double>();
   }
-  lt.lambda = in.lambda.item<double>();
   lt.lambda_exp1 = in.lambda_exp1.item<double>();
   lt.lambda_exp2 = in.lambda_exp2.item<double>();
   lt.lambda_init = in.lambda_init;
@@ -307,7 +308,9 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   if (options.logit_bits >= 0) impl_->apply_logit_bits(options.logit_bits);
 
   c10::InferenceMode inference;  // thread-local: set on whichever thread captures
+  const InterventionScope interventions(impl_->net, options.interventions, T);
   Trace trace;
+  trace.interventions = options.interventions.applied;
   trace.config = c;
   trace.model_path = impl_->path.string();
   trace.token_ids = ids;

@@ -66,6 +66,7 @@ FusedInputs::FusedInputs(const nn::AttentionInputs& in, const ModelConfig& c, in
   }
   ci.window = c.sliding_window;
   ci.bits = bits;
+  if (in.knocks_out()) ci.knockouts = &in.edit->knockouts;
 }
 
 // A fixed split into one range per thread made every pass wait for its slower half: the same work measured
@@ -199,9 +200,10 @@ std::shared_ptr<const CpuLayerPack> cpu_layer(CpuLayerCache& cache, const ModelC
 }  // namespace
 
 Tensor forward_cpu(CpuLayerCache& cache, const ModelConfig& c, nn::DecoderLayerImpl& layer, int64_t i,
-                   const Tensor& h, const nn::Rope& rope, nn::AttentionInputs& in, const Attend& attend) {
+                   const Tensor& h, const nn::Rope& rope, nn::AttentionInputs& in, const Attend& attend,
+                   int64_t row0) {
   const std::shared_ptr<const CpuLayerPack> pack = cpu_layer(cache, c, layer, i);
-  if (!pack) return layer.forward_with(h, rope, in, attend);
+  if (!pack) return layer.forward_with(h, rope, in, attend, row0);
   const CpuLayer& L = pack->layer;
   const QkvLayout& cols = L.columns;
   const int64_t T = h.size(1), heads = cols.q.heads, kv_heads = cols.k.heads, d = cols.q.d;
@@ -236,8 +238,25 @@ Tensor forward_cpu(CpuLayerCache& cache, const ModelConfig& c, nn::DecoderLayerI
   layer_inputs_cpu(L, out.data_ptr<float>(), T, cos.data_ptr<float>(), sin.data_ptr<float>(), io, workers,
                    cpu_parallel());
   if (layer.diff_attn) layer.diff_attn->set_lambda(in);
+  layer.apply_edit(in);
   const Tensor o = attend(in).to(at::kFloat).contiguous();
-  layer_output_cpu(L, o.data_ptr<float>(), out.data_ptr<float>(), T, workers, cpu_parallel());
+  // Head ablations: the ablated heads read zero, or their mean over the prompt, after the per-head norm.
+  std::vector<const float*> replace;
+  Tensor values;
+  if (layer.edit && !layer.edit->ablate.empty()) {
+    values = at::zeros({o.size(1), o.size(3)}, f);
+    replace.assign(static_cast<size_t>(o.size(1)), nullptr);
+    Tensor normed;
+    for (const auto& [hd, mean] : layer.edit->ablate) {
+      if (mean) {
+        if (!normed.defined()) normed = layer.head_outputs(o);
+        values[hd].copy_(layer.ablation_mean(hd, normed, row0)[0]);
+      }
+      replace[static_cast<size_t>(hd)] = values[hd].data_ptr<float>();
+    }
+  }
+  layer_output_cpu(L, o.data_ptr<float>(), out.data_ptr<float>(), T, workers, cpu_parallel(),
+                   replace.empty() ? nullptr : &replace);
   return out;
 }
 

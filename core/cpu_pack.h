@@ -34,8 +34,10 @@ using Attend = std::function<at::Tensor(const nn::AttentionInputs&)>;
 // `attend(in)` (the fused attention pass); `in` receives the attention's inputs. The layer's other work runs
 // in plain C++ (core/layer_cpu.h) when the model's packed weights fit DIFFLENS_PACKED_WEIGHTS_MB, else as
 // the LibTorch modules.
+// The layer's interventions (its `edit`) apply as in nn::DecoderLayerImpl::forward_with; `row0` is the
+// position of h's first row (a generation step's new tokens).
 at::Tensor forward_cpu(CpuLayerCache& cache, const ModelConfig& c, nn::DecoderLayerImpl& layer, int64_t i,
                        const at::Tensor& h, const nn::Rope& rope, nn::AttentionInputs& in,
-                       const Attend& attend);
+                       const Attend& attend, int64_t row0 = 0);
 
 }  // namespace difflens

@@ -131,6 +131,10 @@ Generation Model::generate(const std::vector<int64_t>& ids, const GenerateOption
   // docs/benchmarks.md).
   const char* env = std::getenv("DIFFLENS_KV_CACHE");
   g.cached = o.cache && impl_->logit_bits == 0 && !(env && std::string(env) == "0");
+  // Interventions hold for every token; a mean ablation averages the prompt's positions.
+  Interventions edits = o.interventions;
+  edits.mean_positions = static_cast<int64_t>(ids.size());
+  const InterventionScope scope(impl_->net, edits, edits.mean_positions);
   std::vector<int64_t> all = ids;
   std::vector<LayerKv> kv(net.layer_ptrs.size());
   int64_t cached = 0;  // positions whose keys and values the cache holds
@@ -178,8 +182,8 @@ Generation Model::generate(const std::vector<int64_t>& ids, const GenerateOption
         return b.o;
       };
       nn::AttentionInputs in;
-      h = fused ? forward_cpu(impl_->cpu_cache, c, *layer, static_cast<int64_t>(i), h, rope, in, attend)
-                : layer->forward_with(h, rope, in, attend);
+      h = fused ? forward_cpu(impl_->cpu_cache, c, *layer, static_cast<int64_t>(i), h, rope, in, attend, p0)
+                : layer->forward_with(h, rope, in, attend, p0);
     }
     cached = T;
     return h[0][n - 1];
@@ -203,7 +207,9 @@ Generation Model::generate(const std::vector<int64_t>& ids, const GenerateOption
     if (!more) break;
   }
   if (o.keep_rows && !g.cached && !g.ids.empty()) {  // the written tokens' rows from one whole capture
-    const Trace t = capture(all);
+    CaptureOptions whole;
+    whole.interventions = edits;  // the same edits, means over the prompt's positions
+    const Trace t = capture(all, whole);
     const int64_t T = t.length();
     if (!t.layers.empty() && t.layers[0].pooled > 0)
       throw Error("generate: the written tokens' rows of " + std::to_string(T) +

@@ -383,12 +383,14 @@ void layer_inputs_cpu(const CpuLayer& L, const float* h, int64_t T, const float*
 }
 
 void layer_output_cpu(const CpuLayer& L, const float* o, float* h, int64_t T, int workers,
-                      const CpuParallelFor& parallel) {
+                      const CpuParallelFor& parallel, const std::vector<const float*>* replace) {
   workers = std::max(1, workers);
   const int64_t rb = layer_block_rows(T, workers), blocks = (T + rb - 1) / rb, E = L.E, F = L.F;
   const int64_t heads = L.columns.q.heads, dv = L.columns.dv(), width = heads * dv;  // o_proj's input
   if (L.o.K != width || L.gate_up.N != 2 * F || L.down.K != F)
     throw std::logic_error("layer_output_cpu: packed shapes do not match the layer");
+  if (replace && static_cast<int64_t>(replace->size()) != heads)
+    throw std::logic_error("layer_output_cpu: one replacement pointer per head");
   std::vector<std::vector<float>> scratch(static_cast<size_t>(workers));
   parallel(blocks, [&](int64_t b0, int64_t b1, int worker) {
     std::vector<float>& s = scratch[static_cast<size_t>(worker)];
@@ -404,6 +406,10 @@ void layer_output_cpu(const CpuLayer& L, const float* o, float* h, int64_t T, in
         for (int64_t hd = 0; hd < heads; ++hd) {
           const float* src = o + (hd * T + r0 + t) * dv;
           float* dst = outs + t * width + hd * dv;
+          if (replace && (*replace)[static_cast<size_t>(hd)]) {
+            std::memcpy(dst, (*replace)[static_cast<size_t>(hd)], static_cast<size_t>(dv) * sizeof(float));
+            continue;
+          }
           if (!L.head_norm) {
             std::memcpy(dst, src, static_cast<size_t>(dv) * sizeof(float));
             continue;

@@ -100,8 +100,9 @@ void layer_inputs_cpu(const CpuLayer& L, const float* h, int64_t T, const float*
                       const CpuLayerInputs& out, int workers, const CpuParallelFor& parallel);
 
 // h [T, E] += o_proj(the heads' outputs o [heads, T, dv]), then h += MLP(post-norm(h)): the layer's output,
-// in place.
+// in place. `replace` (null, or one pointer per head): a head whose pointer is set reads that [dv] vector
+// at every position instead of its own output after the per-head norm (a head ablation, core/intervention.h).
 void layer_output_cpu(const CpuLayer& L, const float* o, float* h, int64_t T, int workers,
-                      const CpuParallelFor& parallel);
+                      const CpuParallelFor& parallel, const std::vector<const float*>* replace = nullptr);
 
 }  // namespace difflens

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/intervention.h"
 #include "core/tokenizer.h"
 #include "core/trace.h"
 
@@ -82,6 +83,9 @@ struct CaptureOptions {
   int64_t block_rows = 0;  // query rows per block (0: chosen from the memory a block takes)
   // Called on the capturing thread as each layer starts (layer, layers): progress for a server's client.
   std::function<void(int64_t, int64_t)> on_layer;
+  // What the run changes inside the model (core/intervention.h, resolved for this prompt; empty: nothing).
+  // The trace records them (Trace::interventions).
+  Interventions interventions;
 };
 
 struct NamedTensor {
@@ -108,6 +112,9 @@ struct GenerateOptions {
   // its fused pass. For tests.
   bool tensor_ops = false;
   std::function<void(int64_t id)> on_token;  // called with each token as it is chosen
+  // Interventions for every token written (resolved for the prompt; mean ablations average the prompt's
+  // positions whatever mean_positions says).
+  Interventions interventions;
 };
 
 // One written token's row of every layer's maps: per layer, [map_heads, position + 1] (the keys it saw);

@@ -77,6 +77,36 @@ struct Model::Impl {
   mutable CpuLayerCache cpu_cache;
 };
 
+// Puts a run's interventions on each layer of `net` for the run's duration (capture, generation, probe)
+// and takes them off after, whatever happens. `mean_positions`: the positions a mean ablation averages.
+class InterventionScope {
+ public:
+  InterventionScope(nn::CausalLm& net, const Interventions& iv, int64_t mean_positions) : net_(net) {
+    auto& layers = net_->model->layer_ptrs;
+    if (iv.empty()) return;
+    if (iv.layers.size() != layers.size())
+      throw Error("interventions were resolved for a model of " + std::to_string(iv.layers.size()) +
+                  " layers; this one has " + std::to_string(layers.size()));
+    for (size_t i = 0; i < layers.size(); ++i) {
+      layers[i]->edit = iv.layers[i].empty() ? nullptr : &iv.layers[i];
+      layers[i]->mean_positions = iv.mean_positions > 0 ? iv.mean_positions : mean_positions;
+      layers[i]->head_means.clear();
+    }
+  }
+  ~InterventionScope() {
+    for (auto& l : net_->model->layer_ptrs) {
+      l->edit = nullptr;
+      l->mean_positions = 0;
+      l->head_means.clear();
+    }
+  }
+  InterventionScope(const InterventionScope&) = delete;
+  InterventionScope& operator=(const InterventionScope&) = delete;
+
+ private:
+  nn::CausalLm& net_;
+};
+
 struct ModelAccess {
   static Model::Impl& impl(const Model& m) { return *m.impl_; }
 };

@@ -16,11 +16,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <utility>
 #include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/intervention.h"
 #include "core/qkv_layout.h"
 
 namespace difflens::nn {
@@ -134,8 +136,64 @@ struct AttentionInputs {
   // The position of q1's, q2's and lambda_rows' first row: 0, except in a generation step with cached keys
   // and values, where they hold only the new tokens' rows [q_row0, T) and the keys and values all T.
   int64_t q_row0 = 0;
+  // The run's interventions in this layer (core/intervention.h; null: none): its knockouts are applied by
+  // attend_rows and the CPU's fused pass; its λ is already in lambda / lambda_rows (apply_lambda_edit).
+  const LayerEdit* edit = nullptr;
   bool diff() const { return q2.defined(); }
+  bool knocks_out() const { return edit && !edit->knockouts.empty(); }
 };
+
+// A layer's λ edit into its inputs: DIFF V1 a layer-wide value replaces λ; per-head values become λ rows
+// [B, H, rows] (every row of a head the same, as DIFF V2's rows); DIFF V2 the edited heads' rows become the
+// value (lambda_logits stay the projection's own z).
+inline void apply_lambda_edit(AttentionInputs& in, const LayerEdit& e) {
+  if (!in.diff() || (!e.lambda && e.head_lambda.empty())) return;
+  const int64_t B = in.q1.size(0), H = in.q1.size(1), rows = in.q1.size(2);
+  const auto f = at::TensorOptions().dtype(at::kFloat).device(in.q1.device());
+  if (!in.lambda_rows.defined()) {
+    const double own = e.lambda ? *e.lambda : in.lambda.item<double>();
+    in.lambda = at::scalar_tensor(own, f);
+    if (e.head_lambda.empty()) return;
+    std::vector<float> per_head(static_cast<size_t>(H));
+    for (int64_t h = 0; h < H; ++h)
+      per_head[static_cast<size_t>(h)] = static_cast<float>(e.lambda_of(h, own));
+    in.lambda_rows = at::tensor(per_head, f).view({1, H, 1}).expand({B, H, rows}).contiguous();
+    return;
+  }
+  in.lambda_rows = in.lambda_rows.clone();
+  for (int64_t h = 0; h < H; ++h)
+    if (e.lambda_changed(h)) in.lambda_rows.select(1, h).fill_(e.lambda_of(h, 0.0));
+}
+
+// The keys a knockout removes from query rows [row0, row0 + rows) against keys [0, row0 + rows), per head:
+// [H, rows, keys] bool (true: removed before the softmax), on `device`.
+inline Tensor knocked_keys(const LayerEdit& e, int64_t H, int64_t row0, int64_t rows,
+                           const at::Device& device) {
+  const int64_t keys = row0 + rows;
+  const auto b = at::TensorOptions().dtype(at::kBool);
+  Tensor removed = at::zeros({H, rows, keys}, b);
+  for (const KeyKnockout& k : e.knockouts) {
+    Tensor in_ranges = at::zeros({keys}, b);
+    for (const TokenRange& r : k.ranges) {
+      const int64_t a = std::min(r.first, keys), z = std::min(r.second, keys);
+      if (a < z) in_ranges.narrow(0, a, z - a).fill_(true);
+    }
+    const Tensor key_mask = k.keep ? in_ranges.logical_not() : in_ranges;  // [keys]
+    Tensor row_mask = at::zeros({rows}, b);
+    const int64_t a = std::clamp(k.rows.first - row0, int64_t{0}, rows),
+                  z = std::clamp(k.rows.second == kToEnd ? rows : k.rows.second - row0, int64_t{0}, rows);
+    if (a < z) row_mask.narrow(0, a, z - a).fill_(true);
+    Tensor head_mask = at::zeros({H}, b);
+    if (k.head < 0)
+      head_mask.fill_(true);
+    else if (k.head < H)
+      head_mask[k.head] = true;
+    removed = removed.logical_or(head_mask.view({H, 1, 1})
+                                     .logical_and(row_mask.view({1, rows, 1}))
+                                     .logical_and(key_mask.view({1, 1, keys})));
+  }
+  return removed.to(device);
+}
 
 // One block of query rows [row0, row0 + rows) against the keys [0, row0 + rows) they may see.
 struct AttentionBlock {
@@ -212,16 +270,26 @@ inline AttentionBlock attend_rows(const AttentionInputs& g, const ModelConfig& c
     return step.defined() ? at::round(l / step) * step : l;  // -inf stays -inf
   };
   b.l1 = quantized(block_logits(g.q1, g.k1, row0, rows, hidden, g.q_row0), steps.first);
+  // A knockout removes keys before the softmax (the logits kept are the model's own); a row left with no key
+  // attends to nothing.
+  Tensor knocked;
+  if (g.knocks_out()) knocked = knocked_keys(*g.edit, g.q1.size(1), row0, rows, g.q1.device()).unsqueeze(0);
+  auto softmax = [&](const Tensor& l) {
+    if (!knocked.defined()) return at::softmax(l, -1, at::kFloat);
+    const Tensor a =
+        at::softmax(l.masked_fill(knocked, -std::numeric_limits<float>::infinity()), -1, at::kFloat);
+    return a.masked_fill(a.isnan(), 0);
+  };
   if (g.diff()) {
     b.l2 = quantized(block_logits(g.q2, g.k2, row0, rows, hidden, g.q_row0), steps.second);
-    b.a1 = at::softmax(b.l1, -1, at::kFloat);
-    b.a2 = at::softmax(b.l2, -1, at::kFloat);
+    b.a1 = softmax(b.l1);
+    b.a2 = softmax(b.l2);
     if (g.lambda_rows.defined())  // V2: row t of head h subtracts σ(z_h,t) · A2; rows sum to 1 − σ(z)
       b.a = b.a1 - g.lambda_rows.narrow(2, row0 - g.q_row0, rows).unsqueeze(-1) * b.a2;
     else
       b.a = b.a1 - g.lambda * b.a2;  // rows sum to 1 − λ
   } else {
-    b.a = at::softmax(b.l1, -1, at::kFloat);
+    b.a = softmax(b.l1);
   }
   b.o = product(b.a.to(g.v.scalar_type()), g.v.narrow(2, 0, row0 + rows));
   return b;
@@ -236,10 +304,10 @@ constexpr bool kFusedAttention = false;
 
 // Whether fused_attention() can give a layer's heads' outputs: this LibTorch has the fused operation, the
 // attention is causal over every query row, and nothing the fused kernels lack is asked for (a sliding
-// window, quantized logits).
+// window, quantized logits, a knockout).
 inline bool can_fuse_attention(const AttentionInputs& in, const ModelConfig& c, int logit_bits) {
 #ifdef DIFFLENS_FUSED_ATTENTION
-  return in.q_row0 == 0 && c.sliding_window <= 0 && (logit_bits <= 0 || logit_bits >= 32);
+  return in.q_row0 == 0 && c.sliding_window <= 0 && (logit_bits <= 0 || logit_bits >= 32) && !in.knocks_out();
 #else
   (void)in, (void)c, (void)logit_bits;
   return false;
@@ -334,8 +402,10 @@ struct BaselineAttentionImpl : torch::nn::Module {
     return split_inputs(layout, q_proj(x), k_proj(x), v_proj(x), rope);
   }
   // o [B, H, T, d] (the heads' outputs) -> [B, T, E]
-  Tensor output(const Tensor& o) {
-    return o_proj(o.transpose(1, 2).reshape({o.size(0), o.size(2), c.num_attention_heads * c.head_dim}));
+  Tensor output(const Tensor& o) { return project(o); }
+  Tensor head_outputs(const Tensor& o) { return o; }  // what o_proj reads of each head
+  Tensor project(const Tensor& n) {
+    return o_proj(n.transpose(1, 2).reshape({n.size(0), n.size(2), c.num_attention_heads * c.head_dim}));
   }
 
   ModelConfig c;
@@ -375,10 +445,14 @@ struct DiffAttentionImpl : torch::nn::Module {
     in.lambda = in.lambda_exp1 - in.lambda_exp2 + lambda_init;
   }
   // o [B, H, T, 2d] = (A1 - λA2)·V per head -> RMSNorm per head × (1 − λ_init) -> [B, T, E]
-  Tensor output(const Tensor& o) {
-    const Tensor n = rms_norm(o, subln ? subln->weight : Tensor(), c.subln_eps) * (1.0 - lambda_init);
+  Tensor output(const Tensor& o) { return project(head_outputs(o)); }
+  // What o_proj reads of each head: its normed and scaled output [B, H, T, 2d].
+  Tensor head_outputs(const Tensor& o) {
+    return rms_norm(o, subln ? subln->weight : Tensor(), c.subln_eps) * (1.0 - lambda_init);
+  }
+  Tensor project(const Tensor& n) {
     return o_proj(
-        n.transpose(1, 2).reshape({o.size(0), o.size(2), (c.num_attention_heads / 2) * 2 * c.head_dim}));
+        n.transpose(1, 2).reshape({n.size(0), n.size(2), (c.num_attention_heads / 2) * 2 * c.head_dim}));
   }
 
   ModelConfig c;
@@ -412,8 +486,10 @@ struct DiffV2AttentionImpl : torch::nn::Module {
     return in;
   }
   // o [B, H, T, d] = (A1 − σ(λ) A2)·V per head -> [B, T, E]
-  Tensor output(const Tensor& o) {
-    return o_proj(o.transpose(1, 2).reshape({o.size(0), o.size(2), c.map_heads() * c.head_dim}));
+  Tensor output(const Tensor& o) { return project(o); }
+  Tensor head_outputs(const Tensor& o) { return o; }
+  Tensor project(const Tensor& n) {
+    return o_proj(n.transpose(1, 2).reshape({n.size(0), n.size(2), c.map_heads() * c.head_dim}));
   }
 
   ModelConfig c;
@@ -446,14 +522,57 @@ struct DecoderLayerImpl : torch::nn::Module {
     post_attention_layernorm =
         register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
   }
-  // The architecture's inputs and output around the shared attention math.
+  // The architecture's inputs and output around the shared attention math, with the run's interventions.
   AttentionInputs inputs(const Tensor& x, const Rope& rope) {
-    return diff_v2_attn ? diff_v2_attn->inputs(x, rope)
-           : diff_attn  ? diff_attn->inputs(x, rope)
-                        : base_attn->inputs(x, rope);
+    AttentionInputs in = diff_v2_attn ? diff_v2_attn->inputs(x, rope)
+                         : diff_attn  ? diff_attn->inputs(x, rope)
+                                      : base_attn->inputs(x, rope);
+    apply_edit(in);
+    return in;
   }
-  Tensor output(const Tensor& o) {
-    return diff_v2_attn ? diff_v2_attn->output(o) : diff_attn ? diff_attn->output(o) : base_attn->output(o);
+  // The edit's λ into inputs made elsewhere too (the CPU's packed layer pass), and its knockouts attached.
+  void apply_edit(AttentionInputs& in) const {
+    in.edit = edit;
+    if (edit) apply_lambda_edit(in, *edit);
+  }
+  // What o_proj reads of each head [B, H, rows, dv] (DIFF: after the per-head norm and scale).
+  Tensor head_outputs(const Tensor& o) {
+    return diff_v2_attn ? diff_v2_attn->head_outputs(o)
+           : diff_attn  ? diff_attn->head_outputs(o)
+                        : base_attn->head_outputs(o);
+  }
+  // o [B, H, rows, dv], the heads' outputs of query rows [row0, row0 + rows) -> [B, rows, E], the run's
+  // head ablations applied.
+  Tensor output(const Tensor& o, int64_t row0 = 0) {
+    if (!edit || edit->ablate.empty())
+      return diff_v2_attn ? diff_v2_attn->output(o) : diff_attn ? diff_attn->output(o) : base_attn->output(o);
+    Tensor n = head_outputs(o).clone();
+    for (const auto& [h, mean] : edit->ablate) {
+      if (mean)
+        n.select(1, h).copy_(
+            ablation_mean(h, n, row0).unsqueeze(1).expand({n.size(0), n.size(2), n.size(3)}));
+      else
+        n.select(1, h).zero_();
+    }
+    return diff_v2_attn ? diff_v2_attn->project(n)
+           : diff_attn  ? diff_attn->project(n)
+                        : base_attn->project(n);
+  }
+  // Head h's mean output over the prompt's positions [0, mean_positions) [B, dv], from `n` (rows from
+  // `row0`, as head_outputs gives them) when it holds them, else as the pass that held them kept it (the
+  // key/value cache's later steps).
+  Tensor ablation_mean(int64_t h, const Tensor& n, int64_t row0) {
+    const int64_t P = mean_positions > 0 ? mean_positions : n.size(2);
+    if (row0 == 0 && n.size(2) >= P) {
+      Tensor m = n.select(1, h).narrow(1, 0, P).to(at::kFloat).mean(1).to(n.scalar_type());
+      head_means[h] = m;
+      return m;
+    }
+    const auto it = head_means.find(h);
+    if (it == head_means.end())
+      throw Error("mean ablation of head " + std::to_string(h) +
+                  ": its mean over the prompt is not known yet");
+    return it->second;
   }
 
   // The attention's heads' outputs o [B, H, T, dv] from its inputs, computed `block_rows` query rows at a
@@ -491,10 +610,12 @@ struct DecoderLayerImpl : torch::nn::Module {
   // The layer over h [B, T, E] with the heads' outputs computed by `attend(in)` -> o [B, H, T, dv]: the
   // tensor blocks below, or the CPU's fused pass (core/attention_cpu.h) in a capture. `in` receives the
   // inputs.
+  // `row0`: the position of h's first row (a generation step's new tokens after the cached ones).
   template <typename Attend>
-  Tensor forward_with(const Tensor& h, const Rope& rope, AttentionInputs& in, Attend&& attend) {
+  Tensor forward_with(const Tensor& h, const Rope& rope, AttentionInputs& in, Attend&& attend,
+                      int64_t row0 = 0) {
     in = inputs(input_layernorm(h), rope);
-    const Tensor y = h + output(attend(in));
+    const Tensor y = h + output(attend(in), row0);
     return y + mlp(post_attention_layernorm(y));
   }
 
@@ -523,6 +644,11 @@ struct DecoderLayerImpl : torch::nn::Module {
 
   ModelConfig c;
   int logit_bits = 0;  // quantize the attention logits before the softmax (0: exact)
+  // The interventions of the run in progress (null: none), set and cleared by the Model for each run
+  // (InterventionScope, core/model_impl.h); the mean ablations' prompt length and the means found so far.
+  const LayerEdit* edit = nullptr;
+  int64_t mean_positions = 0;
+  std::map<int64_t, Tensor> head_means;
   DiffAttention diff_attn{nullptr};
   DiffV2Attention diff_v2_attn{nullptr};
   BaselineAttention base_attn{nullptr};

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/intervention.h"
 
 namespace difflens {
 namespace {
@@ -67,6 +68,9 @@ AttentionTile attention_tile(const Trace& t, int layer, int head, int64_t row0, 
                 "that recompute its tiles");
   const int64_t d = l.q1.shape.back(), Hkv = l.k1.shape.front(), kv = head / (H / Hkv);
   const int64_t W = t.config.sliding_window;
+  // The run's knockouts in this layer: keys they removed are 0 (the row log-sum-exps are over the keys left;
+  // a row left with none has -inf and is 0 throughout).
+  const std::vector<KeyKnockout> knocked = knockouts_in_layer(t.interventions, layer);
   // softmax entry: exp(q_i · k_j − lse_i) for keys the query sees, else 0.
   auto component = [&](const FloatArray& q, const FloatArray& k, const FloatArray& lse,
                        std::vector<float>& out) {
@@ -75,9 +79,13 @@ AttentionTile attention_tile(const Trace& t, int layer, int head, int64_t row0, 
       const int64_t qi = row0 + i;
       const float* qv = q.data.data() + (head * T + qi) * d;
       const double norm = lse.data[static_cast<size_t>(head * T + qi)];
+      if (!std::isfinite(norm)) continue;
       const int64_t last = std::min(col0 + cols - 1, qi);
       const int64_t first = W > 0 ? std::max(col0, qi - W + 1) : col0;
       for (int64_t j = first; j <= last; ++j) {
+        bool removed = false;
+        for (const KeyKnockout& kk : knocked) removed = removed || kk.removes(head, qi, j);
+        if (removed) continue;
         const float* kvv = k.data.data() + (kv * T + j) * d;
         double dot = 0;
         for (int64_t e = 0; e < d; ++e) dot += static_cast<double>(qv[e]) * kvv[e];

@@ -169,6 +169,9 @@ struct Trace {
   double elapsed_ms = 0;                     // wall time of the capture
   int logit_bits = 0;                        // attention logits quantized to this many bits (0: exact)
   size_t pooled_budget = 0;                  // the budget pooled maps were sized for (0: exact maps)
+  // What the run changed inside the model (core/intervention.h): each spec as written and as run (presets
+  // resolved to token ranges); empty: the model as trained.
+  std::vector<std::pair<std::string, std::string>> interventions;
 
   int64_t length() const { return static_cast<int64_t>(token_ids.size()); }
   // Bytes held by this trace (buffers, histograms, strings).

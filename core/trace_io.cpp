@@ -13,6 +13,7 @@
 #include "core/atomic_file.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
+#include "core/intervention.h"
 #include "core/safetensors.h"
 
 namespace difflens {
@@ -115,6 +116,11 @@ json trace_json(const Trace& trace) {
   j["elapsed_ms"] = trace.elapsed_ms;
   if (trace.logit_bits) j["logit_bits"] = trace.logit_bits;
   if (trace.pooled_budget) j["pooled_budget"] = trace.pooled_budget;
+  if (!trace.interventions.empty()) {
+    json iv = json::array();
+    for (const auto& [spec, as_run] : trace.interventions) iv.push_back({{"spec", spec}, {"as_run", as_run}});
+    j["interventions"] = iv;
+  }
   json layers = json::array();
   for (const auto& l : trace.layers) {
     json jl;
@@ -267,6 +273,30 @@ Trace trace_from(const json& j, const std::filesystem::path& jpath,
       t.logit_bits = static_cast<int>(int_field(j.at("logit_bits"), w + ": logit_bits", 0, 32));
     if (j.contains("pooled_budget"))
       t.pooled_budget = count_field(j.at("pooled_budget"), w + ": pooled_budget");
+    if (j.contains("interventions")) {
+      const json& iv = j.at("interventions");
+      if (!iv.is_array() || iv.size() > 1024) throw FormatError(w + ": interventions is not a list");
+      for (const json& e : iv) {
+        if (!e.is_object() || !e.contains("spec") || !e.contains("as_run") || !e.at("spec").is_string() ||
+            !e.at("as_run").is_string())
+          throw FormatError(w + ": an intervention is not {\"spec\": ..., \"as_run\": ...}");
+        for (const char* key : {"spec", "as_run"}) {
+          try {
+            const InterventionSpec parsed = parse_intervention(e.at(key).get<std::string>());
+            if (parsed.layer >= t.config.num_hidden_layers || parsed.head >= t.config.map_heads())
+              throw Error("its layer or head is outside the model");
+            if (std::string(key) == "as_run" && parsed.kind == InterventionKind::Knockout &&
+                (parsed.rows_from_query ||
+                 (parsed.keys != KnockoutKeys::Drop && parsed.keys != KnockoutKeys::Keep)))
+              throw Error("a knockout as run names its rows and keys as numbers");
+          } catch (const Error& x) {
+            throw FormatError(w + ": intervention " + key + " '" + e.at(key).get<std::string>() +
+                              "': " + x.what());
+          }
+        }
+        t.interventions.emplace_back(e.at("spec").get<std::string>(), e.at("as_run").get<std::string>());
+      }
+    }
     if (t.tokens.size() != t.token_ids.size())
       throw FormatError(jpath.string() + ": " + std::to_string(t.tokens.size()) + " token strings for " +
                         std::to_string(t.token_ids.size()) + " token ids");
@@ -368,10 +398,20 @@ Trace trace_from(const json& j, const std::filesystem::path& jpath,
         if (l.lambda_rows.empty() || l.lambda_logits.empty())
           throw FormatError(maps.path().string() + ": the DIFF V2 λ of layer " + std::to_string(l.index) +
                             " is missing");
+        // σ(z) lies in [0, 1]; an intervention may set any finite λ.
         for (float x : l.lambda_rows.data)
-          if (!(x >= 0.0f && x <= 1.0f))
+          if (!(t.interventions.empty() ? x >= 0.0f && x <= 1.0f : std::isfinite(x)))
             throw FormatError(maps.path().string() + ": layer " + std::to_string(l.index) +
                               " has a DIFF V2 λ outside [0, 1] (" + std::to_string(x) + ")");
+      } else if (t.config.is_diff()) {  // DIFF: λ per head and token only where an intervention set it
+        l.lambda_rows = read_array(maps, p + "lambda", {H, T});
+        if (!l.lambda_rows.empty() && t.interventions.empty())
+          throw FormatError(maps.path().string() + ": layer " + std::to_string(l.index) +
+                            " has λ per head without an intervention that set it");
+        for (float x : l.lambda_rows.data)
+          if (!std::isfinite(x))
+            throw FormatError(maps.path().string() + ": layer " + std::to_string(l.index) +
+                              " has a λ that is not finite");
       }
       l.logits1 = read_array(maps, p + "logits1", {H, T, T});
       l.logits2 = read_array(maps, p + "logits2", {H, T, T});

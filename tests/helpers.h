@@ -64,6 +64,24 @@ inline ModelConfig tiny_config(AttentionKind kind, int64_t hidden = 32, int64_t 
   return kind == AttentionKind::Diff ? d : b;
 }
 
+// H output heads of width d, each with two query sub-heads; kv key/value heads shared by a head's pair.
+inline ModelConfig v2_config(int64_t H = 4, int64_t kv = 4, int64_t d = 8, int64_t E = 32,
+                             int64_t layers = 2) {
+  ModelConfig c;
+  c.attention = AttentionKind::DiffV2;
+  c.hidden_size = E;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 2 * H;
+  c.num_key_value_heads = kv;
+  c.head_dim = d;
+  c.intermediate_size = 48;
+  c.vocab_size = 259;
+  c.max_position_embeddings = 512;
+  c.subln_weight = false;
+  c.name = "v2-test";
+  return c;
+}
+
 // Two float arrays hold the same bits (NaN cells included); memcmp of empty arrays' null data is UB.
 inline bool same_bits(const FloatArray& a, const FloatArray& b) {
   return a.data.size() == b.data.size() && a.shape == b.shape &&
