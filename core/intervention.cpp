@@ -14,7 +14,7 @@ namespace difflens {
 namespace {
 
 const char* kGrammar =
-    "lambda:L=V | lambda:L:H=V (V a number or init) | ablate:L:H | ablate:L:H=mean | "
+    "lambda=V (every layer) | lambda:L=V | lambda:L:H=V (V a number or init) | ablate:L:H | ablate:L:H=mean | "
     "knockout[:L[:H]]=WHAT[@ROWS] with WHAT not-answer, only-answer, not-noise, drop:B-E[+B-E...] or "
     "keep:B-E[+B-E...], ROWS B-E, B- or query- (tokens [B, E))";
 
@@ -145,7 +145,7 @@ InterventionSpec parse_intervention(const std::string& text) {
 
   switch (s.kind) {
     case InterventionKind::Lambda: {
-      if (s.layer < 0) refuse(text, "lambda needs a layer: lambda:L=V or lambda:L:H=V");
+      if (s.head >= 0 && s.layer < 0) refuse(text, "a head needs its layer");
       if (eq == std::string::npos || value.empty()) refuse(text, "lambda needs a value: lambda:L=V");
       if (value == "init") {
         s.lambda_init = true;
@@ -247,22 +247,32 @@ Interventions resolve_interventions(const std::vector<InterventionSpec>& specs, 
     switch (s.kind) {
       case InterventionKind::Lambda: {
         if (!c.is_diff())
-          fail("layer " + std::to_string(s.layer) + " of this " + std::string(to_string(c.attention)) +
-               " model has no λ (only DIFF layers do)");
+          fail((s.layer >= 0 ? "layer " + std::to_string(s.layer) : std::string("a layer")) + " of this " +
+               std::string(to_string(c.attention)) + " model has no λ (only DIFF layers do)");
         if (s.lambda_init && c.is_diff_v2())
           fail("DIFF V2 has no λ_init (its λ is σ of a projection per token): give a number");
+        if (s.layer < 0 && s.lambda_init) {  // every layer its own λ_init (a fixed rule: as run as written)
+          for (int64_t l = 0; l < L; ++l) {
+            out.layers[static_cast<size_t>(l)].lambda = lambda_init(l);
+            out.layers[static_cast<size_t>(l)].head_lambda.clear();
+          }
+          out.applied.emplace_back(text, text);
+          continue;
+        }
         const double v = s.lambda_init ? lambda_init(s.layer) : s.value;
         as_run.lambda_init = false;
         as_run.value = v;
-        LayerEdit& e = out.layers[static_cast<size_t>(s.layer)];
-        if (s.head < 0) {
-          e.lambda = v;
-          e.head_lambda.clear();  // a later layer-wide value wins over earlier per-head ones
-        } else {
-          e.head_lambda.erase(std::remove_if(e.head_lambda.begin(), e.head_lambda.end(),
-                                             [&](const auto& p) { return p.first == s.head; }),
-                              e.head_lambda.end());
-          e.head_lambda.emplace_back(s.head, v);
+        for (int64_t l = s.layer < 0 ? 0 : s.layer; l < (s.layer < 0 ? L : s.layer + 1); ++l) {
+          LayerEdit& e = out.layers[static_cast<size_t>(l)];
+          if (s.head < 0) {
+            e.lambda = v;
+            e.head_lambda.clear();  // a later layer-wide value wins over earlier per-head ones
+          } else {
+            e.head_lambda.erase(std::remove_if(e.head_lambda.begin(), e.head_lambda.end(),
+                                               [&](const auto& p) { return p.first == s.head; }),
+                                e.head_lambda.end());
+            e.head_lambda.emplace_back(s.head, v);
+          }
         }
         break;
       }

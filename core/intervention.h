@@ -2,6 +2,7 @@
 // no LibTorch: the CLI, the app, `serve` requests and trace bundles share one grammar (core/FORMATS.md,
 // "Interventions"):
 //
+//   lambda=V            every DIFF layer as lambda:L=V (init: each layer its own λ_init)
 //   lambda:L=V          every head of DIFF layer L uses λ = V (a number, or `init`: the layer's λ_init);
 //                       DIFF V2: every head's per-token λ replaced by the constant V
 //   lambda:L:H=V        head H of layer L only

@@ -30,13 +30,24 @@ Episode needle_episode(const EpisodeBuilder& builder, const NeedleCell& cell, ui
 }
 
 NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const NeedleCell& cell, uint64_t seed,
-                     const std::atomic<bool>* cancel) {
+                     const std::atomic<bool>* cancel, const std::vector<std::string>& interventions) {
   const auto t0 = std::chrono::steady_clock::now();
   const Episode ep = needle_episode(builder, cell, seed);
   NeedleRun run;
   run.cell = cell;
   run.seed = seed;
   run.tokens = static_cast<int64_t>(ep.ids.size());
+  run.interventions = interventions;
+  // The interventions for a prompt of `tokens` whose answer is the asked needle's code and whose query is
+  // the question's first token.
+  auto edits = [&](size_t question, int64_t tokens) {
+    if (interventions.empty()) return Interventions{};
+    PromptMarks marks;
+    const Span code = ep.needle_code_spans[static_cast<size_t>(ep.queried[question])];
+    marks.answer = {code.begin, code.end};
+    marks.query = ep.question_spans[question].begin;
+    return resolve_interventions(interventions, model.config(), marks, tokens);
+  };
   for (int q : ep.queried) run.placed_depth += ep.placed_depths[static_cast<size_t>(q)];
   run.placed_depth /= static_cast<double>(std::max<size_t>(1, ep.queried.size()));
   const Tokenizer& tok = model.tokenizer();
@@ -44,7 +55,11 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
     const Span a = ep.answer_spans[q];
     const std::vector<int64_t> prompt(ep.ids.begin(), ep.ids.begin() + a.begin);
     const std::vector<int64_t> truth(ep.ids.begin() + a.begin, ep.ids.begin() + a.end);
-    const std::vector<int64_t> reply = model.generate(prompt, static_cast<int>(truth.size()), 0.0);
+    GenerateOptions greedy;
+    greedy.max_new = static_cast<int>(truth.size());
+    greedy.temperature = 0.0;
+    greedy.interventions = edits(q, static_cast<int64_t>(prompt.size()));
+    const std::vector<int64_t> reply = model.generate(prompt, greedy, cancel).ids;
     run.replies.push_back(tok.decode(reply));
     run.truths.push_back(tok.decode(truth));
     run.answered += reply == truth;
@@ -61,6 +76,7 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
   opt.logit_stats = false;
   opt.next_token_top_k = 1;
   opt.pooled_budget_bytes = size_t{256} << 20;  // long contexts: blocked capture, readout from exact tiles
+  opt.interventions = edits(ep.answer_spans.size() - 1, static_cast<int64_t>(ids.size()));
   const Trace trace = model.capture(ids, opt, cancel);
   run.attention = attention_noise(trace, {code.begin, code.end}, {last_q.begin, last_q.end});
   run.answering = attention_noise(trace, {code.begin, code.end}, {last_q.begin, reply.end - 1},

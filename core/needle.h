@@ -42,6 +42,7 @@ struct NeedleRun {
   // the true code given; the question and the answer so far stay out of the noise.
   NoiseReadout answering;
   double seconds = 0;
+  std::vector<std::string> interventions;  // what the episode ran under, as written (empty: as trained)
 };
 
 // The episode of (cell, seed): the same on every machine and for every model with the same tokenizer.
@@ -50,8 +51,12 @@ Episode needle_episode(const EpisodeBuilder& builder, const NeedleCell& cell, ui
 
 // Runs one episode: a capture of the prompt up to the last question (maps of every layer and head)
 // for the attention readout, and greedy decoding of each code with earlier answers given.
+// `interventions` (core/intervention.h, as written): the episode runs under them, resolved per question with
+// the asked needle's code as the answer and the question's first token as the query (knockouts act on the
+// question and the answer written after it).
 NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const NeedleCell& cell, uint64_t seed,
-                     const std::atomic<bool>* cancel = nullptr);
+                     const std::atomic<bool>* cancel = nullptr,
+                     const std::vector<std::string>& interventions = {});
 
 struct NeedleCellSummary {
   NeedleCell cell;

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/intervention.h"
+
 namespace difflens::remote {
 namespace {
 
@@ -104,6 +106,24 @@ std::vector<int> get_int_list(const json& j, const char* name, int hi, size_t ma
 
 constexpr int kMaxModels = 1 << 16;
 
+// "interventions": a list of specs as --intervene takes them, each parsed here (absent: none).
+std::vector<std::string> get_interventions(const json& j) {
+  std::vector<std::string> out;
+  if (!j.contains("interventions")) return out;
+  const json& iv = j.at("interventions");
+  if (!iv.is_array() || iv.size() > 256) bad("'interventions' must be a list of at most 256 specs");
+  for (const json& v : iv) {
+    if (!v.is_string()) bad("'interventions' must hold strings (specs as --intervene takes them)");
+    try {
+      (void)parse_intervention(v.get<std::string>());
+    } catch (const Error& e) {
+      bad(std::string("'interventions': ") + e.what());
+    }
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string Limits::to_json() const {
@@ -116,10 +136,11 @@ std::string Limits::to_json() const {
 }
 
 CaptureRequest parse_capture_request(const std::string& body, const Limits& limits) {
-  const json j = parse_object(
-      body, limits, "capture",
-      {"model", "prompt", "token_ids", "bos", "keep_maps", "layers", "heads", "keep_logits", "keep_hidden",
-       "keep_qkv", "top_k", "position_top_k", "logit_bits", "pooled_budget_bytes", "stream"});
+  const json j =
+      parse_object(body, limits, "capture",
+                   {"model", "prompt", "token_ids", "bos", "keep_maps", "layers", "heads", "keep_logits",
+                    "keep_hidden", "keep_qkv", "top_k", "position_top_k", "logit_bits", "pooled_budget_bytes",
+                    "stream", "interventions", "answer", "query"});
   CaptureRequest r;
   r.model = static_cast<int>(get_int(j, "model", 0, kMaxModels, 0));
   const bool has_prompt = j.contains("prompt"), has_ids = j.contains("token_ids");
@@ -155,6 +176,14 @@ CaptureRequest parse_capture_request(const std::string& body, const Limits& limi
                                 " is over this server's reply limit of " +
                                 std::to_string(static_cast<uint64_t>(limits.max_reply_bytes)) + " bytes");
   r.stream = get_bool(j, "stream", false);
+  r.interventions = get_interventions(j);
+  if (j.contains("answer")) {
+    const std::vector<int> a = get_int_list(j, "answer", 1 << 30, 2);
+    if (a.size() != 2 || a[0] >= a[1]) bad("'answer' must be [BEGIN, END] with BEGIN < END");
+    r.answer_begin = a[0];
+    r.answer_end = a[1];
+  }
+  r.query = get_int(j, "query", -1, 1 << 30, -1);
   return r;
 }
 
@@ -172,6 +201,9 @@ std::string to_json(const CaptureRequest& r) {
          {"logit_bits", r.logit_bits},
          {"pooled_budget_bytes", r.pooled_budget_bytes},
          {"stream", r.stream}};
+  if (!r.interventions.empty()) j["interventions"] = r.interventions;
+  if (r.answer_begin >= 0) j["answer"] = {r.answer_begin, r.answer_end};
+  if (r.query >= 0) j["query"] = r.query;
   if (r.prompt)
     j["prompt"] = *r.prompt;
   else
@@ -221,7 +253,7 @@ std::string to_json(const TokenizeRequest& r) {
 NeedleRequest parse_needle_request(const std::string& body, const Limits& limits) {
   const json j = parse_object(body, limits, "needle",
                               {"model", "length", "depth", "needles", "queried", "seed", "haystack", "names",
-                               "needle_sentence", "question", "logit_bits"});
+                               "needle_sentence", "question", "logit_bits", "interventions"});
   NeedleRequest r;
   r.model = static_cast<int>(get_int(j, "model", 0, kMaxModels, 0));
   r.cell.length = get_int(j, "length", 16, limits.max_needle_tokens, 256);
@@ -250,6 +282,7 @@ NeedleRequest parse_needle_request(const std::string& body, const Limits& limits
   }
   r.logit_bits = static_cast<int>(get_int(j, "logit_bits", 0, 32, 0));
   if (r.logit_bits == 1) bad("'logit_bits' takes 2 to 32 bits (0: exact)");
+  r.interventions = get_interventions(j);
   return r;
 }
 
@@ -264,7 +297,8 @@ std::string to_json(const NeedleRequest& r) {
               {"names", to_string(r.names)},
               {"needle_sentence", r.wording.needle},
               {"question", r.wording.question},
-              {"logit_bits", r.logit_bits}}
+              {"logit_bits", r.logit_bits},
+              {"interventions", r.interventions}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -339,7 +373,8 @@ std::string needle_run_to_json(const NeedleRun& r) {
               {"truths", r.truths},
               {"attention", readout_json(r.attention)},
               {"answering", readout_json(r.answering)},
-              {"seconds", r.seconds}}
+              {"seconds", r.seconds},
+              {"interventions", r.interventions}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -367,6 +402,7 @@ NeedleRun needle_run_from_json(const std::string& text) {
     r.attention = readout_from(j.at("attention"));
     r.answering = readout_from(j.at("answering"));
     r.seconds = get_number(j, "seconds", 0.0, 1e12, 0.0);
+    r.interventions = get_interventions(j);
   } catch (const json::exception& e) {
     throw FormatError(std::string("needle run: missing or mistyped field (") + e.what() + ")");
   } catch (const RequestError& e) {

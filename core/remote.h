@@ -52,6 +52,10 @@ struct CaptureRequest {
   int logit_bits = -1;               // -1: the model's setting; 0: exact; 2..32: quantized
   uint64_t pooled_budget_bytes = 0;  // > 0: long-prompt mode (core/model.h CaptureOptions)
   bool stream = false;               // progress lines before the trace (FORMATS.md)
+  // Interventions (core/intervention.h), each checked as text here and resolved by the server against its
+  // model and the prompt: the answer's tokens [first, second) and the query row (-1: none / the last).
+  std::vector<std::string> interventions;
+  int64_t answer_begin = -1, answer_end = -1, query = -1;
 };
 // Throws RequestError(400 or 413) naming the field that is wrong.
 CaptureRequest parse_capture_request(const std::string& body, const Limits& limits);
@@ -84,6 +88,7 @@ struct NeedleRequest {
   NameSet names = NameSet::SingleToken;
   NeedleTemplate wording;
   int logit_bits = 0;
+  std::vector<std::string> interventions;  // as written (run_needle resolves them per question)
 };
 NeedleRequest parse_needle_request(const std::string& body, const Limits& limits);
 std::string to_json(const NeedleRequest& request);

@@ -11,6 +11,7 @@
 #include <stb_image.h>
 
 #include "core/head_scores.h"
+#include "core/intervention.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "core/trace_io.h"
@@ -1452,4 +1453,69 @@ TEST_CASE(
     CHECK(inked > static_cast<size_t>(w) * static_cast<size_t>(h) / 50);  // a figure, not a blank page
     CHECK(differ < static_cast<size_t>(w) * static_cast<size_t>(h) * 3 / 100);
   }
+}
+
+TEST_CASE("cli: --intervene changes capture, generate and needle runs, and a bad spec is refused by name",
+          "[cli][interventions]") {
+  test::ScratchDir dir("cli-intervene");
+  const std::string models = (dir / "models").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300 --seed 3", dir)
+              .status == 0);
+  const std::string prompt = " --prompt 'Mira is 4821. Mira is' --threads 1";
+  // capture: the bundle records what ran; the maps equal the model's own capture under the same
+  // interventions.
+  Result r = run("capture --model " + models + "/diff" + prompt + " --out " + (dir / "t").string() +
+                     " --intervene lambda:1=0 --intervene knockout:0=not-answer --answer 9,13 --query 16",
+                 dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("interventions  lambda:1=0; knockout:0=not-answer (as run: knockout:0=drop:9-13@16-)") !=
+        std::string::npos);
+  CHECK(r.out.find("L1=0.0000") != std::string::npos);
+  const Trace t = read_trace_bundle(dir / "t");
+  REQUIRE(t.interventions.size() == 2);
+  const Model d = Model::load(models + "/diff");
+  CaptureOptions o;
+  PromptMarks marks;
+  marks.answer = {9, 13};
+  marks.query = 16;
+  const std::vector<std::string> specs = {"lambda:1=0", "knockout:0=not-answer"};
+  o.interventions = resolve_interventions(specs, d.config(), marks, t.length());
+  CHECK(d.capture(t.token_ids, o).layers[1].a.data == t.layers[1].a.data);
+  for (int64_t h = 0; h < 2; ++h)  // the query's row sees none of the answer's keys in layer 0
+    for (int64_t j = 9; j < 13; ++j)
+      CHECK(t.layers[0].a1.data[static_cast<size_t>((h * t.length() + 16) * t.length() + j)] == 0.0f);
+
+  // Refusals name the spec and the part that is wrong; nothing is written.
+  const std::string capture =
+      "capture --model " + models + "/baseline" + prompt + " --out " + (dir / "u").string();
+  for (const auto& [spec, why] : std::vector<std::pair<std::string, std::string>>{
+           {"lambda:0=0", "layer 0 of this baseline model has no λ"},
+           {"ablate:5:0", "layer 5 is out of range: this model has 2 layers (0-1)"},
+           {"knockout=only-answer", "only-answer needs the answer's tokens"},
+           {"squash:1=0", "unknown kind 'squash'"}}) {
+    r = run(capture + " --intervene '" + spec + "'", dir);
+    INFO(r.out);
+    CHECK(r.status == 1);
+    CHECK(r.out.find(why) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir / "u" / "trace.json"));
+  }
+
+  // generate: the interventions hold for every written token; it says so on stderr.
+  r = run("generate --model " + models + "/diff" + prompt +
+              " --tokens 4 --temperature 0 --intervene ablate:1:0=mean",
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("interventions  ablate:1:0=mean") != std::string::npos);
+
+  // needle: each model as trained, then under the interventions, as two rows of the report.
+  r = run("needle --models " + models + "/diff --lengths 128 --depths 50 --seeds 1 --threads 1 --out " +
+              (dir / "n").string() + " --intervene lambda=0",
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const std::string tables = test::read_all(dir / "n" / "tables.md"), name = d.config().name;
+  CHECK(tables.find("| " + name + " | ") != std::string::npos);
+  CHECK(tables.find("| " + name + " under lambda=0 | ") != std::string::npos);
 }

@@ -117,9 +117,10 @@ void require_same_generation(const Model& m, const Model& e, const std::vector<i
 }  // namespace
 
 TEST_CASE("interventions: the grammar reads every form and writes it back as read", "[interventions]") {
-  for (const char* text : {"lambda:1=0", "lambda:0:1=0.25", "lambda:2=init", "ablate:1:3", "ablate:0:2=mean",
-                           "knockout=not-answer", "knockout:1=only-answer", "knockout:1:0=not-noise",
-                           "knockout=drop:3-5+9-12", "knockout:0=keep:0-4@10-", "knockout=not-answer@7-9"}) {
+  for (const char* text :
+       {"lambda=0", "lambda=init", "lambda:1=0", "lambda:0:1=0.25", "lambda:2=init", "ablate:1:3",
+        "ablate:0:2=mean", "knockout=not-answer", "knockout:1=only-answer", "knockout:1:0=not-noise",
+        "knockout=drop:3-5+9-12", "knockout:0=keep:0-4@10-", "knockout=not-answer@7-9"}) {
     INFO(text);
     const InterventionSpec s = parse_intervention(text);
     CHECK(s.text() == text);
@@ -137,7 +138,7 @@ TEST_CASE("interventions: a bad spec is refused naming the part that is wrong", 
   };
   refused("", "empty");
   refused("scale:1=2", "unknown kind 'scale'");
-  refused("lambda=0", "lambda needs a layer");
+  refused("lambda:=0", "the layer '' is not a number");
   refused("lambda:1", "lambda needs a value");
   refused("lambda:x=0", "the layer 'x' is not a number");
   refused("lambda:1:y=0", "the head 'y' is not a number");
@@ -186,6 +187,13 @@ TEST_CASE("interventions: resolved against the model and the prompt, or refused 
     CHECK_THROWS_WITH(resolved(c, {spec}, 48, m), Catch::Contains(why) && Catch::Contains(spec));
   };
   refused(b, "lambda:0=0", "has no λ (only DIFF layers do)");
+  refused(b, "lambda=0", "a layer of this baseline model has no λ");
+  const Interventions every = resolved(d, {"lambda=0.25"}, 48), inits = resolved(d, {"lambda=init"}, 48);
+  for (int64_t l = 0; l < 2; ++l) {
+    CHECK(*every.layers[static_cast<size_t>(l)].lambda == 0.25);
+    CHECK(*inits.layers[static_cast<size_t>(l)].lambda == lambda_init(l));
+  }
+  CHECK(inits.applied[0].second == "lambda=init");
   refused(d, "lambda:2=0", "layer 2 is out of range: this model has 2 layers (0-1)");
   refused(d, "ablate:0:2", "head 2 is out of range: this model has 2 heads per layer (0-1)");
   refused(d, "knockout=not-answer", "the rows start at the query");

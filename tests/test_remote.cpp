@@ -536,6 +536,15 @@ TEST_CASE("serve: a needle-lab episode run on the server equals the same episode
   CHECK(got.answered == want.answered);
   CHECK(got.attention.mean.answer == want.attention.mean.answer);  // JSON keeps doubles exactly
   CHECK(got.answering.per_layer.size() == want.answering.per_layer.size());
+  // Under interventions: the server runs the episode as run_needle does here.
+  q.interventions = {"knockout=not-answer", "lambda:1=0"};
+  const NeedleRun got_edited = RemoteClient(a).needle(q);
+  const NeedleRun want_edited = run_needle(diff, builder, q.cell, q.seed, nullptr, q.interventions);
+  CHECK(got_edited.interventions == q.interventions);
+  CHECK(got_edited.replies == want_edited.replies);
+  CHECK(got_edited.attention.mean.answer == want_edited.attention.mean.answer);
+  CHECK(got_edited.attention.mean.answer != want.attention.mean.answer);
+  q.interventions.clear();
   q.cell.length = 100000;
   CHECK_THROWS_WITH(RemoteClient(a).needle(q), Catch::Contains("16384"));
 }
@@ -802,4 +811,36 @@ TEST_CASE("serve on CUDA: captures on loopback equal the CPU's within 1e-5, exac
       CHECK(r.trace->layers[l].lambda == Approx(local.layers[l].lambda).margin(1e-5));
     }
   }
+}
+
+TEST_CASE("serve: captures and needle episodes under interventions equal local ones, bad specs are refused",
+          "[remote][interventions]") {
+  Loopback lb;
+  const Model diff = Model::random(test::tiny_config(AttentionKind::Diff), 5);
+  RemoteClient c0(lb.address(0)), c1(lb.address(1));
+  const std::vector<int64_t> ids = test::random_ids(40, 259, 8);
+  remote::CaptureRequest q = ids_request(ids);
+  q.interventions = {"lambda:0:1=0", "knockout=not-noise", "ablate:1:0=mean"};
+  q.answer_begin = 5;
+  q.answer_end = 9;
+  q.query = 30;
+  const RemoteCapture r = c0.capture(q);
+  PromptMarks marks;
+  marks.answer = {5, 9};
+  marks.query = 30;
+  CaptureOptions o;
+  o.interventions = resolve_interventions(q.interventions, diff.config(), marks, 40);
+  require_same_trace(*r.trace, diff.capture(ids, o));
+  CHECK(r.trace->interventions == o.interventions.applied);
+  // The request reads back as written; what the server's model cannot take is refused with the spec.
+  const remote::CaptureRequest back = remote::parse_capture_request(remote::to_json(q), remote::Limits{});
+  CHECK(back.interventions == q.interventions);
+  CHECK(back.answer_begin == 5);
+  CHECK(back.query == 30);
+  remote::CaptureRequest bad = ids_request(ids);
+  bad.interventions = {"lambda:0=0"};
+  CHECK_THROWS_WITH(c1.capture(bad), Catch::Contains("'interventions'") && Catch::Contains("has no λ"));
+  bad.interventions = {"ablate:0"};
+  CHECK_THROWS_WITH(remote::parse_capture_request(remote::to_json(bad), remote::Limits{}),
+                    Catch::Contains("'interventions'") && Catch::Contains("ablate needs a layer and a head"));
 }

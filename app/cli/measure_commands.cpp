@@ -71,9 +71,13 @@ int cmd_needle(const Args& a) {
   std::signal(SIGINT, on_interrupt);
   std::vector<std::vector<NeedleRun>> results;
   std::vector<std::string> model_names;
-  const size_t total = dirs.size() * jobs.size();
   size_t done = 0;
   const auto t0 = std::chrono::steady_clock::now();
+  // With --intervene every model runs twice: as trained, then under the interventions (its own rows).
+  const std::vector<std::string> specs = a.get_all("intervene");
+  std::vector<std::vector<std::string>> variants = {{}};
+  if (!specs.empty()) variants.push_back(specs);
+  const size_t total = dirs.size() * variants.size() * jobs.size();
   for (const std::string& dir : dirs) {
     Model model = load_model(dir, device(a));
     if (!model.tokenizer().can_encode())
@@ -81,27 +85,37 @@ int cmd_needle(const Args& a) {
     model.set_logit_bits(logit_bits);
     try {
       validate(sweep, model.config().max_position_embeddings);
+      if (!specs.empty()) {  // layers, heads and kinds checked now, not after the first model's sweep
+        PromptMarks marks;
+        marks.answer = {0, 1};
+        marks.query = 1;
+        (void)resolve_interventions(specs, model.config(), marks, 2);
+      }
     } catch (const Error& e) {
       throw Error(dir + ": " + e.what());
     }
     const Haystack hay(hay_text, model.tokenizer());
     const EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval, names, wording);
-    model_names.push_back((model.config().name.empty() ? dir : model.config().name) +
-                          (logit_bits > 0 ? " (logits " + std::to_string(logit_bits) + "-bit)" : ""));
-    results.emplace_back();
-    for (const NeedleJob& job : jobs) {
-      if (g_stop) throw Error("stopped by Ctrl-C: nothing written");
-      NeedleRun run = run_needle(model, builder, job.cell, job.seed, &g_stop);
-      ++done;
-      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      progress(
-          "[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  answer %.3f noise %.3f"
-          "  ETA %.0f s",
-          done, total, model_names.back().c_str(), static_cast<long long>(job.cell.length),
-          job.cell.depth * 100, job.cell.needles, job.cell.queried, static_cast<int>(job.seed), run.answered,
-          run.asked, run.attention.mean.answer, run.attention.mean.noise,
-          el / static_cast<double>(done) * static_cast<double>(total - done));
-      results.back().push_back(std::move(run));
+    for (const std::vector<std::string>& edits : variants) {
+      std::string edited;
+      for (const std::string& e : edits) edited += (edited.empty() ? " under " : ", ") + e;
+      model_names.push_back((model.config().name.empty() ? dir : model.config().name) + edited +
+                            (logit_bits > 0 ? " (logits " + std::to_string(logit_bits) + "-bit)" : ""));
+      results.emplace_back();
+      for (const NeedleJob& job : jobs) {
+        if (g_stop) throw Error("stopped by Ctrl-C: nothing written");
+        NeedleRun run = run_needle(model, builder, job.cell, job.seed, &g_stop, edits);
+        ++done;
+        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        progress(
+            "[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  answer %.3f noise %.3f"
+            "  ETA %.0f s",
+            done, total, model_names.back().c_str(), static_cast<long long>(job.cell.length),
+            job.cell.depth * 100, job.cell.needles, job.cell.queried, static_cast<int>(job.seed),
+            run.answered, run.asked, run.attention.mean.answer, run.attention.mean.noise,
+            el / static_cast<double>(done) * static_cast<double>(total - done));
+        results.back().push_back(std::move(run));
+      }
     }
   }
   progress_done();
@@ -128,9 +142,10 @@ Command needle_command() {
             escape_newlines(wording.needle)),
        text("question-template", "TEXT", "how the question reads ({name}; \\n is a newline)",
             escape_newlines(wording.question)),
-       device_option("auto"), threads_option()},
+       intervene_option(), device_option("auto"), threads_option()},
       "Writes needle.json, needle.csv, tables.md (the paper's Table 3 layout) and PNG + SVG heatmaps; "
-      "Ctrl-C stops.",
+      "Ctrl-C stops. With --intervene each model runs as trained and under the interventions (the asked "
+      "needle's code is the answer, the question's first token the query).",
       cmd_needle};
 }
 

@@ -77,6 +77,12 @@ int capture_remote(const Args& a) {
   q.keep_qkv = a.has("keep-qkv");
   q.top_k = a.get_int("top-k");
   q.position_top_k = a.get_int("position-top-k");
+  q.interventions = a.get_all("intervene");  // the server resolves them against its model
+  if (a.has("answer")) {
+    q.answer_begin = a.get_int_list("answer")[0];
+    q.answer_end = a.get_int_list("answer")[1];
+  }
+  if (a.has("query")) q.query = a.get_int("query");
   const app::RemoteCapture c = client.capture(q, &g_stop);
   write_trace_bundle(*c.trace, out);
   std::printf("model     %s (%s on %s: %s)\n", addr.text().c_str(), info.path.c_str(), addr.host.c_str(),
@@ -84,6 +90,8 @@ int capture_remote(const Args& a) {
   std::printf("tokens    %lld\n", static_cast<long long>(c.trace->length()));
   std::printf("capture   %.1f ms on the server, round trip %.1f ms, reply %s\n", c.server_ms, c.round_trip_ms,
               mb(c.bytes).c_str());
+  if (!c.trace->interventions.empty())
+    std::printf("%s\n", interventions_line(c.trace->interventions).c_str());
   print_trace_summary(*c.trace, out);
   return 0;
 }
@@ -105,6 +113,7 @@ int cmd_capture(const Args& a) {
   opt.keep_qkv = a.has("keep-qkv");
   opt.next_token_top_k = a.get_int("top-k");
   opt.position_top_k = a.get_int("position-top-k");
+  opt.interventions = interventions_of(a, model.config(), static_cast<int64_t>(ids.size()));
   const Trace trace = model.capture(ids, opt);
   write_trace_bundle(trace, out);
 
@@ -119,6 +128,7 @@ int cmd_capture(const Args& a) {
                                 : "on " + model.device_name();
   std::printf("capture   %.1f ms %s, trace %s\n", trace.elapsed_ms, where.c_str(),
               mb(trace.byte_size()).c_str());
+  if (!trace.interventions.empty()) std::printf("%s\n", interventions_line(trace.interventions).c_str());
   print_trace_summary(trace, out);
   return 0;
 }
@@ -129,7 +139,9 @@ Command capture_command() {
       "run one model on a prompt and write a trace bundle (trace.json + maps.safetensors)",
       {required(
            text("model", "DIR", "the model directory, or remote://HOST:PORT/N?token=T (difflens serve)")),
-       prompt_option(), prompt_file_option(), text("token-ids", "1,2,3", "the prompt as token ids"),
+       prompt_option(),
+       prompt_file_option(),
+       text("token-ids", "1,2,3", "the prompt as token ids"),
        required(text("out", "DIR", "the bundle's folder")),
        int_list("layers", "0,1", 0, 1e6, 0, 0, "the layers whose maps are kept (default all)"),
        int_list("heads", "0,3", 0, 1e6, 0, 0, "the heads whose maps are kept (default all)"),
@@ -143,8 +155,13 @@ Command capture_command() {
        integer("position-top-k", "K", 0, 100, "5",
                "every position's K likeliest next tokens and the actual next token's probability and rank "
                "(0: none)"),
-       flag("no-bos", "do not start the prompt with the tokenizer's BOS"), device_option("auto"),
-       threads_option(), pooled_budget_option("")},
+       flag("no-bos", "do not start the prompt with the tokenizer's BOS"),
+       intervene_option(),
+       answer_option(),
+       query_option(),
+       device_option("auto"),
+       threads_option(),
+       pooled_budget_option("")},
       "Give exactly one of --prompt, --prompt-file, --token-ids. Statistics are kept for every layer and head "
       "whatever --layers/--heads keep.",
       cmd_capture};
@@ -329,6 +346,9 @@ int cmd_generate(const Args& a) {
   o.temperature = a.get_double("temperature");
   o.top_k = a.get_int("top-k");
   o.cache = !a.has("no-cache");
+  o.interventions = interventions_of(a, m.config(), static_cast<int64_t>(ids.size()));
+  if (!o.interventions.empty())
+    std::fprintf(stderr, "%s\n", interventions_line(o.interventions.applied).c_str());
   std::vector<int64_t> first;
   for (int s = 0; s < a.get_int("samples"); ++s) {
     o.seed = static_cast<uint64_t>(a.get_int("seed")) + static_cast<uint64_t>(s);
@@ -342,6 +362,8 @@ int cmd_generate(const Args& a) {
     CaptureOptions opt;
     opt.keep_qkv = true;  // the app's Explain view reads them from a bundle
     opt.pooled_budget_bytes = pooled_budget_bytes(a);
+    opt.interventions = o.interventions;  // as the text was written: means over the prompt's positions
+    opt.interventions.mean_positions = static_cast<int64_t>(ids.size());
     const Trace t = m.capture(first, opt, &g_stop);
     write_trace_bundle(t, a.get("trace"));
     std::printf("wrote %s (%zu tokens: the prompt's %zu and %zu written)\n", a.get("trace").c_str(),
@@ -364,7 +386,7 @@ Command generate_command() {
        pooled_budget_option(""),
        flag("no-cache", "every new token re-runs the whole sequence (no key/value cache)"),
        flag("bench", "time --tokens greedy tokens with and without the key/value cache, and compare them"),
-       device_option("auto"), threads_option()},
+       intervene_option(), answer_option(), query_option(), device_option("auto"), threads_option()},
       "Give exactly one of --prompt, --prompt-file.",
       cmd_generate};
 }

@@ -50,6 +50,39 @@ Option answer_option() {
       "the answer's tokens, marked: [BEGIN, END), END excluded (10,13 marks tokens 10, 11 and 12)");
 }
 
+Option intervene_option() {
+  return repeatable(text("intervene", "SPEC",
+                         "run the model changed: lambda[:L[:H]]=V|init, ablate:L:H[=mean], "
+                         "knockout[:L[:H]]=not-answer|only-answer|not-noise|drop:B-E|keep:B-E[@ROWS] "
+                         "(core/FORMATS.md, Interventions)"));
+}
+
+Option query_option() {
+  return integer("query", "I", 0, 1e9, "", "the query token (default: the last); knockouts start there");
+}
+
+Interventions interventions_of(const Args& a, const ModelConfig& config, int64_t tokens) {
+  const std::vector<std::string> specs = a.get_all("intervene");
+  if (specs.empty()) return {};
+  PromptMarks marks;
+  if (a.takes("answer") && a.has("answer")) {
+    const std::vector<int> answer = a.get_int_list("answer");
+    marks.answer = {answer[0], answer[1]};
+  }
+  marks.query = a.takes("query") && a.has("query") ? a.get_int("query") : tokens - 1;
+  if (marks.query >= tokens)
+    throw Error("--query " + std::to_string(marks.query) + " is beyond the " + std::to_string(tokens) +
+                "-token prompt");
+  return resolve_interventions(specs, config, marks, tokens);
+}
+
+std::string interventions_line(const std::vector<std::pair<std::string, std::string>>& applied) {
+  std::string line;
+  for (const auto& [spec, as_run] : applied)
+    line += (line.empty() ? "" : "; ") + spec + (spec == as_run ? "" : " (as run: " + as_run + ")");
+  return line.empty() ? "" : "interventions  " + line;
+}
+
 Option pooled_budget_option(const std::string& fallback) {
   return number("pooled-budget", "MB", 0, 1e6, fallback,
                 "long prompts: pooled maps (mean/max) within MB per model once exact maps would not fit "

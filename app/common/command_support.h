@@ -12,6 +12,7 @@
 
 #include "app/common/options.h"
 #include "core/config.h"
+#include "core/intervention.h"
 #include "core/model.h"
 
 namespace difflens::cli {
@@ -25,6 +26,9 @@ Option prompt_file_option();                        // --prompt-file F
 Option answer_option();                             // --answer BEGIN,END (half-open)
 Option pooled_budget_option(const std::string& fallback);
 Option haystack_option();
+// --intervene SPEC (repeatable; core/intervention.h) and --query I (the knockout presets' rows start there).
+Option intervene_option();
+Option query_option();
 // --hidden, --layers, --heads, --kv-heads, --vocab: the shape of a matched pair (init-pair, bench), and
 // the PairSpec they give.
 std::vector<Option> pair_shape_options();
@@ -83,6 +87,13 @@ extern std::atomic<bool> g_stop;
 void on_interrupt(int);
 // Model::load with a progress line on a terminal for checkpoints of over 50 tensors, and Ctrl-C to stop.
 Model load_model(const std::string& dir, DeviceChoice device);
+// The --intervene specs against `model` and a prompt of `tokens` tokens: its answer (--answer, where the
+// table has it) and query (--query, else the last token). Empty when none is given. Throws Error naming the
+// spec and what is wrong.
+Interventions interventions_of(const Args& a, const ModelConfig& config, int64_t tokens);
+// "interventions  knockout=not-answer (as run: knockout=drop:10-14@40-); ..." for a command's report, or
+// "" when none.
+std::string interventions_line(const std::vector<std::pair<std::string, std::string>>& applied);
 // One line about a loaded model: "diff, 4 layers x 4 heads, 1.84 M params, cpu" (+ its checkpoint's notes),
 // as the app's side panel, `serve` and its GET /v1/info say it.
 std::string describe_model(const Model& model);

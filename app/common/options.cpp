@@ -18,6 +18,19 @@ Option flag(std::string name, std::string help) {
   return o;
 }
 
+Option repeatable(Option o) {
+  o.repeatable = true;
+  return o;
+}
+
+std::vector<std::string> Args::get_all(const std::string& name) const {
+  const Option& o = spec(name, Kind::Text);
+  if (!o.repeatable)
+    throw std::logic_error("option --" + name + " is read as repeatable but its table says not");
+  const auto it = repeated_.find(name);
+  return it == repeated_.end() ? std::vector<std::string>{} : it->second;
+}
+
 Option text(std::string name, std::string value, std::string help, std::string fallback) {
   Option o;
   o.name = std::move(name);
@@ -273,9 +286,10 @@ void Args::parse(const std::vector<std::string>& words) {
       if (i + 1 >= words.size()) throw Error("option --" + name + " needs a value (" + it->value + ")");
       value = words[++i];
     }
-    if (values_.count(name)) throw Error("option --" + name + " is given twice");
+    if (values_.count(name) && !it->repeatable) throw Error("option --" + name + " is given twice");
     check(*it, value);
     values_[name] = value;
+    if (it->repeatable) repeated_[name].push_back(value);
   }
   for (const Option& o : command_->options)
     if (o.required && !has(o.name))
@@ -406,6 +420,7 @@ std::string option_help(const Option& o) {
   if (o.kind == Kind::Number || (o.kind == Kind::Int && o.hi <= 1000))
     help += " (" + num(o.lo) + " to " + num(o.hi) + ")";
   if (o.required) help += " (required)";
+  if (o.repeatable) help += " (repeatable)";
   if (!o.fallback.empty()) {
     std::string shown;  // a default with a newline shows it as typed: \n
     for (char ch : o.fallback) shown += ch == '\n' ? std::string("\\n") : std::string(1, ch);

@@ -29,6 +29,7 @@ struct Option {
   double lo = 0, hi = 0;
   int min_items = 0, max_items = 0;  // IntList: how many items (0: no limit)
   bool required = false;
+  bool repeatable = false;  // may be given more than once (Args::get_all reads every value, in order)
 };
 
 // Builders for the table rows, so a command's table reads as a list.
@@ -36,6 +37,7 @@ Option flag(std::string name, std::string help);
 Option text(std::string name, std::string value, std::string help, std::string fallback = "");
 Option required(Option o);                         // the command refuses to run without it
 Option defaulted(Option o, std::string fallback);  // e.g. an IntList's default
+Option repeatable(Option o);                       // --x A --x B: both kept, in order
 Option integer(std::string name, std::string value, double lo, double hi, std::string fallback,
                std::string help);
 Option number(std::string name, std::string value, double lo, double hi, std::string fallback,
@@ -75,6 +77,8 @@ class Args {
   double get_double(const std::string& name) const;
   double get_double(const std::string& name, double fallback) const;
   std::vector<int> get_int_list(const std::string& name) const;  // empty when not given
+  // Every value of a repeatable option, in the order given (empty when not given).
+  std::vector<std::string> get_all(const std::string& name) const;
   // A Choice's word, and its position among the table's words.
   int choice_index(const std::string& name) const;
   std::pair<int, int> get_size(const std::string& name) const;  // (width, height)
@@ -86,7 +90,8 @@ class Args {
   std::string raw(const std::string& name) const;  // given, else the default
 
   const Command* command_;
-  std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> values_;                 // the last value of each option given
+  std::map<std::string, std::vector<std::string>> repeated_;  // repeatable options: every value
 };
 
 // An option's help as --help and the man page print it: the phrase, then its range, "(required)" and

@@ -188,6 +188,16 @@ struct RemoteServer::Impl {
     o.position_top_k = r.position_top_k;
     o.logit_bits = r.logit_bits;
     o.pooled_budget_bytes = r.pooled_budget_bytes;
+    if (!r.interventions.empty()) {
+      PromptMarks marks;
+      marks.answer = {r.answer_begin, r.answer_end};
+      marks.query = r.query >= 0 ? r.query : T - 1;
+      try {
+        o.interventions = resolve_interventions(r.interventions, c, marks, T);
+      } catch (const Error& e) {
+        throw RequestError(400, std::string("'interventions': ") + e.what());
+      }
+    }
     // What the reply would carry, refused before any work (plan_capture checks ids, layers and heads).
     const CapturePlan plan =
         plan_capture(c, enc.ids, o, r.logit_bits >= 0 ? r.logit_bits : m.logit_bits(), CaptureMachine{});
@@ -236,7 +246,7 @@ struct RemoteServer::Impl {
     const EpisodeBuilder builder(*hay, m.tokenizer(), NeedleSplit::Eval, r.names, r.wording);
     m.set_logit_bits(r.logit_bits);
     try {
-      const NeedleRun run = run_needle(m, builder, r.cell, r.seed, &job.cancel);
+      const NeedleRun run = run_needle(m, builder, r.cell, r.seed, &job.cancel, r.interventions);
       m.set_logit_bits(0);
       return remote::needle_run_to_json(run);
     } catch (...) {
