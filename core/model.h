@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/intervention.h"
+#include "core/lens.h"
 #include "core/tokenizer.h"
 #include "core/trace.h"
 
@@ -183,6 +184,12 @@ class Model {
   // when it turns true the capture throws Cancelled.
   Trace capture(const std::vector<int64_t>& ids, const CaptureOptions& options = {},
                 const std::atomic<bool>* cancel = nullptr) const;
+
+  // The logit lens at every position and the direct attribution of the target's logit at the query
+  // (core/lens.h), under options.interventions; the tensor operations on the model's device. Throws Error for
+  // an empty prompt, a query or target out of range; Cancelled when `cancel` is set.
+  AnswerExplanation explain_answer(const std::vector<int64_t>& ids, const LensOptions& options = {},
+                                   const std::atomic<bool>* cancel = nullptr) const;
 
   // Continues `ids` by up to `max_new` tokens: greedy when temperature <= 0, otherwise sampling from
   // the top_k most likely tokens at that temperature, seeded. Stops after EOS. Returns the new ids.

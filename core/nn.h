@@ -546,6 +546,11 @@ struct DecoderLayerImpl : torch::nn::Module {
   Tensor output(const Tensor& o, int64_t row0 = 0) {
     if (!edit || edit->ablate.empty())
       return diff_v2_attn ? diff_v2_attn->output(o) : diff_attn ? diff_attn->output(o) : base_attn->output(o);
+    return project(edited_head_outputs(o, row0));
+  }
+  // head_outputs with the run's head ablations applied: what o_proj reads.
+  Tensor edited_head_outputs(const Tensor& o, int64_t row0 = 0) {
+    if (!edit || edit->ablate.empty()) return head_outputs(o);
     Tensor n = head_outputs(o).clone();
     for (const auto& [h, mean] : edit->ablate) {
       if (mean)
@@ -554,9 +559,17 @@ struct DecoderLayerImpl : torch::nn::Module {
       else
         n.select(1, h).zero_();
     }
+    return n;
+  }
+  Tensor project(const Tensor& n) {
     return diff_v2_attn ? diff_v2_attn->project(n)
            : diff_attn  ? diff_attn->project(n)
                         : base_attn->project(n);
+  }
+  const Tensor& o_proj_weight() const {
+    return diff_v2_attn ? diff_v2_attn->o_proj->weight
+           : diff_attn  ? diff_attn->o_proj->weight
+                        : base_attn->o_proj->weight;
   }
   // Head h's mean output over the prompt's positions [0, mean_positions) [B, dv], from `n` (rows from
   // `row0`, as head_outputs gives them) when it holds them, else as the pass that held them kept it (the
