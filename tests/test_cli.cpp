@@ -1519,3 +1519,60 @@ TEST_CASE("cli: --intervene changes capture, generate and needle runs, and a bad
   CHECK(tables.find("| " + name + " | ") != std::string::npos);
   CHECK(tables.find("| " + name + " under lambda=0 | ") != std::string::npos);
 }
+
+TEST_CASE("cli: lens writes the logit lens and the direct shares, which add up to the logit", "[cli][lens]") {
+  test::ScratchDir dir("cli-lens");
+  const std::string models = (dir / "models").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300 --seed 3", dir)
+              .status == 0);
+  const std::string lens = (dir / "lens.csv").string(), shares = (dir / "shares.csv").string();
+  Result r = run("lens --models " + models + "/diff," + models +
+                     "/baseline --prompt 'Mira is 4821. Mira is' --top-k 3" + " --query 16 --out " + lens +
+                     " --attribution " + shares + " --intervene ablate:0:1",
+                 dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("lens at the query: L0 ") != std::string::npos);
+  CHECK(r.out.find("interventions  ablate:0:1") != std::string::npos);
+  // 2 models x 2 layers x 22 positions, one header.
+  const std::string csv = test::read_all(lens);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 2 * 2 * 22);
+  CHECK(
+      csv.rfind(
+          "model,layer,position,token,target,target_text,target_probability,target_rank,top1,p1,top2,p2,top3,p3\n",
+          0) == 0);
+  // Per model, the embedding's, heads' and MLPs' shares add up to the logit row.
+  std::istringstream in(test::read_all(shares));
+  std::string line;
+  std::getline(in, line);
+  std::map<std::string, double> sum, logit;
+  int ablated = 0;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f(1);  // fields; a quoted one ("diff (untrained, seed 3)") keeps its commas
+    bool quoted = false;
+    for (char ch : line) {
+      if (ch == '"')
+        quoted = !quoted;
+      else if (ch == ',' && !quoted)
+        f.emplace_back();
+      else
+        f.back() += ch;
+    }
+    REQUIRE(f.size() >= 5);
+    if (f[1] == "logit")
+      logit[f[0]] = std::stod(f[4]);
+    else
+      sum[f[0]] += std::stod(f[4]);
+    if (f[1] == "head" && f[2] == "0" && f[3] == "1") ablated += std::stod(f[4]) == 0.0;
+  }
+  REQUIRE(logit.size() == 2);
+  for (const auto& [model, l] : logit) CHECK(std::fabs(sum[model] - l) < 1e-4 * std::max(1.0, std::fabs(l)));
+  CHECK(ablated == 2);
+  // Refusals before any work.
+  r = run("lens --models " + models + "/diff --prompt hi --out " + (dir / "x.txt").string(), dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find(".csv") != std::string::npos);
+  r = run("lens --models " + models + "/diff --prompt hi --query 9 --out " + lens, dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("--query 9 is beyond the 3-token prompt") != std::string::npos);
+}
