@@ -59,7 +59,7 @@ TEST_CASE("views: names, the old tab names, and a message that lists them", "[ap
   CHECK_FALSE(difflens::app::parse_view("Maps").has_value());
   CHECK_FALSE(difflens::app::parse_view("").has_value());
   CHECK(difflens::app::view_names() ==
-        "maps, query-row, models, lambda, noise, lab, outliers, explain or text");
+        "maps, query-row, models, lambda, noise, lab, outliers, explain, text or why");
 }
 
 TEST_CASE("layout settings: written and read back, bad or unknown lines change nothing", "[app][layout]") {

@@ -902,7 +902,7 @@ TEST_CASE("gui: the Explain tab steps, presents and exports its slides headless"
       {"--explain-step 7 --screenshot x.png",
        "option --explain-step expects an integer from 1 to 6, got '7'"},
       {"--tab explained --screenshot x.png",
-       "--view must be maps, query-row, models, lambda, noise, lab, outliers, explain or text (got 'explained')"},
+       "--view must be maps, query-row, models, lambda, noise, lab, outliers, explain, text or why (got 'explained')"},
   };
   expect_failures(bad, dir);
 }
@@ -981,7 +981,7 @@ TEST_CASE("gui layout: the maps fill the central area and the first screen puts 
   CHECK(r.out.find("layout: hover.0 query 200 key 100 ") != std::string::npos);
   const std::pair<std::string, std::string> bad[] = {
       {"--view tables --screenshot x.png",
-       "--view must be maps, query-row, models, lambda, noise, lab, outliers, explain or text"},
+       "--view must be maps, query-row, models, lambda, noise, lab, outliers, explain, text or why"},
       {"--view maps --tab lab --screenshot x.png", "give --view or --tab (the same), not both"},
       {"--split sideways --screenshot x.png", "--split must be off, below or beside"},
       {"--hover 3,5 --screenshot x.png", "--hover expects ROW,COL with 0 <= COL <= ROW"},

@@ -131,11 +131,12 @@ TEST_CASE("play scripts: a bad line is refused with its file, line and what was 
       "s.play:3: unknown action 'jump' (actions: type, paste, paste-file, prompt, clear, needle, query, "
       "answer, layer, head, view, split, side, lecture, one-y-scale, text-size, text-direction, text-heads, open, "
       "device, "
-      "logits, pooling, budget, size, lab, explain, present, export, continue, step, wait, screenshot, quit)");
+      "logits, pooling, budget, size, lab, explain, present, export, continue, step, intervene, wait, screenshot, "
+      "quit)");
   CHECK(
-      refusal("view 10\n") ==
-      "s.play:1: '10' is not a view: maps, query-row, models, lambda, noise, lab, outliers, explain or text "
-      "or 1 to 9 (expected: view NAME)");
+      refusal("view 11\n") ==
+      "s.play:1: '11' is not a view: maps, query-row, models, lambda, noise, lab, outliers, explain, text or "
+      "why or 1 to 10 (expected: view NAME)");
   CHECK(refusal("size 300x200\n") ==
         "s.play:1: '300' is not a whole number from 320 to 16384 (expected: size "
         "WIDTHxHEIGHT)");
@@ -511,7 +512,7 @@ TEST_CASE("play: the needle story at 1280x800 in lecture mode keeps every slide'
   const Run r = run_difflens("--play " + (dir / "story.play").string() + " --play-exit", dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
-  // Ten screenshots, each followed by its layout check: nothing clipped, cut, half shown at a scroll edge,
+  // Twelve screenshots, each followed by its layout check: nothing clipped, cut, half shown at a scroll edge,
   // over other text (an Explain slide's texts included) or past the window. Before this check counted the
   // last three, steps 2, 3 and 6 had 18 half lines, 3 half lines and the baseline's grid below the fold.
   int shots = 0;
@@ -525,7 +526,7 @@ TEST_CASE("play: the needle story at 1280x800 in lecture mode keeps every slide'
     CHECK_THAT(verdict, Catch::Contains("0 outside or clipped, 0 texts cut, 0 lines half shown at a scroll "
                                         "edge, 0 texts over each other, 0 regions past the window"));
   }
-  CHECK(shots == 10);
+  CHECK(shots == 12);
   CHECK_THAT(r.out, Catch::Contains("0 screenshots not written, 0 with layout faults"));
 }
 
@@ -559,4 +560,51 @@ TEST_CASE("play: a run saved as trace bundles reads back as the traces the app s
     for (size_t i = 0; i < a.data.size(); ++i) worst = std::max(worst, std::fabs(a.data[i] - b.data[i]));
     CHECK(worst <= 1e-5f);
   }
+}
+
+TEST_CASE("play: the Why view's interventions re-run both models, and the runs saved equal the core's",
+          "[gui][play][interventions]") {
+  need_the_app_and_a_display("the Why view");
+  test::ScratchDir dir("why");
+  const std::string out = (dir / "out").string();
+  const std::string prompt =
+      "The secret code of Mira is 4821. The river was high that spring. Q: What is the secret code of Mira? A: "
+      "The secret code of Mira is 4821";
+  test::write_all(dir / "s.play",
+                  "size 1280x800\nprompt " + prompt +
+                      "\nwait\nanswer 10 14\nquery 44\nview why\nintervene knockout=not-answer\n"
+                      "intervene lambda:1=0\nwait\nscreenshot why.png\nexport folder " +
+                      out + "\nexport bundle\nwait\nintervene clear\nwait\nexport bundle\nwait\n");
+  const Run r = run_difflens("--play " + (dir / "s.play").string() + " --play-exit --threads 1", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("0 screenshots not written, 0 with layout faults"));
+  // A bad spec is refused where the script is read, with its line.
+  test::write_all(dir / "bad.play", "view why\nintervene lambda:x=0\n");
+  const Run bad = run_difflens("--play " + (dir / "bad.play").string() + " --play-exit", dir);
+  CHECK(bad.status != 0);
+  CHECK_THAT(bad.out, Catch::Contains("bad.play:2") && Catch::Contains("the layer 'x' is not a number"));
+
+  // The first save ran under the interventions the baseline could take (it has no λ); the second as trained.
+  const Trace left = read_trace_bundle(dir / "out" / "run" / "left-diff-small");
+  const Trace right = read_trace_bundle(dir / "out" / "run" / "right-baseline-small");
+  using Applied = std::vector<std::pair<std::string, std::string>>;
+  CHECK(left.interventions ==
+        Applied{{"knockout=not-answer", "knockout=drop:10-14@44-"}, {"lambda:1=0", "lambda:1=0"}});
+  CHECK(right.interventions == Applied{{"knockout=not-answer", "knockout=drop:10-14@44-"}});
+  CHECK(read_trace_bundle(dir / "out" / "run-2" / "left-diff-small").interventions.empty());
+  // The app's run is the core's under the same interventions.
+  const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu);
+  PromptMarks marks;
+  marks.answer = {10, 14};
+  marks.query = 44;
+  CaptureOptions o;
+  o.interventions = resolve_interventions(std::vector<std::string>{"knockout=not-answer", "lambda:1=0"},
+                                          diff.config(), marks, left.length());
+  const Trace direct = diff.capture(left.token_ids, o);
+  float worst = 0;
+  for (size_t l = 0; l < direct.layers.size(); ++l)
+    for (size_t i = 0; i < direct.layers[l].a.data.size(); ++i)
+      worst = std::max(worst, std::fabs(direct.layers[l].a.data[i] - left.layers[l].a.data[i]));
+  CHECK(worst <= 1e-5f);
 }

@@ -192,6 +192,8 @@ void read_play_and_exports(const Args& a, app::GuiOptions& o) {
   }
   o.export_dir = a.get("export-dir");
   if (o.export_dir.empty()) o.export_dir = default_export_dir(::access(".", W_OK) == 0, std::getenv("HOME"));
+  o.interventions = a.get_all("intervene");
+  for (const std::string& spec : o.interventions) (void)parse_intervention(spec);  // refused now, by name
   const std::vector<int> answer = a.get_int_list("answer");
   if (!answer.empty()) {
     if (answer[1] <= answer[0]) throw Error("--answer expects BEGIN,END tokens with BEGIN < END");
@@ -251,8 +253,10 @@ Command gui_command() {
        int_list("select", "LAYER,HEAD", 0, 1e6, 2, 2, "the layer and head selected at start"),
        integer("query", "I", 0, 1e9, "", "the selected query token (default: the last)"),
        answer_option(),
-       text("view", "NAME",
-            "the view shown: " + app::view_names() + " (keys 1-9; default: the last one, first query-row)"),
+       intervene_option(),
+       text(
+           "view", "NAME",
+           "the view shown: " + app::view_names() + " (keys 1-9, 0; default: the last one, first query-row)"),
        text("tab", "NAME", "the same as --view (the old name)"),
        choice("split", "off|below|beside", "",
               "the view alone, below the maps or beside them (default: as last left)"),

@@ -5,7 +5,7 @@ namespace difflens::app {
 
 // One key or gesture a line: "KEYS<spaces>what it does" (columns aligned for a monospace window).
 inline constexpr const char* kKeysText =
-    "1-9        views (View menu)\n"
+    "1-9, 0     views (View menu; 0: Why)\n"
     "S          split the view with the maps\n"
     "Tab        side panel\n"
     "L          lecture mode (large text)\n"

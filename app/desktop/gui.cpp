@@ -139,6 +139,7 @@ void apply_start_options(GuiState& state, InferenceWorker& worker, const GuiOpti
   state.lab.needles = opt.lab_needles;
   state.lab.queried = opt.lab_queried;
   state.lab.seeds = opt.lab_seeds;
+  state.why.extra = opt.interventions;
   state.selection.answer_begin = opt.answer_begin;
   state.selection.answer_end = opt.answer_end;
   if (opt.needle.size() >= 5) {  // a needle prompt at start (validated by the CLI)
@@ -329,7 +330,12 @@ void start_edited_run(GuiState& state, InferenceWorker& worker) {
   capture.pooled_budget_bytes = capture.logit_bits > 0 ? 0 : state.pooled_budget;
   capture.keep_qkv = true;     // the Explain tab recomputes a head from them (small beside the maps)
   capture.position_top_k = 5;  // what each token's model expected there (hover) and after the query
-  state.edited_request = worker.run(state.prompt.text, capture);
+  RunEdits edits;
+  edits.interventions = state.why.specs();
+  edits.answer = {state.selection.answer_begin, state.selection.answer_end};
+  edits.query = state.selection.query;
+  edits.explain = state.layout.view == View::Why;
+  state.edited_request = worker.run(state.prompt.text, capture, edits);
   state.prompt.pending = false;
   state.edited_at = state.prompt.last_edit;
 }
@@ -421,10 +427,21 @@ std::string status_line(const GuiState& state) {
   char typed[64] = "";
   if (state.edit_to_screen_ms >= 0)
     std::snprintf(typed, sizeof typed, ", keystroke to screen %.0f ms", state.edit_to_screen_ms);
+  // A run under interventions says so first (every view shows that run).
+  std::string edited;
+  if (state.shown)
+    for (int s = 0; s < kSlots; ++s) {
+      const auto& t = state.shown->traces[static_cast<size_t>(s)];
+      if (!t || t->interventions.empty()) continue;
+      std::string list;
+      for (const auto& iv : t->interventions) list += (list.empty() ? "" : ", ") + iv.first;
+      edited +=
+          std::string(edited.empty() ? " | INTERVENED " : "; ") + (s == 0 ? "left: " : "right: ") + list;
+    }
   char line[2048];
-  std::snprintf(line, sizeof line, "%s | both models %.0f ms%s%s%s%s",
-                state.status.busy ? "running..." : "idle", state.status.last_run_ms, typed, remote.c_str(),
-                state.message.empty() ? "" : " | ", state.message.c_str());
+  std::snprintf(line, sizeof line, "%s%s | both models %.0f ms%s%s%s%s",
+                state.status.busy ? "running..." : "idle", edited.c_str(), state.status.last_run_ms, typed,
+                remote.c_str(), state.message.empty() ? "" : " | ", state.message.c_str());
   return line;
 }
 

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,12 +109,42 @@ struct SelectionState {
   std::vector<std::pair<int, int>> needles;  // needle sentences [begin, end) placed by the needle builder
 };
 
+// The Why view's interventions: both models re-run under them and every view shows that run (marked in the
+// status line); one click clears them.
+struct WhyState {
+  int knockout = 0;  // both models, every layer, the query to the end: 0 none, 1 not-answer, 2 only-answer,
+                     // 3 not-noise
+  std::array<std::set<int>, kSlots> lambda_zero;              // per slot: DIFF layers run with λ = 0
+  std::array<std::set<std::pair<int, int>>, kSlots> ablated;  // per slot: (layer, head) ablated to zero
+  std::vector<std::string> extra;  // --intervene SPEC and the play action `intervene SPEC`: both models
+  // Each slot's specs as written (core/intervention.h), in this order: extra, knockout, λ, ablations.
+  std::array<std::vector<std::string>, kSlots> specs() const {
+    static const char* kPresets[] = {"", "not-answer", "only-answer", "not-noise"};
+    std::array<std::vector<std::string>, kSlots> out;
+    for (int s = 0; s < kSlots; ++s) {
+      auto& v = out[static_cast<size_t>(s)];
+      v = extra;
+      if (knockout > 0 && knockout < 4) v.push_back(std::string("knockout=") + kPresets[knockout]);
+      for (int l : lambda_zero[static_cast<size_t>(s)]) v.push_back("lambda:" + std::to_string(l) + "=0");
+      for (const auto& [l, h] : ablated[static_cast<size_t>(s)])
+        v.push_back("ablate:" + std::to_string(l) + ":" + std::to_string(h));
+    }
+    return out;
+  }
+  bool any() const {
+    const auto s = specs();
+    return !s[0].empty() || !s[1].empty();
+  }
+  void clear() { *this = WhyState(); }
+};
+
 struct GuiState {
   PromptState prompt;
   ViewState view;
   LayoutState layout;
   LayoutRecord drawn;  // this frame's regions (cleared at the start of each frame)
   SelectionState selection;
+  WhyState why;
   SlotState slots[kSlots];
   std::optional<RunResult> shown;  // the result on screen
   WorkerStatus status;

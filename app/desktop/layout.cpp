@@ -11,7 +11,7 @@ namespace difflens::app {
 namespace {
 
 constexpr const char* kViewNames[kViews] = {"maps", "query-row", "models",  "lambda", "noise",
-                                            "lab",  "outliers",  "explain", "text"};
+                                            "lab",  "outliers",  "explain", "text",   "why"};
 constexpr const char* kViewTitles[kViews] = {"Maps",
                                              "Figure 1: query row",
                                              "Model view",
@@ -20,7 +20,8 @@ constexpr const char* kViewTitles[kViews] = {"Maps",
                                              "Needle lab",
                                              "Outliers",
                                              "Explain",
-                                             "Text: the prompt shaded"};
+                                             "Text: the prompt shaded",
+                                             "Why: lens, attribution, interventions"};
 
 bool read_float(const std::string& v, float lo, float hi, float& out) {
   char* end = nullptr;
@@ -48,7 +49,7 @@ constexpr float kMaxWide = 1.6f, kMaxTall = 1.4f;
 }  // namespace
 
 constexpr const char* kViewShortTitles[kViews] = {"Maps", "Figure 1", "Models",  "\xce\xbb", "Noise",
-                                                  "Lab",  "Outliers", "Explain", "Text"};
+                                                  "Lab",  "Outliers", "Explain", "Text",     "Why"};
 
 const char* view_name(View v) {
   return kViewNames[static_cast<int>(v)];

@@ -13,9 +13,9 @@
 
 namespace difflens::app {
 
-// The views of the central area (keys 1-9 pick them, in this order).
-enum class View { Maps, QueryRow, Models, Lambda, Noise, Lab, Outliers, Explain, Text };
-constexpr int kViews = 9;
+// The views of the central area (keys 1-9 and 0 pick them, in this order).
+enum class View { Maps, QueryRow, Models, Lambda, Noise, Lab, Outliers, Explain, Text, Why };
+constexpr int kViews = 10;  // keys 1-9 and 0
 // The view's name on the command line and in the settings file ("maps", "query-row", ...).
 const char* view_name(View v);
 // Its title in the View menu ("Maps", "Figure 1: query row", ...), and a short one for a narrow view bar.
@@ -23,7 +23,7 @@ const char* view_title(View v);
 const char* view_short_title(View v);
 // A --view / --tab name, the old tab names included (overview = query-row); nullopt for anything else.
 std::optional<View> parse_view(const std::string& name);
-// "maps, query-row, models, lambda, noise, lab, outliers, explain or text", for messages.
+// "maps, query-row, models, lambda, noise, lab, outliers, explain, text or why", for messages.
 std::string view_names();
 
 // How the window is divided. The selected view gets the central area; an analysis view (anything but
@@ -32,7 +32,7 @@ struct LayoutState {
   View view = View::QueryRow;  // the first screen: Figure 1 below the maps
   // Per view: whether it shares the central area with the maps (Figure 1 does at first; the rest get it
   // whole). split_shown(): the view shown shares it now.
-  std::array<bool, kViews> split{false, true, false, false, false, false, false, false, false};
+  std::array<bool, kViews> split{false, true, false, false, false, false, false, false, false, false};
   bool side_by_side = true;        // the split puts the maps left of the view (false: above it)
   float split_fraction = 0.5f;     // the maps' share of the split (kMinSplit..kMaxSplit)
   bool side_panel = true;          // the model slots and layer/head pickers at the left

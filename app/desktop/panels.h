@@ -81,6 +81,9 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker);
 
 // panel_outliers.cpp: the Outliers tab.
 void draw_outlier_panel(GuiState& state);
+// The Why view (panel_why.cpp): the logit lens at the query, each head's direct share of the answer's logit,
+// and the interventions both models run under, before and after.
+void draw_why_view(GuiState& state);
 // A model card's line for a view (model_card.h, "views"), wrapped, in the caveat's orange: where the
 // bundled model differs from the paper's, said beside the view that shows it. Nothing when no loaded
 // model's card has one.

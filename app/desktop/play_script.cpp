@@ -12,6 +12,7 @@
 
 #include "app/desktop/layout.h"
 #include "core/error.h"
+#include "core/intervention.h"
 
 namespace difflens::app {
 namespace {
@@ -52,6 +53,7 @@ constexpr VerbName kVerbs[] = {
     {"export", "maps|heads|figure [WIDTHxHEIGHT [TEXT_PX]]|bundle|page [FILE.html]|window|folder DIR"},
     {"continue", "left|right TOKENS [TEMPERATURE [SEED]]"},
     {"step", "back|forward|first|last"},
+    {"intervene", "SPEC|clear"},
     {"wait", "[MS]"},
     {"screenshot", "FILE.png"},
     {"quit", ""},
@@ -185,6 +187,16 @@ bool parse_prompt_and_selection(const LineReader& r, PlayAction& a) {
     r.words(2, 2);
     a.ints = {r.integer(r.w[0], 0, 1 << 30), r.integer(r.w[1], 0, 1 << 30)};
     if (a.ints[1] <= a.ints[0]) r.bad("the answer's END must be after its BEGIN");
+  } else if (r.verb == "intervene") {
+    a.verb = PlayVerb::Intervene;
+    r.words(1, 1);
+    if (r.w[0] != "clear") {
+      try {
+        a.text = parse_intervention(r.w[0]).text();
+      } catch (const Error& e) {
+        r.bad(e.what());
+      }
+    }
   } else if (r.verb == "layer") {
     a.verb = PlayVerb::Layer;
     r.words(1, 1);

@@ -19,6 +19,7 @@ enum class PlayVerb {
   Needle,      // ints: TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER] built by the needle builder
   Query,       // ints[0]: the query token (-1: the last)
   Answer,      // ints: BEGIN,END (none: cleared)
+  Intervene,   // text: an intervention both models run under (core/intervention.h; "": all cleared)
   Layer,       // ints[0]
   Head,        // ints: SLOT (-1: both), HEAD
   View,        // ints[0]: the View

@@ -224,6 +224,13 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
       state.selection.answer_begin = a.ints.empty() ? -1 : a.ints[0];
       state.selection.answer_end = a.ints.empty() ? -1 : a.ints[1];
       break;
+    case PlayVerb::Intervene:
+      if (a.text.empty())
+        state.why.clear();
+      else
+        state.why.extra.push_back(a.text);
+      state.prompt.rerun();
+      break;
     case PlayVerb::Layer:
       state.view.layer = i0;  // beyond the model: the frame shows its last layer and says so
       break;

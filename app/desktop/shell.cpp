@@ -86,6 +86,9 @@ void draw_view(View v, GuiState& state, InferenceWorker& worker, ViewObjects& vi
     case View::Text:
       draw_text_view(state);
       break;
+    case View::Why:
+      draw_why_view(state);
+      break;
   }
 }
 
@@ -186,7 +189,7 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
   }
   if (ImGui::BeginMenu("View")) {
     for (int i = 0; i < kViews; ++i) {
-      const char key[2] = {static_cast<char>('1' + i), 0};
+      const char key[2] = {static_cast<char>(i < 9 ? '1' + i : '0'), 0};  // the tenth view: 0
       if (ImGui::MenuItem(view_title(static_cast<View>(i)), key, l.view == static_cast<View>(i)))
         l.view = static_cast<View>(i);
     }
@@ -384,7 +387,7 @@ void draw_side_panel(GuiState& state, InferenceWorker& worker, const ModelShape&
       }
   ImGui::Separator();
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextWrapped("1-9 views, Up/Down layer, Left/Right head (Shift: right model), Help menu: more");
+  ImGui::TextWrapped("1-9, 0 views, Up/Down layer, Left/Right head (Shift: right model), Help menu: more");
   ImGui::PopStyleColor();
 }
 
@@ -393,7 +396,7 @@ void draw_view_bar(GuiState& state) {
   const float spacing = ImGui::GetFontSize() * 0.25f, pad = 2 * ImGui::GetStyle().FramePadding.x;
   auto label = [](int i, bool shorter) {
     const View v = static_cast<View>(i);
-    return std::to_string(i + 1) + " " + (shorter ? view_short_title(v) : view_title(v));
+    return std::to_string((i + 1) % 10) + " " + (shorter ? view_short_title(v) : view_title(v));  // 10th: 0
   };
   // The full titles when the bar and its split options fit on one line, else the short ones.
   float full = ImGui::CalcTextSize("with the maps  beside").x + 3 * ImGui::GetFrameHeight();
@@ -437,9 +440,11 @@ void handle_keys(GuiState& state, const ModelShape& shape) {
       state.open_dialog = {true, 0, false, state.slots[0].path_field, false, state.open_dialog.token};
     return;
   }
-  for (int i = 0; i < kViews; ++i)
-    if (ImGui::IsKeyPressed(GLFW_KEY_1 + i, false) || ImGui::IsKeyPressed(GLFW_KEY_KP_1 + i, false))
+  for (int i = 0; i < kViews; ++i) {
+    const int key = i < 9 ? GLFW_KEY_1 + i : GLFW_KEY_0, pad = i < 9 ? GLFW_KEY_KP_1 + i : GLFW_KEY_KP_0;
+    if (ImGui::IsKeyPressed(key, false) || ImGui::IsKeyPressed(pad, false))
       state.layout.view = static_cast<View>(i);
+  }
   if (ImGui::IsKeyPressed(GLFW_KEY_S, false) && state.layout.view != View::Maps)
     state.layout.view_split() = !state.layout.view_split();
   if (ImGui::IsKeyPressed(GLFW_KEY_TAB, false)) toggle_side_panel(state);

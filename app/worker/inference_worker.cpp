@@ -94,12 +94,54 @@ void InferenceWorker::open_bundle(int slot, const std::string& dir) {
   cv_.notify_all();
 }
 
-uint64_t InferenceWorker::run(const std::string& prompt, const CaptureOptions& options) {
+namespace {
+
+// A slot's interventions resolved one by one against its model: those it cannot take are skipped, each
+// with its reason in `skipped` (the app applies one list to both models; a baseline has no λ).
+Interventions slot_interventions(const Model& m, const RunEdits& edits, size_t slot, int64_t tokens,
+                                 std::vector<std::string>& skipped) {
+  PromptMarks marks;
+  marks.answer = edits.answer;
+  marks.query = edits.query >= 0 && edits.query < tokens ? edits.query : tokens - 1;
+  std::vector<std::string> kept;
+  for (const std::string& spec : edits.interventions[slot]) {
+    try {
+      (void)resolve_interventions(std::vector<std::string>{spec}, m.config(), marks, tokens);
+      kept.push_back(spec);
+    } catch (const Error& e) {
+      skipped.push_back(e.what());
+    }
+  }
+  return resolve_interventions(kept, m.config(), marks, tokens);
+}
+
+// The Why view's lens and attribution at the query, under the run's interventions and as trained.
+void explain_slot(const Model& m, const std::vector<int64_t>& ids, const RunEdits& edits,
+                  const Interventions& iv, RunResult& r, size_t s) {
+  try {
+    LensOptions o;
+    const int64_t T = static_cast<int64_t>(ids.size());
+    o.query = edits.query >= 0 && edits.query < T ? edits.query : T - 1;
+    if (!iv.empty()) {  // as trained first: its answer is the token followed before and after
+      r.why_before[s] = std::make_shared<AnswerExplanation>(m.explain_answer(ids, o));
+      o.target = r.why_before[s]->attribution.target;
+    }
+    o.interventions = iv;
+    r.why[s] = std::make_shared<AnswerExplanation>(m.explain_answer(ids, o));
+  } catch (const std::exception& e) {
+    r.why_error[s] = user_message(e);
+  }
+}
+
+}  // namespace
+
+uint64_t InferenceWorker::run(const std::string& prompt, const CaptureOptions& options,
+                              const RunEdits& edits) {
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     id = next_request_++;
-    pending_run_ = {id, {prompt, options}};
+    pending_run_ = PendingRun{id, prompt, options, edits};
     cancel_ = true;  // whatever runs now is stale
   }
   cv_.notify_all();
@@ -672,9 +714,10 @@ void InferenceWorker::loop() {
         load_model(job, lock);
       }
     } else {
-      const uint64_t id = pending_run_->first;
-      const std::string prompt = pending_run_->second.first;
-      const CaptureOptions options = pending_run_->second.second;
+      const uint64_t id = pending_run_->id;
+      const std::string prompt = pending_run_->prompt;
+      const CaptureOptions options = pending_run_->options;
+      const RunEdits edits = pending_run_->edits;
       pending_run_.reset();
       cancel_ = false;
       status_.activity = "running";
@@ -683,6 +726,7 @@ void InferenceWorker::loop() {
       RunResult r;
       r.request = id;
       r.prompt = prompt;
+      r.edits = edits;
       bool cancelled = false;
       for (size_t s = 0; s < kSlots && !cancelled; ++s) {
         if (remotes_[s]) {
@@ -695,7 +739,11 @@ void InferenceWorker::loop() {
         }
         try {
           const Encoding enc = encode_prompt(*models_[s], prompt);
-          auto trace = std::make_shared<Trace>(models_[s]->capture(enc.ids, options, &cancel_));
+          CaptureOptions edited = options;
+          edited.interventions =
+              slot_interventions(*models_[s], edits, s, static_cast<int64_t>(enc.ids.size()), r.skipped[s]);
+          auto trace = std::make_shared<Trace>(models_[s]->capture(enc.ids, edited, &cancel_));
+          if (edits.explain) explain_slot(*models_[s], enc.ids, edits, edited.interventions, r, s);
           trace->tokens = enc.pieces;  // display pieces as the tokenizer produced them
           r.offsets[s] = enc.offsets;
           r.labels[s] = viz::display_tokens(trace->tokens, viz::Spaces::Visible);
@@ -709,7 +757,7 @@ void InferenceWorker::loop() {
       r.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       lock.lock();
       // A newer request may have arrived meanwhile: then this result is stale and is dropped.
-      if (!cancelled && !(pending_run_ && pending_run_->first > id)) {
+      if (!cancelled && !(pending_run_ && pending_run_->id > id)) {
         status_.last_run_ms = r.elapsed_ms;
         result_ = std::move(r);
       }

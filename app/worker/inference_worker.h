@@ -52,6 +52,17 @@ struct SlotInfo {
   std::string tokenizer_dir;
 };
 
+// What a run changes inside each slot's model and what it explains (the Why view): each slot's
+// interventions as written (core/intervention.h), resolved against that slot's model with the answer and
+// the query (-1: the last token); `explain`: also the logit lens and direct attribution at the query, under
+// the interventions and, when there are any, without them.
+struct RunEdits {
+  std::array<std::vector<std::string>, 2> interventions;
+  TokenRange answer{-1, -1};
+  int64_t query = -1;
+  bool explain = false;
+};
+
 struct RunResult {
   uint64_t request = 0;
   std::string prompt;
@@ -65,6 +76,13 @@ struct RunResult {
   // to say about it ("connection lost ...: showing the last trace", "" when fine).
   std::array<double, kSlots> round_trip_ms{}, server_ms{};
   std::array<std::string, kSlots> notes;
+  RunEdits edits;  // what the run was asked to change and explain
+  // Interventions a slot's model could not take (a baseline asked for λ): skipped, with the reason.
+  std::array<std::vector<std::string>, kSlots> skipped;
+  // RunEdits::explain: under the interventions (`why`), and as trained (`why_before`, only when the slot
+  // ran under some); `why_error` when the slot could not be explained.
+  std::array<std::shared_ptr<const AnswerExplanation>, kSlots> why, why_before;
+  std::array<std::string, kSlots> why_error;
 };
 
 // The first slot that holds a trace (the one the token strip shows), -1 when none does.
@@ -142,7 +160,7 @@ class InferenceWorker {
   // its own (the other slot empty) and shown until the next run; errors are reported in that result.
   void open_bundle(int slot, const std::string& dir);
   // Queues a run of both slots on `prompt`, cancelling any run in progress. Returns the request id.
-  uint64_t run(const std::string& prompt, const CaptureOptions& options = {});
+  uint64_t run(const std::string& prompt, const CaptureOptions& options = {}, const RunEdits& edits = {});
   // The newest finished run not yet taken (older ones are dropped), or nothing.
   std::optional<RunResult> take_result();
   // Queues a continuation of `prompt` by the model in `slot` (options.max_new tokens, greedy or sampled),
@@ -187,7 +205,13 @@ class InferenceWorker {
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   std::deque<Load> loads_;
-  std::optional<std::pair<uint64_t, std::pair<std::string, CaptureOptions>>> pending_run_;
+  struct PendingRun {
+    uint64_t id = 0;
+    std::string prompt;
+    CaptureOptions options;
+    RunEdits edits;
+  };
+  std::optional<PendingRun> pending_run_;
   std::optional<RunResult> result_;
   struct ContinueJob {
     uint64_t id = 0;
