@@ -608,3 +608,37 @@ TEST_CASE("play: the Why view's interventions re-run both models, and the runs s
       worst = std::max(worst, std::fabs(direct.layers[l].a.data[i] - left.layers[l].a.data[i]));
   CHECK(worst <= 1e-5f);
 }
+
+TEST_CASE("play: Continue writes under the Why view's interventions, as the core's generation does",
+          "[gui][play][interventions]") {
+  need_the_app_and_a_display("Continue under interventions");
+  test::ScratchDir dir("why-continue");
+  const std::string out = (dir / "out").string();
+  const std::string prompt =
+      "The secret code of Mira is 4821. Q: What is the secret code of Mira? A: The code is";
+  test::write_all(dir / "s.play",
+                  "prompt " + prompt +
+                      "\nwait\nintervene lambda=0\nintervene ablate:0:0\nwait\ncontinue left 5\n"
+                      "wait\nexport folder " +
+                      out + "\nexport bundle\nwait\n");
+  const Run r = run_difflens("--play " + (dir / "s.play").string() + " --play-exit --threads 1", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const Trace saved = read_trace_bundle(dir / "out" / "run" / "left-diff-small");
+  const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu);
+  const std::vector<int64_t> ids = diff.tokenizer().encode(prompt, true).ids;
+  GenerateOptions o;
+  o.max_new = 5;
+  o.temperature = 0;
+  o.interventions = resolve_interventions(std::vector<std::string>{"lambda=0", "ablate:0:0"}, diff.config(),
+                                          {}, static_cast<int64_t>(ids.size()));
+  const Generation g = diff.generate(ids, o);
+  o.interventions = {};
+  const Generation plain = diff.generate(ids, o);
+  REQUIRE(saved.token_ids.size() >= ids.size());
+  const std::vector<int64_t> written(saved.token_ids.begin() + static_cast<long>(ids.size()),
+                                     saved.token_ids.end());
+  CHECK(written == g.ids);    // what the app wrote is the intervened model's greedy text
+  CHECK(g.ids != plain.ids);  // and not the model's as trained
+  CHECK(saved.interventions.size() == 2);
+}

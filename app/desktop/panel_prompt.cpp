@@ -297,7 +297,11 @@ void poll_continue(GuiState& state, InferenceWorker& worker) {
     o.max_new = c.tokens;
     o.temperature = c.temperature;
     o.seed = static_cast<uint64_t>(std::max(0, c.seed));
-    c.request = worker.continue_prompt(c.slot, state.prompt.text, o);
+    RunEdits edits;  // Continue writes under the Why view's interventions, as every view shows them
+    edits.interventions = state.why.specs();
+    edits.answer = {state.selection.answer_begin, state.selection.answer_end};
+    edits.query = state.selection.query;
+    c.request = worker.continue_prompt(c.slot, state.prompt.text, o, edits);
     c.message.clear();
     c.steps.clear();
     c.revealed = 0;

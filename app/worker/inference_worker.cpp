@@ -148,13 +148,13 @@ uint64_t InferenceWorker::run(const std::string& prompt, const CaptureOptions& o
   return id;
 }
 
-uint64_t InferenceWorker::continue_prompt(int slot, const std::string& prompt,
-                                          const GenerateOptions& options) {
+uint64_t InferenceWorker::continue_prompt(int slot, const std::string& prompt, const GenerateOptions& options,
+                                          const RunEdits& edits) {
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     id = next_request_++;
-    pending_continue_ = ContinueJob{id, std::clamp(slot, 0, kSlots - 1), prompt, options};
+    pending_continue_ = ContinueJob{id, std::clamp(slot, 0, kSlots - 1), prompt, options, edits};
     continue_cancel_ = true;  // a continuation in progress is stale (a run in progress goes on)
   }
   cv_.notify_all();
@@ -594,6 +594,8 @@ void InferenceWorker::run_continuation(const ContinueJob& job) {
                   std::to_string(m.config().max_position_embeddings) + " positions: nothing can be added");
     GenerateOptions o = job.options;
     o.max_new = static_cast<int>(std::min<int64_t>(o.max_new, room));
+    std::vector<std::string> skipped;  // the run of the written text reports them; the writing skips them too
+    o.interventions = slot_interventions(m, job.edits, s, static_cast<int64_t>(enc.ids.size()), skipped);
     int written = 0;
     o.on_token = [&](int64_t) {
       std::lock_guard<std::mutex> lock(mutex_);

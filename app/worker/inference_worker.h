@@ -165,7 +165,9 @@ class InferenceWorker {
   std::optional<RunResult> take_result();
   // Queues a continuation of `prompt` by the model in `slot` (options.max_new tokens, greedy or sampled),
   // cancelling a run or continuation in progress; WorkerStatus::activity counts its tokens. Returns its id.
-  uint64_t continue_prompt(int slot, const std::string& prompt, const GenerateOptions& options);
+  // `edits`: the slot's interventions (RunEdits, resolved here against its model) hold for every token.
+  uint64_t continue_prompt(int slot, const std::string& prompt, const GenerateOptions& options,
+                           const RunEdits& edits = {});
   // The finished continuation not yet taken, or nothing.
   std::optional<Continuation> take_continuation();
   // Stops the continuation queued or in progress (typing cancels it, as it cancels a run); nothing is
@@ -218,6 +220,7 @@ class InferenceWorker {
     int slot = 0;
     std::string prompt;
     GenerateOptions options;
+    RunEdits edits;
   };
   std::optional<ContinueJob> pending_continue_;
   std::optional<Continuation> continuation_;
