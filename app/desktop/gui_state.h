@@ -116,8 +116,10 @@ struct WhyState {
                      // 3 not-noise
   std::array<std::set<int>, kSlots> lambda_zero;              // per slot: DIFF layers run with λ = 0
   std::array<std::set<std::pair<int, int>>, kSlots> ablated;  // per slot: (layer, head) ablated to zero
+  std::array<std::set<std::pair<int, int>>, kSlots> head_lambda_zero;  // per DIFF slot: (layer, head), λ = 0
   std::vector<std::string> extra;  // --intervene SPEC and the play action `intervene SPEC`: both models
-  // Each slot's specs as written (core/intervention.h), in this order: extra, knockout, λ, ablations.
+  // Each slot's specs as written (core/intervention.h), in this order: extra, knockout, λ per layer, λ per
+  // head, ablations.
   std::array<std::vector<std::string>, kSlots> specs() const {
     static const char* kPresets[] = {"", "not-answer", "only-answer", "not-noise"};
     std::array<std::vector<std::string>, kSlots> out;
@@ -126,6 +128,8 @@ struct WhyState {
       v = extra;
       if (knockout > 0 && knockout < 4) v.push_back(std::string("knockout=") + kPresets[knockout]);
       for (int l : lambda_zero[static_cast<size_t>(s)]) v.push_back("lambda:" + std::to_string(l) + "=0");
+      for (const auto& [l, h] : head_lambda_zero[static_cast<size_t>(s)])
+        v.push_back("lambda:" + std::to_string(l) + ":" + std::to_string(h) + "=0");
       for (const auto& [l, h] : ablated[static_cast<size_t>(s)])
         v.push_back("ablate:" + std::to_string(l) + ":" + std::to_string(h));
     }

@@ -106,9 +106,10 @@ void draw_controls(GuiState& state) {
   }
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   ImGui::TextUnformatted(
-      wrap_at_spaces("Click a head in a grid below to ablate it (its output zero before o_proj); again to "
-                     "restore.",
-                     ImGui::GetContentRegionAvail().x)
+      wrap_at_spaces(
+          "Click a head in a grid below to ablate it (its output zero before o_proj), right-click a DIFF "
+          "head for its lambda = 0; again to restore.",
+          ImGui::GetContentRegionAvail().x)
           .c_str());
   ImGui::PopStyleColor();
   if (w.any()) {
@@ -275,6 +276,23 @@ void draw_model(GuiState& state, int s, float width) {
             set.insert(key);
           state.prompt.rerun();
         }
+        // DIFF: a right click sets this head's λ to 0 (A1 alone), again restores it.
+        const bool diff = !a.heads_a1.empty();
+        auto& zero = state.why.head_lambda_zero[static_cast<size_t>(s)];
+        const std::pair<int, int> here{static_cast<int>(l), h};
+        if (diff && ImGui::IsItemClicked(ImGuiMouseButton_Right)) {
+          if (zero.count(here))
+            zero.erase(here);
+          else
+            zero.insert(here);
+          state.prompt.rerun();
+        }
+        if (diff && zero.count(here)) {  // marked: an orange corner
+          const ImVec2 lo = ImGui::GetItemRectMin(), hi = ImGui::GetItemRectMax();
+          const float k = ImGui::GetFontSize() * 0.45f;
+          ImGui::GetWindowDrawList()->AddTriangleFilled(ImVec2(hi.x - k, lo.y), ImVec2(hi.x, lo.y),
+                                                        ImVec2(hi.x, lo.y + k), IM_COL32(230, 120, 20, 255));
+        }
         if (ImGui::IsItemHovered()) {
           std::string tip = "L" + std::to_string(l) + " H" + std::to_string(h) + ": " +
                             std::to_string(v).substr(0, 7) + " of the logit " +
@@ -286,6 +304,9 @@ void draw_model(GuiState& state, int s, float width) {
             tip += parts_text;
           }
           tip += ablated ? "\nablated: click to restore" : "\nclick to ablate it (both models re-run)";
+          if (diff)
+            tip += zero.count(here) ? "\nlambda = 0 here (orange corner): right-click to restore"
+                                    : "\nright-click: lambda = 0 for this head (A1 alone)";
           ImGui::SetTooltip("%s", tip.c_str());
         }
       }
