@@ -104,8 +104,8 @@ inline std::vector<int64_t> random_ids(size_t n, int64_t vocab, uint32_t seed) {
 }
 
 // Whether a run of the app failed because the X server refused the connection ("Failed to open display"):
-// Xvfb under `ctest -j` now and then turns a client away (seen twice in 700 runs of the window tests); the
-// app is not at fault, and the tests that launch it try once more after a pause.
+// Xvfb under `ctest -j` now and then turns a client away (the clean clone of 47262fd lost one window test
+// to it); the app is not at fault, and the tests that launch it try once more after a pause.
 inline bool display_refused(const std::string& output) {
   return output.find("Failed to open display") != std::string::npos;
 }
