@@ -635,6 +635,60 @@ TEST_CASE("gui: the needle lab sweeps headless and exports the same numbers as t
   CHECK(from_gui == from_cli);
 }
 
+TEST_CASE("gui: the needle lab sweeps under the interventions too, with the needle command's numbers",
+          "[gui][cli][needle][lab][intervene]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("guilabiv");
+  const std::string models = (dir / "m").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 1 --heads 2 --vocab 300", dir).status ==
+          0);
+  // Both slots get the list; the baseline cannot take λ: it runs as trained only and the lab says why.
+  Result r =
+      run(" --models " + models + "/diff," + models +
+              "/baseline --intervene lambda=0 --tab lab --lab-run --lab-lengths 160 --lab-depths 0,100 "
+              "--lab-needles 1 --lab-queried 1 --lab-seeds 2 --export-all --export-dir " +
+              (dir / "gui").string() + " --size 1280x800 --exit-after-frames 2 --threads 1 --screenshot " +
+              (dir / "lab.png").string(),
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("needle lab: 12/12 episodes; right slot: skipped") !=
+        std::string::npos);  // 2 × 2 × 3 lanes
+  CHECK(r.out.find("right slot: skipped --intervene 'lambda=0': a layer of this baseline model has no λ") !=
+        std::string::npos);
+  std::filesystem::path exported;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "gui"))
+    if (e.path().filename().string().rfind("needle-lab-", 0) == 0) exported = e.path();
+  REQUIRE(!exported.empty());
+  const std::string tables = test::read_all(exported / "tables.md");
+  CHECK(tables.find("| diff (untrained, seed 1) under lambda=0 |") != std::string::npos);
+  CHECK(tables.find("baseline (untrained, seed 1) under") == std::string::npos);
+  r = run("needle --models " + models +
+              "/diff --intervene lambda=0 --lengths 160 --depths 0,100 --needles 1 --queried 1 --seeds 2 "
+              "--threads 1 --out " +
+              (dir / "cli").string(),
+          dir);
+  REQUIRE(r.status == 0);
+  // needle.csv rows: the model's name first. The app's diff rows (as trained, then under λ = 0) are the
+  // command's, number for number; the app names a model by its config, the command by it too.
+  auto rows = [](const std::string& csv, const std::string& model) {
+    std::vector<std::string> out;
+    size_t start = csv.find('\n') + 1;
+    while (start < csv.size()) {
+      const size_t end = csv.find('\n', start);
+      const std::string line = csv.substr(start, end - start);
+      if (line.rfind(model, 0) == 0) out.push_back(line);
+      start = end + 1;
+    }
+    return out;
+  };
+  const auto from_gui = rows(test::read_all(exported / "needle.csv"), "\"diff");
+  const auto from_cli = rows(test::read_all(dir / "cli/needle.csv"), "\"diff");
+  REQUIRE(from_gui.size() == 4);  // 2 depths, as trained and under λ = 0
+  CHECK(from_gui == from_cli);
+  CHECK(from_gui[2].rfind("\"diff (untrained, seed 1) under lambda=0\",160,0,", 0) == 0);
+}
+
 TEST_CASE("cli: convert writes Hugging Face and official-layout checkpoints with the same maps",
           "[cli][convert][hf]") {
   test::ScratchDir dir("cliconvert");

@@ -131,6 +131,18 @@ TEST_CASE("play scripts: one-y-scale sets Figure 1's shared y scale, on or off",
                     Catch::Contains("expected: one-y-scale on|off"));
 }
 
+TEST_CASE("play scripts: lab interventions sets the lab's also-under box, on or off", "[play]") {
+  const PlayScript s = parse_play_script("lab interventions off\nlab interventions on\n", "s.play");
+  REQUIRE(s.actions.size() == 2);
+  CHECK(s.actions[0].verb == PlayVerb::LabInterventions);
+  CHECK(s.actions[0].ints == std::vector<int>{0});
+  CHECK(s.actions[1].ints == std::vector<int>{1});
+  CHECK_THROWS_WITH(parse_play_script("lab interventions maybe\n", "s.play"),
+                    Catch::Contains("'lab interventions' takes on or off, not 'maybe'"));
+  CHECK_THROWS_WITH(parse_play_script("lab interventions\n", "s.play"),
+                    Catch::Contains("'lab' takes 2 words, got 1"));
+}
+
 TEST_CASE("play scripts: a bad line is refused with its file, line and what was expected", "[play][errors]") {
   CHECK(
       refusal("wait\n\njump 3\n") ==

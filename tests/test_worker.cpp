@@ -252,6 +252,67 @@ TEST_CASE("worker: a needle sweep runs both slots, episode for episode like a di
   }
 }
 
+TEST_CASE("worker: a sweep under interventions runs each slot as trained and under its own, like run_needle",
+          "[worker][needle][lab][intervene]") {
+  PairOnDisk pair;
+  InferenceWorker w({}, 1);
+  w.load(0, (pair.dir / "diff").string());
+  w.load(1, (pair.dir / "baseline").string());
+  SweepRequest req = small_sweep({160}, 2);
+  // The Why view's lists: the baseline cannot take λ (skipped, said), it keeps its ablation.
+  req.interventions = {std::vector<std::string>{"lambda=0"},
+                       std::vector<std::string>{"lambda:1=0", "ablate:0:1"}};
+  w.start_sweep(req);
+  w.wait_idle();
+  const auto p = w.sweep_progress();
+  REQUIRE(p);
+  INFO(p->error);
+  CHECK(p->finished);
+  CHECK(p->total == 16);  // 2 depths × 2 seeds × (diff, diff under, baseline, baseline under)
+  CHECK(p->done == 16);
+  CHECK(p->error ==
+        "right slot: skipped --intervene 'lambda:1=0': layer 1 of this baseline model has no λ (only DIFF "
+        "layers do)");
+  CHECK(p->edited_models[0] == "diff under lambda=0");
+  CHECK(p->edited_models[1] == "baseline under ablate:0:1");
+  CHECK(p->applied[1] == std::vector<std::string>{"ablate:0:1"});
+  const std::string text = test::read_all(kHaystack);
+  const std::vector<NeedleJob> jobs = expand(req.sweep);
+  for (size_t s = 0; s < 2; ++s) {
+    const Model m = Model::load(pair.dir / (s == 0 ? "diff" : "baseline"));
+    const Haystack hay(text, m.tokenizer());
+    const EpisodeBuilder builder(hay, m.tokenizer(), NeedleSplit::Eval);
+    REQUIRE(p->runs[s].size() == jobs.size());
+    REQUIRE(p->edited_runs[s].size() == jobs.size());
+    // The intervened lane really ran edited: a random model's attention is near uniform, so the shares move
+    // little (DIFF: 1e-4 over these episodes, the baseline 1e-5), but they move.
+    double moved = 0;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const NeedleRun direct = run_needle(m, builder, jobs[j].cell, jobs[j].seed, nullptr, p->applied[s]);
+      const NeedleRun& got = p->edited_runs[s][j];
+      CHECK(got.seed == jobs[j].seed);
+      CHECK(got.replies == direct.replies);
+      CHECK(got.attention.mean.answer == Approx(direct.attention.mean.answer).margin(1e-6));
+      CHECK(got.attention.mean.noise == Approx(direct.attention.mean.noise).margin(1e-6));
+      moved += std::abs(got.attention.mean.noise - p->runs[s][j].attention.mean.noise);
+    }
+    CHECK(moved > 1e-6);
+  }
+  // A list no slot's model can take: the sweep runs as trained only and says why.
+  req.interventions = {std::vector<std::string>{"ablate:5:0"}, std::vector<std::string>{"lambda=0"}};
+  w.start_sweep(req);
+  w.wait_idle();
+  const auto q = w.sweep_progress();
+  INFO(q->error);
+  CHECK(q->finished);
+  CHECK(q->total == 8);
+  CHECK(q->edited_models[0].empty());
+  CHECK(q->edited_runs[0].empty());
+  CHECK(q->error.find("left slot: skipped --intervene 'ablate:5:0': layer 5 is out of range") !=
+        std::string::npos);
+  CHECK(q->error.find("right slot: skipped --intervene 'lambda=0'") != std::string::npos);
+}
+
 TEST_CASE("worker: prompts run during a sweep, cancel stops it, finished episodes stay",
           "[worker][needle][lab]") {
   PairOnDisk pair;

@@ -276,8 +276,12 @@ struct GuiState {
     int attention_view =
         1;  // second heatmap: 0 attention to answer reading the question, 1 strongest head answering
     std::string form_error, message;
+    // Also sweep under the Why view's interventions (each slot's own; a slot without any runs as trained).
+    bool with_interventions = true;
+    bool form_open = false;  // lecture mode with results: the form shown whole (else one line of what ran)
     std::optional<SweepProgress> progress;
     std::vector<NeedleCellSummary> cells[kSlots];
+    std::vector<NeedleCellSummary> edited_cells[kSlots];  // the slot's episodes under the interventions
   } lab;
   // Attention-noise readouts of the result on screen for the current selection.
   struct NoiseCache {

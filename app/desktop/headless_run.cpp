@@ -250,8 +250,8 @@ void HeadlessRun::after_poll(GuiState& state) {
   frames_ = 0;
   if (!opt_.lab_run) return;
   const SweepProgress& p = *state.lab.progress;
-  std::printf("needle lab: %zu/%zu episodes%s%s\n", p.done, p.total, p.finished ? "" : " (not finished) ",
-              p.error.c_str());
+  std::printf("needle lab: %zu/%zu episodes%s%s%s\n", p.done, p.total, p.finished ? "" : " (not finished)",
+              p.error.empty() ? "" : "; ", p.error.c_str());
   if (opt_.export_all && p.done > 0) {
     export_lab(state);
     std::printf("%s\n", state.lab.message.c_str());

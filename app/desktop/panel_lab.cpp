@@ -41,6 +41,39 @@ double lab_value(const NeedleCellSummary& c, LabValue v) {
                                             : c.answering_head;
 }
 
+// The intervened runs' mark, as the Why view's orange corner.
+const ImVec4 kIntervenedColour(230 / 255.0f, 120 / 255.0f, 20 / 255.0f, 1);
+
+// What the lab tables and draws: each slot's model as trained and, when the sweep ran it under
+// interventions, again under them ("diff-small under lambda:0=0"), the intervened one right after it.
+struct LabSeries {
+  int slot = 0;
+  bool edited = false;
+  const std::string* name = nullptr;
+  const std::vector<NeedleRun>* runs = nullptr;
+  const std::vector<NeedleCellSummary>* cells = nullptr;
+};
+
+std::vector<LabSeries> lab_series(const GuiState::Lab& lab, const SweepProgress& p) {
+  std::vector<LabSeries> out;
+  for (int s = 0; s < kSlots; ++s) {
+    const size_t k = static_cast<size_t>(s);
+    if (p.models[k].empty()) continue;
+    out.push_back({s, false, &p.models[k], &p.runs[k], &lab.cells[s]});
+    if (!p.edited_models[k].empty())
+      out.push_back({s, true, &p.edited_models[k], &p.edited_runs[k], &lab.edited_cells[s]});
+  }
+  return out;
+}
+
+// A series' name in a table cell: the intervened in the intervention orange.
+void series_name(const LabSeries& x) {
+  if (x.edited)
+    ImGui::TextColored(kIntervenedColour, "%s", x.name->c_str());
+  else
+    ImGui::TextUnformatted(x.name->c_str());
+}
+
 // A depth × length grid of one model's cells for one (N, R), coloured over [lo, hi], values printed when
 // they fit; hovering a cell tells its numbers.
 void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vector<NeedleCellSummary>& cells,
@@ -115,6 +148,7 @@ void start_lab_sweep(GuiState& state, InferenceWorker& worker) {
     req.wording = state.needle.wording;
     req.wording.validate();
     req.logit_bits = kQuantizationBits[std::clamp(state.view.quantization, 0, 3)];
+    if (lab.with_interventions) req.interventions = state.why.specs();
     worker.start_sweep(req);
     lab.form_error.clear();
     lab.message.clear();
@@ -128,7 +162,10 @@ void poll_lab(GuiState& state, const InferenceWorker& worker) {
   GuiState::Lab& lab = state.lab;
   auto p = worker.sweep_progress(lab.progress ? lab.progress->version : 0);
   if (!p || p->id == 0) return;
-  for (int s = 0; s < kSlots; ++s) lab.cells[s] = summarize(p->runs[static_cast<size_t>(s)]);
+  for (int s = 0; s < kSlots; ++s) {
+    lab.cells[s] = summarize(p->runs[static_cast<size_t>(s)]);
+    lab.edited_cells[s] = summarize(p->edited_runs[static_cast<size_t>(s)]);
+  }
   lab.progress = std::move(p);
 }
 
@@ -139,11 +176,15 @@ void export_lab(GuiState& state) {
     std::vector<std::string> names;
     std::vector<std::vector<NeedleRun>> runs;
     const bool same = p.models[0] == p.models[1];  // e.g. one model in both slots: tell the files apart
-    for (size_t s = 0; s < kSlots; ++s)
-      if (!p.models[s].empty()) {
-        names.push_back(p.models[s] + (same ? (s == 0 ? "-left" : "-right") : ""));
-        runs.push_back(p.runs[s]);
+    for (const LabSeries& x : lab_series(lab, p)) {
+      std::string name = *x.name;
+      if (same) {  // before " under ..." so the slot stays with the model's name
+        const size_t under = x.edited ? name.find(" under ") : std::string::npos;
+        name.insert(under == std::string::npos ? name.size() : under, x.slot == 0 ? "-left" : "-right");
       }
+      names.push_back(name);
+      runs.push_back(*x.runs);
+    }
     const std::filesystem::path dir =
         std::filesystem::path(state.view.export_dir) / ("needle-lab-" + std::to_string(p.id));
     write_needle_report(dir, names, runs, std::clamp(lab.cell_px, 16, 512));
@@ -163,6 +204,38 @@ void draw_lab_form(GuiState& state, InferenceWorker& worker) {
   // The form's items continue the line while they fit the view, else wrap (flow_next).
   const float pad = 2 * ImGui::GetStyle().FramePadding.x;
   auto button_w = [&](const char* label) { return ImGui::CalcTextSize(label).x + pad; };
+  const bool running = lab.progress && lab.progress->running;
+  const bool have_runs = lab.progress && lab.progress->done > 0;
+  auto run_cancel_export = [&] {
+    flow_next(button_w("Restart sweep"));
+    if (ImGui::Button(running ? "Restart sweep" : "Run sweep")) start_lab_sweep(state, worker);
+    flow_next(button_w("Cancel"));
+    if (!running) ImGui::BeginDisabled();
+    if (ImGui::Button("Cancel")) worker.cancel_sweep();
+    if (!running) ImGui::EndDisabled();
+    flow_next(button_w("Export results"));
+    if (!have_runs) ImGui::BeginDisabled();
+    if (ImGui::Button("Export results")) export_lab(state);
+    if (!have_runs) ImGui::EndDisabled();
+  };
+  // Lecture mode with results: the form folds to the line of what ran, so the heatmaps are the slide.
+  if (state.lecture && have_runs && !lab.form_open) {
+    const NeedleSweep& sw = lab.progress->request.sweep;
+    std::string what = "Sweep:";
+    for (size_t i = 0; i < sw.lengths.size(); ++i) what += (i ? ", " : " ") + std::to_string(sw.lengths[i]);
+    what += " tokens; depths";
+    for (size_t i = 0; i < sw.depths.size(); ++i) what += (i ? ", " : " ") + depth_label(sw.depths[i]);
+    for (const auto& [n, r] : sw.needles_queried)
+      what += "; N=" + std::to_string(n) + " R=" + std::to_string(r);
+    what += "; " + std::to_string(sw.seeds) + (sw.seeds == 1 ? " seed" : " seeds");
+    ImGui::TextUnformatted(what.c_str());
+    flow_next(button_w("Edit sweep"));
+    if (ImGui::Button("Edit sweep")) lab.form_open = true;
+    run_cancel_export();
+    if (!lab.form_error.empty())
+      ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", lab.form_error.c_str());
+    return;
+  }
   ImGui::TextUnformatted("Sweep:");
   flow_next(w, "lengths (tokens)");
   ImGui::SetNextItemWidth(w);
@@ -203,22 +276,43 @@ void draw_lab_form(GuiState& state, InferenceWorker& worker) {
     ImGui::TextDisabled("The bundled models were trained on the default wording only.");
     ImGui::EndPopup();
   }
-  const bool running = lab.progress && lab.progress->running;
-  flow_next(button_w("Restart sweep"));
-  if (ImGui::Button(running ? "Restart sweep" : "Run sweep")) start_lab_sweep(state, worker);
-  flow_next(button_w("Cancel"));
-  if (!running) ImGui::BeginDisabled();
-  if (ImGui::Button("Cancel")) worker.cancel_sweep();
-  if (!running) ImGui::EndDisabled();
-  const bool have_runs = lab.progress && lab.progress->done > 0;
-  flow_next(button_w("Export results"));
-  if (!have_runs) ImGui::BeginDisabled();
-  if (ImGui::Button("Export results")) export_lab(state);
+  // The Why view's interventions (each slot's own): the sweep also runs each slot under its list.
+  const auto specs = state.why.specs();
+  std::string list;
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& v = specs[static_cast<size_t>(s)];
+    if (v.empty()) continue;
+    list += std::string(list.empty() ? "" : "; ") + (s == 0 ? "left: " : "right: ");
+    for (size_t i = 0; i < v.size(); ++i) list += (i ? ", " : "") + v[i];
+  }
+  ImGui::Checkbox("also under the interventions", &lab.with_interventions);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "%s", wrap_at_spaces(
+                  "Each slot runs every episode as trained and again under the interventions set in the "
+                  "Why view (key 0); both are tabled and exported. The asked needle's code is the answer, "
+                  "the question's first token the query. A slot whose model cannot take one (a baseline "
+                  "has no lambda) skips it and says so.",
+                  ImGui::GetFontSize() * 30)
+                  .c_str());
+  ImGui::SameLine();
+  if (list.empty())
+    ImGui::TextDisabled("(none set: the Why view, key 0, sets them)");
+  else if (!lab.with_interventions)
+    ImGui::TextDisabled("(%s: not swept)", list.c_str());
+  else
+    ImGui::TextColored(kIntervenedColour, "%s", list.c_str());
+  run_cancel_export();
   flow_next(w * 0.6f, "px per cell");
+  if (!have_runs) ImGui::BeginDisabled();
   ImGui::SetNextItemWidth(w * 0.6f);
   ImGui::InputInt("px per cell", &lab.cell_px, 8, 32);
   lab.cell_px = std::clamp(lab.cell_px, 16, 512);
   if (!have_runs) ImGui::EndDisabled();
+  if (state.lecture && have_runs) {
+    flow_next(button_w("Fold the form"));
+    if (ImGui::Button("Fold the form")) lab.form_open = false;
+  }
   if (!lab.form_error.empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", lab.form_error.c_str());
 }
 
@@ -228,10 +322,9 @@ const SweepProgress* draw_lab_progress(GuiState::Lab& lab) {
   if (!lab.progress) {
     ImGui::TextWrapped(
         "Runs every length x depth x (N, R) cell on both models with held-out names, codes and haystack "
-        "text; "
+        "text, and again under the interventions when the box above is ticked and the Why view has some; "
         "typing a prompt meanwhile pauses the sweep. Accuracy: the whole code produced greedily. The sweep "
-        "uses "
-        "the logits menu above: exact, or attention logits quantized to 8/6/4 bits.");
+        "uses the logits menu above: exact, or attention logits quantized to 8/6/4 bits.");
     return nullptr;
   }
   const SweepProgress& p = *lab.progress;
@@ -255,11 +348,11 @@ const SweepProgress* draw_lab_progress(GuiState::Lab& lab) {
 }
 
 // Accuracy and the chosen attention heatmap, depth x length, per model and (N, R), sized to the view.
-void draw_lab_heatmaps(GuiState::Lab& lab, const SweepProgress& p, const std::vector<int>& slots) {
+void draw_lab_heatmaps(GuiState::Lab& lab, const SweepProgress& p, const std::vector<LabSeries>& series) {
   const NeedleSweep& sweep = p.request.sweep;
   const float avail = ImGui::GetContentRegionAvail().x;
   const float label_w = ImGui::CalcTextSize("100%").x + 2 * ImGui::GetStyle().ItemSpacing.x;
-  const float grids = 2.0f * static_cast<float>(slots.size());
+  const float grids = 2.0f * static_cast<float>(series.size());
   // Cells as large as the width allows, up to 6 em, and short enough that the tables below stay in view.
   const float by_width = (avail - grids * label_w - grids * ImGui::GetFontSize()) /
                          (grids * static_cast<float>(sweep.lengths.size()));
@@ -277,45 +370,57 @@ void draw_lab_heatmaps(GuiState::Lab& lab, const SweepProgress& p, const std::ve
   const char* shown_name =
       shown == LabValue::QuestionAttention ? "attention to answer" : "strongest head answering";
   for (const auto& nr : sweep.needles_queried) {
-    // One range for both models so their colours compare (DIFF's attention to the answer can be < 0).
+    // One range for every model shown so their colours compare (DIFF's attention to the answer can be < 0).
     double lo = 0, hi = 0;
-    for (int s : slots)
-      for (const auto& c : lab.cells[s])
+    for (const LabSeries& x : series)
+      for (const auto& c : *x.cells)
         if (c.cell.needles == nr.first && c.cell.queried == nr.second)
           lo = std::min(lo, lab_value(c, shown)), hi = std::max(hi, lab_value(c, shown));
     if (!(hi > lo)) hi = lo + 1;
     ImGui::Text("N=%d needles, R=%d asked: rows = depth of the asked needle, columns = context length",
                 nr.first, nr.second);
-    bool first = true;
-    for (int s : slots) {
-      const std::string& name = p.models[static_cast<size_t>(s)];
+    // One group per model (as trained, then under the interventions): its name once, its two grids
+    // beside each other under short titles; a group goes beside the last where it fits, else on the next
+    // line (four grids of 72-pixel cells do not fit a 1280-pixel lecture window side by side).
+    const char* short_name = shown == LabValue::QuestionAttention ? "to answer" : "strongest head";
+    const float grid_w = label_w + cell * static_cast<float>(sweep.lengths.size());
+    const float group_w = std::max(grid_w, ImGui::CalcTextSize("accuracy").x) + ImGui::GetFontSize() +
+                          std::max(grid_w, ImGui::CalcTextSize(short_name).x);
+    for (size_t k = 0; k < series.size(); ++k) {
+      const LabSeries& x = series[k];
+      const std::string name = wrap_at_spaces(*x.name, std::max(group_w, ImGui::GetFontSize() * 14));
+      if (k > 0) {  // a wider gap between groups than inside one, so that their titles read apart
+        const float gap = ImGui::GetFontSize() * 2;
+        const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
+        if (ImGui::GetItemRectMax().x + gap + std::max(group_w, ImGui::CalcTextSize(name.c_str()).x) <= right)
+          ImGui::SameLine(0, gap);
+      }
+      ImGui::BeginGroup();
+      if (x.edited)
+        ImGui::TextColored(kIntervenedColour, "%s", name.c_str());
+      else
+        ImGui::TextUnformatted(name.c_str());
       for (const bool accuracy : {true, false}) {
-        // Beside the last grid where it fits, else on the next line (four grids of 72-pixel cells do not
-        // fit a 1280-pixel lecture window side by side).
-        const std::string title = name + ": " + (accuracy ? "accuracy" : shown_name);
-        if (!first)
-          flow_next(std::max(label_w + cell * static_cast<float>(sweep.lengths.size()),
-                             ImGui::CalcTextSize(title.c_str()).x) +
-                    ImGui::GetFontSize());
-        first = false;
-        ImGui::PushID(s * 2 + (accuracy ? 0 : 1) + 16 * nr.first + 256 * nr.second);
-        draw_lab_grid((name + ": " + (accuracy ? "accuracy" : shown_name)).c_str(), sweep, lab.cells[s], nr,
+        if (!accuracy) ImGui::SameLine(0, ImGui::GetFontSize());
+        ImGui::PushID(static_cast<int>(k) * 2 + (accuracy ? 0 : 1) + 16 * nr.first + 256 * nr.second);
+        draw_lab_grid(accuracy ? "accuracy" : short_name, sweep, *x.cells, nr,
                       accuracy ? LabValue::Accuracy : shown, accuracy ? 0.0 : lo, accuracy ? 1.0 : hi, cell);
         ImGui::PopID();
       }
+      ImGui::EndGroup();
     }
     if (lo < 0)
       ImGui::TextDisabled(
-          "accuracy colours span 0..1; %s: blue above 0, red below, to %.3f either way, both models",
+          "accuracy colours span 0..1; %s: blue above 0, red below, to %.3f either way, every grid",
           shown_name, std::max(-lo, hi));
     else
-      ImGui::TextDisabled("accuracy colours span 0..1; %s spans %.3f..%.3f for both models", shown_name, lo,
+      ImGui::TextDisabled("accuracy colours span 0..1; %s spans %.3f..%.3f in every grid", shown_name, lo,
                           hi);
   }
 }
 
 // The paper's Table 3 layout, the while-answering table and the multi-needle accuracies.
-void draw_lab_tables(const GuiState::Lab& lab, const SweepProgress& p, const std::vector<int>& slots) {
+void draw_lab_tables(const SweepProgress& p, const std::vector<LabSeries>& series) {
   const NeedleSweep& sweep = p.request.sweep;
   // The paper's Table 3 layout: attention to answer / noise by depth, per length and model.
   for (const auto& nr : sweep.needles_queried) {
@@ -329,17 +434,17 @@ void draw_lab_tables(const GuiState::Lab& lab, const SweepProgress& p, const std
       ImGui::TableSetupColumn("accuracy");
       ImGui::TableHeadersRow();
       for (int64_t L : sweep.lengths)
-        for (int s : slots) {
+        for (const LabSeries& x : series) {
           ImGui::TableNextRow();
           ImGui::TableNextColumn();
-          ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+          series_name(x);
           ImGui::TableNextColumn();
           ImGui::Text("%lld", static_cast<long long>(L));
           double acc = 0;
           int n = 0;
           for (double d : sweep.depths) {
             ImGui::TableNextColumn();
-            for (const auto& c : lab.cells[s])
+            for (const auto& c : *x.cells)
               if (c.cell.length == L && c.cell.depth == d && c.cell.needles == nr.first &&
                   c.cell.queried == nr.second) {
                 ImGui::Text("%.3f / %.3f", c.attention.answer, c.attention.noise);
@@ -369,16 +474,16 @@ void draw_lab_tables(const GuiState::Lab& lab, const SweepProgress& p, const std
     ImGui::TableSetupColumn("N, R");
     for (int64_t L : sweep.lengths) ImGui::TableSetupColumn((std::to_string(L) + " tokens").c_str());
     ImGui::TableHeadersRow();
-    for (int s : slots)
+    for (const LabSeries& x : series)
       for (const auto& nr : sweep.needles_queried) {
         ImGui::TableNextRow();
         ImGui::TableNextColumn();
-        ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+        series_name(x);
         ImGui::TableNextColumn();
         ImGui::Text("%d, %d", nr.first, nr.second);
         for (int64_t L : sweep.lengths) {
           ImGui::TableNextColumn();
-          const AnsweringMean a = answering_over_depths(lab.cells[s], L, nr.first, nr.second);
+          const AnsweringMean a = answering_over_depths(*x.cells, L, nr.first, nr.second);
           if (a.cells) ImGui::Text("%.3f / %.3f / %.2f", a.share.answer, a.share.noise, a.strongest_head);
         }
       }
@@ -393,15 +498,15 @@ void draw_lab_tables(const GuiState::Lab& lab, const SweepProgress& p, const std
       heads.push_back("N=" + std::to_string(nr.first) + " R=" + std::to_string(nr.second));
     for (const auto& h : heads) ImGui::TableSetupColumn(h.c_str());
     ImGui::TableHeadersRow();
-    for (int s : slots) {
+    for (const LabSeries& x : series) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+      series_name(x);
       for (const auto& nr : sweep.needles_queried) {
         ImGui::TableNextColumn();
         double acc = 0;
         int n = 0;
-        for (const auto& c : lab.cells[s])
+        for (const auto& c : *x.cells)
           if (c.cell.needles == nr.first && c.cell.queried == nr.second) acc += c.accuracy, ++n;
         if (n) ImGui::Text("%.2f", acc / n);
       }
@@ -411,9 +516,9 @@ void draw_lab_tables(const GuiState::Lab& lab, const SweepProgress& p, const std
 }
 
 // Every episode: what each model answered, right or not, and where it looked.
-void draw_lab_episodes(const SweepProgress& p, const std::vector<int>& slots) {
+void draw_lab_episodes(const std::vector<LabSeries>& series) {
   size_t episodes = 0;
-  for (int s : slots) episodes += p.runs[static_cast<size_t>(s)].size();
+  for (const LabSeries& x : series) episodes += x.runs->size();
   if (ImGui::CollapsingHeader(("Episodes (" + std::to_string(episodes) + ")").c_str(),
                               ImGuiTreeNodeFlags_DefaultOpen) &&
       ImGui::BeginTable("episodes", 9,
@@ -425,18 +530,18 @@ void draw_lab_episodes(const SweepProgress& p, const std::vector<int>& slots) {
          {"model", "tokens", "depth", "N", "R", "seed", "asked -> answered", "answer", "noise"})
       ImGui::TableSetupColumn(h);
     ImGui::TableHeadersRow();
-    std::vector<std::pair<int, size_t>> rows;
-    for (int s : slots)
-      for (size_t k = 0; k < p.runs[static_cast<size_t>(s)].size(); ++k) rows.push_back({s, k});
+    std::vector<std::pair<size_t, size_t>> rows;  // (series, episode)
+    for (size_t x = 0; x < series.size(); ++x)
+      for (size_t k = 0; k < series[x].runs->size(); ++k) rows.push_back({x, k});
     ImGuiListClipper clipper;
     clipper.Begin(static_cast<int>(rows.size()));
     while (clipper.Step())
       for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
-        const auto [s, k] = rows[static_cast<size_t>(i)];
-        const NeedleRun& run = p.runs[static_cast<size_t>(s)][k];
+        const auto [x, k] = rows[static_cast<size_t>(i)];
+        const NeedleRun& run = (*series[x].runs)[k];
         ImGui::TableNextRow();
         ImGui::TableNextColumn();
-        ImGui::TextUnformatted(p.models[static_cast<size_t>(s)].c_str());
+        series_name(series[x]);
         ImGui::TableNextColumn();
         ImGui::Text("%lld", static_cast<long long>(run.tokens));
         ImGui::TableNextColumn();
@@ -485,12 +590,10 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   } else {
     ImGui::TextWrapped("%s", kDefinitions.c_str());
   }
-  std::vector<int> slots;
-  for (int s = 0; s < kSlots; ++s)
-    if (!p.models[static_cast<size_t>(s)].empty()) slots.push_back(s);
-  draw_lab_heatmaps(state.lab, p, slots);
-  draw_lab_tables(state.lab, p, slots);
-  draw_lab_episodes(p, slots);
+  const std::vector<LabSeries> series = lab_series(state.lab, p);
+  draw_lab_heatmaps(state.lab, p, series);
+  draw_lab_tables(p, series);
+  draw_lab_episodes(series);
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   ImGui::TextWrapped(
       "Paper (Ye et al., ICLR 2025, Table 3; 3B models, 4K context): attention to answer by depth "

@@ -47,7 +47,7 @@ constexpr VerbName kVerbs[] = {
     {"pooling", "max|mean"},
     {"budget", "MB"},
     {"size", "WIDTHxHEIGHT"},
-    {"lab", "grid LENGTHS DEPTHS NEEDLES QUERIED SEEDS|start|cancel"},
+    {"lab", "grid LENGTHS DEPTHS NEEDLES QUERIED SEEDS|start|cancel|interventions on|off"},
     {"explain", "next|back|STEP"},
     {"present", "on|off"},
     {"export", "maps|heads|figure [WIDTHxHEIGHT [TEXT_PX]]|bundle|page [FILE.html]|window|folder DIR"},
@@ -305,12 +305,18 @@ bool parse_models_and_window(const LineReader& r, PlayAction& a) {
 // The lab, Explain and the exports: lab, explain, export. False: not one of these verbs.
 bool parse_lab_explain_export(const LineReader& r, PlayAction& a) {
   if (r.verb == "lab") {
-    if (r.w.empty()) r.bad("'lab' needs grid, start or cancel");
+    if (r.w.empty()) r.bad("'lab' needs grid, start, cancel or interventions");
     if (r.w[0] == "grid") {
       a.verb = PlayVerb::LabGrid;
       r.words(6, 6);
       a.words.assign(r.w.begin() + 1, r.w.end());
       (void)r.integer(r.w[5], 1, 100);
+    } else if (r.w[0] == "interventions") {  // the lab's "also under the interventions" box
+      a.verb = PlayVerb::LabInterventions;
+      r.words(2, 2);
+      const int on = pick(r.w[1], "on|off");
+      if (on < 0) r.bad("'lab interventions' takes on or off, not '" + r.w[1] + "'");
+      a.ints = {on == 0 ? 1 : 0};
     } else {
       a.verb = r.one_of("start|cancel") == 0 ? PlayVerb::LabStart : PlayVerb::LabCancel;
     }

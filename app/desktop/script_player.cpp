@@ -308,6 +308,9 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
     case PlayVerb::LabCancel:
       worker.cancel_sweep();
       break;
+    case PlayVerb::LabInterventions:
+      state.lab.with_interventions = a.ints[0] != 0;
+      break;
     case PlayVerb::Explain:
       state.explain.step =
           std::clamp(a.ints[1] != 0 ? state.explain.step + a.ints[1] : a.ints[0], 1, kExplainSteps);

@@ -133,6 +133,34 @@ void explain_slot(const Model& m, const std::vector<int64_t>& ids, const RunEdit
   }
 }
 
+// The sweep's interventions a slot's model can take, each checked alone as the episodes resolve them (the
+// code a one-token answer, the question's first token the query) in the shortest prompt; the others are
+// noted with their reason.
+std::vector<std::string> sweep_specs(const std::vector<std::string>& specs, const ModelConfig& config,
+                                     int64_t tokens, const std::string& side,
+                                     std::vector<std::string>& notes) {
+  PromptMarks marks;
+  marks.answer = {0, 1};
+  marks.query = 1;
+  std::vector<std::string> kept;
+  for (const std::string& spec : specs) {
+    try {
+      (void)resolve_interventions(std::vector<std::string>{spec}, config, marks, tokens);
+      kept.push_back(spec);
+    } catch (const Error& e) {
+      notes.push_back(side + ": skipped " + std::string(e.what()));
+    }
+  }
+  return kept;
+}
+
+// "NAME under A, B" (the needle command's name for a model's intervened rows).
+std::string edited_name(const std::string& name, const std::vector<std::string>& specs) {
+  std::string out = name;
+  for (size_t i = 0; i < specs.size(); ++i) out += (i == 0 ? " under " : ", ") + specs[i];
+  return out;
+}
+
 }  // namespace
 
 uint64_t InferenceWorker::run(const std::string& prompt, const CaptureOptions& options,
@@ -249,6 +277,11 @@ std::optional<SweepProgress> InferenceWorker::sweep_progress(uint64_t seen_versi
   return sweep_;
 }
 
+bool InferenceWorker::sweep_uses(int slot) const {
+  return std::any_of(sweep_slots_.begin(), sweep_slots_.end(),
+                     [&](const auto& lane) { return lane.first == slot; });
+}
+
 void InferenceWorker::drop_sweep_plan() {
   sweep_active_ = false;
   sweep_stop_ = false;
@@ -280,13 +313,15 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   std::string error;
   std::vector<std::string> slot_notes;
-  std::vector<int> slots;
+  std::vector<std::pair<int, bool>> slots;
   std::array<std::string, kSlots> names;
+  std::array<std::vector<std::string>, kSlots> applied;
   std::array<CountedHaystack, kSlots> haystacks = sweep_haystacks_;
   std::array<std::unique_ptr<EpisodeBuilder>, kSlots> builders;
   std::vector<NeedleJob> jobs;
   try {
     jobs = expand(req.sweep);
+    const int64_t shortest = *std::min_element(req.sweep.lengths.begin(), req.sweep.lengths.end());
     if (req.logit_bits != 0 && (req.logit_bits < 2 || req.logit_bits > 32))
       throw Error("logit quantization takes 2 to 32 bits (0: exact)");
     const std::string text = cli::read_file(req.haystack_path, "haystack text");
@@ -312,8 +347,9 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
         sweep_texts_[s] = text;
         names[s] = info.config.name.empty() ? to_string(info.config.attention) : info.config.name;
         names[s] += " (remote)";
-        if (req.logit_bits > 0) names[s] += " (logits " + std::to_string(req.logit_bits) + "-bit)";
-        slots.push_back(static_cast<int>(s));
+        applied[s] = sweep_specs(req.interventions[s], info.config, shortest, side, slot_notes);
+        slots.push_back({static_cast<int>(s), false});
+        if (!applied[s].empty()) slots.push_back({static_cast<int>(s), true});
         continue;
       }
       if (!m) {
@@ -346,8 +382,9 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
         continue;
       }
       names[s] = m->config().name.empty() ? to_string(m->config().attention) : m->config().name;
-      if (req.logit_bits > 0) names[s] += " (logits " + std::to_string(req.logit_bits) + "-bit)";
-      slots.push_back(static_cast<int>(s));
+      applied[s] = sweep_specs(req.interventions[s], m->config(), shortest, side, slot_notes);
+      slots.push_back({static_cast<int>(s), false});
+      if (!applied[s].empty()) slots.push_back({static_cast<int>(s), true});
     }
     if (slots.empty()) throw Error("no slot can run the sweep");
   } catch (const std::exception& e) {
@@ -357,6 +394,15 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
   sweep_haystacks_ = haystacks;  // counted once, kept for the next sweep
   if (sweep_.id != id) return;   // replaced meanwhile: the new request waits in pending_sweep_
   for (const auto& n : slot_notes) sweep_.error += (sweep_.error.empty() ? "" : "; ") + n;
+  // The logit bits last, after the interventions, as the needle command names its rows.
+  const std::string bits =
+      req.logit_bits > 0 ? " (logits " + std::to_string(req.logit_bits) + "-bit)" : std::string();
+  for (size_t s = 0; s < kSlots; ++s) {
+    if (names[s].empty()) continue;
+    if (!applied[s].empty()) sweep_.edited_models[s] = edited_name(names[s], applied[s]) + bits;
+    names[s] += bits;
+  }
+  sweep_.applied = applied;
   sweep_.models = names;
   if (!error.empty() || sweep_stop_) {
     end_sweep(error, sweep_stop_);
@@ -383,11 +429,14 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
   }
   const uint64_t id = sweep_.id;
   const NeedleJob job = sweep_jobs_[sweep_next_ / sweep_slots_.size()];
-  const size_t slot = static_cast<size_t>(sweep_slots_[sweep_next_ % sweep_slots_.size()]);
-  char what[200];
-  std::snprintf(what, sizeof what, "%s: %lld tokens, depth %.0f%%, N=%d R=%d, seed %llu",
-                sweep_.models[slot].c_str(), static_cast<long long>(job.cell.length), job.cell.depth * 100,
-                job.cell.needles, job.cell.queried, static_cast<unsigned long long>(job.seed));
+  const auto [lane_slot, edited] = sweep_slots_[sweep_next_ % sweep_slots_.size()];
+  const size_t slot = static_cast<size_t>(lane_slot);
+  const std::string lane_name = edited ? sweep_.edited_models[slot] : sweep_.models[slot];
+  const std::vector<std::string> specs = edited ? sweep_.applied[slot] : std::vector<std::string>{};
+  char what[400];
+  std::snprintf(what, sizeof what, "%s: %lld tokens, depth %.0f%%, N=%d R=%d, seed %llu", lane_name.c_str(),
+                static_cast<long long>(job.cell.length), job.cell.depth * 100, job.cell.needles,
+                job.cell.queried, static_cast<unsigned long long>(job.seed));
   sweep_.current = what;
   sweep_.version = ++sweep_version_;
   status_.activity =
@@ -407,11 +456,12 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
       r.names = sweep_.request.names;
       r.wording = sweep_.request.wording;
       r.logit_bits = bits;
+      r.interventions = specs;
       run = remotes_[slot]->needle(r);
     } else {
       models_[slot]->set_logit_bits(
           bits);  // only for this episode: prompt runs between episodes see exact logits
-      run = run_needle(*models_[slot], *sweep_builders_[slot], job.cell, job.seed, &cancel_);
+      run = run_needle(*models_[slot], *sweep_builders_[slot], job.cell, job.seed, &cancel_, specs);
     }
   } catch (const Cancelled&) {
   } catch (const std::exception& e) {
@@ -422,12 +472,12 @@ void InferenceWorker::sweep_step(std::unique_lock<std::mutex>& lock) {
   sweep_in_episode_ = false;
   if (sweep_.id != id) return;  // a new sweep was requested meanwhile
   if (!error.empty()) {
-    end_sweep(sweep_.models[slot] + ": " + error, false);
+    end_sweep(lane_name + ": " + error, false);
     return;
   }
   if (!run) return;  // interrupted: the prompt run or the cancel is handled next, the step stays
   sweep_.seconds += run->seconds;
-  sweep_.runs[slot].push_back(std::move(*run));
+  (edited ? sweep_.edited_runs : sweep_.runs)[slot].push_back(std::move(*run));
   ++sweep_.done;
   ++sweep_next_;
   sweep_.version = ++sweep_version_;
@@ -462,7 +512,7 @@ void InferenceWorker::connect_remote(const Load& job, std::unique_lock<std::mute
   SlotInfo& slot = status_.slots[static_cast<size_t>(job.slot)];
   slot.error = error;
   if (!client || !info) return;
-  if (sweep_active_ && std::find(sweep_slots_.begin(), sweep_slots_.end(), job.slot) != sweep_slots_.end())
+  if (sweep_active_ && sweep_uses(job.slot))
     end_sweep("stopped: the model in the " + std::string(job.slot == 0 ? "left" : "right") + " slot changed",
               true);
   const size_t s = static_cast<size_t>(job.slot);
@@ -504,8 +554,7 @@ void InferenceWorker::load_model(const Load& job, std::unique_lock<std::mutex>& 
   status_.load_fraction = -1;
   SlotInfo& info = status_.slots[static_cast<size_t>(job.slot)];
   info.error = error;
-  if (model && sweep_active_ &&
-      std::find(sweep_slots_.begin(), sweep_slots_.end(), job.slot) != sweep_slots_.end())
+  if (model && sweep_active_ && sweep_uses(job.slot))
     end_sweep("stopped: the model in the " + std::string(job.slot == 0 ? "left" : "right") + " slot changed",
               true);
   if (model) {

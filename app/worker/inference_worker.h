@@ -123,6 +123,10 @@ struct SweepRequest {
   NameSet names = NameSet::SingleToken;
   NeedleTemplate wording;  // needle and question sentences
   int logit_bits = 0;      // absmax-quantize attention logits to 8/6/4 bits during the sweep (0: exact)
+  // Each slot's interventions as written (core/intervention.h): a slot with some runs every episode twice,
+  // as trained and under them (the needle command's --intervene); the asked needle's code is the answer,
+  // the question's first token the query. Those a slot's model cannot take are skipped with the reason.
+  std::array<std::vector<std::string>, kSlots> interventions;
 };
 
 struct SweepProgress {
@@ -137,6 +141,11 @@ struct SweepProgress {
   std::string error;                       // why the sweep (or a slot) could not run
   std::array<std::string, kSlots> models;  // model names ("" for a slot that does not take part)
   std::array<std::vector<NeedleRun>, kSlots> runs;
+  // Under the request's interventions: each slot's specs kept ("" name and no runs when none), its name
+  // ("diff-small under lambda=0", as the needle command writes it) and its episodes, in the same order.
+  std::array<std::vector<std::string>, kSlots> applied;
+  std::array<std::string, kSlots> edited_models;
+  std::array<std::vector<NeedleRun>, kSlots> edited_runs;
   uint64_t version = 0;  // grows with every change
 };
 
@@ -196,6 +205,7 @@ class InferenceWorker {
   void sweep_step(std::unique_lock<std::mutex>& lock);
   void end_sweep(const std::string& error, bool cancelled);  // publishes the end of sweep_
   void drop_sweep_plan();                                    // forgets the private plan only
+  bool sweep_uses(int slot) const;                           // the sweep runs episodes on that slot
 
   struct Load {
     int slot;
@@ -259,8 +269,9 @@ class InferenceWorker {
   bool sweep_in_episode_ = false;  // an episode runs now (cancel_sweep interrupts it)
   bool sweep_stop_ = false;        // cancel_sweep() asked
   std::vector<NeedleJob> sweep_jobs_;
-  std::vector<int> sweep_slots_;  // the slots taking part
-  size_t sweep_next_ = 0;         // next step: job = next / slots, slot = next % slots
+  // The lanes taking part, in turn per episode: a slot as trained (false) and under its interventions (true).
+  std::vector<std::pair<int, bool>> sweep_slots_;
+  size_t sweep_next_ = 0;  // next step: job = next / slots, slot = next % slots
   // Haystacks counted with each slot's tokenizer, kept across sweeps (counting 300 KB takes ~0.5 s) until
   // the slot's model or the haystack file changes. Worker thread only, like the builders.
   struct CountedHaystack {
