@@ -264,6 +264,125 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
   return bpe;
 }
 
+namespace {
+
+// Standard base64 (RFC 4648, '=' padding); false on any other character or a bad length.
+bool base64_decode(const std::string& in, std::string& out) {
+  static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  out.clear();
+  if (in.empty() || in.size() % 4 != 0) return false;
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t pad = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const char c = in[i];
+    if (c == '=') {
+      if (i + 2 < in.size()) return false;  // padding only in the last two places
+      ++pad;
+      continue;
+    }
+    if (pad) return false;
+    const size_t v = kAlphabet.find(c);
+    if (v == std::string::npos) return false;
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xFF);
+    }
+  }
+  return !out.empty();
+}
+
+}  // namespace
+
+std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_tiktoken(
+    const std::string& text, const std::string& src, const std::string& pattern,
+    const std::vector<std::pair<std::string, int64_t>>& specials) {
+  auto bpe = std::shared_ptr<ByteLevelBpe>(new ByteLevelBpe());
+  const ByteMap& bm = byte_map();
+  constexpr int64_t kMaxId = int64_t{1} << 24;
+  std::unordered_map<std::string, int64_t> rank_of;  // raw bytes -> rank
+  int64_t max_id = -1;
+  size_t line_no = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(at, nl - at);
+    at = nl + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    auto fail = [&](const std::string& what) {
+      throw Error(src + ":" + std::to_string(line_no) + ": " + what +
+                  " (a .tiktoken file has one \"BASE64-TOKEN RANK\" line per token)");
+    };
+    const size_t sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || line.find(' ', sp + 1) != std::string::npos)
+      fail("not two fields");
+    std::string bytes;
+    if (!base64_decode(line.substr(0, sp), bytes)) fail("'" + line.substr(0, sp) + "' is not base64");
+    const std::string r = line.substr(sp + 1);
+    if (r.empty() || r.size() > 9 || r.find_first_not_of("0123456789") != std::string::npos)
+      fail("rank '" + r + "' is not a whole number below 10^9");
+    const int64_t rank = std::stoll(r);
+    if (rank >= kMaxId) fail("rank " + r + " is beyond " + std::to_string(kMaxId));
+    if (!rank_of.emplace(bytes, rank).second) fail("the token is listed twice");
+    max_id = std::max(max_id, rank);
+  }
+  if (rank_of.empty()) throw Error(src + ": no tokens (is this a .tiktoken rank file?)");
+  for (const auto& [name, id] : specials) max_id = std::max(max_id, id);
+  bpe->vocab_size_ = max_id + 1;
+  bpe->id_to_bytes_.assign(static_cast<size_t>(bpe->vocab_size_), "");
+  std::vector<bool> taken(static_cast<size_t>(bpe->vocab_size_), false);
+  for (const auto& [bytes, rank] : rank_of) {
+    if (taken[static_cast<size_t>(rank)])
+      throw Error(src + ": rank " + std::to_string(rank) + " is given to two tokens");
+    taken[static_cast<size_t>(rank)] = true;
+    std::string mapped;
+    for (unsigned char c : bytes) mapped += bm.to_char[c];
+    bpe->vocab_[mapped] = rank;
+    bpe->id_to_bytes_[static_cast<size_t>(rank)] = bytes;
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = rank_of.find(std::string(1, static_cast<char>(b)));
+    if (it == rank_of.end()) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      throw Error(src + ": no token for the byte " + std::string(hex) +
+                  ": text containing it could not be encoded");
+    }
+    bpe->byte_ids_[b] = it->second;
+  }
+  // tiktoken merges the adjacent pair whose joined bytes rank lowest: every way of cutting a token into
+  // two tokens is such a pair, ranked by the whole (the heap then takes the leftmost among equals).
+  for (const auto& [bytes, rank] : rank_of)
+    for (size_t k = 1; k < bytes.size(); ++k) {
+      const auto a = rank_of.find(bytes.substr(0, k)), b = rank_of.find(bytes.substr(k));
+      if (a != rank_of.end() && b != rank_of.end())
+        bpe->merges_[pair_key(a->second, b->second)] = {rank, rank};
+    }
+  bpe->ignore_merges_ = true;  // a piece that is a token is that token (tiktoken's first look-up)
+  for (const auto& [name, id] : specials) {
+    if (id < static_cast<int64_t>(taken.size()) && taken[static_cast<size_t>(id)])
+      throw Error(src + ": special token " + name + " has id " + std::to_string(id) +
+                  ", which the file gives to an ordinary token");
+    bpe->added_[0].push_back({name, id, false, false, false});
+    bpe->id_to_bytes_[static_cast<size_t>(id)] = name;
+  }
+  std::stable_sort(bpe->added_[0].begin(), bpe->added_[0].end(),
+                   [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+  for (const Added& a : bpe->added_[0]) bpe->added_first_[0][static_cast<unsigned char>(a.content[0])] = true;
+  int err = 0;
+  PCRE2_SIZE where = 0;
+  auto r = std::make_unique<Regex>();
+  r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &where, nullptr);
+  if (!r->code) throw Error(src + ": the split pattern does not compile at offset " + std::to_string(where));
+  bpe->splits_.push_back(std::move(r));
+  return bpe;
+}
+
 int64_t ByteLevelBpe::id_of(const std::string& token) const {
   auto it = vocab_.find(token);
   return it == vocab_.end() ? -1 : it->second;

@@ -22,6 +22,14 @@ class ByteLevelBpe {
   static std::shared_ptr<const ByteLevelBpe> load(const std::filesystem::path& tokenizer_json);
   // The same from the file's text (tests build small tokenizers in memory).
   static std::shared_ptr<const ByteLevelBpe> from_json(const std::string& text, const std::string& source);
+  // A tiktoken rank file (`.tiktoken`: one "BASE64-TOKEN RANK" line per token, the rank also its id) with
+  // the split pattern and special tokens the file itself does not hold (tiktoken keeps them in its code).
+  // Encodes as tiktoken does: a piece that is a token is that token; else the adjacent pair whose joined
+  // bytes have the lowest rank merges first, the leftmost among equals. Special tokens are matched in the
+  // text before the split. Throws Error naming `source` and the line at fault.
+  static std::shared_ptr<const ByteLevelBpe> from_tiktoken(
+      const std::string& text, const std::string& source, const std::string& pattern,
+      const std::vector<std::pair<std::string, int64_t>>& specials);
   ~ByteLevelBpe();
 
   struct Token {

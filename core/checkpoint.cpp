@@ -85,6 +85,20 @@ CheckpointFiles::CheckpointFiles(const std::filesystem::path& dir) {
                         " but not in it");
 }
 
+CheckpointFiles::CheckpointFiles(const std::filesystem::path& file,
+                                 const std::function<std::string(const std::string&)>& rename) {
+  files_.push_back(std::make_unique<SafetensorsFile>(file));
+  for (const TensorInfo& t : files_[0]->tensors()) {
+    const std::string name = rename(t.name);
+    if (name.empty()) continue;
+    if (auto it = entries_.find(name); it != entries_.end())
+      throw FormatError(file.string() + ": tensors '" + it->second.info->name + "' and '" + t.name +
+                        "' both stand for '" + name + "'");
+    entries_[name] = {files_[0].get(), &t};
+  }
+  if (entries_.empty()) throw FormatError(file.string() + ": no model tensors in it");
+}
+
 const CheckpointFiles::Entry* CheckpointFiles::find(const std::string& name) const {
   auto it = entries_.find(name);
   return it == entries_.end() ? nullptr : &it->second;

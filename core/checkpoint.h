@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,6 +20,10 @@ class CheckpointFiles {
   // missing, a tensor is listed twice or lives elsewhere than its index says; a directory without
   // safetensors weights gets a message saying so (PyTorch .bin files are not read).
   explicit CheckpointFiles(const std::filesystem::path& dir);
+  // One weights file whose tensors are named otherwise (diff-mlx): `rename` gives each tensor's DiffLens
+  // name, "" to leave it out (optimizer state). Two tensors renamed alike are refused.
+  CheckpointFiles(const std::filesystem::path& file,
+                  const std::function<std::string(const std::string&)>& rename);
 
   struct Entry {
     const SafetensorsFile* file;

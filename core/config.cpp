@@ -431,8 +431,13 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
     c.tokenizer = TokenizerKind::SentencePiece;
   else if (tok == "byte-level-bpe")
     c.tokenizer = TokenizerKind::ByteLevelBpe;
+  else if (tok == "tiktoken-cl100k")
+    c.tokenizer = TokenizerKind::Tiktoken;
   else
-    fail(src, "'tokenizer' must be \"bytes\", \"sentencepiece\" or \"byte-level-bpe\", got \"" + tok + "\"");
+    fail(
+        src,
+        "'tokenizer' must be \"bytes\", \"sentencepiece\", \"byte-level-bpe\" or \"tiktoken-cl100k\", got \"" +
+            tok + "\"");
   c.name = get_string(j, "name", src, "");
   c.validate(src);
   return c;
@@ -466,6 +471,7 @@ std::string config_to_json_text(const ModelConfig& c) {
   j["eos_token_id"] = c.eos_token_id;
   j["tokenizer"] = c.tokenizer == TokenizerKind::Bytes           ? "bytes"
                    : c.tokenizer == TokenizerKind::SentencePiece ? "sentencepiece"
+                   : c.tokenizer == TokenizerKind::Tiktoken      ? "tiktoken-cl100k"
                                                                  : "byte-level-bpe";
   return j.dump(2) + "\n";
 }

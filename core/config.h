@@ -21,7 +21,8 @@ enum class RopeStyle { Interleaved, Half };
 // Adjacent: sub-head 2h is component 1 of head h, 2h+1 is component 2, v_proj is [Hkv, 2d] (official).
 // Half: sub-head h is component 1, h + H is component 2, V_h = concat(v_h, v_{h+Hkv}) (DiffLlama).
 enum class DiffPairing { Adjacent, Half };
-enum class TokenizerKind { Bytes, SentencePiece, ByteLevelBpe };
+// Tiktoken: tiktoken's cl100k_base rank file (cl100k_base.tiktoken; the diff-mlx models).
+enum class TokenizerKind { Bytes, SentencePiece, ByteLevelBpe, Tiktoken };
 
 // Rotary frequency scaling as Hugging Face configs declare it ("rope_scaling"): none, "linear" (every
 // frequency divided by factor) or "llama3" (long wavelengths divided by factor, short ones kept, a smooth

@@ -14,6 +14,7 @@
 #include "core/checkpoint.h"
 #include "core/devices.h"
 #include "core/error.h"
+#include "core/model_dir.h"
 #include "core/model_impl.h"
 #include "core/model_tokenizer.h"
 #include "core/safetensors.h"
@@ -98,16 +99,23 @@ uint64_t Model::weight_memory_bytes(const ModelConfig& config, bool half_storage
   return (n - small) * 2 + small * 4;
 }
 
-Model Model::load(const std::filesystem::path& dir, DeviceChoice device,
+Model Model::load(const std::filesystem::path& given, DeviceChoice device,
                   const std::function<void(int64_t, int64_t)>& progress, const std::atomic<bool>* cancel) {
-  if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a model directory");
-  ModelConfig config = load_config(dir / "config.json");
+  if (!std::filesystem::is_directory(given)) throw Error(given.string() + ": not a model directory");
+  const std::filesystem::path dir = resolve_hub_cache(given);  // a hub cache folder: its snapshot
+  ModelConfig config = read_model_config(dir);
   std::string note;
   Tokenizer tokenizer = directory_tokenizer(dir, config, note);
-  if (config.name.empty())
-    config.name = std::filesystem::absolute(dir).lexically_normal().filename().string();
+  if (config.name.empty()) {
+    // A snapshot folder is named by its commit: the cache folder's models--ORG--NAME says more.
+    const std::filesystem::path shown =
+        dir != given ? std::filesystem::absolute(given) : std::filesystem::absolute(dir);
+    config.name = shown.lexically_normal().filename().string();
+    if (config.architecture == "diff-mlx")  // "diff" and "vanilla" alone say little
+      config.name = "diff-mlx " + config.name;
+  }
   if (config.name.empty()) config.name = dir.string();
-  const CheckpointFiles files(dir);
+  const CheckpointFiles files = open_model_weights(dir, config);
   // Half-precision checkpoints stay half precision in memory (converted per matrix as the forward pass
   // reaches it); F32 ones stay F32. Refuse before allocating what the machine does not have.
   const std::string dtypes = files.dtype_summary();
@@ -145,7 +153,7 @@ Model Model::load(const std::filesystem::path& dir, DeviceChoice device,
                              : "") +
                         ")");
     if (e->info->shape != expected)
-      throw FormatError(e->file->path().string() + ": tensor '" + name + "' is " +
+      throw FormatError(e->file->path().string() + ": tensor '" + e->info->name + "' is " +
                         shape_string(e->info->shape) + ", config expects " + shape_string(expected));
     std::vector<float> data = e->file->read_f32(*e->info);
     if (progress) progress(++done, total);

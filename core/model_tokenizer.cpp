@@ -5,6 +5,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/model.h"
+#include "core/model_dir.h"
 
 namespace difflens {
 namespace {
@@ -38,13 +39,39 @@ Tokenizer hf_tokenizer(const std::filesystem::path& dir, ModelConfig& config, st
   return Tokenizer::without_files(config);
 }
 
+// A diff-mlx folder's tokenizer: tiktoken's cl100k_base, which its folders do not hold (tiktoken fetches
+// it into its cache); `note` says where it was looked for and where to get it when it is not there.
+Tokenizer diff_mlx_tokenizer(const std::filesystem::path& dir, const ModelConfig& config, std::string& note) {
+  std::vector<std::string> looked;
+  const std::filesystem::path file = find_cl100k(dir, &looked);
+  if (file.empty()) {
+    std::string where;
+    for (const auto& p : looked) where += (where.empty() ? "" : ", ") + p;
+    note = "no cl100k_base.tiktoken (the diff-mlx models read text with tiktoken's cl100k_base; looked for " +
+           where + "): download " + kCl100kUrl +
+           " into this folder or the one above it; meanwhile give token ids";
+    return Tokenizer::without_files(config);
+  }
+  try {
+    Tokenizer t = Tokenizer::tiktoken(file, "cl100k_base", config.bos_token_id, config.eos_token_id);
+    if (t.vocab_size() > config.vocab_size)
+      throw Error(file.string() + ": has " + std::to_string(t.vocab_size()) +
+                  " tokens, more than the model's vocab_size " + std::to_string(config.vocab_size));
+    return t;
+  } catch (const std::exception& e) {
+    note = std::string("tokenizer not usable (") + e.what() + "): give token ids";
+    return Tokenizer::without_files(config);
+  }
+}
+
 }  // namespace
 
 // The directory's config may be updated with the tokenizer kind found.
 
 Tokenizer directory_tokenizer(const std::filesystem::path& dir, ModelConfig& config, std::string& note) {
+  if (config.architecture == "diff-mlx") return diff_mlx_tokenizer(dir, config, note);
   if (config.architecture != "difflens") return hf_tokenizer(dir, config, note);
-  if (config.tokenizer == TokenizerKind::ByteLevelBpe) {
+  if (config.tokenizer == TokenizerKind::ByteLevelBpe || config.tokenizer == TokenizerKind::Tiktoken) {
     try {  // as for Hugging Face directories: an unusable tokenizer.json leaves token ids
       return Tokenizer::for_model(dir, config);
     } catch (const std::exception& e) {
@@ -65,7 +92,7 @@ Tokenizer directory_tokenizer(const std::filesystem::path& dir, ModelConfig& con
 
 Tokenizer Model::load_tokenizer(const std::filesystem::path& dir, std::string& note) {
   if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a model directory");
-  ModelConfig config = load_config(dir / "config.json");
+  ModelConfig config = read_model_config(dir);
   return directory_tokenizer(dir, config, note);
 }
 

@@ -9,7 +9,9 @@
 #include <algorithm>
 
 #include <cstdio>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "core/bpe.h"
 #include "core/error.h"
@@ -141,6 +143,43 @@ Tokenizer Tokenizer::byte_level_bpe(const std::filesystem::path& file, int64_t b
   return t;
 }
 
+Tokenizer Tokenizer::tiktoken(const std::filesystem::path& file, const std::string& encoding, int64_t bos_id,
+                              int64_t eos_id) {
+  // What tiktoken's code holds for the encoding (the .tiktoken file has only the ranks): its split pattern
+  // (the classic form of tiktoken's cl100k_base pat_str, the one Llama 3's tokenizer.json also uses),
+  // its special tokens and the number of ranks the file must have.
+  if (encoding != "cl100k_base")
+    throw Error(
+        file.string() + ": the tiktoken encoding '" + encoding +
+        "' is not one DiffLens knows (cl100k_base is; the others' split patterns are not in their files)");
+  static const std::string kPattern =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  static const std::vector<std::pair<std::string, int64_t>> kSpecials = {{"<|endoftext|>", 100257},
+                                                                         {"<|fim_prefix|>", 100258},
+                                                                         {"<|fim_middle|>", 100259},
+                                                                         {"<|fim_suffix|>", 100260},
+                                                                         {"<|endofprompt|>", 100276}};
+  constexpr int64_t kRanks = 100256;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(file.string() + ": cannot open the tiktoken file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Tokenizer t;
+  t.bpe_ = ByteLevelBpe::from_tiktoken(ss.str(), file.string(), kPattern, kSpecials);
+  // Every rank from 0 to 100255 is an ordinary token; the specials follow.
+  int64_t ordinary = 0;
+  for (int64_t id = 0; id < t.bpe_->vocab_size(); ++id)
+    if (!t.bpe_->token_bytes(id).empty() && id < kRanks) ++ordinary;
+  if (ordinary != kRanks || t.bpe_->vocab_size() != 100277)
+    throw Error(file.string() + ": not cl100k_base's rank file (it has " + std::to_string(ordinary) +
+                " tokens numbered below " + std::to_string(kRanks) + " and ids up to " +
+                std::to_string(t.bpe_->vocab_size() - 1) + "; cl100k_base has 100256 and 100276)");
+  t.vocab_size_ = t.bpe_->vocab_size();
+  t.bos_id_ = bos_id < t.vocab_size_ ? bos_id : -1;
+  t.eos_id_ = eos_id < t.vocab_size_ ? eos_id : -1;
+  return t;
+}
+
 Tokenizer Tokenizer::bytes(int64_t vocab_size) {
   if (vocab_size < kByteOffset + 256)
     throw Error("byte tokenizer needs a vocabulary of at least 259 ids, the model has " +
@@ -169,6 +208,8 @@ Tokenizer Tokenizer::for_model(const std::filesystem::path& dir, const ModelConf
                     " pieces but config.json says vocab_size " + std::to_string(config.vocab_size));
       return t;
     }
+    case TokenizerKind::Tiktoken:
+      return tiktoken(dir / "cl100k_base.tiktoken", "cl100k_base", config.bos_token_id, config.eos_token_id);
     case TokenizerKind::ByteLevelBpe: {
       Tokenizer t = byte_level_bpe(dir / "tokenizer.json", config.bos_token_id, config.eos_token_id);
       if (t.vocab_size() > config.vocab_size)

@@ -35,6 +35,11 @@ class Tokenizer {
   // config (-1: none). Throws Error naming the file and what it does not support.
   static Tokenizer byte_level_bpe(const std::filesystem::path& tokenizer_json, int64_t bos_id,
                                   int64_t eos_id);
+  // A tiktoken rank file of a known encoding (only "cl100k_base": its split pattern and special tokens live
+  // in tiktoken's code, not in the file), BOS/EOS as given (-1: none). Throws Error naming the file when it
+  // is not that encoding's (another token count) or not a rank file.
+  static Tokenizer tiktoken(const std::filesystem::path& rank_file, const std::string& encoding,
+                            int64_t bos_id, int64_t eos_id);
   // The tokenizer a checkpoint directory declares in its config. Throws Error when it cannot be loaded.
   static Tokenizer for_model(const std::filesystem::path& dir, const ModelConfig& config);
 

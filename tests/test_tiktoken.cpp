@@ -1,0 +1,178 @@
+// tiktoken rank files (`.tiktoken`, the cl100k_base tokenizer of the diff-mlx models): small files written
+// here, encoded by DiffLens and by an independent transcription of tiktoken's merge loop below (the
+// lowest-ranked adjacent pair merges first, the leftmost among equals; a piece that is a token stays one),
+// special tokens, what is refused, and a file of cl100k_base's shape read as that encoding.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <random>
+
+#include "core/bpe.h"
+#include "core/error.h"
+#include "core/tokenizer.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+namespace {
+
+std::string b64(const std::string& bytes) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) | (static_cast<uint8_t>(bytes[i + 1]) << 8) |
+                       static_cast<uint8_t>(bytes[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += k[(v >> s) & 63];
+  }
+  if (bytes.size() - i == 1) {
+    const uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
+    out += k[(v >> 18) & 63];
+    out += k[(v >> 12) & 63];
+    out += "==";
+  } else if (bytes.size() - i == 2) {
+    const uint32_t v = (static_cast<uint8_t>(bytes[i]) << 16) | (static_cast<uint8_t>(bytes[i + 1]) << 8);
+    out += k[(v >> 18) & 63];
+    out += k[(v >> 12) & 63];
+    out += k[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+// Ranks: the 256 bytes first (in a shuffled order, as real files have them), then `words` in order.
+std::map<std::string, int64_t> ranks_for(const std::vector<std::string>& words, uint32_t seed) {
+  std::vector<int> bytes(256);
+  for (int b = 0; b < 256; ++b) bytes[static_cast<size_t>(b)] = b;
+  std::mt19937 rng(seed);
+  std::shuffle(bytes.begin(), bytes.end(), rng);
+  std::map<std::string, int64_t> r;
+  int64_t next = 0;
+  for (int b : bytes) r[std::string(1, static_cast<char>(b))] = next++;
+  for (const auto& w : words) r.emplace(w, next++);
+  return r;
+}
+
+std::string rank_file(const std::map<std::string, int64_t>& ranks) {
+  std::string out;
+  for (const auto& [bytes, rank] : ranks) out += b64(bytes) + " " + std::to_string(rank) + "\n";
+  return out;
+}
+
+// tiktoken's byte-pair merge of one piece, transcribed from its description: while some adjacent pair's
+// joined bytes are a token, merge the pair of lowest rank (the first such pair when several tie).
+std::vector<int64_t> reference_merge(const std::string& piece, const std::map<std::string, int64_t>& ranks) {
+  if (ranks.count(piece)) return {ranks.at(piece)};
+  std::vector<std::string> parts;
+  for (char c : piece) parts.push_back(std::string(1, c));
+  for (;;) {
+    int64_t best = -1;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      auto it = ranks.find(parts[i] + parts[i + 1]);
+      if (it != ranks.end() && (best < 0 || it->second < best)) best = it->second, at = i;
+    }
+    if (best < 0) break;
+    parts[at] += parts[at + 1];
+    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  }
+  std::vector<int64_t> ids;
+  for (const auto& p : parts) ids.push_back(ranks.at(p));
+  return ids;
+}
+
+const std::string kCl100kPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+std::vector<int64_t> ids_of(const ByteLevelBpe& bpe, const std::string& text) {
+  std::vector<int64_t> out;
+  for (const auto& t : bpe.encode(text)) out.push_back(t.id);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("tiktoken: a rank file encodes as tiktoken does, hand-computed and against its merge loop",
+          "[tokenizer][tiktoken]") {
+  const auto ranks = ranks_for({"ab", "bc", "abc", "ca", " a", " ab", "cab", "xyz"}, 1);
+  const auto bpe =
+      ByteLevelBpe::from_tiktoken(rank_file(ranks), "t.tiktoken", kCl100kPattern, {{"<|end|>", 300}});
+  const int64_t ab = ranks.at("ab"), abc = ranks.at("abc"), cab = ranks.at("cab"), sp_ab = ranks.at(" ab");
+  // A piece that is a token is that token, even one no merge leads to ("xy" and "yz" are not tokens).
+  CHECK(ids_of(*bpe, "xyz") == std::vector<int64_t>{ranks.at("xyz")});
+  CHECK(ids_of(*bpe, "xyzxyz") == std::vector<int64_t>{ranks.at("x"), ranks.at("y"), ranks.at("z"),
+                                                       ranks.at("x"), ranks.at("y"), ranks.at("z")});
+  // "cab": a-b ranks below c-a, so [c, ab], then c-ab makes "cab".
+  CHECK(ids_of(*bpe, "cab") == std::vector<int64_t>{cab});
+  // "abcab": a-b (rank of "ab") at 0 and 3, the leftmost first; then ab-c makes "abc"; then a-b.
+  CHECK(ids_of(*bpe, "abcab") == std::vector<int64_t>{abc, ab});
+  // The regex keeps a leading space with the word: " ab" is one piece and one token.
+  CHECK(ids_of(*bpe, "abc ab") == std::vector<int64_t>{abc, sp_ab});
+  // The special token is matched before the split, as one id.
+  CHECK(ids_of(*bpe, "ab<|end|>ab") == std::vector<int64_t>{ab, 300, ab});
+  CHECK(bpe->vocab_size() == 301);
+  CHECK(bpe->decode({abc, 300, sp_ab}) == "abc<|end|> ab");
+  // Random words against the transcription of tiktoken's loop (letters only: each " word" is one piece).
+  std::mt19937 rng(7);
+  int checked = 0;
+  for (int n = 0; n < 300; ++n) {
+    std::string word = n % 2 ? " " : "";
+    const size_t len = 1 + rng() % 9;
+    for (size_t i = 0; i < len; ++i) word += "abc"[rng() % 3];
+    INFO(word);
+    CHECK(ids_of(*bpe, word) == reference_merge(word, ranks));
+    ++checked;
+  }
+  CHECK(checked == 300);
+}
+
+TEST_CASE("tiktoken: broken rank files are refused with the line at fault", "[tokenizer][tiktoken][errors]") {
+  auto refusal = [](const std::string& text) {
+    try {
+      ByteLevelBpe::from_tiktoken(text, "t.tiktoken", kCl100kPattern, {});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const std::string good = rank_file(ranks_for({}, 2));
+  CHECK(refusal(good) == "(accepted)");
+  CHECK_THAT(refusal(good + "YWI= x\n"), Catch::StartsWith("t.tiktoken:257: rank 'x' is not a whole number"));
+  CHECK_THAT(refusal(good + "!!!! 300\n"), Catch::StartsWith("t.tiktoken:257: '!!!!' is not base64"));
+  CHECK_THAT(refusal(good + "YWI= 1 2\n"), Catch::StartsWith("t.tiktoken:257: not two fields"));
+  CHECK_THAT(refusal(good + b64("a") + " 400\n"), Catch::Contains("the token is listed twice"));
+  CHECK_THAT(refusal(good + "YWI= 5\n"), Catch::Contains("rank 5 is given to two tokens"));
+  // A byte without a token: text holding it could not be encoded.
+  std::string no_z;
+  for (const auto& [bytes, rank] : ranks_for({}, 2))
+    if (bytes != "z") no_z += b64(bytes) + " " + std::to_string(rank) + "\n";
+  CHECK_THAT(refusal(no_z), Catch::Contains("no token for the byte 0x7A"));
+  CHECK_THAT(refusal(""), Catch::Contains("no tokens (is this a .tiktoken rank file?)"));
+}
+
+TEST_CASE("tiktoken: a file of cl100k_base's shape reads as that encoding, another is refused",
+          "[tokenizer][tiktoken]") {
+  test::ScratchDir dir("tiktoken");
+  // 256 bytes and 100,000 made-up tokens: cl100k_base's 100,256 ranks (the real file is not shipped).
+  std::vector<std::string> words;
+  for (int i = 0; words.size() < 100000; ++i) words.push_back("w" + std::to_string(i));
+  test::write_all(dir / "cl100k_base.tiktoken", rank_file(ranks_for(words, 3)));
+  const Tokenizer t = Tokenizer::tiktoken(dir / "cl100k_base.tiktoken", "cl100k_base", 100257, 100257);
+  CHECK(t.vocab_size() == 100277);
+  CHECK(t.is_byte_level_bpe());
+  const Encoding e = t.encode("<|endoftext|>w42 w7", true);
+  REQUIRE(e.ids.size() >= 3);
+  CHECK(e.ids[0] == 100257);  // BOS
+  CHECK(e.ids[1] == 100257);  // typed: the special token itself
+  CHECK(t.decode(e.ids) == "<|endoftext|><|endoftext|>w42 w7");
+  CHECK(t.piece(100276) == "<|endofprompt|>");
+  // Too few tokens for cl100k_base, or an encoding DiffLens does not know.
+  words.resize(1000);
+  test::write_all(dir / "small.tiktoken", rank_file(ranks_for(words, 3)));
+  CHECK_THROWS_WITH(Tokenizer::tiktoken(dir / "small.tiktoken", "cl100k_base", -1, -1),
+                    Catch::Contains("not cl100k_base's rank file (it has 1256 tokens"));
+  CHECK_THROWS_WITH(Tokenizer::tiktoken(dir / "small.tiktoken", "o200k_base", -1, -1),
+                    Catch::Contains("the tiktoken encoding 'o200k_base' is not one DiffLens knows"));
+  CHECK_THROWS_WITH(Tokenizer::tiktoken(dir / "missing.tiktoken", "cl100k_base", -1, -1),
+                    Catch::Contains("cannot open the tiktoken file"));
+}
