@@ -104,7 +104,7 @@ std::vector<std::filesystem::path> models_in(const std::filesystem::path& given)
   if (!std::filesystem::is_directory(given, ec))
     throw Error(given.string() + ": not a folder (a model is a folder)");
   const std::filesystem::path path = resolve_hub_cache(given);
-  if (is_model_folder(path)) return {path};
+  if (is_model_folder(path)) return {given};  // as given: a cache folder's name names the model
   std::vector<std::filesystem::path> found;
   for (std::filesystem::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
@@ -146,12 +146,8 @@ ModelConfig read_model_config(const std::filesystem::path& dir) {
   const std::filesystem::path file = dir / "config.json";
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec)) {
-    std::vector<std::filesystem::path> inside;
-    try {
-      inside = models_in(dir);
-    } catch (const Error&) {
-      throw ConfigError(file.string() + ": cannot open (does the model directory contain config.json?)");
-    }
+    if (!std::filesystem::is_directory(dir, ec)) throw ConfigError(dir.string() + ": not a model directory");
+    const std::vector<std::filesystem::path> inside = models_in(dir);  // none: the layouts DiffLens reads
     std::string names;
     for (const auto& p : inside) names += (names.empty() ? "" : ", ") + p.filename().string();
     throw ConfigError(dir.string() + ": holds " + std::to_string(inside.size()) + " model" +

@@ -22,7 +22,8 @@ enum class ModelLayout { DiffLens, HuggingFace, DiffMlx };
 std::filesystem::path resolve_hub_cache(const std::filesystem::path& path);
 
 // The models a path holds, in the order the slots take them: the path itself when it is a model folder
-// (after resolve_hub_cache), else its sub-folders that are model folders, a DIFF model first (a folder
+// (also a hub cache folder of one model, kept as given: Model::load resolves it and names the model by
+// it), else its sub-folders that are model folders, a DIFF model first (a folder
 // whose name has "diff", then the others by name). Throws Error when there is none: the message lists
 // the layouts DiffLens reads and what the folder holds.
 std::vector<std::filesystem::path> models_in(const std::filesystem::path& path);

@@ -130,6 +130,7 @@ Tokenizer Tokenizer::sentencepiece(const std::filesystem::path& model_file) {
   t.bos_id_ = api.special_id(spm->handle, 1);
   t.eos_id_ = api.special_id(spm->handle, 2);
   t.spm_ = std::move(spm);
+  t.file_ = model_file;
   return t;
 }
 
@@ -137,6 +138,7 @@ Tokenizer Tokenizer::byte_level_bpe(const std::filesystem::path& file, int64_t b
   if (!std::filesystem::exists(file)) throw Error(file.string() + ": tokenizer file not found");
   Tokenizer t;
   t.bpe_ = ByteLevelBpe::load(file);
+  t.file_ = file;
   t.vocab_size_ = t.bpe_->vocab_size();
   t.bos_id_ = bos_id < t.vocab_size_ ? bos_id : -1;
   t.eos_id_ = eos_id < t.vocab_size_ ? eos_id : -1;
@@ -166,6 +168,8 @@ Tokenizer Tokenizer::tiktoken(const std::filesystem::path& file, const std::stri
   ss << in.rdbuf();
   Tokenizer t;
   t.bpe_ = ByteLevelBpe::from_tiktoken(ss.str(), file.string(), kPattern, kSpecials);
+  t.tiktoken_ = true;
+  t.file_ = file;
   // Every rank from 0 to 100255 is an ordinary token; the specials follow.
   int64_t ordinary = 0;
   for (int64_t id = 0; id < t.bpe_->vocab_size(); ++id)

@@ -56,12 +56,17 @@ class Tokenizer {
   bool is_sentencepiece() const { return spm_ != nullptr; }
   bool is_byte_level_bpe() const { return bpe_ != nullptr; }
   bool can_encode() const { return can_encode_; }  // false for ids-only tokenizers
+  bool is_tiktoken() const { return tiktoken_; }   // read from a .tiktoken rank file (also byte-level BPE)
+  // The file it was read from ("" for the byte tokenizer and ids-only ones): what `convert` copies along.
+  const std::filesystem::path& source_file() const { return file_; }
 
  private:
   struct Spm;
   std::shared_ptr<const Spm> spm_;
   std::shared_ptr<const ByteLevelBpe> bpe_;
   bool can_encode_ = true;
+  bool tiktoken_ = false;
+  std::filesystem::path file_;
   int64_t vocab_size_ = 0;
   int64_t bos_id_ = 1;
   int64_t eos_id_ = 2;

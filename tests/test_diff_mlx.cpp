@@ -261,6 +261,38 @@ std::pair<double, double> against_reference(const Model& m, const Tensors& W, co
   return {worst, t.next_token.size() == 5 ? worst_p : 1.0};
 }
 
+// A rank file of cl100k_base's shape (the real one is not shipped): the 256 bytes, then 100,000 made-up
+// tokens "w0", "w1", ...
+void write_fake_cl100k(const std::filesystem::path& file) {
+  const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  auto b64 = [&](const std::string& b) {
+    std::string out;
+    for (size_t i = 0; i < b.size(); i += 3) {
+      uint32_t v = 0;
+      const size_t n = std::min<size_t>(3, b.size() - i);
+      for (size_t j = 0; j < 3; ++j) v = (v << 8) | (j < n ? static_cast<uint8_t>(b[i + j]) : 0);
+      for (size_t j = 0; j < 4; ++j) out += j <= n ? k[(v >> (18 - 6 * j)) & 63] : '=';
+    }
+    return out;
+  };
+  std::string ranks;
+  for (int b = 0; b < 256; ++b)
+    ranks += b64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
+  for (int i = 0; i < 100000; ++i)
+    ranks += b64("w" + std::to_string(i)) + " " + std::to_string(256 + i) + "\n";
+  test::write_all(file, ranks);
+}
+
+struct Run {
+  int status;
+  std::string out;
+};
+Run run_cli(const std::string& args, const test::ScratchDir& dir) {
+  const std::string log = (dir / "cli.log").string();
+  const int raw = std::system((std::string(DIFFLENS_EXE) + " " + args + " > '" + log + "' 2>&1").c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log)};
+}
+
 const std::vector<int64_t> kIds = {5, 17, 200, 45, 45, 9, 280, 3, 77, 120, 121, 122, 17, 200};
 
 std::string load_error(const std::filesystem::path& dir) {
@@ -394,24 +426,7 @@ TEST_CASE("diff-mlx: cl100k_base.tiktoken beside the pair reads text for both, o
   s.vocab = 100277;  // cl100k_base's
   s.layers = 1;
   write_mlx(s, mlx_weights(s, 16), dir / "pair" / "diff");
-  // A rank file of cl100k_base's shape (the real one is not shipped): bytes, then made-up tokens.
-  std::string ranks;
-  const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  auto b64 = [&](const std::string& b) {  // short tokens only: 1 to 6 bytes
-    std::string out;
-    for (size_t i = 0; i < b.size(); i += 3) {
-      uint32_t v = 0;
-      const size_t n = std::min<size_t>(3, b.size() - i);
-      for (size_t j = 0; j < 3; ++j) v = (v << 8) | (j < n ? static_cast<uint8_t>(b[i + j]) : 0);
-      for (size_t j = 0; j < 4; ++j) out += j <= n ? k[(v >> (18 - 6 * j)) & 63] : '=';
-    }
-    return out;
-  };
-  for (int b = 0; b < 256; ++b)
-    ranks += b64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
-  for (int i = 0; i < 100000; ++i)
-    ranks += b64("w" + std::to_string(i)) + " " + std::to_string(256 + i) + "\n";
-  test::write_all(dir / "pair" / "cl100k_base.tiktoken", ranks);
+  write_fake_cl100k(dir / "pair" / "cl100k_base.tiktoken");
   const Model m = Model::load(dir / "pair" / "diff");
   INFO(m.tokenizer_note());
   REQUIRE(m.tokenizer().can_encode());
@@ -481,4 +496,86 @@ TEST_CASE("diff-mlx: hostile folders are refused with what is wrong", "[diffmlx]
     CHECK_THAT(load_error(dir / "m"),
                Catch::Contains("a diff-mlx folder without weights (no latest.safetensors)"));
   }
+}
+
+TEST_CASE("diff-mlx: the CLI takes the pair's folder for --models, converts and captures it as it is",
+          "[diffmlx][cli][convert]") {
+  test::ScratchDir dir("diffmlxcli");
+  MlxSpec s;
+  s.vocab = 100277;
+  s.layers = 1;
+  const std::filesystem::path pair = dir / "diff-mlx";
+  write_mlx(s, mlx_weights(s, 17), pair / "diff");
+  s.diff = false;
+  write_mlx(s, mlx_weights(s, 17), pair / "vanilla");
+  write_fake_cl100k(pair / "cl100k_base.tiktoken");
+  const std::string p = "'" + pair.string() + "'";
+  Run r =
+      run_cli("lens --models " + p + " --prompt 'w1 w2 w3' --out '" + (dir / "lens.csv").string() + "'", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const std::string lens = test::read_all(dir / "lens.csv");
+  CHECK(lens.find("\ndiff-mlx diff,") != std::string::npos);
+  CHECK(lens.find("\ndiff-mlx vanilla,") != std::string::npos);
+  r = run_cli("info --model " + p, dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("holds 2 models in sub-folders (diff, vanilla)") != std::string::npos);
+  r = run_cli("info --model " + p + "/diff", dir);
+  CHECK(r.out.find("architecture: diff-mlx") != std::string::npos);
+  CHECK(r.out.find("(official layout: adjacent components)") != std::string::npos);
+  // Into DiffLens's own format (the tokenizer file goes along) and into DiffLlama: the same maps.
+  r = run_cli("convert --from " + p + "/diff --to '" + (dir / "native").string() + "'", dir);
+  REQUIRE(r.status == 0);
+  CHECK(std::filesystem::file_size(dir / "native/cl100k_base.tiktoken") ==
+        std::filesystem::file_size(pair / "cl100k_base.tiktoken"));
+  r = run_cli("convert --from " + p + "/diff --format hf --to '" + (dir / "hf").string() + "'", dir);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("DiffLlamaForCausalLM") != std::string::npos);
+  const Model mlx = Model::load(pair / "diff"), native = Model::load(dir / "native"),
+              hf = Model::load(dir / "hf");
+  CHECK(native.tokenizer().can_encode());
+  const std::vector<int64_t> ids = mlx.tokenizer().encode("w1 w2 w3 w1 w2", true).ids;
+  const Trace a = mlx.capture(ids), b = native.capture(ids), c = hf.capture(ids);
+  float worst = 0;
+  for (size_t k = 0; k < a.layers[0].a1.data.size(); ++k) {
+    CHECK(a.layers[0].a1.data[k] == b.layers[0].a1.data[k]);
+    worst = std::max({worst, std::fabs(a.layers[0].a1.data[k] - c.layers[0].a1.data[k]),
+                      std::fabs(a.layers[0].a2.data[k] - c.layers[0].a2.data[k])});
+  }
+  CHECK(worst < 1e-5f);
+}
+
+TEST_CASE("diff-mlx: File > Open model on the pair's folder fills both slots, DIFF on the left",
+          "[diffmlx][gui][play]") {
+  if (!std::getenv("DISPLAY")) test::skip("no X display (scripts/test runs the suite under xvfb-run)");
+  test::ScratchDir dir("diffmlxgui");
+  MlxSpec s;
+  s.vocab = 100277;
+  s.layers = 1;
+  const std::filesystem::path pair = dir / "models--guygrigsby--diff-mlx" / "snapshots" / "abc";
+  write_mlx(s, mlx_weights(s, 18), pair / "diff");
+  s.diff = false;
+  write_mlx(s, mlx_weights(s, 18), pair / "vanilla");
+  write_fake_cl100k(pair / "cl100k_base.tiktoken");
+  // The hub cache folder as downloaded (one snapshot, its refs/main missing: the only snapshot is taken),
+  // opened into the right slot: the pair still goes DIFF left, plain right.
+  test::write_all(dir / "s.play", "size 800x600\nopen right model " +
+                                      (dir / "models--guygrigsby--diff-mlx").string() +
+                                      "\nwait\nprompt w1 w2 w3 w4 w1 w2\nwait\nexport page " +
+                                      (dir / "p.html").string() + "\nquit\n");
+  Run r;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    r = run_cli("--play '" + (dir / "s.play").string() + "' --threads 1", dir);
+    if (r.status == 0 || !test::display_refused(r.out)) break;
+  }
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("play: done: 7 of 7 actions") != std::string::npos);
+  CHECK(r.out.find("opened " + (dir / "models--guygrigsby--diff-mlx").string() +
+                   ": diff on the left, vanilla on the right") != std::string::npos);
+  const std::string page = test::read_all(dir / "p.html");  // the page names the models it shows
+  const size_t left = page.find("diff-mlx diff"), right = page.find("diff-mlx vanilla");
+  CHECK(left != std::string::npos);
+  CHECK(right != std::string::npos);
+  CHECK(left < right);
 }

@@ -728,4 +728,71 @@ TEST_CASE("hf: whole config.json files as transformers writes them give the publ
   as_llama["architectures"] = {"LlamaForCausalLM"};
   as_llama["model_type"] = "llama";
   CHECK(parameter_count(d) == parameter_count(config_from_json_text(as_llama.dump(), "llama")) + 16 * 4 * 64);
+  // kajuma/DiffLlama-0.3B-handcut: despite its name, Llama 3.2 1B's shapes (tied, llama3 scaling, GQA 32/8)
+  // as DiffLlama: Llama 3.2 1B's 1,235,814,400 and four λ vectors of 64 per layer.
+  nlohmann::json kajuma = nlohmann::json::parse(llama32);
+  kajuma["architectures"] = {"DiffLlamaForCausalLM"};
+  kajuma["model_type"] = "diffllama";
+  kajuma["lambda_std_dev"] = 0.1;
+  const ModelConfig k = config_from_json_text(kajuma.dump(), "DiffLlama-0.3B-handcut/config.json");
+  CHECK(k.is_diff());
+  CHECK(k.map_heads() == 16);
+  CHECK(parameter_count(k) == 1235814400LL + 16 * 4 * 64);
+}
+
+TEST_CASE("hf: DiffLlama as hub folders hold it: rope_parameters, one file or shards, a hub cache",
+          "[hf][checkpoint][attention]") {
+  // kajuma/DiffLlama-0.3B-handcut's config keys (Llama-3.2-1B shapes: tied embeddings, head_dim, llama3 rope
+  // scaling, lambda_std_dev and no lambda_init, which follows from the layer index), at a tiny size, as
+  // transformers 5 writes them (rope_parameters, dtype).
+  test::ScratchDir dir("hfdiffhub");
+  HfSpec s;
+  s.arch = "DiffLlamaForCausalLM";
+  s.tied = true;
+  s.theta = 500000.0;
+  s.rope_scaling = {{"rope_type", "llama3"},
+                    {"factor", 32.0},
+                    {"low_freq_factor", 1.0},
+                    {"high_freq_factor", 4.0},
+                    {"original_max_position_embeddings", 16}};
+  const std::vector<int64_t> ids = {1, 40, 41, 99, 42, 43, 250, 44, 45, 46, 47, 40, 41, 99, 42, 17, 18};
+  for (const int shards : {1, 2}) {
+    s.shards = shards;
+    const std::filesystem::path m = dir / ("m" + std::to_string(shards));
+    write_hf(s, m, 21);
+    nlohmann::json j = hf_config_json(s);
+    j.erase("rope_theta");
+    j.erase("rope_scaling");
+    j.erase("torch_dtype");
+    j["dtype"] = "bfloat16";
+    j["rope_parameters"] = s.rope_scaling;
+    j["rope_parameters"]["rope_theta"] = 500000.0;
+    CHECK_FALSE(j.contains("lambda_init"));
+    test::write_all(m / "config.json", j.dump(2));
+    const Model model = Model::load(m);
+    CHECK(model.config().is_diff());
+    CHECK(model.config().tie_word_embeddings);
+    CHECK(model.config().rope_scaling.kind == RopeScaling::Kind::Llama3);
+    CHECK(model.config().num_key_value_heads == 4);  // GQA: 8 query sub-heads, 4 key sub-heads
+    INFO(shards << " shard(s)");
+    check_against_reference(model, s, ids);
+  }
+  // The hub cache as huggingface-cli leaves it: snapshot files are links into blobs/, refs/main names the
+  // snapshot. The model opens by the cache folder's path and is named by it.
+  const std::filesystem::path cache = dir / "hub" / "models--kajuma--DiffLlama-0.3B-handcut";
+  const std::filesystem::path snap = cache / "snapshots" / "5f3e2a";
+  std::filesystem::create_directories(cache / "blobs");
+  std::filesystem::create_directories(snap);
+  std::filesystem::create_directories(cache / "refs");
+  int blob = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir / "m1")) {
+    const std::string b = "blob" + std::to_string(blob++);
+    std::filesystem::copy_file(f.path(), cache / "blobs" / b);
+    std::filesystem::create_symlink(std::filesystem::path("../../blobs") / b, snap / f.path().filename());
+  }
+  test::write_all(cache / "refs" / "main", "5f3e2a");
+  const Model cached = Model::load(cache);
+  CHECK(cached.config().name == "models--kajuma--DiffLlama-0.3B-handcut");
+  s.shards = 1;
+  check_against_reference(cached, s, ids);
 }

@@ -262,11 +262,15 @@ int cmd_convert(const Args& a) {
   const Model out = Model::from_tensors(target, convert_layout(m.config(), m.tensors(), target));
   out.save(to);
   std::error_code ec;
-  const char* tok_file = m.tokenizer().is_sentencepiece()    ? "tokenizer.model"
-                         : m.tokenizer().is_byte_level_bpe() ? "tokenizer.json"
-                                                             : nullptr;
-  if (tok_file) {
-    std::filesystem::copy_file(std::filesystem::path(from) / tok_file, std::filesystem::path(to) / tok_file,
+  // The tokenizer's own file, under the name the native format reads it by (a diff-mlx model's
+  // cl100k_base.tiktoken may have come from beside its folder or tiktoken's cache).
+  const Tokenizer& tok = m.tokenizer();
+  const char* tok_file = tok.is_sentencepiece()    ? "tokenizer.model"
+                         : tok.is_tiktoken()       ? "cl100k_base.tiktoken"
+                         : tok.is_byte_level_bpe() ? "tokenizer.json"
+                                                   : nullptr;
+  if (tok_file && !tok.source_file().empty()) {
+    std::filesystem::copy_file(tok.source_file(), std::filesystem::path(to) / tok_file,
                                std::filesystem::copy_options::overwrite_existing, ec);
     if (ec) throw Error(to + "/" + tok_file + ": cannot copy (" + ec.message() + ")");
   } else if (!m.tokenizer().can_encode() || target.tokenizer != TokenizerKind::Bytes) {

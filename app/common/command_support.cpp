@@ -18,6 +18,7 @@
 
 #include "core/checkpoint.h"
 #include "core/error.h"
+#include "core/model_dir.h"
 #include "core/tokenizer.h"
 
 namespace difflens::cli {
@@ -253,8 +254,17 @@ std::vector<std::string> model_dirs(const Args& a, size_t exactly, const char* e
   std::vector<std::string> dirs;
   if (!a.has("models")) return {bundled_model("diff-small"), bundled_model("baseline-small")};
   std::stringstream ss(a.get("models"));
-  for (std::string d; std::getline(ss, d, ',');)
-    if (!d.empty()) dirs.push_back(d);
+  for (std::string d; std::getline(ss, d, ',');) {
+    if (d.empty()) continue;
+    // A folder holding models in sub-folders (the diff-mlx pair) or a hub cache folder: the models in it,
+    // DIFF first. Remote models and paths that are not there are left to the loader to report.
+    std::error_code ec;
+    if (d.rfind("remote://", 0) != 0 && std::filesystem::is_directory(d, ec)) {
+      for (const auto& m : models_in(d)) dirs.push_back(m.string());
+      continue;
+    }
+    dirs.push_back(d);
+  }
   if (exactly > 0 && dirs.size() != exactly)
     throw Error(std::string("--models expects ") + expects + ", got '" + a.get("models") + "'");
   if (dirs.empty()) throw Error("--models expects one or more model directories, comma-separated");

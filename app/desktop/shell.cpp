@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "app/common/keys.h"
@@ -15,6 +16,7 @@
 #include "app/desktop/plot.h"
 #include "app/remote/client.h"
 #include "app/reports/head_figures.h"
+#include "core/model_dir.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {
@@ -282,8 +284,27 @@ void open_into_slot(GuiState& state, InferenceWorker& worker, int slot, int kind
     state.slots[slot].bundle_field = path;
     worker.open_bundle(slot, path);
   } else {
-    state.slots[slot].path_field = path;
-    worker.load(slot, path);
+    // A folder holding two models (the diff-mlx pair's diff/ and vanilla/, or its hub cache folder) opens
+    // as both slots, DIFF on the left; anything else goes to the slot asked for (a folder DiffLens cannot
+    // read is reported there, with the layouts it reads).
+    std::vector<std::filesystem::path> models;
+    try {
+      models = models_in(path);
+    } catch (const std::exception&) {
+      models.clear();
+    }
+    if (models.size() >= 2) {
+      for (int s = 0; s < kSlots; ++s) {
+        state.slots[s].path_field = models[static_cast<size_t>(s)].string();
+        worker.load(s, state.slots[s].path_field);
+      }
+      state.message = "opened " + path + ": " + models[0].filename().string() + " on the left, " +
+                      models[1].filename().string() + " on the right" +
+                      (models.size() > 2 ? " (" + std::to_string(models.size() - 2) + " more left out)" : "");
+    } else {
+      state.slots[slot].path_field = models.size() == 1 ? models[0].string() : path;
+      worker.load(slot, state.slots[slot].path_field);
+    }
     state.prompt.rerun();  // run the prompt with the new model
   }
 }
