@@ -298,7 +298,7 @@ bool base64_decode(const std::string& in, std::string& out) {
 
 std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_tiktoken(
     const std::string& text, const std::string& src, const std::string& pattern,
-    const std::vector<std::pair<std::string, int64_t>>& specials) {
+    const std::vector<std::pair<std::string, int64_t>>& specials, int64_t ranks) {
   auto bpe = std::shared_ptr<ByteLevelBpe>(new ByteLevelBpe());
   const ByteMap& bm = byte_map();
   constexpr int64_t kMaxId = int64_t{1} << 24;
@@ -327,6 +327,9 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_tiktoken(
       fail("rank '" + r + "' is not a whole number below 10^9");
     const int64_t rank = std::stoll(r);
     if (rank >= kMaxId) fail("rank " + r + " is beyond " + std::to_string(kMaxId));
+    if (ranks > 0 && rank >= ranks)
+      fail("rank " + r + " is beyond this encoding's " + std::to_string(ranks) + " tokens (0-" +
+           std::to_string(ranks - 1) + ")");
     if (!rank_of.emplace(bytes, rank).second) fail("the token is listed twice");
     max_id = std::max(max_id, rank);
   }
@@ -377,7 +380,8 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_tiktoken(
   PCRE2_SIZE where = 0;
   auto r = std::make_unique<Regex>();
   r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &where, nullptr);
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY, &err,
+                          &where, nullptr);
   if (!r->code) throw Error(src + ": the split pattern does not compile at offset " + std::to_string(where));
   bpe->splits_.push_back(std::move(r));
   return bpe;

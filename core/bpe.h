@@ -26,10 +26,12 @@ class ByteLevelBpe {
   // the split pattern and special tokens the file itself does not hold (tiktoken keeps them in its code).
   // Encodes as tiktoken does: a piece that is a token is that token; else the adjacent pair whose joined
   // bytes have the lowest rank merges first, the leftmost among equals. Special tokens are matched in the
-  // text before the split. Throws Error naming `source` and the line at fault.
+  // text before the split. `ranks` > 0: every rank must be below it (the encoding's count; a larger one is
+  // refused at its line). The pattern's `$` is the end of the text (PCRE2_DOLLAR_ENDONLY), as tiktoken's.
+  // Throws Error naming `source` and the line at fault.
   static std::shared_ptr<const ByteLevelBpe> from_tiktoken(
       const std::string& text, const std::string& source, const std::string& pattern,
-      const std::vector<std::pair<std::string, int64_t>>& specials);
+      const std::vector<std::pair<std::string, int64_t>>& specials, int64_t ranks = -1);
   ~ByteLevelBpe();
 
   struct Token {

@@ -108,9 +108,9 @@ Model Model::load(const std::filesystem::path& given, DeviceChoice device,
   Tokenizer tokenizer = directory_tokenizer(dir, config, note);
   if (config.name.empty()) {
     // A snapshot folder is named by its commit: the cache folder's models--ORG--NAME says more.
-    const std::filesystem::path shown =
-        dir != given ? std::filesystem::absolute(given) : std::filesystem::absolute(dir);
-    config.name = shown.lexically_normal().filename().string();
+    std::filesystem::path shown = std::filesystem::absolute(dir != given ? given : dir).lexically_normal();
+    if (shown.filename().empty()) shown = shown.parent_path();  // "models/diff/" as typed
+    config.name = shown.filename().string();
     if (config.architecture == "diff-mlx")  // "diff" and "vanilla" alone say little
       config.name = "diff-mlx " + config.name;
   }

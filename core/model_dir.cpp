@@ -2,6 +2,7 @@
 #include "core/model_dir.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -33,6 +34,13 @@ std::string trim(std::string s) {
   size_t b = 0;
   while (b < s.size() && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
   return s.substr(b);
+}
+
+// "a/b/" and "a/./b" as "a/b": a trailing slash (tab completion's) would leave filename() empty.
+std::filesystem::path tidy(const std::filesystem::path& p) {
+  std::filesystem::path t = p.lexically_normal();
+  if (t.filename().empty() && t.has_parent_path()) t = t.parent_path();
+  return t;
 }
 
 bool is_model_folder(const std::filesystem::path& dir) {
@@ -69,16 +77,18 @@ const char* const kLayouts =
 
 }  // namespace
 
-std::filesystem::path resolve_hub_cache(const std::filesystem::path& path) {
+std::filesystem::path resolve_hub_cache(const std::filesystem::path& given) {
+  const std::filesystem::path path = tidy(given);
   std::error_code ec;
   const std::filesystem::path snapshots = path / "snapshots";
   if (path.filename().string().rfind("models--", 0) != 0 || !std::filesystem::is_directory(snapshots, ec))
-    return path;
+    return given;
   const std::filesystem::path ref = path / "refs" / "main";
   if (std::filesystem::is_regular_file(ref, ec)) {
     const std::string hash = trim(read_text(ref));
-    if (hash.empty() || hash.find('/') != std::string::npos || hash.find("..") != std::string::npos)
-      throw Error(ref.string() + ": does not name a snapshot (a commit hash)");
+    if (hash.empty() || hash.size() > 64 ||
+        hash.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+      throw Error(ref.string() + ": does not name a snapshot (a commit hash, hex digits)");
     const std::filesystem::path snap = snapshots / hash;
     if (!std::filesystem::is_directory(snap, ec))
       throw Error(ref.string() + " names the snapshot " + hash + ", which is not in " + snapshots.string() +
@@ -98,7 +108,8 @@ std::filesystem::path resolve_hub_cache(const std::filesystem::path& path) {
               ") and no refs/main to say which: give the snapshot's folder");
 }
 
-std::vector<std::filesystem::path> models_in(const std::filesystem::path& given) {
+std::vector<std::filesystem::path> models_in(const std::filesystem::path& typed) {
+  const std::filesystem::path given = tidy(typed);
   std::error_code ec;
   if (!std::filesystem::exists(given, ec)) throw Error(given.string() + ": no such folder");
   if (!std::filesystem::is_directory(given, ec))
@@ -109,8 +120,12 @@ std::vector<std::filesystem::path> models_in(const std::filesystem::path& given)
   for (std::filesystem::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
     if (!it->is_directory(e2)) continue;
-    const std::filesystem::path sub = resolve_hub_cache(it->path());
-    if (is_model_folder(sub)) found.push_back(sub);
+    // A hub cache folder among them stays as it is (Model::load resolves it and is named by it); one that
+    // is broken (a download cut short) is left out rather than hiding the others.
+    try {
+      if (is_model_folder(resolve_hub_cache(it->path()))) found.push_back(it->path());
+    } catch (const Error&) {
+    }
   }
   auto is_diff = [](const std::filesystem::path& p) {
     std::string n = p.filename().string();
@@ -125,6 +140,24 @@ std::vector<std::filesystem::path> models_in(const std::filesystem::path& given)
   throw Error(given.string() + (path != given ? " (snapshot " + path.filename().string() + ")" : "") +
               ": not a model folder (no config.json) and no model in its sub-folders. " + kLayouts +
               ". It holds: " + listing(path));
+}
+
+std::pair<std::filesystem::path, std::filesystem::path> pair_of(
+    const std::vector<std::filesystem::path>& models) {
+  if (models.size() < 2) throw Error("a pair needs two models");
+  auto is_diff = [](const std::filesystem::path& p) {
+    try {
+      return read_model_config(resolve_hub_cache(p)).is_diff();
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  size_t left = 0;
+  while (left < models.size() && !is_diff(models[left])) ++left;
+  if (left == models.size()) return {models[0], models[1]};  // no DIFF model: the first two
+  for (size_t r = 0; r < models.size(); ++r)
+    if (r != left && !is_diff(models[r])) return {models[left], models[r]};
+  return {models[left], models[left == 0 ? 1 : 0]};  // only DIFF models
 }
 
 ModelLayout layout_of_config(const std::string& text) {
@@ -150,8 +183,10 @@ ModelConfig read_model_config(const std::filesystem::path& dir) {
     const std::vector<std::filesystem::path> inside = models_in(dir);  // none: the layouts DiffLens reads
     std::string names;
     for (const auto& p : inside) names += (names.empty() ? "" : ", ") + p.filename().string();
-    throw ConfigError(dir.string() + ": holds " + std::to_string(inside.size()) + " model" +
-                      (inside.size() == 1 ? "" : "s") + " in sub-folders (" + names +
+    if (inside.size() == 1)
+      throw ConfigError(dir.string() + ": the model is in its sub-folder " + names + ": give that folder");
+    throw ConfigError(dir.string() + ": holds " + std::to_string(inside.size()) + " models in sub-folders (" +
+                      names +
                       "), not one: give one of them (--models and File > Open model take the folder and open "
                       "each in its own slot)");
   }
@@ -306,7 +341,10 @@ std::filesystem::path diff_mlx_weights(const std::filesystem::path& dir) {
                     ") and no latest.safetensors: keep one, or name the one to open latest.safetensors");
 }
 
-std::filesystem::path find_cl100k(const std::filesystem::path& dir, std::vector<std::string>* looked) {
+std::filesystem::path find_cl100k(const std::filesystem::path& folder, std::vector<std::string>* looked) {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(folder, ec);
+  dir = tidy(ec ? folder : dir);
   std::vector<std::filesystem::path> places = {dir / "cl100k_base.tiktoken",
                                                dir.parent_path() / "cl100k_base.tiktoken"};
   // tiktoken's cache: the file is named by the SHA-1 of its download address.
@@ -317,7 +355,6 @@ std::filesystem::path find_cl100k(const std::filesystem::path& dir, std::vector<
     places.push_back(std::filesystem::path(g) / sha1);
   else
     places.push_back(std::filesystem::temp_directory_path() / "data-gym-cache" / sha1);
-  std::error_code ec;
   for (const auto& p : places) {
     if (looked) looked->push_back(p.string());
     if (std::filesystem::is_regular_file(p, ec)) return p;

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/checkpoint.h"
@@ -27,6 +28,11 @@ std::filesystem::path resolve_hub_cache(const std::filesystem::path& path);
 // whose name has "diff", then the others by name). Throws Error when there is none: the message lists
 // the layouts DiffLens reads and what the folder holds.
 std::vector<std::filesystem::path> models_in(const std::filesystem::path& path);
+
+// The two of `models` (from models_in) that make a pair for the slots: the first DIFF model (by its config)
+// and the first model that is not one; without such a split, the first two. Throws Error for fewer than two.
+std::pair<std::filesystem::path, std::filesystem::path> pair_of(
+    const std::vector<std::filesystem::path>& models);
 
 // The layout of a model folder's config.json text (DiffLens's own, Hugging Face's, diff-mlx's).
 ModelLayout layout_of_config(const std::string& config_text);

@@ -90,7 +90,8 @@ Tokenizer directory_tokenizer(const std::filesystem::path& dir, ModelConfig& con
   return Tokenizer::for_model(dir, config);
 }
 
-Tokenizer Model::load_tokenizer(const std::filesystem::path& dir, std::string& note) {
+Tokenizer Model::load_tokenizer(const std::filesystem::path& given, std::string& note) {
+  const std::filesystem::path dir = resolve_hub_cache(given);
   if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a model directory");
   ModelConfig config = read_model_config(dir);
   return directory_tokenizer(dir, config, note);

@@ -145,17 +145,22 @@ Tokenizer Tokenizer::byte_level_bpe(const std::filesystem::path& file, int64_t b
   return t;
 }
 
+const std::string& Tokenizer::cl100k_split_pattern() {
+  // tiktoken's cl100k_base pat_str as its current releases write it (0.7 and later, possessive quantifiers;
+  // diff-mlx pins 0.13). Its `$` is the end of the text only: compiled with PCRE2_DOLLAR_ENDONLY.
+  static const std::string p =
+      R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s)";
+  return p;
+}
+
 Tokenizer Tokenizer::tiktoken(const std::filesystem::path& file, const std::string& encoding, int64_t bos_id,
                               int64_t eos_id) {
-  // What tiktoken's code holds for the encoding (the .tiktoken file has only the ranks): its split pattern
-  // (the classic form of tiktoken's cl100k_base pat_str, the one Llama 3's tokenizer.json also uses),
-  // its special tokens and the number of ranks the file must have.
+  // What tiktoken's code holds for the encoding (the .tiktoken file has only the ranks): its special tokens
+  // and the number of ranks the file must have; the split pattern: cl100k_split_pattern().
   if (encoding != "cl100k_base")
-    throw Error(
-        file.string() + ": the tiktoken encoding '" + encoding +
-        "' is not one DiffLens knows (cl100k_base is; the others' split patterns are not in their files)");
-  static const std::string kPattern =
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    throw Error(file.string() + ": the tiktoken encoding '" + encoding +
+                "' is not one DiffLens knows (cl100k_base is; the others' split patterns are not in their "
+                "files)");
   static const std::vector<std::pair<std::string, int64_t>> kSpecials = {{"<|endoftext|>", 100257},
                                                                          {"<|fim_prefix|>", 100258},
                                                                          {"<|fim_middle|>", 100259},
@@ -167,7 +172,7 @@ Tokenizer Tokenizer::tiktoken(const std::filesystem::path& file, const std::stri
   std::stringstream ss;
   ss << in.rdbuf();
   Tokenizer t;
-  t.bpe_ = ByteLevelBpe::from_tiktoken(ss.str(), file.string(), kPattern, kSpecials);
+  t.bpe_ = ByteLevelBpe::from_tiktoken(ss.str(), file.string(), cl100k_split_pattern(), kSpecials, kRanks);
   t.tiktoken_ = true;
   t.file_ = file;
   // Every rank from 0 to 100255 is an ordinary token; the specials follow.
@@ -212,8 +217,14 @@ Tokenizer Tokenizer::for_model(const std::filesystem::path& dir, const ModelConf
                     " pieces but config.json says vocab_size " + std::to_string(config.vocab_size));
       return t;
     }
-    case TokenizerKind::Tiktoken:
-      return tiktoken(dir / "cl100k_base.tiktoken", "cl100k_base", config.bos_token_id, config.eos_token_id);
+    case TokenizerKind::Tiktoken: {
+      Tokenizer t =
+          tiktoken(dir / "cl100k_base.tiktoken", "cl100k_base", config.bos_token_id, config.eos_token_id);
+      if (t.vocab_size() > config.vocab_size)
+        throw Error((dir / "cl100k_base.tiktoken").string() + ": has " + std::to_string(t.vocab_size()) +
+                    " tokens, more than the model's vocab_size " + std::to_string(config.vocab_size));
+      return t;
+    }
     case TokenizerKind::ByteLevelBpe: {
       Tokenizer t = byte_level_bpe(dir / "tokenizer.json", config.bos_token_id, config.eos_token_id);
       if (t.vocab_size() > config.vocab_size)

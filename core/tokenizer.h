@@ -38,6 +38,8 @@ class Tokenizer {
   // A tiktoken rank file of a known encoding (only "cl100k_base": its split pattern and special tokens live
   // in tiktoken's code, not in the file), BOS/EOS as given (-1: none). Throws Error naming the file when it
   // is not that encoding's (another token count) or not a rank file.
+  // The split pattern of cl100k_base (tiktoken keeps it in its code, not in the rank file).
+  static const std::string& cl100k_split_pattern();
   static Tokenizer tiktoken(const std::filesystem::path& rank_file, const std::string& encoding,
                             int64_t bos_id, int64_t eos_id);
   // The tokenizer a checkpoint directory declares in its config. Throws Error when it cannot be loaded.

@@ -404,6 +404,32 @@ TEST_CASE("diff-mlx: the pair's folder, or its hub cache folder, holds both mode
   CHECK(models_in(snap / "vanilla") == std::vector<std::filesystem::path>{snap / "vanilla"});
   // One model is asked for, the folder holds two: it says which.
   CHECK_THAT(load_error(cache), Catch::Contains("holds 2 models in sub-folders (diff, vanilla)"));
+  // Typed with a trailing slash (tab completion): the same folders, the same names.
+  CHECK(models_in(cache.string() + "/") ==
+        std::vector<std::filesystem::path>{snap / "diff", snap / "vanilla"});
+  CHECK(Model::load(snap.string() + "/diff/").config().name == "diff-mlx diff");
+  // A folder of hub cache folders (the hub's own cache): each model by its cache folder, a broken one left
+  // out; the pair is the first DIFF model and the first that is not one, by their configs.
+  const std::filesystem::path hub = dir / "hub2";
+  for (const auto& [name, diff] : std::vector<std::pair<std::string, bool>>{
+           {"models--a--one", true}, {"models--b--two", true}, {"models--c--plain", false}}) {
+    MlxSpec t;
+    t.diff = diff;
+    write_mlx(t, mlx_weights(t, 19), hub / name / "snapshots" / "aa");  // one model: the snapshot is it
+  }
+  std::filesystem::create_directories(hub / "models--d--cut" / "snapshots" / "bb");  // nothing downloaded
+  std::filesystem::create_directories(hub / "models--d--cut" / "refs");
+  test::write_all(hub / "models--d--cut" / "refs" / "main", "cc\n");  // names a snapshot not there
+  const std::vector<std::filesystem::path> cached = models_in(hub);
+  CHECK(cached == std::vector<std::filesystem::path>{hub / "models--a--one", hub / "models--b--two",
+                                                     hub / "models--c--plain"});
+  CHECK(pair_of(cached) == std::make_pair(hub / "models--a--one", hub / "models--c--plain"));
+  CHECK(Model::load(hub / "models--c--plain").config().name == "diff-mlx models--c--plain");
+  // One model in a sub-folder: that folder is named.
+  std::filesystem::create_directories(dir / "one");
+  std::filesystem::rename(hub / "models--c--plain", dir / "one" / "models--c--plain");
+  CHECK_THAT(load_error(dir / "one"),
+             Catch::Contains("the model is in its sub-folder models--c--plain: give that folder"));
   // A cache folder whose refs/main names a snapshot that is not there, or several snapshots and no ref.
   test::write_all(cache / "refs" / "main", "ffff\n");
   CHECK_THROWS_WITH(models_in(cache), Catch::Contains("names the snapshot ffff, which is not in"));

@@ -81,8 +81,7 @@ std::vector<int64_t> reference_merge(const std::string& piece, const std::map<st
   return ids;
 }
 
-const std::string kCl100kPattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const std::string& kCl100kPattern = Tokenizer::cl100k_split_pattern();
 
 std::vector<int64_t> ids_of(const ByteLevelBpe& bpe, const std::string& text) {
   std::vector<int64_t> out;
@@ -126,6 +125,22 @@ TEST_CASE("tiktoken: a rank file encodes as tiktoken does, hand-computed and aga
   CHECK(checked == 300);
 }
 
+TEST_CASE("tiktoken: cl100k_base's split keeps a newline with the spaces after it at the end of the text",
+          "[tokenizer][tiktoken]") {
+  // tiktoken's current pattern: `\s++$` takes trailing whitespace whole and `\s*[\r\n]` a newline with
+  // what precedes it, so "x\n " splits as x | "\n " (the classic pattern gave x | "\n" | " "), "a \n " as
+  // a | " \n ", and inside the text a newline goes alone before " y".
+  const auto ranks = ranks_for({"\n ", " \n ", " y"}, 4);
+  const auto bpe = ByteLevelBpe::from_tiktoken(rank_file(ranks), "t.tiktoken", kCl100kPattern, {});
+  auto id = [&](const std::string& t) { return ranks.at(t); };
+  CHECK(ids_of(*bpe, "x\n ") == std::vector<int64_t>{id("x"), id("\n ")});
+  CHECK(ids_of(*bpe, "a \n ") == std::vector<int64_t>{id("a"), id(" \n ")});
+  CHECK(ids_of(*bpe, "x\n y") == std::vector<int64_t>{id("x"), id("\n"), id(" y")});
+  // Numbers in threes, contractions case-blind, as cl100k_base.
+  CHECK(ids_of(*bpe, "12345").size() == 5);  // "123" and "45" are not tokens here: five bytes
+  CHECK(ids_of(*bpe, "I'M") == std::vector<int64_t>{id("I"), id("'"), id("M")});
+}
+
 TEST_CASE("tiktoken: broken rank files are refused with the line at fault", "[tokenizer][tiktoken][errors]") {
   auto refusal = [](const std::string& text) {
     try {
@@ -148,6 +163,10 @@ TEST_CASE("tiktoken: broken rank files are refused with the line at fault", "[to
     if (bytes != "z") no_z += b64(bytes) + " " + std::to_string(rank) + "\n";
   CHECK_THAT(refusal(no_z), Catch::Contains("no token for the byte 0x7A"));
   CHECK_THAT(refusal(""), Catch::Contains("no tokens (is this a .tiktoken rank file?)"));
+  // A rank beyond the encoding's count is refused at its line, before a table is sized for it.
+  CHECK_THROWS_WITH(
+      ByteLevelBpe::from_tiktoken(good + "YWI= 16000000\n", "t.tiktoken", kCl100kPattern, {}, 300),
+      Catch::StartsWith("t.tiktoken:257: rank 16000000 is beyond this encoding's 300 tokens"));
 }
 
 TEST_CASE("tiktoken: a file of cl100k_base's shape reads as that encoding, another is refused",

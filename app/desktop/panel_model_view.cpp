@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/head_scores.h"
 #include "core/model.h"
+#include "core/model_dir.h"
 #include "core/tokenizer.h"
 
 namespace difflens::app {
@@ -295,7 +296,7 @@ void build_repeated_prompt(GuiState& state, const std::string& model_dir) {
   GuiState::Repeated& r = state.repeated;
   try {
     if (model_dir.empty()) throw Error("the left slot has no model whose tokenizer could draw the tokens");
-    const std::filesystem::path dir(model_dir);
+    const std::filesystem::path dir = resolve_hub_cache(model_dir);  // a hub cache folder: its snapshot
     std::string note;
     // A remote model's tokenizer is a local copy of its tokenizer.model alone.
     const Tokenizer tok = std::filesystem::exists(dir / "config.json")

@@ -293,13 +293,13 @@ void open_into_slot(GuiState& state, InferenceWorker& worker, int slot, int kind
     } catch (const std::exception&) {
       models.clear();
     }
-    if (models.size() >= 2) {
-      for (int s = 0; s < kSlots; ++s) {
-        state.slots[s].path_field = models[static_cast<size_t>(s)].string();
-        worker.load(s, state.slots[s].path_field);
-      }
-      state.message = "opened " + path + ": " + models[0].filename().string() + " on the left, " +
-                      models[1].filename().string() + " on the right" +
+    if (models.size() >= 2) {  // the first DIFF model left, the first that is not one right
+      const auto [left, right] = pair_of(models);
+      state.slots[0].path_field = left.string();
+      state.slots[1].path_field = right.string();
+      for (int s = 0; s < kSlots; ++s) worker.load(s, state.slots[s].path_field);
+      state.message = "opened " + path + ": " + left.filename().string() + " on the left, " +
+                      right.filename().string() + " on the right" +
                       (models.size() > 2 ? " (" + std::to_string(models.size() - 2) + " more left out)" : "");
     } else {
       state.slots[slot].path_field = models.size() == 1 ? models[0].string() : path;
@@ -347,7 +347,8 @@ void draw_open_dialog(GuiState& state, InferenceWorker& worker) {
   d.remote = kind == 2;
   ImGui::TextDisabled(d.remote ? "remote://HOST:PORT/MODEL as `difflens serve` printed it (MODEL: 0, 1, ...)"
                       : d.bundle ? "a folder with trace.json and maps.safetensors"
-                                 : "DiffLens, Hugging Face Llama/Mistral/DiffLlama or official DIFF layout");
+                                 : "DiffLens, Hugging Face Llama/Mistral/DiffLlama, diff-mlx or a hub cache "
+                                   "folder; a folder of two models fills both slots");
   if (ImGui::IsWindowAppearing()) ImGui::SetKeyboardFocusHere();
   ImGui::SetNextItemWidth(-1);
   bool enter = ImGui::InputText("##path", &d.path, ImGuiInputTextFlags_EnterReturnsTrue);
