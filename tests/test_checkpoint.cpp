@@ -84,9 +84,8 @@ TEST_CASE("broken checkpoints are rejected with a message naming the file and th
   }
   SECTION("missing config.json") {
     std::filesystem::remove(dir / "config.json");
-    CHECK_THROWS_WITH(Model::load(dir.path()),
-                      Catch::Contains("not a model folder (no config.json)") &&
-                          Catch::Contains("It holds: model.safetensors"));
+    CHECK_THROWS_WITH(Model::load(dir.path()), Catch::Contains("not a model folder (no config.json)") &&
+                                                   Catch::Contains("It holds: model.safetensors"));
   }
   SECTION("config.json that is not JSON") {
     test::write_all(dir / "config.json", "{ \"hidden_size\": 32,");
