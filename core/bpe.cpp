@@ -179,12 +179,7 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
                                          flag("lstrip", false), flag("rstrip", false)});
       max_id = std::max(max_id, a["id"].get<int64_t>());
     }
-  for (int pass = 0; pass < 2; ++pass) {
-    std::stable_sort(bpe->added_[pass].begin(), bpe->added_[pass].end(),
-                     [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
-    for (const Added& a : bpe->added_[pass])
-      bpe->added_first_[pass][static_cast<unsigned char>(a.content[0])] = true;
-  }
+  bpe->index_added();
   for (int b = 0; b < 256; ++b) {
     auto it = bpe->vocab_.find(byte_map().to_char[b]);
     bpe->byte_ids_[b] = it == bpe->vocab_.end() ? -1 : it->second;
@@ -211,18 +206,7 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
 
   // Pre-tokenizers: Split (regex, Isolated) and ByteLevel, alone or in a Sequence.
   auto compile = [&](const std::string& pattern) {
-    int err = 0;
-    PCRE2_SIZE at = 0;
-    auto r = std::make_unique<Regex>();
-    r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
-                            PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &at, nullptr);
-    if (!r->code) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof msg);
-      fail("the pre-tokenizer regex does not compile at offset " + std::to_string(at) + ": " +
-           reinterpret_cast<const char*>(msg));
-    }
-    return r;
+    return ByteLevelBpe::compile(pattern, 0, src + ": the pre-tokenizer regex");
   };
   auto add_regex = [&](const std::string& pattern) { bpe->splits_.push_back(compile(pattern)); };
   // What the library's `\w` and `\s` (Rust regex, Unicode) mean for single_word / lstrip / rstrip.
@@ -373,18 +357,33 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_tiktoken(
     bpe->added_[0].push_back({name, id, false, false, false});
     bpe->id_to_bytes_[static_cast<size_t>(id)] = name;
   }
-  std::stable_sort(bpe->added_[0].begin(), bpe->added_[0].end(),
-                   [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
-  for (const Added& a : bpe->added_[0]) bpe->added_first_[0][static_cast<unsigned char>(a.content[0])] = true;
+  bpe->index_added();
+  bpe->splits_.push_back(compile(pattern, PCRE2_DOLLAR_ENDONLY, src + ": the split pattern"));
+  return bpe;
+}
+
+std::unique_ptr<ByteLevelBpe::Regex> ByteLevelBpe::compile(const std::string& pattern, uint32_t extra,
+                                                           const std::string& what) {
   int err = 0;
-  PCRE2_SIZE where = 0;
+  PCRE2_SIZE at = 0;
   auto r = std::make_unique<Regex>();
   r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY, &err,
-                          &where, nullptr);
-  if (!r->code) throw Error(src + ": the split pattern does not compile at offset " + std::to_string(where));
-  bpe->splits_.push_back(std::move(r));
-  return bpe;
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | extra, &err, &at, nullptr);
+  if (!r->code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    throw Error(what + " does not compile at offset " + std::to_string(at) + ": " +
+                reinterpret_cast<const char*>(msg));
+  }
+  return r;
+}
+
+void ByteLevelBpe::index_added() {
+  for (int pass = 0; pass < 2; ++pass) {
+    std::stable_sort(added_[pass].begin(), added_[pass].end(),
+                     [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+    for (const Added& a : added_[pass]) added_first_[pass][static_cast<unsigned char>(a.content[0])] = true;
+  }
 }
 
 int64_t ByteLevelBpe::id_of(const std::string& token) const {

@@ -51,6 +51,11 @@ class ByteLevelBpe {
  private:
   struct Regex;
   ByteLevelBpe() = default;
+  // `pattern` compiled for UTF-8 with Unicode properties (+ `extra` PCRE2 options); Error "WHAT does not
+  // compile at offset N: why" when it does not.
+  static std::unique_ptr<Regex> compile(const std::string& pattern, uint32_t extra, const std::string& what);
+  // Both added-token lists longest first, and the bytes each can start with (after filling added_).
+  void index_added();
   void encode_word(const std::string& text, size_t begin, size_t end, std::vector<Token>& out) const;
   void pretokenize(const std::string& text, size_t begin, size_t end, std::vector<Token>& out) const;
 

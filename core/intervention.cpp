@@ -373,4 +373,25 @@ Interventions resolve_interventions(const std::vector<std::string>& specs, const
   return resolve_interventions(parsed, config, marks, tokens);
 }
 
+std::vector<std::string> takeable_interventions(const std::vector<std::string>& specs,
+                                                const ModelConfig& config, const PromptMarks& marks,
+                                                int64_t tokens, std::vector<std::string>& refused) {
+  std::vector<std::string> kept;
+  for (const std::string& spec : specs) {
+    try {
+      (void)resolve_interventions(std::vector<std::string>{spec}, config, marks, tokens);
+      kept.push_back(spec);
+    } catch (const Error& e) {
+      refused.push_back(e.what());
+    }
+  }
+  return kept;
+}
+
+std::string under_interventions(const std::vector<std::string>& specs) {
+  std::string out;
+  for (size_t i = 0; i < specs.size(); ++i) out += (i == 0 ? " under " : ", ") + specs[i];
+  return out;
+}
+
 }  // namespace difflens

@@ -114,6 +114,15 @@ Interventions resolve_interventions(const std::vector<InterventionSpec>& specs, 
 Interventions resolve_interventions(const std::vector<std::string>& specs, const ModelConfig& config,
                                     const PromptMarks& marks, int64_t tokens);
 
+// Of `specs`, those `config` can take, each resolved alone against `marks` and `tokens`, in their order; each
+// other one's reason (the Error resolve_interventions gives) goes to `refused`. The app applies one list to
+// two different models (a baseline has no λ).
+std::vector<std::string> takeable_interventions(const std::vector<std::string>& specs,
+                                                const ModelConfig& config, const PromptMarks& marks,
+                                                int64_t tokens, std::vector<std::string>& refused);
+// " under A, B" ("" for none): how a run under interventions is named after its model's name.
+std::string under_interventions(const std::vector<std::string>& specs);
+
 // The knockouts a trace ran under in `layer`, from its recorded specs as run (Trace::interventions); what
 // recomputes its exact tiles.
 std::vector<KeyKnockout> knockouts_in_layer(const std::vector<std::pair<std::string, std::string>>& applied,

@@ -108,9 +108,7 @@ Model Model::load(const std::filesystem::path& given, DeviceChoice device,
   Tokenizer tokenizer = directory_tokenizer(dir, config, note);
   if (config.name.empty()) {
     // A snapshot folder is named by its commit: the cache folder's models--ORG--NAME says more.
-    std::filesystem::path shown = std::filesystem::absolute(dir != given ? given : dir).lexically_normal();
-    if (shown.filename().empty()) shown = shown.parent_path();  // "models/diff/" as typed
-    config.name = shown.filename().string();
+    config.name = tidy(std::filesystem::absolute(dir != given ? given : dir)).filename().string();
     if (config.architecture == "diff-mlx")  // "diff" and "vanilla" alone say little
       config.name = "diff-mlx " + config.name;
   }

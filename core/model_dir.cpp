@@ -36,13 +36,6 @@ std::string trim(std::string s) {
   return s.substr(b);
 }
 
-// "a/b/" and "a/./b" as "a/b": a trailing slash (tab completion's) would leave filename() empty.
-std::filesystem::path tidy(const std::filesystem::path& p) {
-  std::filesystem::path t = p.lexically_normal();
-  if (t.filename().empty() && t.has_parent_path()) t = t.parent_path();
-  return t;
-}
-
 bool is_model_folder(const std::filesystem::path& dir) {
   std::error_code ec;
   return std::filesystem::is_regular_file(dir / "config.json", ec);
@@ -76,6 +69,12 @@ const char* const kLayouts =
 }
 
 }  // namespace
+
+std::filesystem::path tidy(const std::filesystem::path& p) {
+  std::filesystem::path t = p.lexically_normal();
+  if (t.filename().empty() && t.has_parent_path()) t = t.parent_path();
+  return t;
+}
 
 std::filesystem::path resolve_hub_cache(const std::filesystem::path& given) {
   const std::filesystem::path path = tidy(given);
@@ -145,18 +144,19 @@ std::vector<std::filesystem::path> models_in(const std::filesystem::path& typed)
 std::pair<std::filesystem::path, std::filesystem::path> pair_of(
     const std::vector<std::filesystem::path>& models) {
   if (models.size() < 2) throw Error("a pair needs two models");
-  auto is_diff = [](const std::filesystem::path& p) {
+  std::vector<bool> diff;  // each model's kind by its config, read once (unreadable: not DIFF)
+  for (const auto& p : models) {
     try {
-      return read_model_config(resolve_hub_cache(p)).is_diff();
+      diff.push_back(read_model_config(resolve_hub_cache(p)).is_diff());
     } catch (const std::exception&) {
-      return false;
+      diff.push_back(false);
     }
-  };
+  }
   size_t left = 0;
-  while (left < models.size() && !is_diff(models[left])) ++left;
+  while (left < models.size() && !diff[left]) ++left;
   if (left == models.size()) return {models[0], models[1]};  // no DIFF model: the first two
   for (size_t r = 0; r < models.size(); ++r)
-    if (r != left && !is_diff(models[r])) return {models[left], models[r]};
+    if (r != left && !diff[r]) return {models[left], models[r]};
   return {models[left], models[left == 0 ? 1 : 0]};  // only DIFF models
 }
 
@@ -190,30 +190,18 @@ ModelConfig read_model_config(const std::filesystem::path& dir) {
                       "), not one: give one of them (--models and File > Open model take the folder and open "
                       "each in its own slot)");
   }
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError(file.string() + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_text(file);
   if (layout_of_config(text) != ModelLayout::DiffMlx) return config_from_json_text(text, file.string());
   const SafetensorsFile weights(diff_mlx_weights(dir));
   bool diff = false;
   for (const TensorInfo& t : weights.tensors())
     if (t.name.size() > 14 && t.name.compare(t.name.size() - 14, 14, "attn.lambda_q1") == 0) diff = true;
-  ModelConfig c = diff_mlx_config(text, file.string(), diff);
-  return c;
+  return diff_mlx_config(text, file.string(), diff);
 }
 
 CheckpointFiles open_model_weights(const std::filesystem::path& dir, const ModelConfig& config) {
   if (config.architecture != "diff-mlx") return CheckpointFiles(dir);
-  const std::filesystem::path file = diff_mlx_weights(dir);
-  bool prefixed = false;
-  {
-    const SafetensorsFile f(file);
-    for (const TensorInfo& t : f.tensors())
-      if (t.name.rfind("model.", 0) == 0) prefixed = true;
-  }
-  return CheckpointFiles(file, [&](const std::string& n) { return diff_mlx_tensor_name(n, prefixed); });
+  return CheckpointFiles(diff_mlx_weights(dir), diff_mlx_tensor_name);
 }
 
 ModelConfig diff_mlx_config(const std::string& text, const std::string& src, bool diff) {
@@ -289,12 +277,11 @@ ModelConfig diff_mlx_config(const std::string& text, const std::string& src, boo
   return c;
 }
 
-std::string diff_mlx_tensor_name(const std::string& name, bool prefixed) {
-  std::string n = name;
-  if (prefixed) {
-    if (n.rfind("model.", 0) != 0) return "";  // optimizer state ("opt."), not the model
-    n = n.substr(6);
-  }
+std::string diff_mlx_tensor_name(const std::string& name) {
+  // MLX's own names never start with "model." or "opt." (the model's attributes are tok_embed, blocks and
+  // final_norm): those prefixes are checkpoint.py's namespaces, the optimizer's state left out.
+  if (name.rfind("opt.", 0) == 0) return "";
+  const std::string n = name.rfind("model.", 0) == 0 ? name.substr(6) : name;
   static const std::map<std::string, std::string> kWhole = {{"tok_embed.weight", "model.embed_tokens.weight"},
                                                             {"final_norm.scale", "model.norm.weight"}};
   if (auto it = kWhole.find(n); it != kWhole.end()) return it->second;

@@ -17,6 +17,9 @@ namespace difflens {
 
 enum class ModelLayout { DiffLens, HuggingFace, DiffMlx };
 
+// "a/b/" and "a/./b" as "a/b": a trailing slash (tab completion's) would leave filename() empty.
+std::filesystem::path tidy(const std::filesystem::path& path);
+
 // A hub cache folder (`.../models--ORG--NAME`) as the snapshot refs/main names (or its only snapshot);
 // any other path as it is. Throws Error when the cache folder is broken (refs/main names a snapshot that
 // is not there, several snapshots and no refs/main).
@@ -52,10 +55,10 @@ CheckpointFiles open_model_weights(const std::filesystem::path& dir, const Model
 // and the field.
 ModelConfig diff_mlx_config(const std::string& config_text, const std::string& source, bool diff);
 // A diff-mlx tensor name as DiffLens names it ("model.blocks.3.attn.q_proj.weight" ->
-// "model.layers.3.self_attn.q_proj.weight"); "" for what is not the model's (optimizer state "opt.*");
-// `prefixed`: the file namespaces the model's tensors under "model." (the newer checkpoints). A name
-// DiffLens does not know comes back as it is, so the loader reports it as unexpected.
-std::string diff_mlx_tensor_name(const std::string& name, bool prefixed);
+// "model.layers.3.self_attn.q_proj.weight"), with or without checkpoint.py's "model." namespace (older files
+// have none); "" for the optimizer's state ("opt.*"). A name DiffLens does not know comes back as it is, so
+// the loader reports it as unexpected.
+std::string diff_mlx_tensor_name(const std::string& name);
 // The weights file of a diff-mlx folder: model.safetensors, else latest.safetensors, else the only
 // .safetensors file. Throws Error naming the folder and what it found.
 std::filesystem::path diff_mlx_weights(const std::filesystem::path& dir);

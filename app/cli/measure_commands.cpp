@@ -97,9 +97,8 @@ int cmd_needle(const Args& a) {
     const Haystack hay(hay_text, model.tokenizer());
     const EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval, names, wording);
     for (const std::vector<std::string>& edits : variants) {
-      std::string edited;
-      for (const std::string& e : edits) edited += (edited.empty() ? " under " : ", ") + e;
-      model_names.push_back((model.config().name.empty() ? dir : model.config().name) + edited +
+      model_names.push_back((model.config().name.empty() ? dir : model.config().name) +
+                            under_interventions(edits) +
                             (logit_bits > 0 ? " (logits " + std::to_string(logit_bits) + "-bit)" : ""));
       results.emplace_back();
       for (const NeedleJob& job : jobs) {

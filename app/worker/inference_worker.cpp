@@ -96,23 +96,16 @@ void InferenceWorker::open_bundle(int slot, const std::string& dir) {
 
 namespace {
 
-// A slot's interventions resolved one by one against its model: those it cannot take are skipped, each
-// with its reason in `skipped` (the app applies one list to both models; a baseline has no λ).
+// A slot's interventions resolved against its model: those it cannot take are skipped, each with its reason
+// in `skipped` (the app applies one list to both models; a baseline has no λ).
 Interventions slot_interventions(const Model& m, const RunEdits& edits, size_t slot, int64_t tokens,
                                  std::vector<std::string>& skipped) {
   PromptMarks marks;
   marks.answer = edits.answer;
   marks.query = edits.query >= 0 && edits.query < tokens ? edits.query : tokens - 1;
-  std::vector<std::string> kept;
-  for (const std::string& spec : edits.interventions[slot]) {
-    try {
-      (void)resolve_interventions(std::vector<std::string>{spec}, m.config(), marks, tokens);
-      kept.push_back(spec);
-    } catch (const Error& e) {
-      skipped.push_back(e.what());
-    }
-  }
-  return resolve_interventions(kept, m.config(), marks, tokens);
+  return resolve_interventions(
+      takeable_interventions(edits.interventions[slot], m.config(), marks, tokens, skipped), m.config(),
+      marks, tokens);
 }
 
 // The Why view's lens and attribution at the query, under the run's interventions and as trained.
@@ -142,23 +135,10 @@ std::vector<std::string> sweep_specs(const std::vector<std::string>& specs, cons
   PromptMarks marks;
   marks.answer = {0, 1};
   marks.query = 1;
-  std::vector<std::string> kept;
-  for (const std::string& spec : specs) {
-    try {
-      (void)resolve_interventions(std::vector<std::string>{spec}, config, marks, tokens);
-      kept.push_back(spec);
-    } catch (const Error& e) {
-      notes.push_back(side + ": skipped " + std::string(e.what()));
-    }
-  }
+  std::vector<std::string> refused;
+  std::vector<std::string> kept = takeable_interventions(specs, config, marks, tokens, refused);
+  for (const std::string& r : refused) notes.push_back(side + ": skipped " + r);
   return kept;
-}
-
-// "NAME under A, B" (the needle command's name for a model's intervened rows).
-std::string edited_name(const std::string& name, const std::vector<std::string>& specs) {
-  std::string out = name;
-  for (size_t i = 0; i < specs.size(); ++i) out += (i == 0 ? " under " : ", ") + specs[i];
-  return out;
 }
 
 }  // namespace
@@ -399,7 +379,7 @@ void InferenceWorker::begin_sweep(std::unique_lock<std::mutex>& lock) {
       req.logit_bits > 0 ? " (logits " + std::to_string(req.logit_bits) + "-bit)" : std::string();
   for (size_t s = 0; s < kSlots; ++s) {
     if (names[s].empty()) continue;
-    if (!applied[s].empty()) sweep_.edited_models[s] = edited_name(names[s], applied[s]) + bits;
+    if (!applied[s].empty()) sweep_.edited_models[s] = names[s] + under_interventions(applied[s]) + bits;
     names[s] += bits;
   }
   sweep_.applied = applied;
