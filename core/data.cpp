@@ -37,6 +37,85 @@ const char* const kSingleTokenNames[] = {
     "Palmer",  "Watson",  "Wright",  "Clark",   "Holmes",   "Thompson", "Hudson",  "Sherman",
 };
 
+// Given names for NameSet::GivenNames, from many languages, ASCII only. Held out for evaluation: the names a
+// class is likely to type and that the first models failed on (Priya, Oscar, Clara, Lena, Omar, Mira) and
+// others of every origin; no training pool holds them.
+const char* const kGivenNamesEval[] = {
+    "Priya",     "Oscar",  "Clara",   "Lena",    "Omar",    "Mira",    "Anika",    "Bogdan",  "Chiara",
+    "Dagny",     "Emeka",  "Farida",  "Giulia",  "Hiroshi", "Ingrid",  "Jovan",    "Kalani",  "Leandro",
+    "Malika",    "Nadia",  "Obinna",  "Pilar",   "Quentin", "Rashida", "Sven",     "Tamsin",  "Ulla",
+    "Valentina", "Wenzel", "Ximena",  "Yasmin",  "Zoltan",  "Amara",   "Benedikt", "Caspar",  "Delphine",
+    "Fenna",     "Gideon", "Hana",    "Ilse",    "Jasper",  "Keiko",   "Lorcan",   "Marisol", "Nikhil",
+    "Odile",     "Pranav", "Rafaela", "Saoirse", "Tobias",  "Ugo",     "Vivek",    "Wanda",   "Yusuf",
+    "Zainab",    "Anouk",  "Bastian", "Cosima",  "Dario",   "Elif",    "Florian",  "Greer",   "Hamid",
+    "Isolde",    "Jarek",  "Kirsi",   "Lucian",  "Maren",   "Nkechi",  "Orla",     "Pietro",  "Renata",
+    "Soren",     "Thea",   "Umberto", "Vesna",   "Wiebke",  "Yara",    "Zeno",     "Aurelio", "Brigida",
+    "Dragan",    "Eszter", "Folake",  "Gunnar",  "Halima",  "Ignacio", "Jurgen",   "Kavya",   "Ludmila",
+};
+
+// Given names for training (SingleToken's held-out names and kGivenNamesEval are taken out in code).
+const char* const kGivenNamesTrain[] = {
+    "Aaron",    "Abigail",   "Adele",     "Adrian",   "Agnes",    "Ahmed",    "Aisha",     "Alan",
+    "Albert",   "Alejandro", "Alexander", "Alina",    "Allison",  "Amelia",   "Amir",      "Ana",
+    "Andrea",   "Andrew",    "Angela",    "Anita",    "Anna",     "Anton",    "Antonio",   "Ari",
+    "Arjun",    "Astrid",    "Aurora",    "Ava",      "Barbara",  "Beatrice", "Benjamin",  "Bernard",
+    "Bianca",   "Brandon",   "Brenda",    "Brian",    "Bridget",  "Caleb",    "Camila",    "Carlos",
+    "Carmen",   "Caroline",  "Catherine", "Cedric",   "Chen",     "Chloe",    "Christian", "Christina",
+    "Claire",   "Colin",     "Cristina",  "Daniel",   "Daphne",   "Darius",   "Deborah",   "Declan",
+    "Dennis",   "Diego",     "Dolores",   "Dominic",  "Dorothy",  "Eduardo",  "Eileen",    "Elena",
+    "Eli",      "Elias",     "Eliza",     "Ellen",    "Elsa",     "Emily",    "Emma",      "Enrique",
+    "Eric",     "Erin",      "Esther",    "Ethan",    "Eva",      "Evelyn",   "Fabian",    "Fatima",
+    "Felipe",   "Fernando",  "Frida",     "Gabriel",  "Gemma",    "Gerald",   "Gina",      "Giorgio",
+    "Gloria",   "Grace",     "Hannah",    "Harold",   "Harriet",  "Hassan",   "Heidi",     "Hector",
+    "Helga",    "Ian",       "Ibrahim",   "Ines",     "Iris",     "Isaac",    "Isabel",    "Ivana",
+    "Jacob",    "Jamal",     "Janet",     "Javier",   "Jenna",    "Jeremy",   "Jessica",   "Joanna",
+    "Jorge",    "Josephine", "Juan",      "Judith",   "Julian",   "Justin",   "Kamal",     "Karen",
+    "Kasia",    "Kate",      "Katrin",    "Keith",    "Kenji",    "Khalid",   "Kim",       "Klara",
+    "Kofi",     "Lara",      "Larissa",   "Leila",    "Leo",      "Leon",     "Liam",      "Lila",
+    "Lisa",     "Lorenzo",   "Luca",      "Lucas",    "Luis",     "Luisa",    "Lydia",     "Magnus",
+    "Maja",     "Malcolm",   "Manuel",    "Marco",    "Margaret", "Maria",    "Marina",    "Mario",
+    "Mark",     "Matteo",    "Maya",      "Megan",    "Mei",      "Melanie",  "Mia",       "Michelle",
+    "Miguel",   "Milan",     "Miriam",    "Mohammed", "Monica",   "Nadine",   "Naomi",     "Natalia",
+    "Nathan",   "Neil",      "Nicole",    "Noah",     "Noor",     "Olivia",   "Oliver",    "Pablo",
+    "Patricia", "Patrick",   "Pedro",     "Penelope", "Philippa", "Rafael",   "Rahul",     "Ravi",
+    "Rebecca",  "Reza",      "Ricardo",   "Rita",     "Roberto",  "Rohan",    "Roman",     "Rosa",
+    "Ryan",     "Sabine",    "Samira",    "Sandra",   "Sanjay",   "Sarah",    "Sebastian", "Selma",
+    "Sergio",   "Shirin",    "Silvia",    "Sofia",    "Sonia",    "Sophie",   "Stella",    "Stephanie",
+    "Tariq",    "Teresa",    "Tim",       "Tomasz",   "Trevor",   "Valeria",  "Vanessa",   "Vera",
+    "Veronica", "Vincent",   "Viola",     "Wei",      "Xavier",   "Yannick",  "Yuki",      "Yvette",
+    "Zara",     "Zoe",       "Ahmad",     "Akira",    "Alberto",  "Anders",   "Beatriz",   "Carla",
+    "Cyrus",    "Dalia",     "Eamon",     "Elin",     "Emil",     "Farah",    "Gustavo",   "Hugo",
+    "Ilya",     "Imani",     "Ivo",       "Jana",     "Jens",     "Joaquin",  "Kaito",     "Kwame",
+    "Laszlo",   "Lotte",     "Mateo",     "Nikolai",  "Nina",     "Olga",     "Oskar",     "Paulina",
+    "Raphael",  "Rosalind",  "Sakura",    "Tomas",    "Ulrike",   "Viktor",   "Wilhelm",   "Yosef",
+    "Zofia",    "Amina",     "Bruno",     "Cecilia",  "Dmitri",   "Edith",    "Francesca", "Greta",
+    "Hanna",    "Ivan",      "Joelle",    "Kira",     "Lucia",    "Mateusz",  "Nils",      "Ottilie",
+    "Petra",    "Quinn",     "Rupert",    "Signe",    "Tatiana",  "Ursula",   "Valentin",  "Yolanda",
+    "Zuzana",   "Agathe",    "Boris",     "Celeste",  "Desmond",  "Elodie",   "Fintan",    "Gwen",
+    "Horatio",  "Irina",     "Jolene",    "Kasper",   "Leopold",  "Mathilde", "Nerys",     "Orlando",
+    "Rosalie",  "Sigrid",    "Thaddeus",  "Una",      "Violet",   "Wolfgang", "Xiomara",   "Yvonne",
+    "Zachary",  "Adaeze",    "Bilal",     "Chidi",    "Dilnoza",  "Eun",      "Fumiko",    "Gulnara",
+    "Hyun",     "Ifeoma",    "Jin",       "Kemal",    "Lakshmi",  "Mehmet",   "Nasrin",    "Oluwaseun",
+    "Parisa",   "Rustam",    "Sunita",    "Tendai",   "Uchenna",  "Vikram",   "Wangari",   "Yaw",
+};
+
+// The wordings of the varied recipe. The first training wording is NeedleTemplate's default.
+const NeedleTemplate kTrainWordings[] = {
+    {"The secret code of {name} is {code}.",
+     "Q: What is the secret code of {name}?\nA: The secret code of {name} is"},
+    {"{name}'s secret code is {code}.", "Q: What code does {name} have?\nA: The code of {name} is"},
+    {"The code for {name} is {code}.", "Q: Which number belongs to {name}?\nA: {name}'s number is"},
+    {"Remember that the secret number of {name} is {code}.",
+     "Question: what is {name}'s secret code?\nAnswer: It is"},
+    {"{name} keeps the code {code}.", "Q: What does {name} keep as a code?\nA: {name} keeps"},
+    {"Note: {name} has the secret code {code}.", "Q: What is {name}'s code?\nA: {name}'s code is"},
+};
+const NeedleTemplate kEvalWordings[] = {
+    {"The password of {name} is {code}.", "Q: Tell me the code of {name}.\nA: The code of {name} is"},
+    {"We were told that {name}'s code was {code}.",
+     "Q: Do you know {name}'s secret code?\nA: Yes, the secret code of {name} is"},
+};
+
 // Words that are not keys however the tokenizer keeps them: function words, pronouns, auxiliaries and other
 // closed-class words that open sentences (a key must read as a name, and the haystack is full of these).
 const char* const kFunctionWords[] = {
@@ -68,6 +147,12 @@ std::string four_digits(int code) {
   return std::string(4 - s.size(), '0') + s;
 }
 
+// Capitalises a lower-case ASCII word.
+std::string capitalised(std::string w) {
+  if (!w.empty()) w[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(w[0])));
+  return w;
+}
+
 // Token span covering the byte span [begin, end) of the encoded text.
 Span token_span(const Encoding& e, size_t begin, size_t end) {
   Span s{-1, -1};
@@ -88,11 +173,46 @@ NameSet parse_name_set(const std::string& s) {
   if (s == "single-token") return NameSet::SingleToken;
   if (s == "original") return NameSet::Original;
   if (s == "vocabulary") return NameSet::Vocabulary;
-  throw Error("unknown needle name set '" + s + "' (expected single-token, original or vocabulary)");
+  if (s == "given-names") return NameSet::GivenNames;
+  throw Error("unknown needle name set '" + s +
+              "' (expected single-token, original, vocabulary or given-names)");
 }
 
 std::string to_string(NameSet s) {
-  return s == NameSet::SingleToken ? "single-token" : s == NameSet::Original ? "original" : "vocabulary";
+  switch (s) {
+    case NameSet::SingleToken:
+      return "single-token";
+    case NameSet::Original:
+      return "original";
+    case NameSet::Vocabulary:
+      return "vocabulary";
+    case NameSet::GivenNames:
+      return "given-names";
+  }
+  return "single-token";
+}
+
+const std::vector<NeedleTemplate>& needle_wordings(NeedleSplit split) {
+  static const std::vector<NeedleTemplate> train(std::begin(kTrainWordings), std::end(kTrainWordings));
+  static const std::vector<NeedleTemplate> eval(std::begin(kEvalWordings), std::end(kEvalWordings));
+  return split == NeedleSplit::Train ? train : eval;
+}
+
+const std::vector<std::string>& given_names(NeedleSplit split) {
+  static const std::vector<std::string> eval(std::begin(kGivenNamesEval), std::end(kGivenNamesEval));
+  static const std::vector<std::string> train = [] {
+    std::set<std::string> out(eval.begin(), eval.end());
+    for (const std::string& n : needle_names(NeedleSplit::Eval, NameSet::SingleToken)) out.insert(n);
+    std::vector<std::string> t;
+    for (const char* n : kGivenNamesTrain)
+      if (!out.count(n) && std::find(t.begin(), t.end(), n) == t.end()) t.push_back(n);
+    return t;
+  }();
+  return split == NeedleSplit::Train ? train : eval;
+}
+
+int key_pieces(const Tokenizer& tokenizer, const std::string& key) {
+  return static_cast<int>(tokenizer.encode("of " + key + " is", false).ids.size()) - 2;
 }
 
 // Every fourth name of a list is held out for evaluation.
@@ -201,6 +321,63 @@ std::string fill(const std::string& t, const Needle& n, size_t* code_at = nullpt
   return out;
 }
 
+// NameSet::GivenNames keys (see there). `names` receives how many leading keys are given names.
+std::vector<std::string> given_name_keys(const Tokenizer& tokenizer, NeedleSplit split, size_t* names) {
+  std::vector<std::string> keys;
+  if (split == NeedleSplit::Eval) {
+    for (const std::string& n : given_names(NeedleSplit::Eval)) {
+      const int pieces = key_pieces(tokenizer, n);
+      if (pieces >= 3 && pieces <= 4) keys.push_back(n);
+    }
+    *names = keys.size();
+    return keys;
+  }
+  for (const std::string& n : given_names(NeedleSplit::Train)) {
+    const int pieces = key_pieces(tokenizer, n);
+    if (pieces >= 1 && pieces <= 4) keys.push_back(n);
+  }
+  *names = keys.size();
+  std::set<std::string> taken(keys.begin(), keys.end());
+  for (const std::string& n : given_names(NeedleSplit::Eval)) taken.insert(n);
+  for (const std::string& n : needle_names(NeedleSplit::Eval, NameSet::SingleToken)) taken.insert(n);
+  // Words: the Vocabulary pool (for every training wording), then the tokenizer's lower-case word pieces
+  // capitalised, kept at two to four pieces ("River" is "_R iver"); function words and the wordings' words
+  // are never keys.
+  std::set<std::string> excluded(std::begin(kFunctionWords), std::end(kFunctionWords));
+  for (const NeedleTemplate& w : needle_wordings(NeedleSplit::Train))
+    for (const std::string& k : vocabulary_keys(tokenizer, w))
+      if (!taken.count(k) && std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  for (const auto* list : {&needle_wordings(NeedleSplit::Train), &needle_wordings(NeedleSplit::Eval)})
+    for (const NeedleTemplate& w : *list)
+      for (const std::string* t : {&w.needle, &w.question}) {
+        std::string word;
+        for (size_t i = 0; i <= t->size(); ++i) {
+          const char c = i < t->size() ? (*t)[i] : ' ';
+          if (std::isalpha(static_cast<unsigned char>(c))) {
+            word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            continue;
+          }
+          if (!word.empty()) excluded.insert(capitalised(word));
+          word.clear();
+        }
+      }
+  const std::string space = "\xE2\x96\x81";  // SentencePiece's word-start mark, U+2581
+  std::set<std::string> seen(keys.begin(), keys.end());
+  for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const std::string piece = tokenizer.piece(id);
+    if (piece.size() < space.size() + 4 || piece.compare(0, space.size(), space) != 0) continue;
+    const std::string word = piece.substr(space.size());
+    if (word.find_first_not_of("abcdefghijklmnopqrstuvwxyz") != std::string::npos) continue;
+    const std::string key = capitalised(word);
+    if (excluded.count(key) || taken.count(key) || seen.count(key)) continue;
+    const int pieces = key_pieces(tokenizer, key);
+    if (pieces < 2 || pieces > 4) continue;
+    seen.insert(key);
+    keys.push_back(key);
+  }
+  return keys;
+}
+
 }  // namespace
 
 void NeedleTemplate::validate() const {
@@ -227,15 +404,21 @@ EpisodeBuilder::EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokeni
       tokenizer_(tokenizer),
       split_(split),
       names_(names),
-      wording_(std::move(wording)),
+      wordings_{std::move(wording)},
       zipf_fraction_(zipf_fraction) {
-  wording_.validate();
+  wordings_.front().validate();
   if (!(zipf_fraction >= 0 && zipf_fraction <= 1)) throw Error("zipf_fraction must lie in [0, 1]");
   if (names == NameSet::Vocabulary && split == NeedleSplit::Train) {
-    keys_ = vocabulary_keys(tokenizer, wording_);
+    keys_ = vocabulary_keys(tokenizer, wordings_.front());
     if (keys_.size() < 16)
       throw Error("vocabulary keys: the tokenizer keeps only " + std::to_string(keys_.size()) +
                   " capitalised words as one piece (16 needed; use single-token names)");
+  } else if (names == NameSet::GivenNames) {
+    keys_ = given_name_keys(tokenizer, split, &name_keys_);
+    if (name_keys_ < 8 || (split == NeedleSplit::Train && keys_.size() - name_keys_ < 8))
+      throw Error("given-name keys: this tokenizer leaves " + std::to_string(name_keys_) + " names and " +
+                  std::to_string(keys_.size() - name_keys_) +
+                  " words of the lengths asked (8 of each needed)");
   } else {
     keys_ = needle_names(split, names);
   }
@@ -244,12 +427,26 @@ EpisodeBuilder::EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokeni
     zipf_cumulative_.push_back(sum += 1.0 / static_cast<double>(r + 1));
 }
 
+void EpisodeBuilder::set_wordings(std::vector<NeedleTemplate> wordings) {
+  if (wordings.empty()) throw Error("needle wordings: the list is empty");
+  for (const NeedleTemplate& w : wordings) w.validate();
+  wordings_ = std::move(wordings);
+}
+
+void EpisodeBuilder::set_code_digits(int min, int max) {
+  if (min < 1 || max < min || max > 9)
+    throw Error("code digits must be MIN-MAX with 1 <= MIN <= MAX <= 9 (got " + std::to_string(min) + "-" +
+                std::to_string(max) + ")");
+  code_min_ = min;
+  code_max_ = max;
+}
+
 std::string EpisodeBuilder::needle_sentence(const Needle& n) const {
-  return fill(wording_.needle, n);
+  return fill(wordings_[static_cast<size_t>(n.wording) % wordings_.size()].needle, n);
 }
 
 std::string EpisodeBuilder::question(const Needle& n) const {
-  return fill(wording_.question, n);
+  return fill(wordings_[static_cast<size_t>(n.question_wording) % wordings_.size()].question, n);
 }
 
 Needle EpisodeBuilder::random_needle(std::mt19937_64& rng, const std::vector<Needle>& taken,
@@ -270,6 +467,10 @@ Needle EpisodeBuilder::random_needle(std::mt19937_64& rng, const std::vector<Nee
           static_cast<size_t>(std::upper_bound(zipf_cumulative_.begin(), zipf_cumulative_.end(), u) -
                               zipf_cumulative_.begin()),
           keys_.size() - 1);
+    } else if (name_keys_ > 0 && name_keys_ < keys_.size()) {  // given names and words, half each
+      at = std::uniform_real_distribution<double>(0, 1)(rng) < 0.5
+               ? std::uniform_int_distribution<size_t>(0, name_keys_ - 1)(rng)
+               : std::uniform_int_distribution<size_t>(name_keys_, keys_.size() - 1)(rng);
     } else {
       at = std::uniform_int_distribution<size_t>(0, keys_.size() - 1)(rng);
     }
@@ -285,10 +486,25 @@ Needle EpisodeBuilder::random_needle(std::mt19937_64& rng, const std::vector<Nee
       }
     if (!found) throw Error("episode: every key is already used in this row");
   }
-  int code;
-  do code = std::uniform_int_distribution<int>(1000, 9999)(rng);
-  while (!code_in_split(code, split_));
-  n.code = four_digits(code);
+  if (code_min_ == 4 && code_max_ == 4) {  // the earlier recipes' draw
+    int code;
+    do code = std::uniform_int_distribution<int>(1000, 9999)(rng);
+    while (!code_in_split(code, split_));
+    n.code = four_digits(code);
+  } else {
+    const int digits = std::uniform_int_distribution<int>(code_min_, code_max_)(rng);
+    int64_t lo = 1;
+    for (int d = 1; d < digits; ++d) lo *= 10;
+    const int64_t first = digits == 1 ? 0 : lo, last = lo * 10 - 1;
+    int64_t code;
+    do code = std::uniform_int_distribution<int64_t>(first, last)(rng);
+    while ((code % 7 == 0) != (split_ == NeedleSplit::Eval));
+    n.code = std::to_string(code);
+  }
+  if (wordings_.size() > 1) {
+    n.wording = std::uniform_int_distribution<int>(0, static_cast<int>(wordings_.size()) - 1)(rng);
+    n.question_wording = std::uniform_int_distribution<int>(0, static_cast<int>(wordings_.size()) - 1)(rng);
+  }
   return n;
 }
 
@@ -401,7 +617,7 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
         if (!text.empty()) text += ' ';
         const size_t b = text.size();
         size_t code_at = 0;
-        text += fill(wording_.needle, n, &code_at);
+        text += fill(wordings_[static_cast<size_t>(n.wording) % wordings_.size()].needle, n, &code_at);
         needle_chars[order[next]] = {b, text.size()};
         code_chars[order[next]] = {b + code_at, b + code_at + n.code.size()};
         ++next;
@@ -420,7 +636,7 @@ Episode EpisodeBuilder::build(const EpisodeSpec& spec, std::mt19937_64& rng) con
       text += question(needles[q]);
       question_chars.push_back({b, text.size()});
       text += ' ';
-      answer_chars.push_back({text.size(), text.size() + 4});
+      answer_chars.push_back({text.size(), text.size() + needles[q].code.size()});
       text += needles[q].code + ".";
     }
     const Encoding enc = tokenizer_.encode(text, true);
@@ -466,6 +682,9 @@ void DataMix::validate() const {
   if (episode_needles < 1) throw Error("training mix: episode_needles must be >= 1");
   if (!(zipf_fraction >= 0 && zipf_fraction <= 1))
     throw Error("training mix: zipf_fraction must lie in [0, 1]");
+  if (code_digits_min < 1 || code_digits_max < code_digits_min || code_digits_max > 9)
+    throw Error("training mix: code_digits must be [min, max] with 1 <= min <= max <= 9 (got [" +
+                std::to_string(code_digits_min) + ", " + std::to_string(code_digits_max) + "])");
 }
 
 TrainingData::TrainingData(std::vector<int64_t> stream, const Haystack& haystack, const Tokenizer& tokenizer,
@@ -478,15 +697,23 @@ TrainingData::TrainingData(std::vector<int64_t> stream, const Haystack& haystack
   if (stream_.size() < 1024)
     throw Error("training text is too short (" + std::to_string(stream_.size()) + " tokens)");
   mix.validate();
+  if (mix.varied_wording) episodes_.set_wordings(needle_wordings(NeedleSplit::Train));
+  episodes_.set_code_digits(mix.code_digits_min, mix.code_digits_max);
   // What one needle costs a drill: its sentence, its question and answer, the spaces between, with the
-  // pool's longest key.
+  // pool's longest key (and, with several wordings, the longest of each).
+  const std::string code(static_cast<size_t>(mix.code_digits_max), '1');
+  const int w = static_cast<int>(episodes_.wordings().size());
   for (const std::string& key : episodes_.keys()) {
-    const Needle n{key, "1234"};
-    needle_tokens_ = std::max<int64_t>(
-        needle_tokens_,
-        static_cast<int64_t>(tokenizer.encode(episodes_.needle_sentence(n), false).ids.size() +
-                             tokenizer.encode(episodes_.question(n) + " 1234.", false).ids.size()) +
-            2);
+    int64_t needle = 0, question = 0;
+    for (int k = 0; k < w; ++k) {
+      const Needle n{key, code, k, k};
+      needle = std::max<int64_t>(
+          needle, static_cast<int64_t>(tokenizer.encode(episodes_.needle_sentence(n), false).ids.size()));
+      question = std::max<int64_t>(
+          question,
+          static_cast<int64_t>(tokenizer.encode(episodes_.question(n) + " " + code + ".", false).ids.size()));
+    }
+    needle_tokens_ = std::max<int64_t>(needle_tokens_, needle + question + 2);
   }
 }
 
@@ -512,6 +739,7 @@ TrainingRow TrainingData::episode_row(int64_t length, std::mt19937_64& rng, bool
   // as many needles as the room left holds, within the mix's range; haystack episodes: a length within the
   // mix's range and the room left.
   const size_t n = static_cast<size_t>(length + 1);
+  const bool varied_codes = mix_.code_digits_min != mix_.code_digits_max;
   TrainingRow r;
   for (int draws = 0; draws < 64 && r.ids.size() + 32 <= n; ++draws) {
     const int64_t room = static_cast<int64_t>(n - r.ids.size());
@@ -555,7 +783,9 @@ TrainingRow TrainingData::episode_row(int64_t length, std::mt19937_64& rng, bool
     const int64_t offset = static_cast<int64_t>(r.ids.size());
     r.ids.insert(r.ids.end(), ep.ids.begin(), ep.ids.end());
     for (const Span& a : ep.answer_spans)
-      for (int64_t i = a.begin; i < a.end; ++i) r.answers.push_back(offset + i);
+      // Varied code lengths: the token after the code (its full stop) is an answer too.
+      for (int64_t i = a.begin; i < a.end + (varied_codes ? 1 : 0); ++i)
+        if (i < static_cast<int64_t>(ep.ids.size())) r.answers.push_back(offset + i);
     for (const Needle& nd : ep.needles) r.keys.push_back(nd.name);
     (drill ? r.drill_sizes : r.episode_sizes).push_back(static_cast<int>(ep.needles.size()));
   }

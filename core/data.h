@@ -24,14 +24,22 @@ enum class NeedleSplit { Train, Eval };
 // Vocabulary: for training, a wide pool of keys, every capitalised word the tokenizer keeps as one piece
 // ("▁River", "▁Paris") but function words, the wording's own words and the held-out evaluation names;
 // evaluation keeps SingleToken's held-out given names (EpisodeBuilder::keys()).
-enum class NameSet { SingleToken, Original, Vocabulary };
-NameSet parse_name_set(const std::string& s);  // "single-token" | "original" | "vocabulary"; throws Error
+// GivenNames: real given names and words of one to four pieces of the model's own tokenizer. For training:
+// half the draws from a list of given names ("Priya", "Bogdan" ...), half from words (the Vocabulary pool and
+// the tokenizer's word pieces capitalised: "River", "Remember" ...); for evaluation: a held-out list of given
+// names that no training pool holds, those of three or four pieces only (the hard case: "Priya" is
+// "_P ri ya"), see given_names().
+enum class NameSet { SingleToken, Original, Vocabulary, GivenNames };
+// "single-token" | "original" | "vocabulary" | "given-names"; throws Error
+NameSet parse_name_set(const std::string& s);
 std::string to_string(NameSet s);
 
 // One needle: "The secret code of <name> is <code>."
 struct Needle {
   std::string name;
-  std::string code;  // four digits
+  std::string code;          // digits (four unless the builder draws other lengths)
+  int wording = 0;           // which of the builder's wordings the needle sentence uses
+  int question_wording = 0;  // and which the question asking for it uses
 };
 
 struct Span {
@@ -99,6 +107,18 @@ struct NeedleTemplate {
   void validate() const;
 };
 
+// The wordings of the trained-with-variety recipe: several ways to state a needle and to ask for it. Train:
+// the default NeedleTemplate first, then others; Eval: phrasings no training row uses (held out), so that
+// retrieval is measured on sentences the model has not seen. Every one validates.
+const std::vector<NeedleTemplate>& needle_wordings(NeedleSplit split);
+
+// Given names for NameSet::GivenNames: Train and Eval are disjoint and neither holds SingleToken's held-out
+// names. Pieces are not counted here (that needs a tokenizer): see EpisodeBuilder::keys().
+const std::vector<std::string>& given_names(NeedleSplit split);
+
+// Pieces a key takes where a needle puts it ("of <key> is" less the two words around it).
+int key_pieces(const Tokenizer& tokenizer, const std::string& key);
+
 class EpisodeBuilder {
  public:
   // Throws Error for a template that does not validate, or a Vocabulary pool the tokenizer cannot fill.
@@ -112,7 +132,16 @@ class EpisodeBuilder {
 
   std::string needle_sentence(const Needle& n) const;
   std::string question(const Needle& n) const;  // the code follows after a space
-  const NeedleTemplate& wording() const { return wording_; }
+  const NeedleTemplate& wording() const { return wordings_.front(); }
+  // Several wordings: each needle and each question draws one (uniformly, independently). One wording (the
+  // default) draws nothing, so episodes stay the ones the earlier recipes made. Throws Error for an empty
+  // list or a wording that does not validate.
+  void set_wordings(std::vector<NeedleTemplate> wordings);
+  const std::vector<NeedleTemplate>& wordings() const { return wordings_; }
+  // Codes of `min`..`max` digits (a length drawn uniformly, then a code of that length without a leading
+  // zero, in the split: Eval codes divisible by 7). The default 4..4 draws as the earlier recipes did.
+  void set_code_digits(int min, int max);
+  int code_digits_max() const { return code_max_; }
   // The keys this builder draws from, in ranking order.
   const std::vector<std::string>& keys() const { return keys_; }
 
@@ -124,8 +153,10 @@ class EpisodeBuilder {
   const Tokenizer& tokenizer_;
   NeedleSplit split_;
   NameSet names_;
-  NeedleTemplate wording_;
+  std::vector<NeedleTemplate> wordings_;
+  int code_min_ = 4, code_max_ = 4;
   std::vector<std::string> keys_;
+  size_t name_keys_ = 0;  // GivenNames training: keys_[0, name_keys_) are names, the rest words
   std::vector<double> zipf_cumulative_;  // Σ 1/(r + 1) up to each rank
   double zipf_fraction_ = 0;
 };
@@ -137,7 +168,7 @@ std::vector<std::string> vocabulary_keys(const Tokenizer& tokenizer, const Needl
 
 // Names available to a split (disjoint between Train and Eval).
 const std::vector<std::string>& needle_names(NeedleSplit split, NameSet set = NameSet::SingleToken);
-// Whether a four-digit code belongs to the split (Eval: code % 7 == 0; Train: the rest).
+// Whether a code belongs to the split (Eval: code % 7 == 0; Train: the rest).
 bool code_in_split(int code, NeedleSplit split);
 
 // One training row of exactly `length` + 1 tokens: inputs ids[0..length), targets ids[1..length].
@@ -167,7 +198,12 @@ struct DataMix {
   int64_t episode_tokens_min = 64, episode_tokens_max = 448;
   int episode_needles = 4;
   double zipf_fraction = 0.5;  // Vocabulary keys: the share of draws weighted by rank (EpisodeBuilder)
-  void validate() const;       // throws Error naming the field
+  // Several wordings (needle_wordings(Train); evaluation during training uses the held-out ones).
+  bool varied_wording = false;
+  // Code lengths in digits. When they vary, the token after each answered code (the full stop) counts as an
+  // answer token too, so that a model learns where a code ends.
+  int code_digits_min = 4, code_digits_max = 4;
+  void validate() const;  // throws Error naming the field
 };
 
 // Deterministic source of training rows: rows for step s depend only on (seed, s), so both models of a

@@ -55,14 +55,18 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
     const Span a = ep.answer_spans[q];
     const std::vector<int64_t> prompt(ep.ids.begin(), ep.ids.begin() + a.begin);
     const std::vector<int64_t> truth(ep.ids.begin() + a.begin, ep.ids.begin() + a.end);
+    // The code and the token after it (its full stop): a reply must end where the code ends ("160." is not
+    // "1604"), which matters once codes have several lengths.
+    std::vector<int64_t> expected = truth;
+    if (a.end < static_cast<int64_t>(ep.ids.size())) expected.push_back(ep.ids[static_cast<size_t>(a.end)]);
     GenerateOptions greedy;
-    greedy.max_new = static_cast<int>(truth.size());
+    greedy.max_new = static_cast<int>(expected.size());
     greedy.temperature = 0.0;
     greedy.interventions = edits(q, static_cast<int64_t>(prompt.size()));
     const std::vector<int64_t> reply = model.generate(prompt, greedy, cancel).ids;
     run.replies.push_back(tok.decode(reply));
     run.truths.push_back(tok.decode(truth));
-    run.answered += reply == truth;
+    run.answered += reply == expected;
     ++run.asked;
     if (cancel && cancel->load()) throw Cancelled();
   }

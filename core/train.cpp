@@ -199,7 +199,8 @@ void adamw_step(ModelState& s, const TrainOptions& o, int64_t step, double lr) {
     const Tensor norm = at::stack(squares).sum().sqrt();
     clip = at::where(norm > o.grad_clip, o.grad_clip / (norm + 1e-6), at::ones_like(norm)).to(at::kFloat);
   }
-  const double t = static_cast<double>(step + 1);
+  // The moments count from the run's first step (init_step when it started from other weights).
+  const double t = static_cast<double>(step + 1 - (o.init_from.empty() ? 0 : o.init_step));
   const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
   for (auto& [name, p] : params) {
     if (!p.grad().defined()) continue;
@@ -393,6 +394,9 @@ NeedleScore needle_accuracy(nn::CausalLm& net, const std::vector<Episode>& episo
       digits += hit;
       ++digit_total;
     }
+    // The code must also end where it ends: the token after it (its full stop) is the model's choice too.
+    if (a.end < static_cast<int64_t>(ep.ids.size()))
+      ok &= pred[a.end - 1].item<int64_t>() == ep.ids[static_cast<size_t>(a.end)];
     correct += ok;
   }
   NeedleScore s;
@@ -496,6 +500,12 @@ TrainOptions train_options_from_json(const fs::path& file) {
     o.diff_arch = arch == "diff-v2" ? AttentionKind::DiffV2 : AttentionKind::Diff;
     get("corpus", corpus);
     get("out", out);
+    std::string init;
+    get("init_from", init);
+    if (!init.empty())
+      o.init_from =
+          fs::path(init).is_absolute() ? fs::path(init) : (file.parent_path() / init).lexically_normal();
+    get("init_step", o.init_step);
     if (!corpus.empty())
       o.corpus_dir = fs::path(corpus).is_absolute() ? fs::path(corpus)
                                                     : (file.parent_path() / corpus).lexically_normal();
@@ -528,6 +538,8 @@ TrainOptions train_options_from_json(const fs::path& file) {
       pair("episode_tokens", m.episode_tokens_min, m.episode_tokens_max);
       if (pj.contains("episode_needles")) m.episode_needles = pj.at("episode_needles").get<int>();
       if (pj.contains("zipf_fraction")) m.zipf_fraction = pj.at("zipf_fraction").get<double>();
+      if (pj.contains("varied_wording")) m.varied_wording = pj.at("varied_wording").get<bool>();
+      pair("code_digits", m.code_digits_min, m.code_digits_max);
       if (pj.contains("answer_weight")) p.answer_weight = pj.at("answer_weight").get<double>();
       if (pj.contains("schedule")) {
         const std::string sched = pj.at("schedule").get<std::string>();
@@ -651,6 +663,8 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
   (void)train_precision(o, at::Device(at::kCPU));  // refuse a bad precision before any work
   if (o.phases.empty() || o.phases.front().from_step != 0)
     throw Error("train: the first training phase must start at step 0");
+  if (!o.init_from.empty() && (o.init_step < 0 || o.init_step >= o.steps))
+    throw Error("train: init_step must lie in [0, steps) (got " + std::to_string(o.init_step) + ")");
   for (size_t i = 1; i < o.phases.size(); ++i)
     if (o.phases[i].from_step <= o.phases[i - 1].from_step)
       throw Error("train: training phases must have increasing from_step");
@@ -757,6 +771,20 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     int64_t resumed_tokens = 0;
     start = load_state(s, resume_step, &resumed_tokens, &wall_before);
     tokens = resumed_tokens;
+    if (start == 0 && !o.init_from.empty()) {  // a new run that continues other weights
+      const fs::path from = o.init_from / cfg.name;
+      Model init = Model::load(from, DeviceChoice::Cpu);
+      const nlohmann::json want = nlohmann::json::parse(config_to_json_text(cfg));
+      const nlohmann::json have = nlohmann::json::parse(config_to_json_text(init.config()));
+      for (const auto& [key, value] : want.items())
+        if (key != "name" && key != "max_position_embeddings" &&
+            (!have.contains(key) || have.at(key) != value))
+          throw Error("train: " + from.string() + " is another model than this recipe trains ('" + key +
+                      "' is " + (have.contains(key) ? have.at(key).dump() : std::string("missing")) +
+                      " there, " + value.dump() + " here)");
+      s.model = Model::from_tensors(cfg, init.tensors(), DeviceChoice::Cpu);
+      start = o.init_step;
+    }
     if (!o.resume) {  // --fresh: the earlier run's steps go, so that none is resumed later by mistake
       std::error_code ec;
       remove_tree(s.dir / "train_state", ec);
@@ -786,11 +814,22 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
       val_batches.push_back(batch_tensor(rows, dev));
     }
   }
-  // Held-out episodes per name set in use, each set drawn from the same seed.
-  std::map<NameSet, std::map<int64_t, std::vector<Episode>>> eval_episodes;
+  // Held-out episodes per kind of needle in use (names, wordings, code lengths), each drawn from the same
+  // seed. Varied wordings are evaluated on the held-out ones.
+  auto eval_kind = [](const DataMix& m) {
+    std::string k = to_string(m.names);
+    if (m.varied_wording) k += " held-out wording";
+    if (m.code_digits_min != 4 || m.code_digits_max != 4)
+      k += " " + std::to_string(m.code_digits_min) + "-" + std::to_string(m.code_digits_max) + " digits";
+    return k;
+  };
+  std::map<std::string, std::map<int64_t, std::vector<Episode>>> eval_episodes;
   for (const TrainPhase& p : o.phases) {
-    if (eval_episodes.count(p.mix.names)) continue;
-    const EpisodeBuilder eval_builder(eval_hay, tok, NeedleSplit::Eval, p.mix.names);
+    const std::string kind = eval_kind(p.mix);
+    if (eval_episodes.count(kind)) continue;
+    EpisodeBuilder eval_builder(eval_hay, tok, NeedleSplit::Eval, p.mix.names);
+    if (p.mix.varied_wording) eval_builder.set_wordings(needle_wordings(NeedleSplit::Eval));
+    eval_builder.set_code_digits(p.mix.code_digits_min, p.mix.code_digits_max);
     std::mt19937_64 rng(o.seed + 8888);
     for (int64_t L : o.eval_lengths)
       for (int64_t e = 0; e < o.eval_episodes; ++e) {
@@ -798,7 +837,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
         es.context_tokens = L;
         es.depths = {static_cast<double>(e % 5) / 4.0};
         es.depth_by_tokens = false;  // the placement the bundled pair's logs were measured with
-        eval_episodes[p.mix.names][L].push_back(eval_builder.build(es, rng));
+        eval_episodes[kind][L].push_back(eval_builder.build(es, rng));
       }
   }
 
@@ -817,14 +856,14 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
       std::ofstream(s.dir / "train_log.csv", std::ios::app)
           << step << "," << train_loss << "," << val << "," << tokens << "\n";
       // Evaluated with the names of the phase that produced these weights.
-      const NameSet names = o.phases[phase_of(step - 1)].mix.names;
+      const std::string kind = eval_kind(o.phases[phase_of(step - 1)].mix);
       std::vector<NeedleScore> scores;
-      for (int64_t L : o.eval_lengths) scores.push_back(needle_accuracy(net, eval_episodes[names][L], dev));
+      for (int64_t L : o.eval_lengths) scores.push_back(needle_accuracy(net, eval_episodes[kind][L], dev));
       std::ofstream ev(s.dir / "eval_log.csv", std::ios::app);
       ev << step << "," << tokens;
       for (const auto& sc : scores) ev << "," << sc.exact;
       for (const auto& sc : scores) ev << "," << sc.digits;
-      ev << "," << to_string(names) << "\n";
+      ev << "," << kind << "\n";
       s.loss_sum = Tensor();
       s.loss_count = 0;
       net->train();

@@ -73,6 +73,11 @@ struct TrainOptions {
   // trained on. Refused when the file exists (a resumed run writes the rows of its own steps to a new file).
   std::filesystem::path rows_out;
   bool resume = true;  // continue from out_dir's train_state when present
+  // Non-empty: a new run (no train_state yet) starts from the weights in init_from/<model name>/ (the same
+  // shape, e.g. the shipped trio) at step `init_step`, with a fresh optimizer whose moments count from there;
+  // steps before init_step are not run. Resuming such a run later reads its own train_state as usual.
+  std::filesystem::path init_from;
+  int64_t init_step = 0;
   // A model folder that holds weights train did not write (no train_state/, e.g. the shipped pair) is
   // refused unless this is set; see check_train_output.
   bool overwrite = false;

@@ -380,3 +380,109 @@ TEST_CASE("training rows: no key twice in a row, no held-out name or code, drill
   bad.episode_tokens_min = 8;
   CHECK_THROWS_WITH(TrainingData(f.stream, f.hay, f.tok, bad), Catch::Contains("episode_tokens"));
 }
+
+TEST_CASE("given names and words of one to four pieces, varied wordings and codes of several lengths",
+          "[data][train][needle]") {
+  const BundledFixture f;
+  const EpisodeBuilder train(f.hay, f.tok, NeedleSplit::Train, NameSet::GivenNames);
+  EpisodeBuilder eval(f.hay, f.tok, NeedleSplit::Eval, NameSet::GivenNames);
+  CHECK(parse_name_set("given-names") == NameSet::GivenNames);
+  CHECK(to_string(NameSet::GivenNames) == "given-names");
+  // Evaluation: held-out given names of three or four pieces only, the issue's examples among them.
+  INFO(train.keys().size() << " training keys, " << eval.keys().size() << " held-out names");
+  CHECK(eval.keys().size() >= 30);
+  for (const std::string& k : eval.keys()) {
+    INFO(k);
+    const int pieces = key_pieces(f.tok, k);
+    CHECK(pieces >= 3);
+    CHECK(pieces <= 4);
+  }
+  for (const char* name : {"Priya", "Oscar", "Clara"})
+    CHECK((key_pieces(f.tok, name) < 3 ||
+           std::find(eval.keys().begin(), eval.keys().end(), name) != eval.keys().end()));
+  // Training: names and words of 1-4 pieces, none held out anywhere, no function or wording word.
+  const std::set<std::string> train_keys(train.keys().begin(), train.keys().end());
+  CHECK(train_keys.size() == train.keys().size());
+  std::map<int, int> by_pieces;
+  for (const std::string& k : train.keys()) {
+    const int pieces = key_pieces(f.tok, k);
+    by_pieces[pieces]++;
+    INFO(k);
+    CHECK(pieces >= 1);
+    CHECK(pieces <= 4);
+  }
+  for (int p = 1; p <= 4; ++p) {
+    INFO(p << " pieces: " << by_pieces[p]);
+    CHECK(by_pieces[p] >= 30);
+  }
+  for (const auto* list : {&given_names(NeedleSplit::Eval), &needle_names(NeedleSplit::Eval)})
+    for (const std::string& held : *list) CHECK(train_keys.count(held) == 0);
+  for (const char* word : {"The", "Secret", "Code", "Number", "Remember", "Password", "Told", "Keeps", "Yes"})
+    CHECK(train_keys.count(word) == 0);
+  // Wordings: the first training one is the default template; the held-out ones are used by no row.
+  REQUIRE(needle_wordings(NeedleSplit::Train).size() >= 4);
+  CHECK(needle_wordings(NeedleSplit::Train).front().needle == NeedleTemplate{}.needle);
+  CHECK(needle_wordings(NeedleSplit::Train).front().question == NeedleTemplate{}.question);
+  for (const NeedleTemplate& held : needle_wordings(NeedleSplit::Eval))
+    for (const NeedleTemplate& t : needle_wordings(NeedleSplit::Train)) {
+      CHECK(held.needle != t.needle);
+      CHECK(held.question != t.question);
+    }
+  // Held-out episodes: codes of 3-6 digits divisible by 7, spans that decode to the code, each needle and
+  // question in one of the held-out wordings.
+  eval.set_wordings(needle_wordings(NeedleSplit::Eval));
+  eval.set_code_digits(3, 6);
+  CHECK_THROWS_WITH(eval.set_code_digits(0, 3), Catch::Contains("1 <= MIN <= MAX <= 9"));
+  std::mt19937_64 rng(5);
+  std::set<size_t> lengths;
+  for (int i = 0; i < 60; ++i) {
+    EpisodeSpec spec;
+    spec.context_tokens = 256;
+    spec.needles = 2;
+    spec.queried = 2;
+    const Episode ep = eval.build(spec, rng);
+    REQUIRE(ep.ids.size() <= 256);
+    for (size_t q = 0; q < ep.queried.size(); ++q) {
+      const Needle& n = ep.needles[static_cast<size_t>(ep.queried[q])];
+      lengths.insert(n.code.size());
+      CHECK(n.code.size() >= 3);
+      CHECK(n.code.size() <= 6);
+      CHECK(n.code[0] != '0');
+      CHECK(std::stoll(n.code) % 7 == 0);
+      const Span a = ep.answer_spans[q];
+      CHECK(f.tok.decode(std::vector<int64_t>(ep.ids.begin() + a.begin, ep.ids.begin() + a.end)) == n.code);
+      CHECK(ep.text.find(eval.question(n)) != std::string::npos);
+      CHECK(ep.text.find(eval.needle_sentence(n)) != std::string::npos);
+    }
+  }
+  CHECK(lengths == std::set<size_t>{3, 4, 5, 6});
+  // Training rows of the varied recipe: every answer's full stop is weighted with its digits.
+  DataMix mix;
+  mix.names = NameSet::GivenNames;
+  mix.varied_wording = true;
+  mix.code_digits_min = 3;
+  mix.code_digits_max = 6;
+  mix.drill_fraction = 1.0;
+  mix.episode_fraction = 0.0;
+  const TrainingData data(f.stream, f.hay, f.tok, mix);
+  int answers = 0, stops = 0;
+  for (int i = 0; i < 40; ++i) {
+    std::mt19937_64 r(static_cast<uint64_t>(i));
+    const TrainingRow row = data.row(256, r);
+    REQUIRE(row.ids.size() == 257);
+    for (const int64_t at : row.answers) {
+      const std::string piece = f.tok.decode({row.ids[static_cast<size_t>(at)]});
+      ++answers;
+      if (piece == ".") {
+        ++stops;
+        // A stop follows a digit.
+        CHECK(std::isdigit(
+            static_cast<unsigned char>(f.tok.decode({row.ids[static_cast<size_t>(at - 1)]}).back())));
+      } else {
+        CHECK(std::isdigit(static_cast<unsigned char>(piece.back())));
+      }
+    }
+  }
+  CHECK(stops > 40);
+  CHECK((stops * 4 <= answers));  // at least three digits a code
+}

@@ -65,6 +65,23 @@ int cmd_needle(const Args& a) {
   wording.needle = unescape_newlines(a.get("needle-template"));
   wording.question = unescape_newlines(a.get("question-template"));
   wording.validate();
+  const bool held_out_wording = a.get("wording") == "held-out";
+  if (held_out_wording && (a.has("needle-template") || a.has("question-template")))
+    throw Error("--wording held-out uses its own sentences: give it or the templates, not both");
+  int code_min = 4, code_max = 4;
+  {
+    const std::string d = a.get("code-digits");
+    const size_t dash = d.find('-');
+    try {
+      size_t used = 0;
+      code_min = std::stoi(d.substr(0, dash), &used);
+      if (used != (dash == std::string::npos ? d.size() : dash)) throw std::invalid_argument(d);
+      code_max = dash == std::string::npos ? code_min : std::stoi(d.substr(dash + 1), &used);
+      if (dash != std::string::npos && used != d.size() - dash - 1) throw std::invalid_argument(d);
+    } catch (const std::exception&) {
+      throw Error("option --code-digits takes N or MIN-MAX (e.g. 3-6), got '" + d + "'");
+    }
+  }
   const std::string hay_text =
       read_file((a.has("haystack") ? a.get("haystack") : bundled_asset("haystack.txt")), "haystack text");
 
@@ -95,7 +112,9 @@ int cmd_needle(const Args& a) {
       throw Error(dir + ": " + e.what());
     }
     const Haystack hay(hay_text, model.tokenizer());
-    const EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval, names, wording);
+    EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval, names, wording);
+    if (held_out_wording) builder.set_wordings(needle_wordings(NeedleSplit::Eval));
+    builder.set_code_digits(code_min, code_max);
     for (const std::vector<std::string>& edits : variants) {
       model_names.push_back((model.config().name.empty() ? dir : model.config().name) +
                             under_interventions(edits) +
@@ -134,7 +153,11 @@ Command needle_command() {
        text("depths", "0,25,50,75,100", "needle depths, % of the haystack", "0,25,50,75,100"),
        text("needles", "1,2,4", "needles per prompt", "1"), text("queried", "1,2", "needles asked for", "1"),
        integer("seeds", "N", 1, 10000, "3", "episodes per cell"), haystack_option(),
-       choice("names", "single-token|original", "single-token", "the names needles use"),
+       choice("names", "single-token|original|given-names", "single-token",
+              "the names needles use (given-names: held-out given names of 3-4 pieces)"),
+       choice("wording", "template|held-out", "template",
+              "template: the two templates below; held-out: the varied recipe's held-out wordings"),
+       text("code-digits", "4", "code lengths in digits, N or MIN-MAX (e.g. 3-6)", "4"),
        integer("cell", "PX", 16, 512, "72", "heatmap PNG pixels per cell"),
        integer("logit-bits", "B", 0, 32, "0", "absmax-quantized attention logits of B bits (0: exact)"),
        text("needle-template", "TEXT", "how a needle reads ({name}, {code})",
