@@ -13,13 +13,14 @@
 namespace difflens {
 
 const char* const kAttentionShareDefinition =
-    "attention to answer = sum of A[i,j] over answer keys j / sum of |A[i,j]| over all keys j <= i (the "
-    "row's absolute weight); attention noise = sum of A[i,j] over keys outside the answer and the measured "
-    "rows / the same denominator; A = A1 - lambda*A2 for DIFF, the softmax map for the baseline (whose "
-    "absolute weight is 1); averaged over the measured rows i (from the query to the end), then over heads "
-    "and layers. DIFF's map is signed, so both can be negative: then the keys counted carry net negative "
-    "weight, that share of the row's absolute weight (the second softmax cancels more than the first puts "
-    "there); the baseline's lie in [0, 1]";
+    "for one row i of a head's map A (A1 - lambda*A2 for DIFF, signed, summing to 1 - lambda; the softmax "
+    "map for the baseline), keys split into the answer, the measured rows' own keys (the question) and the "
+    "rest (noise): attention mass of a set = sum of |A[i,j]| over it / sum of |A[i,j]| over all keys j <= i "
+    "(in [0, 1], the three sum to 1); output share = <o_S, o> / |o|^2 with o_S = sum of A[i,j] v_j over the set "
+    "(what reaches the head's output; unchanged when the row is scaled; the three sum to 1; negative when a "
+    "set pushes against the rest); net share = sum of A[i,j] over the set / sum of |A[i,j]| (signed; the "
+    "three sum to the row's budget sum A / sum |A|, (1 - lambda)/sum|A| for DIFF). Attention noise is the "
+    "noise's attention mass. Averaged over the measured rows i, then over heads and layers";
 
 const char* const kHeadSummaryDefinition =
     "per head, averaged over the query rows i: answer and noise as attention to answer / attention noise; "
@@ -32,34 +33,68 @@ const char* const kHeadSummaryDefinition =
 
 namespace {
 
-// `row_of(i)` returns query row i (at least i + 1 keys long).
+// `row_of(i)` returns query row i (at least i + 1 keys long); `values` ([T, dv], or nullptr) the head's value
+// vectors for the output shares.
 template <typename RowOf>
 AttentionShare share_of_rows(RowOf&& row_of, int64_t T, const std::vector<int64_t>& rows, TokenSpan answer,
-                             TokenSpan question) {
+                             TokenSpan question, const float* values = nullptr, int64_t dv = 0) {
   auto valid = [T](TokenSpan s) { return s.begin >= 0 && s.begin <= s.end && s.end <= T; };
   if (!valid(answer) || !valid(question))
     throw Error("attention metrics: a span lies outside the " + std::to_string(T) + " tokens");
   if (rows.empty()) throw Error("attention metrics: no query rows");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   AttentionShare mean;
+  std::vector<double> o[3];  // answer, question, noise
+  for (auto& x : o) x.assign(static_cast<size_t>(std::max<int64_t>(dv, 0)), 0.0);
   for (int64_t i : rows) {
     if (i < 0 || i >= T)
       throw Error("attention metrics: query row " + std::to_string(i) + " is outside the map");
     const float* row = row_of(i);
-    double total = 0, ans = 0, noise = 0;
+    double total = 0, sum = 0, net[3] = {0, 0, 0}, mass[3] = {0, 0, 0};
+    if (values)
+      for (auto& x : o) std::fill(x.begin(), x.end(), 0.0);
     for (int64_t j = 0; j <= i; ++j) {
-      total += std::fabs(row[j]);
-      if (j >= answer.begin && j < answer.end)
-        ans += row[j];
-      else if (!(j >= question.begin && j < question.end))
-        noise += row[j];
+      const int set = j >= answer.begin && j < answer.end         ? 0
+                      : (j >= question.begin && j < question.end) ? 1
+                                                                  : 2;
+      const double a = row[j];
+      total += std::fabs(a);
+      sum += a;
+      net[set] += a;
+      mass[set] += std::fabs(a);
+      if (values && a != 0) {
+        const float* v = values + j * dv;
+        std::vector<double>& dst = o[set];
+        for (int64_t x = 0; x < dv; ++x) dst[static_cast<size_t>(x)] += a * v[x];
+      }
     }
+    AttentionShare r;
     if (total > 0) {
-      mean.answer += ans / total;
-      mean.noise += noise / total;
+      r.answer = net[0] / total;
+      r.noise = net[2] / total;
+      r.budget = sum / total;
+      r.answer_mass = mass[0] / total;
+      r.question_mass = mass[1] / total;
+      r.noise_mass = mass[2] / total;
     }
+    if (values) {
+      double norm2 = 0, dots[3] = {0, 0, 0};
+      for (int64_t x = 0; x < dv; ++x) {
+        const size_t k = static_cast<size_t>(x);
+        const double full = o[0][k] + o[1][k] + o[2][k];
+        norm2 += full * full;
+        for (int s = 0; s < 3; ++s) dots[s] += o[s][k] * full;
+      }
+      if (norm2 > 0) {
+        r.answer_output = dots[0] / norm2;
+        r.question_output = dots[1] / norm2;
+        r.noise_output = dots[2] / norm2;
+      }  // a row whose output is zero counts as 0, as a row of zero mass does
+    } else {
+      r.answer_output = r.question_output = r.noise_output = nan;
+    }
+    mean.add(r, 1.0 / static_cast<double>(rows.size()));
   }
-  mean.answer /= static_cast<double>(rows.size());
-  mean.noise /= static_cast<double>(rows.size());
   return mean;
 }
 
@@ -96,6 +131,18 @@ HeadSummary summary_of_rows(RowOf&& row_of, int64_t T, int64_t window, const std
 
 }  // namespace
 
+void AttentionShare::add(const AttentionShare& o, double w) {
+  answer += w * o.answer;
+  noise += w * o.noise;
+  budget += w * o.budget;
+  answer_mass += w * o.answer_mass;
+  question_mass += w * o.question_mass;
+  noise_mass += w * o.noise_mass;
+  answer_output += w * o.answer_output;
+  question_output += w * o.question_output;
+  noise_output += w * o.noise_output;
+}
+
 AttentionShare query_row_share(const float* row, int64_t q, TokenSpan answer) {
   const TokenSpan seen{std::clamp<int64_t>(answer.begin, 0, q + 1),
                        std::clamp<int64_t>(answer.end, 0, q + 1)};
@@ -103,8 +150,8 @@ AttentionShare query_row_share(const float* row, int64_t q, TokenSpan answer) {
 }
 
 AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& rows,
-                               TokenSpan answer, TokenSpan question) {
-  return share_of_rows([&](int64_t i) { return map + i * T; }, T, rows, answer, question);
+                               TokenSpan answer, TokenSpan question, const float* values, int64_t dv) {
+  return share_of_rows([&](int64_t i) { return map + i * T; }, T, rows, answer, question, values, dv);
 }
 
 NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question, TokenSpan row_span) {
@@ -121,6 +168,14 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
       for (int h = 0; h < trace.config.map_heads(); ++h) which.push_back(h);
     std::vector<AttentionShare> heads;
     AttentionShare layer_mean;
+    // The head's values (kept with CaptureOptions::keep_qkv): its key/value group's [T, dv] rows.
+    auto values_of = [&](int head) -> const float* {
+      if (l.v.empty() || l.v.shape.size() != 3 || l.v.shape[1] != T) return nullptr;
+      const int64_t groups = l.v.shape[0], H = trace.config.map_heads();
+      if (groups <= 0 || H % groups != 0) return nullptr;
+      return l.v.data.data() + (head / (H / groups)) * T * l.v.shape[2];
+    };
+    const int64_t dv = l.v.shape.size() == 3 ? l.v.shape[2] : 0;
     for (size_t h = 0; h < which.size(); ++h) {
       if (from_tiles) {
         if (row_span.begin < 0 || row_span.end > T || row_span.begin >= row_span.end)
@@ -129,13 +184,12 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
         const AttentionTile tile =
             attention_tile(trace, l.index, which[h], row_span.begin, row_span.end - row_span.begin, 0, T);
         heads.push_back(share_of_rows([&](int64_t i) { return tile.a.data() + (i - row_span.begin) * T; }, T,
-                                      rows, answer, question));
+                                      rows, answer, question, values_of(which[h]), dv));
       } else {
-        heads.push_back(
-            attention_share(l.a.data.data() + static_cast<int64_t>(h) * T * T, T, rows, answer, question));
+        heads.push_back(attention_share(l.a.data.data() + static_cast<int64_t>(h) * T * T, T, rows, answer,
+                                        question, values_of(which[h]), dv));
       }
-      layer_mean.answer += heads.back().answer / static_cast<double>(which.size());
-      layer_mean.noise += heads.back().noise / static_cast<double>(which.size());
+      layer_mean.add(heads.back(), 1.0 / static_cast<double>(which.size()));
     }
     r.layers.push_back(l.index);
     r.per_head.push_back(std::move(heads));
@@ -143,10 +197,7 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
     r.per_layer.push_back(layer_mean);
   }
   if (r.layers.empty()) throw Error("attention metrics: the trace kept no attention maps");
-  for (const auto& s : r.per_layer) {
-    r.mean.answer += s.answer / static_cast<double>(r.per_layer.size());
-    r.mean.noise += s.noise / static_cast<double>(r.per_layer.size());
-  }
+  for (const auto& s : r.per_layer) r.mean.add(s, 1.0 / static_cast<double>(r.per_layer.size()));
   return r;
 }
 

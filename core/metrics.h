@@ -1,9 +1,16 @@
-// Attention-noise metrics over captured maps (no LibTorch), exactly as DiffLens defines them:
-//   attention to answer (one head, query row i) = Σ_{j ∈ answer} A[i,j] / Σ_{j ≤ i} |A[i,j]|
-//   attention noise     (one head, query row i) = Σ_{j ∉ answer ∪ question} A[i,j] / Σ_{j ≤ i} |A[i,j]|
-// with A the differential map A1 − λA2 for DIFF and the softmax map for the baseline (numerators are
-// signed: DIFF can put net negative weight on irrelevant context). Averaged over the question's query
-// tokens, then over heads and layers.
+// Attention metrics over captured maps (no LibTorch). For one row i of one head's map A (DIFF: A1 − λA2,
+// signed, its rows summing to 1 − λ; the baseline: the softmax map), the keys j <= i fall into three sets:
+// the answer span, the measured rows' own keys ("the question") and the rest ("noise"). Three measures:
+//   attention mass  of a set S = Σ_{j∈S} |A[i,j]| / Σ_j |A[i,j]|   in [0, 1]; the three sets sum to 1.
+//   output share    of a set S = ⟨o_S, o⟩ / ‖o‖²,  o_S = Σ_{j∈S} A[i,j]·v_j,  o = Σ_S o_S  (v_j the head's
+//                   value, 2d wide for DIFF; before DIFF's per-head norm). The three sum to 1; unchanged when
+//                   the row is scaled (λ's budget 1 − λ drops out, as the per-head norm drops it); negative
+//                   for a set that pushes against the rest. NaN when the trace kept no values.
+//   net share       of a set S = Σ_{j∈S} A[i,j] / Σ_j |A[i,j]|  (signed), the measure DiffLens showed first;
+//                   the three sum to the row's budget Σ_j A[i,j] / Σ_j |A[i,j]| ((1 − λ)/Σ|A| for DIFF, 1
+//                   for the baseline), so it is reported only with that budget beside it.
+// "Attention noise" is the noise's attention mass (core/FORMATS.md says why). For the baseline the mass and
+// the net share are the same number. Averaged over the measured rows, then over heads and layers.
 #pragma once
 
 #include <cstdint>
@@ -20,18 +27,26 @@ struct TokenSpan {
   int64_t end = 0;
 };
 
+// The measures above for one row, or their mean over rows, heads or layers.
 struct AttentionShare {
-  double answer = 0;
-  double noise = 0;
+  double answer = 0, noise = 0;  // net shares (signed, over Σ|A|)
+  double budget = 0;             // Σ A / Σ|A|: what the net shares of the three sets sum to
+  double answer_mass = 0, question_mass = 0, noise_mass = 0;
+  double answer_output = 0, question_output = 0, noise_output = 0;  // NaN without the values
+  // this += w · other, field by field
+  void add(const AttentionShare& other, double w);
 };
 
 // One query row q (keys 0..q): the answer span's share and the noise (keys outside the answer and q itself),
-// as attention_share defines them; the answer is cut to the keys the row sees.
+// as attention_share defines them; the answer is cut to the keys the row sees. Output shares are NaN.
 AttentionShare query_row_share(const float* row, int64_t q, TokenSpan answer);
 
-// One [T, T] row-major map, averaged over `query_rows`. Throws Error on rows or spans outside the map.
+// One [T, T] row-major map, averaged over `query_rows`. `values` ([T, dv] row-major, the head's value
+// vectors; nullptr: none) gives the output shares, else they are NaN. Throws Error on rows or spans outside
+// the map.
 AttentionShare attention_share(const float* map, int64_t T, const std::vector<int64_t>& query_rows,
-                               TokenSpan answer, TokenSpan question);
+                               TokenSpan answer, TokenSpan question, const float* values = nullptr,
+                               int64_t dv = 0);
 
 struct NoiseReadout {
   std::vector<int> layers;                            // layers whose maps the trace kept

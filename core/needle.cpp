@@ -30,7 +30,8 @@ Episode needle_episode(const EpisodeBuilder& builder, const NeedleCell& cell, ui
 }
 
 NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const NeedleCell& cell, uint64_t seed,
-                     const std::atomic<bool>* cancel, const std::vector<std::string>& interventions) {
+                     const std::atomic<bool>* cancel, const std::vector<std::string>& interventions,
+                     bool keep_trace) {
   const auto t0 = std::chrono::steady_clock::now();
   const Episode ep = needle_episode(builder, cell, seed);
   NeedleRun run;
@@ -80,11 +81,17 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
   opt.logit_stats = false;
   opt.next_token_top_k = 1;
   opt.pooled_budget_bytes = size_t{256} << 20;  // long contexts: blocked capture, readout from exact tiles
+  opt.keep_qkv = true;                          // the values, for the output shares
   opt.interventions = edits(ep.answer_spans.size() - 1, static_cast<int64_t>(ids.size()));
-  const Trace trace = model.capture(ids, opt, cancel);
-  run.attention = attention_noise(trace, {code.begin, code.end}, {last_q.begin, last_q.end});
-  run.answering = attention_noise(trace, {code.begin, code.end}, {last_q.begin, reply.end - 1},
-                                  {reply.begin - 1, reply.end - 1});
+  auto trace = std::make_shared<const Trace>(model.capture(ids, opt, cancel));
+  run.ids = ids;
+  run.code_span = {code.begin, code.end};
+  run.question_rows = {last_q.begin, last_q.end};
+  run.answering_rows = {reply.begin - 1, reply.end - 1};
+  run.code = ep.needles[static_cast<size_t>(ep.queried.back())].code;
+  run.attention = attention_noise(*trace, run.code_span, run.question_rows);
+  run.answering = attention_noise(*trace, run.code_span, {last_q.begin, reply.end - 1}, run.answering_rows);
+  if (keep_trace) run.trace = std::move(trace);
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return run;
 }
@@ -92,29 +99,34 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
 std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs) {
   std::map<std::tuple<int64_t, double, int, int>, NeedleCellSummary> cells;
   std::map<std::tuple<int64_t, double, int, int>, int> asked, answered;
+  std::map<std::tuple<int64_t, double, int, int>, std::vector<double>> mass, output;
   for (const NeedleRun& r : runs) {
     const auto key = std::make_tuple(r.cell.length, r.cell.depth, r.cell.needles, r.cell.queried);
     NeedleCellSummary& s = cells[key];
     s.cell = r.cell;
     ++s.runs;
-    s.attention.answer += r.attention.mean.answer;
-    s.attention.noise += r.attention.mean.noise;
-    s.answering.answer += r.answering.mean.answer;
-    s.answering.noise += r.answering.mean.noise;
+    s.attention.add(r.attention.mean, 1.0);
+    s.answering.add(r.answering.mean, 1.0);
     if (const auto h = strongest_answer_head(r.answering)) s.answering_head += h->share.answer;
     s.placed_depth += r.placed_depth;
     asked[key] += r.asked;
     answered[key] += r.answered;
+    mass[key].push_back(r.attention.mean.noise_mass);
+    output[key].push_back(r.attention.mean.noise_output);
   }
   std::vector<NeedleCellSummary> out;
   for (auto& [key, s] : cells) {
-    s.attention.answer /= s.runs;
-    s.attention.noise /= s.runs;
-    s.answering.answer /= s.runs;
-    s.answering.noise /= s.runs;
+    AttentionShare attention, answering;
+    attention.add(s.attention, 1.0 / s.runs);
+    answering.add(s.answering, 1.0 / s.runs);
+    s.attention = attention;
+    s.answering = answering;
     s.answering_head /= s.runs;
     s.placed_depth /= s.runs;
     s.accuracy = asked[key] ? static_cast<double>(answered[key]) / asked[key] : 0.0;
+    s.accuracy_ci = wilson_interval(answered[key], asked[key]);
+    s.noise_mass_ci = bootstrap_mean(mass[key]);
+    s.noise_output_ci = bootstrap_mean(output[key]);
     out.push_back(s);
   }
   return out;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "core/data.h"
 #include "core/metrics.h"
 #include "core/model.h"
+#include "core/stats.h"
 
 namespace difflens {
 
@@ -43,6 +45,14 @@ struct NeedleRun {
   NoiseReadout answering;
   double seconds = 0;
   std::vector<std::string> interventions;  // what the episode ran under, as written (empty: as trained)
+  // What a reader needs to recompute the readouts: the captured tokens (the prompt to the end of the last
+  // question, then the true code but its last digit), the asked needle's code span in them, the rows of the
+  // two readouts (attention: the last question; answering: the rows whose next token is a code token) and
+  // the code. `trace`: that capture (q, k, v kept), only when run_needle was asked to keep it.
+  std::vector<int64_t> ids;
+  TokenSpan code_span, question_rows, answering_rows;
+  std::string code;
+  std::shared_ptr<const Trace> trace;
 };
 
 // The episode of (cell, seed): the same on every machine and for every model with the same tokenizer.
@@ -54,9 +64,11 @@ Episode needle_episode(const EpisodeBuilder& builder, const NeedleCell& cell, ui
 // `interventions` (core/intervention.h, as written): the episode runs under them, resolved per question with
 // the asked needle's code as the answer and the question's first token as the query (knockouts act on the
 // question and the answer written after it).
+// The capture keeps each layer's queries, keys and values (the output shares need the values); `keep_trace`
+// hands it back in NeedleRun::trace.
 NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const NeedleCell& cell, uint64_t seed,
                      const std::atomic<bool>* cancel = nullptr,
-                     const std::vector<std::string>& interventions = {});
+                     const std::vector<std::string>& interventions = {}, bool keep_trace = false);
 
 struct NeedleCellSummary {
   NeedleCell cell;
@@ -66,6 +78,9 @@ struct NeedleCellSummary {
   AttentionShare answering;   // the same while answering (NeedleRun::answering)
   double answering_head = 0;  // the strongest head's attention to the answer while answering, mean over seeds
   double placed_depth = 0;    // NeedleRun::placed_depth, mean over seeds
+  // 95 % intervals over the seeds (core/stats.h): accuracy (Wilson, over the questions asked) and the
+  // question rows' noise as attention mass and as output share (bootstrap over the episodes).
+  Interval accuracy_ci, noise_mass_ci, noise_output_ci;
 };
 
 std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs);

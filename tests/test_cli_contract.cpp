@@ -301,12 +301,15 @@ TEST_CASE("contract: capture --layers selects what --keep-qkv, --keep-hidden and
 
 TEST_CASE("contract: noise is defined for signed maps where it is shown and in FORMATS.md", "[metrics]") {
   const std::string def = kAttentionShareDefinition;
-  CHECK(def.find("both can be negative") != std::string::npos);
-  CHECK(def.find("net negative weight") != std::string::npos);
+  for (const char* s : {"attention mass", "output share", "net share", "budget",
+                        "Attention noise is the "
+                        "noise's attention mass"})
+    CHECK(def.find(s) != std::string::npos);
   const std::string formats = test::read_all(kSource / "core/FORMATS.md");
   CHECK(formats.find("### Attention to the answer and attention noise") != std::string::npos);
-  CHECK(formats.find("a negative share means the keys counted carry net negative weight") !=
+  CHECK(formats.find("A negative net share means the keys counted carry net negative weight") !=
         std::string::npos);
+  CHECK(formats.find("**\"Attention noise\" is the noise's attention mass.**") != std::string::npos);
   CHECK(formats.find("the first screen's −0.27") ==
         std::string::npos);  // no fixed example beside live numbers
   // A hand-made signed row: A = [0.1, 0.6, -0.2, 0.3] at query 3, the answer key 1: Σ|A| = 1.2.
@@ -340,7 +343,7 @@ TEST_CASE("contract: needle depths are distinct places, each reported where it w
   test::ScratchDir dir("contract-needle");
   const std::string md = app::write_needle_report(dir / "out", {"m"}, {runs});
   CHECK(md.find("| *placed at* | *30%* |") != std::string::npos);
-  CHECK(test::read_all(dir / "out/needle.csv").find(",placed_depth\n") != std::string::npos);
+  CHECK(test::read_all(dir / "out/needle.csv").find(",placed_depth,") != std::string::npos);
 }
 
 TEST_CASE("contract: needle's attention heatmaps share one colour scale across models", "[needle][export]") {

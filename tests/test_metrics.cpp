@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/explain.h"
 #include "core/metrics.h"
 #include "core/model.h"
 #include "helpers.h"
@@ -252,4 +253,115 @@ TEST_CASE("head summaries carry TransformerLens's head scores over the whole map
   CHECK(u.induction == Approx((1.0 / 3 + 1.0 / 4) / 4));
   // Every row is scored, whatever the query rows.
   CHECK(head_summaries(t, {1}, {}, {}).per_head[0][0].previous_token == p.previous_token);
+}
+
+namespace {
+// Row 3 of a 4-token map with the answer at key 1, the question at key 3 and the noise at keys 0 and 2, and
+// the values v0 = (1, 0), v1 = (0, 1), v2 = (1, 1), v3 = (2, 0).
+std::vector<float> map_with_row3(const std::vector<float>& row) {
+  std::vector<float> A(16, 0.0f);
+  for (size_t j = 0; j < 4; ++j) A[12 + j] = row[j];
+  return A;
+}
+const std::vector<float> kValues = {1, 0, 0, 1, 1, 1, 2, 0};
+}  // namespace
+
+TEST_CASE("attention mass, output share and net share of hand-computed rows", "[metrics]") {
+  const std::vector<float> a1 = {0.1f, 0.5f, 0.2f, 0.2f}, a2 = {0.3f, 0.1f, 0.4f, 0.2f};
+  SECTION("DIFF, lambda = 0.9: A = (-0.17, 0.41, -0.16, 0.02), sum 0.1, sum |A| 0.76") {
+    std::vector<float> row(4);
+    for (size_t j = 0; j < 4; ++j) row[j] = a1[j] - 0.9f * a2[j];
+    const std::vector<float> A = map_with_row3(row);
+    const AttentionShare s = attention_share(A.data(), 4, {3}, {1, 2}, {3, 4}, kValues.data(), 2);
+    CHECK(s.answer_mass == Approx(0.41 / 0.76));
+    CHECK(s.question_mass == Approx(0.02 / 0.76));
+    CHECK(s.noise_mass == Approx(0.33 / 0.76));
+    CHECK(s.answer == Approx(0.41 / 0.76));
+    CHECK(s.noise == Approx(-0.33 / 0.76));
+    CHECK(s.budget == Approx(0.10 / 0.76));
+    // o_answer = (0, 0.41), o_question = (0.04, 0), o_noise = (-0.33, -0.16), o = (-0.29, 0.25), |o|^2
+    // 0.1466.
+    CHECK(s.answer_output == Approx(0.1025 / 0.1466));
+    CHECK(s.question_output == Approx(-0.0116 / 0.1466));
+    CHECK(s.noise_output == Approx(0.0557 / 0.1466));
+    CHECK(s.answer_mass + s.question_mass + s.noise_mass == Approx(1.0));
+    CHECK(s.answer_output + s.question_output + s.noise_output == Approx(1.0));
+    // Scaled by a constant (the row's budget is what lambda changes) or flipped in sign: mass and output
+    // share stay; the net share flips with the sign.
+    for (const float k : {0.25f, -1.0f, 3.0f}) {
+      std::vector<float> scaled = row;
+      for (float& x : scaled) x *= k;
+      const std::vector<float> B = map_with_row3(scaled);
+      const AttentionShare t = attention_share(B.data(), 4, {3}, {1, 2}, {3, 4}, kValues.data(), 2);
+      INFO("scaled by " << k);
+      CHECK(t.noise_mass == Approx(s.noise_mass));
+      CHECK(t.answer_mass == Approx(s.answer_mass));
+      CHECK(t.noise_output == Approx(s.noise_output));
+      CHECK(t.answer_output == Approx(s.answer_output));
+      CHECK(t.noise == Approx(k > 0 ? s.noise : -s.noise));
+    }
+  }
+  SECTION("DIFF, lambda = 0 (and the baseline's softmax row): mass = net share, budget 1") {
+    const std::vector<float> A = map_with_row3(a1);
+    const AttentionShare s = attention_share(A.data(), 4, {3}, {1, 2}, {3, 4}, kValues.data(), 2);
+    CHECK(s.answer_mass == Approx(0.5));
+    CHECK(s.question_mass == Approx(0.2));
+    CHECK(s.noise_mass == Approx(0.3));
+    CHECK(s.noise == Approx(0.3));
+    CHECK(s.budget == Approx(1.0));
+    // o_answer = (0, 0.5), o_question = (0.4, 0), o_noise = (0.3, 0.2), o = (0.7, 0.7), |o|^2 = 0.98.
+    CHECK(s.answer_output == Approx(0.35 / 0.98));
+    CHECK(s.question_output == Approx(0.28 / 0.98));
+    CHECK(s.noise_output == Approx(0.35 / 0.98));
+  }
+  SECTION("without values the output shares are NaN, the rest as before") {
+    const std::vector<float> A = map_with_row3(a1);
+    const AttentionShare s = attention_share(A.data(), 4, {3}, {1, 2}, {3, 4});
+    CHECK(std::isnan(s.noise_output));
+    CHECK(std::isnan(s.answer_output));
+    CHECK(s.noise_mass == Approx(0.3));
+  }
+}
+
+TEST_CASE("captured heads: masses and output shares sum to 1, outputs equal the head's own output",
+          "[metrics]") {
+  for (const AttentionKind kind : {AttentionKind::Baseline, AttentionKind::Diff, AttentionKind::DiffV2}) {
+    const ModelConfig c = test::tiny_config(kind, 32, 2, 2, kind == AttentionKind::DiffV2 ? 2 : 1);
+    INFO(to_string(c.attention));
+    const Model m = Model::random(c, 91);
+    CaptureOptions opt;
+    opt.keep_qkv = true;
+    const Trace t = m.capture(test::random_ids(14, c.vocab_size, 15), opt);
+    const NoiseReadout r = attention_noise(t, {3, 6}, {10, 14});
+    for (size_t l = 0; l < r.per_head.size(); ++l)
+      for (size_t h = 0; h < r.per_head[l].size(); ++h) {
+        const AttentionShare& s = r.per_head[l][h];
+        CHECK(s.answer_mass + s.question_mass + s.noise_mass == Approx(1.0).epsilon(1e-9));
+        CHECK(s.answer_output + s.question_output + s.noise_output == Approx(1.0).epsilon(1e-6));
+        CHECK(s.answer_mass >= 0);
+        CHECK(s.noise_mass <= 1 + 1e-9);
+        if (!c.is_diff()) CHECK(s.noise == Approx(s.noise_mass).epsilon(1e-9));
+        // One row against explain_head's recomputation in double: o_noise's projection on o.
+        const HeadExplain e = explain_head(t, r.layers[l], r.heads[l][h], 12);
+        std::vector<double> o_noise(static_cast<size_t>(e.dv), 0.0);
+        const LayerTrace& lt = t.layers[l];
+        const int64_t groups = lt.v.shape[0], kv = r.heads[l][h] / (c.map_heads() / groups);
+        for (size_t k = 0; k < e.keys.size(); ++k) {
+          const int64_t j = e.keys[k];
+          if ((j >= 3 && j < 6) || (j >= 10 && j < 14)) continue;
+          for (int64_t x = 0; x < e.dv; ++x)
+            o_noise[static_cast<size_t>(x)] +=
+                e.a[k] * lt.v.data[static_cast<size_t>((kv * 14 + j) * e.dv + x)];
+        }
+        double dot = 0, norm2 = 0;
+        for (int64_t x = 0; x < e.dv; ++x) {
+          dot += o_noise[static_cast<size_t>(x)] * e.o[static_cast<size_t>(x)];
+          norm2 += e.o[static_cast<size_t>(x)] * e.o[static_cast<size_t>(x)];
+        }
+        const AttentionShare row =
+            attention_share(lt.a.data.data() + static_cast<int64_t>(h) * 14 * 14, 14, {12}, {3, 6}, {10, 14},
+                            lt.v.data.data() + kv * 14 * e.dv, e.dv);
+        CHECK(row.noise_output == Approx(dot / norm2).margin(1e-4));
+      }
+  }
 }

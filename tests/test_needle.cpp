@@ -3,12 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "app/reports/needle_report.h"
 #include "core/model.h"
 #include "core/needle.h"
+#include "core/trace_io.h"
 #include "helpers.h"
 
 using namespace difflens;
@@ -134,8 +136,13 @@ TEST_CASE("needle lab: the report writes JSON, CSV, tables and heatmaps", "[need
   const auto j = nlohmann::json::parse(test::read_all(dir / "out/needle.json"));
   CHECK(j["models"][0]["runs"].size() == 2);
   CHECK(j["models"][0]["cells"][1]["length"] == 256);
-  CHECK(test::read_all(dir / "out/needle.csv").find("m1,128,0,1,1,1,1,0.2,0.3,0.7,0.05,0.7,0\n") !=
+  // The net shares keep their first columns; the measures and intervals follow (accuracy 1 of 1: Wilson
+  // [0.2065, 1]).
+  const std::string csv = test::read_all(dir / "out/needle.csv");
+  CHECK(csv.find("m1,128,0,1,1,1,1,0.2,0.3,0.7,0.05,0.7,0,0.206549,1,") != std::string::npos);
+  CHECK(csv.find("noise_mass,noise_mass_low,noise_mass_high,answer_output,noise_output") !=
         std::string::npos);
+  CHECK(test::read_all(dir / "out/episodes.csv").find("m1,128,0,1,1,0,1,") != std::string::npos);
   CHECK(j["models"][0]["runs"][0]["answering_strongest_head"]["answer"] == 0.7);
   CHECK(std::filesystem::file_size(dir / "out/m1-accuracy-N1R1.png") > 500);
   CHECK(std::filesystem::file_size(dir / "out/m1-attention-N1R1.png") > 500);
@@ -199,4 +206,58 @@ TEST_CASE("needle lab: sweeps parse from typed fields and expand in a fixed orde
                                                        : 1),
                       Catch::Contains(message));
   }
+}
+
+TEST_CASE("needle --keep-traces: the kept bundle and episode.json recompute episodes.csv", "[needle][lab]") {
+  test::ScratchDir dir("needlekeep");
+  std::vector<std::string> names;
+  std::vector<std::vector<NeedleRun>> runs;
+  for (const char* name : {"diff-small", "baseline-small"}) {
+    const Model m = Model::load(kAssets / "models" / name);
+    const Haystack hay(test::read_all(kAssets / "haystack.txt").substr(0, 60000), m.tokenizer());
+    const EpisodeBuilder builder(hay, m.tokenizer(), NeedleSplit::Eval);
+    names.push_back(name);
+    runs.emplace_back();
+    for (uint64_t seed : {1, 2}) {
+      NeedleRun r = run_needle(m, builder, {128, 0.5, 1, 1}, seed, nullptr, {}, true);
+      REQUIRE(r.trace);
+      app::write_kept_episode(dir / "keep" / name / std::to_string(seed), name, r);
+      runs.back().push_back(r);
+    }
+  }
+  app::write_needle_report(dir / "out", names, runs);
+  // Every row of episodes.csv, recomputed from its bundle and episode.json alone.
+  std::istringstream csv(test::read_all(dir / "out/episodes.csv"));
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line ==
+        "model,length,depth,needles,queried,seed,accuracy,answer_mass,noise_mass,answer_output,"
+        "noise_output,noise_net,net_budget");
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    REQUIRE(f.size() == 13);
+    const std::filesystem::path kept = dir / "keep" / f[0] / f[5];
+    const auto ep = nlohmann::json::parse(test::read_all(kept / "episode.json"));
+    const Trace t = read_trace_bundle(kept);
+    CHECK(t.token_ids == ep["ids"].get<std::vector<int64_t>>());
+    const NoiseReadout r = attention_noise(t, {ep["answer_span"][0], ep["answer_span"][1]},
+                                           {ep["question_rows"][0], ep["question_rows"][1]});
+    INFO(line);
+    CHECK(std::stod(f[7]) == Approx(r.mean.answer_mass).margin(1e-6));
+    CHECK(std::stod(f[8]) == Approx(r.mean.noise_mass).margin(1e-6));
+    CHECK(std::stod(f[9]) == Approx(r.mean.answer_output).margin(1e-6));
+    CHECK(std::stod(f[10]) == Approx(r.mean.noise_output).margin(1e-6));
+    CHECK(std::stod(f[11]) == Approx(r.mean.noise).margin(1e-6));
+    CHECK(std::stod(f[12]) == Approx(r.mean.budget).margin(1e-6));
+    CHECK(std::isfinite(r.mean.noise_output));
+    if (f[0] == "baseline-small") CHECK(r.mean.noise_mass == Approx(r.mean.noise).margin(1e-9));
+    ++rows;
+  }
+  CHECK(rows == 4);
+  const std::string md = test::read_all(dir / "out/tables.md");
+  CHECK(md.find("## Attention noise as mass, as output share and as net share") != std::string::npos);
+  CHECK(md.find("## Each model against diff-small on the same episodes") != std::string::npos);
 }

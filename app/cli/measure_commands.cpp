@@ -60,6 +60,8 @@ int cmd_needle(const Args& a) {
                                                a.get("queried"), a.get_int("seeds"));
   const std::vector<NeedleJob> jobs = expand(sweep);
   const std::string out = a.require("out");
+  const std::string keep = a.has("keep-traces") ? a.get("keep-traces") : std::string();
+  if (!keep.empty()) check_output_dir(keep, "--keep-traces");
   const NameSet names = parse_name_set(a.get("names"));
   NeedleTemplate wording;
   wording.needle = unescape_newlines(a.get("needle-template"));
@@ -122,7 +124,16 @@ int cmd_needle(const Args& a) {
       results.emplace_back();
       for (const NeedleJob& job : jobs) {
         if (g_stop) throw Error("stopped by Ctrl-C: nothing written");
-        NeedleRun run = run_needle(model, builder, job.cell, job.seed, &g_stop, edits);
+        NeedleRun run = run_needle(model, builder, job.cell, job.seed, &g_stop, edits, !keep.empty());
+        if (!keep.empty()) {  // written as it comes, then let go: a long sweep keeps no capture in memory
+          char name[96];
+          std::snprintf(name, sizeof name, "L%lld-d%.0f-N%dR%d-s%llu",
+                        static_cast<long long>(job.cell.length), job.cell.depth * 100, job.cell.needles,
+                        job.cell.queried, static_cast<unsigned long long>(job.seed));
+          app::write_kept_episode(std::filesystem::path(keep) / app::file_name(model_names.back()) / name,
+                                  model_names.back(), run);
+          run.trace.reset();
+        }
         ++done;
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         progress(
@@ -138,8 +149,8 @@ int cmd_needle(const Args& a) {
   }
   progress_done();
   const std::string tables = app::write_needle_report(out, model_names, results, cell);
-  std::printf("%s\nwrote %s/needle.json, needle.csv, tables.md and PNG + SVG heatmaps\n", tables.c_str(),
-              out.c_str());
+  std::printf("%s\nwrote %s/needle.json, needle.csv, episodes.csv, tables.md and PNG + SVG heatmaps\n",
+              tables.c_str(), out.c_str());
   return 0;
 }
 
@@ -164,8 +175,11 @@ Command needle_command() {
             escape_newlines(wording.needle)),
        text("question-template", "TEXT", "how the question reads ({name}; \\n is a newline)",
             escape_newlines(wording.question)),
+       text(
+           "keep-traces", "DIR",
+           "also write each episode's capture (a trace bundle, q/k/v kept) and episode.json under DIR/MODEL/"),
        intervene_option(), device_option("auto"), threads_option()},
-      "Writes needle.json, needle.csv, tables.md (the paper's Table 3 layout) and PNG + SVG heatmaps; "
+      "Writes needle.json, needle.csv, episodes.csv, tables.md (the paper's Table 3 layout) and PNG + SVG heatmaps; "
       "Ctrl-C stops. With --intervene each model runs as trained and under the interventions (the asked "
       "needle's code is the answer, the question's first token the query).",
       cmd_needle};

@@ -15,6 +15,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/trace_io.h"
 #include "viz/export.h"
 #include "viz/figure.h"
 
@@ -27,7 +28,12 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-// A model name as part of a file name: letters, digits, '-' and '.' kept, runs of anything else as one '_'.
+std::string pct(double depth) {
+  return depth < 0 ? "random" : fmt("%.0f%%", depth * 100);
+}
+
+}  // namespace
+
 std::string file_name(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -40,12 +46,6 @@ std::string file_name(const std::string& s) {
   while (!out.empty() && out.back() == '_') out.pop_back();
   return out.empty() ? "model" : out;
 }
-
-std::string pct(double depth) {
-  return depth < 0 ? "random" : fmt("%.0f%%", depth * 100);
-}
-
-}  // namespace
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
@@ -89,6 +89,12 @@ nlohmann::json needle_json(const std::vector<std::string>& models,
                             {"truths", r.truths},
                             {"attention_to_answer", r.attention.mean.answer},
                             {"attention_noise", r.attention.mean.noise},
+                            {"answer_mass", r.attention.mean.answer_mass},
+                            {"noise_mass", r.attention.mean.noise_mass},
+                            {"answer_output", r.attention.mean.answer_output},
+                            {"noise_output", r.attention.mean.noise_output},
+                            {"noise_net", r.attention.mean.noise},
+                            {"net_budget", r.attention.mean.budget},
                             {"per_layer", layers},
                             {"answering_to_answer", r.answering.mean.answer},
                             {"answering_noise", r.answering.mean.noise},
@@ -119,14 +125,42 @@ nlohmann::json needle_json(const std::vector<std::string>& models,
 std::string needle_csv(const std::vector<std::string>& models,
                        const std::vector<std::vector<NeedleCellSummary>>& cells) {
   std::ostringstream csv;
+  // attention_to_answer and attention_noise are the net shares (their first names, kept for readers of
+  // earlier files); the measures and their intervals follow (core/FORMATS.md).
   csv << "model,length,depth,needles,queried,runs,accuracy,attention_to_answer,attention_noise,"
-         "answering_to_answer,answering_noise,answering_strongest_head,placed_depth\n";
+         "answering_to_answer,answering_noise,answering_strongest_head,placed_depth,"
+         "accuracy_low,accuracy_high,answer_mass,noise_mass,noise_mass_low,noise_mass_high,answer_output,"
+         "noise_output,noise_output_low,noise_output_high,noise_net,net_budget\n";
   for (size_t m = 0; m < models.size(); ++m)
     for (const auto& c : cells[m])
       csv << csv_field(models[m]) << "," << c.cell.length << "," << c.cell.depth << "," << c.cell.needles
           << "," << c.cell.queried << "," << c.runs << "," << c.accuracy << "," << c.attention.answer << ","
           << c.attention.noise << "," << c.answering.answer << "," << c.answering.noise << ","
-          << c.answering_head << "," << c.placed_depth << "\n";
+          << c.answering_head << "," << c.placed_depth << "," << c.accuracy_ci.low << ","
+          << c.accuracy_ci.high << "," << c.attention.answer_mass << "," << c.attention.noise_mass << ","
+          << c.noise_mass_ci.low << "," << c.noise_mass_ci.high << "," << c.attention.answer_output << ","
+          << c.attention.noise_output << "," << c.noise_output_ci.low << "," << c.noise_output_ci.high << ","
+          << c.attention.noise << "," << c.attention.budget << "\n";
+  return csv.str();
+}
+
+// episodes.csv: one row per episode and model, the last question's rows (means over the rows, then heads,
+// then layers), so that each number can be recomputed from the episode's kept bundle (needle --keep-traces).
+std::string episodes_csv(const std::vector<std::string>& models,
+                         const std::vector<std::vector<NeedleRun>>& runs) {
+  std::ostringstream csv;
+  csv.precision(9);
+  csv << "model,length,depth,needles,queried,seed,accuracy,answer_mass,noise_mass,answer_output,noise_output,"
+         "noise_net,net_budget\n";
+  for (size_t m = 0; m < models.size(); ++m)
+    for (const NeedleRun& r : runs[m]) {
+      const AttentionShare& a = r.attention.mean;
+      csv << csv_field(models[m]) << "," << r.cell.length << "," << r.cell.depth << "," << r.cell.needles
+          << "," << r.cell.queried << "," << r.seed << ","
+          << (r.asked ? static_cast<double>(r.answered) / r.asked : 0.0) << "," << a.answer_mass << ","
+          << a.noise_mass << "," << a.answer_output << "," << a.noise_output << "," << a.noise << ","
+          << a.budget << "\n";
+    }
   return csv.str();
 }
 
@@ -310,7 +344,101 @@ void write_needle_heatmaps(const std::filesystem::path& out, const std::vector<s
       }
 }
 
+// The measures per length with their intervals (pooled over the length's cells), then each model against the
+// first on the same episodes: McNemar for accuracy, a paired bootstrap for the noise's mass and output share.
+std::string measures_tables(const std::vector<std::string>& models,
+                            const std::vector<std::vector<NeedleRun>>& runs, const SweepAxes& axes) {
+  std::string md =
+      "\n## Attention noise as mass, as output share and as net share, with 95 % intervals\n\n"
+      "The last question's rows, every cell of each length pooled. Attention noise is the noise's attention mass; "
+      "the output share is what the noise keys add to the head's output; the net share is the signed sum, shown "
+      "with its budget (what the three net shares sum to: (1 - lambda)/sum|A| for DIFF, 1 for the baseline). "
+      "Intervals: Wilson (accuracy), bootstrap over episodes (the rest).\n\n"
+      "| model | tokens | episodes | accuracy | noise (mass) | noise (output share) | answer (mass) | net noise "
+      "/ budget |\n|---|---|---|---|---|---|---|---|\n";
+  auto of_length = [&](size_t m, int64_t L) {
+    std::vector<const NeedleRun*> out;
+    for (const NeedleRun& r : runs[m])
+      if (r.cell.length == L) out.push_back(&r);
+    return out;
+  };
+  for (int64_t L : axes.lengths)
+    for (size_t m = 0; m < models.size(); ++m) {
+      const auto rs = of_length(m, L);
+      if (rs.empty()) continue;
+      int64_t right = 0, asked = 0;
+      std::vector<double> mass, output, answer, net, budget;
+      for (const NeedleRun* r : rs) {
+        right += r->answered;
+        asked += r->asked;
+        mass.push_back(r->attention.mean.noise_mass);
+        output.push_back(r->attention.mean.noise_output);
+        answer.push_back(r->attention.mean.answer_mass);
+        net.push_back(r->attention.mean.noise);
+        budget.push_back(r->attention.mean.budget);
+      }
+      const Interval b = bootstrap_mean(budget);
+      md += "| " + models[m] + " | " + std::to_string(L) + " | " + std::to_string(rs.size()) + " | " +
+            format_interval(wilson_interval(right, asked)) + " | " +
+            format_interval(bootstrap_mean(mass), 3) + " | " + format_interval(bootstrap_mean(output), 3) +
+            " | " + format_interval(bootstrap_mean(answer), 3) + " | " +
+            fmt("%.3f", bootstrap_mean(net).estimate) + " / " + fmt("%.3f", b.estimate) + " |\n";
+    }
+  if (models.size() < 2) return md;
+  md += "\n## Each model against " + models[0] +
+        " on the same episodes\n\nMcNemar's exact test (accuracy: the episodes only one of the two answers) "
+        "and a paired bootstrap of the mean difference (noise mass, noise output share); a difference is "
+        "called one where p < 0.05.\n\n| model | tokens | accuracy: only it / only " +
+        models[0] +
+        " (p) | noise mass: difference [95 %] (p) | noise output share: difference [95 %] (p) |\n"
+        "|---|---|---|---|---|\n";
+  auto verdict = [](double p) {
+    return p < 0.05 ? std::string("") : std::string(", no significant difference");
+  };
+  for (size_t m = 1; m < models.size(); ++m)
+    for (int64_t L : axes.lengths) {
+      const auto a = of_length(m, L), b = of_length(0, L);
+      if (a.empty() || a.size() != b.size()) continue;
+      std::vector<bool> ra, rb;
+      std::vector<double> ma, mb, oa, ob;
+      for (size_t i = 0; i < a.size(); ++i) {
+        ra.push_back(a[i]->asked > 0 && a[i]->answered == a[i]->asked);
+        rb.push_back(b[i]->asked > 0 && b[i]->answered == b[i]->asked);
+        ma.push_back(a[i]->attention.mean.noise_mass);
+        mb.push_back(b[i]->attention.mean.noise_mass);
+        oa.push_back(a[i]->attention.mean.noise_output);
+        ob.push_back(b[i]->attention.mean.noise_output);
+      }
+      const PairedTest acc = mcnemar(ra, rb), mass = paired_bootstrap(ma, mb), out = paired_bootstrap(oa, ob);
+      md += "| " + models[m] + " | " + std::to_string(L) + " | " + std::to_string(acc.only_a) + " / " +
+            std::to_string(acc.only_b) + " (p = " + fmt("%.3g", acc.p) + verdict(acc.p) + ") | " +
+            format_interval(mass.difference, 3) + " (p = " + fmt("%.3g", mass.p) + verdict(mass.p) + ") | " +
+            format_interval(out.difference, 3) + " (p = " + fmt("%.3g", out.p) + verdict(out.p) + ") |\n";
+    }
+  return md;
+}
+
 }  // namespace
+
+void write_kept_episode(const std::filesystem::path& dir, const std::string& model, const NeedleRun& r) {
+  if (!r.trace) throw Error("needle: the episode's capture was not kept");
+  write_trace_bundle(*r.trace, dir);
+  const nlohmann::json j = {{"model", model},
+                            {"length", r.cell.length},
+                            {"depth", r.cell.depth},
+                            {"needles", r.cell.needles},
+                            {"queried", r.cell.queried},
+                            {"seed", r.seed},
+                            {"ids", r.ids},
+                            {"code", r.code},
+                            {"answer_span", {r.code_span.begin, r.code_span.end}},
+                            {"question_rows", {r.question_rows.begin, r.question_rows.end}},
+                            {"answering_rows", {r.answering_rows.begin, r.answering_rows.end}},
+                            {"answered", r.answered},
+                            {"asked", r.asked},
+                            {"interventions", r.interventions}};
+  write_file_atomically(dir / "episode.json", j.dump(1) + "\n");
+}
 
 std::string write_needle_report(const std::filesystem::path& out, const std::vector<std::string>& models,
                                 const std::vector<std::vector<NeedleRun>>& runs, int cell) {
@@ -325,8 +453,9 @@ std::string write_needle_report(const std::filesystem::path& out, const std::vec
       out / "needle.json",
       needle_json(models, runs, cells).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   write_file_atomically(out / "needle.csv", needle_csv(models, cells));
+  write_file_atomically(out / "episodes.csv", episodes_csv(models, runs));
   const SweepAxes axes = axes_of(cells);
-  const std::string md = needle_tables(models, cells, axes);
+  const std::string md = needle_tables(models, cells, axes) + measures_tables(models, runs, axes);
   write_file_atomically(out / "tables.md", md);
   write_needle_heatmaps(out, models, cells, axes, cell);
   return md;
