@@ -153,6 +153,22 @@ std::string capitalised(std::string w) {
   return w;
 }
 
+// Adds a wording's own words to `words`, capitalised whatever their case ("secret" -> "Secret"): never keys.
+void add_wording_words(std::set<std::string>& words, const NeedleTemplate& wording) {
+  for (const std::string* t : {&wording.needle, &wording.question}) {
+    std::string word;
+    for (size_t i = 0; i <= t->size(); ++i) {
+      const char c = i < t->size() ? (*t)[i] : ' ';
+      if (std::isalpha(static_cast<unsigned char>(c))) {
+        word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        continue;
+      }
+      if (!word.empty()) words.insert(capitalised(word));
+      word.clear();
+    }
+  }
+}
+
 // Token span covering the byte span [begin, end) of the encoded text.
 Span token_span(const Encoding& e, size_t begin, size_t end) {
   Span s{-1, -1};
@@ -234,23 +250,7 @@ const std::vector<std::string>& needle_names(NeedleSplit split, NameSet set) {
 std::vector<std::string> vocabulary_keys(const Tokenizer& tokenizer, const NeedleTemplate& wording) {
   std::set<std::string> excluded(std::begin(kFunctionWords), std::end(kFunctionWords));
   for (const std::string& name : needle_names(NeedleSplit::Eval, NameSet::SingleToken)) excluded.insert(name);
-  for (const std::string* t : {&wording.needle, &wording.question}) {  // the wording's own words, any case
-    std::string word;
-    for (size_t i = 0; i <= t->size(); ++i) {
-      const char c = i < t->size() ? (*t)[i] : ' ';
-      if (std::isalpha(static_cast<unsigned char>(c))) {
-        word += c;
-        continue;
-      }
-      if (!word.empty()) {
-        word[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
-        for (size_t k = 1; k < word.size(); ++k)
-          word[k] = static_cast<char>(std::tolower(static_cast<unsigned char>(word[k])));
-        excluded.insert(word);
-      }
-      word.clear();
-    }
-  }
+  add_wording_words(excluded, wording);
   const std::string space = "\xE2\x96\x81";  // SentencePiece's word-start mark, U+2581
   std::vector<std::string> keys;
   for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) {
@@ -348,19 +348,7 @@ std::vector<std::string> given_name_keys(const Tokenizer& tokenizer, NeedleSplit
     for (const std::string& k : vocabulary_keys(tokenizer, w))
       if (!taken.count(k) && std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
   for (const auto* list : {&needle_wordings(NeedleSplit::Train), &needle_wordings(NeedleSplit::Eval)})
-    for (const NeedleTemplate& w : *list)
-      for (const std::string* t : {&w.needle, &w.question}) {
-        std::string word;
-        for (size_t i = 0; i <= t->size(); ++i) {
-          const char c = i < t->size() ? (*t)[i] : ' ';
-          if (std::isalpha(static_cast<unsigned char>(c))) {
-            word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-            continue;
-          }
-          if (!word.empty()) excluded.insert(capitalised(word));
-          word.clear();
-        }
-      }
+    for (const NeedleTemplate& w : *list) add_wording_words(excluded, w);
   const std::string space = "\xE2\x96\x81";  // SentencePiece's word-start mark, U+2581
   std::set<std::string> seen(keys.begin(), keys.end());
   for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) {
