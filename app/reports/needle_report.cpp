@@ -411,9 +411,9 @@ std::string measures_tables(const std::vector<std::string>& models,
       }
       const PairedTest acc = mcnemar(ra, rb), mass = paired_bootstrap(ma, mb), out = paired_bootstrap(oa, ob);
       md += "| " + models[m] + " | " + std::to_string(L) + " | " + std::to_string(acc.only_a) + " / " +
-            std::to_string(acc.only_b) + " (p = " + fmt("%.3g", acc.p) + verdict(acc.p) + ") | " +
-            format_interval(mass.difference, 3) + " (p = " + fmt("%.3g", mass.p) + verdict(mass.p) + ") | " +
-            format_interval(out.difference, 3) + " (p = " + fmt("%.3g", out.p) + verdict(out.p) + ") |\n";
+            std::to_string(acc.only_b) + " (" + verdict(acc.p) + ") | " +
+            format_interval(mass.difference, 3) + " (" + verdict(mass.p) + ") | " +
+            format_interval(out.difference, 3) + " (" + verdict(out.p) + ") |\n";
     }
   return md;
 }
