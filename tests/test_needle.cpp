@@ -260,4 +260,6 @@ TEST_CASE("needle --keep-traces: the kept bundle and episode.json recompute epis
   const std::string md = test::read_all(dir / "out/tables.md");
   CHECK(md.find("## Attention noise as mass, as output share and as net share") != std::string::npos);
   CHECK(md.find("## Each model against diff-small on the same episodes") != std::string::npos);
+  // Both answer both episodes: McNemar has no discordant pair.
+  CHECK(md.find("| baseline-small | 128 | 0 / 0 (p = 1, no significant difference) |") != std::string::npos);
 }
