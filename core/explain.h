@@ -37,6 +37,7 @@ struct HeadExplain {
   // 6. o = Σ_j A_j v_j [dv]; DIFF V1: n = RMSNorm(o) · w, out = n · (1 − λ_init). Baseline and DIFF V2:
   //    out = o.
   std::vector<double> o, normed, out;
+  std::vector<std::vector<float>> v;  // [keys][dv]: each visible key's value (for output shares)
   double o_norm = 0, normed_norm = 0, out_norm = 0;  // Euclidean lengths
 };
 
@@ -46,8 +47,8 @@ bool explain_available(const Trace& trace, int layer);
 // Throws Error for a layer, head or query outside the trace, or a trace captured without keep_qkv.
 HeadExplain explain_head(const Trace& trace, int layer, int head, int64_t query);
 
-// Attention to the answer and noise of one explained row (`row` over e.keys, e.g. e.a1 or e.a), as
-// attention_share defines them over a map row.
+// Attention mass, output share (with e.v) and net share of one explained row (`row` over e.keys, e.g. e.a1
+// or e.a), as attention_share defines them over a map row.
 AttentionShare explained_share(const HeadExplain& e, const std::vector<double>& row, TokenSpan answer,
                                TokenSpan question);
 

@@ -23,7 +23,8 @@ const char* const kAttentionShareDefinition =
     "noise's attention mass. Averaged over the measured rows i, then over heads and layers";
 
 const char* const kHeadSummaryDefinition =
-    "per head, averaged over the query rows i: answer and noise as attention to answer / attention noise; "
+    "per head, averaged over the query rows i: answer and noise as attention mass (sum of |A[i,j]| over the "
+    "answer, or over the keys outside the answer and the rows, / sum of |A[i,j]|); "
     "entropy = -sum of p_j ln p_j (nats), p_j = |A[i,j]| / sum of |A[i,j]| over keys j <= i (DIFF's negative "
     "weights count by magnitude); normalised entropy = entropy / ln(keys row i sees): 0 one key, 1 uniform; "
     "sink = A[i,0] / the same denominator; A = A1 - lambda*A2 for DIFF, the softmax map for the baseline; "
@@ -124,8 +125,8 @@ HeadSummary summary_of_rows(RowOf&& row_of, int64_t T, int64_t window, const std
   s.entropy_norm /= n;
   s.sink /= n;
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  s.answer = has_answer ? share.answer : nan;
-  s.noise = has_answer ? share.noise : nan;
+  s.answer = has_answer ? share.answer_mass : nan;
+  s.noise = has_answer ? share.noise_mass : nan;
   return s;
 }
 
@@ -264,7 +265,7 @@ std::optional<HeadShare> strongest_answer_head(const NoiseReadout& r, int layer)
   for (size_t l = 0; l < r.per_head.size(); ++l) {
     if (layer >= 0 && r.layers[l] != layer) continue;
     for (size_t h = 0; h < r.per_head[l].size(); ++h)
-      if (!best || r.per_head[l][h].answer > best->share.answer)
+      if (!best || r.per_head[l][h].answer_mass > best->share.answer_mass)
         best = HeadShare{r.layers[l], r.heads[l][h], r.per_head[l][h]};
   }
   return best;

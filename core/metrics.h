@@ -61,7 +61,7 @@ struct NoiseReadout {
 // noise). Throws Error when the trace kept no maps or a span lies outside it.
 NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question, TokenSpan rows = {});
 
-// The head whose attention to the answer is largest in a readout (restricted to `layer` when >= 0), e.g.
+// The head whose attention mass on the answer is largest in a readout (restricted to `layer` when >= 0), e.g.
 // the retrieval head of a needle prompt. nullopt when the readout has no such head.
 struct HeadShare {
   int layer = -1, head = -1;
@@ -82,8 +82,8 @@ MapDrift map_drift(const Trace& reference, const Trace& other);
 
 // A per-head summary of one layer x head's map A (DIFF: A1 − λA2; baseline: the softmax map), each field
 // averaged over the query rows i (a row whose Σ_{j ≤ i} |A[i,j]| is 0 counts as 0):
-//   answer, noise: attention_share's (signed numerators over Σ_{j ≤ i} |A[i,j]|); NaN when no answer span is
-//                  given (HeadSummaries::has_answer false).
+//   answer, noise: attention mass (attention_share's answer_mass and noise_mass: Σ|A| over the set over
+//                  Σ_{j ≤ i} |A[i,j]|); NaN when no answer span is given (HeadSummaries::has_answer false).
 //   entropy:       Shannon entropy in nats of p_j = |A[i,j]| / Σ_{j ≤ i} |A[i,j]|. For the baseline p is the
 //                  softmax row itself; for DIFF the magnitudes stand in for the signed weights (a key pushed
 //                  away with negative weight still takes a share of the row's attention mass).

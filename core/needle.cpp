@@ -67,6 +67,7 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
     const std::vector<int64_t> reply = model.generate(prompt, greedy, cancel).ids;
     run.replies.push_back(tok.decode(reply));
     run.truths.push_back(tok.decode(truth));
+    run.right.push_back(reply == expected);
     run.answered += reply == expected;
     ++run.asked;
     if (cancel && cancel->load()) throw Cancelled();
@@ -107,7 +108,7 @@ std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs) {
     ++s.runs;
     s.attention.add(r.attention.mean, 1.0);
     s.answering.add(r.answering.mean, 1.0);
-    if (const auto h = strongest_answer_head(r.answering)) s.answering_head += h->share.answer;
+    if (const auto h = strongest_answer_head(r.answering)) s.answering_head += h->share.answer_mass;
     s.placed_depth += r.placed_depth;
     asked[key] += r.asked;
     answered[key] += r.answered;

@@ -36,6 +36,7 @@ struct NeedleRun {
   int answered = 0, asked = 0;       // questions whose whole code the model produced greedily
   std::vector<std::string> replies;  // what the model produced for each question (decoded)
   std::vector<std::string> truths;   // the codes asked
+  std::vector<bool> right;           // per question: the whole code and its full stop, greedily
   // Attention while reading the LAST question: to the asked needle's code (the answer span) vs to
   // everything but that code and the question (kAttentionShareDefinition), per layer and averaged.
   NoiseReadout attention;
@@ -73,11 +74,12 @@ NeedleRun run_needle(const Model& model, const EpisodeBuilder& builder, const Ne
 struct NeedleCellSummary {
   NeedleCell cell;
   int runs = 0;
-  double accuracy = 0;        // answered / asked over the seeds
-  AttentionShare attention;   // mean over seeds (layers and heads averaged)
-  AttentionShare answering;   // the same while answering (NeedleRun::answering)
-  double answering_head = 0;  // the strongest head's attention to the answer while answering, mean over seeds
-  double placed_depth = 0;    // NeedleRun::placed_depth, mean over seeds
+  double accuracy = 0;       // answered / asked over the seeds
+  AttentionShare attention;  // mean over seeds (layers and heads averaged)
+  AttentionShare answering;  // the same while answering (NeedleRun::answering)
+  double answering_head =
+      0;  // the strongest head's attention mass on the answer while answering, mean over seeds
+  double placed_depth = 0;  // NeedleRun::placed_depth, mean over seeds
   // 95 % intervals over the seeds (core/stats.h): accuracy (Wilson, over the questions asked) and the
   // question rows' noise as attention mass and as output share (bootstrap over the episodes).
   Interval accuracy_ci, noise_mass_ci, noise_output_ci;

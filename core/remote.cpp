@@ -304,14 +304,42 @@ std::string to_json(const NeedleRequest& r) {
 
 namespace {
 
+// A share on the wire: [answer, noise] (the net shares), then budget, answer_mass, question_mass, noise_mass,
+// answer_output, question_output, noise_output (null where NaN: a trace without values). A server of an
+// earlier version sends the first two only: the rest are then NaN.
 json share_json(const AttentionShare& s) {
-  return json::array({s.answer, s.noise});
+  json a = json::array();
+  for (double v : {s.answer, s.noise, s.budget, s.answer_mass, s.question_mass, s.noise_mass, s.answer_output,
+                   s.question_output, s.noise_output})
+    a.push_back(std::isfinite(v) ? json(v) : json(nullptr));
+  return a;
 }
 
 AttentionShare share_from(const json& j) {
-  if (!j.is_array() || j.size() != 2 || !j[0].is_number() || !j[1].is_number())
-    throw FormatError("needle run: a share must be [answer, noise]");
-  return {j[0].get<double>(), j[1].get<double>()};
+  if (!j.is_array() || (j.size() != 2 && j.size() != 9) || !j[0].is_number() || !j[1].is_number())
+    throw FormatError("needle run: a share must be [answer, noise] or the nine measures");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  double v[9];
+  for (size_t i = 0; i < 9; ++i) {
+    if (i >= j.size() || j[i].is_null()) {
+      v[i] = nan;
+    } else if (j[i].is_number()) {
+      v[i] = j[i].get<double>();
+    } else {
+      throw FormatError("needle run: a share's measure is not a number");
+    }
+  }
+  AttentionShare s;
+  s.answer = v[0];
+  s.noise = v[1];
+  s.budget = v[2];
+  s.answer_mass = v[3];
+  s.question_mass = v[4];
+  s.noise_mass = v[5];
+  s.answer_output = v[6];
+  s.question_output = v[7];
+  s.noise_output = v[8];
+  return s;
 }
 
 json readout_json(const NoiseReadout& r) {
@@ -371,6 +399,7 @@ std::string needle_run_to_json(const NeedleRun& r) {
               {"asked", r.asked},
               {"replies", r.replies},
               {"truths", r.truths},
+              {"right", r.right},
               {"attention", readout_json(r.attention)},
               {"answering", readout_json(r.answering)},
               {"seconds", r.seconds},
@@ -399,6 +428,7 @@ NeedleRun needle_run_from_json(const std::string& text) {
       throw FormatError("needle run: a count is missing");
     r.replies = j.at("replies").get<std::vector<std::string>>();
     r.truths = j.at("truths").get<std::vector<std::string>>();
+    if (j.contains("right")) r.right = j.at("right").get<std::vector<bool>>();
     r.attention = readout_from(j.at("attention"));
     r.answering = readout_from(j.at("answering"));
     r.seconds = get_number(j, "seconds", 0.0, 1e12, 0.0);

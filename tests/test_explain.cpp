@@ -225,7 +225,9 @@ TEST_CASE("explain slides: the numbers drawn are the trace's, and every step exp
   char sum[64];
   std::snprintf(sum, sizeof sum, "sums to 1 − λ = %.3f", 1.0 - l.lambda);
   CHECK_THAT(texts(5), Catch::Contains(sum));
-  CHECK_THAT(texts(5), Catch::Contains("to the answer (green), of the row's Σ|A|: A1 "));
+  CHECK_THAT(texts(5), Catch::Contains("mass: answer (green) A1 "));
+  CHECK_THAT(texts(5), Catch::Contains("noise's output share A1 "));
+  CHECK_THAT(texts(5), Catch::Contains(" of budget "));
   // Step 6: the output's length.
   CHECK_THAT(texts(6), Catch::Contains("|·| = " + f4(in.diff.head->out_norm)));
   // Bars: one data rectangle per visible key in each map row of step 3 (A1, A2 and the baseline's A).

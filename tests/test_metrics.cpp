@@ -65,11 +65,19 @@ TEST_CASE("the strongest answer head names the layer and head index it measured"
   r.layers = {0, 2};
   r.heads = {{0, 1, 2}, {1, 3}};  // layer 2 kept heads 1 and 3 only
   r.per_head = {{{0.10, 0.5}, {0.05, 0.6}, {0.20, 0.3}}, {{0.15, 0.4}, {0.62, 0.01}}};
+  for (auto& layer : r.per_head)  // the head is chosen by its attention mass on the answer
+    for (AttentionShare& s : layer) s.answer_mass = s.answer;
+  r.per_head[0][1].answer_mass = 0.7;  // a large mass with a small net share (negative keys): chosen
+  const auto first = strongest_answer_head(r);
+  REQUIRE(first);
+  CHECK(first->layer == 0);
+  CHECK(first->head == 1);
+  r.per_head[0][1].answer_mass = 0.05;
   const auto best = strongest_answer_head(r);
   REQUIRE(best);
   CHECK(best->layer == 2);
   CHECK(best->head == 3);
-  CHECK(best->share.answer == Approx(0.62));
+  CHECK(best->share.answer_mass == Approx(0.62));
   const auto in0 = strongest_answer_head(r, 0);
   REQUIRE(in0);
   CHECK(in0->layer == 0);
@@ -154,9 +162,9 @@ TEST_CASE("head summaries of a differential map take entropy over |A|", "[metric
   const double H = -(0.1 * std::log(0.1) + 0.7 * std::log(0.7) + 0.2 * std::log(0.2));
   CHECK(h.entropy == Approx(H));
   CHECK(h.entropy_norm == Approx(H / std::log(3.0)));
-  CHECK(h.sink == Approx(-0.1));  // signed, like the answer share
-  CHECK(h.answer == Approx(0.7));
-  CHECK(h.noise == Approx(-0.1));
+  CHECK(h.sink == Approx(-0.1));   // signed, like the answer share
+  CHECK(h.answer == Approx(0.7));  // attention mass: |0.7| of sum |A| = 1
+  CHECK(h.noise == Approx(0.1));   // |-0.1|: mass, whatever its sign
 }
 
 TEST_CASE("head summaries refuse rows and spans outside the trace, and traces without maps",

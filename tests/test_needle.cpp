@@ -99,6 +99,7 @@ TEST_CASE("needle lab: summaries average seeds and count questions", "[needle][l
     runs[i].answering.layers = {2};
     runs[i].answering.heads = {{0, 1}};
     runs[i].answering.per_head = {{{0.1, 0.2}, {0.3 * static_cast<double>(i + 1), 0.1}}};
+    for (AttentionShare& h : runs[i].answering.per_head[0]) h.answer_mass = h.answer;
     runs[i].answering.mean = {0.2, 0.3};
   }
   const auto s = summarize(runs);
@@ -127,6 +128,7 @@ TEST_CASE("needle lab: the report writes JSON, CSV, tables and heatmaps", "[need
     r.answering.layers = {0};
     r.answering.heads = {{0}};
     r.answering.per_head = {{{0.7, 0.05}}};
+    r.answering.per_head[0][0].answer_mass = 0.7;
     r.answering.mean = {0.7, 0.05};
   }
   const std::string md = app::write_needle_report(dir / "out", {"m1"}, {runs});

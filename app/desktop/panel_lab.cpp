@@ -37,7 +37,7 @@ enum class LabValue { Accuracy, QuestionAttention, AnsweringHead };
 
 double lab_value(const NeedleCellSummary& c, LabValue v) {
   return v == LabValue::Accuracy            ? c.accuracy
-         : v == LabValue::QuestionAttention ? c.attention.answer
+         : v == LabValue::QuestionAttention ? c.attention.answer_mass
                                             : c.answering_head;
 }
 
@@ -122,12 +122,12 @@ void draw_lab_grid(const char* title, const NeedleSweep& sweep, const std::vecto
         ImGui::SetTooltip(
             "%lld tokens, depth %s (placed at %.0f%%: the sentence boundary nearest it), N=%d R=%d\n"
             "%d episodes: accuracy %.2f\n"
-            "reading the question: attention to answer %.3f, attention noise %.3f\n"
-            "while answering: to answer %.3f, noise %.3f, strongest head %.2f",
+            "reading the question: attention mass on the answer %.3f, on the noise %.3f (output share %.3f)\n"
+            "while answering: mass on the answer %.3f, on the noise %.3f, strongest head %.2f",
             static_cast<long long>(found->cell.length), depth_label(found->cell.depth).c_str(),
             found->placed_depth * 100, nr.first, nr.second, found->runs, found->accuracy,
-            found->attention.answer, found->attention.noise, found->answering.answer, found->answering.noise,
-            found->answering_head);
+            found->attention.answer_mass, found->attention.noise_mass, found->attention.noise_output,
+            found->answering.answer_mass, found->answering.noise_mass, found->answering_head);
     }
   }
   ImGui::Dummy(
@@ -365,12 +365,12 @@ void draw_lab_heatmaps(GuiState::Lab& lab, const SweepProgress& p, const std::ve
   const float cell = std::max(min_cell, std::min({by_width, by_height, ImGui::GetFontSize() * 6.0f}));
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 22);
   ImGui::Combo("second heatmap", &lab.attention_view,
-               "attention to answer (reading the question)\0strongest head (answering)\0");
+               "attention mass on the answer (reading the question)\0strongest head (answering)\0");
   const LabValue shown = lab.attention_view == 0 ? LabValue::QuestionAttention : LabValue::AnsweringHead;
   const char* shown_name =
-      shown == LabValue::QuestionAttention ? "attention to answer" : "strongest head answering";
+      shown == LabValue::QuestionAttention ? "attention mass on the answer" : "strongest head answering";
   for (const auto& nr : sweep.needles_queried) {
-    // One range for every model shown so their colours compare (DIFF's attention to the answer can be < 0).
+    // One range for every model shown so their colours compare.
     double lo = 0, hi = 0;
     for (const LabSeries& x : series)
       for (const auto& c : *x.cells)
@@ -382,7 +382,7 @@ void draw_lab_heatmaps(GuiState::Lab& lab, const SweepProgress& p, const std::ve
     // One group per model (as trained, then under the interventions): its name once, its two grids
     // beside each other under short titles; a group goes beside the last where it fits, else on the next
     // line (four grids of 72-pixel cells do not fit a 1280-pixel lecture window side by side).
-    const char* short_name = shown == LabValue::QuestionAttention ? "to answer" : "strongest head";
+    const char* short_name = shown == LabValue::QuestionAttention ? "answer mass" : "strongest head";
     const float grid_w = label_w + cell * static_cast<float>(sweep.lengths.size());
     const float group_w = std::max(grid_w, ImGui::CalcTextSize("accuracy").x) + ImGui::GetFontSize() +
                           std::max(grid_w, ImGui::CalcTextSize(short_name).x);
@@ -422,9 +422,10 @@ void draw_lab_heatmaps(GuiState::Lab& lab, const SweepProgress& p, const std::ve
 // The paper's Table 3 layout, the while-answering table and the multi-needle accuracies.
 void draw_lab_tables(const SweepProgress& p, const std::vector<LabSeries>& series) {
   const NeedleSweep& sweep = p.request.sweep;
-  // The paper's Table 3 layout: attention to answer / noise by depth, per length and model.
+  // The paper's Table 3 layout: attention mass on the answer / on the noise by depth, per length and model.
   for (const auto& nr : sweep.needles_queried) {
-    ImGui::Text("Attention to answer / attention noise by depth (N=%d, R=%d)", nr.first, nr.second);
+    ImGui::Text("Attention mass on the answer / attention noise (mass) by depth (N=%d, R=%d)", nr.first,
+                nr.second);
     const int cols = 2 + static_cast<int>(sweep.depths.size()) + 1;
     ImGui::PushID(nr.first * 64 + nr.second);
     if (ImGui::BeginTable("table3", cols, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
@@ -447,7 +448,7 @@ void draw_lab_tables(const SweepProgress& p, const std::vector<LabSeries>& serie
             for (const auto& c : *x.cells)
               if (c.cell.length == L && c.cell.depth == d && c.cell.needles == nr.first &&
                   c.cell.queried == nr.second) {
-                ImGui::Text("%.3f / %.3f", c.attention.answer, c.attention.noise);
+                ImGui::Text("%.3f / %.3f", c.attention.answer_mass, c.attention.noise_mass);
                 acc += c.accuracy;
                 ++n;
               }
@@ -460,13 +461,14 @@ void draw_lab_tables(const SweepProgress& p, const std::vector<LabSeries>& serie
     ImGui::PopID();
   }
   // While answering (the rows that produce the code): mean over depths, per length, as `needle` tables it.
-  ImGui::TextUnformatted("While answering: to answer / noise / strongest head (mean over depths and seeds)");
+  ImGui::TextUnformatted(
+      "While answering: mass on the answer / on the noise / strongest head (mean over depths and seeds)");
   ImGui::SameLine();
   ImGui::TextDisabled("(?)");
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip(
         "Query rows: the tokens that produce the asked code, the true code given; the question and "
-        "the answer so far are neither answer nor noise. Strongest head: the attention to the answer "
+        "the answer so far are neither answer nor noise. Strongest head: the attention mass on the answer "
         "of the head that gives it the most, per episode.");
   if (ImGui::BeginTable("answering", 2 + static_cast<int>(sweep.lengths.size()),
                         ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
@@ -484,7 +486,8 @@ void draw_lab_tables(const SweepProgress& p, const std::vector<LabSeries>& serie
         for (int64_t L : sweep.lengths) {
           ImGui::TableNextColumn();
           const AnsweringMean a = answering_over_depths(*x.cells, L, nr.first, nr.second);
-          if (a.cells) ImGui::Text("%.3f / %.3f / %.2f", a.share.answer, a.share.noise, a.strongest_head);
+          if (a.cells)
+            ImGui::Text("%.3f / %.3f / %.2f", a.share.answer_mass, a.share.noise_mass, a.strongest_head);
         }
       }
     ImGui::EndTable();
@@ -527,7 +530,7 @@ void draw_lab_episodes(const std::vector<LabSeries>& series) {
                         ImVec2(0, ImGui::GetTextLineHeightWithSpacing() * 12))) {
     ImGui::TableSetupScrollFreeze(0, 1);
     for (const char* h :
-         {"model", "tokens", "depth", "N", "R", "seed", "asked -> answered", "answer", "noise"})
+         {"model", "tokens", "depth", "N", "R", "seed", "asked -> answered", "answer mass", "noise mass"})
       ImGui::TableSetupColumn(h);
     ImGui::TableHeadersRow();
     std::vector<std::pair<size_t, size_t>> rows;  // (series, episode)
@@ -556,15 +559,15 @@ void draw_lab_episodes(const std::vector<LabSeries>& series) {
         std::string qa;
         for (size_t q = 0; q < run.truths.size() && q < run.replies.size(); ++q)
           qa += (q ? "; " : "") + run.truths[q] + " -> " + run.replies[q] +
-                (run.truths[q] == run.replies[q] ? " (right)" : " (wrong)");
+                (q < run.right.size() && run.right[q] ? " (right)" : " (wrong)");
         if (run.answered == run.asked)
           ImGui::TextColored(ImVec4(0.1f, 0.55f, 0.1f, 1), "%s", qa.c_str());
         else
           ImGui::TextUnformatted(qa.c_str());
         ImGui::TableNextColumn();
-        ImGui::Text("%.3f", run.attention.mean.answer);
+        ImGui::Text("%.3f", run.attention.mean.answer_mass);
         ImGui::TableNextColumn();
-        ImGui::Text("%.3f", run.attention.mean.noise);
+        ImGui::Text("%.3f", run.attention.mean.noise_mass);
       }
     ImGui::EndTable();
   }
@@ -584,7 +587,8 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
       ". Answer span: the code of the needle the last question asks about; "
       "query rows: that question's tokens.";
   if (state.lecture) {
-    ImGui::TextDisabled("attention to answer, noise, answer span, query rows: hover for the definitions");
+    ImGui::TextDisabled(
+        "attention mass on the answer and the noise, answer span, query rows: hover for the definitions");
     if (ImGui::IsItemHovered())
       ImGui::SetTooltip("%s", wrap_at_spaces(kDefinitions, ImGui::GetFontSize() * 40).c_str());
   } else {

@@ -27,8 +27,8 @@ namespace difflens::app {
 namespace {
 
 constexpr const char* kMetricNames[] = {"maps",
-                                        "attention to the answer",
-                                        "attention noise",
+                                        "attention mass on the answer",
+                                        "attention noise (mass)",
                                         "entropy / ln(keys seen)",
                                         "first-token share (sink)",
                                         "previous-token score",

@@ -188,7 +188,7 @@ void focus_answer_head(GuiState& state, const RunResult& r) {
     for (int s = 0; s < kSlots; ++s)
       if (cache.readouts[s])
         if (const auto h = strongest_answer_head(*cache.readouts[s], layer)) {
-          sum += h->share.answer;
+          sum += h->share.answer_mass;
           any = true;
         }
     if (any && sum > best_sum) {
@@ -210,22 +210,22 @@ void focus_answer_head(GuiState& state, const RunResult& r) {
     char share[32];
     if (const auto h = strongest_answer_head(*cache.readouts[s], best_layer)) {
       state.view.head[s] = h->head;
-      std::snprintf(share, sizeof share, "%.3f", h->share.answer);
+      std::snprintf(share, sizeof share, "%.3f", h->share.answer_mass);
       what += std::string(first ? "" : ", ") + name + " head " + std::to_string(h->head) + " " + share;
       first = false;
     }
     const auto overall = strongest_answer_head(*cache.readouts[s]);
     if (overall && overall->layer != best_layer) {
-      std::snprintf(share, sizeof share, "%.3f", overall->share.answer);
+      std::snprintf(share, sizeof share, "%.3f", overall->share.answer_mass);
       elsewhere += "; " + name + "'s strongest: layer " + std::to_string(overall->layer) + " head " +
                    std::to_string(overall->head) + " " + share;
     }
   }
-  // What the numbers are, on the line: each head's share of the rows' absolute weight on the answer, the
-  // mean over the rows from the query to the end (Figure 1 shows the query's row alone, the Noise view the
-  // mean over a layer's heads).
+  // What the numbers are, on the line: each head's attention mass on the answer (its share of the rows'
+  // |A|), the mean over the rows from the query to the end (Figure 1 shows the query's row alone, the Noise
+  // view the mean over a layer's heads).
   state.message =
-      what + " to the answer, mean over " + answer_rows_phrase(state.selection.query, T) + elsewhere;
+      what + " answer mass, mean over " + answer_rows_phrase(state.selection.query, T) + elsewhere;
   state.focus_message = state.message;
   state.focus_prompt = state.prompt.text;
 }
@@ -243,6 +243,13 @@ std::string readout_layer(const std::optional<NoiseReadout>* readouts, size_t i)
       layer = l;
     }
   return layer >= 0 ? std::to_string(layer) : "#" + std::to_string(i);
+}
+
+// A signed number to 3 decimals, never "-0.000".
+std::string signed3(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f", v);
+  return std::strcmp(b, "-0.000") == 0 ? std::string("0.000") : std::string(b);
 }
 
 // A bar's value to 3 decimals (the table's), in the largest font up to the view's that fits the bar's
@@ -282,22 +289,18 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
   const ImVec2 room(ImGui::GetContentRegionAvail().x, height);
   const float th = ImGui::GetTextLineHeight();
   if (rows == 0 || room.y < th * 6) return;
-  double lo = 0, hi = 1;
-  for (int s = 0; s < kSlots; ++s)
-    if (readouts[s]) {
-      for (const AttentionShare& a : readouts[s]->per_layer) lo = std::min({lo, a.answer, a.noise});
-      lo = std::min({lo, readouts[s]->mean.answer, readouts[s]->mean.noise});
-    }
+  const double lo = 0, hi = 1;  // attention mass lies in [0, 1]
   const ImVec2 min = ImGui::GetCursorScreenPos(), max(min.x + room.x, min.y + room.y);
-  const PlotArea a = draw_plot_frame(min, max, lo, hi, "%.1f", true,
-                                     "attention to the answer (solid) and noise (light) per layer");
+  const PlotArea a = draw_plot_frame(
+      min, max, lo, hi, "%.1f", true,
+      "attention mass on the answer (solid) and on the noise (light) per layer; dots: each head");
   state.drawn.note("noise.chart", a.min.x, a.min.y, a.max.x, a.max.y);
   ImDrawList* dl = ImGui::GetWindowDrawList();
-  // Each model in its identity colour (never a sign colour: the bars themselves may be negative), its
-  // noise in the light variant.
+  // Each model in its identity colour (never a sign colour), its noise in the light variant; each head a dot
+  // on its layer's bar (the mean's bar carries every head), so a mean never hides its spread.
   const size_t groups = rows + 1;  // the layers, then the mean
   const float gw = (a.max.x - a.min.x) / static_cast<float>(groups), bw = gw * 0.8f / (2 * kSlots);
-  const float zero = a.y(0);
+  const float zero = a.y(0), dot = std::clamp(bw * 0.12f, 2.0f, th * 0.22f);
   for (size_t g = 0; g < groups; ++g) {
     for (int s = 0; s < kSlots; ++s) {
       if (!readouts[s]) continue;
@@ -306,11 +309,23 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
                    : &readouts[s]->mean;
       if (!v) continue;
       for (int k = 0; k < 2; ++k) {
+        const double value = k == 0 ? v->answer_mass : v->noise_mass;
         const float x0 = a.min.x + gw * (static_cast<float>(g) + 0.1f) + bw * static_cast<float>(2 * s + k);
-        const float y = a.y(k == 0 ? v->answer : v->noise);
+        const float y = a.y(value);
         dl->AddRectFilled(ImVec2(x0, std::min(y, zero)), ImVec2(x0 + bw * 0.9f, std::max(y, zero)),
                           model_ink(s, k != 0));
-        bar_value(dl, a, x0, bw * 0.9f, k == 0 ? v->answer : v->noise, k != 0);
+        auto heads_of = [&](size_t layer) -> const std::vector<AttentionShare>* {
+          return layer < readouts[s]->per_head.size() ? &readouts[s]->per_head[layer] : nullptr;
+        };
+        for (size_t layer = g < rows ? g : 0; layer < (g < rows ? g + 1 : readouts[s]->per_head.size());
+             ++layer)
+          if (const auto* heads = heads_of(layer))
+            for (const AttentionShare& h : *heads) {
+              const ImVec2 c(x0 + bw * 0.45f, a.y(k == 0 ? h.answer_mass : h.noise_mass));
+              dl->AddCircleFilled(c, dot, IM_COL32(255, 255, 255, 230));
+              dl->AddCircle(c, dot, IM_COL32(40, 40, 40, 255), 0, 1.2f);
+            }
+        bar_value(dl, a, x0, bw * 0.9f, value, k != 0);
       }
     }
     const std::string label = g < rows ? "layer " + readout_layer(readouts, g) : "mean";
@@ -377,15 +392,17 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
   const float chart_h =
       std::max(th * 8, ImGui::GetContentRegionAvail().y - table_h - style.ItemSpacing.y * 2);
   draw_noise_chart(state, r, readouts, rows, chart_h);
-  if (!state.lecture && ImGui::BeginTable("noise", 1 + 2 * kSlots,
+  if (!state.lecture && ImGui::BeginTable("noise", 1 + 4 * kSlots,
                                           ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
     ImGui::TableSetupColumn("layer");
     for (int s = 0; s < kSlots; ++s) {
       const auto& t = r.traces[s];
       const std::string n =
           t ? (t->config.name.empty() ? to_string(t->config.attention) : t->config.name) : "-";
-      ImGui::TableSetupColumn((n + " answer").c_str());
-      ImGui::TableSetupColumn((n + " noise").c_str());
+      ImGui::TableSetupColumn((n + " answer mass").c_str());
+      ImGui::TableSetupColumn((n + " noise mass").c_str());
+      ImGui::TableSetupColumn((n + " noise output").c_str());
+      ImGui::TableSetupColumn((n + " net noise / budget").c_str());
     }
     ImGui::TableHeadersRow();
     for (size_t i = 0; i <= rows; ++i) {
@@ -402,41 +419,31 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
               : i == rows                       ? &readouts[s]->mean
                                                 : nullptr;
         ImGui::TableNextColumn();
-        if (a) ImGui::Text("%.3f", a->answer);
+        if (a) ImGui::Text("%.3f", a->answer_mass);
         ImGui::TableNextColumn();
-        if (a) ImGui::Text("%.3f", a->noise);
+        if (a) ImGui::Text("%.3f", a->noise_mass);
+        ImGui::TableNextColumn();
+        if (a) ImGui::TextUnformatted(std::isnan(a->noise_output) ? "-" : signed3(a->noise_output).c_str());
+        ImGui::TableNextColumn();
+        if (a) ImGui::Text("%s / %.3f", signed3(a->noise).c_str(), a->budget);
       }
     }
     ImGui::EndTable();
   }
-  // The most negative share on the chart, where there is one, read out in words from its number.
-  {
-    double lowest = -0.0005;
-    std::string where;
-    bool of_answer = false;
-    for (int s = 0; s < kSlots; ++s)
-      if (readouts[s])
-        for (size_t i = 0; i <= readouts[s]->per_layer.size(); ++i) {
-          const bool mean = i == readouts[s]->per_layer.size();
-          const AttentionShare& a = mean ? readouts[s]->mean : readouts[s]->per_layer[i];
-          for (const bool answer : {true, false})
-            if ((answer ? a.answer : a.noise) < lowest) {
-              lowest = answer ? a.answer : a.noise;
-              of_answer = answer;
-              where = r.traces[s]->config.name +
-                      (mean ? ", mean over layers" : ", layer " + readout_layer(readouts, i));
-            }
-        }
-    if (!where.empty()) {
+  // Beyond the chart, in words: each model's mean noise as output share and as net share with its budget
+  // (the signed sum never stands alone: a DIFF row's net shares add up to (1 - lambda)/sum|A|).
+  for (int s = 0; s < kSlots; ++s)
+    if (readouts[s] && r.traces[s]) {
+      const AttentionShare& m = readouts[s]->mean;
       char line[400];
-      std::snprintf(
-          line, sizeof line,
-          "Negative here (%s): %s %.3f: the keys it counts carry net negative weight, %.1f%% of the "
-          "rows' absolute weight (lambda A2 puts more there than A1).",
-          where.c_str(), of_answer ? "attention to the answer" : "noise", lowest, -100.0 * lowest);
+      std::snprintf(line, sizeof line,
+                    "%s, mean: noise %.3f of the attention mass, %s of the heads' output (output share); net "
+                    "share %s of a budget %.3f (signed sum over |A|).",
+                    r.traces[s]->config.name.c_str(), m.noise_mass,
+                    std::isnan(m.noise_output) ? "-" : signed3(m.noise_output).c_str(),
+                    signed3(m.noise).c_str(), m.budget);
       ImGui::TextWrapped("%s", line);
     }
-  }
   ImGui::TextWrapped("%s.", kAttentionShareDefinition);
 }
 
@@ -457,11 +464,11 @@ viz::ChartFigure noise_chart(GuiState& state, int width, int height, float font_
       if (!cache.errors[s].empty()) throw Error(cache.errors[s]);
     throw Error("no readout of attention to the answer");
   }
-  viz::ChartFigure f =
-      chart_frame(width, height, font_px, "Attention to the answer (solid) and noise (light) per layer",
-                  "share of the rows' |A|",
-                  "each bar: the mean over a layer's heads and " + answer_rows_phrase(sel.query, T) +
-                      "; answer: tokens " + viz::token_range(sel.answer_begin, sel.answer_end));
+  viz::ChartFigure f = chart_frame(
+      width, height, font_px, "Attention mass on the answer (solid) and on the noise (light) per layer",
+      "attention mass (share of the rows' |A|)",
+      "each bar: the mean over a layer's heads and " + answer_rows_phrase(sel.query, T) +
+          "; answer: tokens " + viz::token_range(sel.answer_begin, sel.answer_end));
   viz::ChartPanel p;
   for (size_t i = 0; i < rows; ++i) p.groups.push_back("layer " + readout_layer(cache.readouts, i));
   p.groups.push_back("mean");
@@ -471,14 +478,14 @@ viz::ChartFigure noise_chart(GuiState& state, int width, int height, float font_
     const std::string name = r.traces[s]->config.name.empty() ? to_string(r.traces[s]->config.attention)
                                                               : r.traces[s]->config.name;
     viz::ChartSeries answer, noise;
-    answer.name = name + " to the answer";
+    answer.name = name + " answer mass";
     answer.color = viz::model_colour(static_cast<size_t>(s));
-    noise.name = name + " noise";
+    noise.name = name + " noise mass";
     noise.color = viz::model_colour(static_cast<size_t>(s), true);
     for (size_t i = 0; i <= rows; ++i) {
       const AttentionShare* a = i < nr.per_layer.size() ? &nr.per_layer[i] : i == rows ? &nr.mean : nullptr;
-      answer.values.push_back(a ? a->answer : std::nan(""));
-      noise.values.push_back(a ? a->noise : std::nan(""));
+      answer.values.push_back(a ? a->answer_mass : std::nan(""));
+      noise.values.push_back(a ? a->noise_mass : std::nan(""));
     }
     p.series.push_back(answer);
     p.series.push_back(noise);

@@ -183,12 +183,18 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
   std::vector<std::string> shares;
   if (answer_marked) {
     const auto [share, abs_sum] = row_share(row, q, sel);
-    char full[200], brief[160], least[160];
-    std::snprintf(full, sizeof full, "row %lld: to the answer %.3f   noise %.3f   (of \xce\xa3|A| %.3f)",
-                  static_cast<long long>(q), share.answer, share.noise, abs_sum);
-    std::snprintf(brief, sizeof brief, "answer %.3f  noise %.3f  of \xce\xa3|A| %.2f", share.answer,
-                  share.noise, abs_sum);
-    std::snprintf(least, sizeof least, "answer %.3f  noise %.3f", share.answer, share.noise);
+    (void)abs_sum;
+    // Attention mass (share of the row's |A|), and the net noise only with its budget (what the signed
+    // shares of answer, query and noise add up to: (1 - lambda)/sum|A| for DIFF).
+    char full[240], brief[160], least[160];
+    std::snprintf(
+        full, sizeof full,
+        "row %lld: attention mass on the answer %.3f, on the noise %.3f   (net noise %+.3f of a budget "
+        "%.3f)",
+        static_cast<long long>(q), share.answer_mass, share.noise_mass, share.noise, share.budget);
+    std::snprintf(brief, sizeof brief, "mass: answer %.3f  noise %.3f  (net noise %+.3f of %.3f)",
+                  share.answer_mass, share.noise_mass, share.noise, share.budget);
+    std::snprintf(least, sizeof least, "mass: answer %.3f  noise %.3f", share.answer_mass, share.noise_mass);
     shares = {full, brief, least};
   }
   const ChartTitle ct = chart_title(forms, shares, max.x - min.x);
@@ -442,8 +448,11 @@ viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float fon
       p.labelled.push_back(b);
       const auto [share, abs_sum] = row_share(row, q, sel);
       char note[200];
-      std::snprintf(note, sizeof note, "row %d: to the answer %.3f, noise %.3f (of \xce\xa3|A| %.3f)", q,
-                    share.answer, share.noise, abs_sum);
+      (void)abs_sum;
+      std::snprintf(
+          note, sizeof note,
+          "row %d: attention mass on the answer %.3f, on the noise %.3f (net noise %+.3f of a budget %.3f)",
+          q, share.answer_mass, share.noise_mass, share.noise, share.budget);
       p.note = note;
     }
     p.labelled.push_back(q);

@@ -398,15 +398,22 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
       }
       const float ny = y + (e.diff ? 2 : 1) * row_h + 6;
       if (in.answer.begin >= 0) {
+        // The noise as attention mass (share of the row's |A|) and as output share (what its keys add to o,
+        // projected on o), before (A1 alone) and after the subtraction; the net share only with its budget.
         if (e.diff) {
-          const float next = note(ny, "to the answer (green), of the row's Σ|A|: A1 " +
-                                          fmt("%.3f", before.answer) + " → A " + fmt("%.3f", after.answer));
-          note(next, "noise (keys outside the answer and the query), of Σ|A|: A1 " +
-                         fmt("%.3f", before.noise) + " → A " + fmt("%.3f", after.noise));
-        } else {
           const float next =
-              note(ny, "to the answer (green), of the row's Σ|A|: " + fmt("%.3f", after.answer));
-          note(next, "noise (keys outside the answer and the query), of Σ|A|: " + fmt("%.3f", after.noise));
+              note(ny, "mass: answer (green) A1 " + fmt("%.3f", before.answer_mass) + " → A " +
+                           fmt("%.3f", after.answer_mass) + ", noise A1 " + fmt("%.3f", before.noise_mass) +
+                           " → A " + fmt("%.3f", after.noise_mass));
+          note(next, "noise's output share A1 " + fmt("%.3f", before.noise_output) + " → A " +
+                         fmt("%.3f", after.noise_output) + "; net " + fmt("%.3f", after.noise) +
+                         " of budget " + fmt("%.3f", after.budget));
+        } else {
+          const float next = note(ny, "mass: answer (green) " + fmt("%.3f", after.answer_mass) +
+                                          ", noise (keys outside the "
+                                          "answer and the query) " +
+                                          fmt("%.3f", after.noise_mass));
+          note(next, "noise's output share " + fmt("%.3f", after.noise_output));
         }
       } else {
         note(ny, in.answer_hint + " to see the noise before and after");

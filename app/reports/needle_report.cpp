@@ -100,8 +100,10 @@ nlohmann::json needle_json(const std::vector<std::string>& models,
                             {"answering_noise", r.answering.mean.noise},
                             {"seconds", r.seconds}});
       if (const auto h = strongest_answer_head(r.answering))
-        jm["runs"].back()["answering_strongest_head"] = {
-            {"layer", h->layer}, {"head", h->head}, {"answer", h->share.answer}};
+        jm["runs"].back()["answering_strongest_head"] = {{"layer", h->layer},
+                                                         {"head", h->head},
+                                                         {"answer", h->share.answer_mass},
+                                                         {"answer_net", h->share.answer}};
     }
     for (const auto& c : cells[m])
       jm["cells"].push_back({{"length", c.cell.length},
