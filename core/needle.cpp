@@ -138,14 +138,14 @@ AnsweringMean answering_over_depths(const std::vector<NeedleCellSummary>& cells,
   AnsweringMean m;
   for (const auto& c : cells)
     if (c.cell.length == length && c.cell.needles == needles && c.cell.queried == queried) {
-      m.share.answer += c.answering.answer;
-      m.share.noise += c.answering.noise;
+      m.share.add(c.answering, 1.0);
       m.strongest_head += c.answering_head;
       ++m.cells;
     }
   if (m.cells > 0) {
-    m.share.answer /= m.cells;
-    m.share.noise /= m.cells;
+    AttentionShare mean;
+    mean.add(m.share, 1.0 / m.cells);
+    m.share = mean;
     m.strongest_head /= m.cells;
   }
   return m;

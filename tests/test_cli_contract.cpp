@@ -355,6 +355,7 @@ TEST_CASE("contract: needle's attention heatmaps share one colour scale across m
       r.cell = {k == 0 ? 128 : 256, 0.5, 1, 1};
       r.asked = 1;
       r.attention.mean = {shares[m][k], 0.1};
+      r.attention.mean.answer_mass = shares[m][k];  // the heatmaps show the attention mass on the answer
     }
   test::ScratchDir dir("contract-scale");
   app::write_needle_report(dir / "out", {"diff", "base"}, runs);

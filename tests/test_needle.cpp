@@ -125,14 +125,19 @@ TEST_CASE("needle lab: the report writes JSON, CSV, tables and heatmaps", "[need
     r.attention.layers = {0};
     r.attention.per_layer = {{0.2, 0.3}};
     r.attention.mean = {0.2, 0.3};
+    r.attention.mean.answer_mass =
+        0.25;  // the tables show the masses (the net shares: the CSV's first columns)
+    r.attention.mean.noise_mass = 0.35;
     r.answering.layers = {0};
     r.answering.heads = {{0}};
     r.answering.per_head = {{{0.7, 0.05}}};
     r.answering.per_head[0][0].answer_mass = 0.7;
     r.answering.mean = {0.7, 0.05};
+    r.answering.mean.answer_mass = 0.7;
+    r.answering.mean.noise_mass = 0.05;
   }
   const std::string md = app::write_needle_report(dir / "out", {"m1"}, {runs});
-  CHECK(md.find("| m1 | 0.200 / 0.300 | 1.00 |") != std::string::npos);
+  CHECK(md.find("| m1 | 0.250 / 0.350 | 1.00 |") != std::string::npos);
   CHECK(md.find("## Attention while answering") != std::string::npos);
   CHECK(md.find("| m1 | 1, 1 | 0.700 / 0.050 / 0.70 | 0.700 / 0.050 / 0.70 |") != std::string::npos);
   const auto j = nlohmann::json::parse(test::read_all(dir / "out/needle.json"));

@@ -394,17 +394,29 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
   draw_noise_chart(state, r, readouts, rows, chart_h);
   if (!state.lecture && ImGui::BeginTable("noise", 1 + 4 * kSlots,
                                           ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
+    // Short headers in each model's colour (the chart's key names the colours): the table fits 1280 pixels.
+    static const char* const kColumns[] = {"answer", "noise", "noise out", "net / budget"};
     ImGui::TableSetupColumn("layer");
-    for (int s = 0; s < kSlots; ++s) {
-      const auto& t = r.traces[s];
-      const std::string n =
-          t ? (t->config.name.empty() ? to_string(t->config.attention) : t->config.name) : "-";
-      ImGui::TableSetupColumn((n + " answer mass").c_str());
-      ImGui::TableSetupColumn((n + " noise mass").c_str());
-      ImGui::TableSetupColumn((n + " noise output").c_str());
-      ImGui::TableSetupColumn((n + " net noise / budget").c_str());
-    }
-    ImGui::TableHeadersRow();
+    for (int s = 0; s < kSlots; ++s)
+      for (const char* c : kColumns) ImGui::TableSetupColumn(c);
+    ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
+    ImGui::TableSetColumnIndex(0);
+    ImGui::TableHeader("layer");
+    for (int s = 0; s < kSlots; ++s)
+      for (int c = 0; c < 4; ++c) {
+        ImGui::TableSetColumnIndex(1 + 4 * s + c);
+        ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(model_ink(s)));
+        ImGui::TableHeader(kColumns[c]);
+        ImGui::PopStyleColor();
+        if (ImGui::IsItemHovered() && r.traces[s])
+          ImGui::SetTooltip("%s: %s", r.traces[s]->config.name.c_str(),
+                            c == 0   ? "attention mass on the answer"
+                            : c == 1 ? "attention mass on the noise (attention noise)"
+                            : c == 2
+                                ? "the noise's share of the heads' output"
+                                : "net (signed) noise share of the row's |A|, and the budget the three net "
+                                  "shares sum to");
+      }
     for (size_t i = 0; i <= rows; ++i) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();

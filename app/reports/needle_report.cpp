@@ -211,8 +211,9 @@ std::string needle_tables(const std::vector<std::string>& models,
         "seeds): a needle sits between sentences, at the boundary nearest the asked depth.\n\n";
   for (const auto& nr : nrs)
     for (int64_t L : lengths) {
-      md += "## Attention to answer / attention noise by depth (N=" + std::to_string(nr.first) +
-            ", R=" + std::to_string(nr.second) + ", " + std::to_string(L) + " tokens)\n\n| model |";
+      md +=
+          "## Attention mass on the answer / attention noise (mass) by depth (N=" + std::to_string(nr.first) +
+          ", R=" + std::to_string(nr.second) + ", " + std::to_string(L) + " tokens)\n\n| model |";
       for (double d : depths) md += " " + pct(d) + " |";
       md += " accuracy |\n|---|";
       for (size_t k = 0; k <= depths.size(); ++k) md += "---|";
@@ -223,7 +224,8 @@ std::string needle_tables(const std::vector<std::string>& models,
         int n = 0;
         for (double d : depths)
           if (const auto* c = find(m, L, d, nr)) {
-            md += " " + fmt("%.3f", c->attention.answer) + " / " + fmt("%.3f", c->attention.noise) + " |";
+            md += " " + fmt("%.3f", c->attention.answer_mass) + " / " + fmt("%.3f", c->attention.noise_mass) +
+                  " |";
             acc += c->accuracy;
             ++n;
           } else {
@@ -243,10 +245,11 @@ std::string needle_tables(const std::vector<std::string>& models,
     }
   // While answering: mean over depths, per length.
   md +=
-      "## Attention while answering: to answer / noise / strongest head (mean over depths and seeds)\n\n"
+      "## Attention while answering: mass on the answer / on the noise / strongest head (mean over depths and "
+      "seeds)\n\n"
       "Query rows: the tokens that produce the asked code (the true code given); the question and the answer "
-      "so far are neither answer nor noise. Strongest head: the attention to the answer of the head that gives "
-      "it the most, per episode.\n\n| model | N, R |";
+      "so far are neither answer nor noise. Strongest head: the attention mass on the answer of the head that "
+      "gives it the most, per episode.\n\n| model | N, R |";
   for (int64_t L : lengths) md += " " + std::to_string(L) + " tokens |";
   md += "\n|---|---|";
   for (size_t k = 0; k < lengths.size(); ++k) md += "---|";
@@ -256,8 +259,8 @@ std::string needle_tables(const std::vector<std::string>& models,
       md += "| " + models[m] + " | " + std::to_string(nr.first) + ", " + std::to_string(nr.second) + " |";
       for (int64_t L : lengths) {
         const AnsweringMean a = answering_over_depths(cells[m], L, nr.first, nr.second);
-        md += a.cells ? " " + fmt("%.3f", a.share.answer) + " / " + fmt("%.3f", a.share.noise) + " / " +
-                            fmt("%.2f", a.strongest_head) + " |"
+        md += a.cells ? " " + fmt("%.3f", a.share.answer_mass) + " / " + fmt("%.3f", a.share.noise_mass) +
+                            " / " + fmt("%.2f", a.strongest_head) + " |"
                       : std::string(" – |");
       }
       md += "\n";
@@ -287,7 +290,9 @@ std::string needle_tables(const std::vector<std::string>& models,
       "Paper (Ye et al., ICLR 2025, Table 3; 3B models, 4K context), attention to answer by depth "
       "0/25/50/75/100 %: Transformer .03 .03 .03 .07 .09, DIFF .27 .30 .31 .32 .40; attention noise: "
       "Transformer .51 .54 .52 .49 .49, DIFF .01 .02 .02 .02 .01. Multi-needle accuracy at 4K "
-      "(Transformer vs DIFF): N=1 R=1 1.00/1.00, N=2 R=2 .85/.92, N=4 R=2 .62/.84, N=6 R=2 .55/.85.\n";
+      "(Transformer vs DIFF): N=1 R=1 1.00/1.00, N=2 R=2 .85/.92, N=4 R=2 .62/.84, N=6 R=2 .55/.85. The paper "
+      "does not say how a signed DIFF map's shares are counted: the tables above give the attention mass (equal "
+      "to the softmax weight for a Transformer), the measures table below the output and net shares as well.\n";
   return md;
 }
 
@@ -308,15 +313,15 @@ void write_needle_heatmaps(const std::filesystem::path& out, const std::vector<s
   double attention_lo = 0, attention_hi = 0;
   for (size_t m = 0; m < models.size(); ++m)
     for (const auto& c : cells[m])
-      if (!std::isnan(c.attention.answer))
-        attention_lo = std::min(attention_lo, c.attention.answer),
-        attention_hi = std::max(attention_hi, c.attention.answer);
+      if (!std::isnan(c.attention.answer_mass))
+        attention_lo = std::min(attention_lo, c.attention.answer_mass),
+        attention_hi = std::max(attention_hi, c.attention.answer_mass);
   if (!(attention_hi > attention_lo)) attention_hi = attention_lo + 1;
   for (size_t m = 0; m < models.size(); ++m)
     for (const auto& nr : nrs)
       for (const bool accuracy : {true, false}) {
         viz::GridFigure g;
-        g.title = models[m] + (accuracy ? ": retrieval accuracy" : ": attention to answer") +
+        g.title = models[m] + (accuracy ? ": retrieval accuracy" : ": attention mass on the answer") +
                   " (N=" + std::to_string(nr.first) + ", R=" + std::to_string(nr.second) + ")";
         g.row_title = "depth";
         g.col_title = "context length (tokens)";
@@ -327,7 +332,7 @@ void write_needle_heatmaps(const std::filesystem::path& out, const std::vector<s
             const auto* c = find(m, L, d, nr);
             g.values.push_back(!c         ? std::numeric_limits<double>::quiet_NaN()
                                : accuracy ? c->accuracy
-                                          : c->attention.answer);
+                                          : c->attention.answer_mass);
           }
         g.lo = 0;
         g.hi = 1;
