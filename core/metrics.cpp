@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/head_scores.h"
+#include "core/intervention.h"
 #include "core/tiles.h"
 
 namespace difflens {
@@ -192,10 +193,17 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
       }
       layer_mean.add(heads.back(), 1.0 / static_cast<double>(which.size()));
     }
+    std::vector<bool> ablated(which.size(), false);
+    for (const auto& entry : trace.interventions) {  // as run: "ablate:L:H" (or its mean form)
+      const InterventionSpec spec = parse_intervention(entry.second);
+      if (spec.kind != InterventionKind::Ablate || spec.layer != l.index) continue;
+      for (size_t h = 0; h < which.size(); ++h) ablated[h] = ablated[h] || which[h] == spec.head;
+    }
     r.layers.push_back(l.index);
     r.per_head.push_back(std::move(heads));
     r.heads.push_back(which);
     r.per_layer.push_back(layer_mean);
+    r.ablated.push_back(std::move(ablated));
   }
   if (r.layers.empty()) throw Error("attention metrics: the trace kept no attention maps");
   for (const auto& s : r.per_layer) r.mean.add(s, 1.0 / static_cast<double>(r.per_layer.size()));
@@ -265,7 +273,8 @@ std::optional<HeadShare> strongest_answer_head(const NoiseReadout& r, int layer)
   for (size_t l = 0; l < r.per_head.size(); ++l) {
     if (layer >= 0 && r.layers[l] != layer) continue;
     for (size_t h = 0; h < r.per_head[l].size(); ++h)
-      if (!best || r.per_head[l][h].answer_mass > best->share.answer_mass)
+      if (!(l < r.ablated.size() && h < r.ablated[l].size() && r.ablated[l][h]) &&
+          (!best || r.per_head[l][h].answer_mass > best->share.answer_mass))
         best = HeadShare{r.layers[l], r.heads[l][h], r.per_head[l][h]};
   }
   return best;

@@ -53,7 +53,8 @@ struct NoiseReadout {
   std::vector<std::vector<AttentionShare>> per_head;  // [layer][kept head]
   std::vector<std::vector<int>> heads;                // [layer][kept head]: the head index it measured
   std::vector<AttentionShare> per_layer;              // mean over that layer's kept heads
-  AttentionShare mean;                                // mean over layers (and heads)
+  std::vector<std::vector<bool>> ablated;  // [layer][kept head]: ablated in the run (its output zero)
+  AttentionShare mean;                     // mean over layers (and heads)
 };
 
 // Query rows are the question's tokens (question.begin .. question.end − 1), or `rows` when it is not
@@ -61,8 +62,9 @@ struct NoiseReadout {
 // noise). Throws Error when the trace kept no maps or a span lies outside it.
 NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan question, TokenSpan rows = {});
 
-// The head whose attention mass on the answer is largest in a readout (restricted to `layer` when >= 0), e.g.
-// the retrieval head of a needle prompt. nullopt when the readout has no such head.
+// The head whose attention mass on the answer is largest in a readout, leaving out heads the run ablated
+// (their maps are computed, their output is not used) (restricted to `layer` when >= 0), e.g. the retrieval
+// head of a needle prompt. nullopt when the readout has no such head.
 struct HeadShare {
   int layer = -1, head = -1;
   AttentionShare share;

@@ -350,11 +350,8 @@ json readout_json(const NoiseReadout& r) {
     per_head.push_back(l);
   }
   for (const auto& s : r.per_layer) per_layer.push_back(share_json(s));
-  return {{"layers", r.layers},
-          {"heads", r.heads},
-          {"per_head", per_head},
-          {"per_layer", per_layer},
-          {"mean", share_json(r.mean)}};
+  return {{"layers", r.layers},     {"heads", r.heads},           {"per_head", per_head},
+          {"per_layer", per_layer}, {"mean", share_json(r.mean)}, {"ablated", r.ablated}};
 }
 
 NoiseReadout readout_from(const json& j) {
@@ -377,6 +374,14 @@ NoiseReadout readout_from(const json& j) {
   }
   for (const json& s : j.at("per_layer")) r.per_layer.push_back(share_from(s));
   r.mean = share_from(j.at("mean"));
+  if (j.contains("ablated") && !j.at("ablated").empty()) {  // none: a server of an earlier version
+    r.ablated = j.at("ablated").get<std::vector<std::vector<bool>>>();
+    if (r.ablated.size() != r.layers.size())
+      throw FormatError("needle run: the readout's lists differ in length");
+    for (size_t i = 0; i < r.ablated.size(); ++i)
+      if (r.ablated[i].size() != r.heads[i].size())
+        throw FormatError("needle run: the readout's heads and ablations differ in length");
+  }
   if (r.heads.size() != r.layers.size() || r.per_head.size() != r.layers.size() ||
       r.per_layer.size() != r.layers.size())
     throw FormatError("needle run: the readout's lists differ in length");

@@ -373,3 +373,28 @@ TEST_CASE("captured heads: masses and output shares sum to 1, outputs equal the 
       }
   }
 }
+
+TEST_CASE("the strongest answer head leaves out the heads the run ablated", "[metrics]") {
+  const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2);
+  const Model m = Model::random(c, 93);
+  Trace t = m.capture(test::random_ids(12, c.vocab_size, 16));
+  const auto free = strongest_answer_head(attention_noise(t, {3, 5}, {9, 12}));
+  REQUIRE(free);
+  // The same maps, recorded as run with that head ablated (its output zero, its map still computed).
+  const std::string spec = "ablate:" + std::to_string(free->layer) + ":" + std::to_string(free->head);
+  t.interventions = {{spec, spec}};
+  const NoiseReadout r = attention_noise(t, {3, 5}, {9, 12});
+  size_t flagged = 0;
+  for (size_t l = 0; l < r.ablated.size(); ++l)
+    for (size_t h = 0; h < r.ablated[l].size(); ++h)
+      if (r.ablated[l][h]) {
+        ++flagged;
+        CHECK(r.layers[l] == free->layer);
+        CHECK(r.heads[l][h] == free->head);
+      }
+  CHECK(flagged == 1);
+  const auto other = strongest_answer_head(r);
+  REQUIRE(other);
+  CHECK_FALSE((other->layer == free->layer && other->head == free->head));
+  CHECK(other->share.answer_mass <= free->share.answer_mass);
+}
