@@ -143,6 +143,8 @@ void AttentionShare::add(const AttentionShare& o, double w) {
   answer_output += w * o.answer_output;
   question_output += w * o.question_output;
   noise_output += w * o.noise_output;
+  a1_noise_mass += w * o.a1_noise_mass;
+  a1_noise_output += w * o.a1_noise_output;
 }
 
 AttentionShare query_row_share(const float* row, int64_t q, TokenSpan answer) {
@@ -178,6 +180,7 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
       return l.v.data.data() + (head / (H / groups)) * T * l.v.shape[2];
     };
     const int64_t dv = l.v.shape.size() == 3 ? l.v.shape[2] : 0;
+    const bool diff = trace.config.is_diff();
     for (size_t h = 0; h < which.size(); ++h) {
       if (from_tiles) {
         if (row_span.begin < 0 || row_span.end > T || row_span.begin >= row_span.end)
@@ -187,10 +190,25 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
             attention_tile(trace, l.index, which[h], row_span.begin, row_span.end - row_span.begin, 0, T);
         heads.push_back(share_of_rows([&](int64_t i) { return tile.a.data() + (i - row_span.begin) * T; }, T,
                                       rows, answer, question, values_of(which[h]), dv));
+        if (diff && !tile.a1.empty()) {
+          const AttentionShare first =
+              share_of_rows([&](int64_t i) { return tile.a1.data() + (i - row_span.begin) * T; }, T, rows,
+                            answer, question, values_of(which[h]), dv);
+          heads.back().a1_noise_mass = first.noise_mass;
+          heads.back().a1_noise_output = first.noise_output;
+        }
       } else {
         heads.push_back(attention_share(l.a.data.data() + static_cast<int64_t>(h) * T * T, T, rows, answer,
                                         question, values_of(which[h]), dv));
+        if (diff && !l.a1.empty()) {
+          const AttentionShare first = attention_share(l.a1.data.data() + static_cast<int64_t>(h) * T * T, T,
+                                                       rows, answer, question, values_of(which[h]), dv);
+          heads.back().a1_noise_mass = first.noise_mass;
+          heads.back().a1_noise_output = first.noise_output;
+        }
       }
+      if (!diff)
+        heads.back().a1_noise_mass = heads.back().a1_noise_output = std::numeric_limits<double>::quiet_NaN();
       layer_mean.add(heads.back(), 1.0 / static_cast<double>(which.size()));
     }
     std::vector<bool> ablated(which.size(), false);

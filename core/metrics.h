@@ -33,6 +33,10 @@ struct AttentionShare {
   double budget = 0;             // Σ A / Σ|A|: what the net shares of the three sets sum to
   double answer_mass = 0, question_mass = 0, noise_mass = 0;
   double answer_output = 0, question_output = 0, noise_output = 0;  // NaN without the values
+  // DIFF: the same rows of A1 alone (the first softmax, before λ·A2 is subtracted, in the same run): the
+  // noise's attention mass and output share, so that what the subtraction cancels shows as A1 -> A. NaN for
+  // a softmax map.
+  double a1_noise_mass = 0, a1_noise_output = 0;
   // this += w · other, field by field
   void add(const AttentionShare& other, double w);
 };

@@ -305,22 +305,23 @@ std::string to_json(const NeedleRequest& r) {
 namespace {
 
 // A share on the wire: [answer, noise] (the net shares), then budget, answer_mass, question_mass, noise_mass,
-// answer_output, question_output, noise_output (null where NaN: a trace without values). A server of an
-// earlier version sends the first two only: the rest are then NaN.
+// answer_output, question_output, noise_output, a1_noise_mass, a1_noise_output (null where NaN: a trace
+// without values, a softmax map's A1). A server of an earlier version sends the first two only: the rest are
+// then NaN.
 json share_json(const AttentionShare& s) {
   json a = json::array();
   for (double v : {s.answer, s.noise, s.budget, s.answer_mass, s.question_mass, s.noise_mass, s.answer_output,
-                   s.question_output, s.noise_output})
+                   s.question_output, s.noise_output, s.a1_noise_mass, s.a1_noise_output})
     a.push_back(std::isfinite(v) ? json(v) : json(nullptr));
   return a;
 }
 
 AttentionShare share_from(const json& j) {
-  if (!j.is_array() || (j.size() != 2 && j.size() != 9) || !j[0].is_number() || !j[1].is_number())
-    throw FormatError("needle run: a share must be [answer, noise] or the nine measures");
+  if (!j.is_array() || (j.size() != 2 && j.size() != 11) || !j[0].is_number() || !j[1].is_number())
+    throw FormatError("needle run: a share must be [answer, noise] or the eleven measures");
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  double v[9];
-  for (size_t i = 0; i < 9; ++i) {
+  double v[11];
+  for (size_t i = 0; i < 11; ++i) {
     if (i >= j.size() || j[i].is_null()) {
       v[i] = nan;
     } else if (j[i].is_number()) {
@@ -339,6 +340,8 @@ AttentionShare share_from(const json& j) {
   s.answer_output = v[6];
   s.question_output = v[7];
   s.noise_output = v[8];
+  s.a1_noise_mass = v[9];
+  s.a1_noise_output = v[10];
   return s;
 }
 

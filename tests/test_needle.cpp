@@ -239,13 +239,13 @@ TEST_CASE("needle --keep-traces: the kept bundle and episode.json recompute epis
   std::getline(csv, line);
   CHECK(line ==
         "model,length,depth,needles,queried,seed,accuracy,answer_mass,noise_mass,answer_output,"
-        "noise_output,noise_net,net_budget");
+        "noise_output,noise_net,net_budget,a1_noise_mass,a1_noise_output");
   int rows = 0;
   while (std::getline(csv, line)) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
-    REQUIRE(f.size() == 13);
+    REQUIRE(f.size() == 15);
     const std::filesystem::path kept = dir / "keep" / f[0] / f[5];
     const auto ep = nlohmann::json::parse(test::read_all(kept / "episode.json"));
     const Trace t = read_trace_bundle(kept);
@@ -259,6 +259,18 @@ TEST_CASE("needle --keep-traces: the kept bundle and episode.json recompute epis
     CHECK(std::stod(f[10]) == Approx(r.mean.noise_output).margin(1e-6));
     CHECK(std::stod(f[11]) == Approx(r.mean.noise).margin(1e-6));
     CHECK(std::stod(f[12]) == Approx(r.mean.budget).margin(1e-6));
+    if (f[0] == "diff-small") {  // A1 alone, the same rows of the same run
+      CHECK(std::stod(f[13]) == Approx(r.mean.a1_noise_mass).margin(1e-6));
+      CHECK(std::stod(f[14]) == Approx(r.mean.a1_noise_output).margin(1e-6));
+      Trace first = t;  // the bundle's A1 maps measured as if they were A
+      for (LayerTrace& l : first.layers) l.a = l.a1;
+      const NoiseReadout r1 = attention_noise(first, {ep["answer_span"][0], ep["answer_span"][1]},
+                                              {ep["question_rows"][0], ep["question_rows"][1]});
+      CHECK(r.mean.a1_noise_mass == Approx(r1.mean.noise_mass).margin(1e-9));
+      CHECK(r.mean.a1_noise_output == Approx(r1.mean.noise_output).margin(1e-9));
+    } else {
+      CHECK(f[13] == "nan");
+    }
     CHECK(std::isfinite(r.mean.noise_output));
     if (f[0] == "baseline-small") CHECK(r.mean.noise_mass == Approx(r.mean.noise).margin(1e-9));
     ++rows;

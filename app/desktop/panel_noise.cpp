@@ -447,13 +447,19 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
   for (int s = 0; s < kSlots; ++s)
     if (readouts[s] && r.traces[s]) {
       const AttentionShare& m = readouts[s]->mean;
-      char line[400];
-      std::snprintf(line, sizeof line,
-                    "%s, mean: noise %.3f of the attention mass, %s of the heads' output (output share); net "
-                    "share %s of a budget %.3f (signed sum over |A|).",
-                    r.traces[s]->config.name.c_str(), m.noise_mass,
-                    std::isnan(m.noise_output) ? "-" : signed3(m.noise_output).c_str(),
-                    signed3(m.noise).c_str(), m.budget);
+      char line[520];
+      // DIFF: A1 alone in the same run, what the subtraction starts from (A1 -> A).
+      char first[160] = "";
+      if (!std::isnan(m.a1_noise_mass))
+        std::snprintf(first, sizeof first, " (A1 alone: %.3f of its mass, %s of the output)", m.a1_noise_mass,
+                      std::isnan(m.a1_noise_output) ? "-" : signed3(m.a1_noise_output).c_str());
+      std::snprintf(
+          line, sizeof line,
+          "%s, mean: noise %.3f of the attention mass, %s of the heads' output (output share)%s; net "
+          "share %s of a budget %.3f (signed sum over |A|).",
+          r.traces[s]->config.name.c_str(), m.noise_mass,
+          std::isnan(m.noise_output) ? "-" : signed3(m.noise_output).c_str(), first, signed3(m.noise).c_str(),
+          m.budget);
       ImGui::TextWrapped("%s", line);
     }
   ImGui::TextWrapped("%s.", kAttentionShareDefinition);

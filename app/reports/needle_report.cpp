@@ -153,7 +153,7 @@ std::string episodes_csv(const std::vector<std::string>& models,
   std::ostringstream csv;
   csv.precision(9);
   csv << "model,length,depth,needles,queried,seed,accuracy,answer_mass,noise_mass,answer_output,noise_output,"
-         "noise_net,net_budget\n";
+         "noise_net,net_budget,a1_noise_mass,a1_noise_output\n";
   for (size_t m = 0; m < models.size(); ++m)
     for (const NeedleRun& r : runs[m]) {
       const AttentionShare& a = r.attention.mean;
@@ -161,7 +161,7 @@ std::string episodes_csv(const std::vector<std::string>& models,
           << "," << r.cell.queried << "," << r.seed << ","
           << (r.asked ? static_cast<double>(r.answered) / r.asked : 0.0) << "," << a.answer_mass << ","
           << a.noise_mass << "," << a.answer_output << "," << a.noise_output << "," << a.noise << ","
-          << a.budget << "\n";
+          << a.budget << "," << a.a1_noise_mass << "," << a.a1_noise_output << "\n";
     }
   return csv.str();
 }
@@ -361,8 +361,8 @@ std::string measures_tables(const std::vector<std::string>& models,
       "the output share is what the noise keys add to the head's output; the net share is the signed sum, shown "
       "with its budget (what the three net shares sum to: (1 - lambda)/sum|A| for DIFF, 1 for the baseline). "
       "Intervals: Wilson (accuracy), bootstrap over episodes (the rest).\n\n"
-      "| model | tokens | episodes | accuracy | noise (mass) | noise (output share) | answer (mass) | net noise "
-      "/ budget |\n|---|---|---|---|---|---|---|---|\n";
+      "| model | tokens | episodes | accuracy | noise (mass) | noise (output share) | A1 alone: noise mass / output "
+      "| answer (mass) | net noise / budget |\n|---|---|---|---|---|---|---|---|---|\n";
   auto of_length = [&](size_t m, int64_t L) {
     std::vector<const NeedleRun*> out;
     for (const NeedleRun& r : runs[m])
@@ -374,7 +374,7 @@ std::string measures_tables(const std::vector<std::string>& models,
       const auto rs = of_length(m, L);
       if (rs.empty()) continue;
       int64_t right = 0, asked = 0;
-      std::vector<double> mass, output, answer, net, budget;
+      std::vector<double> mass, output, answer, net, budget, a1_mass, a1_output;
       for (const NeedleRun* r : rs) {
         right += r->answered;
         asked += r->asked;
@@ -383,12 +383,17 @@ std::string measures_tables(const std::vector<std::string>& models,
         answer.push_back(r->attention.mean.answer_mass);
         net.push_back(r->attention.mean.noise);
         budget.push_back(r->attention.mean.budget);
+        a1_mass.push_back(r->attention.mean.a1_noise_mass);
+        a1_output.push_back(r->attention.mean.a1_noise_output);
       }
       const Interval b = bootstrap_mean(budget);
+      // A1 alone (DIFF, the same run): what the subtraction starts from; "-" for a softmax model.
+      const double m1 = bootstrap_mean(a1_mass).estimate, o1 = bootstrap_mean(a1_output).estimate;
+      const std::string a1 = std::isnan(m1) ? "–" : fmt("%.3f", m1) + " / " + fmt("%.3f", o1);
       md += "| " + models[m] + " | " + std::to_string(L) + " | " + std::to_string(rs.size()) + " | " +
             format_interval(wilson_interval(right, asked)) + " | " +
             format_interval(bootstrap_mean(mass), 3) + " | " + format_interval(bootstrap_mean(output), 3) +
-            " | " + format_interval(bootstrap_mean(answer), 3) + " | " +
+            " | " + a1 + " | " + format_interval(bootstrap_mean(answer), 3) + " | " +
             fmt("%.3f", bootstrap_mean(net).estimate) + " / " + fmt("%.3f", b.estimate) + " |\n";
     }
   if (models.size() < 2) return md;
