@@ -1628,6 +1628,23 @@ TEST_CASE("cli: lens writes the logit lens and the direct shares, which add up t
   REQUIRE(logit.size() == 2);
   for (const auto& [model, l] : logit) CHECK(std::fabs(sum[model] - l) < 1e-4 * std::max(1.0, std::fabs(l)));
   CHECK(ablated == 2);
+  // The same prompt given as its token ids (a kept needle episode's episode.json holds them): the same CSV.
+  {
+    const Model diff = Model::load(models + "/diff");
+    std::string ids;
+    for (int64_t id : diff.tokenizer().encode("Mira is 4821. Mira is", true).ids)
+      ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    const std::string by_ids = (dir / "lens-ids.csv").string();
+    r = run("lens --models " + models + "/diff," + models + "/baseline --token-ids " + ids +
+                " --top-k 3 --query 16 --out " + by_ids + " --intervene ablate:0:1",
+            dir);
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    CHECK(test::read_all(by_ids) == csv);
+    r = run("lens --models " + models + "/diff --token-ids 1,2 --prompt hi --out " + by_ids, dir);
+    CHECK(r.status == 1);
+    CHECK(r.out.find("give exactly one of --prompt, --prompt-file, --token-ids") != std::string::npos);
+  }
   // Refusals before any work.
   r = run("lens --models " + models + "/diff --prompt hi --out " + (dir / "x.txt").string(), dir);
   CHECK(r.status == 1);

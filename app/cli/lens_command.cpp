@@ -130,12 +130,14 @@ std::vector<Command> lens_commands() {
        "target's logit at the query",
        {required(text("out", "F.csv", "the lens: one row per model, layer and position")),
         text("attribution", "F.csv", "also write each head's, MLP's and the embedding's direct share"),
-        models_option("the models read"), prompt_option(), prompt_file_option(), query_option(),
+        models_option("the models read"), prompt_option(), prompt_file_option(),
+        text("token-ids", "1,2,3", "the prompt as token ids (e.g. a needle episode's, episode.json)"),
+        query_option(),
         integer("target", "ID", 0, 1e9, "",
                 "the token attributed at the query (default: the token after it, else the model's top-1)"),
         integer("top-k", "K", 1, 100, "5", "candidates per position and layer"), intervene_option(),
         answer_option(), device_option("auto"), threads_option()},
-       "Give exactly one of --prompt, --prompt-file. The lens reads each layer's residual stream through the "
+       "Give exactly one of --prompt, --prompt-file, --token-ids. The lens reads each layer's residual stream through the "
        "final norm and the unembedding; the shares freeze the final norm's scale at its value in the run "
        "(and a DIFF head's per-head norm likewise) and add up to the logit.",
        cmd_lens}};

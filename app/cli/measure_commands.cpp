@@ -137,11 +137,11 @@ int cmd_needle(const Args& a) {
         ++done;
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         progress(
-            "[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  answer %.3f noise %.3f"
+            "[%zu/%zu] %s  L=%lld depth=%3.0f%% N=%d R=%d seed=%d  %d/%d right  mass: answer %.3f noise %.3f"
             "  ETA %.0f s",
             done, total, model_names.back().c_str(), static_cast<long long>(job.cell.length),
             job.cell.depth * 100, job.cell.needles, job.cell.queried, static_cast<int>(job.seed),
-            run.answered, run.asked, run.attention.mean.answer, run.attention.mean.noise,
+            run.answered, run.asked, run.attention.mean.answer_mass, run.attention.mean.noise_mass,
             el / static_cast<double>(done) * static_cast<double>(total - done));
         results.back().push_back(std::move(run));
       }

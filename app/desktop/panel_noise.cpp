@@ -293,7 +293,7 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
   const ImVec2 min = ImGui::GetCursorScreenPos(), max(min.x + room.x, min.y + room.y);
   const PlotArea a = draw_plot_frame(
       min, max, lo, hi, "%.1f", true,
-      "attention mass on the answer (solid) and on the noise (light) per layer; dots: each head");
+      "attention mass: answer (solid), noise (light); dots: heads");
   state.drawn.note("noise.chart", a.min.x, a.min.y, a.max.x, a.max.y);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   // Each model in its identity colour (never a sign colour), its noise in the light variant; each head a dot
