@@ -126,6 +126,8 @@ std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs) {
     s.placed_depth /= s.runs;
     s.accuracy = asked[key] ? static_cast<double>(answered[key]) / asked[key] : 0.0;
     s.accuracy_ci = wilson_interval(answered[key], asked[key]);
+    s.asked = asked[key];
+    s.answered = answered[key];
     s.noise_mass_ci = bootstrap_mean(mass[key]);
     s.noise_output_ci = bootstrap_mean(output[key]);
     out.push_back(s);

@@ -83,6 +83,7 @@ struct NeedleCellSummary {
   // 95 % intervals over the seeds (core/stats.h): accuracy (Wilson, over the questions asked) and the
   // question rows' noise as attention mass and as output share (bootstrap over the episodes).
   Interval accuracy_ci, noise_mass_ci, noise_output_ci;
+  int asked = 0, answered = 0;  // questions over the seeds (accuracy = answered / asked)
 };
 
 std::vector<NeedleCellSummary> summarize(const std::vector<NeedleRun>& runs);

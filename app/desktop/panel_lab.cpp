@@ -432,7 +432,7 @@ void draw_lab_tables(const SweepProgress& p, const std::vector<LabSeries>& serie
       ImGui::TableSetupColumn("model");
       ImGui::TableSetupColumn("tokens");
       for (double d : sweep.depths) ImGui::TableSetupColumn(depth_label(d).c_str());
-      ImGui::TableSetupColumn("accuracy");
+      ImGui::TableSetupColumn("accuracy [95 %]");
       ImGui::TableHeadersRow();
       for (int64_t L : sweep.lengths)
         for (const LabSeries& x : series) {
@@ -441,7 +441,7 @@ void draw_lab_tables(const SweepProgress& p, const std::vector<LabSeries>& serie
           series_name(x);
           ImGui::TableNextColumn();
           ImGui::Text("%lld", static_cast<long long>(L));
-          double acc = 0;
+          int64_t right = 0, asked = 0;  // pooled over the depths: accuracy with its Wilson 95 % interval
           int n = 0;
           for (double d : sweep.depths) {
             ImGui::TableNextColumn();
@@ -449,12 +449,17 @@ void draw_lab_tables(const SweepProgress& p, const std::vector<LabSeries>& serie
               if (c.cell.length == L && c.cell.depth == d && c.cell.needles == nr.first &&
                   c.cell.queried == nr.second) {
                 ImGui::Text("%.3f / %.3f", c.attention.answer_mass, c.attention.noise_mass);
-                acc += c.accuracy;
+                if (ImGui::IsItemHovered())
+                  ImGui::SetTooltip("noise mass %s over %d episodes (bootstrap 95 %%); output share %s",
+                                    format_interval(c.noise_mass_ci, 3).c_str(), c.runs,
+                                    format_interval(c.noise_output_ci, 3).c_str());
+                right += c.answered;
+                asked += c.asked;
                 ++n;
               }
           }
           ImGui::TableNextColumn();
-          if (n) ImGui::Text("%.2f", acc / n);
+          if (n) ImGui::TextUnformatted(format_interval(wilson_interval(right, asked)).c_str());
         }
       ImGui::EndTable();
     }
