@@ -54,6 +54,40 @@ struct LabSeries {
   const std::vector<NeedleCellSummary>* cells = nullptr;
 };
 
+// Each head's noise mass in a cell's episodes (the question's rows), the mean over the episodes: the spread
+// the cell's mean hides.
+std::vector<double> head_noise_masses(const std::vector<NeedleRun>& runs, const NeedleCell& cell) {
+  std::vector<double> sum;
+  int n = 0;
+  for (const NeedleRun& r : runs) {
+    if (r.cell.length != cell.length || r.cell.depth != cell.depth || r.cell.needles != cell.needles ||
+        r.cell.queried != cell.queried)
+      continue;
+    size_t k = 0;
+    for (const auto& layer : r.attention.per_head)
+      for (const AttentionShare& h : layer) {
+        if (sum.size() <= k) sum.resize(k + 1, 0.0);
+        sum[k++] += h.noise_mass;
+      }
+    ++n;
+  }
+  for (double& v : sum) v /= std::max(1, n);
+  return sum;
+}
+
+// A strip 0..1 a few characters wide with a tick for each value.
+void head_strip(const std::vector<double>& values) {
+  const float w = ImGui::GetFontSize() * 4, h = ImGui::GetTextLineHeight();
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->AddLine(ImVec2(p.x, p.y + h * 0.5f), ImVec2(p.x + w, p.y + h * 0.5f), IM_COL32(150, 150, 150, 255));
+  for (double v : values) {
+    const float x = p.x + static_cast<float>(std::clamp(v, 0.0, 1.0)) * w;
+    dl->AddLine(ImVec2(x, p.y + h * 0.15f), ImVec2(x, p.y + h * 0.85f), IM_COL32(40, 40, 40, 255), 1.5f);
+  }
+  ImGui::Dummy(ImVec2(w, h));
+}
+
 std::vector<LabSeries> lab_series(const GuiState::Lab& lab, const SweepProgress& p) {
   std::vector<LabSeries> out;
   for (int s = 0; s < kSlots; ++s) {
@@ -450,9 +484,13 @@ void draw_lab_tables(const SweepProgress& p, const std::vector<LabSeries>& serie
                   c.cell.queried == nr.second) {
                 ImGui::Text("%.3f / %.3f", c.attention.answer_mass, c.attention.noise_mass);
                 if (ImGui::IsItemHovered())
-                  ImGui::SetTooltip("noise mass %s over %d episodes (bootstrap 95 %%); output share %s",
-                                    format_interval(c.noise_mass_ci, 3).c_str(), c.runs,
-                                    format_interval(c.noise_output_ci, 3).c_str());
+                  ImGui::SetTooltip(
+                      "noise mass %s over %d episodes (bootstrap 95 %%); output share %s\n"
+                      "strip: each head's noise mass (mean over the episodes), 0 to 1",
+                      format_interval(c.noise_mass_ci, 3).c_str(), c.runs,
+                      format_interval(c.noise_output_ci, 3).c_str());
+                ImGui::SameLine();
+                head_strip(head_noise_masses(*x.runs, c.cell));
                 right += c.answered;
                 asked += c.asked;
                 ++n;
