@@ -87,17 +87,16 @@ nlohmann::json needle_json(const std::vector<std::string>& models,
                             {"asked", r.asked},
                             {"replies", r.replies},
                             {"truths", r.truths},
-                            {"attention_to_answer", r.attention.mean.answer},
-                            {"attention_noise", r.attention.mean.noise},
                             {"answer_mass", r.attention.mean.answer_mass},
                             {"noise_mass", r.attention.mean.noise_mass},
                             {"answer_output", r.attention.mean.answer_output},
                             {"noise_output", r.attention.mean.noise_output},
+                            {"answer_net", r.attention.mean.answer},
                             {"noise_net", r.attention.mean.noise},
                             {"net_budget", r.attention.mean.budget},
                             {"per_layer", layers},
-                            {"answering_to_answer", r.answering.mean.answer},
-                            {"answering_noise", r.answering.mean.noise},
+                            {"answering_answer_mass", r.answering.mean.answer_mass},
+                            {"answering_noise_mass", r.answering.mean.noise_mass},
                             {"seconds", r.seconds}});
       if (const auto h = strongest_answer_head(r.answering))
         jm["runs"].back()["answering_strongest_head"] = {{"layer", h->layer},
@@ -113,10 +112,14 @@ nlohmann::json needle_json(const std::vector<std::string>& models,
                              {"queried", c.cell.queried},
                              {"runs", c.runs},
                              {"accuracy", c.accuracy},
-                             {"attention_to_answer", c.attention.answer},
-                             {"attention_noise", c.attention.noise},
-                             {"answering_to_answer", c.answering.answer},
-                             {"answering_noise", c.answering.noise},
+                             {"answer_mass", c.attention.answer_mass},
+                             {"noise_mass", c.attention.noise_mass},
+                             {"noise_output", c.attention.noise_output},
+                             {"answer_net", c.attention.answer},
+                             {"noise_net", c.attention.noise},
+                             {"net_budget", c.attention.budget},
+                             {"answering_answer_mass", c.answering.answer_mass},
+                             {"answering_noise_mass", c.answering.noise_mass},
                              {"answering_strongest_head", c.answering_head}});
     j["models"].push_back(jm);
   }
@@ -127,22 +130,22 @@ nlohmann::json needle_json(const std::vector<std::string>& models,
 std::string needle_csv(const std::vector<std::string>& models,
                        const std::vector<std::vector<NeedleCellSummary>>& cells) {
   std::ostringstream csv;
-  // attention_to_answer and attention_noise are the net shares (their first names, kept for readers of
-  // earlier files); the measures and their intervals follow (core/FORMATS.md).
-  csv << "model,length,depth,needles,queried,runs,accuracy,attention_to_answer,attention_noise,"
-         "answering_to_answer,answering_noise,answering_strongest_head,placed_depth,"
+  // The measures (core/FORMATS.md): the net shares under their own names, then the while-answering masses,
+  // then the attention masses, output shares and intervals.
+  csv << "model,length,depth,needles,queried,runs,accuracy,answer_net,noise_net,"
+         "answering_answer_mass,answering_noise_mass,answering_strongest_head,placed_depth,"
          "accuracy_low,accuracy_high,answer_mass,noise_mass,noise_mass_low,noise_mass_high,answer_output,"
-         "noise_output,noise_output_low,noise_output_high,noise_net,net_budget\n";
+         "noise_output,noise_output_low,noise_output_high,net_budget\n";
   for (size_t m = 0; m < models.size(); ++m)
     for (const auto& c : cells[m])
       csv << csv_field(models[m]) << "," << c.cell.length << "," << c.cell.depth << "," << c.cell.needles
           << "," << c.cell.queried << "," << c.runs << "," << c.accuracy << "," << c.attention.answer << ","
-          << c.attention.noise << "," << c.answering.answer << "," << c.answering.noise << ","
+          << c.attention.noise << "," << c.answering.answer_mass << "," << c.answering.noise_mass << ","
           << c.answering_head << "," << c.placed_depth << "," << c.accuracy_ci.low << ","
           << c.accuracy_ci.high << "," << c.attention.answer_mass << "," << c.attention.noise_mass << ","
           << c.noise_mass_ci.low << "," << c.noise_mass_ci.high << "," << c.attention.answer_output << ","
           << c.attention.noise_output << "," << c.noise_output_ci.low << "," << c.noise_output_ci.high << ","
-          << c.attention.noise << "," << c.attention.budget << "\n";
+          << c.attention.budget << "\n";
   return csv.str();
 }
 
