@@ -274,7 +274,7 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
       if (ImGui::IsItemHovered()) {
         if (hs)
           ImGui::SetTooltip(
-              "layer %d, head %d\nattention to the answer %.3f\nnoise %.3f\nentropy %.3f nats (%.3f of "
+              "layer %d, head %d\nattention mass on the answer %.3f\non the noise %.3f\nentropy %.3f nats (%.3f of "
               "uniform)\nfirst-token share %.3f\nprevious-token %.3f, duplicate-token %.3f, induction %.3f",
               l.index, l.heads[h], hs->answer, hs->noise, hs->entropy, hs->entropy_norm, hs->sink,
               hs->previous_token, hs->duplicate_token, hs->induction);
@@ -355,9 +355,10 @@ void draw_model_view_tab(GuiState& state, ModelView model_views[kSlots],
                          const viz::HeatmapRenderer& renderer) {
   const float fw = ImGui::GetFontSize() * 7;
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 13);
-  ImGui::Combo("show", &state.view.head_metric,
-               "maps\0attention to the answer\0attention noise\0entropy\0first-token share (sink)\0"
-               "previous-token score\0duplicate-token score\0induction score\0");
+  ImGui::Combo(
+      "show", &state.view.head_metric,
+      "maps\0attention mass on the answer\0attention noise (mass)\0entropy\0first-token share (sink)\0"
+      "previous-token score\0duplicate-token score\0induction score\0");
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", kHeadSummaryDefinition);
   if (state.view.head_metric > 0 && !whole_map_metric(state.view.head_metric)) {
     flow_next(ImGui::GetFontSize() * 11, "over");
