@@ -134,41 +134,9 @@ AttentionShare explained_share(const HeadExplain& e, const std::vector<double>& 
                                TokenSpan question) {
   if (row.size() != e.keys.size()) throw Error("explained_share: the row does not match the explained keys");
   const bool values = e.v.size() == e.keys.size();
-  double total = 0, sum = 0, net[3] = {0, 0, 0}, mass[3] = {0, 0, 0};
-  std::vector<double> o[3];
-  for (auto& x : o) x.assign(values ? static_cast<size_t>(e.dv) : 0, 0.0);
-  for (size_t k = 0; k < row.size(); ++k) {
-    const int64_t j = e.keys[k];
-    const int set = j >= answer.begin && j < answer.end         ? 0
-                    : (j >= question.begin && j < question.end) ? 1
-                                                                : 2;
-    total += std::fabs(row[k]);
-    sum += row[k];
-    net[set] += row[k];
-    mass[set] += std::fabs(row[k]);
-    if (values)
-      for (size_t x = 0; x < o[set].size(); ++x) o[set][x] += row[k] * e.v[k][x];
-  }
-  AttentionShare s;
-  if (total > 0) {
-    s.answer = net[0] / total;
-    s.noise = net[2] / total;
-    s.budget = sum / total;
-    s.answer_mass = mass[0] / total;
-    s.question_mass = mass[1] / total;
-    s.noise_mass = mass[2] / total;
-  }
-  double norm2 = 0, dots[3] = {0, 0, 0};
-  for (size_t x = 0; values && x < o[0].size(); ++x) {
-    const double full = o[0][x] + o[1][x] + o[2][x];
-    norm2 += full * full;
-    for (int k = 0; k < 3; ++k) dots[k] += o[k][x] * full;
-  }
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  s.answer_output = norm2 > 0 ? dots[0] / norm2 : values ? 0.0 : nan;
-  s.question_output = norm2 > 0 ? dots[1] / norm2 : values ? 0.0 : nan;
-  s.noise_output = norm2 > 0 ? dots[2] / norm2 : values ? 0.0 : nan;
-  return s;
+  RowMeasures m(answer, question, values ? e.dv : 0);
+  for (size_t k = 0; k < row.size(); ++k) m.add(e.keys[k], row[k], values ? e.v[k].data() : nullptr);
+  return m.finish();
 }
 
 }  // namespace difflens

@@ -44,57 +44,15 @@ AttentionShare share_of_rows(RowOf&& row_of, int64_t T, const std::vector<int64_
   if (!valid(answer) || !valid(question))
     throw Error("attention metrics: a span lies outside the " + std::to_string(T) + " tokens");
   if (rows.empty()) throw Error("attention metrics: no query rows");
-  const double nan = std::numeric_limits<double>::quiet_NaN();
   AttentionShare mean;
-  std::vector<double> o[3];  // answer, question, noise
-  for (auto& x : o) x.assign(static_cast<size_t>(std::max<int64_t>(dv, 0)), 0.0);
   for (int64_t i : rows) {
     if (i < 0 || i >= T)
       throw Error("attention metrics: query row " + std::to_string(i) + " is outside the map");
     const float* row = row_of(i);
-    double total = 0, sum = 0, net[3] = {0, 0, 0}, mass[3] = {0, 0, 0};
-    if (values)
-      for (auto& x : o) std::fill(x.begin(), x.end(), 0.0);
-    for (int64_t j = 0; j <= i; ++j) {
-      const int set = j >= answer.begin && j < answer.end         ? 0
-                      : (j >= question.begin && j < question.end) ? 1
-                                                                  : 2;
-      const double a = row[j];
-      total += std::fabs(a);
-      sum += a;
-      net[set] += a;
-      mass[set] += std::fabs(a);
-      if (values && a != 0) {
-        const float* v = values + j * dv;
-        std::vector<double>& dst = o[set];
-        for (int64_t x = 0; x < dv; ++x) dst[static_cast<size_t>(x)] += a * v[x];
-      }
-    }
-    AttentionShare r;
-    if (total > 0) {
-      r.answer = net[0] / total;
-      r.noise = net[2] / total;
-      r.budget = sum / total;
-      r.answer_mass = mass[0] / total;
-      r.question_mass = mass[1] / total;
-      r.noise_mass = mass[2] / total;
-    }
-    if (values) {
-      double norm2 = 0, dots[3] = {0, 0, 0};
-      for (int64_t x = 0; x < dv; ++x) {
-        const size_t k = static_cast<size_t>(x);
-        const double full = o[0][k] + o[1][k] + o[2][k];
-        norm2 += full * full;
-        for (int s = 0; s < 3; ++s) dots[s] += o[s][k] * full;
-      }
-      if (norm2 > 0) {
-        r.answer_output = dots[0] / norm2;
-        r.question_output = dots[1] / norm2;
-        r.noise_output = dots[2] / norm2;
-      }  // a row whose output is zero counts as 0, as a row of zero mass does
-    } else {
-      r.answer_output = r.question_output = r.noise_output = nan;
-    }
+    RowMeasures m(answer, question, values ? dv : 0);
+    for (int64_t j = 0; j <= i; ++j)
+      m.add(j, row[j], values ? values + j * dv : static_cast<const float*>(nullptr));
+    const AttentionShare r = m.finish();
     mean.add(r, 1.0 / static_cast<double>(rows.size()));
   }
   return mean;
@@ -145,6 +103,39 @@ void AttentionShare::add(const AttentionShare& o, double w) {
   noise_output += w * o.noise_output;
   a1_noise_mass += w * o.a1_noise_mass;
   a1_noise_output += w * o.a1_noise_output;
+}
+
+RowMeasures::RowMeasures(TokenSpan answer, TokenSpan question, int64_t dv)
+    : answer_(answer), question_(question), values_(dv > 0) {
+  for (auto& x : o_) x.assign(static_cast<size_t>(std::max<int64_t>(dv, 0)), 0.0);
+}
+
+AttentionShare RowMeasures::finish() const {
+  AttentionShare r;
+  if (total_ > 0) {
+    r.answer = net_[0] / total_;
+    r.noise = net_[2] / total_;
+    r.budget = sum_ / total_;
+    r.answer_mass = mass_[0] / total_;
+    r.question_mass = mass_[1] / total_;
+    r.noise_mass = mass_[2] / total_;
+  }
+  if (!values_) {
+    r.answer_output = r.question_output = r.noise_output = std::numeric_limits<double>::quiet_NaN();
+    return r;
+  }
+  double norm2 = 0, dots[3] = {0, 0, 0};
+  for (size_t x = 0; x < o_[0].size(); ++x) {
+    const double full = o_[0][x] + o_[1][x] + o_[2][x];
+    norm2 += full * full;
+    for (int k = 0; k < 3; ++k) dots[k] += o_[k][x] * full;
+  }
+  if (norm2 > 0) {  // a row whose output is zero counts as 0, as a row of zero mass does
+    r.answer_output = dots[0] / norm2;
+    r.question_output = dots[1] / norm2;
+    r.noise_output = dots[2] / norm2;
+  }
+  return r;
 }
 
 AttentionShare query_row_share(const float* row, int64_t q, TokenSpan answer) {

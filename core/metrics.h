@@ -41,6 +41,34 @@ struct AttentionShare {
   void add(const AttentionShare& other, double w);
 };
 
+// The measures of one row, accumulated key by key: the one place that sorts keys into the three sets and sums
+// them (attention_share over a map and explained_share over an explained row both use it).
+class RowMeasures {
+ public:
+  // dv > 0: each key's value vector comes with it (output shares); 0: none (they are NaN).
+  RowMeasures(TokenSpan answer, TokenSpan question, int64_t dv);
+  // Key j with weight a and, when dv > 0, its value vector v[0..dv).
+  template <typename V>
+  void add(int64_t j, double a, const V* v) {
+    const int set = j >= answer_.begin && j < answer_.end         ? 0
+                    : (j >= question_.begin && j < question_.end) ? 1
+                                                                  : 2;
+    total_ += a < 0 ? -a : a;
+    sum_ += a;
+    net_[set] += a;
+    mass_[set] += a < 0 ? -a : a;
+    if (v && a != 0)
+      for (size_t x = 0; x < o_[set].size(); ++x) o_[set][x] += a * static_cast<double>(v[x]);
+  }
+  AttentionShare finish() const;
+
+ private:
+  TokenSpan answer_, question_;
+  double total_ = 0, sum_ = 0, net_[3] = {0, 0, 0}, mass_[3] = {0, 0, 0};
+  std::vector<double> o_[3];
+  bool values_ = false;
+};
+
 // One query row q (keys 0..q): the answer span's share and the noise (keys outside the answer and q itself),
 // as attention_share defines them; the answer is cut to the keys the row sees. Output shares are NaN.
 AttentionShare query_row_share(const float* row, int64_t q, TokenSpan answer);
