@@ -530,9 +530,9 @@ TEST_CASE("play: the needle story at 1280x800 in lecture mode keeps every slide'
   const Run r = run_difflens("--play " + (dir / "story.play").string() + " --play-exit", dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
-  // Thirteen screenshots, each followed by its layout check: nothing clipped, cut, half shown at a scroll edge,
-  // over other text (an Explain slide's texts included) or past the window. Before this check counted the
-  // last three, steps 2, 3 and 6 had 18 half lines, 3 half lines and the baseline's grid below the fold.
+  // Thirteen screenshots, each followed by its layout check: nothing clipped, cut, half shown at a scroll
+  // edge, over other text (an Explain slide's texts included) or past the window. Before this check counted
+  // the last three, steps 2, 3 and 6 had 18 half lines, 3 half lines and the baseline's grid below the fold.
   int shots = 0;
   for (size_t at = r.out.find("play: wrote "); at != std::string::npos;
        at = r.out.find("play: wrote ", at + 1)) {

@@ -291,9 +291,8 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
   if (rows == 0 || room.y < th * 6) return;
   const double lo = 0, hi = 1;  // attention mass lies in [0, 1]
   const ImVec2 min = ImGui::GetCursorScreenPos(), max(min.x + room.x, min.y + room.y);
-  const PlotArea a = draw_plot_frame(
-      min, max, lo, hi, "%.1f", true,
-      "attention mass: answer (solid), noise (light); dots: heads");
+  const PlotArea a = draw_plot_frame(min, max, lo, hi, "%.1f", true,
+                                     "attention mass: answer (solid), noise (light); dots: heads");
   state.drawn.note("noise.chart", a.min.x, a.min.y, a.max.x, a.max.y);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   // Each model in its identity colour (never a sign colour), its noise in the light variant; each head a dot
