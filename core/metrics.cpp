@@ -154,6 +154,12 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
   if (row_span.end <= row_span.begin) row_span = question;
   std::vector<int64_t> rows;
   for (int64_t i = row_span.begin; i < row_span.end; ++i) rows.push_back(i);
+  // The heads the run ablated, from its interventions as run ("ablate:L:H" or its mean form), parsed once.
+  std::vector<std::pair<int64_t, int64_t>> ablations;
+  for (const auto& entry : trace.interventions) {
+    const InterventionSpec spec = parse_intervention(entry.second);
+    if (spec.kind == InterventionKind::Ablate) ablations.emplace_back(spec.layer, spec.head);
+  }
   NoiseReadout r;
   for (const LayerTrace& l : trace.layers) {
     const bool from_tiles = l.pooled > 0;  // a long-prompt trace: the question's rows, recomputed exactly
@@ -203,11 +209,9 @@ NoiseReadout attention_noise(const Trace& trace, TokenSpan answer, TokenSpan que
       layer_mean.add(heads.back(), 1.0 / static_cast<double>(which.size()));
     }
     std::vector<bool> ablated(which.size(), false);
-    for (const auto& entry : trace.interventions) {  // as run: "ablate:L:H" (or its mean form)
-      const InterventionSpec spec = parse_intervention(entry.second);
-      if (spec.kind != InterventionKind::Ablate || spec.layer != l.index) continue;
-      for (size_t h = 0; h < which.size(); ++h) ablated[h] = ablated[h] || which[h] == spec.head;
-    }
+    for (size_t h = 0; h < which.size(); ++h)
+      ablated[h] = std::find(ablations.begin(), ablations.end(),
+                             std::make_pair<int64_t, int64_t>(l.index, which[h])) != ablations.end();
     r.layers.push_back(l.index);
     r.per_head.push_back(std::move(heads));
     r.heads.push_back(which);
