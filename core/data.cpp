@@ -110,6 +110,36 @@ const NeedleTemplate kTrainWordings[] = {
     {"{name} keeps the code {code}.", "Q: What does {name} keep as a code?\nA: {name} keeps"},
     {"Note: {name} has the secret code {code}.", "Q: What is {name}'s code?\nA: {name}'s code is"},
 };
+// The wide set: the six above, then eighteen more needles and questions (each drawn independently, so 24 x 24
+// pairs). None is, or asks, a held-out phrasing below.
+const NeedleTemplate kWideWordings[] = {
+    {"The number of {name} is {code}.", "Q: Which code belongs to {name}?\nA: The code is"},
+    {"{name} was given the code {code}.", "Q: What number was {name} given?\nA: {name} was given"},
+    {"Keep in mind that {name}'s number is {code}.",
+     "Question: What is the number of {name}?\nAnswer: The number of {name} is"},
+    {"The code that belongs to {name} is {code}.", "Q: Can you recall {name}'s code?\nA: {name}'s code is"},
+    {"{name} chose {code} as a secret code.", "Q: What is the code for {name}?\nA: The code for {name} is"},
+    {"The secret number for {name} is {code}.", "Q: Which secret number does {name} have?\nA: It is"},
+    {"Please remember: {name} has the number {code}.", "Q: What code did {name} choose?\nA: {name} chose"},
+    {"{name} uses the code {code}.", "Question: Which code opens the lock of {name}?\nAnswer: The code is"},
+    {"It is known that the code of {name} is {code}.",
+     "Q: What was the secret code of {name}?\nA: The secret code of {name} was"},
+    {"For {name}, the secret code is {code}.", "Q: {name}'s code?\nA: {name}'s code is"},
+    {"The key code of {name} reads {code}.",
+     "Q: Recall the secret number of {name}.\nA: The secret number of {name} is"},
+    {"{name}'s number, which is secret, is {code}.",
+     "Q: What is {name}'s secret number?\nA: {name}'s secret number is"},
+    {"Someone said that {name} has the code {code}.", "Q: What number does {name} use?\nA: {name} uses"},
+    {"The lock of {name} opens with {code}.",
+     "Question: What did {name} write down?\nAnswer: {name} wrote down"},
+    {"Here is a secret: {name}'s code is {code}.",
+     "Q: What is the secret of {name}?\nA: {name}'s secret code is"},
+    {"{name} wrote down the code {code}.", "Q: Which is {name}'s number?\nA: The number is"},
+    {"In the notes, the number of {name} is {code}.",
+     "Q: What code does {name} keep?\nA: The code of {name} is"},
+    {"Everyone knows {name}'s secret number is {code}.",
+     "Q: Which digits make up {name}'s code?\nA: The digits are"},
+};
 const NeedleTemplate kEvalWordings[] = {
     {"The password of {name} is {code}.", "Q: Tell me the code of {name}.\nA: The code of {name} is"},
     {"We were told that {name}'s code was {code}.",
@@ -212,6 +242,15 @@ const std::vector<NeedleTemplate>& needle_wordings(NeedleSplit split) {
   static const std::vector<NeedleTemplate> train(std::begin(kTrainWordings), std::end(kTrainWordings));
   static const std::vector<NeedleTemplate> eval(std::begin(kEvalWordings), std::end(kEvalWordings));
   return split == NeedleSplit::Train ? train : eval;
+}
+
+const std::vector<NeedleTemplate>& wide_needle_wordings() {
+  static const std::vector<NeedleTemplate> wide = [] {
+    std::vector<NeedleTemplate> w(std::begin(kTrainWordings), std::end(kTrainWordings));
+    w.insert(w.end(), std::begin(kWideWordings), std::end(kWideWordings));
+    return w;
+  }();
+  return wide;
 }
 
 const std::vector<std::string>& given_names(NeedleSplit split) {
@@ -419,6 +458,26 @@ void EpisodeBuilder::set_wordings(std::vector<NeedleTemplate> wordings) {
   if (wordings.empty()) throw Error("needle wordings: the list is empty");
   for (const NeedleTemplate& w : wordings) w.validate();
   wordings_ = std::move(wordings);
+  // A wording's own words are never keys ("Keep" as a name in "Keep in mind that Keep's number is 41."). The
+  // pools already leave out the six training wordings' words, so those lists do not change.
+  if (names_ != NameSet::GivenNames && names_ != NameSet::Vocabulary) return;
+  std::set<std::string> words;
+  for (const NeedleTemplate& w : wordings_) add_wording_words(words, w);
+  std::vector<std::string> kept;
+  size_t names = 0;
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    if (words.count(keys_[i])) continue;
+    if (i < name_keys_) ++names;
+    kept.push_back(keys_[i]);
+  }
+  if (kept.size() == keys_.size()) return;
+  if (kept.size() < 16) throw Error("needle wordings: they leave fewer than 16 keys");
+  keys_ = std::move(kept);
+  name_keys_ = names;
+  zipf_cumulative_.clear();
+  double sum = 0;
+  for (size_t r = 0; r < keys_.size(); ++r)
+    zipf_cumulative_.push_back(sum += 1.0 / static_cast<double>(r + 1));
 }
 
 void EpisodeBuilder::set_code_digits(int min, int max) {
@@ -670,6 +729,8 @@ void DataMix::validate() const {
   if (episode_needles < 1) throw Error("training mix: episode_needles must be >= 1");
   if (!(zipf_fraction >= 0 && zipf_fraction <= 1))
     throw Error("training mix: zipf_fraction must lie in [0, 1]");
+  if (wide_wording && !varied_wording)
+    throw Error("training mix: wide_wording widens varied_wording; set varied_wording too");
   if (code_digits_min < 1 || code_digits_max < code_digits_min || code_digits_max > 9)
     throw Error("training mix: code_digits must be [min, max] with 1 <= min <= max <= 9 (got [" +
                 std::to_string(code_digits_min) + ", " + std::to_string(code_digits_max) + "])");
@@ -685,7 +746,8 @@ TrainingData::TrainingData(std::vector<int64_t> stream, const Haystack& haystack
   if (stream_.size() < 1024)
     throw Error("training text is too short (" + std::to_string(stream_.size()) + " tokens)");
   mix.validate();
-  if (mix.varied_wording) episodes_.set_wordings(needle_wordings(NeedleSplit::Train));
+  if (mix.varied_wording)
+    episodes_.set_wordings(mix.wide_wording ? wide_needle_wordings() : needle_wordings(NeedleSplit::Train));
   episodes_.set_code_digits(mix.code_digits_min, mix.code_digits_max);
   // What one needle costs a drill: its sentence, its question and answer, the spaces between, with the
   // pool's longest key (and, with several wordings, the longest of each).

@@ -112,6 +112,9 @@ struct NeedleTemplate {
 // retrieval is measured on sentences the model has not seen. Every one validates.
 const std::vector<NeedleTemplate>& needle_wordings(NeedleSplit split);
 
+// needle_wordings(Train) and eighteen more wordings (24 needles, 24 questions), none held out.
+const std::vector<NeedleTemplate>& wide_needle_wordings();
+
 // Given names for NameSet::GivenNames: Train and Eval are disjoint and neither holds SingleToken's held-out
 // names. Pieces are not counted here (that needs a tokenizer): see EpisodeBuilder::keys().
 const std::vector<std::string>& given_names(NeedleSplit split);
@@ -200,6 +203,7 @@ struct DataMix {
   double zipf_fraction = 0.5;  // Vocabulary keys: the share of draws weighted by rank (EpisodeBuilder)
   // Several wordings (needle_wordings(Train); evaluation during training uses the held-out ones).
   bool varied_wording = false;
+  bool wide_wording = false;  // with varied_wording: wide_needle_wordings() instead of the six
   // Code lengths in digits. When they vary, the token after each answered code (the full stop) counts as an
   // answer token too, so that a model learns where a code ends.
   int code_digits_min = 4, code_digits_max = 4;

@@ -486,3 +486,60 @@ TEST_CASE("given names and words of one to four pieces, varied wordings and code
   CHECK(stops > 40);
   CHECK((stops * 4 <= answers));  // at least three digits a code
 }
+
+TEST_CASE("the wide wordings: 24 needles and questions, none held out, none of their words a key",
+          "[data][train][needle]") {
+  const BundledFixture f;
+  const auto& wide = wide_needle_wordings();
+  REQUIRE(wide.size() == 24);
+  for (size_t i = 0; i < needle_wordings(NeedleSplit::Train).size(); ++i) {
+    CHECK(wide[i].needle == needle_wordings(NeedleSplit::Train)[i].needle);
+    CHECK(wide[i].question == needle_wordings(NeedleSplit::Train)[i].question);
+  }
+  std::set<std::string> needles, questions;
+  for (const NeedleTemplate& t : wide) {
+    CHECK_NOTHROW(t.validate());
+    needles.insert(t.needle);
+    questions.insert(t.question);
+    for (const NeedleTemplate& held : needle_wordings(NeedleSplit::Eval)) {
+      CHECK(held.needle != t.needle);
+      CHECK(held.question != t.question);
+    }
+  }
+  CHECK(needles.size() == 24);
+  CHECK(questions.size() == 24);
+  // Words the wide set adds ("Keep in mind", "Someone said", "The lock of ... opens") leave the key pool;
+  // the six-wording pool keeps the keys it had.
+  EpisodeBuilder six(f.hay, f.tok, NeedleSplit::Train, NameSet::GivenNames);
+  const std::vector<std::string> before = six.keys();
+  six.set_wordings(needle_wordings(NeedleSplit::Train));
+  CHECK(six.keys() == before);
+  EpisodeBuilder widened(f.hay, f.tok, NeedleSplit::Train, NameSet::GivenNames);
+  widened.set_wordings(wide);
+  const std::set<std::string> keys(widened.keys().begin(), widened.keys().end());
+  for (const char* word :
+       {"Keep", "Mind", "Someone", "Lock", "Opens", "Everyone", "Digits", "Wrote", "Notes"})
+    CHECK(keys.count(word) == 0);
+  CHECK(widened.keys().size() < before.size());
+  CHECK(widened.keys().size() > before.size() - 40);
+  // Rows drawn with the wide set use its later wordings too.
+  DataMix mix;
+  mix.names = NameSet::GivenNames;
+  mix.varied_wording = true;
+  mix.wide_wording = true;
+  mix.drill_fraction = 1.0;
+  mix.episode_fraction = 0.0;
+  const TrainingData data(f.stream, f.hay, f.tok, mix);
+  int later = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::mt19937_64 r(static_cast<uint64_t>(i));
+    const std::string text = f.tok.decode(data.row(256, r).ids);
+    for (const char* part :
+         {"Keep in mind that", "was given the code", "as a secret code", "Someone said that", "opens with",
+          "Everyone knows", "Q: Which digits make up", "Answer: The code is"})
+      if (text.find(part) != std::string::npos) ++later;
+  }
+  CHECK(later > 10);
+  mix.varied_wording = false;
+  CHECK_THROWS_WITH(mix.validate(), Catch::Contains("set varied_wording too"));
+}
