@@ -82,13 +82,18 @@ HeadExplain explain_head(const Trace& trace, int layer, int head, int64_t query)
     e.a2 = softmax(e.logits2);
     if (e.v2) {
       e.lambda_logit = l.lambda_logits.data[static_cast<size_t>(head * T + query)];
-      e.lambda = 1.0 / (1.0 + std::exp(-e.lambda_logit));
+      e.lambda_own = 1.0 / (1.0 + std::exp(-e.lambda_logit));
     } else {
-      e.lambda = l.lambda;
       e.lambda_exp1 = l.lambda_exp1;
       e.lambda_exp2 = l.lambda_exp2;
       e.lambda_init = l.lambda_init;
+      e.lambda_own = l.lambda_exp1 - l.lambda_exp2 + l.lambda_init;
     }
+    // The λ the run used: its own, or one an intervention set (lambda=0) for this head and token.
+    // (V2's rows hold λ in float: σ(z) in double stands for it when they agree.)
+    const double used = l.lambda_at(head, query);
+    e.lambda_set = std::abs(used - e.lambda_own) > 1e-5;
+    e.lambda = e.v2 && !e.lambda_set ? e.lambda_own : used;
   }
   e.a.resize(e.keys.size());
   e.common.assign(e.keys.size(), 0.0);

@@ -29,7 +29,10 @@ struct HeadExplain {
   std::vector<double> a1, a2;
   // 4. λ = exp(λq1·λk1) − exp(λq2·λk2) + λ_init(layer). DIFF V2: λ = σ(z), z = x_query · w_λ,head
   //    (lambda_logit), the parts 0.
-  double lambda = 0, lambda_exp1 = 0, lambda_exp2 = 0, lambda_init = 0, lambda_logit = 0;
+  //    `lambda` is the λ the run used: lambda_own (the formula's) unless an intervention set another
+  //    (lambda_set), which steps 5 and 6 then use.
+  double lambda = 0, lambda_exp1 = 0, lambda_exp2 = 0, lambda_init = 0, lambda_logit = 0, lambda_own = 0;
+  bool lambda_set = false;
   // 5. A = A1 − λ·A2 and the common mass min(A1, λ·A2) per key, which the subtraction cancels. Rows of A
   //    sum to 1 − λ (baseline: A = A1, sums to 1).
   std::vector<double> a, common;

@@ -9,6 +9,7 @@
 #include "app/reports/explain_slides.h"
 #include "core/error.h"
 #include "core/explain.h"
+#include "core/intervention.h"
 #include "core/metrics.h"
 #include "core/model.h"
 #include "core/tiles.h"
@@ -357,4 +358,52 @@ TEST_CASE("explain slides: crowded in a small window, clean in the Present layou
     CHECK(present.clean());
   }
   CHECK(crowded > 0);
+}
+
+TEST_CASE("explain follows an intervention: the λ in force, named on every slide", "[explain][app]") {
+  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff, 32, 2, 4, 2), test::v2_config()}) {
+    INFO(to_string(c.attention));
+    const Model m = Model::random(c, 23);
+    const std::vector<int64_t> ids = test::random_ids(24, c.vocab_size, 5);
+    const int64_t T = static_cast<int64_t>(ids.size()), q = T - 1;
+    CaptureOptions o;
+    o.keep_qkv = true;
+    const Trace trained = m.capture(ids, o);
+    o.interventions = resolve_interventions({"lambda=0"}, c, {}, T);
+    const Trace zero = m.capture(ids, o);
+    REQUIRE_FALSE(zero.interventions.empty());
+    // Layer 0: its input is the same in both runs, so its own λ is too (V2's depends on the input).
+    const HeadExplain before = explain_head(trained, 0, 1, q), after = explain_head(zero, 0, 1, q);
+    CHECK_FALSE(before.lambda_set);
+    CHECK(before.lambda == Approx(before.lambda_own).margin(1e-6));
+    CHECK(std::abs(before.lambda) > 1e-3);
+    CHECK(after.lambda_set);
+    CHECK(after.lambda == 0.0);
+    CHECK(after.lambda_own == Approx(before.lambda_own).margin(1e-6));  // the learned λ, still shown
+    CHECK(after.a_sum == Approx(1.0).margin(1e-9));                     // nothing subtracted
+    CHECK(after.common_sum == 0.0);
+    for (size_t k = 0; k < after.a.size(); ++k) CHECK(after.a[k] == after.a1[k]);
+    // The slides: step 4 gives both values, step 5 sums to 1, every step names the intervention.
+    app::ExplainInput in;
+    in.diff = app::explain_side("m", &zero, 0, 1, q);
+    REQUIRE(in.diff.head);
+    CHECK(in.diff.interventions == "lambda=0");
+    auto texts = [&](int step) {
+      std::string all;
+      for (const auto& t : app::explain_slide(in, step).texts) all += t.text + "\n";
+      return all;
+    };
+    char own[64];
+    std::snprintf(own, sizeof own, "λ as trained: %.4f", before.lambda_own);
+    CHECK_THAT(texts(4),
+               Catch::Contains(own) && Catch::Contains("this run: λ = 0.0000, set by an intervention"));
+    CHECK_THAT(texts(5), Catch::Contains("sums to 1 − λ = 1.000"));
+    for (int step = 1; step <= 6; ++step) CHECK_THAT(texts(step), Catch::Contains("INTERVENED m: lambda=0"));
+    app::ExplainInput as_trained;
+    as_trained.diff = app::explain_side("m", &trained, 0, 1, q);
+    CHECK_THAT(texts(4), !Catch::Contains("σ(") || Catch::Contains("as trained"));
+    std::string t4;
+    for (const auto& t : app::explain_slide(as_trained, 4).texts) t4 += t.text + "\n";
+    CHECK_THAT(t4, !Catch::Contains("INTERVENED") && !Catch::Contains("set by an intervention"));
+  }
 }

@@ -189,7 +189,12 @@ int cmd_explain(const Args& a) {
     const HeadExplain& e = *side.head;
     std::printf("%s layer %d head %d query %lld: ", m.config().name.c_str(), layer, head,
                 static_cast<long long>(query));
-    if (e.v2)
+    if (e.diff && e.lambda_set)
+      std::printf(
+          "lambda %.4f, set by an intervention (its own: %.4f); cancelled %.4f; row of A sums to %.4f; "
+          "|out| %.4f\n",
+          e.lambda, e.lambda_own, e.common_sum, e.a_sum, e.out_norm);
+    else if (e.v2)
       std::printf("lambda %.4f = sigma(%.4f); cancelled %.4f; row of A sums to %.4f; |out| %.4f\n", e.lambda,
                   e.lambda_logit, e.common_sum, e.a_sum, e.out_norm);
     else if (e.diff)

@@ -205,6 +205,10 @@ bool receive_result(GuiState& state, InferenceWorker& worker, HeadlessRun& headl
     if (state.needle.focus_pending && state.shown->prompt == state.prompt.text) {
       state.needle.focus_pending = false;
       focus_answer_head(state, *state.shown);
+    } else if (!state.focus_message.empty() && state.message == state.focus_message &&
+               state.shown->request != state.focus_request && state.shown->prompt == state.focus_prompt) {
+      describe_focused_heads(state,
+                             *state.shown);  // the same prompt run again (an intervention): its numbers
     }
     if (!headless.take_result(state)) return false;  // headless: the first result becomes a keystroke
     // A run a keystroke started (not a scripted prompt, a needle, Continue's tokens): its latency.

@@ -157,6 +157,7 @@ struct GuiState {
   // that prompt, so that another prompt (an edit, Continue's tokens) clears it instead of keeping a stale
   // number on screen.
   std::string focus_message, focus_prompt;
+  uint64_t focus_request = 0;  // the run focus_message describes: a later run of the prompt re-describes it
   bool lecture = false;        // large font for lecture halls
   bool side_folded = false;    // this frame: lecture mode folded the side panel away (the window is narrow)
   bool side_unfolded = false;  // Tab or ">>" brought it back while lecture mode folds it
@@ -204,6 +205,7 @@ struct GuiState {
     std::string haystack_path;
     NeedleTemplate wording;      // needle and question sentences (builder and lab)
     std::string built;           // description of the last built episode, or why building failed
+    std::string built_prompt;    // the prompt it built ("" after a failure): `built` describes that text only
     std::string tokenizer_path;  // the tokenizer the cached haystack was counted with
     std::unique_ptr<Tokenizer> tokenizer;
     std::unique_ptr<Haystack> haystack;

@@ -73,8 +73,10 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir) {
         (n.with_answer ? "the prompt ends with the code, so the rows from the query on produce it: a "
                          "retrieving head puts weight on the needle's code there"
                        : "a model that retrieves continues with \" " + asked.code + "\" (next-token panel)");
+    n.built_prompt = state.prompt.text;
   } catch (const std::exception& e) {
     n.built = std::string("could not build: ") + e.what();
+    n.built_prompt.clear();
   }
 }
 
@@ -105,11 +107,20 @@ void draw_needle_builder(GuiState& state) {
     build_needle_prompt(state, state.status.slots[0].tokenizer_dir.empty()
                                    ? state.status.slots[1].tokenizer_dir
                                    : state.status.slots[0].tokenizer_dir);
-  if (!n.built.empty()) {
+  // What the builder made describes the prompt on screen only while that prompt is the one it built.
+  const bool stale = !n.built_prompt.empty() && state.prompt.text != n.built_prompt;
+  if (!n.built.empty() && !stale) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextWrapped("%s", n.built.c_str());
     ImGui::PopStyleColor();
+  } else if (stale) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped(
+        "the prompt on screen is not the one built last (edited or replaced): Build prompt "
+        "makes a needle prompt again");
+    ImGui::PopStyleColor();
   }
+  state.drawn.note(stale ? "noise.builder-stale" : "noise.builder-current", 0, 0, 0, 0);
   ImGui::Separator();
 }
 
@@ -198,36 +209,55 @@ void focus_answer_head(GuiState& state, const RunResult& r) {
   }
   if (best_layer < 0) return;
   state.view.layer = best_layer;
-  std::string what = "layer " + std::to_string(best_layer) + ": ", elsewhere;
+  for (int s = 0; s < kSlots; ++s)
+    if (cache.readouts[s] && r.traces[s])
+      if (const auto h = strongest_answer_head(*cache.readouts[s], best_layer)) state.view.head[s] = h->head;
+  describe_focused_heads(state, r);
+}
+
+void describe_focused_heads(GuiState& state, const RunResult& r) {
+  if (state.selection.answer_begin < 0) return;
+  const GuiState::NoiseCache& cache = refresh_noise_cache(state, r);
+  const int layer = state.view.layer;
+  std::string what = "layer " + std::to_string(layer) + ": ", elsewhere;
   int64_t T = 0;
   for (const auto& t : r.traces)
     if (t) T = std::max(T, t->length());
   bool first = true;
   for (int s = 0; s < kSlots; ++s) {
     if (!cache.readouts[s] || !r.traces[s]) continue;
+    const NoiseReadout& ro = *cache.readouts[s];
     const ModelConfig& c = r.traces[s]->config;
     const std::string name = c.name.empty() ? to_string(c.attention) : c.name;
     char share[32];
-    if (const auto h = strongest_answer_head(*cache.readouts[s], best_layer)) {
-      state.view.head[s] = h->head;
-      std::snprintf(share, sizeof share, "%.3f", h->share.answer_mass);
-      what += std::string(first ? "" : ", ") + name + " head " + std::to_string(h->head) + " " + share;
+    const int row =
+        static_cast<int>(std::find(ro.layers.begin(), ro.layers.end(), layer) - ro.layers.begin());
+    const int head = state.view.head[s];
+    const AttentionShare* mine = nullptr;
+    if (row < static_cast<int>(ro.layers.size()) && row < static_cast<int>(ro.heads.size()))
+      for (size_t k = 0; k < ro.heads[static_cast<size_t>(row)].size(); ++k)
+        if (ro.heads[static_cast<size_t>(row)][k] == head) mine = &ro.per_head[static_cast<size_t>(row)][k];
+    if (mine) {
+      std::snprintf(share, sizeof share, "%.3f", mine->answer_mass);
+      what += std::string(first ? "" : ", ") + name + " head " + std::to_string(head) + " " + share;
       first = false;
     }
-    const auto overall = strongest_answer_head(*cache.readouts[s]);
-    if (overall && overall->layer != best_layer) {
+    const auto overall = strongest_answer_head(ro);
+    if (overall && (overall->layer != layer || overall->head != head)) {
       std::snprintf(share, sizeof share, "%.3f", overall->share.answer_mass);
       elsewhere += "; " + name + "'s strongest: layer " + std::to_string(overall->layer) + " head " +
                    std::to_string(overall->head) + " " + share;
     }
   }
+  if (first) return;
   // What the numbers are, on the line: each head's attention mass on the answer (its share of the rows'
   // |A|), the mean over the rows from the query to the end (Figure 1 shows the query's row alone, the Noise
-  // view the mean over a layer's heads).
+  // view the mean over a layer's heads). They are the run's on screen, interventions included.
   state.message =
       what + " answer mass, mean over " + answer_rows_phrase(state.selection.query, T) + elsewhere;
   state.focus_message = state.message;
   state.focus_prompt = state.prompt.text;
+  state.focus_request = r.request;
 }
 
 namespace {

@@ -69,6 +69,9 @@ void build_needle_prompt(GuiState& state, const std::string& model_dir);
 void draw_needle_builder(GuiState& state);
 const GuiState::NoiseCache& refresh_noise_cache(GuiState& state, const RunResult& r);
 void focus_answer_head(GuiState& state, const RunResult& r);
+// The status line's words for the heads on screen (the layer and heads focus_answer_head chose, or picked
+// since): their answer mass in run `r`, which may be a later run of the same prompt (an intervention).
+void describe_focused_heads(GuiState& state, const RunResult& r);
 // The rows the answer readouts average, named with their numbers: "rows 246-250 (the query to the end)".
 std::string answer_rows_phrase(int64_t query, int64_t length);
 void draw_noise_panel(GuiState& state, const RunResult& r);

@@ -319,7 +319,22 @@ void draw_column(Canvas& cv, const ExplainInput& in, const ExplainSide& side, bo
       break;
     }
     case 4:
-      if (e.v2) {  // λ of this head and query token: a sigmoid of one dot product
+      if (e.diff && e.lambda_set) {  // an intervention replaced λ: the learned value, then the one in force
+        cv.text(x, y,
+                "λ as trained: " + fmt("%.4f", e.lambda_own) +
+                    (e.v2 ? "  = σ(" + fmt("%.4f", e.lambda_logit) + ")"
+                          : "  = " + fmt("%.4f", e.lambda_exp1) + " − " + fmt("%.4f", e.lambda_exp2) + " + " +
+                                fmt("%.4f", e.lambda_init)),
+                30, kMuted);
+        cv.text(x, y + 50 * k, "this run: λ = " + fmt("%.4f", e.lambda) + ", set by an intervention", 30,
+                col);
+        cv.text(x, y + 100 * k,
+                e.lambda == 0 ? "with λ = 0 nothing is subtracted: A = A1, which sums to 1"
+                              : "steps 5 and 6 subtract λ·A2 with the value set",
+                24, kMuted);
+        note(std::min(y + 540, 1080 - 60 * k),
+             "interventions: " + side.interventions + " (the Why view sets and clears them)");
+      } else if (e.v2) {  // λ of this head and query token: a sigmoid of one dot product
         cv.text(x, y, "λ = σ(x_t · w_λ,h): this token's and this head's own", 30);
         cv.text(x, y + 50 * k,
                 "   = σ(" + fmt("%.4f", e.lambda_logit) + ") = 1 / (1 + e^" + fmt("%.4f", -e.lambda_logit) +
@@ -493,7 +508,12 @@ viz::FigureScene explain_slide(const ExplainInput& in, int step, int width, int 
     if (in.diff.head) sub += "   " + in.diff.model + " head " + std::to_string(in.diff.head->head);
     if (in.base.head) sub += "   " + in.base.model + " head " + std::to_string(in.base.head->head);
   }
-  cv.text(60, 30 + 62 * k, sub, 26, kMuted);
+  // A run under interventions says so on every slide, as the status line does.
+  for (const ExplainSide* side : {&in.diff, &in.base})
+    if (!side->interventions.empty()) sub += "   INTERVENED " + side->model + ": " + side->interventions;
+  float sub_px = 26;  // a long list of interventions: smaller, down to the notes' size
+  while (sub_px > 17 && cv.text_width(sub, sub_px) > 1800) sub_px -= 1;
+  cv.text(60, 30 + 62 * k, sub, sub_px, kMuted);
   cv.rect(60, 145 * k, 1800, 2, kAxis);
   draw_column(cv, in, in.diff, true, step, 60, 1080);
   cv.rect(1190, 145 * k + 25, 2, 1030 - 145 * k - 25, kAxis);
@@ -509,6 +529,8 @@ ExplainSide explain_side(const std::string& model, const Trace* trace, int layer
     return s;
   }
   s.tokens = viz::display_tokens(trace->tokens, viz::Spaces::Visible);
+  for (const auto& iv : trace->interventions)
+    s.interventions += (s.interventions.empty() ? "" : ", ") + iv.first;
   if (trace->config.is_diff())
     for (const LayerTrace& l : trace->layers) s.layer_lambdas.push_back(l.lambda);
   try {

@@ -19,6 +19,7 @@ struct ExplainSide {
   std::vector<double> layer_lambdas;  // DIFF: λ of every layer (step 4); empty otherwise
   std::vector<double> token_lambdas;  // DIFF V2: λ of the explained head at tokens 0..query (step 4)
   std::optional<HeadExplain> head;    // empty: `why` says what is missing
+  std::string interventions;          // the run's interventions as written ("lambda=0, ..."), "" as trained
   std::string why;
 };
 
