@@ -592,7 +592,9 @@ TEST_CASE("play: the Why view's interventions re-run both models, and the runs s
                   "size 1280x800\nprompt " + prompt +
                       "\nwait\nanswer 10 14\nquery 44\nview why\nintervene knockout=not-answer\n"
                       "intervene lambda:1=0\nwait\nscreenshot why.png\nexport folder " +
-                      out + "\nexport bundle\nwait\nintervene clear\nwait\nexport bundle\nwait\n");
+                      out +
+                      "\nexport bundle\nwait\nview query-row\nexport figure\nexport figure\nview why\n"
+                      "intervene clear\nwait\nexport bundle\nwait\nview query-row\nexport figure\n");
   const Run r = run_difflens("--play " + (dir / "s.play").string() + " --play-exit --threads 1", dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -604,13 +606,27 @@ TEST_CASE("play: the Why view's interventions re-run both models, and the runs s
   CHECK_THAT(bad.out, Catch::Contains("bad.play:2") && Catch::Contains("the layer 'x' is not a number"));
 
   // The first save ran under the interventions the baseline could take (it has no λ); the second as trained.
-  const Trace left = read_trace_bundle(dir / "out" / "run" / "left-diff-small");
-  const Trace right = read_trace_bundle(dir / "out" / "run" / "right-baseline-small");
+  const std::string tag = "-under-knockout_not-answer_lambda_1_0";  // in the names of what it exported
+  const Trace left = read_trace_bundle(dir / "out" / ("run" + tag) / "left-diff-small");
+  const Trace right = read_trace_bundle(dir / "out" / ("run" + tag) / "right-baseline-small");
   using Applied = std::vector<std::pair<std::string, std::string>>;
   CHECK(left.interventions ==
         Applied{{"knockout=not-answer", "knockout=drop:10-14@44-"}, {"lambda:1=0", "lambda:1=0"}});
   CHECK(right.interventions == Applied{{"knockout=not-answer", "knockout=drop:10-14@44-"}});
-  CHECK(read_trace_bundle(dir / "out" / "run-2" / "left-diff-small").interventions.empty());
+  CHECK(read_trace_bundle(dir / "out" / "run" / "left-diff-small").interventions.empty());
+  // Figure 1 under the interventions: named for them in its file and title, the second export beside the
+  // first (never over it); as trained again: the plain name.
+  std::string fig;  // "diff-small-baseline-small-L<layer on screen>-query44-figure1"
+  for (const auto& e : std::filesystem::directory_iterator(dir / "out")) {
+    const std::string name = e.path().filename().string();
+    if (name.find("-query44-figure1") != std::string::npos) fig = name.substr(0, name.find("-figure1") + 8);
+  }
+  INFO(fig);
+  const std::string svg = test::read_all(dir / "out" / (fig + tag + ".svg"));
+  CHECK_THAT(
+      svg, Catch::Contains("INTERVENED: left: knockout=not-answer, lambda:1=0; right: knockout=not-answer"));
+  CHECK(std::filesystem::exists(dir / "out" / (fig + tag + "-2.png")));
+  CHECK_THAT(test::read_all(dir / "out" / (fig + ".svg")), !Catch::Contains("INTERVENED"));
   // The app's run is the core's under the same interventions.
   const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu);
   PromptMarks marks;
@@ -642,7 +658,7 @@ TEST_CASE("play: Continue writes under the Why view's interventions, as the core
   const Run r = run_difflens("--play " + (dir / "s.play").string() + " --play-exit --threads 1", dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
-  const Trace saved = read_trace_bundle(dir / "out" / "run" / "left-diff-small");
+  const Trace saved = read_trace_bundle(dir / "out" / "run-under-lambda_0_ablate_0_0" / "left-diff-small");
   const Model diff = Model::load(DIFFLENS_SOURCE_DIR "/assets/models/diff-small", DeviceChoice::Cpu);
   const std::vector<int64_t> ids = diff.tokenizer().encode(prompt, true).ids;
   GenerateOptions o;

@@ -122,18 +122,51 @@ std::vector<viz::HistogramFigure> outlier_figures(GuiState& state, int width, in
   return out;
 }
 
-// `base`.png, or base-2.png, base-3.png, ... : the first name free as PNG and as SVG.
-std::filesystem::path free_name(const std::filesystem::path& dir, const std::string& base) {
-  for (int k = 1;; ++k) {
-    const std::string name = k == 1 ? base : base + "-" + std::to_string(k);
-    std::error_code ec;
-    if (!std::filesystem::exists(dir / (name + ".png"), ec) &&
-        !std::filesystem::exists(dir / (name + ".svg"), ec))
-      return dir / name;
+}  // namespace
+
+std::string run_interventions(const RunResult& r) {
+  std::string lists[kSlots];
+  int slots = 0;
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& t = r.traces[static_cast<size_t>(s)];
+    if (!t) continue;
+    ++slots;
+    for (const auto& iv : t->interventions) lists[s] += (lists[s].empty() ? "" : ", ") + iv.first;
   }
+  if (lists[0].empty() && lists[1].empty()) return "";
+  if (slots < 2 || lists[0] == lists[1] || lists[1].empty() || lists[0].empty())
+    return lists[0].empty() ? lists[1] : lists[0];
+  return "left: " + lists[0] + "; right: " + lists[1];
 }
 
-}  // namespace
+std::string intervention_file_tag(const RunResult& r) {
+  std::vector<std::string> specs;  // every slot's, each once, in order
+  for (const auto& t : r.traces)
+    if (t)
+      for (const auto& iv : t->interventions)
+        if (std::find(specs.begin(), specs.end(), iv.first) == specs.end()) specs.push_back(iv.first);
+  std::string tag;
+  for (const std::string& s : specs) tag += (tag.empty() ? "-under-" : "+") + s;
+  return file_safe(tag);  // "-under-lambda_0"
+}
+
+std::string intervention_title_tag(const RunResult& r) {
+  const std::string list = run_interventions(r);
+  return list.empty() ? "" : "  (INTERVENED: " + list + ")";
+}
+
+std::filesystem::path free_path(const std::filesystem::path& dir, const std::string& stem,
+                                const std::vector<std::string>& exts) {
+  for (int k = 1;; ++k) {
+    const std::string name = k == 1 ? stem : stem + "-" + std::to_string(k);
+    bool taken = false;
+    for (const std::string& ext : exts) {
+      std::error_code ec;
+      taken |= std::filesystem::exists(dir / (name + ext), ec);
+    }
+    if (!taken) return dir / name;
+  }
+}
 
 std::vector<std::string> export_view_figure(GuiState& state) {
   if (!state.shown) throw Error("nothing to export yet: no run on screen");
@@ -147,8 +180,11 @@ std::vector<std::string> export_view_figure(GuiState& state) {
     if (t) prefix += model_name(*t) + "-";
   const std::string layer = "L" + std::to_string(std::max(0, state.view.layer));
   std::vector<std::string> files;
+  // A run under interventions names them in every figure's title and file name.
+  const std::string file_tag = intervention_file_tag(*state.shown),
+                    title_tag = intervention_title_tag(*state.shown);
   auto write = [&](const std::string& base, const viz::Image& img, const std::string& svg) {
-    const std::filesystem::path p = free_name(dir, file_safe(base));
+    const std::filesystem::path p = free_path(dir, file_safe(base) + file_tag, {".png", ".svg"});
     viz::write_png(p.string() + ".png", img.rgb, img.width, img.height);
     write_file_atomically(p.string() + ".svg", svg);
     files.push_back(p.string() + ".png");
@@ -156,23 +192,27 @@ std::vector<std::string> export_view_figure(GuiState& state) {
   };
   switch (state.layout.view) {
     case View::QueryRow: {
-      const viz::ChartFigure f = figure1_chart(state, W, H, px);
+      viz::ChartFigure f = figure1_chart(state, W, H, px);
+      f.title += title_tag;
       write(prefix + layer + "-query" + std::to_string(state.selection.query) + "-figure1",
             viz::render_chart_figure(f), viz::chart_figure_svg(f));
       break;
     }
     case View::Lambda: {
-      const viz::ChartFigure f = lambda_chart(state, W, H, px);
+      viz::ChartFigure f = lambda_chart(state, W, H, px);
+      f.title += title_tag;
       write(prefix + "lambda", viz::render_chart_figure(f), viz::chart_figure_svg(f));
       break;
     }
     case View::Noise: {
-      const viz::ChartFigure f = noise_chart(state, W, H, px);
+      viz::ChartFigure f = noise_chart(state, W, H, px);
+      f.title += title_tag;
       write(prefix + "noise", viz::render_chart_figure(f), viz::chart_figure_svg(f));
       break;
     }
     case View::Outliers: {
-      const std::vector<viz::HistogramFigure> figs = outlier_figures(state, W, H);
+      std::vector<viz::HistogramFigure> figs = outlier_figures(state, W, H);
+      for (auto& fig : figs) fig.title += title_tag;
       write(prefix + "outliers-logits", viz::render_histogram_figure(figs[0]),
             viz::histogram_figure_svg(figs[0]));
       write(prefix + "outliers-hidden", viz::render_histogram_figure(figs[1]),
@@ -180,7 +220,8 @@ std::vector<std::string> export_view_figure(GuiState& state) {
       break;
     }
     case View::Models: {
-      const viz::MapGridFigure f = model_grid_figure(state, W, px);
+      viz::MapGridFigure f = model_grid_figure(state, W, px);
+      f.title += title_tag;
       write(prefix + "models", viz::render_map_grid_figure(f), viz::map_grid_figure_svg(f));
       break;
     }
@@ -200,11 +241,7 @@ std::vector<std::string> save_run_bundles(GuiState& state) {
     throw Error("nothing to save yet: no run on screen");
   const std::filesystem::path dir(state.view.export_dir);
   std::filesystem::path run;
-  for (int k = 1;; ++k) {  // a new folder: never into an earlier save
-    run = dir / (k == 1 ? "run" : "run-" + std::to_string(k));
-    std::error_code ec;
-    if (!std::filesystem::exists(run, ec)) break;
-  }
+  run = free_path(dir, "run" + intervention_file_tag(*state.shown), {""});  // never into an earlier save
   std::vector<std::string> out;
   for (int s = 0; s < kSlots; ++s) {
     const auto& t = state.shown->traces[s];

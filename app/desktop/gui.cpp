@@ -700,10 +700,12 @@ int run_gui(const GuiOptions& opt) {
       if (window_shot) {
         std::error_code ec;
         std::filesystem::create_directories(state.view.export_dir, ec);
-        const std::string path =
-            (std::filesystem::path(state.view.export_dir) /
-             ("window-" + std::to_string(static_cast<long long>(now_seconds())) + ".png"))
-                .string();
+        const std::string path = free_path(state.view.export_dir,
+                                           "window-" + std::to_string(static_cast<long long>(now_seconds())) +
+                                               (state.shown ? intervention_file_tag(*state.shown) : ""),
+                                           {".png"})
+                                     .string() +
+                                 ".png";
         state.message = write_window_png(path, w, h) ? "wrote " + path : "could not write " + path;
       }
       if (!played.screenshot.empty()) {

@@ -1,6 +1,8 @@
 // The Explain tab and its presentation mode (app/desktop/panel_explain.h).
 #include "app/desktop/panel_explain.h"
 
+#include "app/desktop/figure_export.h"
+
 #include <GLFW/glfw3.h>
 #include <imgui.h>
 
@@ -117,7 +119,11 @@ void ExplainView::draw_slide(GuiState& state, float width, float height) {
 
 void ExplainView::export_steps(GuiState& state) {
   try {
-    const std::string dir = (std::filesystem::path(state.view.export_dir) / "explain").string();
+    // A new folder each time (explain, explain-2, ...), named for the interventions in force.
+    const std::string dir =
+        free_path(state.view.export_dir, "explain" + (state.shown ? intervention_file_tag(*state.shown) : ""),
+                  {""})
+            .string();
     const std::vector<std::string> files = export_explain_slides(input(state), dir);
     state.message =
         "exported " + std::to_string(files.size() / 2) + " steps as 1920x1080 PNG + SVG to " + dir;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "app/desktop/figure_export.h"
 #include "app/desktop/panel_maps.h"
 #include "app/reports/head_figures.h"
 #include "core/atomic_file.h"
@@ -29,9 +30,11 @@ void export_map(GuiState& state, const std::string& model, int layer, int head, 
                 const std::vector<std::string>& tokens, const viz::HeatmapRenderer& renderer) {
   try {
     std::filesystem::create_directories(state.view.export_dir);
-    const std::filesystem::path base =
-        std::filesystem::path(state.view.export_dir) /
-        file_safe(model + "-L" + std::to_string(layer) + "-H" + std::to_string(head) + "-" + which);
+    const std::filesystem::path base = free_path(
+        state.view.export_dir,
+        file_safe(model + "-L" + std::to_string(layer) + "-H" + std::to_string(head) + "-" + which) +
+            (state.shown ? intervention_file_tag(*state.shown) : ""),
+        {".png", ".npy", ".csv"});
     const int size = std::clamp(state.view.export_size, 8, 16384);
     viz::write_png(base.string() + ".png",
                    viz::render_map(renderer, src, size, static_cast<viz::Pooling>(state.view.pooling), style),
@@ -452,10 +455,14 @@ void HeadView::export_head_figure(GuiState& state, viz::HeadFigure& figure, viz:
     if (!region.empty()) figure.title += "   " + region;
     figure.panel_size = std::clamp(state.view.export_size, 64, 8192);
     figure.pooling = pooling;
+    if (state.shown) figure.title += intervention_title_tag(*state.shown);
     std::filesystem::create_directories(state.view.export_dir);
-    const std::filesystem::path path = std::filesystem::path(state.view.export_dir) /
-                                       file_safe(model_name_ + "-L" + std::to_string(layer_) + "-H" +
-                                                 std::to_string(head_) + "-headview.png");
+    std::filesystem::path path = free_path(
+        state.view.export_dir,
+        file_safe(model_name_ + "-L" + std::to_string(layer_) + "-H" + std::to_string(head_) + "-headview") +
+            (state.shown ? intervention_file_tag(*state.shown) : ""),
+        {".png", ".svg"});
+    path += ".png";
     const viz::Image img = viz::render_head_figure(figure);
     viz::write_png(path, img.rgb, img.width, img.height);
     std::filesystem::path svg = path;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "app/desktop/figure_export.h"
 #include "app/desktop/panels.h"
 #include "app/desktop/plot.h"
 #include "app/reports/needle_report.h"
@@ -220,7 +221,7 @@ void export_lab(GuiState& state) {
       runs.push_back(*x.runs);
     }
     const std::filesystem::path dir =
-        std::filesystem::path(state.view.export_dir) / ("needle-lab-" + std::to_string(p.id));
+        free_path(state.view.export_dir, "needle-lab-" + std::to_string(p.id), {""});  // never an earlier one
     write_needle_report(dir, names, runs, std::clamp(lab.cell_px, 16, 512));
     lab.message = "exported " + dir.string() + " (needle.json, needle.csv, tables.md, PNG + SVG heatmaps)";
   } catch (const std::exception& e) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "app/desktop/figure_export.h"
 #include "app/desktop/panels.h"
 #include "app/desktop/plot.h"
 #include "app/reports/prediction_text.h"
@@ -452,10 +453,9 @@ void export_text_page(GuiState& state) {
     if (path.empty()) {  // a new file: earlier pages stay
       const std::filesystem::path dir = state.view.export_dir;
       std::filesystem::create_directories(dir);
-      const std::string stem = "page-L" + std::to_string(o.layer) + "-q" + std::to_string(o.query);
-      path = (dir / (stem + ".html")).string();
-      for (int k = 2; std::filesystem::exists(path); ++k)
-        path = (dir / (stem + "-" + std::to_string(k) + ".html")).string();
+      const std::string stem = "page-L" + std::to_string(o.layer) + "-q" + std::to_string(o.query) +
+                               (state.shown ? intervention_file_tag(*state.shown) : "");
+      path = free_path(dir, stem, {".html"}).string() + ".html";
     } else if (std::filesystem::path(path).has_parent_path()) {
       std::filesystem::create_directories(std::filesystem::path(path).parent_path());
     }

@@ -284,8 +284,13 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
       json += ch;
   }
 
-  std::string names;
-  for (const Trace* t : traces) names += (names.empty() ? "" : " and ") + model_name(*t);
+  std::string names, intervened;
+  for (const Trace* t : traces) {
+    names += (names.empty() ? "" : " and ") + model_name(*t);
+    std::string list;
+    for (const auto& iv : t->interventions) list += (list.empty() ? "" : ", ") + iv.first;
+    if (!list.empty()) intervened += (intervened.empty() ? "" : "; ") + model_name(*t) + " under " + list;
+  }
   std::string left_note;
   for (const std::string& s : rep.left_out) left_note += (left_note.empty() ? "" : "; ") + s;
   std::string html;
@@ -297,6 +302,8 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
   html += "<style>" + std::string(page_files::page_css) + "</style>\n</head>\n<body>\n<header>\n";
   html +=
       "<h1>Attention of " + viz::xml_text(names) + " over a " + std::to_string(T) + "-token prompt</h1>\n";
+  if (!intervened.empty())  // a run under interventions says so, as the app's status line does
+    html += "<p class=\"intervened\">INTERVENED: " + viz::xml_text(intervened) + "</p>\n";
   html += R"(<div class="controls">
 <label>show <select id="show"><option value="both">both models</option></select></label>
 <span><label><input type="radio" name="dir" id="dir-from"> from the query</label>
