@@ -118,6 +118,7 @@ struct WhyState {
   std::array<std::set<std::pair<int, int>>, kSlots> ablated;  // per slot: (layer, head) ablated to zero
   std::array<std::set<std::pair<int, int>>, kSlots> head_lambda_zero;  // per DIFF slot: (layer, head), λ = 0
   std::vector<std::string> extra;  // --intervene SPEC and the play action `intervene SPEC`: both models
+  bool form_open = false;          // lecture mode: the controls unfolded ("Change"), else one line
   // Each slot's specs as written (core/intervention.h), in this order: extra, knockout, λ per layer, λ per
   // head, ablations.
   std::array<std::vector<std::string>, kSlots> specs() const {

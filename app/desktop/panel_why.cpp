@@ -38,20 +38,126 @@ std::string top_line(const LensLayer& layer, size_t q) {
   return out;
 }
 
-// The intervention controls, for both models.
+// Specs given as text (--intervene, the play action `intervene`) that the boxes below stand for: λ = 0 in
+// a layer (or every layer), a knockout preset of every layer from the query on.
+bool extra_zeroes_layer(const WhyState& w, int layer) {
+  for (const std::string& x : w.extra) try {
+      const InterventionSpec s = parse_intervention(x);
+      if (s.kind == InterventionKind::Lambda && s.head < 0 && !s.lambda_init && s.value == 0 &&
+          (s.layer < 0 || s.layer == layer))
+        return true;
+    } catch (const Error&) {
+    }
+  return false;
+}
+
+int extra_knockout(const WhyState& w) {  // the preset's index in the combo (0: none)
+  for (const std::string& x : w.extra) try {
+      const InterventionSpec s = parse_intervention(x);
+      if (s.kind != InterventionKind::Knockout || s.layer >= 0 || s.head >= 0 || !s.rows_from_query) continue;
+      if (s.keys == KnockoutKeys::NotAnswer) return 1;
+      if (s.keys == KnockoutKeys::OnlyAnswer) return 2;
+      if (s.keys == KnockoutKeys::NotNoise) return 3;
+    } catch (const Error&) {
+    }
+  return 0;
+}
+
+// Before a box changes what such a spec set: the spec leaves `extra` and the boxes hold what it did (λ = 0
+// per layer of each DIFF model; the knockout's preset), so that the box changes that alone.
+void absorb_extra(GuiState& state) {
+  WhyState& w = state.why;
+  std::vector<std::string> kept;
+  for (const std::string& x : w.extra) {
+    bool absorbed = false;
+    try {
+      const InterventionSpec s = parse_intervention(x);
+      if (s.kind == InterventionKind::Lambda && s.head < 0 && !s.lambda_init && s.value == 0) {
+        for (int slot = 0; slot < kSlots; ++slot) {
+          const auto& t = state.shown ? state.shown->traces[static_cast<size_t>(slot)] : nullptr;
+          if (!t || !t->config.is_diff()) continue;
+          for (int l = 0; l < t->config.num_hidden_layers; ++l)
+            if (s.layer < 0 || s.layer == l) w.lambda_zero[static_cast<size_t>(slot)].insert(l);
+        }
+        absorbed = true;
+      } else if (s.kind == InterventionKind::Knockout && s.layer < 0 && s.head < 0 && s.rows_from_query &&
+                 (s.keys == KnockoutKeys::NotAnswer || s.keys == KnockoutKeys::OnlyAnswer ||
+                  s.keys == KnockoutKeys::NotNoise)) {
+        w.knockout = s.keys == KnockoutKeys::NotAnswer ? 1 : s.keys == KnockoutKeys::OnlyAnswer ? 2 : 3;
+        absorbed = true;
+      }
+    } catch (const Error&) {
+    }
+    if (!absorbed) kept.push_back(x);
+  }
+  w.extra = kept;
+}
+
+// "tokens 0-134 ('The', ' river' ... ' spring') and 139-245": the key ranges a resolved knockout removes.
+std::string knocked_keys(const InterventionSpec& s, const Trace& t) {
+  const int64_t T = t.length();
+  std::string out;
+  for (const TokenRange& r : s.key_ranges) {
+    const int64_t b = std::clamp<int64_t>(r.first, 0, T), e = std::clamp<int64_t>(r.second, 0, T);
+    if (b >= e) continue;
+    std::string part = e - b == 1 ? "token " + std::to_string(b)
+                                  : "tokens " + std::to_string(b) + "-" + std::to_string(e - 1);
+    part += " ('" + piece(t.tokens[static_cast<size_t>(b)]) + "'";
+    if (e - b > 1) part += (e - b > 2 ? " ... '" : ", '") + piece(t.tokens[static_cast<size_t>(e - 1)]) + "'";
+    out += (out.empty() ? "" : " and ") + part + ")";
+  }
+  return out.empty() ? "no key" : out;
+}
+
+// Each knockout in force, as the run resolved it: which keys leave which rows, so that a class sees what
+// "the noise" was (not-noise removes the question's own tokens before the query too).
+void draw_knockouts(GuiState& state, int s, float width) {
+  const auto& t = state.shown ? state.shown->traces[static_cast<size_t>(s)] : nullptr;
+  if (!t) return;
+  for (const auto& [written, resolved] : t->interventions) {
+    InterventionSpec spec;
+    try {
+      spec = parse_intervention(resolved);
+    } catch (const Error&) {
+      continue;
+    }
+    if (spec.kind != InterventionKind::Knockout) continue;
+    const bool drop = spec.keys == KnockoutKeys::Drop;
+    const std::string rows =
+        spec.rows_from_query ? "the query's rows"
+        : spec.rows.second >= t->length() || spec.rows.second == kToEnd
+            ? "rows " + std::to_string(spec.rows.first) + "-"
+            : "rows " + std::to_string(spec.rows.first) + "-" + std::to_string(spec.rows.second - 1);
+    std::string line = written + ": " + rows + (drop ? " lose " : " keep only ") + knocked_keys(spec, *t);
+    if (written.find("not-noise") != std::string::npos)
+      line += "; the question's words before the query count as noise too";
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextUnformatted(wrap_at_spaces(line, width).c_str());
+    ImGui::PopStyleColor();
+    state.drawn.note("why.knockout-keys." + std::to_string(s), 0, 0, 0, 0);
+  }
+}
+
+// The intervention controls, for both models. Lecture mode folds them to one line (what runs, "Change",
+// "Clear") until "Change" opens them, as the Lab folds its form.
 void draw_controls(GuiState& state) {
   WhyState& w = state.why;
   bool changed = false;
-  const bool full = !state.lecture;  // lecture mode: what runs, not how to change it (the slide's room)
-  if (full)
+  const bool open = !state.lecture || w.form_open;
+  const float avail = ImGui::GetContentRegionAvail().x;
+  if (!state.lecture)
     ImGui::TextUnformatted("Interventions: both models run again under them, and every view shows that run.");
-  if (full) {
+  if (open) {
     static const char* kKnockouts[] = {"none", "the answer's keys (not-answer)",
                                        "all but the answer (only-answer)", "the noise (not-noise)"};
+    int shown_knockout = w.knockout > 0 ? w.knockout : extra_knockout(w);
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 18);
-    if (ImGui::Combo("keys removed from the query's rows (every layer)", &w.knockout, kKnockouts, 4))
+    if (ImGui::Combo("keys removed from the query's rows (every layer)", &shown_knockout, kKnockouts, 4)) {
+      absorb_extra(state);
+      w.knockout = shown_knockout;
       changed = true;
-    if (w.knockout > 0 && state.selection.answer_begin < 0) {
+    }
+    if (shown_knockout > 0 && state.selection.answer_begin < 0) {
       ImGui::SameLine();
       ImGui::TextColored(ImVec4(0.75f, 0.25f, 0.05f, 1), "(mark the answer: right-drag on the tokens)");
     }
@@ -61,9 +167,11 @@ void draw_controls(GuiState& state) {
       ImGui::Text("%s: λ = 0 in layer", t->config.name.c_str());
       for (int l = 0; l < t->config.num_hidden_layers; ++l) {
         ImGui::SameLine();
-        bool on = w.lambda_zero[static_cast<size_t>(s)].count(l) > 0;
+        // Ticked for every source of λ = 0 in the layer: this box, or a spec given as text.
+        bool on = w.lambda_zero[static_cast<size_t>(s)].count(l) > 0 || extra_zeroes_layer(w, l);
         const std::string id = std::to_string(l) + "##lz" + std::to_string(s);
         if (ImGui::Checkbox(id.c_str(), &on)) {
+          absorb_extra(state);
           if (on)
             w.lambda_zero[static_cast<size_t>(s)].insert(l);
           else
@@ -74,18 +182,33 @@ void draw_controls(GuiState& state) {
     }
   }
   const auto specs = w.specs();
+  std::string both;  // lecture mode: both slots on one line
   for (int s = 0; s < kSlots; ++s) {
     std::string list;
     for (const std::string& x : specs[static_cast<size_t>(s)]) list += (list.empty() ? "" : ", ") + x;
     // Lecture mode: the skipped specs named on the same line (their reasons on hover).
     std::string skipped;
-    if (state.shown && !full)
+    if (state.shown && state.lecture)
       for (const std::string& why : state.shown->skipped[static_cast<size_t>(s)]) {
         const size_t a = why.find('\''), b = a == std::string::npos ? a : why.find('\'', a + 1);
         skipped += (skipped.empty() ? " (skipped: " : ", ") +
                    (b == std::string::npos ? why : why.substr(a + 1, b - a - 1));
       }
     if (!skipped.empty()) skipped += ")";
+    if (state.lecture) {
+      both += std::string(s == 0 ? "left: " : "; right: ") + (list.empty() ? "as trained" : list) + skipped;
+      if (s + 1 < kSlots) continue;
+      ImGui::TextUnformatted(wrap_at_spaces(both, avail).c_str());
+      if (ImGui::IsItemHovered() && state.shown) {
+        std::string all;
+        for (const auto& slot : state.shown->skipped)
+          for (const std::string& why : slot) all += why + "\n";
+        if (!all.empty()) ImGui::SetTooltip("%s", all.c_str());
+      }
+      draw_knockouts(state, 0, avail);
+      if (specs[1] != specs[0]) draw_knockouts(state, 1, avail);
+      continue;
+    }
     ImGui::Text("%s: %s%s", s == 0 ? "left" : "right", list.empty() ? "as trained" : list.c_str(),
                 skipped.c_str());
     if (!skipped.empty() && ImGui::IsItemHovered()) {
@@ -93,36 +216,85 @@ void draw_controls(GuiState& state) {
       for (const std::string& why : state.shown->skipped[static_cast<size_t>(s)]) all += why + "\n";
       ImGui::SetTooltip("%s", all.c_str());
     }
-    if (state.shown && full)
+    if (state.shown && !state.lecture)
       for (const std::string& why : state.shown->skipped[static_cast<size_t>(s)]) {
         ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.75f, 0.25f, 0.05f, 1));
         ImGui::TextUnformatted(wrap_at_spaces("  skipped: " + why, ImGui::GetContentRegionAvail().x).c_str());
         ImGui::PopStyleColor();
       }
+    if (s == 0 || specs[1] != specs[0]) draw_knockouts(state, s, avail);
   }
-  if (!full) {
-    if (changed) state.prompt.rerun();
-    return;
+  // The buttons on one line: Change / Fold (lecture mode), Clear, and while the models run, "working...".
+  if (state.lecture) {
+    const char* label = w.form_open ? "Fold" : "Change";
+    if (ImGui::Button(label)) w.form_open = !w.form_open;
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(w.form_open ? "Fold the controls to one line" : "λ = 0 per layer, keys removed");
+    ImGui::SameLine();
+  } else {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextUnformatted(
+        wrap_at_spaces("Click a head in a grid below to ablate it (its output zero before "
+                       "o_proj), right-click a DIFF head for its lambda = 0; again to restore.",
+                       avail)
+            .c_str());
+    ImGui::PopStyleColor();
   }
-  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextUnformatted(
-      wrap_at_spaces(
-          "Click a head in a grid below to ablate it (its output zero before o_proj), right-click a DIFF "
-          "head for its lambda = 0; again to restore.",
-          ImGui::GetContentRegionAvail().x)
-          .c_str());
-  ImGui::PopStyleColor();
-  if (w.any()) {
-    if (ImGui::Button("Clear: the models as trained")) {
-      w.clear();
-      changed = true;
-    }
+  const bool none = !w.any();
+  if (none) ImGui::BeginDisabled();
+  if (ImGui::Button("Clear: the models as trained")) {
+    const bool form_open = w.form_open;
+    w.clear();
+    w.form_open = form_open;
+    changed = true;
   }
+  if (none) ImGui::EndDisabled();
   if (changed) state.prompt.rerun();
+  // A change runs both models again with the lens and attribution: marked until its result is on screen.
+  if (state.status.busy || state.prompt.pending) {
+    ImGui::SameLine();
+    ImGui::TextColored(ImVec4(0.75f, 0.45f, 0.05f, 1), "working...");
+    state.drawn.note("why.working", 0, 0, 0, 0);
+  }
+}
+
+// The grids' number formats, finest first: two decimals with the sign, one, one without the '+' (the colour
+// still says it).
+constexpr const char* kGridFormats[] = {"%+.2f", "%+.1f", "%.1f"};
+
+// A grid number: a value that rounds to zero is "0.00" (never "-0.0" or "+0.00").
+std::string grid_number(const char* format, double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, format, v);
+  std::string out = buf;
+  if (out.find_first_not_of("+-0.") == std::string::npos) out.erase(0, out.find_first_not_of("+-"));
+  return out;
+}
+
+// The widest number of an attribution's grid in a format ("off" at least), with its MLPs or not.
+float grid_widest(const LogitAttribution& a, const char* f, bool with_mlps) {
+  float w = ImGui::CalcTextSize("off").x;
+  for (size_t l = 0; l < a.heads.size(); ++l) {
+    for (double v : a.heads[l]) w = std::max(w, ImGui::CalcTextSize(grid_number(f, v).c_str()).x);
+    if (with_mlps) w = std::max(w, ImGui::CalcTextSize(grid_number(f, a.mlps[l]).c_str()).x);
+  }
+  return w;
+}
+
+// The finest format (kGridFormats' index) whose grid fits `width`: two decimals with the MLP column, else
+// one with the sign, else one without.
+int grid_detail(const LogitAttribution& a, float width) {
+  const int H = a.heads.empty() ? 0 : static_cast<int>(a.heads[0].size());
+  const float pad = ImGui::GetStyle().CellPadding.x * 2 + 4, label_w = ImGui::CalcTextSize("L00").x + pad;
+  auto fits = [&](const char* f, int columns, bool with_mlps) {
+    return label_w + static_cast<float>(columns) * (grid_widest(a, f, with_mlps) + pad) <= width;
+  };
+  if (fits(kGridFormats[0], H + 1, true)) return 0;
+  return fits(kGridFormats[1], H, false) ? 1 : 2;
 }
 
 // One model's column.
-void draw_model(GuiState& state, int s, float width) {
+void draw_model(GuiState& state, int s, float width, int detail) {
   const RunResult& r = *state.shown;
   const auto& t = r.traces[static_cast<size_t>(s)];
   if (!t) return;
@@ -160,7 +332,9 @@ void draw_model(GuiState& state, int s, float width) {
   if (before) {
     const LensLayer& b = before->layers.back();
     char line[160];
-    std::snprintf(line, sizeof line, "P(answer) %.3f (rank %lld) -> %.3f (rank %lld) under the interventions",
+    std::snprintf(line, sizeof line,
+                  state.lecture ? "P(answer) %.3f (rank %lld) -> %.3f (rank %lld)"
+                                : "P(answer) %.3f (rank %lld) -> %.3f (rank %lld) under the interventions",
                   b.target_probability[q], static_cast<long long>(b.target_rank[q]),
                   last.target_probability[q], static_cast<long long>(last.target_rank[q]));
     ImGui::TextUnformatted(wrap_at_spaces(line, width).c_str());
@@ -176,10 +350,10 @@ void draw_model(GuiState& state, int s, float width) {
   // The logit lens at the query: the answer's probability after each layer.
   ImGui::Spacing();
   if (state.lecture) {  // one line: the answer's probability after each layer
-    std::string lens = "lens, P(answer) after";
+    std::string lens = "lens: P(answer) after L0-L" + std::to_string(why->layers.size() - 1) + ":";
     char part[48];
     for (size_t l = 0; l < why->layers.size(); ++l) {
-      std::snprintf(part, sizeof part, "%s L%zu %.2f", l ? "," : "", l, why->layers[l].target_probability[q]);
+      std::snprintf(part, sizeof part, "%s %.2f", l ? "," : "", why->layers[l].target_probability[q]);
       lens += part;
     }
     ImGui::TextUnformatted(wrap_at_spaces(lens, width).c_str());
@@ -207,7 +381,9 @@ void draw_model(GuiState& state, int s, float width) {
     for (double v : l) parts += v;
   for (double v : a.mlps) mlps += v;
   char sum_line[256];
-  std::snprintf(sum_line, sizeof sum_line, "%s %.2f = heads %+.2f + MLPs %+.2f + embedding %+.2f%s",
+  std::snprintf(sum_line, sizeof sum_line,
+                state.lecture ? "%s %.2f = heads %+.2f, MLPs %+.2f, emb. %+.2f%s"
+                              : "%s %.2f = heads %+.2f + MLPs %+.2f + embedding %+.2f%s",
                 state.lecture ? "Logit" : "Direct shares of the answer's logit", a.logit, parts, mlps,
                 a.embedding, state.lecture ? "" : " (final norm's scale frozen)");
   ImGui::TextUnformatted(wrap_at_spaces(sum_line, width).c_str());
@@ -215,28 +391,14 @@ void draw_model(GuiState& state, int s, float width) {
   for (const auto& l : a.heads)
     for (double v : l) m = std::max(m, std::fabs(v));
   const int H = a.heads.empty() ? 0 : static_cast<int>(a.heads[0].size());
-  // Two decimals where the grid fits them in the column, else one.
   const float pad = ImGui::GetStyle().CellPadding.x * 2 + 4, label_w = ImGui::CalcTextSize("L00").x + pad;
-  // The widest number of the grid in a format, and whether the grid fits the column with it.
-  auto widest = [&](const char* f, bool mlps) {
-    float w = ImGui::CalcTextSize("off").x;
-    char buf[32];
-    for (size_t l = 0; l < a.heads.size(); ++l) {
-      for (double v : a.heads[l]) {
-        std::snprintf(buf, sizeof buf, f, v);
-        w = std::max(w, ImGui::CalcTextSize(buf).x);
-      }
-      std::snprintf(buf, sizeof buf, f, a.mlps[l]);
-      if (mlps) w = std::max(w, ImGui::CalcTextSize(buf).x);
-    }
-    return w;
+  // The format both models' grids share (detail: the coarser of the two columns' fits).
+  const char* format = kGridFormats[std::clamp(detail, 0, 2)];
+  const bool wide = detail == 0;
+  auto widest = [&](const char* f, bool with_mlps) { return grid_widest(a, f, with_mlps); };
+  auto fits = [&](const char* f, int columns, bool with_mlps) {
+    return label_w + static_cast<float>(columns) * (widest(f, with_mlps) + pad) <= width;
   };
-  auto fits = [&](const char* f, int columns, bool mlps) {
-    return label_w + static_cast<float>(columns) * (widest(f, mlps) + pad) <= width;
-  };
-  // Two decimals with the sign; else one; else one without the '+' (the colour still says it).
-  const bool wide = fits("%+.2f", H + 1, true);
-  const char* format = wide ? "%+.2f" : fits("%+.1f", H, false) ? "%+.1f" : "%.1f";
   // Too narrow for a column of MLPs too: they go on a line below the grid.
   const bool mlp_column = wide || fits(format, H + 1, true);
   const int cells = H + (mlp_column ? 1 : 0);
@@ -266,7 +428,7 @@ void draw_model(GuiState& state, int s, float width) {
         if (ablated)
           std::snprintf(text, sizeof text, "off##%zu-%d", l, h);
         else
-          std::snprintf(text, sizeof text, (std::string(format) + "##%zu-%d").c_str(), v, l, h);
+          std::snprintf(text, sizeof text, "%s##%zu-%d", grid_number(format, v).c_str(), l, h);
         if (ImGui::Selectable(text, ablated)) {
           auto& set = state.why.ablated[static_cast<size_t>(s)];
           const std::pair<int, int> key{static_cast<int>(l), h};
@@ -312,7 +474,7 @@ void draw_model(GuiState& state, int s, float width) {
       }
       if (!mlp_column) continue;
       ImGui::TableNextColumn();
-      ImGui::Text(format, a.mlps[l]);
+      ImGui::TextUnformatted(grid_number(format, a.mlps[l]).c_str());
     }
     ImGui::EndTable();
   }
@@ -320,7 +482,7 @@ void draw_model(GuiState& state, int s, float width) {
     std::string line = "MLPs:";
     char part[48];
     for (size_t l = 0; l < a.mlps.size(); ++l) {
-      std::snprintf(part, sizeof part, "%s L%zu %+.1f", l ? "," : "", l, a.mlps[l]);
+      std::snprintf(part, sizeof part, "%s L%zu %s", l ? "," : "", l, grid_number(format, a.mlps[l]).c_str());
       line += part;
     }
     ImGui::TextUnformatted(wrap_at_spaces(line, width).c_str());
@@ -346,12 +508,19 @@ void draw_why_view(GuiState& state) {
 
   draw_controls(state);
   ImGui::Separator();
+  // One number format for both grids, the coarser one's, so that the two models' numbers read alike.
+  int detail = 0;
+  const float column_w = ImGui::GetContentRegionAvail().x / kSlots - ImGui::GetFontSize() * 0.5f -
+                         ImGui::GetStyle().CellPadding.x * 2;
+  for (int s = 0; s < kSlots; ++s)
+    if (r.why[static_cast<size_t>(s)] && r.why_error[static_cast<size_t>(s)].empty())
+      detail = std::max(detail, grid_detail(r.why[static_cast<size_t>(s)]->attribution, column_w));
   if (ImGui::BeginTable("why-models", kSlots, ImGuiTableFlags_SizingStretchSame)) {
     for (int s = 0; s < kSlots; ++s) {
       ImGui::TableNextColumn();
       const ImVec2 p = ImGui::GetCursorScreenPos();
       const float column = ImGui::GetContentRegionAvail().x;
-      draw_model(state, s, column - ImGui::GetFontSize() * 0.5f);
+      draw_model(state, s, column - ImGui::GetFontSize() * 0.5f, detail);
       state.drawn.note("why." + std::to_string(s), p.x, p.y, p.x + column, ImGui::GetCursorScreenPos().y);
     }
     ImGui::EndTable();

@@ -122,6 +122,10 @@ void ScriptPlayer::step(GuiState& state, InferenceWorker& worker, PlayRequests& 
     return;
   }
   if (shot_frames_ >= 0) {  // a screenshot waits two frames for the layout to settle
+    // ... and for a run the screen is waiting for (a prompt edited, the Why view's "working..."), at most
+    // as long as `wait` does.
+    const bool running = state.prompt.pending || (state.layout.view == View::Why && !worker.idle());
+    if (running && now - shot_since_ < kWaitWarnSeconds) return;
     if (shot_frames_-- > 0) return;
     out.screenshot = shot_path_;
     shot_frames_ = -1;
@@ -386,6 +390,7 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
     case PlayVerb::Screenshot:
       shot_path_ = a.text;
       shot_frames_ = 2;
+      shot_since_ = now_seconds();
       break;
     case PlayVerb::Quit:
       finish("done");

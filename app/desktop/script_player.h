@@ -61,6 +61,7 @@ class ScriptPlayer {
   bool wait_results_ = false;
   std::string typing_;
   int shot_frames_ = -1;
+  double shot_since_ = 0;  // when the screenshot was asked for (it waits for a run on its way)
   std::string shot_path_;
   size_t played_ = 0;
   std::string message_;       // the status line's message last logged
