@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/cpu_pack.h"
 #include "core/devices.h"
 #include "core/error.h"
 #include "core/model_impl.h"
@@ -82,11 +83,42 @@ AnswerExplanation Model::explain_answer(const std::vector<int64_t>& ids, const L
     const nn::Rope& rope = ropes.on(ld);
     Tensor a1q, a2q;  // [H, T] rows of the query
     const nn::AttentionInputs in = layer->inputs(layer->input_layernorm(h), rope);
-    const Tensor o = layer->attend_blocks(in, block_rows, [&](nn::AttentionBlock& b) {
-      if (q < b.row0 || q >= b.row0 + b.rows || !b.a1.defined()) return;
-      a1q = b.a1[0].select(1, q - b.row0);  // [H, keys]
-      a2q = b.a2[0].select(1, q - b.row0);
-    });
+    Tensor o;
+    if (!ld.is_cuda()) {
+      // The CPU's fused pass, as a capture runs it: every row's output without maps, then the query's row of
+      // each map alone (a change in the Why view costs a capture's attention, not T x T maps in tensors).
+      const FusedInputs f(in, c, layer->logit_bits);
+      const auto opts = at::TensorOptions().dtype(at::kFloat);
+      o = at::empty({1, f.ci.heads, f.ci.T, f.ci.dv}, opts);
+      CpuAttentionOutputs every;
+      every.row1 = every.ld = f.ci.T;
+      every.o = o.data_ptr<float>();
+      run_fused(f.ci, every);
+      if (f.ci.q2) {
+        CpuAttentionOutputs row;
+        row.row0 = q;
+        row.row1 = q + 1;
+        row.ld = f.ci.T;
+        row.o = o.data_ptr<float>();  // row q again, the same values
+        for (int64_t hd = 0; hd < f.ci.heads; ++hd) row.map_heads.push_back(hd);
+        const Tensor a = at::zeros({f.ci.heads, 1, f.ci.T}, opts);
+        a1q = at::zeros({f.ci.heads, 1, f.ci.T}, opts);
+        a2q = at::zeros({f.ci.heads, 1, f.ci.T}, opts);
+        row.a = a.data_ptr<float>();
+        row.a1 = a1q.data_ptr<float>();
+        row.a2 = a2q.data_ptr<float>();
+        run_fused(f.ci, row);
+        a1q = a1q.select(1, 0);  // [H, keys]
+        a2q = a2q.select(1, 0);
+      }
+      o = o.to(in.v.scalar_type());
+    } else {
+      o = layer->attend_blocks(in, block_rows, [&](nn::AttentionBlock& b) {
+        if (q < b.row0 || q >= b.row0 + b.rows || !b.a1.defined()) return;
+        a1q = b.a1[0].select(1, q - b.row0);  // [H, keys]
+        a2q = b.a2[0].select(1, q - b.row0);
+      });
+    }
     const Tensor n = layer->edited_head_outputs(o, 0);  // [1, H, T, dv]
     const Tensor y = h + layer->project(n);
     const Tensor m = layer->mlp(layer->post_attention_layernorm(y));
@@ -179,8 +211,9 @@ AnswerExplanation Model::explain_answer(const std::vector<int64_t>& ids, const L
     layer.target_probability.assign(static_cast<size_t>(T), std::numeric_limits<float>::quiet_NaN());
     layer.target_rank.assign(static_cast<size_t>(T), 0);
     const Tensor& hl = after[static_cast<size_t>(i)];
-    for (int64_t r0 = 0; r0 < T; r0 += 64) {
-      const int64_t n = std::min<int64_t>(64, T - r0);
+    const int64_t first = options.lens_at_query_only ? q : 0, end = options.lens_at_query_only ? q + 1 : T;
+    for (int64_t r0 = first; r0 < end; r0 += 64) {
+      const int64_t n = std::min<int64_t>(64, end - r0);
       const Tensor x = hl.narrow(0, r0, n).to(hf.device());
       const Tensor probs =
           at::softmax(impl_->net->unembed(net.norm(x)).to(at::kFloat), -1).to(at::kCPU);  // [n, V]

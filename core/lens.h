@@ -21,6 +21,9 @@ struct LensOptions {
   int64_t target = -1;  // the token attributed and followed by the lens (default: the model's own top-1
                         // after the query); the lens follows the actual next token at other positions
   Interventions interventions;  // resolved for this prompt (core/intervention.h)
+  // The lens at the query alone (the app's Why view): every other position's top is empty, its target's
+  // probability NaN and rank 0, and the unembedding runs once per layer for one row instead of T.
+  bool lens_at_query_only = false;
 };
 
 // The lens after one layer (after the last: the model's own prediction).

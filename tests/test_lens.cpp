@@ -111,3 +111,33 @@ TEST_CASE("lens: the direct attributions add up to the target's logit, DIFF's pa
     CHECK_THROWS_WITH(m.explain_answer({}, {}), Catch::Contains("empty"));
   }
 }
+
+TEST_CASE("lens: at the query only, the query's entries are the full lens's and the rest are empty",
+          "[lens]") {
+  for (const ModelConfig& c : {test::tiny_config(AttentionKind::Diff), test::v2_config()}) {
+    INFO(to_string(c.attention));
+    const Model m = Model::random(c, 9);
+    const std::vector<int64_t> ids = test::random_ids(30, c.vocab_size, 4);
+    PromptMarks marks;
+    marks.query = 20;
+    LensOptions full;
+    full.query = 20;
+    full.interventions =
+        resolve_interventions(std::vector<std::string>{"lambda=0", "knockout=drop:2-5"}, c, marks, 30);
+    LensOptions one = full;
+    one.lens_at_query_only = true;
+    const AnswerExplanation a = m.explain_answer(ids, full), b = m.explain_answer(ids, one);
+    REQUIRE(a.layers.size() == b.layers.size());
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+      CHECK(b.layers[l].target_probability[20] == Approx(a.layers[l].target_probability[20]).margin(1e-6));
+      CHECK(b.layers[l].target_rank[20] == a.layers[l].target_rank[20]);
+      REQUIRE(b.layers[l].top[20].size() == a.layers[l].top[20].size());
+      for (size_t k = 0; k < a.layers[l].top[20].size(); ++k)
+        CHECK(b.layers[l].top[20][k].id == a.layers[l].top[20][k].id);
+      CHECK(b.layers[l].top[3].empty());
+      CHECK(std::isnan(b.layers[l].target_probability[3]));
+      CHECK(b.layers[l].target_rank[3] == 0);
+    }
+    CHECK(b.attribution.logit == Approx(a.attribution.logit).margin(1e-6));
+  }
+}

@@ -559,3 +559,42 @@ TEST_CASE("worker: Continue writes generate's tokens as text that continues the 
   REQUIRE(c);
   CHECK(c->error == "the right slot has no model to continue the prompt with");
 }
+
+TEST_CASE("worker: the Why view's explanation as trained is made once per prompt and query", "[worker]") {
+  PairOnDisk pair;
+  InferenceWorker w({}, 1);
+  w.load(0, (pair.dir / "diff").string());
+  w.load(1, (pair.dir / "baseline").string());
+  RunEdits edits;
+  edits.explain = true;
+  auto run = [&](const std::string& prompt, const RunEdits& e) {
+    w.run(prompt, {}, e);
+    w.wait_idle();
+    auto r = w.take_result();
+    REQUIRE(r);
+    return *r;
+  };
+  const RunResult plain = run("The code is 4821.", edits);
+  REQUIRE(plain.why[0]);
+  CHECK_FALSE(plain.why_before[0]);
+  edits.interventions[0] = edits.interventions[1] = {"lambda=0"};
+  const RunResult zero = run("The code is 4821.", edits);
+  REQUIRE(zero.why_before[0]);
+  CHECK(zero.why_before[0] == plain.why[0]);  // reused, not made again
+  CHECK(zero.why[0] != plain.why[0]);
+  CHECK(zero.why[0]->interventions.size() == 1);
+  edits.interventions[0] = edits.interventions[1] = {"ablate:0:0"};
+  const RunResult ablated = run("The code is 4821.", edits);
+  CHECK(ablated.why_before[0] == plain.why[0]);
+  // Another query or prompt: made anew, and equal to an explanation made from scratch.
+  edits.query = 5;
+  const RunResult other = run("The code is 4821.", edits);
+  REQUIRE(other.why_before[0]);
+  CHECK(other.why_before[0] != plain.why[0]);
+  CHECK(other.why_before[0]->attribution.query == 5);
+  const Model m = Model::load(pair.dir / "diff", DeviceChoice::Cpu);
+  LensOptions lo;
+  lo.query = 5;
+  const AnswerExplanation fresh = m.explain_answer(other.traces[0]->token_ids, lo);
+  CHECK(other.why_before[0]->attribution.logit == Approx(fresh.attribution.logit).margin(1e-6));
+}

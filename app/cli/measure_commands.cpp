@@ -18,7 +18,9 @@
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/head_scores.h"
+#include "core/intervention.h"
 #include "core/layer_cpu.h"
+#include "core/lens.h"
 #include "core/metrics.h"
 #include "core/needle.h"
 #include "core/outliers.h"
@@ -574,6 +576,53 @@ int bench_matmul(const Args& a) {
   return 0;
 }
 
+// bench --why: what one change in the Why view costs against a capture of the same prompt: the app's
+// capture (queries, keys and values kept) alone, then with the explanation under an intervention (the lens
+// and the attribution), the as-trained explanation of that prompt and query reused from the first run.
+int bench_why(const Args& a, std::vector<Model>& models, const std::vector<int>& lengths, int repeats) {
+  CaptureOptions opt;
+  opt.keep_qkv = true;
+  opt.position_top_k = 5;
+  std::printf(
+      "bench --why: median of %d runs after a warm-up; capture as the app runs it (maps, queries, keys "
+      "and values kept, each position's top 5), explain = the logit lens and the direct attribution at "
+      "the last token under the intervention (the app reuses the as-trained one)\n",
+      repeats);
+  std::printf("%-9s %6s %-14s %12s %12s %12s %8s\n", "model", "T", "intervention", "capture ms", "explain ms",
+              "change ms", "change/capture");
+  (void)a;
+  for (int T : lengths)
+    for (const Model& m : models) {
+      if (T > m.config().max_position_embeddings) continue;
+      const ModelConfig& c = m.config();
+      std::vector<int64_t> ids(static_cast<size_t>(T));
+      for (int i = 0; i < T; ++i) ids[i] = 3 + (i * 7919) % (c.vocab_size - 3);
+      const std::string spec = c.is_diff() ? "lambda=0" : "ablate:0:0";
+      CaptureOptions edited = opt;
+      edited.interventions = resolve_interventions(std::vector<std::string>{spec}, c, {}, T);
+      LensOptions lo;  // as the Why view asks: the lens at the query
+      lo.interventions = edited.interventions;
+      lo.lens_at_query_only = true;
+      auto ms_of = [](auto&& f) {
+        const auto t0 = std::chrono::steady_clock::now();
+        f();
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      };
+      std::vector<double> cap, exp;
+      (void)m.capture(ids, edited);
+      (void)m.explain_answer(ids, lo);
+      for (int r = 0; r < repeats; ++r) {
+        cap.push_back(ms_of([&] { (void)m.capture(ids, edited); }));
+        exp.push_back(ms_of([&] { (void)m.explain_answer(ids, lo); }));
+      }
+      const double cm = median(cap), em = median(exp);
+      std::printf("%-9s %6d %-14s %12.1f %12.1f %12.1f %8.2f\n", to_string(c.attention), T, spec.c_str(), cm,
+                  em, cm + em, (cm + em) / cm);
+      std::fflush(stdout);
+    }
+  return 0;
+}
+
 int cmd_bench(const Args& a) {
   if (a.has("matmul")) return bench_matmul(a);
   const DeviceChoice where = device(a);
@@ -599,6 +648,7 @@ int cmd_bench(const Args& a) {
     models.push_back(Model::random(d, 1, where));
     models.push_back(Model::random(b, 1, where));
   }
+  if (a.has("why")) return bench_why(a, models, lengths, repeats);
   const ModelConfig& c0 = models[0].config();
   std::printf(
       "bench: %lld layers, E=%lld, %lld DIFF heads / %lld baseline heads, vocab %lld, %s (%s), %d threads, "
@@ -688,6 +738,9 @@ Command bench_command() {
   for (Option& o : pair_shape_options()) c.options.push_back(std::move(o));
   c.options.push_back(flag("no-maps", "keep no maps"));
   c.options.push_back(flag("no-stats", "no logit statistics"));
+  c.options.push_back(flag("why",
+                           "instead: one change of the Why view (a capture and the explanation under an "
+                           "intervention) against the capture alone"));
   c.options.push_back(pooled_budget_option(""));
   c.options.push_back(device_option("cpu"));
   c.options.push_back(choice("pooling", "auto|host|kernel", "auto", "who pools long prompts' maps"));

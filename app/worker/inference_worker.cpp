@@ -110,15 +110,27 @@ Interventions slot_interventions(const Model& m, const RunEdits& edits, size_t s
 
 // The Why view's lens and attribution at the query, under the run's interventions and as trained.
 void explain_slot(const Model& m, const std::vector<int64_t>& ids, const RunEdits& edits,
-                  const Interventions& iv, RunResult& r, size_t s) {
+                  const Interventions& iv, RunResult& r, size_t s, WhyCache& cache, uint64_t generation) {
   try {
     LensOptions o;
+    o.lens_at_query_only = true;  // the view shows the lens at the query
     const int64_t T = static_cast<int64_t>(ids.size());
     o.query = edits.query >= 0 && edits.query < T ? edits.query : T - 1;
-    if (!iv.empty()) {  // as trained first: its answer is the token followed before and after
-      r.why_before[s] = std::make_shared<AnswerExplanation>(m.explain_answer(ids, o));
-      o.target = r.why_before[s]->attribution.target;
+    // The explanation as trained of this prompt and query: the one made last, when it is of them (a lecture
+    // changes the interventions, not the prompt: one explanation a change, not two).
+    if (!cache.as_trained || cache.generation != generation || cache.ids != ids || cache.query != o.query) {
+      cache.as_trained = std::make_shared<AnswerExplanation>(m.explain_answer(ids, o));
+      cache.generation = generation;
+      cache.ids = ids;
+      cache.query = o.query;
     }
+    if (iv.empty()) {
+      r.why[s] = cache.as_trained;
+      return;
+    }
+    // Under the interventions, the answer followed is the one as trained.
+    r.why_before[s] = cache.as_trained;
+    o.target = cache.as_trained->attribution.target;
     o.interventions = iv;
     r.why[s] = std::make_shared<AnswerExplanation>(m.explain_answer(ids, o));
   } catch (const std::exception& e) {
@@ -774,7 +786,9 @@ void InferenceWorker::loop() {
           edited.interventions =
               slot_interventions(*models_[s], edits, s, static_cast<int64_t>(enc.ids.size()), r.skipped[s]);
           auto trace = std::make_shared<Trace>(models_[s]->capture(enc.ids, edited, &cancel_));
-          if (edits.explain) explain_slot(*models_[s], enc.ids, edits, edited.interventions, r, s);
+          if (edits.explain)
+            explain_slot(*models_[s], enc.ids, edits, edited.interventions, r, s, why_cache_[s],
+                         model_generation_[s]);
           trace->tokens = enc.pieces;  // display pieces as the tokenizer produced them
           r.offsets[s] = enc.offsets;
           r.labels[s] = viz::display_tokens(trace->tokens, viz::Spaces::Visible);

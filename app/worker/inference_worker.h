@@ -149,6 +149,15 @@ struct SweepProgress {
   uint64_t version = 0;  // grows with every change
 };
 
+// The Why view's explanation as trained of the prompt and query it was made for (the worker's, per slot):
+// while only the interventions change, it is reused.
+struct WhyCache {
+  uint64_t generation = 0;  // the slot's model it was made with (InferenceWorker's load count)
+  std::vector<int64_t> ids;
+  int64_t query = -1;
+  std::shared_ptr<const AnswerExplanation> as_trained;
+};
+
 class InferenceWorker {
  public:
   // `wake` is called from the worker thread whenever something finished (e.g. glfwPostEmptyEvent).
@@ -281,6 +290,7 @@ class InferenceWorker {
   };
   std::array<CountedHaystack, kSlots> sweep_haystacks_;
   std::array<uint64_t, kSlots> model_generation_{};  // grows with every model loaded into the slot
+  WhyCache why_cache_[kSlots];                       // worker thread only
   std::array<std::unique_ptr<EpisodeBuilder>, kSlots> sweep_builders_;
   std::thread thread_;
 };
