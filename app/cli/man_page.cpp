@@ -21,13 +21,27 @@ std::string troff_escape(const std::string& text) {
   return out;
 }
 
+std::string man_option_help(const Option& o) {
+  // The manual is written where the package is built: what --help says of that machine ("every core, 2
+  // here") is left out.
+  std::string help = option_help(o);
+  const size_t here = help.find(" here)");
+  if (here != std::string::npos) {
+    const size_t comma = help.rfind(", ", here);
+    if (comma != std::string::npos && help.find_first_not_of("0123456789", comma + 2) == here)
+      help.erase(comma, here + 5 - comma);
+  }
+  return help;
+}
+
 namespace {
 
 void options_section(std::string& out, const std::vector<Option>& options) {
   for (const Option& o : options) {
     out += ".TP\n\\fB\\-\\-" + troff_escape(o.name) + "\\fR";
     if (o.kind != Kind::Flag) out += " \\fI" + troff_escape(o.value) + "\\fR";
-    out += "\n" + troff_escape(option_help(o)) + "\n";
+    const std::string help = man_option_help(o);
+    out += "\n" + troff_escape(help) + "\n";
   }
 }
 

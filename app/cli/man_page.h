@@ -14,6 +14,9 @@ namespace difflens::cli {
 // with its options and notes), FILES, ENVIRONMENT, SEE ALSO. `version` heads the page's footer.
 std::string man_page(const Command& app, const std::vector<Command>& commands, const std::string& version);
 
+// An option's help as the page gives it: --help's words, less what they say of the machine they run on.
+std::string man_option_help(const Option& o);
+
 // Text made safe for troff: backslashes, a leading '.' or '\'', and '-' (as \-, so that options can be
 // searched and copied) escaped.
 std::string troff_escape(const std::string& text);
