@@ -13,6 +13,7 @@ inline constexpr const char* kKeysText =
     "Left/Right head of the left model (Shift: the right model; Explain: steps)\n"
     "C          Continue: the left model writes on (Shift+C: the right model)\n"
     ", and .    the query to the previous / next token the model wrote\n"
+    "Ctrl+L     edit the prompt (a click on it too; Esc or a click elsewhere ends)\n"
     "Ctrl+O     open a model\n"
     "Ctrl+E     export the maps shown\n"
     "F12        save the window as PNG\n"

@@ -86,6 +86,11 @@ struct PromptState {
   std::string text;
   double last_edit = 0;
   bool pending = false;  // edited, not yet submitted (debounce)
+  // The prompt box: wrapped text to read (ImGui's editor does not wrap lines), the editor once clicked (or
+  // Ctrl+L), until it loses the keyboard. `focus`: give the editor the keyboard next frame.
+  bool editing = false, focus = false;
+  size_t shown_size = 0;  // the text's size when the wrapped view last scrolled to its end
+  int scroll_frames = 0;  // frames the wrapped view still scrolls to its end
   // Both models run the prompt again at once (a new model, device, logit width or budget).
   void rerun() {
     pending = true;
@@ -160,6 +165,9 @@ struct GuiState {
   std::string focus_message, focus_prompt;
   uint64_t focus_request = 0;  // the run focus_message describes: a later run of the prompt re-describes it
   bool lecture = false;        // large font for lecture halls
+  // Why the view asked to show "with the maps" had the area alone last frame ("" : it did not, or was not
+  // asked to): said beside the box, so that a ticked box never stands over no maps unexplained.
+  std::string maps_hidden_why;
   bool side_folded = false;    // this frame: lecture mode folded the side panel away (the window is narrow)
   bool side_unfolded = false;  // Tab or ">>" brought it back while lecture mode folds it
   DeviceChoice device = DeviceChoice::Auto;  // the device menu: where loads put the models

@@ -4,6 +4,7 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -232,10 +233,72 @@ void draw_continue_controls(GuiState& state) {
 // The prompt editor: an edit marks the prompt pending (the shell submits it after the debounce).
 void draw_prompt_editor(GuiState& state) {
   const float controls = continue_width() + ImGui::GetStyle().ItemSpacing.x;
-  if (ImGui::InputTextMultiline(
-          "##prompt", &state.prompt.text,
-          ImVec2(-controls, ImGui::GetTextLineHeight() * 3 + ImGui::GetStyle().FramePadding.y * 2)))
-    prompt_edited(state);
+  PromptState& p = state.prompt;
+  const ImVec2 size(-controls, ImGui::GetTextLineHeight() * 3 + ImGui::GetStyle().FramePadding.y * 2);
+  if (p.editing) {
+    if (p.focus) {
+      ImGui::SetKeyboardFocusHere();
+      p.focus = false;
+    }
+    if (ImGui::InputTextMultiline("##prompt", &p.text, size)) prompt_edited(state);
+    if (!ImGui::IsItemActive() && !ImGui::IsItemFocused() && !ImGui::IsItemActivated())
+      p.editing = false;  // the keyboard went elsewhere: the wrapped text again
+  } else {
+    // The text wrapped at the box's width, scrolled to its end (the question, the query) when it changes;
+    // a click edits it. Lines are whole at the edges: the box is three lines high plus its padding.
+    // The frame as the editor draws it; inside, a window exactly three lines high (its clip rectangle is
+    // the lines', so that no part of a fourth shows).
+    const ImGuiStyle& st = ImGui::GetStyle();
+    const ImVec2 p0 = ImGui::GetCursorScreenPos();
+    const float box_w = ImGui::GetContentRegionAvail().x + size.x;  // size.x < 0: room left for the controls
+    ImGui::GetWindowDrawList()->AddRectFilled(p0, ImVec2(p0.x + box_w, p0.y + size.y),
+                                              ImGui::GetColorU32(ImGuiCol_FrameBg), st.FrameRounding);
+    ImGui::SetCursorScreenPos(ImVec2(p0.x, p0.y + st.FramePadding.y));
+    ImGui::PushStyleColor(ImGuiCol_ChildBg, ImVec4(0, 0, 0, 0));
+    ImGui::PushStyleVar(ImGuiStyleVar_WindowPadding, ImVec2(st.FramePadding.x, 0));
+    // (Named without "##" so that the layout check reads it: its lines must be whole at the edges.)
+    ImGui::BeginChild("prompt-text", ImVec2(box_w, ImGui::GetTextLineHeight() * 3), false,
+                      ImGuiWindowFlags_NoScrollWithMouse);
+    const bool hovered = ImGui::IsWindowHovered();
+    const char* text = p.text.empty() ? " " : p.text.c_str();
+    const float line = ImGui::GetTextLineHeight();
+    // The last scroll that shows whole lines: the text's lines less the three shown.
+    const float lines =
+        std::round(ImGui::CalcTextSize(text, nullptr, false, ImGui::GetContentRegionAvail().x).y / line);
+    const float last = std::max(0.0f, (lines - 3) * line);
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextUnformatted(text);
+    ImGui::PopTextWrapPos();
+    // A changed text scrolls to its end (the question, the query) over the next frames (ImGui knows the new
+    // height a frame later); the wheel and the scrollbar move by whole lines.
+    if (p.shown_size != p.text.size()) {
+      p.shown_size = p.text.size();
+      p.scroll_frames = 3;
+    }
+    if (p.scroll_frames > 0) {
+      --p.scroll_frames;
+      ImGui::SetScrollY(last);
+    } else if (ImGui::IsWindowHovered() && ImGui::GetIO().MouseWheel != 0) {
+      const float at = std::round(ImGui::GetScrollY() / line) - std::round(ImGui::GetIO().MouseWheel);
+      ImGui::SetScrollY(std::clamp(at * line, 0.0f, last));
+    } else if (std::fmod(ImGui::GetScrollY(), line) != 0 || ImGui::GetScrollY() > last) {
+      ImGui::SetScrollY(std::min(last, std::round(ImGui::GetScrollY() / line) * line));
+    }
+    ImGui::EndChild();
+    ImGui::PopStyleVar();
+    ImGui::PopStyleColor();
+    ImGui::SetCursorScreenPos(p0);
+    ImGui::Dummy(ImVec2(box_w, size.y));  // the frame's place in the layout
+    state.drawn.note("prompt", p0.x, p0.y, p0.x + box_w, p0.y + size.y);
+    if (hovered) {
+      ImGui::SetMouseCursor(ImGuiMouseCursor_TextInput);
+      ImGui::SetTooltip("Click to edit the prompt (Ctrl+L); the mouse wheel scrolls it");
+      if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {
+        p.editing = true;
+        p.focus = true;
+      }
+    }
+  }
   ImGui::SameLine();
   draw_continue_controls(state);
 }

@@ -443,6 +443,13 @@ void draw_view_bar(GuiState& state) {
     if (l.view_split()) {
       flow_next(ImGui::GetFrameHeight(), "beside");
       ImGui::Checkbox("beside", &l.side_by_side);
+      // Ticked while the area gave the view alone (last frame): why the maps are not on screen.
+      if (!state.maps_hidden_why.empty()) {
+        const std::string why = "(" + state.maps_hidden_why + ")";
+        flow_next(ImGui::CalcTextSize(why.c_str()).x);
+        ImGui::AlignTextToFramePadding();
+        ImGui::TextDisabled("%s", why.c_str());
+      }
     }
   }
 }
@@ -458,6 +465,7 @@ void handle_keys(GuiState& state, const ModelShape& shape) {
   const ImGuiIO& io = ImGui::GetIO();
   if (io.WantTextInput) return;
   if (io.KeyCtrl) {
+    if (ImGui::IsKeyPressed(GLFW_KEY_L, false)) state.prompt.editing = state.prompt.focus = true;
     if (ImGui::IsKeyPressed(GLFW_KEY_O, false))
       state.open_dialog = {true, 0, false, state.slots[0].path_field, false, state.open_dialog.token};
     return;
@@ -507,6 +515,7 @@ void draw_central_area(GuiState& state, InferenceWorker& worker, ViewObjects& vi
   // Lecture mode: Figure 1 takes the area alone unless the maps beside it would be at least 200 px each
   // (smaller ones cannot be read from the back of a room).
   bool alone = !l.split_shown();
+  state.maps_hidden_why.clear();
   // Too little room for two panes: the view alone (the maps come back as the window grows).
   if (!alone) {
     const float em = ImGui::GetFontSize(), other = extent - maps;
@@ -514,6 +523,7 @@ void draw_central_area(GuiState& state, InferenceWorker& worker, ViewObjects& vi
         l.side_by_side ? kSplitMinEm * em : kSplitMinLines * ImGui::GetTextLineHeightWithSpacing();
     if (other < least || maps < least) {
       alone = true;
+      state.maps_hidden_why = "no room for the maps at this window size";
       state.drawn.note("narrow.view-alone", 0, 0, 0, 0);
     }
   }
@@ -528,7 +538,10 @@ void draw_central_area(GuiState& state, InferenceWorker& worker, ViewObjects& vi
     const MapGrid g = plan_head_views(n, tokens, l.side_by_side ? ImVec2(maps, room.y) : ImVec2(room.x, maps),
                                       l.square_maps);
     alone = std::min(g.map_w, g.map_h) < kLectureMinMap;
-    if (alone) state.drawn.note("lecture.figure1-alone", 0, 0, 0, 0);
+    if (alone) {
+      state.maps_hidden_why = "lecture mode: the maps would be under 200 px";
+      state.drawn.note("lecture.figure1-alone", 0, 0, 0, 0);
+    }
   }
   if (alone) {
     draw_view_window("view", l.view, ImVec2(0, 0), state, worker, views, renderer);
