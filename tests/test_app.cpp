@@ -259,6 +259,27 @@ TEST_CASE("bar labels: the largest |weights| besides the answer and the query, b
   CHECK(labelled_keys({}, 0, -1, -1, 8).empty());
 }
 
+TEST_CASE("bar labels: a piece is labelled as the whole word it belongs to", "[app][layout][labels]") {
+  using difflens::app::word_label;
+  using difflens::app::word_of;
+  const std::string sp = "\xE2\x96\x81";  // SentencePiece's word start
+  const std::vector<std::string> pieces = {"<s>",    sp + "the", sp + "cur", "ric", "ulum",   ".",
+                                           sp + "7", "1",        "8",        "2",   sp + "is"};
+  const std::vector<std::string> labels = {"<s>", " the", " cur", "ric", "ulum", ".",
+                                           " 7",  "1",    "8",    "2",   " is"};
+  CHECK(word_of(pieces, 3) == std::pair<int, int>{2, 5});  // "ric" is in " curriculum"
+  CHECK(word_of(pieces, 2) == std::pair<int, int>{2, 5});
+  CHECK(word_of(pieces, 5) == std::pair<int, int>{5, 6});   // punctuation stands alone
+  CHECK(word_of(pieces, 8) == std::pair<int, int>{6, 10});  // the code's digits make one word
+  CHECK(word_of(pieces, 10) == std::pair<int, int>{10, 11});
+  CHECK(word_of(pieces, 0) == std::pair<int, int>{0, 1});
+  CHECK(word_label(labels, 2, 5) == "curriculum");  // the leading space left out
+  CHECK(word_label(labels, 6, 10) == "7182");
+  // GPT-2's byte-level mark starts a word too; out of range: the piece alone.
+  CHECK(word_of({"\xC4\xA0Hello", "world", "\xC4\xA0x"}, 1) == std::pair<int, int>{0, 2});
+  CHECK(word_of(pieces, 40) == std::pair<int, int>{40, 41});
+}
+
 TEST_CASE("map axes: ticks at round token numbers, placed inside pooled cells", "[app][layout]") {
   using difflens::app::axis_ticks;
   // An exact axis: token t at t + 0.5.

@@ -504,6 +504,49 @@ TEST_CASE("chart figures: bars where their values put them, in the sign or serie
   bad = f;
   bad.height = 100;
   CHECK_THROWS_WITH(layout_chart_figure(bad, *font), Catch::Contains("between 200 and 8192"));
+  bad = f;
+  bad.panels[0].label_end = {2};
+  CHECK_THROWS_WITH(layout_chart_figure(bad, *font), Catch::Contains("one entry per group"));
+}
+
+TEST_CASE("chart figures: a label for several groups sits under them, a long note takes its own line",
+          "[viz][figure]") {
+  const FigureFont* font = system_font();
+  ChartFigure f;
+  f.width = 500;
+  f.height = 400;
+  ChartPanel p;
+  p.groups = {"x", "", "", "", "", "", "", "wordy"};
+  p.labelled = {0, 7};
+  p.label_end = {6, 0, 0, 0, 0, 0, 0, 0};  // "x" stands for groups 0-5
+  ChartSeries s;
+  s.color = {10, 20, 200};
+  s.values = {1, 1, 1, 1, 1, 1, 1, 1};
+  p.series = {s};
+  p.title = "a title that is long enough to meet the note, and whole";
+  p.note = "a note on the right that is long as well, in green";
+  f.panels = {p};
+  const FigureScene sc = layout_chart_figure(f, *font);
+  CHECK(scene_text_faults(sc, *font).clean());
+  const FigureScene::Text *x = nullptr, *title = nullptr, *note = nullptr;
+  for (const auto& t : sc.texts) {
+    if (t.text == "x") x = &t;
+    if (t.text == p.title) title = &t;
+    if (t.text == p.note) note = &t;
+  }
+  REQUIRE(x);
+  REQUIRE(title);  // whole, not cut short
+  REQUIRE(note);
+  CHECK(note->y > title->y);  // on the next line
+  // The groups' bars: "x" is centred under the first six (its middle between bars 2 and 3).
+  std::vector<int> bar_x;
+  for (const auto& r : sc.rects)
+    if (r.color.r == 10 && r.color.g == 20 && r.color.b == 200) bar_x.push_back(r.x + r.w / 2);
+  std::sort(bar_x.begin(), bar_x.end());
+  REQUIRE(bar_x.size() == 8);
+  const float mid = x->x + font->text_width("x", x->px) / 2.0f;
+  CHECK(mid > bar_x[2]);
+  CHECK(mid < bar_x[3]);
 }
 
 TEST_CASE(

@@ -75,6 +75,8 @@ FigureScene layout_chart_figure(const ChartFigure& f, const FigureFont& font) {
     if (p.mark >= G) throw Error("chart figure: the mark is outside the groups");
     for (int g : p.labelled)
       if (g < 0 || g >= G) throw Error("chart figure: a labelled group outside the groups");
+    if (!p.label_end.empty() && p.label_end.size() != static_cast<size_t>(G))
+      throw Error("chart figure: label_end must hold one entry per group");
   }
   const float px = f.font_px > 0 ? f.font_px : std::clamp(f.height / 40.0f, 11.0f, 40.0f);
   const int margin = static_cast<int>(px * 0.8f);
@@ -163,7 +165,15 @@ FigureScene layout_chart_figure(const ChartFigure& f, const FigureFont& font) {
   int tick_w = 0;
   const int n = static_cast<int>(f.panels.size());
   const float panel_title_h = px * 1.45f, labels_h = px * 2.7f, gap = px * 0.7f;
-  const float ph = (static_cast<float>(bottom - y) - n * (panel_title_h + labels_h) - (n - 1) * gap) / n;
+  // A panel whose title and note do not fit one line gives the note a line of its own (never a title cut).
+  auto note_below = [&](const ChartPanel& p, int room) {
+    return !p.note.empty() && !p.title.empty() &&
+           font.text_width(p.title, px) + font.text_width(p.note, px) + static_cast<int>(px) > room;
+  };
+  int title_lines = 0;
+  for (const ChartPanel& p : f.panels) title_lines += 1 + (note_below(p, f.width - 2 * margin) ? 1 : 0);
+  const float ph =
+      (static_cast<float>(bottom - y) - title_lines * panel_title_h - n * labels_h - (n - 1) * gap) / n;
   if (ph < px * 3) throw Error("chart figure: too small for its panels and labels (make it taller)");
   std::vector<std::vector<double>> ticks;
   std::vector<std::string> formats;
@@ -187,15 +197,18 @@ FigureScene layout_chart_figure(const ChartFigure& f, const FigureFont& font) {
     const ChartPanel& p = f.panels[static_cast<size_t>(i)];
     const auto [lo, hi] = ranges[static_cast<size_t>(i)];
     const int G = static_cast<int>(p.groups.size()), S = std::max<int>(1, static_cast<int>(p.series.size()));
-    // The panel's line: its title left, its note right (the title cut short before the two overlap).
+    // The panel's line: its title left, its note right; the note on a line of its own when both do not fit
+    // (the title cut short only where it alone is wider than the figure).
     const int note_w = p.note.empty() ? 0 : font.text_width(p.note, px);
+    const bool below = note_below(p, f.width - 2 * margin);
     if (!p.title.empty()) {
       std::string t = p.title;
-      const int room = f.width - margin - left - note_w - static_cast<int>(px);
+      const int room = f.width - margin - left - (below ? 0 : note_w + static_cast<int>(px));
       while (!t.empty() && font.text_width(t, px) > room) t.pop_back();
       text(left, y, t, px);
     }
-    if (!p.note.empty()) text(f.width - margin - note_w, y, p.note, px, p.note_color);
+    if (below) y += static_cast<int>(panel_title_h);
+    if (!p.note.empty()) text(std::max(left, f.width - margin - note_w), y, p.note, px, p.note_color);
     y += static_cast<int>(panel_title_h);
     const int top = y, h = static_cast<int>(ph);
     auto Y = [&](double v) { return top + h - static_cast<int>(std::lround((v - lo) / (hi - lo) * h)); };
@@ -253,7 +266,11 @@ FigureScene layout_chart_figure(const ChartFigure& f, const FigureFont& font) {
       const std::string& label = p.groups[static_cast<size_t>(g)];
       if (label.empty()) continue;
       const int w = font.text_width(label, px);
-      const int cx = (X(g) + X(g + 1)) / 2;
+      const int end =
+          static_cast<size_t>(g) < p.label_end.size() && p.label_end[static_cast<size_t>(g)] > g + 1
+              ? std::min(p.label_end[static_cast<size_t>(g)], G)
+              : g + 1;
+      const int cx = (X(g) + X(end)) / 2;
       const int lx = std::clamp(cx - w / 2, left - tick_w, f.width - margin - w);
       for (int row = 0; row < 2; ++row) {
         auto& t = taken[row];
@@ -264,7 +281,16 @@ FigureScene layout_chart_figure(const ChartFigure& f, const FigureFont& font) {
         bool in_band = false;
         for (const auto& [b, e] : p.bands) in_band = in_band || (g >= b && g < e);
         const Rgb8 c = g == p.mark ? p.mark_color : in_band ? kAnswerInk : kInk;
-        text(lx, axis_y + static_cast<int>(px * (0.45f + 1.15f * row)), label, px, c);
+        const int ly = axis_y + static_cast<int>(px * (0.45f + 1.15f * row));
+        text(lx, ly, label, px, c);
+        // Not under its own bars (moved in from the edge): a leader from the label to them (first row only:
+        // a leader to the second would cross the first's labels).
+        if (row == 0 && (cx < lx || cx > lx + w)) {
+          const int from = std::clamp(cx, lx, lx + w);
+          const int x0 = std::min(from, cx), x1 = std::max(from, cx);
+          rect(x0, ly - 2, std::max(1, x1 - x0), 1, Rgb8{150, 150, 150});
+          rect(cx, axis_y + 1, 1, std::max(1, ly - 2 - axis_y - 1), Rgb8{150, 150, 150});
+        }
         break;
       }
     }

@@ -33,6 +33,10 @@ struct ChartPanel {
   // Groups whose labels are drawn, most important first (labels that would collide are dropped, later ones
   // first); empty: every group, thinned evenly when they do not fit.
   std::vector<int> labelled;
+  // A label that stands for several groups (a word of several pieces, the answer's tokens): label_end[g] >
+  // g + 1 centres group g's label under groups [g, label_end[g]) (empty, or <= g + 1: under g alone). A label
+  // pushed aside by the figure's edge gets a leader to its groups.
+  std::vector<int> label_end;
   std::vector<ChartSeries> series;
   std::vector<std::pair<int, int>> bands;  // [begin, end) groups shaded behind the bars (the answer)
   Rgb8 band_color{200, 235, 205};

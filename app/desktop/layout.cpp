@@ -2,6 +2,7 @@
 #include "app/desktop/layout.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -205,6 +206,36 @@ std::vector<int> labelled_keys(const std::vector<float>& row, int q, int answer_
         return fa > fb || (fa == fb && a < b);
       });
   out.insert(out.end(), rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(k));
+  return out;
+}
+
+namespace {
+
+// Whether a piece starts a word (see word_of).
+bool starts_word(const std::string& p) {
+  if (p.empty()) return true;
+  if (p.rfind("\xE2\x96\x81", 0) == 0 || p.rfind("\xC4\xA0", 0) == 0) return true;  // ▁, Ġ
+  const unsigned char c = static_cast<unsigned char>(p[0]);
+  return !(std::isalnum(c) || c >= 0x80);
+}
+
+}  // namespace
+
+std::pair<int, int> word_of(const std::vector<std::string>& pieces, int j) {
+  const int n = static_cast<int>(pieces.size());
+  if (j < 0 || j >= n) return {j, j + 1};
+  int b = j, e = j + 1;
+  while (b > 0 && j - b < 11 && !starts_word(pieces[static_cast<size_t>(b)])) --b;
+  while (e < n && e - b < 12 && !starts_word(pieces[static_cast<size_t>(e)])) ++e;
+  return {b, e};
+}
+
+std::string word_label(const std::vector<std::string>& labels, int begin, int end) {
+  std::string out;
+  for (int k = std::max(0, begin); k < std::min(end, static_cast<int>(labels.size())); ++k)
+    out += labels[static_cast<size_t>(k)];
+  for (const std::string mark : {" ", "\xE2\x90\xA3"})  // a space, or its visible mark ␣
+    while (out.rfind(mark, 0) == 0 && out.size() > mark.size()) out.erase(0, mark.size());
   return out;
 }
 

@@ -89,6 +89,14 @@ std::vector<LabelSpot> place_bar_labels(const std::vector<BarLabel>& labels, flo
 std::vector<int> labelled_keys(const std::vector<float>& row, int q, int answer_begin, int answer_end,
                                int top);
 
+// The word that piece `j` belongs to, as [begin, end) of `pieces` (the tokenizer's pieces): a piece that
+// starts with a space mark ("▁", "Ġ", ' '), with no letter or digit first, or a key's first token starts
+// a word; letters or digits glued on continue it ("cur" "ric" "ulum"), at most 12 pieces. A label reads
+// better as the word than as a piece of it.
+std::pair<int, int> word_of(const std::vector<std::string>& pieces, int j);
+// The labels of [begin, end) joined, a leading space (or its visible mark) left out.
+std::string word_label(const std::vector<std::string>& labels, int begin, int end);
+
 // Ticks of a map axis at round token numbers: the axis shows map units [first, first + span) (tokens, or the
 // cells of a pooled map), `to_token(u)` is unit u's first token (defined up to first + span). Each tick is a
 // token from nice_ticks over the tokens shown and its place in map units: the unit holding it plus its share

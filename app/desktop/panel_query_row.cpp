@@ -268,9 +268,21 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
       wants.push_back(w);
     }
     if (!in_answer(q)) wants.push_back({q, q + 1, labels[static_cast<size_t>(q)], query_ink});
+    // Each key as the whole word it is a piece of ("curriculum", not "cur" and "ul"), once a word.
+    const std::vector<std::string>& pieces = t.tokens;
     for (int j : labelled_keys(row.values, q, answer_marked ? sel.answer_begin : -1,
-                               answer_marked ? sel.answer_end : -1, 8))
-      wants.push_back({j, j + 1, labels[static_cast<size_t>(j)], key_ink});
+                               answer_marked ? sel.answer_end : -1, 8)) {
+      auto [b, e] = word_of(pieces, j);
+      e = std::min(e, q);
+      if (answer_marked) {
+        if (j < sel.answer_begin) e = std::min(e, sel.answer_begin);
+        if (j >= sel.answer_end) b = std::max(b, sel.answer_end);
+      }
+      if (b >= e ||
+          std::any_of(wants.begin(), wants.end(), [&](const Want& w) { return b < w.end && e > w.first; }))
+        continue;
+      wants.push_back({b, e, word_label(labels, b, e), key_ink});
+    }
     std::vector<BarLabel> want;
     for (const Want& w : wants) {
       float top = zero, bottom = zero;
@@ -427,6 +439,7 @@ viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float fon
     const std::vector<std::string>& labels = r.labels[static_cast<size_t>(s)];
     const std::string name = t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
     viz::ChartPanel p;
+    p.label_end.assign(static_cast<size_t>(q + 1), 0);
     p.title = name + "  L" + std::to_string(state.view.layer) + " H" + std::to_string(state.view.head[s]) +
               "   query " + std::to_string(q) + " '" + labels[static_cast<size_t>(q)] + "':  " + row.what;
     const int n = q + 1;
@@ -443,7 +456,8 @@ viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float fon
       p.bands.push_back({b, e});
       std::string joined;
       for (int j = b; j < e; ++j) joined += labels[static_cast<size_t>(j)];
-      p.groups[static_cast<size_t>(b)] = joined;  // the answer labelled once, under its first key
+      p.groups[static_cast<size_t>(b)] = joined;  // the answer labelled once, under its keys
+      p.label_end[static_cast<size_t>(b)] = e;
       for (int j = b + 1; j < e; ++j) p.groups[static_cast<size_t>(j)].clear();
       p.labelled.push_back(b);
       const auto [share, abs_sum] = row_share(row, q, sel);
@@ -456,9 +470,25 @@ viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float fon
       p.note = note;
     }
     p.labelled.push_back(q);
+    // The keys of largest weight, each labelled as the whole word it is a piece of (once a word), centred
+    // under the word's pieces.
+    std::vector<std::pair<int, int>> words;
     for (int j : labelled_keys(row.values, q, answer_marked ? sel.answer_begin : -1,
-                               answer_marked ? sel.answer_end : -1, 8))
-      p.labelled.push_back(j);
+                               answer_marked ? sel.answer_end : -1, 8)) {
+      auto [b, e] = word_of(t.tokens, j);
+      e = std::min(e, q);   // not over the query's own label
+      if (answer_marked) {  // nor into the answer's
+        if (j < sel.answer_begin) e = std::min(e, sel.answer_begin);
+        if (j >= sel.answer_end) b = std::max(b, sel.answer_end);
+      }
+      if (b >= e ||
+          std::any_of(words.begin(), words.end(), [&](auto w) { return b < w.second && e > w.first; }))
+        continue;
+      words.push_back({b, e});
+      p.groups[static_cast<size_t>(b)] = word_label(labels, b, e);
+      p.label_end[static_cast<size_t>(b)] = e;
+      p.labelled.push_back(b);
+    }
     f.panels.push_back(std::move(p));
   }
   if (f.panels.empty()) throw Error("no model has a run on screen");
