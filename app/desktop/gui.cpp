@@ -585,6 +585,7 @@ int run_gui(const GuiOptions& opt) {
     apply_start_options(state, worker, opt, layout);
     ViewObjects views;
     Fullscreen fullscreen;
+    bool script_sized = false;  // a play script's `size` set the window (presenting then keeps it)
     state.explain.step = std::clamp(opt.explain_step, 1, kExplainSteps);
     state.explain.present = opt.present;
     state.text.direction = opt.text_direction;
@@ -624,6 +625,7 @@ int run_gui(const GuiOptions& opt) {
       // Maps view's head views export as they draw this frame.
       run_export_requests(state);
       if (played.width > 0 && !fullscreen.on) glfwSetWindowSize(window, played.width, played.height);
+      if (played.width > 0) script_sized = true;
       start_edited_run(state, worker);
 
       update_fonts(fonts, state, base_style);
@@ -720,7 +722,9 @@ int run_gui(const GuiOptions& opt) {
         glfwSetWindowShouldClose(window, 1);
       }
       glfwSwapBuffers(window);
-      follow_presenting(window, state.explain.present && opt.screenshot.empty(), fullscreen);
+      // Presenting fills the monitor, except where the window's size was given (a headless screenshot, a
+      // script's `size`, as a rehearsed story sets the projector's): then it fills that window.
+      follow_presenting(window, state.explain.present && opt.screenshot.empty() && !script_sized, fullscreen);
     }
     // Remembered for the next run: the layout and the window's size (before it went full screen).
     if (fullscreen.on) {
