@@ -572,6 +572,9 @@ int run_gui(const GuiOptions& opt) {
   fonts.needs.add(opt.prompt);
   build_fonts(fonts);
   ImGui::StyleColorsLight();
+  // Muted text (notes, axis ticks, a scale's name) is read from the back of a room too: a grey with 5.0:1
+  // contrast on the window's grey (ImGui's light theme: 0.60, 2.5:1).
+  ImGui::GetStyle().Colors[ImGuiCol_TextDisabled] = ImVec4(0.40f, 0.40f, 0.40f, 1.0f);
   const ImGuiStyle base_style = ImGui::GetStyle();
   ImGui::GetStyle().ScaleAllSizes(opt.font_scale);  // padding, spacing, grab sizes follow the font (HiDPI)
   ImGui_ImplGlfw_InitForOpenGL(window, true);
