@@ -16,8 +16,17 @@ namespace {
 
 constexpr Rgb8 kInk{25, 25, 25}, kGrid{228, 228, 228}, kAxis{110, 110, 110}, kAnswerInk{20, 110, 40};
 
-// `text` broken at spaces into lines no wider than `width` (a word wider than the line stays whole); a line
-// feed starts a new line.
+std::string value_text(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f", v);
+  if (std::string(b) == "-0.000") return "0.000";
+  return b;
+}
+
+}  // namespace
+
+// (chart.h) `text` broken at spaces into lines no wider than `width` (a word wider than the line stays
+// whole); a line feed starts a new line.
 std::vector<std::string> wrap_words(const FigureFont& font, const std::string& text, float px, int width) {
   std::vector<std::string> lines;
   std::string line, word;
@@ -47,15 +56,6 @@ std::vector<std::string> wrap_words(const FigureFont& font, const std::string& t
   if (!line.empty()) lines.push_back(line);
   return lines;
 }
-
-std::string value_text(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3f", v);
-  if (std::string(b) == "-0.000") return "0.000";
-  return b;
-}
-
-}  // namespace
 
 FigureScene layout_chart_figure(const ChartFigure& f, const FigureFont& font) {
   if (f.width < 200 || f.height < 200 || f.width > 8192 || f.height > 8192)

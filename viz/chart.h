@@ -49,6 +49,10 @@ struct ChartPanel {
   bool value_labels = false;  // each bar's value (3 decimals) beyond its end
 };
 
+// `text` broken at spaces into lines no wider than `width` pixels at `px` (a word wider than a line stays
+// whole); a line feed starts a new line.
+std::vector<std::string> wrap_words(const FigureFont& font, const std::string& text, float px, int width);
+
 struct ChartFigure {
   std::string title;
   std::string y_title, x_title;

@@ -2,6 +2,8 @@
 // overlaid histograms, each laid out once as a FigureScene for both the PNG and the SVG.
 #include "viz/figure.h"
 
+#include "viz/chart.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -333,7 +335,11 @@ FigureScene layout_histogram_figure(const HistogramFigure& h, const FigureFont& 
   const Rgb8 ink{20, 20, 20}, grid{225, 225, 225};
   const float px = std::clamp(h.height / 36.0f, 10.0f, 40.0f);
   const int left = static_cast<int>(px * 4.5f), right = static_cast<int>(px * 1.5f);
-  const int top_margin = static_cast<int>(px * 3.5f), bottom = static_cast<int>(px * 3.6f);
+  const std::vector<std::string> foot =
+      h.footnote.empty() ? std::vector<std::string>{}
+                         : wrap_words(font, h.footnote, px * 0.9f, h.width - static_cast<int>(px * 1.0f));
+  const int foot_h = static_cast<int>(static_cast<float>(foot.size()) * px * 0.9f * 1.3f);
+  const int top_margin = static_cast<int>(px * 3.5f), bottom = static_cast<int>(px * 3.6f) + foot_h;
   const int pw = h.width - left - right, ph = h.height - top_margin - bottom;
   if (pw < 50 || ph < 50) throw Error("histogram figure: too small for its labels");
   FigureScene sc;
@@ -375,6 +381,11 @@ FigureScene layout_histogram_figure(const HistogramFigure& h, const FigureFont& 
        h.x_label, px);
   text(static_cast<int>(px * 0.3f), top_margin + ph / 2 + font.text_width("count", px) / 2, "count", px,
        true);
+  int fy = h.height - foot_h - static_cast<int>(px * 0.3f);
+  for (const std::string& line : foot) {
+    sc.texts.push_back({static_cast<int>(px * 0.5f), fy, line, px * 0.9f, Rgb8{90, 90, 90}, false});
+    fy += static_cast<int>(px * 0.9f * 1.3f);
+  }
   // Step lines, two pixels thick.
   for (const auto& s : h.series) {
     int prev_y = Y(0);

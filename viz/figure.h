@@ -101,6 +101,7 @@ struct HistogramFigure {
   double x0 = -8, bin_width = 1.0 / 64;  // log10 of the first bin's lower edge; bin width in decades
   std::vector<HistogramSeries> series;
   int width = 1000, height = 520;
+  std::string footnote;  // lines under the plot (e.g. what the bundled models' card says, and this prompt)
 };
 
 // The x axis spans the decades where some series has counts. Throws Error when no series has any count,

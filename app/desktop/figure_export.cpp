@@ -117,6 +117,10 @@ std::vector<viz::HistogramFigure> outlier_figures(GuiState& state, int width, in
                           std::vector<double>(st.histogram.counts.begin(), st.histogram.counts.end())});
     }
     if (h.series.empty()) throw Error("no model has layer " + std::to_string(layer));
+    // The view's caveat travels with the figure: the card's line (over the haystack) and this prompt's.
+    h.footnote = card_view_text(state, "outliers");
+    const std::string mine = outlier_prompt_line(state);
+    if (!mine.empty()) h.footnote += (h.footnote.empty() ? "" : "\n") + mine;
     out.push_back(std::move(h));
   }
   return out;

@@ -108,6 +108,55 @@ void draw_outlier_table(const char* id, const ValueStats* stats[kSlots], const c
 
 }  // namespace
 
+std::string outlier_prompt_line(const GuiState& state) {
+  if (!state.shown) return "";
+  const RunResult& r = *state.shown;
+  const int layer = state.view.outlier_layer;
+  float logit[kSlots] = {0, 0}, hidden[kSlots] = {0, 0};
+  std::string names[kSlots];
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& t = r.traces[static_cast<size_t>(s)];
+    if (!t) return "";
+    names[s] = t->config.name.empty() ? to_string(t->config.attention) : t->config.name;
+    if (layer < 0) {
+      logit[s] = pooled_logit_stats(*t).top_k(1);
+      hidden[s] = pooled_hidden_stats(*t).top_k(1);
+    } else if (layer < static_cast<int>(t->layers.size())) {
+      logit[s] = t->layers[static_cast<size_t>(layer)].logit_stats.top_k(1);
+      hidden[s] = t->layers[static_cast<size_t>(layer)].hidden_stats.top_k(1);
+    } else {
+      return "";
+    }
+  }
+  auto word = [](float a, float b) { return a > b ? "larger" : a < b ? "smaller" : "equal"; };
+  char line[512];
+  if (state.lecture) {  // the slide's line: the numbers, and where they go against the cards
+    std::snprintf(line, sizeof line,
+                  "This prompt, %s vs %s: largest |logit| %.1f vs %.1f, |hidden| %.1f vs %.1f",
+                  names[0].c_str(), names[1].c_str(), logit[0], logit[1], hidden[0], hidden[1]);
+    std::string out = line;
+    const std::string larger = logit[0] > logit[1] && hidden[0] > hidden[1] ? "both larger"
+                               : logit[0] > logit[1]                        ? "|logit| larger"
+                               : hidden[0] > hidden[1]                      ? "|hidden| larger"
+                                                                            : "";
+    if (!larger.empty())
+      out += " (" + larger + " here: one prompt can go against the cards' haystack figures)";
+    return out;
+  }
+  std::snprintf(line, sizeof line,
+                "This prompt (%s): largest |attention logit| %s %.1f vs %s %.1f (%s), |hidden state| %.1f vs "
+                "%.1f (%s)",
+                layer < 0 ? "all layers pooled" : ("layer " + std::to_string(layer)).c_str(),
+                names[0].c_str(), logit[0], names[1].c_str(), logit[1], word(logit[0], logit[1]), hidden[0],
+                hidden[1], word(hidden[0], hidden[1]));
+  std::string out = line;
+  if (logit[0] > logit[1] || hidden[0] > hidden[1])
+    out +=
+        ": the card's line is over the whole haystack, and one prompt can go the other way, as this one "
+        "does";
+  return out;
+}
+
 void draw_outlier_panel(GuiState& state) {
   const RunResult& r = *state.shown;
   int& layer_choice = state.view.outlier_layer;
@@ -136,7 +185,14 @@ void draw_outlier_panel(GuiState& state) {
     lp[s] = &logits[s];
     hp[s] = &hidden[s];
   }
-  draw_card_view_lines(state, "outliers");
+  draw_card_view_lines(state, state.lecture ? "outliers-brief" : "outliers");
+  // What this prompt shows, in words, so that the card's haystack figure never stands unexplained above a
+  // prompt that goes the other way.
+  if (const std::string mine = outlier_prompt_line(state); !mine.empty()) {
+    ImGui::PushTextWrapPos(ImGui::GetContentRegionMax().x);
+    ImGui::TextUnformatted(mine.c_str());
+    ImGui::PopTextWrapPos();
+  }
   // Side by side where both tables fit (seven columns each), else one above the other. The histograms take
   // the height the titles, the tables (header and two models) and the note leave.
   const ImVec2 room = ImGui::GetContentRegionAvail();

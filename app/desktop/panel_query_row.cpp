@@ -501,7 +501,11 @@ void draw_card_view_lines(GuiState& state, const std::string& view) {
   for (int s = 0; s < kSlots; ++s) {
     const auto& t = state.shown->traces[s];
     const ModelCard* card = t ? slot_card(state, s) : nullptr;
-    const std::string line = card ? view_line(*card, view) : "";
+    // A view's brief form ("outliers-brief", lecture mode) falls back to its full line.
+    std::string line = card ? view_line(*card, view) : "";
+    const size_t brief = view.rfind("-brief");
+    if (card && line.empty() && brief != std::string::npos && brief + 6 == view.size())
+      line = view_line(*card, view.substr(0, brief));
     if (line.empty()) continue;
     ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.7f, 0.33f, 0.0f, 1));
     // Wrapped at the visible right edge (a child that scrolls sideways would wrap at its content's).
@@ -513,6 +517,19 @@ void draw_card_view_lines(GuiState& state, const std::string& view) {
     ImGui::PopTextWrapPos();
     ImGui::PopStyleColor();
   }
+}
+
+std::string card_view_text(GuiState& state, const std::string& view) {
+  std::string lines;
+  for (int s = 0; s < kSlots; ++s)
+    if (const auto& t = state.shown ? state.shown->traces[s] : nullptr)
+      if (const ModelCard* card = slot_card(state, s)) {
+        const std::string line = view_line(*card, view);
+        if (!line.empty())
+          lines += (lines.empty() ? "" : "\n") +
+                   (t->config.name.empty() ? to_string(t->config.attention) : t->config.name) + ": " + line;
+      }
+  return lines;
 }
 
 std::string card_footnote(GuiState& state) {

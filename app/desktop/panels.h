@@ -84,6 +84,10 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker);
 
 // panel_outliers.cpp: the Outliers tab.
 void draw_outlier_panel(GuiState& state);
+// This prompt's largest |attention logit| and |hidden state| of each model in the run on screen, at the
+// Outliers view's layer (or pooled), compared in words, and where the left model's is the larger, a note that
+// the card's figure (over the whole haystack) can differ from one prompt: "" without two models.
+std::string outlier_prompt_line(const GuiState& state);
 // The Why view (panel_why.cpp): the logit lens at the query, each head's direct share of the answer's logit,
 // and the interventions both models run under, before and after.
 void draw_why_view(GuiState& state);
@@ -98,6 +102,8 @@ void draw_card_view_lines(GuiState& state, const std::string& view);
 viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float font_px);
 // The loaded models' brief card lines, one a line ("diff-small: single needles ..."): a figure's footnote.
 std::string card_footnote(GuiState& state);
+// The cards' lines for `view` ("name: line" per model, one a line), as draw_card_view_lines shows them.
+std::string card_view_text(GuiState& state, const std::string& view);
 // A chart figure's frame: its size, text size, title and axis titles (the panels come from the view).
 inline viz::ChartFigure chart_frame(int width, int height, float font_px, std::string title,
                                     std::string y_title, std::string x_title) {
