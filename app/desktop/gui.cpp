@@ -600,6 +600,7 @@ int run_gui(const GuiOptions& opt) {
     int rescroll_frames = 0;
     LectureScale lecture_scale;
     float strip_width_seen = 0;  // the window's width the strip was last scrolled for
+    float strip_font_seen = 0;   // and the font's size
 
     while (!glfwWindowShouldClose(window)) {
       // Sleep until input or a worker result (the worker posts an event when a job ends); wake up for the
@@ -659,9 +660,13 @@ int run_gui(const GuiOptions& opt) {
       // Presenting began or ended, or the window was resized: the token strip is laid out anew (another font,
       // another width), so it is scrolled to the query again over the next frames, once its new size is
       // known.
-      if (state.explain.present != was_presenting || io.DisplaySize.x != strip_width_seen) {
+      // Lecture mode (L) and the text size change the font: the same.
+      const float font_now = ImGui::GetFontSize();
+      if (state.explain.present != was_presenting || io.DisplaySize.x != strip_width_seen ||
+          font_now != strip_font_seen) {
         was_presenting = state.explain.present;
         strip_width_seen = io.DisplaySize.x;
+        strip_font_seen = font_now;
         rescroll_frames = 3;
       }
       if (rescroll_frames > 0) {
