@@ -245,6 +245,7 @@ struct GuiState {
     int length = 50, seed = 1;
     bool build_on_load = false;  // --repeated with a remote left slot: once its tokenizer is fetched
     std::string built;           // what the last build made, or why it could not
+    std::string built_prompt;    // the prompt it made: `built` is shown while that prompt is on screen
   } repeated;
   // Text view: the prompt shaded by the query's attention (panel_text).
   struct TextView {

@@ -314,8 +314,10 @@ void build_repeated_prompt(GuiState& state, const std::string& model_dir) {
               " again (seed " + std::to_string(r.seed) + "): " + std::to_string(p.ids.size()) +
               " tokens. In the second copy an induction head looks at the token after the current token's "
               "first appearance (the induction score), a previous-token head one token back.";
+    r.built_prompt = state.prompt.text;
   } catch (const std::exception& e) {
     r.built = std::string("could not build: ") + e.what();
+    r.built_prompt.clear();
   }
 }
 
@@ -342,11 +344,15 @@ void draw_repeated_builder(GuiState& state) {
     ImGui::SetTooltip(
         "Prompt: that many random tokens, then the same tokens again (the induction score's prompt, as "
         "TransformerLens's head detector uses it; difflens heads --repeated N --seed S draws the same)");
-  if (!r.built.empty()) {
+  // The caption describes the prompt it built, while that prompt is on screen (not after an edit, a needle,
+  // or a new count not yet built).
+  const bool stale = !r.built_prompt.empty() && state.prompt.text != r.built_prompt;
+  if (!r.built.empty() && !stale) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextWrapped("%s", r.built.c_str());
     ImGui::PopStyleColor();
   }
+  state.drawn.note(stale ? "repeated.caption-stale" : "repeated.caption-current", 0, 0, 0, 0);
 }
 
 }  // namespace
