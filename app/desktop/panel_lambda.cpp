@@ -23,6 +23,15 @@
 namespace difflens::app {
 namespace {
 
+// "  (INTERVENED: lambda=0; the table's parts are the learned λ's)" when the run set λ, else "".
+std::string lambda_set_note(const Trace& t) {
+  std::string specs;
+  for (const auto& iv : t.interventions)
+    if (iv.first.rfind("lambda", 0) == 0) specs += (specs.empty() ? "" : ", ") + iv.first;
+  return specs.empty() ? ""
+                       : "  (INTERVENED: " + specs + "; the parts in the table are the learned \xce\xbb's)";
+}
+
 void draw_lambda_plot(GuiState& state, const Trace& t, int slot, ImVec2 min, ImVec2 max) {
   const int L = static_cast<int>(t.layers.size());
   double lo = 0, hi = 1;
@@ -30,8 +39,8 @@ void draw_lambda_plot(GuiState& state, const Trace& t, int slot, ImVec2 min, ImV
     lo = std::min({lo, l.lambda, l.lambda_init});
     hi = std::max({hi, l.lambda, l.lambda_init});
   }
-  const std::string title =
-      (t.config.name.empty() ? std::string("DIFF") : t.config.name) + ":  \xce\xbb per layer";
+  const std::string title = (t.config.name.empty() ? std::string("DIFF") : t.config.name) +
+                            ":  \xce\xbb per layer" + lambda_set_note(t);
   const PlotArea a = draw_plot_frame(min, max, lo, hi + (hi - lo) * 0.05, "%.2f", true, title);
   state.drawn.note("lambda." + std::to_string(slot), a.min.x, a.min.y, a.max.x, a.max.y);
   ImDrawList* dl = ImGui::GetWindowDrawList();
@@ -389,7 +398,12 @@ viz::ChartFigure lambda_chart(GuiState& state, int width, int height, float font
   p.value_labels = true;
   if (state.view.layer >= 0 && state.view.layer < static_cast<int>(layers)) p.mark = state.view.layer;
   f.panels.push_back(std::move(p));
+  for (int s = 0; s < kSlots; ++s)
+    if (const auto& t = state.shown->traces[s]; t && t->config.is_diff() && !lambda_set_note(*t).empty())
+      notes += (t->config.name.empty() ? to_string(t->config.attention) : t->config.name) +
+               lambda_set_note(*t) + " ";
   f.footnote =
+      notes +
       "DIFF: \xce\xbb = exp(\xce\xbbq1\xc2\xb7\xce\xbbk1) \xe2\x88\x92 exp(\xce\xbbq2\xc2\xb7\xce\xbbk2) + \xce\xbb_init per layer; DIFF V2: \xce\xbb per token and head, its mean here. Orange under the axis: the selected layer.";
   return f;
 }
