@@ -59,6 +59,9 @@
 namespace difflens::app {
 namespace {
 
+// How long a passing status message stays (the heads' shares excepted).
+constexpr double kMessageSeconds = 8.0;
+
 // The layout settings file (layout.h's key=value lines); missing or unreadable: the defaults.
 LayoutState read_layout_settings(const std::string& path) {
   LayoutState layout;
@@ -651,6 +654,16 @@ int run_gui(const GuiOptions& opt) {
       ImGui::Begin("DiffLens", nullptr,
                    ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove |
                        ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_MenuBar);
+      // A passing message (an export written or refused, a selection moved) goes after a while; the heads'
+      // shares stay while their prompt and run are on screen.
+      if (state.message != state.message_seen) {
+        state.message_seen = state.message;
+        state.message_since = now_seconds();
+      } else if (!state.message.empty() && state.message != state.focus_message &&
+                 now_seconds() - state.message_since > kMessageSeconds) {
+        state.message.clear();
+        state.message_seen.clear();
+      }
       if (!state.focus_message.empty() && state.prompt.text != state.focus_prompt) {
         if (state.message == state.focus_message) state.message.clear();  // another prompt: stale shares
         state.focus_message.clear();

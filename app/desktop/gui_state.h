@@ -159,6 +159,10 @@ struct GuiState {
   std::optional<RunResult> shown;  // the result on screen
   WorkerStatus status;
   std::string message;  // last export result or error, shown in the status line
+  // When `message` last changed (the shell's clock) and what it was then: a message other than the heads'
+  // shares (focus_message) leaves the status line after kMessageSeconds.
+  double message_since = 0;
+  std::string message_seen;
   // The heads' shares the status line gives (focus_answer_head) are those of one prompt: the message and
   // that prompt, so that another prompt (an edit, Continue's tokens) clears it instead of keeping a stale
   // number on screen.

@@ -282,15 +282,17 @@ std::string signed3(double v) {
   return std::strcmp(b, "-0.000") == 0 ? std::string("0.000") : std::string(b);
 }
 
-// A bar's value to 3 decimals (the table's), in the largest font up to the view's that fits the bar's
-// width: beyond its end (above a positive bar, below a negative one), or just inside it where the plot
-// has no room (dark on the light noise bars, white on the solid ones); none where no font fits.
+// A bar's value to 3 decimals (the table's and the export's), in the largest font up to the view's that fits
+// the bar's width: beyond its end (above a positive bar, below a negative one), or just inside it where the
+// plot has no room (dark on the light noise bars, white on the solid ones); none where no font fits.
 void bar_value(ImDrawList* dl, const PlotArea& a, float x0, float w, double v, bool light) {
   char s[32];
   const ImFont* font = nullptr;
-  for (const char* fmt : {"%.3f", "%.2f"}) {  // 2 decimals where 3 fit no font ("-0.185" in a narrow bar)
+  // Three decimals, as the table and the export write them: a bar too narrow for them in any font has none
+  // (the table below has its number).
+  for (const char* fmt : {"%.3f"}) {
     std::snprintf(s, sizeof s, fmt, v);
-    if (std::strcmp(s, "-0.000") == 0 || std::strcmp(s, "-0.00") == 0) s[0] = ' ';  // never "-0"
+    if (std::strcmp(s, "-0.000") == 0) s[0] = ' ';  // never "-0"
     for (const ImFont* f : ImGui::GetIO().Fonts->Fonts)
       if (f->FontSize <= ImGui::GetFontSize() && f->CalcTextSizeA(f->FontSize, FLT_MAX, 0, s).x <= w &&
           (!font || f->FontSize > font->FontSize))

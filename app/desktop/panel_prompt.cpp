@@ -260,7 +260,19 @@ void draw_prompt_editor(GuiState& state) {
     ImGui::BeginChild("prompt-text", ImVec2(box_w, ImGui::GetTextLineHeight() * 3), false,
                       ImGuiWindowFlags_NoScrollWithMouse);
     const bool hovered = ImGui::IsWindowHovered();
-    const char* text = p.text.empty() ? " " : p.text.c_str();
+    // A long text shows its last few thousand bytes (the question and the end, what the views read), from a
+    // word's start, after "…": a whole book would emit more vertices than a draw list holds, and a click
+    // edits all of it.
+    constexpr size_t kShownBytes = 4000;
+    std::string tail;
+    if (p.text.size() > kShownBytes) {
+      size_t at = p.text.size() - kShownBytes;
+      while (at < p.text.size() && (static_cast<unsigned char>(p.text[at]) & 0xC0) == 0x80) ++at;
+      const size_t space = p.text.find_first_of(" \n", at);
+      if (space != std::string::npos && space - at < 80) at = space + 1;
+      tail = "\xE2\x80\xA6 " + p.text.substr(at);
+    }
+    const char* text = p.text.empty() ? " " : tail.empty() ? p.text.c_str() : tail.c_str();
     const float line = ImGui::GetTextLineHeight();
     // The last scroll that shows whole lines: the text's lines less the three shown.
     const float lines =
