@@ -543,6 +543,8 @@ TEST_CASE("play: the needle story at 1280x800 in lecture mode keeps every slide'
     INFO(r.out.substr(at, r.out.find('\n', at) - at));
     CHECK_THAT(verdict, Catch::Contains("0 outside or clipped, 0 texts cut, 0 lines half shown at a scroll "
                                         "edge, 0 texts over each other, 0 regions past the window"));
+    // ... and no text on screen older than the run it stands beside (the status line after an intervention).
+    CHECK_THAT(verdict, Catch::EndsWith(", 0 texts older than the run on screen"));
   }
   CHECK(shots == 13);
   CHECK_THAT(r.out, Catch::Contains("0 screenshots not written, 0 with layout faults"));

@@ -196,11 +196,20 @@ LayoutCheck check_layout(const GuiState& state, int width, int height, bool prin
   check.overlaps = text.overlaps + static_cast<int>(state.drawn.figure_faults.size());
   for (size_t i = 0; i < state.drawn.figure_faults.size() && i < 8; ++i)
     std::printf("layout: %s\n", state.drawn.figure_faults[i].c_str());
+  // Text older than the run on screen: the status line's heads' shares of another run of the prompt (an
+  // intervention set since), once nothing is on its way.
+  if (state.shown && !state.prompt.pending && !state.status.busy && !state.focus_message.empty() &&
+      state.message == state.focus_message && state.focus_request != state.shown->request) {
+    ++check.stale;
+    std::printf("layout: the status line gives the heads' shares of run %llu, the screen shows run %llu\n",
+                static_cast<unsigned long long>(state.focus_request),
+                static_cast<unsigned long long>(state.shown->request));
+  }
   std::printf(
       "layout check: %d windows, %d outside or clipped, %d texts cut, %d lines half shown at a scroll edge, "
-      "%d texts over each other, %d regions past the window%s\n",
+      "%d texts over each other, %d regions past the window%s, %d texts older than the run on screen\n",
       check.windows, check.clipped, check.cut, check.cut_at_scroll_edge, check.overlaps, check.regions_beyond,
-      check.lecture ? " (lecture mode: all count)" : " (the last two count in lecture mode)");
+      check.lecture ? " (lecture mode: all count)" : " (the last two count in lecture mode)", check.stale);
   return check;
 }
 

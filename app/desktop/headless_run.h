@@ -23,9 +23,10 @@ namespace difflens::app {
 // drew (a map, a chart, a model's grid) reaching past the window, where a lecturer would have to scroll.
 struct LayoutCheck {
   int windows = 0, clipped = 0, cut = 0, cut_at_scroll_edge = 0, overlaps = 0, regions_beyond = 0;
+  int stale = 0;  // texts on screen that describe an earlier run than the one shown (the status line's)
   bool lecture = false;
   bool clean() const {
-    return clipped == 0 && cut == 0 && overlaps == 0 &&
+    return clipped == 0 && cut == 0 && overlaps == 0 && stale == 0 &&
            (!lecture || (cut_at_scroll_edge == 0 && regions_beyond == 0));
   }
 };
