@@ -132,10 +132,16 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
   const float grid_w = std::max(ImGui::CalcTextSize("L00  lambda -0.000").x, label_w) +
                        static_cast<float>(shown_heads) * (box.x + ImGui::GetStyle().ItemSpacing.x);
   ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + grid_w);
-  ImGui::TextWrapped("%s: %s", t.config.name.c_str(),
+  // A run under interventions names them on the grid (its maps and λ are that run's).
+  std::string intervened;
+  for (const auto& iv : t.interventions)
+    intervened += (intervened.empty() ? " (INTERVENED: " : ", ") + iv.first;
+  if (!intervened.empty()) intervened += ")";
+  ImGui::TextWrapped("%s: %s%s", t.config.name.c_str(),
                      metric > 0           ? kMetricNames[metric]
                      : t.config.is_diff() ? "A1 - lambda A2, layers x heads"
-                                          : "softmax A, layers x heads");
+                                          : "softmax A, layers x heads",
+                     intervened.c_str());
   ImGui::PopTextWrapPos();
   const HeadSummaries* sums = metric > 0 ? summaries(state, t, request) : nullptr;
   if (metric > 0 && !sums) {
