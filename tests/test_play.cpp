@@ -678,3 +678,30 @@ TEST_CASE("play: Continue writes under the Why view's interventions, as the core
   CHECK(g.ids != plain.ids);  // and not the model's as trained
   CHECK(saved.interventions.size() == 2);
 }
+
+TEST_CASE("play: lecture mode toggled and the Why view intervened at 1280x800 keep every line whole",
+          "[gui][play][layout]") {
+  need_the_app_and_a_display("lecture mode and the Why view");
+  test::ScratchDir dir("lecture-why");
+  // L on and off (the font changes size: the token strip must come back to whole lines around the query),
+  // then the Why view folded in lecture mode under two interventions, with their keys named on screen.
+  test::write_all(dir / "s.play",
+                  "size 1280x800\nneedle 256,50,1,1,1\nwait\nview query-row\nlecture on\nwait 200\n"
+                  "screenshot a.png\nlecture off\nwait 200\nscreenshot b.png\nlecture on\nwait 200\n"
+                  "screenshot c.png\nview why\nintervene knockout=not-noise\nintervene lambda=0\n"
+                  "screenshot d.png\nintervene clear\nscreenshot e.png\n");
+  const Run r = run_difflens("--play " + (dir / "s.play").string() + " --play-exit --threads 1", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  int checks = 0;
+  for (size_t at = r.out.find("layout check: "); at != std::string::npos;
+       at = r.out.find("layout check: ", at + 1)) {
+    ++checks;
+    const std::string verdict = r.out.substr(at, r.out.find('\n', at) - at);
+    CHECK_THAT(verdict, Catch::Contains("0 texts cut, 0 lines half shown at a scroll edge, 0 texts over each "
+                                        "other, 0 regions past the window"));
+    CHECK_THAT(verdict, Catch::EndsWith(", 0 texts older than the run on screen"));
+  }
+  CHECK(checks == 5);
+  CHECK_THAT(r.out, Catch::Contains("0 screenshots not written, 0 with layout faults"));
+}
