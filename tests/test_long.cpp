@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 
+#include "app/reports/head_figures.h"
 #include "core/checkpoint.h"
 #include "core/metrics.h"
 #include "core/model.h"
@@ -453,4 +454,45 @@ TEST_CASE(
     }
     CHECK(checked == 2);
   }
+}
+
+TEST_CASE("long prompts: a zoom on a pooled trace is in tokens, every corner and edge read inside the maps",
+          "[long][figure][hostile]") {
+  // 1,501 tokens pooled to 40 x 40 cells: the figure's colour ranges span the pooled maps (not T x T: that
+  // read past the buffer), and a zoom given in tokens becomes the cells that hold those tokens.
+  ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 1, 2, 1);
+  c.max_position_embeddings = 2048;
+  const Model m = Model::random(c, 29);
+  const std::vector<int64_t> ids = test::random_ids(1501, c.vocab_size, 6);
+  const int64_t P = 40;
+  CaptureOptions o;
+  o.pooled_budget_bytes = static_cast<size_t>(c.num_hidden_layers * c.map_heads() * 3 * 2 * 4 * P * P);
+  const Trace t = m.capture(ids, o);
+  REQUIRE(t.layers[0].pooled == P);
+  const int64_t T = t.length();
+  app::FigureOptions fo;
+  fo.size = 128;
+  const viz::HeadFigure whole = app::head_figure(t, 0, 1, fo);
+  CHECK(whole.tokens.size() == static_cast<size_t>(P));
+  for (int64_t n : {int64_t{1}, int64_t{100}, T})
+    for (int64_t r : {int64_t{0}, (T - n) / 2, T - n})
+      for (int64_t k : {int64_t{0}, T - n}) {
+        INFO("zoom " << r << "," << k << "," << n);
+        fo.region = {r, k, n, n};
+        const viz::HeadFigure f = app::head_figure(t, 0, 1, fo);
+        CHECK(f.region.row0 >= 0);
+        CHECK(f.region.row0 + f.region.rows <= P);
+        CHECK(f.region.col0 + f.region.cols <= P);
+        CHECK(f.region.rows >= 1);
+        CHECK_NOTHROW(viz::layout_head_figure(f, viz::FigureFont::standard()));
+      }
+  // The zoom: rows 1400-1499, keys 1300-1399, in cells.
+  fo.region = {1400, 1300, 100, 100};
+  const viz::HeadFigure z = app::head_figure(t, 0, 1, fo);
+  CHECK(z.region.row0 == 1400 * P / T);
+  CHECK_THAT(z.title, Catch::Contains("rows"));
+  // Beyond the prompt: refused in tokens, naming the prompt's length.
+  fo.region = {1450, 0, 100, 100};
+  CHECK_THROWS_WITH(app::head_figure(t, 0, 1, fo),
+                    Catch::Contains("beyond the " + std::to_string(T) + "-token prompt"));
 }

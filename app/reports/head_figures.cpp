@@ -100,27 +100,39 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
     maps = {*keep};
   }
   const int64_t T = t.length();
+  const int64_t side = maps[0].T;  // the maps' side: T, or a pooled map's cells
+  const std::vector<int64_t> starts =
+      maps[0].pooled_from > 0 ? cell_starts(T, maps[0].T) : std::vector<int64_t>{};
+  auto unit = [&](int64_t token) { return starts.empty() ? token : cell_of(starts, token); };
+  // The zoom is given in tokens (render --zoom ROW,COL,N): inside the prompt, then in map units (the cells
+  // that hold those tokens, for a pooled map).
+  viz::MapRegion region = o.region;
+  if (region.rows > 0) {
+    if (region.row0 < 0 || region.col0 < 0 || region.row0 + region.rows > T || region.col0 + region.cols > T)
+      throw Error("the zoom (rows " + std::to_string(region.row0) + "-" +
+                  std::to_string(region.row0 + region.rows - 1) + ", keys " + std::to_string(region.col0) +
+                  "-" + std::to_string(region.col0 + region.cols - 1) + ") reaches beyond the " +
+                  std::to_string(T) + "-token prompt (tokens 0-" + std::to_string(T - 1) + ")");
+    const int64_t r0 = unit(region.row0), r1 = unit(region.row0 + region.rows - 1) + 1;
+    const int64_t c0 = unit(region.col0), c1 = unit(region.col0 + region.cols - 1) + 1;
+    region = {r0, c0, r1 - r0, c1 - c0};
+  }
   std::vector<const float*> sequential;
   for (const auto& m : maps)
     if (!m.diverging) sequential.push_back(m.data);
   const viz::ValueRange shared =
-      viz::value_range(sequential, T, T, o.clamp_percentile, false, true);  // hi = 1 when empty
+      viz::value_range(sequential, side, side, o.clamp_percentile, false, true);  // hi = 1 when empty
   viz::HeadFigure fig;
   fig.tokens = maps[0].pooled_from > 0 ? cell_labels(t.tokens, maps[0].T) : t.tokens;
-  fig.region = o.region;
+  fig.region = region;
   fig.panel_size = o.size;
   fig.pooling = o.pooling;
   fig.title = (t.config.name.empty() ? std::string(to_string(t.config.attention)) : t.config.name) +
               "   layer " + std::to_string(layer) + "   head " + std::to_string(head) + "   " +
               std::to_string(T) + " tokens";
-  const std::string region =
-      viz::region_caption(o.region, static_cast<int64_t>(fig.tokens.size()),
-                          maps[0].pooled_from > 0 ? cell_starts(T, maps[0].T) : std::vector<int64_t>{});
-  if (!region.empty()) fig.title += "   " + region;
+  const std::string caption = viz::region_caption(region, static_cast<int64_t>(fig.tokens.size()), starts);
+  if (!caption.empty()) fig.title += "   " + caption;
   // The marks in map units (a pooled map's cells hold several tokens each).
-  const std::vector<int64_t> starts =
-      maps[0].pooled_from > 0 ? cell_starts(T, maps[0].T) : std::vector<int64_t>{};
-  auto unit = [&](int64_t token) { return starts.empty() ? token : cell_of(starts, token); };
   if (o.query >= T)
     throw Error("the query " + std::to_string(o.query) + " lies beyond the " + std::to_string(T) +
                 "-token prompt");
@@ -137,7 +149,7 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
     viz::HeatmapStyle style;
     style.scale = o.scale;
     style.range = m.diverging || !o.shared_scale
-                      ? viz::value_range({m.data}, T, T, o.clamp_percentile, m.diverging, true)
+                      ? viz::value_range({m.data}, side, side, o.clamp_percentile, m.diverging, true)
                       : shared;
     fig.panels.push_back({m.title, m.data, style});
   }
