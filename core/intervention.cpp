@@ -156,6 +156,11 @@ InterventionSpec parse_intervention(const std::string& text) {
       s.value = std::strtod(value.c_str(), &end);
       if (end == value.c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(s.value))
         refuse(text, "the value '" + value + "' is not a finite number (or init)");
+      // A λ far beyond any a model learns overflows the maps and the residual stream in float32 (3.4e38 gave
+      // NaN maps and predictions): refused, with the range taken.
+      if (std::fabs(s.value) > kLambdaLimit)
+        refuse(text, "the value '" + value + "' lies outside the range accepted, -" +
+                         number_text(kLambdaLimit) + " to " + number_text(kLambdaLimit));
       break;
     }
     case InterventionKind::Ablate:

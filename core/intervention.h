@@ -34,6 +34,9 @@
 
 namespace difflens {
 
+// The largest |λ| a spec may set (a model's own lies near 0..1; larger overflows float32 maps and states).
+inline constexpr double kLambdaLimit = 1000;
+
 // Half-open token ranges [first, second); second = kToEnd: to the end of the sequence.
 using TokenRange = std::pair<int64_t, int64_t>;
 inline constexpr int64_t kToEnd = INT64_MAX;

@@ -143,6 +143,13 @@ TEST_CASE("interventions: a bad spec is refused naming the part that is wrong", 
   refused("lambda:x=0", "the layer 'x' is not a number");
   refused("lambda:1:y=0", "the head 'y' is not a number");
   refused("lambda:1=abc", "'abc' is not a finite number");
+  // The values: finite doubles that overflow float32 maps (3.4e38 gave NaN maps and predictions).
+  refused("lambda=3.4e38", "outside the range accepted, -1000 to 1000");
+  refused("lambda:0:0=1e300", "outside the range accepted");
+  refused("lambda=-1000.5", "outside the range accepted");
+  refused("lambda=inf", "not a finite number");
+  CHECK(parse_intervention("lambda=-1000").value == -1000);
+  CHECK(parse_intervention("lambda:2=1000").value == 1000);
   refused("lambda:1=nan", "'nan' is not a finite number");
   refused("ablate:1", "ablate needs a layer and a head");
   refused("ablate:1:2=half", "zero (ablate:L:H) or mean");
