@@ -1578,6 +1578,19 @@ TEST_CASE("cli: --intervene changes capture, generate and needle runs, and a bad
   const std::string tables = test::read_all(dir / "n" / "tables.md"), name = d.config().name;
   CHECK(tables.find("| " + name + " | ") != std::string::npos);
   CHECK(tables.find("| " + name + " under lambda=0 | ") != std::string::npos);
+  // Key ranges are resolved against each episode's prompt: keys 5-10 lie inside every 128-token episode (a
+  // 2-token stand-in refused them); keys beyond the shortest length are refused naming it.
+  r = run("needle --models " + models + "/diff --lengths 128 --depths 50 --seeds 1 --threads 1 --out " +
+              (dir / "n2").string() + " --intervene knockout=drop:5-10",
+          dir);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(test::read_all(dir / "n2" / "tables.md").find(" under knockout=drop:5-10 | ") != std::string::npos);
+  r = run("needle --models " + models + "/diff --lengths 128 --depths 50 --seeds 1 --threads 1 --out " +
+              (dir / "n3").string() + " --intervene knockout=drop:200-210",
+          dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("128-token prompt") != std::string::npos);
 }
 
 TEST_CASE("cli: lens writes the logit lens and the direct shares, which add up to the logit", "[cli][lens]") {

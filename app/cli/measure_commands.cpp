@@ -107,10 +107,13 @@ int cmd_needle(const Args& a) {
     try {
       validate(sweep, model.config().max_position_embeddings);
       if (!specs.empty()) {  // layers, heads and kinds checked now, not after the first model's sweep
+        // Against a prompt of the sweep's shortest length (each episode resolves them against its own
+        // prompt): key ranges inside it are taken (a 2-token stand-in refused knockout=drop:5-10).
         PromptMarks marks;
         marks.answer = {0, 1};
         marks.query = 1;
-        (void)resolve_interventions(specs, model.config(), marks, 2);
+        (void)resolve_interventions(specs, model.config(), marks,
+                                    *std::min_element(sweep.lengths.begin(), sweep.lengths.end()));
       }
     } catch (const Error& e) {
       throw Error(dir + ": " + e.what());
