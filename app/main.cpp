@@ -1,5 +1,7 @@
 // difflens: the executable. Dispatches to the headless CLI; user errors become a message + exit 1.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "app/cli/cli.h"
@@ -9,7 +11,13 @@
 int main(int argc, char** argv) {
   difflens::tune_allocator();  // before any thread: the inference worker must share the tuned heap
   try {
-    return difflens::cli::run(argc, argv);
+    const int status = difflens::cli::run(argc, argv);
+    // What the command printed must have arrived (> /dev/full, a closed pipe, a full disk): else it failed.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      std::fprintf(stderr, "difflens: writing to standard output failed: %s\n", std::strerror(errno));
+      return status == 0 ? 1 : status;
+    }
+    return status;
   } catch (const difflens::Cancelled&) {
     std::fprintf(stderr, "difflens: cancelled\n");
     return 130;

@@ -1,6 +1,7 @@
 // Byte-level BPE from tokenizer.json.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "core/bpe.h"
+#include "core/bounded_read.h"
 
 #include <pcre2.h>
 
@@ -95,11 +96,7 @@ struct ByteLevelBpe::Regex {
 ByteLevelBpe::~ByteLevelBpe() = default;
 
 std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::load(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot open the tokenizer");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return from_json(ss.str(), path.string());
+  return from_json(read_bounded(path, "tokenizer", kTokenizerLimit), path.string());
 }
 
 std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& text, const std::string& src) {

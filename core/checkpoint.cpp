@@ -1,5 +1,6 @@
 // Single-file and sharded safetensors checkpoints.
 #include "core/checkpoint.h"
+#include "core/bounded_read.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -28,12 +29,10 @@ CheckpointFiles::CheckpointFiles(const std::filesystem::path& dir) {
     if (!ec && index_bytes > kMaxIndexBytes)
       throw FormatError(index.string() + ": " + human_bytes(index_bytes) +
                         " is not a shard index (those are under 1 MB; this reader takes up to 64 MB)");
-    std::ifstream in(index, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
+    const std::string index_text = read_bounded(index, "shard index", kMaxIndexBytes);
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(ss.str());
+      j = nlohmann::json::parse(index_text);
     } catch (const nlohmann::json::exception& e) {
       throw FormatError(index.string() + ": not valid JSON (" + e.what() + ")");
     }

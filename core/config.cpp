@@ -1,5 +1,6 @@
 // config.json parsing, validation and the matched-pair factory.
 #include "core/config.h"
+#include "core/bounded_read.h"
 
 #include <algorithm>
 #include <cmath>
@@ -477,11 +478,16 @@ std::string config_to_json_text(const ModelConfig& c) {
 }
 
 ModelConfig load_config(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError(file.string() + ": cannot open (does the model directory contain config.json?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return config_from_json_text(ss.str(), file.string());
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec) && !ec)
+    throw ConfigError(file.string() + ": cannot open (does the model directory contain config.json?)");
+  std::string text;
+  try {
+    text = read_bounded(file, "config", kMetadataLimit);
+  } catch (const Error& e) {
+    throw ConfigError(e.what());
+  }
+  return config_from_json_text(text, file.string());
 }
 
 void save_config(const ModelConfig& config, const std::filesystem::path& file) {

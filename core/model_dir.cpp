@@ -1,5 +1,6 @@
 // Model folders: hub cache folders, pairs in sub-folders, and the diff-mlx layout's config and names.
 #include "core/model_dir.h"
+#include "core/bounded_read.h"
 
 #include <algorithm>
 #include <cctype>
@@ -22,11 +23,7 @@ namespace {
 using nlohmann::json;
 
 std::string read_text(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(file.string() + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_bounded(file, "file", kMetadataLimit);
 }
 
 std::string trim(std::string s) {
@@ -76,6 +73,27 @@ std::filesystem::path tidy(const std::filesystem::path& p) {
   return t;
 }
 
+// A hub cache's snapshot holds links into the cache's blobs/ (as the hub lays them out): each entry that is a
+// link must resolve, and inside `cache`; one that loops or leads elsewhere (/dev/urandom, another folder) is
+// refused by name before anything reads through it.
+static void check_links_within(const std::filesystem::path& cache, const std::filesystem::path& snap) {
+  std::error_code ec;
+  const std::filesystem::path root = std::filesystem::weakly_canonical(cache, ec);
+  if (ec) throw Error(cache.string() + ": cannot be resolved (" + ec.message() + ")");
+  for (std::filesystem::directory_iterator it(snap, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (!it->is_symlink(e2)) continue;
+    const std::filesystem::path target = std::filesystem::canonical(it->path(), e2);
+    if (e2)
+      throw Error(it->path().string() + ": a link that cannot be followed (" + e2.message() +
+                  "): a hub cache's files link into its blobs/");
+    const auto rel = target.lexically_relative(root);
+    if (rel.empty() || *rel.begin() == "..")
+      throw Error(it->path().string() + ": links outside the hub cache folder (to " + target.string() +
+                  "): a hub cache's files link into its own blobs/");
+  }
+}
+
 std::filesystem::path resolve_hub_cache(const std::filesystem::path& given) {
   const std::filesystem::path path = tidy(given);
   std::error_code ec;
@@ -92,12 +110,21 @@ std::filesystem::path resolve_hub_cache(const std::filesystem::path& given) {
     if (!std::filesystem::is_directory(snap, ec))
       throw Error(ref.string() + " names the snapshot " + hash + ", which is not in " + snapshots.string() +
                   " (the download did not finish?)");
+    check_links_within(path, snap);
     return snap;
   }
   std::vector<std::filesystem::path> all;
-  for (std::filesystem::directory_iterator it(snapshots, ec), end; !ec && it != end; it.increment(ec))
-    if (it->is_directory()) all.push_back(it->path());
-  if (all.size() == 1) return all[0];
+  for (std::filesystem::directory_iterator it(snapshots, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    const bool dir = it->is_directory(e2);
+    if (e2)  // a link to itself, or one too deep
+      throw Error(it->path().string() + ": a link that cannot be followed (" + e2.message() + ")");
+    if (dir) all.push_back(it->path());
+  }
+  if (all.size() == 1) {
+    check_links_within(path, all[0]);
+    return all[0];
+  }
   if (all.empty())
     throw Error(path.string() + ": a hub cache folder with no snapshot (nothing downloaded yet)");
   std::sort(all.begin(), all.end());

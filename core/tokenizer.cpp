@@ -3,6 +3,7 @@
 #define _GNU_SOURCE  // dlmopen, LM_ID_NEWLM
 #endif
 #include "core/tokenizer.h"
+#include "core/bounded_read.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -167,12 +168,9 @@ Tokenizer Tokenizer::tiktoken(const std::filesystem::path& file, const std::stri
                                                                          {"<|fim_suffix|>", 100260},
                                                                          {"<|endofprompt|>", 100276}};
   constexpr int64_t kRanks = 100256;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(file.string() + ": cannot open the tiktoken file");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string ranks = read_bounded(file, "tiktoken file", kTokenizerLimit);
   Tokenizer t;
-  t.bpe_ = ByteLevelBpe::from_tiktoken(ss.str(), file.string(), cl100k_split_pattern(), kSpecials, kRanks);
+  t.bpe_ = ByteLevelBpe::from_tiktoken(ranks, file.string(), cl100k_split_pattern(), kSpecials, kRanks);
   t.tiktoken_ = true;
   t.file_ = file;
   // Every rank from 0 to 100255 is an ordinary token; the specials follow.

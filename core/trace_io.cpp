@@ -1,5 +1,6 @@
 // Trace bundle writer/reader (trace.json + maps.safetensors).
 #include "core/trace_io.h"
+#include "core/bounded_read.h"
 
 #include <cmath>
 #include <fstream>
@@ -438,11 +439,16 @@ void write_trace_bundle(const Trace& trace, const std::filesystem::path& dir) {
 
 Trace read_trace_bundle(const std::filesystem::path& dir) {
   const std::filesystem::path jpath = dir / "trace.json";
-  std::ifstream in(jpath, std::ios::binary);
-  if (!in) throw FormatError(jpath.string() + ": cannot open (is this a trace bundle directory?)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const json j = parse_trace_json(ss.str(), jpath.string());
+  std::error_code ec;
+  if (!std::filesystem::exists(jpath, ec) && !ec)
+    throw FormatError(jpath.string() + ": cannot open (is this a trace bundle directory?)");
+  std::string text;
+  try {
+    text = read_bounded(jpath, "trace bundle's trace.json", kTextLimit);
+  } catch (const Error& e) {
+    throw FormatError(e.what());
+  }
+  const json j = parse_trace_json(text, jpath.string());
   std::optional<SafetensorsFile> maps;
   return trace_from(j, jpath, [&]() -> const SafetensorsFile& {
     if (!maps) maps.emplace(dir / "maps.safetensors");

@@ -2,6 +2,7 @@
 // decoupled weight decay (written here so its state is ours to save on any LibTorch version), linear
 // warm-up then cosine decay, global-norm gradient clipping, periodic evaluation and resumable state.
 #include "core/train.h"
+#include "core/bounded_read.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
@@ -38,11 +39,9 @@ using at::Tensor;
 namespace fs = std::filesystem;
 
 std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(p.string() + ": cannot open (run scripts/prepare-corpus first)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::error_code ec;
+  if (!fs::exists(p, ec) && !ec) throw Error(p.string() + ": cannot open (run scripts/prepare-corpus first)");
+  return read_bounded(p, "file", kTextLimit);
 }
 
 std::vector<int64_t> encode_lines(const std::string& text, const Tokenizer& tok) {

@@ -1666,3 +1666,40 @@ TEST_CASE("cli: lens writes the logit lens and the direct shares, which add up t
   CHECK(r.status == 1);
   CHECK(r.out.find("--query 9 is beyond the 3-token prompt") != std::string::npos);
 }
+
+TEST_CASE("hostile: endless and huge inputs are refused at a limit, failed writes end non-zero",
+          "[cli][hostile]") {
+  test::ScratchDir dir("cli-hostile");
+  const std::string tok = DIFFLENS_SOURCE_DIR "/assets/models/diff-small/tokenizer.model";
+  // A device that never ends: read up to the limit, then refused by name (it was read until memory ran out).
+  for (const auto& [args, what] : std::vector<std::pair<std::string, std::string>>{
+           {"tokenize --tokenizer " + tok + " --input /dev/zero",
+            "the input file is over the limit of 1.0 GB"},
+           {"needle --models " DIFFLENS_SOURCE_DIR
+            "/assets/models/diff-small --haystack /dev/zero --lengths 64 "
+            "--seeds 1 --out " +
+                (dir / "n").string(),
+            "the haystack text is over the limit of 1.0 GB"},
+           {"--play /dev/zero", "the play script is over the limit of 16 MB"},
+           {"--play " + dir.path().string(), "is a folder, not a play script"}}) {
+    const Result r = run(args, dir);
+    INFO(args << "\n" << r.out);
+    CHECK(r.status == 1);
+    CHECK_THAT(r.out, Catch::Contains(what));
+    CHECK_THAT(r.out, !Catch::Contains("internal error"));
+  }
+  // Standard output that cannot be written (a full disk): a message and status 1, not a silent 0.
+  const std::string log = (dir / "full.log").string();
+  const int raw = std::system((std::string(DIFFLENS_EXE) + " tokenize --tokenizer " + tok +
+                               " --text hello > /dev/full 2> '" + log + "'")
+                                  .c_str());
+  INFO(test::read_all(log));
+  CHECK((WIFEXITED(raw) ? WEXITSTATUS(raw) : -1) == 1);
+  CHECK_THAT(test::read_all(log), Catch::Contains("writing to standard output failed"));
+  // lens: an --out folder that does not exist yet is made (the path was checked before the run).
+  const Result lens =
+      run("lens --prompt 'The code is 12' --threads 1 --out " + (dir / "new" / "a.csv").string(), dir);
+  INFO(lens.out);
+  CHECK(lens.status == 0);
+  CHECK(std::filesystem::exists(dir / "new" / "a.csv"));
+}

@@ -795,4 +795,19 @@ TEST_CASE("hf: DiffLlama as hub folders hold it: rope_parameters, one file or sh
   CHECK(cached.config().name == "models--kajuma--DiffLlama-0.3B-handcut");
   s.shards = 1;
   check_against_reference(cached, s, ids);
+
+  // Hostile caches are refused by name before anything is read through them: a file linking out of the
+  // cache (to a device that never ends), and a snapshot that is a link to itself.
+  const std::filesystem::path out = dir / "hub" / "models--x--out";
+  std::filesystem::create_directories(out / "snapshots" / "aa");
+  for (const auto& f : std::filesystem::directory_iterator(dir / "m1"))
+    std::filesystem::copy_file(f.path(), out / "snapshots" / "aa" / f.path().filename());
+  std::filesystem::remove(out / "snapshots" / "aa" / "config.json");
+  std::filesystem::create_symlink("/dev/urandom", out / "snapshots" / "aa" / "config.json");
+  CHECK_THROWS_WITH(Model::load(out), Catch::Contains("config.json: links outside the hub cache folder") &&
+                                          Catch::Contains("/dev/urandom"));
+  const std::filesystem::path loop = dir / "hub" / "models--x--loop";
+  std::filesystem::create_directories(loop / "snapshots");
+  std::filesystem::create_symlink("self", loop / "snapshots" / "self");
+  CHECK_THROWS_WITH(Model::load(loop), Catch::Contains("snapshots/self: a link that cannot be followed"));
 }

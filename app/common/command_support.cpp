@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include "core/bounded_read.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/model_dir.h"
@@ -149,20 +150,11 @@ std::string bundled_model(const char* name) {
 }
 
 std::string read_file(const std::string& path, const char* what) {
-  std::error_code dir_ec;
-  if (std::filesystem::is_directory(path, dir_ec))
-    throw Error(path + ": is a folder; the " + std::string(what) + " must be a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the " + what);
-  // Read whole: refuse a file that would take more than half the memory available.
-  std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec), have = available_memory_bytes();
-  if (!ec && have > 0 && size > have / 2)
-    throw Error(path + ": the " + what + " is " + human_bytes(size) + ", more than half of the " +
-                human_bytes(have) + " of memory available");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // Read whole, stopping at the text limit (a device or a pipe that goes on included) or at half the memory
+  // available, whichever is less.
+  const uint64_t have = available_memory_bytes();
+  const uint64_t limit = have > 0 ? std::min<uint64_t>(kTextLimit, have / 2) : kTextLimit;
+  return read_bounded(path, what, limit);
 }
 
 void check_output_dir(const std::string& path, const char* flag) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "app/desktop/layout.h"
+#include "core/bounded_read.h"
 #include "core/error.h"
 #include "core/intervention.h"
 
@@ -501,11 +502,16 @@ PlayScript parse_play_script(const std::string& text, const std::string& path) {
 }
 
 PlayScript read_play_script(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("--play " + path + ": cannot read the script (missing or unreadable)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_play_script(text.str(), path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error("--play " + path + ": is a folder, not a play script (a text file of actions)");
+  std::string text;
+  try {
+    text = read_bounded(path, "play script", kScriptLimit);
+  } catch (const Error& e) {
+    throw Error("--play " + std::string(e.what()));
+  }
+  return parse_play_script(text, path);
 }
 
 bool leak_check_could_not_run(const std::string& log) {

@@ -11,6 +11,7 @@
 #include "app/desktop/panels.h"
 #include "app/desktop/shell.h"
 #include "app/reports/prediction_text.h"
+#include "core/bounded_read.h"
 #include "core/checkpoint.h"
 
 namespace difflens::app {
@@ -131,6 +132,13 @@ void ScriptPlayer::step(GuiState& state, InferenceWorker& worker, PlayRequests& 
     shot_frames_ = -1;
     return;
   }
+  // --play-seconds bounds every wait too (a `wait 3600000` included): past it, the results in, then quit.
+  if (seconds_ > 0 && now - start_ > seconds_ && !ending_) {
+    ending_ = true;
+    wait_until_ = 0;
+    wait_results_ = true;
+    waiting_since_ = now;
+  }
   if (wait_results_) {
     if (!results_in(state, worker)) {
       if (now - waiting_since_ < kWaitWarnSeconds) return;
@@ -191,15 +199,12 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
       prompt_edited(state);
       break;
     case PlayVerb::PasteFile: {
-      std::ifstream in(a.text, std::ios::binary);
-      if (!in) {
-        state.message = "could not paste " + a.text + ": cannot read it";
-        break;
+      try {  // as a prompt file is read: at most the text limit, a device or a pipe stopped there
+        state.prompt.text += read_bounded(a.text, "pasted file", kTextLimit);
+        prompt_edited(state);
+      } catch (const std::exception& e) {
+        state.message = std::string("could not paste: ") + e.what();
       }
-      std::ostringstream text;
-      text << in.rdbuf();
-      state.prompt.text += text.str();
-      prompt_edited(state);
       break;
     }
     case PlayVerb::Prompt:

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_read.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,11 +16,15 @@ std::optional<ModelCard> read_model_card(const std::string& model_dir) {
   const std::filesystem::path path = std::filesystem::path(model_dir) / "card.json";
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
   ModelCard card;
-  const auto j = nlohmann::json::parse(text.str(), nullptr, false);
+  std::string text;
+  try {
+    text = read_bounded(path, "model card", kMetadataLimit);
+  } catch (const std::exception& e) {
+    card.summary = e.what();
+    return card;
+  }
+  const auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("summary") || !j["summary"].is_string()) {
     card.summary = path.string() + ": not a model card (a JSON object with a \"summary\" text)";
     return card;
