@@ -30,9 +30,14 @@ bool parse_int(const std::string& s, int64_t& out) {
   return true;
 }
 
+// The shortest of %.9g .. %.17g that reads back as the same double, so that a spec's text parses to the
+// same spec ("0.2147483647" printed as "0.214748365" did not: found by the intervention fuzz target).
 std::string number_text(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
+  for (int digits = 9; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   return buf;
 }
 
