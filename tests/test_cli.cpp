@@ -488,7 +488,7 @@ TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, an
       {base + " --head 7", "head 7 of layer 0 has no maps in this trace (kept heads: 0,1)"},
       {base + " --map B", "option --map must be all, A1, A2 or A, got 'B'"},
       {base + " --size 10", "option --size expects an integer from 64 to 8192, got '10'"},
-      {base + " --zoom 0,0,99", "outside the map"},
+      {base + " --zoom 0,0,99", "reaches beyond the 10-token prompt (tokens 0-9)"},
       {base + " --scale cubic", "option --scale must be linear, sqrt or log, got 'cubic'"},
       {"render --trace " + trace + " --out x.jpg", "--out x.jpg: writes .png or .svg files; name it x.png"},
       {"render --trace /nonexistent --out x.png", "cannot open"},

@@ -505,6 +505,8 @@ PlayScript read_play_script(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw Error("--play " + path + ": is a folder, not a play script (a text file of actions)");
+  if (!std::filesystem::exists(path, ec) && !ec)
+    throw Error("--play " + path + ": cannot read the script (missing or unreadable)");
   std::string text;
   try {
     text = read_bounded(path, "play script", kScriptLimit);
