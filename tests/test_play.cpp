@@ -593,8 +593,8 @@ TEST_CASE("play: the Why view's interventions re-run both models, and the runs s
   test::write_all(dir / "s.play",
                   "size 1280x800\nprompt " + prompt +
                       "\nwait\nanswer 10 14\nquery 44\nview why\nintervene knockout=not-answer\n"
-                      "intervene lambda:1=0\nwait\nscreenshot why.png\nexport folder " +
-                      out +
+                      "intervene lambda:1=0\nwait\nscreenshot " +
+                      (dir / "why.png").string() + "\nexport folder " + out +
                       "\nexport bundle\nwait\nview query-row\nexport figure\nexport figure\nview why\n"
                       "intervene clear\nwait\nexport bundle\nwait\nview query-row\nexport figure\n");
   const Run r = run_difflens("--play " + (dir / "s.play").string() + " --play-exit --threads 1", dir);
@@ -685,11 +685,14 @@ TEST_CASE("play: lecture mode toggled and the Why view intervened at 1280x800 ke
   test::ScratchDir dir("lecture-why");
   // L on and off (the font changes size: the token strip must come back to whole lines around the query),
   // then the Why view folded in lecture mode under two interventions, with their keys named on screen.
+  const std::string d = dir.path().string() + "/";  // the screenshots into the scratch folder
   test::write_all(dir / "s.play",
                   "size 1280x800\nneedle 256,50,1,1,1\nwait\nview query-row\nlecture on\nwait 200\n"
-                  "screenshot a.png\nlecture off\nwait 200\nscreenshot b.png\nlecture on\nwait 200\n"
-                  "screenshot c.png\nview why\nintervene knockout=not-noise\nintervene lambda=0\n"
-                  "screenshot d.png\nintervene clear\nscreenshot e.png\n");
+                  "screenshot " +
+                      d + "a.png\nlecture off\nwait 200\nscreenshot " + d +
+                      "b.png\nlecture on\nwait 200\nscreenshot " + d +
+                      "c.png\nview why\nintervene knockout=not-noise\nintervene lambda=0\nscreenshot " + d +
+                      "d.png\nintervene clear\nscreenshot " + d + "e.png\n");
   const Run r = run_difflens("--play " + (dir / "s.play").string() + " --play-exit --threads 1", dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
