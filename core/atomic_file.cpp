@@ -26,6 +26,12 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
     std::filesystem::remove(tmp, ec);
     throw Error(path.string() + ": cannot write (" + why + "); an earlier file there is left as it was");
   };
+  // The folder is made when missing, as every command's output folder is (the path was checked before
+  // the work: docs/commands.md); a file where a folder should be fails below with the system's reason.
+  if (path.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+  }
   // C stdio, not a stream: its errors carry errno (EFBIG, ENOSPC, EACCES) for the message.
   errno = 0;
   std::FILE* f = std::fopen(tmp.c_str(), "wb");

@@ -1696,6 +1696,12 @@ TEST_CASE("hostile: endless and huge inputs are refused at a limit, failed write
   INFO(test::read_all(log));
   CHECK((WIFEXITED(raw) ? WEXITSTATUS(raw) : -1) == 1);
   CHECK_THAT(test::read_all(log), Catch::Contains("writing to standard output failed"));
+  // heads: the same for its --out file.
+  const Result heads = run(
+      "heads --prompt 'The code is 12 12' --threads 1 --out " + (dir / "h" / "x" / "h.csv").string(), dir);
+  INFO(heads.out);
+  CHECK(heads.status == 0);
+  CHECK(std::filesystem::exists(dir / "h" / "x" / "h.csv"));
   // lens: an --out folder that does not exist yet is made (the path was checked before the run).
   const Result lens =
       run("lens --prompt 'The code is 12' --threads 1 --out " + (dir / "new" / "a.csv").string(), dir);
