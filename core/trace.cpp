@@ -86,6 +86,26 @@ size_t Trace::byte_size() const {
   return b;
 }
 
+std::string Trace::nonfinite_summary() const {
+  std::string out;
+  auto add = [&](const std::string& what, size_t n) {
+    if (n) out += (out.empty() ? "" : "; ") + what + ": " + std::to_string(n) + " NaN or inf values";
+  };
+  for (const auto& l : layers) {
+    size_t n = 0;
+    for (const FloatArray* a : l.arrays())
+      for (float v : a->data) n += !std::isfinite(v);
+    for (const ValueStats* st : {&l.logit_stats, &l.hidden_stats})
+      for (float v : st->top) n += !std::isfinite(v);
+    add("layer " + std::to_string(l.index), n);
+  }
+  size_t n = 0;
+  for (const auto& t : next_token) n += !std::isfinite(t.probability);
+  for (float v : predictions.probs.data) n += !std::isfinite(v);
+  add("the predictions", n);
+  return out;
+}
+
 Trace::KeptBytes Trace::kept_bytes() const {
   KeptBytes k;
   for (const auto& l : layers) {

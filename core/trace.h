@@ -176,6 +176,9 @@ struct Trace {
   int64_t length() const { return static_cast<int64_t>(token_ids.size()); }
   // Bytes held by this trace (buffers, histograms, strings).
   size_t byte_size() const;
+  // "" when every value the trace holds is finite; else what is not ("layer 2's maps: 12 NaN or inf values;
+  // the next-token probabilities"), for a warning: no run writes NaN or inf without saying so.
+  std::string nonfinite_summary() const;
   // A long prompt's kept data: its pooled maps (sized to the budget), the rotated queries, keys and row
   // log-sum-exps exact tiles are recomputed from (these grow with T, outside the budget), and the values
   // and output-norm weights a head's output is recomputed from (CaptureOptions::keep_qkv, the Explain view).

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "core/model.h"
@@ -177,4 +178,16 @@ TEST_CASE("a trace's byte counts include every buffer it keeps, the values and o
   const Trace::KeptBytes k = t.kept_bytes();
   CHECK(k.pooled_maps == 6 * 5 * sizeof(float));
   CHECK(k.tile_inputs == 8 * 5 * sizeof(float));
+}
+
+TEST_CASE("a trace says where it holds values that are not finite", "[trace][hostile]") {
+  const Model m = Model::random(test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2), 3);
+  Trace t = m.capture(test::random_ids(12, 259, 2));
+  CHECK(t.nonfinite_summary().empty());  // a model's own run: every value finite
+  t.layers[1].a.data[5] = std::numeric_limits<float>::quiet_NaN();
+  t.layers[1].a1.data[7] = std::numeric_limits<float>::infinity();
+  t.next_token[0].probability = std::numeric_limits<float>::quiet_NaN();
+  const std::string s = t.nonfinite_summary();
+  CHECK_THAT(s, Catch::Contains("layer 1: 2 NaN or inf values") && Catch::Contains("the predictions: 1") &&
+                    !Catch::Contains("layer 0"));
 }

@@ -50,6 +50,8 @@ void print_trace_summary(const Trace& trace, const std::string& out) {
   const std::filesystem::path dir(out);
   std::printf("\nwrote     %s, %s\n", (dir / "trace.json").string().c_str(),
               (dir / "maps.safetensors").string().c_str());
+  if (const std::string bad = trace.nonfinite_summary(); !bad.empty())
+    std::fprintf(stderr, "difflens: warning: the trace holds values that are not finite (%s)\n", bad.c_str());
 }
 
 // capture --model remote://HOST:PORT/N: the same request to `difflens serve`, the reply written as a bundle.

@@ -191,6 +191,12 @@ void apply_start_options(GuiState& state, InferenceWorker& worker, const GuiOpti
 bool receive_result(GuiState& state, InferenceWorker& worker, HeadlessRun& headless) {
   if (auto r = worker.take_result()) {
     state.shown = std::move(r);
+    // A run whose numbers overflowed says so (no view shows NaN or inf silently).
+    for (int s = 0; s < kSlots; ++s)
+      if (const auto& t = state.shown->traces[static_cast<size_t>(s)])
+        if (const std::string bad = t->nonfinite_summary(); !bad.empty())
+          state.message = std::string(s == 0 ? "left" : "right") + " model: values that are not finite (" +
+                          bad + "): the views leave them out";
     if (state.shown->prompt.rfind("(trace bundle ", 0) == 0) {  // the prompt box shows the bundle's text
       reset_continue(state, "stopped: a trace bundle was opened");
       for (const auto& t : state.shown->traces)
