@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 
 #include "viz/colormap.h"
 #include "viz/map_view.h"
@@ -118,7 +119,11 @@ TEST_CASE("NPY and CSV exports re-read to the same numbers", "[viz][export]") {
   CHECK(row0 == "<s>,0.125,0,-0.333333343");
   CHECK(row1.rfind("\"a,b\",", 0) == 0);
   CHECK(std::stof(row1.substr(row1.find(',', 6) + 1)) == 3.5f);
-  CHECK_THROWS_WITH(write_npy(dir / "no/such/dir/x.npy", m.data(), 2, 3), Catch::Contains("cannot write"));
+  // A missing folder is made (as every output folder is); a file where the folder should be cannot be.
+  CHECK_NOTHROW(write_npy(dir / "no/such/dir/x.npy", m.data(), 2, 3));
+  CHECK(std::filesystem::exists(dir / "no/such/dir/x.npy"));
+  difflens::test::write_all(dir / "afile", "x");
+  CHECK_THROWS_WITH(write_npy(dir / "afile/x.npy", m.data(), 2, 3), Catch::Contains("cannot write"));
   difflens::test::write_all(dir / "bad.npy", "not numpy");
   CHECK_THROWS_WITH(read_npy(dir / "bad.npy", &r, &c), Catch::Contains("not an NPY"));
 }
