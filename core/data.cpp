@@ -199,6 +199,14 @@ void add_wording_words(std::set<std::string>& words, const NeedleTemplate& wordi
   }
 }
 
+// Σ 1/(r + 1) up to each of n ranks: the weights of rank-weighted key draws.
+std::vector<double> zipf_cumulative(size_t n) {
+  std::vector<double> out;
+  double sum = 0;
+  for (size_t r = 0; r < n; ++r) out.push_back(sum += 1.0 / static_cast<double>(r + 1));
+  return out;
+}
+
 // Token span covering the byte span [begin, end) of the encoded text.
 Span token_span(const Encoding& e, size_t begin, size_t end) {
   Span s{-1, -1};
@@ -449,9 +457,7 @@ EpisodeBuilder::EpisodeBuilder(const Haystack& haystack, const Tokenizer& tokeni
   } else {
     keys_ = needle_names(split, names);
   }
-  double sum = 0;
-  for (size_t r = 0; r < keys_.size(); ++r)
-    zipf_cumulative_.push_back(sum += 1.0 / static_cast<double>(r + 1));
+  zipf_cumulative_ = zipf_cumulative(keys_.size());
 }
 
 void EpisodeBuilder::set_wordings(std::vector<NeedleTemplate> wordings) {
@@ -474,10 +480,7 @@ void EpisodeBuilder::set_wordings(std::vector<NeedleTemplate> wordings) {
   if (kept.size() < 16) throw Error("needle wordings: they leave fewer than 16 keys");
   keys_ = std::move(kept);
   name_keys_ = names;
-  zipf_cumulative_.clear();
-  double sum = 0;
-  for (size_t r = 0; r < keys_.size(); ++r)
-    zipf_cumulative_.push_back(sum += 1.0 / static_cast<double>(r + 1));
+  zipf_cumulative_ = zipf_cumulative(keys_.size());
 }
 
 void EpisodeBuilder::set_code_digits(int min, int max) {

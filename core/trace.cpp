@@ -86,6 +86,12 @@ size_t Trace::byte_size() const {
   return b;
 }
 
+std::string Trace::written_interventions() const {
+  std::string out;
+  for (const auto& iv : interventions) out += (out.empty() ? "" : ", ") + iv.first;
+  return out;
+}
+
 std::string Trace::nonfinite_summary() const {
   std::string out;
   auto add = [&](const std::string& what, size_t n) {

@@ -176,6 +176,8 @@ struct Trace {
   int64_t length() const { return static_cast<int64_t>(token_ids.size()); }
   // Bytes held by this trace (buffers, histograms, strings).
   size_t byte_size() const;
+  // The interventions as written, joined: "lambda=0, knockout=not-noise" ("" : the model as trained).
+  std::string written_interventions() const;
   // "" when every value the trace holds is finite; else what is not ("layer 2's maps: 12 NaN or inf values;
   // the next-token probabilities"), for a warning: no run writes NaN or inf without saying so.
   std::string nonfinite_summary() const;

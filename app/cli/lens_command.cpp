@@ -5,7 +5,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <sstream>
 
 #include "app/cli/commands.h"
@@ -112,10 +111,6 @@ int cmd_lens(const Args& a) {
       std::printf("%s %s %+.3f", i ? "," : "", std::get<1>(parts[i]).c_str(), std::get<0>(parts[i]));
     std::printf("\n");
   }
-  // The folders checked before the run (creatable) are made now, as every command's output folders are.
-  for (const std::string& file : {out, a.get("attribution", "")})
-    if (!file.empty() && !std::filesystem::path(file).parent_path().empty())
-      std::filesystem::create_directories(std::filesystem::path(file).parent_path());
   write_file_atomically(out, lens.str());
   std::printf("wrote %s", out.c_str());
   if (a.has("attribution")) {

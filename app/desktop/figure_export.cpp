@@ -105,14 +105,9 @@ std::vector<viz::HistogramFigure> outlier_figures(GuiState& state, int width, in
     for (int s = 0; s < kSlots; ++s) {
       const auto& t = r.traces[s];
       if (!t) continue;
-      ValueStats st;
-      if (layer < 0)
-        st = logits ? pooled_logit_stats(*t) : pooled_hidden_stats(*t);
-      else if (layer < static_cast<int>(t->layers.size()))
-        st = logits ? t->layers[static_cast<size_t>(layer)].logit_stats
-                    : t->layers[static_cast<size_t>(layer)].hidden_stats;
-      else
-        continue;
+      ValueStats logit_st, hidden_st;
+      if (!outlier_stats(*t, layer, logit_st, hidden_st)) continue;
+      const ValueStats& st = logits ? logit_st : hidden_st;
       h.series.push_back({model_name(*t), viz::model_colour(static_cast<size_t>(s)),
                           std::vector<double>(st.histogram.counts.begin(), st.histogram.counts.end())});
     }
@@ -135,7 +130,7 @@ std::string run_interventions(const RunResult& r) {
     const auto& t = r.traces[static_cast<size_t>(s)];
     if (!t) continue;
     ++slots;
-    for (const auto& iv : t->interventions) lists[s] += (lists[s].empty() ? "" : ", ") + iv.first;
+    lists[s] = t->written_interventions();
   }
   if (lists[0].empty() && lists[1].empty()) return "";
   if (slots < 2 || lists[0] == lists[1] || lists[1].empty() || lists[0].empty())

@@ -192,11 +192,11 @@ bool receive_result(GuiState& state, InferenceWorker& worker, HeadlessRun& headl
   if (auto r = worker.take_result()) {
     state.shown = std::move(r);
     // A run whose numbers overflowed says so (no view shows NaN or inf silently).
+    // (Found on the worker's thread: RunResult::nonfinite.)
     for (int s = 0; s < kSlots; ++s)
-      if (const auto& t = state.shown->traces[static_cast<size_t>(s)])
-        if (const std::string bad = t->nonfinite_summary(); !bad.empty())
-          state.message = std::string(s == 0 ? "left" : "right") + " model: values that are not finite (" +
-                          bad + "): the views leave them out";
+      if (const std::string& bad = state.shown->nonfinite[static_cast<size_t>(s)]; !bad.empty())
+        state.message = std::string(s == 0 ? "left" : "right") + " model: values that are not finite (" +
+                        bad + "): the views leave them out";
     if (state.shown->prompt.rfind("(trace bundle ", 0) == 0) {  // the prompt box shows the bundle's text
       reset_continue(state, "stopped: a trace bundle was opened");
       for (const auto& t : state.shown->traces)
@@ -446,10 +446,8 @@ std::string status_line(const GuiState& state) {
     for (int s = 0; s < kSlots; ++s) {
       const auto& t = state.shown->traces[static_cast<size_t>(s)];
       if (!t || t->interventions.empty()) continue;
-      std::string list;
-      for (const auto& iv : t->interventions) list += (list.empty() ? "" : ", ") + iv.first;
-      edited +=
-          std::string(edited.empty() ? " | INTERVENED " : "; ") + (s == 0 ? "left: " : "right: ") + list;
+      edited += std::string(edited.empty() ? " | INTERVENED " : "; ") + (s == 0 ? "left: " : "right: ") +
+                t->written_interventions();
     }
   char line[2048];
   std::snprintf(line, sizeof line, "%s%s | both models %.0f ms%s%s%s%s",

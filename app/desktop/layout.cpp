@@ -230,6 +230,25 @@ std::pair<int, int> word_of(const std::vector<std::string>& pieces, int j) {
   return {b, e};
 }
 
+std::vector<std::pair<int, int>> labelled_words(const std::vector<float>& row,
+                                                const std::vector<std::string>& pieces, int q,
+                                                int answer_begin, int answer_end, int top) {
+  std::vector<std::pair<int, int>> words;
+  for (int j : labelled_keys(row, q, answer_begin, answer_end, top)) {
+    auto [b, e] = word_of(pieces, j);
+    e = std::min(e, q);       // not over the query's own label
+    if (answer_begin >= 0) {  // nor into the answer's
+      if (j < answer_begin) e = std::min(e, answer_begin);
+      if (j >= answer_end) b = std::max(b, answer_end);
+    }
+    if (b >= e ||
+        std::any_of(words.begin(), words.end(), [&](const auto& w) { return b < w.second && e > w.first; }))
+      continue;
+    words.push_back({b, e});
+  }
+  return words;
+}
+
 std::string word_label(const std::vector<std::string>& labels, int begin, int end) {
   std::string out;
   for (int k = std::max(0, begin); k < std::min(end, static_cast<int>(labels.size())); ++k)

@@ -94,6 +94,12 @@ std::vector<int> labelled_keys(const std::vector<float>& row, int q, int answer_
 // a word; letters or digits glued on continue it ("cur" "ric" "ulum"), at most 12 pieces. A label reads
 // better as the word than as a piece of it.
 std::pair<int, int> word_of(const std::vector<std::string>& pieces, int j);
+// The keys labelled_keys picks, each as the word it belongs to ([begin, end) of `pieces`), clipped so that it
+// reaches neither the query nor into the answer span, a word that overlaps an earlier one left out: what
+// Figure 1 (the view and its export) labels.
+std::vector<std::pair<int, int>> labelled_words(const std::vector<float>& row,
+                                                const std::vector<std::string>& pieces, int q,
+                                                int answer_begin, int answer_end, int top);
 // The labels of [begin, end) joined, a leading space (or its visible mark) left out.
 std::string word_label(const std::vector<std::string>& labels, int begin, int end);
 

@@ -133,10 +133,8 @@ void ModelView::draw(GuiState& state, const Trace& t, int slot, uint64_t request
                        static_cast<float>(shown_heads) * (box.x + ImGui::GetStyle().ItemSpacing.x);
   ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + grid_w);
   // A run under interventions names them on the grid (its maps and λ are that run's).
-  std::string intervened;
-  for (const auto& iv : t.interventions)
-    intervened += (intervened.empty() ? " (INTERVENED: " : ", ") + iv.first;
-  if (!intervened.empty()) intervened += ")";
+  const std::string written = t.written_interventions();
+  const std::string intervened = written.empty() ? "" : " (INTERVENED: " + written + ")";
   ImGui::TextWrapped("%s: %s%s", t.config.name.c_str(),
                      metric > 0           ? kMetricNames[metric]
                      : t.config.is_diff() ? "A1 - lambda A2, layers x heads"

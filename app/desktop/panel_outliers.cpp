@@ -108,6 +108,18 @@ void draw_outlier_table(const char* id, const ValueStats* stats[kSlots], const c
 
 }  // namespace
 
+bool outlier_stats(const Trace& t, int layer, ValueStats& logits, ValueStats& hidden) {
+  if (layer < 0) {
+    logits = pooled_logit_stats(t);
+    hidden = pooled_hidden_stats(t);
+    return true;
+  }
+  if (layer >= static_cast<int>(t.layers.size())) return false;
+  logits = t.layers[static_cast<size_t>(layer)].logit_stats;
+  hidden = t.layers[static_cast<size_t>(layer)].hidden_stats;
+  return true;
+}
+
 std::string outlier_prompt_line(const GuiState& state) {
   if (!state.shown) return "";
   const RunResult& r = *state.shown;
@@ -118,15 +130,10 @@ std::string outlier_prompt_line(const GuiState& state) {
     const auto& t = r.traces[static_cast<size_t>(s)];
     if (!t) return "";
     names[s] = t->config.name.empty() ? to_string(t->config.attention) : t->config.name;
-    if (layer < 0) {
-      logit[s] = pooled_logit_stats(*t).top_k(1);
-      hidden[s] = pooled_hidden_stats(*t).top_k(1);
-    } else if (layer < static_cast<int>(t->layers.size())) {
-      logit[s] = t->layers[static_cast<size_t>(layer)].logit_stats.top_k(1);
-      hidden[s] = t->layers[static_cast<size_t>(layer)].hidden_stats.top_k(1);
-    } else {
-      return "";
-    }
+    ValueStats l, h;
+    if (!outlier_stats(*t, layer, l, h)) return "";
+    logit[s] = l.top_k(1);
+    hidden[s] = h.top_k(1);
   }
   auto word = [](float a, float b) { return a > b ? "larger" : a < b ? "smaller" : "equal"; };
   char line[512];
@@ -173,15 +180,7 @@ void draw_outlier_panel(GuiState& state) {
     const auto& t = r.traces[s];
     if (!t) continue;
     names[s] = t->config.name.empty() ? to_string(t->config.attention) : t->config.name.c_str();
-    if (layer_choice < 0) {
-      logits[s] = pooled_logit_stats(*t);
-      hidden[s] = pooled_hidden_stats(*t);
-    } else if (layer_choice < static_cast<int>(t->layers.size())) {
-      logits[s] = t->layers[static_cast<size_t>(layer_choice)].logit_stats;
-      hidden[s] = t->layers[static_cast<size_t>(layer_choice)].hidden_stats;
-    } else {
-      continue;
-    }
+    if (!outlier_stats(*t, layer_choice, logits[s], hidden[s])) continue;
     lp[s] = &logits[s];
     hp[s] = &hidden[s];
   }

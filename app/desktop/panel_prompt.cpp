@@ -245,9 +245,8 @@ void draw_prompt_editor(GuiState& state) {
       p.editing = false;  // the keyboard went elsewhere: the wrapped text again
   } else {
     // The text wrapped at the box's width, scrolled to its end (the question, the query) when it changes;
-    // a click edits it. Lines are whole at the edges: the box is three lines high plus its padding.
-    // The frame as the editor draws it; inside, a window exactly three lines high (its clip rectangle is
-    // the lines', so that no part of a fourth shows).
+    // a click edits it. The frame as the editor draws it; inside, a window exactly three lines high (its
+    // clip rectangle is the lines', so that no part of a fourth shows).
     const ImGuiStyle& st = ImGui::GetStyle();
     const ImVec2 p0 = ImGui::GetCursorScreenPos();
     const float box_w = ImGui::GetContentRegionAvail().x + size.x;  // size.x < 0: room left for the controls
@@ -290,7 +289,7 @@ void draw_prompt_editor(GuiState& state) {
     if (p.scroll_frames > 0) {
       --p.scroll_frames;
       ImGui::SetScrollY(last);
-    } else if (ImGui::IsWindowHovered() && ImGui::GetIO().MouseWheel != 0) {
+    } else if (hovered && ImGui::GetIO().MouseWheel != 0) {
       const float at = std::round(ImGui::GetScrollY() / line) - std::round(ImGui::GetIO().MouseWheel);
       ImGui::SetScrollY(std::clamp(at * line, 0.0f, last));
     } else if (std::fmod(ImGui::GetScrollY(), line) != 0 || ImGui::GetScrollY() > last) {

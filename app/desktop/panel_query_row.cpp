@@ -269,20 +269,9 @@ void draw_row_chart(GuiState& state, const Trace& t, int slot, const QueryRow& r
     }
     if (!in_answer(q)) wants.push_back({q, q + 1, labels[static_cast<size_t>(q)], query_ink});
     // Each key as the whole word it is a piece of ("curriculum", not "cur" and "ul"), once a word.
-    const std::vector<std::string>& pieces = t.tokens;
-    for (int j : labelled_keys(row.values, q, answer_marked ? sel.answer_begin : -1,
-                               answer_marked ? sel.answer_end : -1, 8)) {
-      auto [b, e] = word_of(pieces, j);
-      e = std::min(e, q);
-      if (answer_marked) {
-        if (j < sel.answer_begin) e = std::min(e, sel.answer_begin);
-        if (j >= sel.answer_end) b = std::max(b, sel.answer_end);
-      }
-      if (b >= e ||
-          std::any_of(wants.begin(), wants.end(), [&](const Want& w) { return b < w.end && e > w.first; }))
-        continue;
+    for (const auto& [b, e] : labelled_words(row.values, t.tokens, q, answer_marked ? sel.answer_begin : -1,
+                                             answer_marked ? sel.answer_end : -1, 8))
       wants.push_back({b, e, word_label(labels, b, e), key_ink});
-    }
     std::vector<BarLabel> want;
     for (const Want& w : wants) {
       float top = zero, bottom = zero;
@@ -472,19 +461,8 @@ viz::ChartFigure figure1_chart(GuiState& state, int width, int height, float fon
     p.labelled.push_back(q);
     // The keys of largest weight, each labelled as the whole word it is a piece of (once a word), centred
     // under the word's pieces.
-    std::vector<std::pair<int, int>> words;
-    for (int j : labelled_keys(row.values, q, answer_marked ? sel.answer_begin : -1,
-                               answer_marked ? sel.answer_end : -1, 8)) {
-      auto [b, e] = word_of(t.tokens, j);
-      e = std::min(e, q);   // not over the query's own label
-      if (answer_marked) {  // nor into the answer's
-        if (j < sel.answer_begin) e = std::min(e, sel.answer_begin);
-        if (j >= sel.answer_end) b = std::max(b, sel.answer_end);
-      }
-      if (b >= e ||
-          std::any_of(words.begin(), words.end(), [&](auto w) { return b < w.second && e > w.first; }))
-        continue;
-      words.push_back({b, e});
+    for (const auto& [b, e] : labelled_words(row.values, t.tokens, q, answer_marked ? sel.answer_begin : -1,
+                                             answer_marked ? sel.answer_end : -1, 8)) {
       p.groups[static_cast<size_t>(b)] = word_label(labels, b, e);
       p.label_end[static_cast<size_t>(b)] = e;
       p.labelled.push_back(b);

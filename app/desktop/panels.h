@@ -84,6 +84,9 @@ void draw_lab_panel(GuiState& state, InferenceWorker& worker);
 
 // panel_outliers.cpp: the Outliers tab.
 void draw_outlier_panel(GuiState& state);
+// The Outliers view's statistics of one trace: at `layer`, or pooled over layers (layer < 0); false when the
+// trace has no such layer.
+bool outlier_stats(const Trace& t, int layer, ValueStats& logits, ValueStats& hidden);
 // This prompt's largest |attention logit| and |hidden state| of each model in the run on screen, at the
 // Outliers view's layer (or pooled), compared in words, and where the left model's is the larger, a note that
 // the card's figure (over the whole haystack) can differ from one prompt: "" without two models.

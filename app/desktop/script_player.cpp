@@ -156,12 +156,6 @@ void ScriptPlayer::step(GuiState& state, InferenceWorker& worker, PlayRequests& 
     out.quit = true;
     return;
   }
-  if (seconds_ > 0 && now - start_ > seconds_) {
-    ending_ = true;
-    wait_results_ = true;
-    waiting_since_ = now;
-    return;
-  }
   if (next_ >= script_.actions.size()) {
     finish("done");
     out.quit = exit_;

@@ -529,8 +529,7 @@ ExplainSide explain_side(const std::string& model, const Trace* trace, int layer
     return s;
   }
   s.tokens = viz::display_tokens(trace->tokens, viz::Spaces::Visible);
-  for (const auto& iv : trace->interventions)
-    s.interventions += (s.interventions.empty() ? "" : ", ") + iv.first;
+  s.interventions = trace->written_interventions();
   if (trace->config.is_diff())
     for (const LayerTrace& l : trace->layers) s.layer_lambdas.push_back(l.lambda);
   try {

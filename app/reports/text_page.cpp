@@ -287,8 +287,7 @@ std::string text_page_html(const std::vector<const Trace*>& traces, const PageOp
   std::string names, intervened;
   for (const Trace* t : traces) {
     names += (names.empty() ? "" : " and ") + model_name(*t);
-    std::string list;
-    for (const auto& iv : t->interventions) list += (list.empty() ? "" : ", ") + iv.first;
+    const std::string list = t->written_interventions();
     if (!list.empty()) intervened += (intervened.empty() ? "" : "; ") + model_name(*t) + " under " + list;
   }
   std::string left_note;

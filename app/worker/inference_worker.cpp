@@ -138,6 +138,12 @@ void explain_slot(const Model& m, const std::vector<int64_t>& ids, const RunEdit
   }
 }
 
+// RunResult::nonfinite of each slot's trace, here on the worker's thread (a long prompt's maps are many).
+void note_nonfinite(RunResult& r) {
+  for (size_t s = 0; s < kSlots; ++s)
+    if (r.traces[s]) r.nonfinite[s] = r.traces[s]->nonfinite_summary();
+}
+
 // The sweep's interventions a slot's model can take, each checked alone as the episodes resolve them (the
 // code a one-token answer, the question's first token the query) in the shortest prompt; the others are
 // noted with their reason.
@@ -751,6 +757,7 @@ void InferenceWorker::loop() {
           r.errors[static_cast<size_t>(job.slot)] = user_message(e);
         }
         r.errors[static_cast<size_t>(1 - job.slot)] = "(showing a trace bundle in the other slot)";
+        note_nonfinite(r);
         lock.lock();
         result_ = std::move(r);
       } else {
@@ -800,6 +807,7 @@ void InferenceWorker::loop() {
         }
       }
       r.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      note_nonfinite(r);
       lock.lock();
       // A newer request may have arrived meanwhile: then this result is stale and is dropped.
       if (!cancelled && !(pending_run_ && pending_run_->id > id)) {

@@ -83,6 +83,8 @@ struct RunResult {
   // ran under some); `why_error` when the slot could not be explained.
   std::array<std::shared_ptr<const AnswerExplanation>, kSlots> why, why_before;
   std::array<std::string, kSlots> why_error;
+  // Where a slot's trace holds NaN or inf (Trace::nonfinite_summary), "" when nowhere.
+  std::array<std::string, kSlots> nonfinite;
 };
 
 // The first slot that holds a trace (the one the token strip shows), -1 when none does.
