@@ -76,6 +76,12 @@ TEST_CASE("contract: every command checks its output path before any work", "[cl
       {"render --trace " + quoted(dir.path()) + " --out x.jpg", "writes .png or .svg files; name it x.png"},
       {"--screenshot shot.jpg", "--screenshot shot.jpg: writes .png files; name it shot.png"},
       {"train --corpus " + quoted(dir.path()) + " --out " + f, "is a file, not a folder"},
+      {"heads --prompt 'The code' --out " + quoted(file / "h.csv"), "is a file; give a folder"},
+      {"lens --prompt 'The code' --out " + quoted(file / "l.csv"), "is a file; give a folder"},
+      {"man --out " + quoted(dir.path()), "is a folder; give a file name"},
+      {"man --out " + quoted(file / "difflens.1"), "is a file; give a folder"},
+      {"icon --out " + f, "is a file; give a folder"},
+      {"--export-all --export-dir " + f, "is a file; give a folder"},
   };
   for (const auto& [args, message] : cases) {
     const Result r = run(args, dir);
@@ -85,6 +91,14 @@ TEST_CASE("contract: every command checks its output path before any work", "[cl
     CHECK(r.out.find("[1/") == std::string::npos);        // no episode ran before the refusal
     CHECK(r.out.find("window 1/") == std::string::npos);  // nor a window of the text
   }
+#ifdef DIFFLENS_GUI
+  {  // soak checks its folder before it asks for a display
+    const Result r = run("soak --seconds 1 --out " + f, dir);
+    INFO(r.out);
+    CHECK(r.status == 1);
+    CHECK(r.out.find("--out " + file.string() + ": is a file; give a folder") != std::string::npos);
+  }
+#endif
   CHECK(test::read_all(file) == "mine\n");
   // A refusal leaves no empty output folder behind; an upper-case extension writes what it names.
   Result r = run("needle --lengths 5 --out " + quoted(dir / "new"), dir);

@@ -25,7 +25,7 @@ int cmd_man(const Args& a) {
   const std::string page = man_page(gui_command(), all_commands(), "DiffLens " + version_number());
   if (!a.has("out")) return std::fputs(page.c_str(), stdout), 0;
   const std::filesystem::path out = a.get("out");
-  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  check_output_file(out.string(), "--out", {});  // a folder, or a file where its folder belongs: named
   write_file_atomically(out, page);
   std::printf("wrote %s\n", out.string().c_str());
   return 0;
@@ -33,6 +33,7 @@ int cmd_man(const Args& a) {
 
 int cmd_icon(const Args& a) {
   const std::filesystem::path dir = a.require("out");
+  check_output_dir(dir.string(), "--out");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (!std::filesystem::is_directory(dir))

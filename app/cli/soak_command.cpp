@@ -292,10 +292,11 @@ int cmd_soak(const Args& a) {
 #ifndef DIFFLENS_GUI
   throw Error("soak plays the desktop app, and this difflens was built without it (DIFFLENS_GUI=OFF)");
 #endif
+  const fs::path out = a.get("out");
+  check_output_dir(out.string(), "--out");
   const char* display = std::getenv("DISPLAY");
   if (!display || !*display)
     throw Error("soak needs a display for the app: run it under xvfb-run (scripts/soak does)");
-  const fs::path out = a.get("out");
   if (fs::exists(out) && !fs::is_empty(out))
     throw Error("soak: --out " + out.string() + " is not empty (a soak never writes over anything)");
   fs::create_directories(out);
