@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -84,12 +85,74 @@ std::string unmap(const std::string& token) {
 
 const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// Unicode's White_Space property (PropList.txt, unchanged since Unicode 6.3): what `\s` means to Rust's
+// regex (tiktoken) and to Oniguruma (tokenizers). PCRE2's `\s` under PCRE2_UCP is Z plus its own \h and \v
+// lists, which keep U+180E (Mongolian vowel separator, no longer a space since Unicode 6.3): "\u180e'm"
+// split as "'m" here and as "'", "m" by both references.
+const char* kWhiteSpaceMembers =
+    R"(\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
 }  // namespace
+
+// `pattern` with `\s` and `\S` written as the White_Space class: `\s` -> [members] (inside a class: the
+// members), `\S` -> [^members]. `\S` inside a class has no such spelling and is left to PCRE2 (none of
+// the published pre-tokenizer patterns has one). Escaped backslashes and \Q...\E stay as they are.
+std::string with_explicit_space(const std::string& pattern) {
+  const std::string members = kWhiteSpaceMembers;
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[i + 1];
+      if (e == 'Q') {  // quoted up to \E (or the end)
+        const size_t stop = pattern.find("\\E", i + 2);
+        const size_t to = stop == std::string::npos ? pattern.size() : stop + 2;
+        out.append(pattern, i, to - i);
+        i = to - 1;
+      } else if (e == 's') {
+        out += in_class ? members : "[" + members + "]";
+        ++i;
+      } else if (e == 'S' && !in_class) {
+        out += "[^" + members + "]";
+        ++i;
+      } else {
+        out += c;
+        out += e;
+        ++i;
+      }
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      // A ']' right after '[' or '[^' is a literal member.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {  // [:alpha:]
+      const size_t stop = pattern.find(":]", i + 2);
+      const size_t to = stop == std::string::npos ? pattern.size() : stop + 2;
+      out.append(pattern, i, to - i);
+      i = to - 1;
+      continue;
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+  }
+  return out;
+}
 
 struct ByteLevelBpe::Regex {
   pcre2_code* code = nullptr;  // immutable once compiled; match data is made per call (thread-safe)
+  bool jit = false;            // JIT-compiled (pcre2_match then uses it)
+  // Without JIT: the same pattern compiled without PCRE2_MATCH_INVALID_UTF, matched with
+  // PCRE2_NO_UTF_CHECK on the text's runs of valid UTF-8 (each checked once, by pretokenize).
+  pcre2_code* plain = nullptr;
   ~Regex() {
     if (code) pcre2_code_free(code);
+    if (plain) pcre2_code_free(plain);
   }
 };
 
@@ -208,8 +271,7 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
   auto add_regex = [&](const std::string& pattern) { bpe->splits_.push_back(compile(pattern)); };
   // What the library's `\w` and `\s` (Rust regex, Unicode) mean for single_word / lstrip / rstrip.
   bpe->word_char_ = compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])");
-  bpe->space_char_ = compile(
-      R"([\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}])");
+  bpe->space_char_ = compile(R"(\s)");  // White_Space (with_explicit_space)
   bool byte_level = false;
   std::function<void(const json&)> pre = [&](const json& p) {
     if (p.is_null()) return;
@@ -364,7 +426,8 @@ std::unique_ptr<ByteLevelBpe::Regex> ByteLevelBpe::compile(const std::string& pa
   int err = 0;
   PCRE2_SIZE at = 0;
   auto r = std::make_unique<Regex>();
-  r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+  const std::string explicit_space = with_explicit_space(pattern);
+  r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(explicit_space.c_str()), explicit_space.size(),
                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | extra, &err, &at, nullptr);
   if (!r->code) {
     PCRE2_UCHAR msg[256];
@@ -372,6 +435,16 @@ std::unique_ptr<ByteLevelBpe::Regex> ByteLevelBpe::compile(const std::string& pa
     throw Error(what + " does not compile at offset " + std::to_string(at) + ": " +
                 reinterpret_cast<const char*>(msg));
   }
+  // JIT-compiled, a match costs what it reads: the interpreter, for a pattern compiled with
+  // PCRE2_MATCH_INVALID_UTF, checks the subject's UTF-8 from the start offset to its end on every call, so
+  // splitting a text took time quadratic in its length (300 KB: 9-11 s, now 0.1 s). Where JIT is not
+  // available (another CPU, a library built without it) pretokenize() checks the UTF-8 once itself.
+  const char* no_jit = std::getenv("DIFFLENS_NO_JIT");  // tests and benchmarks of the fallback
+  r->jit = !(no_jit && *no_jit && std::string(no_jit) != "0") &&
+           pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE) == 0;
+  if (!r->jit)
+    r->plain = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(explicit_space.c_str()), explicit_space.size(),
+                             PCRE2_UTF | PCRE2_UCP | extra, &err, &at, nullptr);
   return r;
 }
 
@@ -388,32 +461,78 @@ int64_t ByteLevelBpe::id_of(const std::string& token) const {
   return it == vocab_.end() ? -1 : it->second;
 }
 
+namespace {
+
+// Bytes of the UTF-8 character that starts at `at` (before `limit`): 1 to 4, or 0 when the bytes there are
+// not the start of one whole character (a stray continuation byte, a cut sequence, an invalid lead byte).
+size_t utf8_char_length(const std::string& text, size_t at, size_t limit) {
+  if (at >= limit) return 0;
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  const size_t n = lead < 0x80                    ? 1
+                   : lead >= 0xC2 && lead <= 0xDF ? 2
+                   : lead >= 0xE0 && lead <= 0xEF ? 3
+                   : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                  : 0;
+  if (n == 0 || n > limit - at) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((byte(at + k) & 0xC0) != 0x80) return 0;
+  // RFC 3629, as PCRE2 checks it: no overlong forms, no surrogates, nothing above U+10FFFF.
+  const unsigned char second = byte(at + 1 < limit ? at + 1 : at);
+  if ((lead == 0xE0 && second < 0xA0) || (lead == 0xED && second > 0x9F) || (lead == 0xF0 && second < 0x90) ||
+      (lead == 0xF4 && second > 0x8F))
+    return 0;
+  return n;
+}
+
+}  // namespace
+
 // Splits [begin, end) of `text` by every regex in turn (matches and the gaps between them both become
-// pieces), then byte-pair-encodes each piece.
+// pieces), then byte-pair-encodes each piece. Linear in the text's length: JIT-compiled patterns read
+// invalid UTF-8 as characters that match nothing; without JIT the valid runs are found once here and
+// matched without a further check (an invalid byte matches nothing either way, and is left in a gap).
 void ByteLevelBpe::pretokenize(const std::string& text, size_t begin, size_t end,
                                std::vector<Token>& out) const {
   std::vector<std::pair<size_t, size_t>> pieces{{begin, end}};
   for (const auto& r : splits_) {
     std::vector<std::pair<size_t, size_t>> next;
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(r->code, nullptr);
+    pcre2_code* code = r->jit || !r->plain ? r->code : r->plain;
+    const uint32_t options = r->jit || !r->plain ? 0 : PCRE2_NO_UTF_CHECK;
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
     for (const auto& [b, e] : pieces) {
-      const PCRE2_SPTR subject = reinterpret_cast<PCRE2_SPTR>(text.data() + b);
-      const size_t len = e - b;
-      size_t pos = 0, gap = 0;
-      while (pos < len) {
-        const int rc = pcre2_match(r->code, subject, len, pos, 0, md, nullptr);
-        if (rc < 0) break;
-        const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-        size_t ms = ov[0], me = ov[1];
-        if (me == ms) {  // an empty match: step over one byte and look again
-          pos = ms + 1;
-          continue;
+      size_t gap = b;  // where the text not yet given to a piece starts
+      // Every match in [from, to) (absolute offsets), each followed by the gap before it.
+      auto split = [&](size_t from, size_t to) {
+        const PCRE2_SPTR subject = reinterpret_cast<PCRE2_SPTR>(text.data() + from);
+        const size_t len = to - from;
+        size_t pos = 0;
+        while (pos < len) {
+          const int rc = pcre2_match(code, subject, len, pos, options, md, nullptr);
+          if (rc < 0) break;
+          const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+          const size_t ms = from + ov[0], me = from + ov[1];
+          if (me == ms) {  // an empty match: step over one byte (a character on a valid run) and look again
+            pos = ov[0] + (options ? std::max<size_t>(1, utf8_char_length(text, ms, to)) : 1);
+            continue;
+          }
+          if (ms > gap) next.push_back({gap, ms});
+          next.push_back({ms, me});
+          gap = me;
+          pos = ov[1];
         }
-        if (ms > gap) next.push_back({b + gap, b + ms});
-        next.push_back({b + ms, b + me});
-        gap = pos = me;
+      };
+      if (!options) {
+        split(b, e);
+      } else {
+        for (size_t at = b; at < e;) {
+          size_t run = at;
+          for (size_t n; run < e && (n = utf8_char_length(text, run, e)) > 0;) run += n;
+          if (run > at) split(at, run);
+          at = run;
+          while (at < e && utf8_char_length(text, at, e) == 0) ++at;  // invalid bytes: in no match
+        }
       }
-      if (gap < len) next.push_back({b + gap, b + len});
+      if (gap < e) next.push_back({gap, e});
     }
     pcre2_match_data_free(md);
     pieces = std::move(next);
@@ -495,27 +614,6 @@ void ByteLevelBpe::encode_word(const std::string& text, size_t begin, size_t end
     }
   }
 }
-
-namespace {
-
-// Bytes of the UTF-8 character that starts at `at` (before `limit`): 1 to 4, or 0 when the bytes there are
-// not the start of one whole character (a stray continuation byte, a cut sequence, an invalid lead byte).
-size_t utf8_char_length(const std::string& text, size_t at, size_t limit) {
-  if (at >= limit) return 0;
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(at);
-  const size_t n = lead < 0x80                    ? 1
-                   : lead >= 0xC2 && lead <= 0xDF ? 2
-                   : lead >= 0xE0 && lead <= 0xEF ? 3
-                   : lead >= 0xF0 && lead <= 0xF4 ? 4
-                                                  : 0;
-  if (n == 0 || n > limit - at) return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((byte(at + k) & 0xC0) != 0x80) return 0;
-  return n;
-}
-
-}  // namespace
 
 // Whether the character starting at byte `at` (before `limit`) is in the class `r`. Only that character is
 // shown to PCRE2: matched inside a longer subject with invalid UTF-8 further on, an anchored class once

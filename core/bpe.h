@@ -14,6 +14,11 @@
 
 namespace difflens {
 
+// `pattern` with `\s` and `\S` spelled as Unicode's White_Space class, which is what `\s` means to the
+// reference tokenizers (Rust's regex, Oniguruma); PCRE2's own `\s` also takes U+180E. Every pattern
+// ByteLevelBpe compiles goes through it.
+std::string with_explicit_space(const std::string& pattern);
+
 class ByteLevelBpe {
  public:
   // Reads tokenizer.json. Throws Error naming the file and what is unsupported: a model other than BPE,

@@ -6,6 +6,9 @@
 // lstrip / rstrip / single_word added tokens.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -153,4 +156,72 @@ TEST_CASE("The reference corpora exercise what differs between the test tokenize
   const int64_t added = prefix->encode("DiffLens").at(0).id;
   CHECK(prefix->encode("(DiffLens)").at(1).id == added);
   for (const auto& t : prefix->encode("xDiffLens DiffLens2 DiffLens\xCC\x81")) CHECK(t.id != added);
+}
+
+TEST_CASE("Byte-level BPE without JIT gives the same ids on the test corpora", "[tokenizer][bpe]") {
+  // Where PCRE2 has no JIT, pretokenize checks the UTF-8 once and matches its valid runs with a second
+  // compilation of each pattern: the same tokens, invalid bytes included (fuzz.txt is random bytes).
+  const auto corpus = lines_of(slurp(kData / "corpus.txt")), fuzz = lines_of(slurp(kData / "fuzz.txt"));
+  for (const char* name : {"llama3-style", "gpt2-style", "prefix-space"}) {
+    INFO(name);
+    const auto path = kData / (std::string(name) + ".tokenizer.json");
+    const auto jit = ByteLevelBpe::load(path);
+    ::setenv("DIFFLENS_NO_JIT", "1", 1);
+    const auto interpreted = ByteLevelBpe::load(path);
+    ::unsetenv("DIFFLENS_NO_JIT");
+    const Result random = compare(*interpreted, fuzz, expected(std::string(name) + ".fuzz.jsonl"));
+    CHECK(random.same_ids == random.texts);
+    const Result lines = compare(*interpreted, corpus, expected(std::string(name) + ".corpus.jsonl"));
+    CHECK(lines.same_ids == lines.texts);
+    for (const std::string& text : fuzz) {
+      const auto a = jit->encode(text), b = interpreted->encode(text);
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) CHECK((a[i].begin == b[i].begin && a[i].end == b[i].end));
+    }
+  }
+}
+
+TEST_CASE("Byte-level BPE reads \\s as Unicode's White_Space, as the references do: U+180E is not a space",
+          "[tokenizer][bpe]") {
+  const std::string ws =
+      R"(\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+  CHECK(with_explicit_space(R"(\s+(?!\S)|\s+)") == "[" + ws + "]+(?![^" + ws + "])|[" + ws + "]+");
+  CHECK(with_explicit_space(R"( ?[^\s\p{L}\p{N}]+)") == " ?[^" + ws + R"(\p{L}\p{N}]+)");
+  CHECK(with_explicit_space(R"([]\s])") == "[]" + ws + "]");             // a ']' first is a member
+  CHECK(with_explicit_space(R"(\\s\Q\s\E[\S])") == R"(\\s\Q\s\E[\S])");  // escaped, quoted, \S in a class
+  CHECK(with_explicit_space(R"([[:alpha:]\s]x)") == "[[:alpha:]" + ws + "]x");
+  // In the GPT-2 pattern: U+180E (Mongolian vowel separator, Cf) joins the punctuation after it, so "'s"
+  // is cut ("'" then "s", as tiktoken and tokenizers cut it); after U+3000, a space, "'s" stays one token.
+  const auto gpt2 = ByteLevelBpe::load(kData / "gpt2-style.tokenizer.json");
+  const int64_t apostrophe_s = gpt2->id_of("'s");
+  REQUIRE(apostrophe_s >= 0);
+  const auto after_180e = gpt2->encode("x\xE1\xA0\x8E's");
+  REQUIRE(!after_180e.empty());
+  CHECK(after_180e.back().id == gpt2->id_of("s"));
+  CHECK(after_180e.back().begin == after_180e.back().end - 1);
+  const auto after_3000 = gpt2->encode("x\xE3\x80\x80's");
+  REQUIRE(!after_3000.empty());
+  CHECK(after_3000.back().id == apostrophe_s);
+}
+
+TEST_CASE("Byte-level BPE takes time linear in the text's length", "[tokenizer][bpe]") {
+  // Four times the text, about four times the CPU time (not 16, as when every match checked the UTF-8 to
+  // the end of the text); the best of three runs, CPU time of this process.
+  const std::string corpus = slurp(kData / "corpus.txt");
+  std::string text;
+  while (text.size() < (1u << 20)) text += corpus;
+  const auto bpe = ByteLevelBpe::load(kData / "llama3-style.tokenizer.json");
+  auto best_of_three = [&](size_t bytes) {
+    double best = 1e9;
+    for (int i = 0; i < 3; ++i) {
+      const std::clock_t t0 = std::clock();
+      const auto toks = bpe->encode(text.substr(0, bytes));
+      best = std::min(best, static_cast<double>(std::clock() - t0) / CLOCKS_PER_SEC);
+      CHECK(toks.back().end == bytes);
+    }
+    return best;
+  };
+  const double quarter = best_of_three(text.size() / 4), whole = best_of_three(text.size());
+  INFO(text.size() / 4 << " bytes: " << quarter << " s; " << text.size() << " bytes: " << whole << " s");
+  CHECK(whole < 6 * std::max(quarter, 0.01));
 }
