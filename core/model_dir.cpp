@@ -283,10 +283,10 @@ ModelConfig diff_mlx_config(const std::string& text, const std::string& src, boo
   c.max_position_embeddings = integer("block_size");
   c.rope_theta = number("rope_base", 10000.0);
   c.rms_norm_eps = c.subln_eps = number("rms_eps", 1e-5);
-  if (m.contains("tie_embeddings") && !(m["tie_embeddings"].is_boolean() && m["tie_embeddings"].get<bool>()))
-    config_fail(src,
-                "tie_embeddings must be true: diff-mlx's model has no output matrix of its own (its "
-                "logits are the final norm's output times the embedding)");
+  // diff-mlx's model.py ties the embeddings whatever tie_embeddings says (it has no output matrix of its
+  // own: the logits are the final norm's output times the embedding), so false is read as it runs: tied.
+  if (m.contains("tie_embeddings") && !m["tie_embeddings"].is_boolean())
+    config_fail(src, "'tie_embeddings' must be true or false");
   if (m.contains("amp_dtype")) {
     const std::string a = m["amp_dtype"].is_string() ? m["amp_dtype"].get<std::string>() : "";
     if (a != "float32" && a != "bfloat16")

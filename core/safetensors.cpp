@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,15 @@ bool parse_dtype(const std::string& s, DType* out) {
   else
     return false;
   return true;
+}
+
+// Bytes per element of the safetensors dtypes DiffLens skips (0: not a safetensors dtype).
+size_t other_dtype_size(const std::string& s) {
+  static const std::map<std::string, size_t> kSizes = {
+      {"F64", 8}, {"I64", 8}, {"U64", 8},  {"I32", 4},     {"U32", 4},     {"I16", 2},  {"U16", 2},
+      {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"E8M0", 1}, {"F8_E8M0", 1}};
+  auto it = kSizes.find(s);
+  return it == kSizes.end() ? 0 : it->second;
 }
 
 }  // namespace
@@ -225,8 +235,18 @@ void SafetensorsFile::parse() {
       info.name = name;
       auto dt = v.find("dtype");
       if (dt == v.end() || !dt->is_string()) fail(path, where + "missing dtype");
-      if (!parse_dtype(dt->get<std::string>(), &info.dtype))
-        fail(path, where + "dtype " + dt->get<std::string>() + " is not supported (F32, F16, BF16 are)");
+      size_t element = 0;
+      if (parse_dtype(dt->get<std::string>(), &info.dtype)) {
+        element = dtype_size(info.dtype);
+      } else {
+        element = other_dtype_size(dt->get<std::string>());
+        if (element == 0)
+          fail(path,
+               where + "dtype " + dt->get<std::string>() +
+                   " is not a safetensors dtype (F32, F16, BF16 are read; F64, I64, U64, I32, U32, I16, "
+                   "U16, I8, U8, BOOL and the F8 types are skipped)");
+        info.other_dtype = dt->get<std::string>();
+      }
       auto sh = v.find("shape");
       if (sh == v.end() || !sh->is_array()) fail(path, where + "missing shape");
       uint64_t numel = 1;
@@ -253,10 +273,10 @@ void SafetensorsFile::parse() {
         fail(path, where + "data_offsets [" + std::to_string(info.begin) + "," + std::to_string(info.end) +
                        "] run past the end of the data (" + std::to_string(data_size) +
                        " bytes; file truncated?)");
-      if (info.end - info.begin != numel * dtype_size(info.dtype))
+      if (info.end - info.begin != numel * element)
         fail(path, where + "holds " + std::to_string(info.end - info.begin) + " bytes but " +
-                       to_string(info.dtype) + " " + shape_string(info.shape) + " needs " +
-                       std::to_string(numel * dtype_size(info.dtype)));
+                       (info.other_dtype.empty() ? std::string(to_string(info.dtype)) : info.other_dtype) +
+                       " " + shape_string(info.shape) + " needs " + std::to_string(numel * element));
       index_[name] = tensors_.size();
       tensors_.push_back(std::move(info));
     }
@@ -318,6 +338,9 @@ std::vector<float> SafetensorsFile::read_f32(const TensorInfo& info) const {
 }
 
 void SafetensorsFile::read_f32(const TensorInfo& info, float* out) const {
+  if (!info.other_dtype.empty())
+    fail(path_,
+         "tensor '" + info.name + "': dtype " + info.other_dtype + " is not supported (F32, F16, BF16 are)");
   const size_t n = static_cast<size_t>(info.numel());
   const uint8_t* p = data(info);
   switch (info.dtype) {

@@ -22,6 +22,10 @@ struct TensorInfo {
   std::vector<int64_t> shape;
   uint64_t begin = 0;  // byte offsets into the data buffer
   uint64_t end = 0;
+  // A safetensors dtype DiffLens does not read as numbers ("U64", "I32", "F64", "BOOL", ...; empty for F32,
+  // F16 and BF16): the entry is checked like any other and its data never read (read_f32 refuses it by
+  // name). diff-mlx's training files keep the optimizer's step as U64 beside the weights.
+  std::string other_dtype;
   int64_t numel() const;
 };
 

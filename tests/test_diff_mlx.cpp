@@ -77,23 +77,53 @@ nlohmann::json mlx_config(const MlxSpec& s) {
   return {{"model", m}, {"train", {{"peak_lr", 4e-4}, {"warmup_steps", 1000}, {"micro_batch", 8}}}};
 }
 
-// As checkpoint.py saves: parameters under "model.", Adam's moments under "opt.", the step as metadata.
+// One safetensors entry as raw bytes in any dtype (TensorToWrite writes float dtypes only).
+struct RawEntry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+template <typename T>
+std::string bytes_of(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// A safetensors file as the format defines it: 8-byte header length, the JSON header, the data.
+void write_raw_safetensors(const std::filesystem::path& path, const std::vector<RawEntry>& entries,
+                           const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = {{"__metadata__", metadata}};
+  std::string data;
+  for (const RawEntry& e : entries) {
+    header[e.name] = {{"dtype", e.dtype},
+                      {"shape", e.shape},
+                      {"data_offsets", {data.size(), data.size() + e.bytes.size()}}};
+    data += e.bytes;
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h += ' ';
+  const uint64_t n = h.size();
+  test::write_all(path, std::string(reinterpret_cast<const char*>(&n), 8) + h + data);
+}
+
+// As diff-mlx's checkpoint.py saves a training checkpoint: the parameters under "model.", and the AdamW
+// state MLX keeps under "opt.": its step as a 0-d U64, its learning rate as a 0-d F32, and each parameter's
+// first and second moments under the parameter's own name (tree_flatten of the optimizer's state).
 void write_mlx(const MlxSpec& s, const Tensors& t, const std::filesystem::path& dir,
                const std::string& file = "latest.safetensors") {
   std::filesystem::create_directories(dir);
   test::write_all(dir / "config.json", mlx_config(s).dump(2));
   test::write_all(dir / "metrics.jsonl", "{\"step\": 30000, \"loss\": 3.04}\n");
-  std::vector<TensorToWrite> w;
-  std::vector<std::vector<float>> moments;
-  moments.reserve(2 * t.size());
+  std::vector<RawEntry> w;
+  w.push_back({"opt.step", "U64", {}, bytes_of(std::vector<uint64_t>{30000})});
+  w.push_back({"opt.learning_rate", "F32", {}, bytes_of(std::vector<float>{4e-4f})});
   for (const auto& [name, st] : t) {
-    w.push_back({"model." + name, st.first, st.second.data()});
-    for (const char* m : {".m", ".v"}) {
-      moments.push_back(std::vector<float>(st.second.size(), 0.01f));
-      w.push_back({"opt.state." + name + m, st.first, moments.back().data()});
-    }
+    w.push_back({"model." + name, "F32", st.first, bytes_of(st.second)});
+    for (const char* m : {".m", ".v"})
+      w.push_back(
+          {"opt." + name + m, "F32", st.first, bytes_of(std::vector<float>(st.second.size(), 0.01f))});
   }
-  write_safetensors(dir / file, w, {{"step", "30000"}, {"has_opt", "1"}});
+  write_raw_safetensors(dir / file, w, {{"step", "30000"}, {"has_opt", "1"}});
 }
 
 // --- the reference forward (double), diff-mlx's model.py in loops --------------------------------------
@@ -325,7 +355,13 @@ TEST_CASE("diff-mlx: both models as its checkpoints save them equal diff-mlx's o
     CHECK(c.rope_style == RopeStyle::Interleaved);
     CHECK(c.max_position_embeddings == 128);
     CHECK(c.name == (diff ? "diff-mlx diff" : "diff-mlx vanilla"));
-    // The optimizer's state is not the model's: only the parameters are read and counted.
+    // The optimizer's state is not the model's: only the parameters are read and counted; the file holds
+    // MLX's U64 step and 0-d learning rate beside them, which are never read.
+    const SafetensorsFile file(folder / "latest.safetensors");
+    CHECK(file.at("opt.step").other_dtype == "U64");
+    CHECK(file.at("opt.step").shape.empty());
+    CHECK(file.at("opt.learning_rate").shape.empty());
+    CHECK(file.tensors().size() == 2 + 3 * W.size());
     CHECK(m.tensors().size() == W.size());
     CHECK(m.parameter_count() == parameter_count(c));
     // No cl100k_base.tiktoken anywhere it is looked for: token ids, and the message says which file and
@@ -504,11 +540,24 @@ TEST_CASE("diff-mlx: hostile folders are refused with what is wrong", "[diffmlx]
                Catch::Contains("amp_dtype 'float16' is not one diff-mlx has (float32, bfloat16)"));
     CHECK_THAT(with([](auto& m) { m["qk_norm"] = true; }),
                Catch::Contains("'qk_norm' is not a field of diff-mlx's model config"));
-    CHECK_THAT(with([](auto& m) { m["tie_embeddings"] = false; }),
-               Catch::Contains("tie_embeddings must be true"));
+    // diff-mlx's model ties the embeddings whatever the flag says: false opens, tied.
+    CHECK(with([](auto& m) { m["tie_embeddings"] = false; }) == "(loaded)");
+    CHECK_THAT(with([](auto& m) { m["tie_embeddings"] = "no"; }),
+               Catch::Contains("'tie_embeddings' must be true or false"));
     CHECK_THAT(with([](auto& m) { m["n_heads_vanilla"] = 3; }),
                Catch::Contains("dim 32 is not n_heads_vanilla x qk_head_dim (3 x 8)"));
     CHECK_THAT(with([](auto& m) { m.erase("block_size"); }), Catch::Contains("missing field 'block_size'"));
+  }
+  SECTION("a parameter in a dtype DiffLens does not read is refused by name; the optimizer's are skipped") {
+    write_mlx(s, W, dir / "m");
+    std::vector<RawEntry> w = {{"opt.step", "U64", {}, bytes_of(std::vector<uint64_t>{7})}};
+    for (const auto& [name, st] : W)
+      w.push_back({"model." + name, name == "final_norm.scale" ? "I32" : "F32", st.first,
+                   bytes_of(st.second)});  // I32 and F32 have the same size: the header holds
+    write_raw_safetensors(dir / "m" / "latest.safetensors", w, {});
+    CHECK_THAT(
+        load_error(dir / "m"),
+        Catch::Contains("tensor 'model.final_norm.scale': dtype I32 is not supported (F32, F16, BF16 are)"));
   }
   SECTION("two checkpoints and no latest.safetensors") {
     write_mlx(s, W, dir / "m", "step-1000.safetensors");

@@ -102,8 +102,17 @@ TEST_CASE("invalid safetensors headers each produce their own message", "[safete
   check(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}", "header length");
   check(raw_file("{\"a\":", ""), "not valid JSON");
   check(raw_file("[1,2]", ""), "must be a JSON object");
-  check(raw_file(R"({"a":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", four + four),
-        "dtype I64 is not supported");
+  check(raw_file(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,16]}})", four + four),
+        "dtype Q4 is not a safetensors dtype");
+  // Other safetensors dtypes are checked like the rest (their sizes), and never read as numbers.
+  check(raw_file(R"({"a":{"dtype":"I64","shape":[2],"data_offsets":[0,8]}})", four),
+        "holds 8 bytes but I64 [2] needs 16");
+  {
+    test::write_all(p, raw_file(R"({"a":{"dtype":"U64","shape":[2],"data_offsets":[0,16]}})", four + four));
+    const SafetensorsFile f(p);
+    CHECK(f.at("a").other_dtype == "U64");
+    CHECK_THROWS_WITH(f.read_f32(f.at("a")), Catch::Contains("tensor 'a': dtype U64 is not supported"));
+  }
   check(raw_file(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,32]}})", four), "run past the end");
   check(raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", four), "needs 12");
   check(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", four), "reversed");

@@ -229,6 +229,10 @@ int cmd_info(const Args& a) {
       static_cast<long long>(m.parameter_count()), m.source_dtype().c_str(), m.weight_storage().c_str(),
       human_bytes(Model::weight_memory_bytes(c, m.weight_storage() != "F32")).c_str(),
       m.device_name().c_str());
+  if (c.architecture == "diff-mlx")
+    std::printf(
+        "embeddings: tied (diff-mlx's model.py ties the output to the embedding whatever its "
+        "tie_embeddings says)\n");
   if (!m.tokenizer_note().empty()) std::printf("tokenizer: %s\n", m.tokenizer_note().c_str());
   return 0;
 }
