@@ -203,9 +203,11 @@ void draw_outlier_panel(GuiState& state) {
   // In lecture mode the histograms are the slide: their tables are left out (each name carries its top-1).
   const bool tables = !state.lecture;
   const float group = line + (tables ? table : 0.0f) + st.ItemSpacing.y;  // a histogram's title and table
+  // Two pixels kept free: a view one pixel taller than its room grows a scrollbar, which narrows it under the
+  // histograms sized for its whole width (the layout check caught that at 1280x800 in lecture mode).
   const float rest =
-      room.y - line /* the note */ - (stacked ? 2 : 1) * group - (stacked ? st.ItemSpacing.y : 0);
-  const float h = std::max(ImGui::GetTextLineHeight() * (state.lecture ? 4 : 7), stacked ? rest / 2 : rest);
+      room.y - line /* the note */ - (stacked ? 2 : 1) * group - (stacked ? st.ItemSpacing.y : 0) - 2;
+  const float h = std::max(ImGui::GetTextLineHeight() * (state.lecture ? 3 : 7), stacked ? rest / 2 : rest);
   ImGui::BeginGroup();
   draw_histograms("|attention logits| (DIFF: both components pooled; log count)", lp, names, ImVec2(w, h),
                   !tables);
