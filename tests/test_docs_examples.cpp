@@ -329,7 +329,7 @@ TEST_CASE("docs: docs/commands.md's examples run as printed", "[docs]") {
   if (!std::getenv("DIFFLENS_DOCS_DRY")) CHECK(ran >= 2);
 }
 
-TEST_CASE("docs: docs/benchmarks.md's examples run as printed", "[docs]") {
+TEST_CASE("docs: docs/benchmarks.md's examples run as printed", "[docs][bench]") {
   run_page("docs/benchmarks.md", false);
 }
 

@@ -4,8 +4,14 @@
 // special tokens, what is refused, and a file of cl100k_base's shape read as that encoding.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "core/bpe.h"
 #include "core/error.h"
@@ -194,4 +200,33 @@ TEST_CASE("tiktoken: a file of cl100k_base's shape reads as that encoding, anoth
                     Catch::Contains("the tiktoken encoding 'o200k_base' is not one DiffLens knows"));
   CHECK_THROWS_WITH(Tokenizer::tiktoken(dir / "missing.tiktoken", "cl100k_base", -1, -1),
                     Catch::Contains("cannot open the tiktoken file"));
+}
+
+TEST_CASE("tiktoken: tokenize takes a rank file named by its encoding", "[tokenizer][tiktoken][cli]") {
+  test::ScratchDir dir("tiktoken-cli");
+  std::vector<std::string> words;
+  for (int i = 0; words.size() < 100000; ++i) words.push_back("w" + std::to_string(i));
+  test::write_all(dir / "cl100k_base.tiktoken", rank_file(ranks_for(words, 3)));
+  const Tokenizer t = Tokenizer::tiktoken(dir / "cl100k_base.tiktoken", "cl100k_base", -1, -1);
+  std::string want;
+  for (const int64_t id : t.encode("w42 w7", false).ids)
+    want += (want.empty() ? "" : ",") + std::to_string(id);
+  auto run = [&](const std::string& args) {
+    const std::string log = (dir / "out.txt").string();
+    const int raw =
+        std::system((std::string(DIFFLENS_EXE) + " tokenize " + args + " > '" + log + "' 2>&1").c_str());
+    return std::make_pair(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log));
+  };
+  const std::string file = "'" + (dir / "cl100k_base.tiktoken").string() + "'";
+  auto [status, out] = run("--tokenizer " + file + " --text 'w42 w7' --format ids");
+  INFO(out);
+  CHECK(status == 0);
+  CHECK(out.find(want) != std::string::npos);
+  std::tie(status, out) = run("--tokenizer " + file + " --bos 100257 --text 'w42 w7' --format ids");
+  CHECK(out.find("100257," + want) != std::string::npos);
+  // The file's name says the encoding: another is refused with what DiffLens knows.
+  std::filesystem::copy_file(dir / "cl100k_base.tiktoken", dir / "o200k_base.tiktoken");
+  std::tie(status, out) = run("--tokenizer '" + (dir / "o200k_base.tiktoken").string() + "' --text x");
+  CHECK(status == 1);
+  CHECK(out.find("the tiktoken encoding 'o200k_base' is not one DiffLens knows") != std::string::npos);
 }

@@ -427,8 +427,11 @@ int cmd_tokenize(const Args& a) {
   const std::filesystem::path where = a.require("tokenizer");
   const std::string format = a.get("format");
   if (a.has("text") == a.has("input")) throw Error("give exactly one of --text, --input");
-  if (a.has("bos") && (std::filesystem::is_directory(where) || where.extension() != ".json"))
-    throw Error("--bos is for a bare tokenizer.json (model directories and .model files have their own BOS)");
+  if (a.has("bos") && (std::filesystem::is_directory(where) ||
+                       (where.extension() != ".json" && where.extension() != ".tiktoken")))
+    throw Error(
+        "--bos is for a bare tokenizer.json or .tiktoken file (model directories and .model files have their "
+        "own BOS)");
   Tokenizer tok = Tokenizer::bytes(259);
   bool add_bos = false;
   if (std::filesystem::is_directory(where)) {
@@ -443,10 +446,17 @@ int cmd_tokenize(const Args& a) {
   } else if (where.extension() == ".model") {
     tok = Tokenizer::sentencepiece(where);
     add_bos = !a.has("no-bos");
+  } else if (where.extension() == ".tiktoken") {  // a rank file named by its encoding (cl100k_base.tiktoken)
+    const int bos = a.get_int("bos", -1);
+    tok = Tokenizer::tiktoken(where, where.stem().string(), bos, -1);
+    add_bos = bos >= 0 && !a.has("no-bos");
   } else if (!std::filesystem::exists(where)) {
     throw Error(where.string() + ": no such file or directory");
   } else {
-    throw Error(where.string() + ": not a model directory, tokenizer.json or SentencePiece .model file");
+    throw Error(
+        where.string() +
+        ": not a model directory, tokenizer.json, tiktoken rank file (NAME.tiktoken) or SentencePiece "
+        ".model file");
   }
   const std::string text = a.has("text") ? a.get("text") : read_file(a.get("input"), "input file");
   std::vector<std::string> texts;
@@ -492,7 +502,9 @@ Command tokenize_command() {
   return {
       "tokenize",
       "show the token ids, byte ranges and pieces a tokenizer gives a text",
-      {required(text("tokenizer", "PATH", "a model directory, tokenizer.json or SentencePiece .model")),
+      {required(text("tokenizer", "PATH",
+                     "a model directory, tokenizer.json, a tiktoken rank file named by its encoding "
+                     "(cl100k_base.tiktoken) or a SentencePiece .model")),
        text("text", "TEXT", "the text"), text("input", "FILE", "the text read from a file"),
        flag("lines", "tokenize each line on its own"),
        choice("format", "table|jsonl|ids", "table", "what is printed"), flag("no-bos", "no BOS token first"),
