@@ -111,9 +111,7 @@ std::vector<std::string> CheckpointFiles::names() const {
 
 std::string CheckpointFiles::dtype_summary() const {
   std::map<std::string, uint64_t> by;
-  for (const auto& [name, e] : entries_)
-    by[e.info->other_dtype.empty() ? std::string(to_string(e.info->dtype)) : e.info->other_dtype] +=
-        e.info->end - e.info->begin;
+  for (const auto& [name, e] : entries_) by[e.info->dtype_name()] += e.info->end - e.info->begin;
   std::vector<std::pair<uint64_t, std::string>> order;
   for (const auto& [d, b] : by) order.push_back({b, d});
   std::sort(order.rbegin(), order.rend());

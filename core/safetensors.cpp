@@ -73,6 +73,10 @@ size_t dtype_size(DType dtype) {
   return dtype == DType::F32 ? 4 : 2;
 }
 
+std::string TensorInfo::dtype_name() const {
+  return other_dtype.empty() ? to_string(dtype) : other_dtype;
+}
+
 int64_t TensorInfo::numel() const {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
@@ -275,8 +279,8 @@ void SafetensorsFile::parse() {
                        " bytes; file truncated?)");
       if (info.end - info.begin != numel * element)
         fail(path, where + "holds " + std::to_string(info.end - info.begin) + " bytes but " +
-                       (info.other_dtype.empty() ? std::string(to_string(info.dtype)) : info.other_dtype) +
-                       " " + shape_string(info.shape) + " needs " + std::to_string(numel * element));
+                       info.dtype_name() + " " + shape_string(info.shape) + " needs " +
+                       std::to_string(numel * element));
       index_[name] = tensors_.size();
       tensors_.push_back(std::move(info));
     }

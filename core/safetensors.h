@@ -27,6 +27,7 @@ struct TensorInfo {
   // name). diff-mlx's training files keep the optimizer's step as U64 beside the weights.
   std::string other_dtype;
   int64_t numel() const;
+  std::string dtype_name() const;  // "F32", "BF16", ... or other_dtype
 };
 
 std::string shape_string(const std::vector<int64_t>& shape);
