@@ -92,15 +92,28 @@ const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p
 const char* kWhiteSpaceMembers =
     R"(\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 
+#include "core/unicode_gap.inc"  // kGapLetters, kGapNumbers
+
 }  // namespace
 
-// `pattern` with `\s` and `\S` written as the White_Space class: `\s` -> [members] (inside a class: the
-// members), `\S` -> [^members]. `\S` inside a class has no such spelling and is left to PCRE2 (none of
-// the published pre-tokenizer patterns has one). Escaped backslashes and \Q...\E stay as they are.
-std::string with_explicit_space(const std::string& pattern) {
-  const std::string members = kWhiteSpaceMembers;
+// `pattern` with the classes spelled as the references read them. `\s` -> [members] (inside a class: the
+// members), `\S` -> [^members]; `\p{L}` / `\pL` -> [\p{L}gap] (inside a class: \p{L}gap), `\P{L}` / `\PL` ->
+// [^\p{L}gap], the same for N. A negated class escape inside a class (`[\S]`, `[\P{L}]`) has no such
+// spelling and is left to PCRE2 (no published pre-tokenizer pattern has one), as are the other properties
+// (`\p{Lu}`, `\p{Nd}`: PCRE2's tables). Escaped backslashes and \Q...\E stay as they are.
+std::string with_reference_classes(const std::string& pattern) {
+  const std::string space = kWhiteSpaceMembers;
+  const std::string letters = std::string(R"(\p{L})") + kGapLetters;
+  const std::string numbers = std::string(R"(\p{N})") + kGapNumbers;
   std::string out;
   bool in_class = false;
+  // Outside a class a set becomes a class of its own; inside one its members join the class.
+  auto put = [&](const std::string& members, bool negated) {
+    if (in_class)
+      out += members;
+    else
+      out += (negated ? "[^" : "[") + members + "]";
+  };
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
@@ -110,17 +123,34 @@ std::string with_explicit_space(const std::string& pattern) {
         const size_t to = stop == std::string::npos ? pattern.size() : stop + 2;
         out.append(pattern, i, to - i);
         i = to - 1;
-      } else if (e == 's') {
-        out += in_class ? members : "[" + members + "]";
-        ++i;
-      } else if (e == 'S' && !in_class) {
-        out += "[^" + members + "]";
-        ++i;
-      } else {
-        out += c;
-        out += e;
-        ++i;
+        continue;
       }
+      if (e == 's' || (e == 'S' && !in_class)) {
+        put(space, e == 'S');
+        ++i;
+        continue;
+      }
+      if (e == 'p' || (e == 'P' && !in_class)) {
+        // \pL, \p{L}, \pN, \p{N} (the one-letter general categories the gap tables cover)
+        size_t len = 0;
+        char cat = 0;
+        if (i + 2 < pattern.size() && (pattern[i + 2] == 'L' || pattern[i + 2] == 'N')) {
+          cat = pattern[i + 2];
+          len = 3;
+        } else if (i + 4 < pattern.size() && pattern[i + 2] == '{' &&
+                   (pattern[i + 3] == 'L' || pattern[i + 3] == 'N') && pattern[i + 4] == '}') {
+          cat = pattern[i + 3];
+          len = 5;
+        }
+        if (cat) {
+          put(cat == 'L' ? letters : numbers, e == 'P');
+          i += len - 1;
+          continue;
+        }
+      }
+      out += c;
+      out += e;
+      ++i;
       continue;
     }
     if (!in_class && c == '[') {
@@ -236,7 +266,8 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
       // The library's default: special tokens are matched in the raw text, others after normalization.
       const bool normalized = flag("normalized", !flag("special", false));
       bpe->added_[normalized].push_back({c, a["id"].get<int64_t>(), flag("single_word", false),
-                                         flag("lstrip", false), flag("rstrip", false)});
+                                         flag("lstrip", false), flag("rstrip", false),
+                                         flag("special", false)});
       max_id = std::max(max_id, a["id"].get<int64_t>());
     }
   bpe->index_added();
@@ -271,7 +302,7 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_json(const std::string& t
   auto add_regex = [&](const std::string& pattern) { bpe->splits_.push_back(compile(pattern)); };
   // What the library's `\w` and `\s` (Rust regex, Unicode) mean for single_word / lstrip / rstrip.
   bpe->word_char_ = compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}])");
-  bpe->space_char_ = compile(R"(\s)");  // White_Space (with_explicit_space)
+  bpe->space_char_ = compile(R"(\s)");  // White_Space (with_reference_classes)
   bool byte_level = false;
   std::function<void(const json&)> pre = [&](const json& p) {
     if (p.is_null()) return;
@@ -413,7 +444,7 @@ std::shared_ptr<const ByteLevelBpe> ByteLevelBpe::from_tiktoken(
     if (id < static_cast<int64_t>(taken.size()) && taken[static_cast<size_t>(id)])
       throw Error(src + ": special token " + name + " has id " + std::to_string(id) +
                   ", which the file gives to an ordinary token");
-    bpe->added_[0].push_back({name, id, false, false, false});
+    bpe->added_[0].push_back({name, id, false, false, false, true});  // tiktoken's are all special
     bpe->id_to_bytes_[static_cast<size_t>(id)] = name;
   }
   bpe->index_added();
@@ -426,8 +457,8 @@ std::unique_ptr<ByteLevelBpe::Regex> ByteLevelBpe::compile(const std::string& pa
   int err = 0;
   PCRE2_SIZE at = 0;
   auto r = std::make_unique<Regex>();
-  const std::string explicit_space = with_explicit_space(pattern);
-  r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(explicit_space.c_str()), explicit_space.size(),
+  const std::string spelled = with_reference_classes(pattern);
+  r->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(spelled.c_str()), spelled.size(),
                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | extra, &err, &at, nullptr);
   if (!r->code) {
     PCRE2_UCHAR msg[256];
@@ -444,7 +475,7 @@ std::unique_ptr<ByteLevelBpe::Regex> ByteLevelBpe::compile(const std::string& pa
   r->jit = !(no_jit && *no_jit && std::string(no_jit) != "0") &&
            pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE) == 0;
   if (!r->jit)
-    r->plain = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(explicit_space.c_str()), explicit_space.size(),
+    r->plain = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(spelled.c_str()), spelled.size(),
                              PCRE2_UTF | PCRE2_UCP | extra, &err, &at, nullptr);
   return r;
 }
@@ -643,7 +674,7 @@ size_t ByteLevelBpe::char_before(const std::string& text, size_t at, size_t floo
 // Splits [begin, end) at the added tokens of one list: leftmost-longest, non-overlapping matches; a
 // single_word match next to a word character is dropped (its text stays ordinary text); lstrip / rstrip
 // widen a match over the whitespace beside it. Unmatched stretches come out with id -1.
-void ByteLevelBpe::split_added(const std::string& text, size_t begin, size_t end, int pass,
+void ByteLevelBpe::split_added(const std::string& text, size_t begin, size_t end, int pass, Specials specials,
                                std::vector<Piece>& out) const {
   const auto& list = added_[pass];
   size_t done = begin;  // end of the last piece written
@@ -652,7 +683,8 @@ void ByteLevelBpe::split_added(const std::string& text, size_t begin, size_t end
     const Added* hit = nullptr;
     if (added_first_[pass][static_cast<unsigned char>(text[i])])
       for (const Added& a : list)
-        if (a.content.size() <= end - i && text.compare(i, a.content.size(), a.content) == 0) {
+        if (!(a.special && specials == Specials::text) && a.content.size() <= end - i &&
+            text.compare(i, a.content.size(), a.content) == 0) {
           hit = &a;
           break;
         }
@@ -686,14 +718,14 @@ void ByteLevelBpe::split_added(const std::string& text, size_t begin, size_t end
   if (done < end) out.push_back({-1, done, end});
 }
 
-std::vector<ByteLevelBpe::Token> ByteLevelBpe::encode(const std::string& text) const {
+std::vector<ByteLevelBpe::Token> ByteLevelBpe::encode(const std::string& text, Specials specials) const {
   std::vector<Piece> raw, pieces;
-  split_added(text, 0, text.size(), 0, raw);
+  split_added(text, 0, text.size(), 0, specials, raw);
   for (const Piece& p : raw) {
     if (p.id >= 0)
       pieces.push_back(p);
     else
-      split_added(text, p.begin, p.end, 1, pieces);
+      split_added(text, p.begin, p.end, 1, specials, pieces);
   }
   std::vector<Token> out;
   for (const Piece& p : pieces) {

@@ -12,12 +12,15 @@
 #include <utility>
 #include <vector>
 
+#include "core/specials.h"
+
 namespace difflens {
 
-// `pattern` with `\s` and `\S` spelled as Unicode's White_Space class, which is what `\s` means to the
-// reference tokenizers (Rust's regex, Oniguruma); PCRE2's own `\s` also takes U+180E. Every pattern
-// ByteLevelBpe compiles goes through it.
-std::string with_explicit_space(const std::string& pattern);
+// `pattern` with `\s`, `\S`, `\p{L}` and `\p{N}` spelled as the reference tokenizers (Rust's regex in
+// tiktoken, Oniguruma in tokenizers) read them: `\s` as Unicode's White_Space class (PCRE2's own `\s` also
+// takes U+180E), the letter and number classes with the code points PCRE2's older Unicode tables lack
+// (core/unicode_gap.inc, measured against both). Every pattern ByteLevelBpe compiles goes through it.
+std::string with_reference_classes(const std::string& pattern);
 
 class ByteLevelBpe {
  public:
@@ -45,7 +48,7 @@ class ByteLevelBpe {
   };
   // Any byte string is accepted: invalid UTF-8 is split by the regex engine's byte-wise fallback and
   // still mapped byte by byte, so every input byte lands in exactly one token.
-  std::vector<Token> encode(const std::string& text) const;
+  std::vector<Token> encode(const std::string& text, Specials specials = Specials::match) const;
   // Concatenates the tokens' bytes (added tokens as their text).
   std::string decode(const std::vector<int64_t>& ids) const;
   // The token's bytes for display ("Ġthe" -> " the"); "" for unknown ids.
@@ -79,6 +82,7 @@ class ByteLevelBpe {
     std::string content;
     int64_t id;
     bool single_word, lstrip, rstrip;
+    bool special;  // skipped under Specials::text
   };
   std::vector<Added> added_[2];    // [0]: not normalized, [1]: normalized
   bool added_first_[2][256] = {};  // bytes a token of each list can start with
@@ -87,7 +91,7 @@ class ByteLevelBpe {
     int64_t id;  // -1: text to pre-tokenize
     size_t begin, end;
   };
-  void split_added(const std::string& text, size_t begin, size_t end, int pass,
+  void split_added(const std::string& text, size_t begin, size_t end, int pass, Specials specials,
                    std::vector<Piece>& out) const;
   bool char_is(const Regex& r, const std::string& text, size_t at, size_t limit) const;
   size_t char_before(const std::string& text, size_t at, size_t floor) const;

@@ -234,7 +234,7 @@ Tokenizer Tokenizer::for_model(const std::filesystem::path& dir, const ModelConf
   throw Error("unknown tokenizer kind");
 }
 
-Encoding Tokenizer::encode(const std::string& text, bool add_bos) const {
+Encoding Tokenizer::encode(const std::string& text, bool add_bos, Specials specials) const {
   if (!can_encode_) throw Error("this model has no tokenizer: pass token ids instead of text");
   Encoding e;
   if (add_bos && bos_id_ >= 0) {
@@ -290,7 +290,7 @@ Encoding Tokenizer::encode(const std::string& text, bool add_bos) const {
     return e;
   }
   if (bpe_) {
-    for (const ByteLevelBpe::Token& t : bpe_->encode(text)) {
+    for (const ByteLevelBpe::Token& t : bpe_->encode(text, specials)) {
       e.ids.push_back(t.id);
       e.pieces.push_back(piece(t.id));
       e.offsets.push_back({t.begin, t.end});

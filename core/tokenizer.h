@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/specials.h"
 
 namespace difflens {
 
@@ -46,8 +47,10 @@ class Tokenizer {
   static Tokenizer for_model(const std::filesystem::path& dir, const ModelConfig& config);
 
   // Any byte sequence is accepted. Bytes: one id per byte. SentencePiece: invalid UTF-8 bytes become
-  // U+FFFD / byte pieces as SentencePiece decides; never an error or a crash.
-  Encoding encode(const std::string& text, bool add_bos) const;
+  // U+FFFD / byte pieces as SentencePiece decides; never an error or a crash. `specials`: whether special
+  // tokens written in the text (byte-level BPE: "<|endoftext|>") are matched or read as text; SentencePiece
+  // and the byte tokenizer always read "<s>" as text.
+  Encoding encode(const std::string& text, bool add_bos, Specials specials = Specials::match) const;
   std::string decode(const std::vector<int64_t>& ids) const;
   // Display text for one id: the SentencePiece piece ("▁the", "<0xE2>"); bytes: printable ASCII as
   // itself, other bytes as <0xNN>; specials by name.

@@ -230,3 +230,50 @@ TEST_CASE("tiktoken: tokenize takes a rank file named by its encoding", "[tokeni
   CHECK(status == 1);
   CHECK(out.find("the tiktoken encoding 'o200k_base' is not one DiffLens knows") != std::string::npos);
 }
+
+TEST_CASE("Letters and numbers newer than PCRE2's tables split as tiktoken and tokenizers split them",
+          "[tokenizer][bpe]") {
+  // The spelling: \p{L} and \p{N} gain the gap's ranges (core/unicode_gap.inc); outside a class they become
+  // a class of their own, inside one their members join it; \P{L} outside a class is its complement.
+  const std::string letters = with_reference_classes(R"(\p{L})"), numbers = with_reference_classes(R"(\pN)");
+  CHECK_THAT(letters,
+             Catch::StartsWith(R"([\p{L}\x{1C89}-\x{1C8A}\x{A7CB}-\x{A7CD})") && Catch::EndsWith("]"));
+  CHECK_THAT(numbers, Catch::StartsWith(R"([\p{N}\x{10D40}-\x{10D49})") && Catch::EndsWith("]"));
+  const std::string l = letters.substr(1, letters.size() - 2), n = numbers.substr(1, numbers.size() - 2);
+  CHECK(with_reference_classes(R"(\p{L}+|\p{N}{1,3})") == "[" + l + "]+|[" + n + "]{1,3}");
+  CHECK(with_reference_classes(R"([^\r\n\p{L}\p{N}]?)") == R"([^\r\n)" + l + n + "]?");
+  CHECK(with_reference_classes(R"(\P{L}\PN)") == "[^" + l + "][^" + n + "]");
+  CHECK(with_reference_classes(R"([\P{L}]\p{Lu}\p{Nd})") == R"([\P{L}]\p{Lu}\p{Nd})");  // left to PCRE2
+
+  // Encoded: a rank file whose only long tokens are "a" + X + "b" and "0" + D + "0"; a piece that is a
+  // token is that token, so each comes back as ONE id exactly when the pattern keeps it one piece, i.e.
+  // when X is a letter (cl100k's [^\r\n\p{L}\p{N}]?\p{L}+) and D a number (\p{N}{1,3}).
+  struct Case {
+    const char* what;
+    std::string utf8;
+    bool letter, number;
+  };
+  const std::vector<Case> cases = {
+      {"U+00E9 (Latin small e acute, Unicode 1.1)", "\xC3\xA9", true, false},
+      {"U+1E4D0 (Nag Mundari letter O, Unicode 15.0)", "\xF0\x9E\x93\x90", true, false},
+      {"U+31350 (CJK Extension H, Unicode 15.0)", "\xF0\xB1\x8D\x90", true, false},
+      {"U+2EBF0 (CJK Extension I, Unicode 15.1)", "\xF0\xAE\xAF\xB0", true, false},
+      {"U+A7CB (Latin capital letter ramshorn, Unicode 16.0)", "\xEA\x9F\x8B", true, false},
+      {"U+088F (an Arabic letter of Unicode 17.0: a letter to neither)", "\xE0\xA2\x8F", false, false},
+      {"U+1E4F1 (Nag Mundari digit one, Unicode 15.0)", "\xF0\x9E\x93\xB1", false, true},
+      {"U+1CCF1 (outlined digit one, Unicode 16.0)", "\xF0\x9C\xB3\xB1", false, true},
+      {"U+11DE1 (a digit of Unicode 17.0: a number to neither)", "\xF0\x91\xB7\xA1", false, false},
+  };
+  std::vector<std::string> words;
+  for (const Case& c : cases) {
+    words.push_back("a" + c.utf8 + "b");
+    words.push_back("0" + c.utf8 + "0");
+  }
+  const auto bpe =
+      ByteLevelBpe::from_tiktoken(rank_file(ranks_for(words, 5)), "gap.tiktoken", kCl100kPattern, {});
+  for (const Case& c : cases) {
+    INFO(c.what);
+    CHECK((bpe->encode("a" + c.utf8 + "b").size() == 1) == c.letter);
+    CHECK((bpe->encode("0" + c.utf8 + "0").size() == 1) == c.number);
+  }
+}
