@@ -88,6 +88,16 @@ std::string get_string(const json& j, const char* name, const std::string& fallb
   return it->get<std::string>();
 }
 
+// "specials": "match" (the default) or "text": how special tokens written in a text prompt are read.
+Specials get_specials(const json& j) {
+  const std::string v = get_string(j, "specials", "match");
+  if (v == "match") return Specials::match;
+  if (v == "text") return Specials::text;
+  bad("'specials' is '" + v +
+      "': give \"match\" (special tokens written in the text are matched) or \"text\" "
+      "(read as the text they are)");
+}
+
 std::vector<int> get_int_list(const json& j, const char* name, int hi, size_t max_items) {
   std::vector<int> out;
   const auto it = j.find(name);
@@ -138,9 +148,9 @@ std::string Limits::to_json() const {
 CaptureRequest parse_capture_request(const std::string& body, const Limits& limits) {
   const json j =
       parse_object(body, limits, "capture",
-                   {"model", "prompt", "token_ids", "bos", "keep_maps", "layers", "heads", "keep_logits",
-                    "keep_hidden", "keep_qkv", "top_k", "position_top_k", "logit_bits", "pooled_budget_bytes",
-                    "stream", "interventions", "answer", "query"});
+                   {"model", "prompt", "token_ids", "bos", "specials", "keep_maps", "layers", "heads",
+                    "keep_logits", "keep_hidden", "keep_qkv", "top_k", "position_top_k", "logit_bits",
+                    "pooled_budget_bytes", "stream", "interventions", "answer", "query"});
   CaptureRequest r;
   r.model = static_cast<int>(get_int(j, "model", 0, kMaxModels, 0));
   const bool has_prompt = j.contains("prompt"), has_ids = j.contains("token_ids");
@@ -160,6 +170,8 @@ CaptureRequest parse_capture_request(const std::string& body, const Limits& limi
     }
   }
   r.bos = get_bool(j, "bos", true);
+  r.specials = get_specials(j);
+  if (!has_prompt && r.specials == Specials::text) bad("'specials' is for a text 'prompt', not 'token_ids'");
   r.keep_maps = get_bool(j, "keep_maps", true);
   r.layers = get_int_list(j, "layers", 1 << 20, 4096);
   r.heads = get_int_list(j, "heads", 1 << 20, 4096);
@@ -203,6 +215,7 @@ std::string to_json(const CaptureRequest& r) {
          {"stream", r.stream}};
   if (!r.interventions.empty()) j["interventions"] = r.interventions;
   if (r.answer_begin >= 0) j["answer"] = {r.answer_begin, r.answer_end};
+  if (r.specials == Specials::text) j["specials"] = "text";  // absent: matched (what older servers do)
   if (r.query >= 0) j["query"] = r.query;
   if (r.prompt)
     j["prompt"] = *r.prompt;
@@ -236,18 +249,20 @@ std::string to_json(const TileRequest& r) {
 }
 
 TokenizeRequest parse_tokenize_request(const std::string& body, const Limits& limits) {
-  const json j = parse_object(body, limits, "tokenize", {"model", "text", "bos"});
+  const json j = parse_object(body, limits, "tokenize", {"model", "text", "bos", "specials"});
   TokenizeRequest r;
   r.model = static_cast<int>(get_int(j, "model", 0, kMaxModels, 0));
   if (!j.contains("text")) bad("tokenize request: 'text' is missing");
   r.text = get_string(j, "text", "");
   r.bos = get_bool(j, "bos", true);
+  r.specials = get_specials(j);
   return r;
 }
 
 std::string to_json(const TokenizeRequest& r) {
-  return json{{"model", r.model}, {"text", r.text}, {"bos", r.bos}}.dump(-1, ' ', false,
-                                                                         json::error_handler_t::replace);
+  json j{{"model", r.model}, {"text", r.text}, {"bos", r.bos}};
+  if (r.specials == Specials::text) j["specials"] = "text";
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 NeedleRequest parse_needle_request(const std::string& body, const Limits& limits) {

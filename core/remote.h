@@ -40,10 +40,11 @@ struct Limits {
 
 // POST /v1/capture
 struct CaptureRequest {
-  int model = 0;                      // index into the server's --models
-  std::optional<std::string> prompt;  // text for the model's tokenizer, or
-  std::vector<int64_t> token_ids;     // the ids themselves (exactly one of the two)
-  bool bos = true;                    // text only: start with the tokenizer's BOS
+  int model = 0;                        // index into the server's --models
+  std::optional<std::string> prompt;    // text for the model's tokenizer, or
+  std::vector<int64_t> token_ids;       // the ids themselves (exactly one of the two)
+  bool bos = true;                      // text only: start with the tokenizer's BOS
+  Specials specials = Specials::match;  // text only: "<|endoftext|>" written in it matched, or read as text
   bool keep_maps = true;
   std::vector<int> layers, heads;  // kept maps (empty: all)
   bool keep_logits = false, keep_hidden = false, keep_qkv = false;
@@ -75,6 +76,7 @@ struct TokenizeRequest {
   int model = 0;
   std::string text;
   bool bos = true;
+  Specials specials = Specials::match;
 };
 TokenizeRequest parse_tokenize_request(const std::string& body, const Limits& limits);
 std::string to_json(const TokenizeRequest& request);

@@ -768,6 +768,18 @@ TEST_CASE(
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK(r.out == "{\"ids\":[97,1456],\"offsets\":[[0,1],[1,10]]}\n");
+  // A special token written in the text: its id (1461), or with --specials text the characters it is made of,
+  // the ids of the same characters with the token's brackets spaced out of it (no special token matches).
+  r = run("tokenize --tokenizer " + tok + " --text 'x<|eot_id|>' --format ids --specials match", dir);
+  REQUIRE(r.status == 0);
+  CHECK(r.out == "120,1461\n");
+  r = run("tokenize --tokenizer " + tok + " --text 'x<|eot_id|>' --format jsonl --specials text", dir);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("1461") == std::string::npos);
+  CHECK(r.out.find("[10,11]]}") != std::string::npos);  // the last token ends at the text's last byte
+  r = run("tokenize --tokenizer " + tok + " --text x --specials all", dir);
+  CHECK(r.status != 0);
+  CHECK(r.out.find("--specials must be match or text") != std::string::npos);
   // --bos adds the given id with an empty range; --lines encodes each line on its own.
   test::write_all(dir / "two.txt", "a\n<|eot_id|>\n");
   r = run("tokenize --tokenizer " + tok + " --input " + (dir / "two.txt").string() +

@@ -131,6 +131,16 @@ TEST_CASE("play scripts: one-y-scale sets Figure 1's shared y scale, on or off",
                     Catch::Contains("expected: one-y-scale on|off"));
 }
 
+TEST_CASE("play scripts: specials reads special tokens in the prompt as text, or matches them", "[play]") {
+  const PlayScript s = parse_play_script("specials text\nspecials match\n", "s.play");
+  REQUIRE(s.actions.size() == 2);
+  CHECK(s.actions[0].verb == PlayVerb::Specials);
+  CHECK(s.actions[0].ints == std::vector<int>{1});
+  CHECK(s.actions[1].ints == std::vector<int>{0});
+  CHECK_THROWS_WITH(parse_play_script("specials all\n", "s.play"),
+                    Catch::Contains("expected: specials match|text"));
+}
+
 TEST_CASE("play scripts: lab interventions sets the lab's also-under box, on or off", "[play]") {
   const PlayScript s = parse_play_script("lab interventions off\nlab interventions on\n", "s.play");
   REQUIRE(s.actions.size() == 2);
@@ -147,7 +157,7 @@ TEST_CASE("play scripts: a bad line is refused with its file, line and what was 
   CHECK(
       refusal("wait\n\njump 3\n") ==
       "s.play:3: unknown action 'jump' (actions: type, paste, paste-file, prompt, clear, needle, query, "
-      "answer, layer, head, view, split, side, lecture, one-y-scale, text-size, text-direction, text-heads, open, "
+      "answer, layer, head, view, split, side, lecture, one-y-scale, specials, text-size, text-direction, text-heads, open, "
       "device, "
       "logits, pooling, budget, size, lab, explain, present, export, continue, step, intervene, wait, screenshot, "
       "quit)");

@@ -139,6 +139,15 @@ TEST_CASE("remote protocol: a capture request is read back as written, wrong fie
   CHECK(b.logit_bits == 8);
   CHECK(b.pooled_budget_bytes == (1u << 20));
   CHECK(b.stream);
+  CHECK(b.specials == Specials::match);  // absent: matched
+  r.specials = Specials::text;
+  CHECK(remote::parse_capture_request(remote::to_json(r), limits).specials == Specials::text);
+  remote::TokenizeRequest t;
+  t.text = "<|eot_id|>";
+  t.specials = Specials::text;
+  CHECK(remote::parse_tokenize_request(remote::to_json(t), limits).specials == Specials::text);
+  CHECK_THROWS_WITH(remote::parse_tokenize_request("{\"text\": \"x\", \"specials\": \"all\"}", limits),
+                    Catch::Contains("'specials' is 'all': give \"match\""));
 
   const auto refused = [&](const std::string& body, int status, const std::string& words) {
     INFO(body);
@@ -161,6 +170,8 @@ TEST_CASE("remote protocol: a capture request is read back as written, wrong fie
   refused("[1, 2]", 400, "must be a JSON object");
   refused("{\"prompt\": \"x\"", 400, "not valid JSON");
   refused("{\"token_ids\": [1], \"keep_qkv\": \"yes\"}", 400, "true or false");
+  refused("{\"prompt\": \"x\", \"specials\": true}", 400, "'specials' must be a string");
+  refused("{\"token_ids\": [1], \"specials\": \"text\"}", 400, "'specials' is for a text 'prompt'");
   std::string many = "{\"token_ids\": [";
   for (int i = 0; i <= limits.max_tokens; ++i) many += (i ? ",1" : "1");
   refused(many + "]}", 413, "at most 16384");

@@ -180,7 +180,7 @@ int cmd_explain(const Args& a) {
     const Model m = load_model(dirs[s], device(a));
     CaptureOptions o;
     o.keep_qkv = true;
-    const Trace t = m.capture(app::encode_prompt(m, text).ids, o);
+    const Trace t = m.capture(app::encode_prompt(m, text, prompt_specials(a)).ids, o);
     const int layer = a.get_int("layer", static_cast<int>(m.config().num_hidden_layers) - 1);
     const int head = s == 0 ? a.get_int("head") : a.get_int("base-head", a.get_int("head"));
     const int64_t query = a.get_int("query", static_cast<int>(t.length()) - 1);
@@ -213,7 +213,8 @@ Command explain_command() {
   return {
       "explain",
       "step-by-step slides (PNG + SVG) of one head of each model for one query, as the app's Explain view",
-      {prompt_option(), prompt_file_option(), required(text("out", "DIR", "the slides' folder")),
+      {prompt_option(), prompt_file_option(), specials_option(),
+       required(text("out", "DIR", "the slides' folder")),
        text("models", "DIFF_DIR,BASELINE_DIR", "the pair (default: the bundled diff-small,baseline-small)"),
        integer("layer", "L", 0, 1e6, "", "layer (default: the last)"),
        integer("head", "H", 0, 1e6, "0", "the DIFF model's head"),

@@ -49,6 +49,7 @@ void read_content(const Args& a, app::GuiOptions& o) {
   // A needle the bundled pair never saw in training (held-out name, code a multiple of 7); used as it is
   // when the left model has no SentencePiece tokenizer to build a whole needle episode with.
   o.prompt = a.has("prompt-file") ? read_file(a.get("prompt-file")) : a.get("prompt");
+  o.specials_as_text = prompt_specials(a) == Specials::text;
   o.bundle = a.get("bundle");  // a trace bundle shown at start instead of running the prompt
   const std::vector<int> sel = a.get_int_list("select");
   if (!sel.empty()) {
@@ -240,6 +241,7 @@ Command gui_command() {
            "The secret code of Rachel is 4823. The river was high that spring. Q: What is the secret code of "
            "Rachel?\nA: The secret code of Rachel is"),
        prompt_file_option(),
+       specials_option(),
        text("bundle", "DIR", "open a trace bundle (capture --out) into the left slot at start"),
        int_list(
            "needle", "T,D,N,R,S[,A]", 0, 1e9, 5, 6,

@@ -130,7 +130,7 @@ std::vector<Command> lens_commands() {
        "target's logit at the query",
        {required(text("out", "F.csv", "the lens: one row per model, layer and position")),
         text("attribution", "F.csv", "also write each head's, MLP's and the embedding's direct share"),
-        models_option("the models read"), prompt_option(), prompt_file_option(),
+        models_option("the models read"), prompt_option(), prompt_file_option(), specials_option(),
         text("token-ids", "1,2,3", "the prompt as token ids (e.g. a needle episode's, episode.json)"),
         query_option(),
         integer("target", "ID", 0, 1e9, "",

@@ -375,7 +375,7 @@ int cmd_quantize(const Args& a) {
 Command quantize_command() {
   return {"quantize",
           "how far attention maps move when the logits are absmax-quantized (per head, dynamic)",
-          {prompt_option(), prompt_file_option(), models_option("the models measured"),
+          {prompt_option(), prompt_file_option(), specials_option(), models_option("the models measured"),
            defaulted(int_list("bits", "8,6,4", 2, 32, 1, 0, "logit widths in bits"), "8,6,4"),
            integer("needle-seeds", "K", 0, 10000, "0",
                    "also needle accuracy at each width over K seeds (0: none)"),
@@ -451,7 +451,7 @@ Command heads_command() {
       "every head's previous-token, duplicate-token and induction scores (TransformerLens's head detector) "
       "on a prompt or on repeated random tokens, as CSV",
       {required(text("out", "FILE.csv", "the CSV: model, layer, head, the three scores, entropy_norm, sink")),
-       prompt_option(), prompt_file_option(),
+       prompt_option(), prompt_file_option(), specials_option(),
        integer("repeated", "N", 0, 4096, "0",
                "N random tokens after BOS, then the same N again (the induction score's prompt, as the Model "
                "view's; 0: none)"),

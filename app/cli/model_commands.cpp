@@ -70,6 +70,9 @@ int capture_remote(const Args& a) {
     q.prompt = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
   if (q.prompt && q.prompt->empty()) throw Error("the prompt is empty: nothing to run");
   q.bos = !a.has("no-bos");
+  q.specials = prompt_specials(a);
+  if (a.has("token-ids") && q.specials == Specials::text)
+    throw Error("--specials is for a text prompt, not --token-ids");
   q.keep_maps = !a.has("no-maps");
   q.pooled_budget_bytes = pooled_budget_bytes(a);
   for (int l : a.get_int_list("layers")) q.layers.push_back(l);
@@ -143,6 +146,7 @@ Command capture_command() {
            text("model", "DIR", "the model directory, or remote://HOST:PORT/N?token=T (difflens serve)")),
        prompt_option(),
        prompt_file_option(),
+       specials_option(),
        text("token-ids", "1,2,3", "the prompt as token ids"),
        required(text("out", "DIR", "the bundle's folder")),
        int_list("layers", "0,1", 0, 1e6, 0, 0, "the layers whose maps are kept (default all)"),
@@ -387,7 +391,7 @@ Command generate_command() {
       "generate",
       "continue a prompt",
       {required(text("model", "DIR", "the model directory")), prompt_option(), prompt_file_option(),
-       integer("tokens", "N", 0, 1e6, "40", "tokens to add"),
+       specials_option(), integer("tokens", "N", 0, 1e6, "40", "tokens to add"),
        number("temperature", "T", 0, 100, "0.8", "sampling temperature (0: greedy)"),
        integer("top-k", "K", 1, 1e7, "40", "sample among the K likeliest tokens"),
        integer("seed", "S", 0, 2147483647, "1", "random seed of the first sample (the next add 1)"),
@@ -473,7 +477,7 @@ int cmd_tokenize(const Args& a) {
   }
   size_t total = 0;
   for (size_t t = 0; t < texts.size(); ++t) {
-    const Encoding e = tok.encode(texts[t], add_bos);
+    const Encoding e = tok.encode(texts[t], add_bos, prompt_specials(a));
     total += e.ids.size();
     if (format == "jsonl") {
       std::string line = "{\"ids\":[";
@@ -508,6 +512,9 @@ Command tokenize_command() {
        text("text", "TEXT", "the text"), text("input", "FILE", "the text read from a file"),
        flag("lines", "tokenize each line on its own"),
        choice("format", "table|jsonl|ids", "table", "what is printed"), flag("no-bos", "no BOS token first"),
+       choice("specials", "match|text", "match",
+              "special tokens written in the text: matched as their ids (tiktoken's encode(text, "
+              "allowed_special=\"all\")), or read as text (encode_ordinary)"),
        integer("bos", "ID", 0, 1e9, "", "the BOS id a bare tokenizer.json adds (it has none of its own)")},
       "Give exactly one of --text, --input. A model directory adds its BOS unless --no-bos.",
       cmd_tokenize};

@@ -46,6 +46,13 @@ Option prompt_file_option() {
   return text("prompt-file", "F", "the prompt read from a file (any bytes)");
 }
 
+Option specials_option() {
+  return choice(
+      "specials", "match|text", "match",
+      "special tokens written in the prompt (<|endoftext|>, <|eot_id|>): matched as their ids, or read "
+      "as the text they are (a document about tokenizers; no forged document boundary)");
+}
+
 Option answer_option() {
   return int_list(
       "answer", "BEGIN,END", 0, 1e9, 2, 2,
@@ -268,16 +275,22 @@ std::string prompt_text(const Args& a) {
   return a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
 }
 
+Specials prompt_specials(const Args& a) {
+  return a.takes("specials") && a.get("specials") == "text" ? Specials::text : Specials::match;
+}
+
 std::vector<int64_t> prompt_ids(const Args& a, const Model& model) {
   const bool ids = a.takes("token-ids") && a.has("token-ids");
   const int sources = a.has("prompt") + a.has("prompt-file") + ids;
   if (sources != 1)
     throw Error(a.takes("token-ids") ? "give exactly one of --prompt, --prompt-file, --token-ids"
                                      : "give exactly one of --prompt, --prompt-file");
+  if (ids && prompt_specials(a) == Specials::text)
+    throw Error("--specials is for a text prompt, not --token-ids");
   if (ids) return parse_token_ids(a.get("token-ids"), model.config().vocab_size);
   const std::string text = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
   if (text.empty()) throw Error("the prompt is empty: nothing to run");
-  return model.tokenizer().encode(text, !(a.takes("no-bos") && a.has("no-bos"))).ids;
+  return model.tokenizer().encode(text, !(a.takes("no-bos") && a.has("no-bos")), prompt_specials(a)).ids;
 }
 
 size_t pooled_budget_bytes(const Args& a) {

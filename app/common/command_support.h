@@ -23,6 +23,7 @@ Option device_option(const std::string& fallback);  // --device auto|cpu|cuda
 Option models_option(const std::string& help);      // --models DIR1,DIR2,...
 Option prompt_option();                             // --prompt TEXT
 Option prompt_file_option();                        // --prompt-file F
+Option specials_option();                           // --specials match|text
 Option answer_option();                             // --answer BEGIN,END (half-open)
 Option pooled_budget_option(const std::string& fallback);
 Option haystack_option();
@@ -79,6 +80,8 @@ std::vector<std::string> model_dirs(const Args& a, size_t exactly = 0, const cha
 std::vector<int64_t> prompt_ids(const Args& a, const Model& model);
 // The text of --prompt or --prompt-file (exactly one).
 std::string prompt_text(const Args& a);
+// --specials: how special tokens written in the prompt are read (match when the command has no such option).
+Specials prompt_specials(const Args& a);
 size_t pooled_budget_bytes(const Args& a);  // --pooled-budget MB; 0 when absent
 std::string mb(size_t bytes);
 

@@ -121,6 +121,7 @@ void apply_start_options(GuiState& state, InferenceWorker& worker, const GuiOpti
   state.view.layer = opt.layer;
   state.selection.query = opt.query;
   state.lecture = opt.lecture;
+  state.prompt.specials_as_text = opt.specials_as_text;
   state.view.zoom_row0 = opt.zoom[0];
   state.view.zoom_col0 = opt.zoom[1];
   state.view.zoom_span = opt.zoom[2];
@@ -348,6 +349,7 @@ void start_edited_run(GuiState& state, InferenceWorker& worker) {
   edits.answer = {state.selection.answer_begin, state.selection.answer_end};
   edits.query = state.selection.query;
   edits.explain = state.layout.view == View::Why;
+  edits.specials = state.prompt.specials_as_text ? Specials::text : Specials::match;
   state.edited_request = worker.run(state.prompt.text, capture, edits);
   state.prompt.pending = false;
   state.edited_at = state.prompt.last_edit;
@@ -449,6 +451,9 @@ std::string status_line(const GuiState& state) {
       edited += std::string(edited.empty() ? " | INTERVENED " : "; ") + (s == 0 ? "left: " : "right: ") +
                 t->written_interventions();
     }
+  // The shown run read its special tokens as text (the Run menu): said, since the tokens then differ.
+  if (state.shown && state.shown->edits.specials == Specials::text)
+    edited += " | special tokens read as text";
   char line[2048];
   std::snprintf(line, sizeof line, "%s%s | both models %.0f ms%s%s%s%s",
                 state.status.busy ? "running..." : "idle", edited.c_str(), state.status.last_run_ms, typed,

@@ -34,9 +34,10 @@ struct GuiOptions {
   std::vector<int> repeated;  // N,SEED: N random tokens twice as the prompt at start (--repeated)
   std::vector<int> needle;    // build a needle prompt at start: LENGTH,DEPTH%,N,R,SEED[,WITH_ANSWER]
   std::vector<std::string>
-      interventions;     // --intervene: both models run under them (the Why view lists them)
-  int logit_bits = 0;    // attention-logit quantization shown at start (0, 8, 6 or 4)
-  bool lecture = false;  // start with the large lecture font
+      interventions;              // --intervene: both models run under them (the Why view lists them)
+  int logit_bits = 0;             // attention-logit quantization shown at start (0, 8, 6 or 4)
+  bool lecture = false;           // start with the large lecture font
+  bool specials_as_text = false;  // --specials text: special tokens in the prompt read as text
   int one_y_scale = -1;  // Figure 1's bars on one y scale: 1 on, 0 off, -1 as left (on in lecture mode)
   int threads = 0;       // inference threads (0: LibTorch default)
   std::string device = "auto";    // auto | cpu | cuda: where the models run

@@ -86,6 +86,9 @@ struct PromptState {
   std::string text;
   double last_edit = 0;
   bool pending = false;  // edited, not yet submitted (debounce)
+  // Special tokens written in the prompt ("<|endoftext|>"): matched as their ids, or read as the text they
+  // are (Run menu; --specials; `specials` in --play scripts). Both models re-run when it changes.
+  bool specials_as_text = false;
   // The prompt box: wrapped text to read (ImGui's editor does not wrap lines), the editor once clicked (or
   // Ctrl+L), until it loses the keyboard. `focus`: give the editor the keyboard next frame.
   bool editing = false, focus = false;

@@ -375,6 +375,7 @@ void poll_continue(GuiState& state, InferenceWorker& worker) {
     edits.interventions = state.why.specs();
     edits.answer = {state.selection.answer_begin, state.selection.answer_end};
     edits.query = state.selection.query;
+    edits.specials = state.prompt.specials_as_text ? Specials::text : Specials::match;
     c.request = worker.continue_prompt(c.slot, state.prompt.text, o, edits);
     c.message.clear();
     c.steps.clear();

@@ -39,6 +39,7 @@ constexpr VerbName kVerbs[] = {
     {"side", "on|off"},
     {"lecture", "on|off"},
     {"one-y-scale", "on|off"},
+    {"specials", "match|text"},
     {"text-size", "X (0.75 to 3)"},
     {"text-direction", "from|to"},
     {"text-heads", "head|layer|all"},
@@ -234,6 +235,9 @@ bool parse_view_settings(const LineReader& r, PlayAction& a) {
   } else if (r.verb == "one-y-scale") {
     a.verb = PlayVerb::OneYScale;
     a.ints = {r.one_of("off|on")};
+  } else if (r.verb == "specials") {
+    a.verb = PlayVerb::Specials;
+    a.ints = {r.one_of("match|text")};
   } else if (r.verb == "side" || r.verb == "lecture" || r.verb == "present") {
     a.verb = r.verb == "side" ? PlayVerb::Side : r.verb == "lecture" ? PlayVerb::Lecture : PlayVerb::Present;
     a.ints = {r.one_of("off|on")};

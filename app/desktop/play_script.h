@@ -27,6 +27,7 @@ enum class PlayVerb {
   Side,              // ints[0]: 0 hidden, 1 shown
   Lecture,           // ints[0]: 0 off, 1 on
   OneYScale,         // ints[0]: 0 off, 1 on (Figure 1: both models' bars on one y scale)
+  Specials,          // ints[0]: 0 special tokens in the prompt matched, 1 read as text
   TextSize,          // number
   TextFrom,          // ints[0]: 0 from the query, 1 to its token
   TextHeads,         // ints[0]: 0 the head, 1 the layer's mean, 2 all layers

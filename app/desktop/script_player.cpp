@@ -259,6 +259,12 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
       state.layout.shared_rows_scale = on();
       state.layout.rows_scale_chosen = true;
       break;
+    case PlayVerb::Specials:
+      if (state.prompt.specials_as_text != (i0 == 1)) {
+        state.prompt.specials_as_text = i0 == 1;
+        state.prompt.rerun();
+      }
+      break;
     case PlayVerb::TextSize:
       state.font_scale = static_cast<float>(a.number);
       break;

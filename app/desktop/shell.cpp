@@ -229,6 +229,16 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
     for (int k = 0; k < 4; ++k)
       if (ImGui::MenuItem(kWidths[k], nullptr, v.quantization == k)) set_logit_width(state, k);
     ImGui::Separator();
+    if (ImGui::MenuItem("Special tokens as text", nullptr, state.prompt.specials_as_text)) {
+      state.prompt.specials_as_text = !state.prompt.specials_as_text;
+      state.prompt.rerun();
+    }
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "Off: special tokens written in the prompt (<|endoftext|>, <|eot_id|>) become their ids.\n"
+          "On: they are read as the text they are, like any other characters (a text about\n"
+          "tokenizers; no forged document boundary). SentencePiece models always read \"<s>\" as text.");
+    ImGui::Separator();
     ImGui::TextDisabled("Continue");
     ImGui::SetNextItemWidth(field);
     ImGui::SliderFloat("temperature", &state.cont.temperature, 0.0f, 2.0f, "%.2f");

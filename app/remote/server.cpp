@@ -168,7 +168,7 @@ struct RemoteServer::Impl {
       if (!m.tokenizer().can_encode())
         throw RequestError(400, "model " + std::to_string(r.model) + " has no text tokenizer (" +
                                     m.tokenizer_note() + "): send 'token_ids'");
-      enc = m.tokenizer().encode(*r.prompt, r.bos);
+      enc = m.tokenizer().encode(*r.prompt, r.bos, r.specials);
     } else {
       enc.ids = r.token_ids;
     }
@@ -409,7 +409,7 @@ struct RemoteServer::Impl {
       const Model& m = *models[static_cast<size_t>(r.model)];
       if (!m.tokenizer().can_encode())
         throw RequestError(400, "model " + std::to_string(r.model) + " has no text tokenizer");
-      const Encoding e = m.tokenizer().encode(r.text, r.bos);
+      const Encoding e = m.tokenizer().encode(r.text, r.bos, r.specials);
       return json{{"ids", e.ids}, {"pieces", e.pieces}, {"offsets", offsets_json(e)}}.dump(
           -1, ' ', false, json::error_handler_t::replace);
     };

@@ -63,9 +63,9 @@ void InferenceWorker::load(int slot, const std::string& dir) {
   cv_.notify_all();
 }
 
-Encoding encode_prompt(const Model& model, const std::string& prompt) {
+Encoding encode_prompt(const Model& model, const std::string& prompt, Specials specials) {
   const Tokenizer& tok = model.tokenizer();
-  if (tok.can_encode()) return tok.encode(prompt, true);
+  if (tok.can_encode()) return tok.encode(prompt, true, specials);
   // A model without a usable tokenizer reads token ids: "1, 450, 3" (no BOS is added).
   const std::string why = "this model has no text tokenizer (" + model.tokenizer_note() +
                           "): type token ids separated by commas or spaces, e.g. 1, 450, 3";
@@ -587,6 +587,7 @@ void InferenceWorker::run_remote(size_t s, const std::string& prompt, const Capt
   try {
     if (info.can_encode) {
       q.prompt = prompt;
+      q.specials = r.edits.specials;
     } else {
       q.token_ids = parse_token_ids(prompt, info.config.vocab_size);
       if (q.token_ids.empty())
@@ -634,7 +635,7 @@ void InferenceWorker::run_continuation(const ContinueJob& job) {
     if (!models_[s]) throw Error("the " + side + " slot has no model to continue the prompt with");
     const Model& m = *models_[s];
     if (job.prompt.empty()) throw Error("the prompt is empty: nothing to continue");
-    const Encoding enc = encode_prompt(m, job.prompt);
+    const Encoding enc = encode_prompt(m, job.prompt, job.edits.specials);
     const int64_t room = m.config().max_position_embeddings - static_cast<int64_t>(enc.ids.size());
     if (room <= 0)
       throw Error("the prompt already fills the model's " +
@@ -788,7 +789,7 @@ void InferenceWorker::loop() {
           continue;
         }
         try {
-          const Encoding enc = encode_prompt(*models_[s], prompt);
+          const Encoding enc = encode_prompt(*models_[s], prompt, edits.specials);
           CaptureOptions edited = options;
           edited.interventions =
               slot_interventions(*models_[s], edits, s, static_cast<int64_t>(enc.ids.size()), r.skipped[s]);

@@ -38,9 +38,10 @@ struct DeviceSwitch {
 };
 DeviceSwitch plan_device_switch(DeviceChoice from, DeviceChoice to, bool cuda);
 
-// The prompt as a model reads it: text through its tokenizer (with BOS), or, for a model without a usable
-// tokenizer, token ids typed as "1, 450, 3". Throws Error saying what to type.
-Encoding encode_prompt(const Model& model, const std::string& prompt);
+// The prompt as a model reads it: text through its tokenizer (with BOS; special tokens written in it matched
+// or read as text), or, for a model without a usable tokenizer, token ids typed as "1, 450, 3". Throws Error
+// saying what to type.
+Encoding encode_prompt(const Model& model, const std::string& prompt, Specials specials = Specials::match);
 
 struct SlotInfo {
   std::string path;         // directory it was loaded from
@@ -61,6 +62,7 @@ struct RunEdits {
   TokenRange answer{-1, -1};
   int64_t query = -1;
   bool explain = false;
+  Specials specials = Specials::match;  // special tokens written in the prompt: matched, or read as text
 };
 
 struct RunResult {
