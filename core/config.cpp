@@ -369,6 +369,14 @@ int64_t parameter_count(const ModelConfig& c) {
   return total;
 }
 
+std::string positions_note(const ModelConfig& c, int64_t tokens) {
+  if (c.trained_positions <= 0 || tokens <= c.trained_positions) return "";
+  const std::string trained = std::to_string(c.trained_positions);
+  return "the prompt's " + std::to_string(tokens) + " tokens pass the " + trained +
+         " this model was trained to (block_size): it runs (its RoPE reads any position), but attention beyond " +
+         trained + " is what the model never saw in training";
+}
+
 ModelConfig config_from_json_text(const std::string& text, const std::string& src) {
   json j;
   try {
@@ -401,6 +409,7 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
   c.rope_theta = get_double(j, "rope_theta", src, 10000.0);
   c.rope_scaling = read_rope_scaling(j, src);
   c.sliding_window = get_int(j, "sliding_window", src, false, 0);
+  c.trained_positions = get_int(j, "trained_positions", src, false, 0);
   const std::string rope = get_string(j, "rope_style", src, "interleaved");
   if (rope == "interleaved")
     c.rope_style = RopeStyle::Interleaved;
@@ -460,6 +469,7 @@ std::string config_to_json_text(const ModelConfig& c) {
   j["rope_theta"] = c.rope_theta;
   write_rope_scaling(j, c.rope_scaling);
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (c.trained_positions > 0) j["trained_positions"] = c.trained_positions;
   j["rope_style"] = c.rope_style == RopeStyle::Interleaved ? "interleaved" : "half";
   if (c.is_diff() && !c.is_diff_v2()) {  // V2: components always adjacent, no per-head norm
     j["diff_pairing"] = c.diff_pairing == DiffPairing::Adjacent ? "adjacent" : "half";

@@ -47,6 +47,10 @@ struct ModelConfig {
   int64_t intermediate_size = 0;    // SwiGLU hidden width
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 4096;
+  // > 0: the length the model was trained to, where its code reads any length (diff-mlx's block_size: its
+  // RoPE has no table); prompts beyond it run, with positions_note() saying so. 0: max_position_embeddings
+  // is the limit.
+  int64_t trained_positions = 0;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   RopeStyle rope_style = RopeStyle::Interleaved;
@@ -86,6 +90,10 @@ double lambda_init(int64_t layer);
 
 // Exact parameter count a model with this config has (embeddings, lm_head unless tied, all layers).
 int64_t parameter_count(const ModelConfig& config);
+// "" when `tokens` is within what the model was trained to; else the note a prompt that long gets: "the
+// prompt's 3000 tokens pass the 2048 this model was trained to (block_size): it runs (its RoPE reads any
+// position), but attention beyond 2048 is what the model never saw in training".
+std::string positions_note(const ModelConfig& config, int64_t tokens);
 
 // Reads a DiffLens config.json, or a Hugging Face one (LlamaForCausalLM, MistralForCausalLM,
 // DiffLlamaForCausalLM) translated into the same fields; anything else gets a ConfigError saying what

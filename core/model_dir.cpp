@@ -280,7 +280,10 @@ ModelConfig diff_mlx_config(const std::string& text, const std::string& src, boo
   c.head_dim = d;
   c.vocab_size = integer("vocab_size");
   c.intermediate_size = integer("mlp_intermediate");
-  c.max_position_embeddings = integer("block_size");
+  // diff-mlx's RoPE (mx.fast.rope) has no table and its model no length check: any prompt runs. block_size
+  // is the length it was trained to; beyond it, a note says so (positions_note).
+  c.trained_positions = integer("block_size");
+  c.max_position_embeddings = std::max<int64_t>(c.trained_positions, int64_t{1} << 20);
   c.rope_theta = number("rope_base", 10000.0);
   c.rms_norm_eps = c.subln_eps = number("rms_eps", 1e-5);
   // diff-mlx's model.py ties the embeddings whatever tie_embeddings says (it has no output matrix of its

@@ -237,6 +237,9 @@ int cmd_info(const Args& a) {
     std::printf(
         "embeddings: tied (diff-mlx's model.py ties the output to the embedding whatever its "
         "tie_embeddings says)\n");
+  if (c.trained_positions > 0)
+    std::printf("positions: trained to %lld tokens (block_size); longer prompts run, with a note\n",
+                static_cast<long long>(c.trained_positions));
   if (!m.tokenizer_note().empty()) std::printf("tokenizer: %s\n", m.tokenizer_note().c_str());
   return 0;
 }

@@ -287,10 +287,19 @@ std::vector<int64_t> prompt_ids(const Args& a, const Model& model) {
                                      : "give exactly one of --prompt, --prompt-file");
   if (ids && prompt_specials(a) == Specials::text)
     throw Error("--specials is for a text prompt, not --token-ids");
-  if (ids) return parse_token_ids(a.get("token-ids"), model.config().vocab_size);
+  if (ids) {
+    std::vector<int64_t> out = parse_token_ids(a.get("token-ids"), model.config().vocab_size);
+    const std::string note = positions_note(model.config(), static_cast<int64_t>(out.size()));
+    if (!note.empty()) std::fprintf(stderr, "difflens: note: %s\n", note.c_str());
+    return out;
+  }
   const std::string text = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
   if (text.empty()) throw Error("the prompt is empty: nothing to run");
-  return model.tokenizer().encode(text, !(a.takes("no-bos") && a.has("no-bos")), prompt_specials(a)).ids;
+  std::vector<int64_t> out =
+      model.tokenizer().encode(text, !(a.takes("no-bos") && a.has("no-bos")), prompt_specials(a)).ids;
+  const std::string note = positions_note(model.config(), static_cast<int64_t>(out.size()));
+  if (!note.empty()) std::fprintf(stderr, "difflens: note: %s\n", note.c_str());
+  return out;
 }
 
 size_t pooled_budget_bytes(const Args& a) {

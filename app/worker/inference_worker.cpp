@@ -790,6 +790,7 @@ void InferenceWorker::loop() {
         }
         try {
           const Encoding enc = encode_prompt(*models_[s], prompt, edits.specials);
+          r.notes[s] = positions_note(models_[s]->config(), static_cast<int64_t>(enc.ids.size()));
           CaptureOptions edited = options;
           edited.interventions =
               slot_interventions(*models_[s], edits, s, static_cast<int64_t>(enc.ids.size()), r.skipped[s]);
