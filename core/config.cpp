@@ -191,6 +191,17 @@ ModelConfig config_from_hf(const json& j, const std::string& src) {
       it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     arch = (*it)[0].get<std::string>();
   const std::string model_type = get_string(j, "model_type", src, "");
+  // peihaowang/diff-transformer-410m-nh16-dclm-7.5b and its kin: "DiffLlamaForCausalLM" by name, but
+  // model_type "diff_llama" and an attn_family of their own code, which is not published; transformers'
+  // DiffLlama is "diffllama". Reading it as that would guess the layout of q, k, λ and the norm.
+  if (model_type == "diff_llama" || j.contains("attn_family"))
+    fail(src,
+         "model_type '" + model_type + "'" +
+             (j.contains("attn_family") ? " with attn_family '" + get_string(j, "attn_family", src, "") + "'"
+                                        : std::string()) +
+             " is not transformers' DiffLlama (model_type 'diffllama'): its modelling code is not "
+             "published, so how it splits q and k into the two components, parameterises lambda and "
+             "normalises the heads is unknown, and DiffLens will not guess it");
   if (arch.empty())
     arch = model_type == "llama"       ? "LlamaForCausalLM"
            : model_type == "mistral"   ? "MistralForCausalLM"

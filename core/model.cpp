@@ -102,7 +102,8 @@ uint64_t Model::weight_memory_bytes(const ModelConfig& config, bool half_storage
 Model Model::load(const std::filesystem::path& given, DeviceChoice device,
                   const std::function<void(int64_t, int64_t)>& progress, const std::atomic<bool>* cancel) {
   if (!std::filesystem::is_directory(given)) throw Error(given.string() + ": not a model directory");
-  const std::filesystem::path dir = resolve_hub_cache(given);  // a hub cache folder: its snapshot
+  std::string run_note;  // a Trainer run: which checkpoint was taken
+  const std::filesystem::path dir = resolve_model_folder(given, &run_note);  // a hub cache: its snapshot
   ModelConfig config = read_model_config(dir);
   std::string note;
   Tokenizer tokenizer = directory_tokenizer(dir, config, note);
@@ -111,6 +112,7 @@ Model Model::load(const std::filesystem::path& given, DeviceChoice device,
     config.name = tidy(std::filesystem::absolute(dir != given ? given : dir)).filename().string();
     if (config.architecture == "diff-mlx")  // "diff" and "vanilla" alone say little
       config.name = "diff-mlx " + config.name;
+    if (!run_note.empty()) config.name += " " + dir.filename().string();  // a Trainer run: which save
   }
   if (config.name.empty()) config.name = dir.string();
   const CheckpointFiles files = open_model_weights(dir, config);

@@ -59,7 +59,8 @@ const char* const kLayouts =
     "LlamaForCausalLM, MistralForCausalLM or DiffLlamaForCausalLM (config.json, model.safetensors or shards "
     "with model.safetensors.index.json); a diff-mlx folder (config.json with n_heads_vanilla, "
     "latest.safetensors); a Hugging Face hub cache folder models--ORG--NAME (snapshots/, refs/main); a "
-    "folder holding two of these in sub-folders";
+    "Hugging Face Trainer's output folder (checkpoint-N sub-folders: the last is read); a folder holding two of "
+    "these in sub-folders";
 
 [[noreturn]] void config_fail(const std::string& src, const std::string& what) {
   throw ConfigError(src + ": " + what);
@@ -134,6 +135,37 @@ std::filesystem::path resolve_hub_cache(const std::filesystem::path& given) {
               ") and no refs/main to say which: give the snapshot's folder");
 }
 
+std::filesystem::path resolve_model_folder(const std::filesystem::path& given, std::string* note) {
+  const std::filesystem::path path = resolve_hub_cache(given);
+  if (note) note->clear();
+  if (is_model_folder(path)) return path;
+  std::error_code ec;
+  std::filesystem::path latest;
+  long long best = -1;
+  int count = 0;
+  for (std::filesystem::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code e2;
+    if (name.rfind("checkpoint-", 0) != 0 || name.size() == 11 || name.size() > 11 + 15 ||
+        !it->is_directory(e2) || !is_model_folder(it->path()))
+      continue;
+    if (!std::all_of(name.begin() + 11, name.end(), [](unsigned char c) { return std::isdigit(c); }))
+      continue;
+    ++count;
+    const long long step = std::stoll(name.substr(11));
+    if (step > best) {
+      best = step;
+      latest = it->path();
+    }
+  }
+  if (latest.empty()) return path;
+  if (note)
+    *note = "a Trainer run: its last save, " + latest.filename().string() +
+            (count > 1 ? " (of " + std::to_string(count) + " checkpoint-N folders: give one to open another)"
+                       : std::string());
+  return latest;
+}
+
 std::vector<std::filesystem::path> models_in(const std::filesystem::path& typed) {
   const std::filesystem::path given = tidy(typed);
   std::error_code ec;
@@ -141,7 +173,8 @@ std::vector<std::filesystem::path> models_in(const std::filesystem::path& typed)
   if (!std::filesystem::is_directory(given, ec))
     throw Error(given.string() + ": not a folder (a model is a folder)");
   const std::filesystem::path path = resolve_hub_cache(given);
-  if (is_model_folder(path)) return {given};  // as given: a cache folder's name names the model
+  // As given: a cache folder's name names the model; a Trainer run is one model (its last checkpoint).
+  if (is_model_folder(resolve_model_folder(path))) return {given};
   std::vector<std::filesystem::path> found;
   for (std::filesystem::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code e2;
@@ -149,7 +182,7 @@ std::vector<std::filesystem::path> models_in(const std::filesystem::path& typed)
     // A hub cache folder among them stays as it is (Model::load resolves it and is named by it); one that
     // is broken (a download cut short) is left out rather than hiding the others.
     try {
-      if (is_model_folder(resolve_hub_cache(it->path()))) found.push_back(it->path());
+      if (is_model_folder(resolve_model_folder(it->path()))) found.push_back(it->path());
     } catch (const Error&) {
     }
   }
@@ -174,7 +207,7 @@ std::pair<std::filesystem::path, std::filesystem::path> pair_of(
   std::vector<bool> diff;  // each model's kind by its config, read once (unreadable: not DIFF)
   for (const auto& p : models) {
     try {
-      diff.push_back(read_model_config(resolve_hub_cache(p)).is_diff());
+      diff.push_back(read_model_config(resolve_model_folder(p)).is_diff());
     } catch (const std::exception&) {
       diff.push_back(false);
     }

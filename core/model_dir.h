@@ -25,6 +25,12 @@ std::filesystem::path tidy(const std::filesystem::path& path);
 // is not there, several snapshots and no refs/main).
 std::filesystem::path resolve_hub_cache(const std::filesystem::path& path);
 
+// The folder a model is read from: a hub cache folder's snapshot (resolve_hub_cache), and a Hugging Face
+// Trainer's output folder - no config.json of its own, its saves in checkpoint-N sub-folders, each a model
+// folder - as its checkpoint with the largest N. `note` (optional) says which was taken and how many
+// there were; "" when the path is taken as it is.
+std::filesystem::path resolve_model_folder(const std::filesystem::path& path, std::string* note = nullptr);
+
 // The models a path holds, in the order the slots take them: the path itself when it is a model folder
 // (also a hub cache folder of one model, kept as given: Model::load resolves it and names the model by
 // it), else its sub-folders that are model folders, a DIFF model first (a folder

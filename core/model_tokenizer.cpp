@@ -12,7 +12,15 @@ namespace {
 
 // A Hugging Face directory's tokenizer: SentencePiece (tokenizer.model) when present, else what the
 // directory offers; `note` says why text cannot be encoded when no usable tokenizer is there.
-Tokenizer hf_tokenizer(const std::filesystem::path& dir, ModelConfig& config, std::string& note) {
+Tokenizer hf_tokenizer(const std::filesystem::path& folder, ModelConfig& config, std::string& note) {
+  // A Trainer's checkpoint-N folder holds the tokenizer only when the Trainer was given one; else it is in
+  // the run's folder above, beside the checkpoints.
+  auto has_tokenizer = [](const std::filesystem::path& d) {
+    return std::filesystem::exists(d / "tokenizer.model") || std::filesystem::exists(d / "tokenizer.json");
+  };
+  const bool from_run = !has_tokenizer(folder) && folder.filename().string().rfind("checkpoint-", 0) == 0 &&
+                        has_tokenizer(folder.parent_path());
+  const std::filesystem::path dir = from_run ? folder.parent_path() : folder;
   if (std::filesystem::exists(dir / "tokenizer.model")) {
     Tokenizer t = Tokenizer::sentencepiece(dir / "tokenizer.model");
     if (t.vocab_size() > config.vocab_size)
@@ -91,7 +99,7 @@ Tokenizer directory_tokenizer(const std::filesystem::path& dir, ModelConfig& con
 }
 
 Tokenizer Model::load_tokenizer(const std::filesystem::path& given, std::string& note) {
-  const std::filesystem::path dir = resolve_hub_cache(given);
+  const std::filesystem::path dir = resolve_model_folder(given);
   if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a model directory");
   ModelConfig config = read_model_config(dir);
   return directory_tokenizer(dir, config, note);

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/layout.h"
 #include "core/model.h"
+#include "core/model_dir.h"
 #include "core/safetensors.h"
 #include "helpers.h"
 
@@ -590,6 +591,17 @@ TEST_CASE("hf: what cannot be read says why", "[hf][config][checkpoint]") {
              }),
              Catch::Contains("odd number of key/value heads"));
   CHECK(cfg_error([](auto& j) { j.erase("architectures"); }) == "(accepted)");  // model_type is enough
+  // peihaowang/diff-transformer-410m-nh16-dclm-7.5b: "DiffLlamaForCausalLM" with model_type "diff_llama"
+  // and attn_family "diff_attn" - its own, unpublished code, not transformers' DiffLlama: refused, not
+  // guessed.
+  const std::string diff_llama = cfg_error([](auto& j) {
+    j["architectures"] = {"DiffLlamaForCausalLM"};
+    j["model_type"] = "diff_llama";
+    j["attn_family"] = "diff_attn";
+  });
+  CHECK_THAT(diff_llama, Catch::Contains("model_type 'diff_llama' with attn_family 'diff_attn' is not "
+                                         "transformers' DiffLlama") &&
+                             Catch::Contains("will not guess"));
 
   test::ScratchDir dir("hfbad");
   write_hf(s, dir / "m", 9);
@@ -810,4 +822,54 @@ TEST_CASE("hf: DiffLlama as hub folders hold it: rope_parameters, one file or sh
   std::filesystem::create_directories(loop / "snapshots");
   std::filesystem::create_symlink("self", loop / "snapshots" / "self");
   CHECK_THROWS_WITH(Model::load(loop), Catch::Contains("snapshots/self: a link that cannot be followed"));
+}
+
+TEST_CASE("hf: a Trainer's output folder opens as its last checkpoint, a folder of two runs as a pair",
+          "[hf][checkpoint]") {
+  // reyllama/DiffLlama-375M and reyllama/Llama_375M are Hugging Face Trainer runs: checkpoint-N folders
+  // (config.json, model.safetensors, optimizer.pt, trainer_state.json, ...), the tokenizer beside them.
+  // Assumed, not seen (the hub is not reachable here): stock DiffLlama / Llama configs, as written below.
+  test::ScratchDir dir("hftrainer");
+  HfSpec diff;
+  diff.arch = "DiffLlamaForCausalLM";
+  diff.shards = 1;
+  diff.vocab = 1536;  // the test tokenizer's 1,462 tokens fit
+  HfSpec llama;
+  llama.shards = 1;
+  const std::filesystem::path runs = dir / "runs", diff_run = runs / "DiffLlama-375M",
+                              llama_run = runs / "Llama_375M";
+  for (int step : {500, 1000, 1500}) {  // 1500 is the last; "1000" sorts before "500" as text
+    write_hf(diff, diff_run / ("checkpoint-" + std::to_string(step)), static_cast<uint64_t>(step));
+    test::write_all(diff_run / ("checkpoint-" + std::to_string(step)) / "trainer_state.json",
+                    "{\"global_step\": " + std::to_string(step) + "}");
+    test::write_all(diff_run / ("checkpoint-" + std::to_string(step)) / "optimizer.pt", "not read");
+  }
+  write_hf(llama, llama_run / "checkpoint-800", 8);
+  std::filesystem::create_directories(diff_run / "checkpoint-x");  // not a step: ignored
+  test::write_all(diff_run / "tokenizer.json", test::read_all(std::filesystem::path(DIFFLENS_SOURCE_DIR) /
+                                                              "tests/data/bpe/llama3-style.tokenizer.json"));
+
+  std::string note;
+  CHECK(resolve_model_folder(diff_run, &note) == diff_run / "checkpoint-1500");
+  CHECK(
+      note ==
+      "a Trainer run: its last save, checkpoint-1500 (of 3 checkpoint-N folders: give one to open another)");
+  const Model m = Model::load(diff_run);
+  CHECK(m.config().is_diff());
+  CHECK(m.config().name == "DiffLlama-375M checkpoint-1500");
+  check_against_reference(m, diff, {1, 40, 41, 99, 42, 43, 250, 44});
+  // The tokenizer from the run's folder (the checkpoints hold none): text reads.
+  CHECK(m.tokenizer().can_encode());
+  CHECK(m.tokenizer().encode("a DiffLens", false).ids == std::vector<int64_t>{97, 1456});
+  // One run is one model; the folder of both runs is a pair, DIFF on the left.
+  CHECK(models_in(diff_run) == std::vector<std::filesystem::path>{diff_run});
+  const auto both = models_in(runs);
+  REQUIRE(both.size() == 2);
+  CHECK(both[0] == diff_run);
+  CHECK(both[1] == llama_run);
+  const Model l = Model::load(llama_run);
+  CHECK_FALSE(l.config().is_diff());
+  CHECK(l.config().name == "Llama_375M checkpoint-800");
+  // A checkpoint given itself opens as itself.
+  CHECK(Model::load(diff_run / "checkpoint-500").config().name == "checkpoint-500");
 }

@@ -300,7 +300,7 @@ void build_repeated_prompt(GuiState& state, const std::string& model_dir) {
   GuiState::Repeated& r = state.repeated;
   try {
     if (model_dir.empty()) throw Error("the left slot has no model whose tokenizer could draw the tokens");
-    const std::filesystem::path dir = resolve_hub_cache(model_dir);  // a hub cache folder: its snapshot
+    const std::filesystem::path dir = resolve_model_folder(model_dir);  // a hub cache folder: its snapshot
     std::string note;
     // A remote model's tokenizer is a local copy of its tokenizer.model alone.
     const Tokenizer tok = std::filesystem::exists(dir / "config.json")
