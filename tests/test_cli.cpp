@@ -1,6 +1,7 @@
 // The difflens executable end to end: init-pair, capture (text, ids, options), info, bad input.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
@@ -777,6 +778,16 @@ TEST_CASE(
   REQUIRE(r.status == 0);
   CHECK(r.out.find("1461") == std::string::npos);
   CHECK(r.out.find("[10,11]]}") != std::string::npos);  // the last token ends at the text's last byte
+  // --bench: the same tokens, timed (the whole text three times).
+  test::write_all(dir / "bench.txt", "The secret code of Mira is 4821. <|eot_id|> a DiffLens\n");
+  r = run("tokenize --tokenizer " + tok + " --input " + (dir / "bench.txt").string() + " --format ids", dir);
+  REQUIRE(r.status == 0);
+  const size_t count = static_cast<size_t>(std::count(r.out.begin(), r.out.end(), ',')) + 1;
+  r = run("tokenize --tokenizer " + tok + " --input " + (dir / "bench.txt").string() + " --bench", dir);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("read the tokenizer in ") &&
+                        Catch::Contains("; 55 bytes -> " + std::to_string(count) + " tokens in ") &&
+                        Catch::Contains("(best of 3; "));
   r = run("tokenize --tokenizer " + tok + " --text x --specials all", dir);
   CHECK(r.status != 0);
   CHECK(r.out.find("--specials must be match or text") != std::string::npos);
