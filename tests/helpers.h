@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/atomic_file.h"
@@ -119,5 +120,18 @@ inline void write_all(const std::filesystem::path& p, const std::string& bytes) 
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
+
+#ifdef DIFFLENS_EXE
+// The difflens executable run with `args` in `dir` (its log there): its exit status and all it printed.
+struct CliRun {
+  int status;
+  std::string out;
+};
+inline CliRun run_cli(const std::string& args, const ScratchDir& dir) {
+  const std::string log = (dir / "cli.log").string();
+  const int raw = std::system((std::string(DIFFLENS_EXE) + " " + args + " > '" + log + "' 2>&1").c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, read_all(log)};
+}
+#endif
 
 }  // namespace difflens::test

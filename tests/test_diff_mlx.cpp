@@ -313,15 +313,7 @@ void write_fake_cl100k(const std::filesystem::path& file) {
   test::write_all(file, ranks);
 }
 
-struct Run {
-  int status;
-  std::string out;
-};
-Run run_cli(const std::string& args, const test::ScratchDir& dir) {
-  const std::string log = (dir / "cli.log").string();
-  const int raw = std::system((std::string(DIFFLENS_EXE) + " " + args + " > '" + log + "' 2>&1").c_str());
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, test::read_all(log)};
-}
+using test::run_cli;
 
 const std::vector<int64_t> kIds = {5, 17, 200, 45, 45, 9, 280, 3, 77, 120, 121, 122, 17, 200};
 
@@ -454,7 +446,7 @@ TEST_CASE("diff-mlx: a prompt longer than block_size runs, equal to its math, wi
   CHECK(positions_note(m.config(), 8).empty());
   CHECK_THAT(positions_note(m.config(), 14),
              Catch::Contains("the prompt's 14 tokens pass the 8 this model was trained to (block_size)"));
-  Run r = run_cli("info --model " + (dir / "diff").string(), dir);
+  test::CliRun r = run_cli("info --model " + (dir / "diff").string(), dir);
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("positions: trained to 8 tokens (block_size); longer prompts run"));
   r = run_cli("capture --model " + (dir / "diff").string() +
@@ -675,7 +667,7 @@ TEST_CASE("diff-mlx: the CLI takes the pair's folder for --models, converts and 
   write_mlx(s, mlx_weights(s, 17), pair / "vanilla");
   write_fake_cl100k(pair / "cl100k_base.tiktoken");
   const std::string p = "'" + pair.string() + "'";
-  Run r =
+  test::CliRun r =
       run_cli("lens --models " + p + " --prompt 'w1 w2 w3' --out '" + (dir / "lens.csv").string() + "'", dir);
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -728,7 +720,7 @@ TEST_CASE("diff-mlx: File > Open model on the pair's folder fills both slots, DI
                                       (dir / "models--guygrigsby--diff-mlx").string() +
                                       "\nwait\nprompt w1 w2 w3 w4 w1 w2\nwait\nexport page " +
                                       (dir / "p.html").string() + "\nquit\n");
-  Run r;
+  test::CliRun r;
   for (int attempt = 0; attempt < 2; ++attempt) {
     r = run_cli("--play '" + (dir / "s.play").string() + "' --threads 1", dir);
     if (r.status == 0 || !test::display_refused(r.out)) break;

@@ -202,6 +202,8 @@ std::map<std::string, std::string> tree_bytes(const fs::path& dir) {
 // the held-out haystack and the bundled tokenizer (what scripts/prepare-corpus writes there, smaller).
 void lay_out(const test::ScratchDir& dir) {
   fs::copy(kSource / "assets", dir / "assets", fs::copy_options::recursive);
+  fs::create_directories(dir / "docs");
+  fs::copy(kSource / "docs/examples", dir / "docs/examples", fs::copy_options::recursive);  // prompt sets
   fs::create_directories(dir / "build/app");
   fs::create_symlink(DIFFLENS_EXE, dir / "build/app/difflens");
   fs::create_directories(dir / "bin");

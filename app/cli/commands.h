@@ -11,6 +11,7 @@ namespace difflens::cli {
 // The commands, by family (each file keeps its commands' tables beside the code that reads them).
 std::vector<Command> model_commands();    // capture, init-pair, generate, tokenize, info, convert
 std::vector<Command> measure_commands();  // needle, outliers, quantize, loss, bench
+std::vector<Command> batch_commands();    // batch
 std::vector<Command> figure_commands();   // render, explain
 std::vector<Command> train_commands();    // train
 std::vector<Command> serve_commands();    // serve

@@ -1,0 +1,390 @@
+// `difflens batch`: a prompt set (JSON lines) run on every model given, models loaded once, items streamed
+// (read a line at a time, results appended as each item ends), resumable; per item and per head, then a
+// summary with 95 % intervals and paired tests between the models (core/batch.h, core/stats.h).
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/commands.h"
+#include "app/common/command_support.h"
+#include "app/reports/needle_report.h"
+#include "core/atomic_file.h"
+#include "core/batch.h"
+#include "core/error.h"
+#include "core/stats.h"
+
+namespace difflens::cli {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr size_t kLineLimit = 64u << 20;  // one item: 64 MB of JSON at most (a book as a prompt fits)
+
+// Reads the items file a line at a time; a line over kLineLimit is refused by number, not read whole.
+class ItemReader {
+ public:
+  explicit ItemReader(const std::string& path) : in_(path, std::ios::binary), path_(path) {
+    if (!in_) throw Error("--items " + path + ": cannot be read");
+  }
+  // The next non-blank line (false at the end); `line` gets its number.
+  bool next(std::string& text, int64_t& line) {
+    while (true) {
+      text.clear();
+      char c;
+      bool any = false;
+      while (in_.get(c)) {
+        any = true;
+        if (c == '\n') break;
+        if (text.size() >= kLineLimit)
+          throw Error("--items " + path_ + ": line " + std::to_string(line_ + 1) + " is over " +
+                      std::to_string(kLineLimit >> 20) + " MB");
+        text += c;
+      }
+      if (!any) return false;
+      ++line_;
+      if (!text.empty() && text.back() == '\r') text.pop_back();
+      if (text.find_first_not_of(" \t") == std::string::npos) continue;
+      line = line_;
+      return true;
+    }
+  }
+
+ private:
+  std::ifstream in_;
+  std::string path_;
+  int64_t line_ = 0;
+};
+
+int64_t count_items(const std::string& path) {
+  ItemReader r(path);
+  std::string text;
+  int64_t line = 0, n = 0;
+  while (r.next(text, line)) ++n;
+  return n;
+}
+
+std::string number(double v) {
+  if (!std::isfinite(v)) return "";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+// The summary: per model, the items' accuracy (Wilson) and means with bootstrap intervals; each later model
+// against the first on the items both ran (McNemar, paired bootstrap). Read back from items.jsonl, so that a
+// resumed run's summary covers every item.
+std::string write_summary(const fs::path& out, const std::vector<std::string>& models) {
+  struct Row {
+    bool right = false;
+    double p = 0, ld = 0, noise = NAN, answer = NAN, noise_out = NAN;
+  };
+  std::map<std::string, std::map<int64_t, Row>> by_model;  // model -> line -> row
+  {
+    std::ifstream in(out / "items.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      const json j = json::parse(line);
+      Row r;
+      r.right = j.at("greedy_right").get<bool>();
+      r.p = j.at("p_answer").get<double>();
+      r.ld = j.at("logit_diff").get<double>();
+      if (j.contains("noise_mass") && j["noise_mass"].is_number()) {
+        r.noise = j["noise_mass"].get<double>();
+        r.answer = j["answer_mass"].get<double>();
+        r.noise_out = j["noise_output"].is_number() ? j["noise_output"].get<double>() : NAN;
+      }
+      by_model[j.at("model").get<std::string>()][j.at("line").get<int64_t>()] = r;
+    }
+  }
+  json summary = json::object();
+  std::string md =
+      "| model | items | accuracy (greedy) | P(answer) | logit difference | attention mass on the answer "
+      "| attention noise (mass) | noise (output share) |\n|---|---|---|---|---|---|---|---|\n";
+  auto mean_of = [](const std::map<int64_t, Row>& rows, double Row::*f) {
+    std::vector<double> v;
+    for (const auto& [line, r] : rows)
+      if (std::isfinite(r.*f)) v.push_back(r.*f);
+    return bootstrap_mean(v);
+  };
+  for (const std::string& m : models) {
+    const auto& rows = by_model[m];
+    int64_t right = 0;
+    for (const auto& [line, r] : rows) right += r.right;
+    const Interval acc = wilson_interval(right, static_cast<int64_t>(rows.size()));
+    const Interval p = mean_of(rows, &Row::p), ld = mean_of(rows, &Row::ld),
+                   ans = mean_of(rows, &Row::answer), noise = mean_of(rows, &Row::noise),
+                   nout = mean_of(rows, &Row::noise_out);
+    auto cell = [](const Interval& i, int digits) {
+      return std::isfinite(i.estimate) ? format_interval(i, digits) : std::string("-");
+    };
+    md += "| " + m + " | " + std::to_string(rows.size()) + " | " + cell(acc, 2) + " | " + cell(p, 3) + " | " +
+          cell(ld, 2) + " | " + cell(ans, 3) + " | " + cell(noise, 3) + " | " + cell(nout, 3) + " |\n";
+    auto iv = [](const Interval& i) {
+      return json{{"estimate", i.estimate}, {"low", i.low}, {"high", i.high}};
+    };
+    summary[m] = {{"items", rows.size()},    {"accuracy", iv(acc)},    {"p_answer", iv(p)},
+                  {"logit_diff", iv(ld)},    {"answer_mass", iv(ans)}, {"noise_mass", iv(noise)},
+                  {"noise_output", iv(nout)}};
+  }
+  if (models.size() > 1) {
+    md +=
+        "\nEach model against " + models[0] +
+        " on the items both ran: McNemar's exact test (accuracy), a paired bootstrap of the mean difference "
+        "(the rest); p < 0.05 is called a difference.\n\n| model | items | accuracy: only it / only " +
+        models[0] +
+        " (p) | logit difference: difference [95 %] (p) | noise mass: difference [95 %] (p) |\n"
+        "|---|---|---|---|---|\n";
+    const auto& first = by_model[models[0]];
+    for (size_t k = 1; k < models.size(); ++k) {
+      const auto& other = by_model[models[k]];
+      std::vector<bool> a, b;
+      std::vector<double> la, lb, na, nb;
+      for (const auto& [line, r] : other) {
+        const auto it = first.find(line);
+        if (it == first.end()) continue;
+        a.push_back(r.right);
+        b.push_back(it->second.right);
+        la.push_back(r.ld);
+        lb.push_back(it->second.ld);
+        if (std::isfinite(r.noise) && std::isfinite(it->second.noise)) {
+          na.push_back(r.noise);
+          nb.push_back(it->second.noise);
+        }
+      }
+      auto pword = [](double p) {
+        char b[48];
+        if (p < 0.001) return std::string("p < 0.001");
+        std::snprintf(b, sizeof b, "p = %.3g%s", p, p < 0.05 ? "" : ", no significant difference");
+        return std::string(b);
+      };
+      const PairedTest acc = mcnemar(a, b);
+      std::string row = "| " + models[k] + " | " + std::to_string(a.size()) + " | " +
+                        std::to_string(acc.only_a) + " / " + std::to_string(acc.only_b) + " (" +
+                        pword(acc.p) + ") | ";
+      json pj = {{"items", a.size()},
+                 {"accuracy", {{"only_it", acc.only_a}, {"only_first", acc.only_b}, {"p", acc.p}}}};
+      for (const auto& [name, va, vb] :
+           {std::tuple<const char*, std::vector<double>*, std::vector<double>*>{"logit_diff", &la, &lb},
+            {"noise_mass", &na, &nb}}) {
+        if (va->size() < 2) {
+          row += "- | ";
+          continue;
+        }
+        const PairedTest t = paired_bootstrap(*va, *vb);
+        row += format_interval(t.difference, 3) + " (" + pword(t.p) + ") | ";
+        pj[name] = {{"difference", t.difference.estimate},
+                    {"low", t.difference.low},
+                    {"high", t.difference.high},
+                    {"p", t.p}};
+      }
+      md += row.substr(0, row.size() - 1) + "\n";
+      summary["paired"][models[k] + " vs " + models[0]] = pj;
+    }
+  }
+  write_file_atomically(out / "summary.md",
+                        "# Prompt set\n\nIntervals: Wilson (accuracy), bootstrap over items "
+                        "(the rest; 2,000 resamples, seeded). Attention measures over every "
+                        "layer and head, on the items with an answer span.\n\n" +
+                            md);
+  write_file_atomically(out / "summary.json", summary.dump(2) + "\n");
+  return md;
+}
+
+int cmd_batch(const Args& a) {
+  apply_threads(a);
+  const std::string items = a.require("items");
+  const std::string out_arg = a.require("out");
+  check_output_dir(out_arg, "--out");
+  const fs::path out = out_arg;
+  const bool resume = a.has("resume");
+  if (!resume)
+    for (const char* f : {"items.jsonl", "items.csv", "heads.csv"})
+      if (fs::exists(out / f))
+        throw Error("--out " + out_arg + ": " + f +
+                    " is there already; give --resume to go on from it, or another --out");
+  const int64_t total = count_items(items);
+  if (total == 0) throw Error("--items " + items + ": no items (one JSON object a line)");
+  std::vector<Model> models;
+  std::vector<std::string> names;
+  for (const std::string& dir : model_dirs(a)) {
+    models.push_back(load_model(dir, device(a)));
+    names.push_back(models.back().config().name.empty() ? dir : models.back().config().name);
+  }
+  for (size_t i = 0; i < names.size(); ++i)
+    for (size_t k = 0; k < i; ++k)
+      if (names[i] == names[k]) names[i] += " (" + std::to_string(i + 1) + ")";
+  fs::create_directories(out);
+  // What a resumed run has done already: (line, model) pairs in items.jsonl.
+  std::set<std::pair<int64_t, std::string>> done;
+  if (resume && fs::exists(out / "items.jsonl")) {
+    std::ifstream in(out / "items.jsonl");
+    std::string line;
+    while (std::getline(in, line))
+      if (!line.empty()) {
+        const json j = json::parse(line);
+        done.insert({j.at("line").get<int64_t>(), j.at("model").get<std::string>()});
+      }
+  }
+  auto open_append = [&](const char* f, const char* header) {
+    const bool fresh = !fs::exists(out / f);
+    auto s = std::make_unique<std::ofstream>(out / f, std::ios::app | std::ios::binary);
+    if (!*s) throw Error((out / f).string() + ": cannot be written");
+    if (fresh && header) *s << header;
+    return s;
+  };
+  auto jsonl = open_append("items.jsonl", nullptr);
+  auto items_csv = open_append(
+      "items.csv",
+      "line,id,model,prompt_tokens,answer_tokens,p_answer,first,p_first,rank_first,alternative,logit_diff,greedy_right,"
+      "answer_begin,answer_end,query_begin,query_end,answer_mass,noise_mass,answer_output,noise_output,"
+      "interventions,tags\n");
+  auto heads_csv = open_append(
+      "heads.csv", "line,id,model,layer,head,answer_mass,noise_mass,answer_output,noise_output\n");
+  std::ofstream errors;
+  std::set<std::string> said;  // refusals of --intervene specs, printed once per model
+  int64_t failed = 0, ran = 0, skipped = 0, n = 0;
+  const bool tty = isatty(STDERR_FILENO);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::signal(SIGINT, on_interrupt);
+  ItemReader reader(items);
+  std::string text;
+  int64_t line = 0;
+  while (reader.next(text, line)) {
+    if (g_stop) break;
+    ++n;
+    for (size_t m = 0; m < models.size(); ++m) {
+      if (done.count({line, names[m]})) {
+        ++skipped;
+        continue;
+      }
+      std::string id = std::to_string(line);
+      try {
+        const BatchItem item = parse_batch_item(text, line);
+        id = item.id;
+        const BatchIds ids = batch_ids(models[m], item);
+        PromptMarks marks;
+        if (ids.answer_span) marks.answer = {ids.answer_span->begin, ids.answer_span->end};
+        marks.query = item.query ? item.query->end - 1 : static_cast<int64_t>(ids.prompt.size()) - 1;
+        const int64_t T = static_cast<int64_t>(ids.prompt.size() + ids.answer.size());
+        // Specs a model cannot take (a baseline asked for λ) are left out for it, said once (as needle does).
+        std::vector<std::string> refused;
+        const std::vector<std::string> specs =
+            takeable_interventions(a.get_all("intervene"), models[m].config(), marks, T, refused);
+        for (const std::string& why : refused)
+          if (said.insert(names[m] + why).second)
+            std::fprintf(stderr, "batch: %s: skipped (it runs without it): %s\n", names[m].c_str(), why.c_str());
+        const Interventions iv = resolve_interventions(specs, models[m].config(), marks, T);
+        const BatchResult r = run_batch_item(models[m], item, ids, iv);
+        std::string applied;
+        for (const auto& [written, as_run] : r.interventions)
+          applied += (applied.empty() ? "" : "; ") + as_run;
+        const bool span = r.answer_span.begin >= 0;
+        json j = {{"line", line},
+                  {"id", item.id},
+                  {"model", names[m]},
+                  {"prompt_tokens", r.prompt_tokens},
+                  {"answer_tokens", r.answer_tokens},
+                  {"p_answer", r.p_answer},
+                  {"first", r.first},
+                  {"p_first", r.p_first},
+                  {"rank_first", r.rank_first},
+                  {"alternative", r.alternative_text},
+                  {"logit_diff", r.logit_diff},
+                  {"greedy_right", r.greedy_right},
+                  {"query", {r.query.begin, r.query.end}},
+                  {"interventions", applied},
+                  {"tags", json::parse(item.tags)}};
+        if (span) {
+          j["answer_span"] = {r.answer_span.begin, r.answer_span.end};
+          j["answer_mass"] = r.mean.answer_mass;
+          j["noise_mass"] = r.mean.noise_mass;
+          j["answer_output"] =
+              std::isfinite(r.mean.answer_output) ? json(r.mean.answer_output) : json(nullptr);
+          j["noise_output"] = std::isfinite(r.mean.noise_output) ? json(r.mean.noise_output) : json(nullptr);
+        }
+        *jsonl << j.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
+        *items_csv << line << ',' << app::csv_field(item.id) << ',' << app::csv_field(names[m]) << ','
+                   << r.prompt_tokens << ',' << r.answer_tokens << ',' << number(r.p_answer) << ',' << r.first
+                   << ',' << number(r.p_first) << ',' << r.rank_first << ','
+                   << app::csv_field(r.alternative_text) << ',' << number(r.logit_diff) << ','
+                   << (r.greedy_right ? 1 : 0) << ',' << (span ? std::to_string(r.answer_span.begin) : "")
+                   << ',' << (span ? std::to_string(r.answer_span.end) : "") << ',' << r.query.begin << ','
+                   << r.query.end << ',' << (span ? number(r.mean.answer_mass) : "") << ','
+                   << (span ? number(r.mean.noise_mass) : "") << ','
+                   << (span ? number(r.mean.answer_output) : "") << ','
+                   << (span ? number(r.mean.noise_output) : "") << ',' << app::csv_field(applied) << ','
+                   << app::csv_field(item.tags) << '\n';
+        for (const BatchHead& h : r.heads)
+          *heads_csv << line << ',' << app::csv_field(item.id) << ',' << app::csv_field(names[m]) << ','
+                     << h.layer << ',' << h.head << ',' << number(h.share.answer_mass) << ','
+                     << number(h.share.noise_mass) << ',' << number(h.share.answer_output) << ','
+                     << number(h.share.noise_output) << '\n';
+        jsonl->flush();
+        items_csv->flush();
+        heads_csv->flush();
+        ++ran;
+      } catch (const std::exception& e) {
+        if (!errors.is_open()) {
+          const bool fresh = !fs::exists(out / "errors.csv");
+          errors.open(out / "errors.csv", std::ios::app | std::ios::binary);
+          if (fresh) errors << "line,id,model,error\n";
+        }
+        errors << line << ',' << app::csv_field(id) << ',' << app::csv_field(names[m]) << ','
+               << app::csv_field(e.what()) << '\n';
+        errors.flush();
+        ++failed;
+      }
+    }
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double rate = static_cast<double>(n) / std::max(el, 1e-9);
+    const int eta = static_cast<int>(static_cast<double>(total - n) / std::max(rate, 1e-9));
+    if (tty || n % 100 == 0 || n == total)
+      std::fprintf(stderr, "%sitem %lld/%lld  %.1f items/s  ETA %dh%02dm%02ds  (%lld failed)%s",
+                   tty ? "\r" : "", static_cast<long long>(n), static_cast<long long>(total), rate,
+                   eta / 3600, eta / 60 % 60, eta % 60, static_cast<long long>(failed), tty ? "" : "\n");
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  const std::string md = write_summary(out, names);
+  std::printf("%s\n", md.c_str());
+  std::printf("batch: %lld items x %zu models: %lld ran, %lld done before (--resume), %lld failed%s%s\n",
+              static_cast<long long>(n), models.size(), static_cast<long long>(ran),
+              static_cast<long long>(skipped), static_cast<long long>(failed),
+              failed ? " (errors.csv says why)" : "", g_stop ? "; stopped (Ctrl-C): --resume goes on" : "");
+  std::printf("wrote %s: items.jsonl, items.csv, heads.csv, summary.md, summary.json\n", out_arg.c_str());
+  return failed > 0 || g_stop ? 1 : 0;
+}
+
+}  // namespace
+
+std::vector<Command> batch_commands() {
+  return {
+      {"batch",
+       "run a prompt set (JSON lines: prompt, answer, ...) on every model: per item and head, and a summary with "
+       "95 % intervals and paired tests",
+       {required(
+            text("items", "FILE.jsonl",
+                 "the items, one JSON object a line: \"prompt\" (or \"token_ids\"), \"answer\", optional "
+                 "\"id\", \"answer_span\" [B,E], \"query\" [B,E] and any tags (core/FORMATS.md)")),
+        required(text("out", "DIR", "items.jsonl, items.csv, heads.csv, summary.md, summary.json")),
+        models_option("the models run"), flag("resume", "go on from what --out holds (a stopped run)"),
+        intervene_option(), device_option("auto"), threads_option()},
+       "Each item runs once on each model (prompt + answer, teacher-forced). An item that cannot run is written "
+       "to errors.csv with why, and the exit status is 1.",
+       cmd_batch}};
+}
+
+}  // namespace difflens::cli

@@ -1,0 +1,190 @@
+// A prompt set's items, one at a time (core/batch.h).
+#include "core/batch.h"
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace difflens {
+
+using nlohmann::json;
+
+BatchItem parse_batch_item(const std::string& text, int64_t line) {
+  const std::string at = "line " + std::to_string(line) + ": ";
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(at + "not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw Error(at + "an item is a JSON object ({\"prompt\": ..., \"answer\": ...})");
+  BatchItem item;
+  item.line = line;
+  item.id = std::to_string(line);
+  json tags = json::object();
+  auto span = [&](const json& v, const char* name) {
+    if (!v.is_array() || v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer() ||
+        v[0].get<int64_t>() < 0 || v[1].get<int64_t>() <= v[0].get<int64_t>())
+      throw Error(at + "'" + name + "' must be [BEGIN, END] token positions with 0 <= BEGIN < END");
+    return TokenSpan{v[0].get<int64_t>(), v[1].get<int64_t>()};
+  };
+  for (const auto& [key, v] : j.items()) {
+    if (key == "id") {
+      if (v.is_string())
+        item.id = v.get<std::string>();
+      else if (v.is_number())
+        item.id = v.dump();
+      else
+        throw Error(at + "'id' must be a string or a number");
+    } else if (key == "prompt") {
+      if (!v.is_string()) throw Error(at + "'prompt' must be a string");
+      item.prompt = v.get<std::string>();
+    } else if (key == "token_ids") {
+      if (!v.is_array() || v.empty()) throw Error(at + "'token_ids' must be a non-empty list of token ids");
+      for (const json& x : v) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0)
+          throw Error(at + "'token_ids' must hold non-negative integers");
+        item.token_ids.push_back(x.get<int64_t>());
+      }
+    } else if (key == "answer") {
+      if (!v.is_string() || v.get<std::string>().empty())
+        throw Error(at + "'answer' must be the text that should follow the prompt");
+      item.answer = v.get<std::string>();
+    } else if (key == "answer_span") {
+      item.answer_span = span(v, "answer_span");
+    } else if (key == "query") {
+      item.query = span(v, "query");
+    } else {
+      tags[key] = v;
+    }
+  }
+  if (item.prompt.has_value() == !item.token_ids.empty())
+    throw Error(at + "give exactly one of 'prompt' (text) and 'token_ids'");
+  if (item.prompt && item.prompt->empty()) throw Error(at + "'prompt' is empty");
+  if (item.answer.empty()) throw Error(at + "'answer' is missing: the text that should follow the prompt");
+  item.tags = tags.dump(-1, ' ', false, json::error_handler_t::replace);
+  return item;
+}
+
+BatchIds batch_ids(const Model& model, const BatchItem& item) {
+  const Tokenizer& tok = model.tokenizer();
+  const std::string at = "item " + item.id + " (line " + std::to_string(item.line) + "): ";
+  BatchIds out;
+  if (item.prompt) {
+    if (!tok.can_encode())
+      throw Error(at + "this model has no text tokenizer (" + model.tokenizer_note() + "): give 'token_ids'");
+    // The answer's tokens are those the prompt and answer read together add beyond the prompt's own: a prompt
+    // whose last token the answer's text changes (a trailing space) is measured up to where the two agree.
+    const Encoding alone = tok.encode(*item.prompt, true),
+                   both = tok.encode(*item.prompt + item.answer, true);
+    size_t k = 0;
+    while (k < alone.ids.size() && k < both.ids.size() && alone.ids[k] == both.ids[k]) ++k;
+    if (k == 0) throw Error(at + "the prompt and its answer share no first token");
+    if (k == both.ids.size()) throw Error(at + "the answer adds no token to the prompt");
+    out.prompt.assign(both.ids.begin(), both.ids.begin() + static_cast<std::ptrdiff_t>(k));
+    out.answer.assign(both.ids.begin() + static_cast<std::ptrdiff_t>(k), both.ids.end());
+    if (!item.answer_span) {
+      // The last place the answer's text stands in the prompt: the tokens that cover its bytes.
+      const size_t pos = item.prompt->rfind(item.answer);
+      if (pos != std::string::npos) {
+        int64_t b = -1, e = -1;
+        for (size_t t = 0; t < k; ++t) {
+          const auto [lo, hi] = both.offsets[t];
+          if (hi <= lo || hi <= pos || lo >= pos + item.answer.size()) continue;
+          if (b < 0) b = static_cast<int64_t>(t);
+          e = static_cast<int64_t>(t) + 1;
+        }
+        if (b >= 0) out.answer_span = TokenSpan{b, e};
+      }
+    }
+  } else {
+    out.prompt = item.token_ids;
+    if (!tok.can_encode())
+      throw Error(at + "this model has no text tokenizer (" + model.tokenizer_note() +
+                  "): its answer cannot be read from text");
+    out.answer = tok.encode(item.answer, false).ids;  // the answer's text read alone, without BOS
+    if (out.answer.empty()) throw Error(at + "the answer has no tokens");
+  }
+  if (item.answer_span) out.answer_span = item.answer_span;
+  const int64_t vocab = model.config().vocab_size;
+  for (int64_t id : out.prompt)
+    if (id >= vocab)
+      throw Error(at + "token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                  std::to_string(vocab) + ")");
+  const int64_t T = static_cast<int64_t>(out.prompt.size());
+  if (out.answer_span && out.answer_span->end > T)
+    throw Error(at + "'answer_span' [" + std::to_string(out.answer_span->begin) + ", " +
+                std::to_string(out.answer_span->end) + ") is beyond the prompt's " + std::to_string(T) +
+                " tokens");
+  if (item.query && item.query->end > T)
+    throw Error(at + "'query' [" + std::to_string(item.query->begin) + ", " +
+                std::to_string(item.query->end) + ") is beyond the prompt's " + std::to_string(T) +
+                " tokens");
+  return out;
+}
+
+BatchResult run_batch_item(const Model& model, const BatchItem& item, const BatchIds& ids,
+                           const Interventions& interventions) {
+  BatchResult r;
+  const int64_t P = static_cast<int64_t>(ids.prompt.size()), A = static_cast<int64_t>(ids.answer.size());
+  r.prompt_tokens = P;
+  r.answer_tokens = A;
+  r.query = item.query.value_or(TokenSpan{P - 1, P});
+  std::vector<int64_t> all = ids.prompt;
+  all.insert(all.end(), ids.answer.begin(), ids.answer.end());
+  CaptureOptions o;
+  o.keep_maps = ids.answer_span.has_value();
+  o.keep_qkv = o.keep_maps;  // the values: output shares
+  o.logit_stats = false;
+  o.next_token_top_k = 1;
+  o.position_top_k = 2;  // the answer's tokens' probability and rank; the likeliest other after the prompt
+  o.interventions = interventions;
+  const Trace t = model.capture(all, o);
+  r.interventions = t.interventions;
+  const Predictions& pr = t.predictions;
+  r.greedy_right = true;
+  r.p_answer = 1;
+  for (int64_t k = 0; k < A; ++k) {
+    const int64_t at = P - 1 + k;
+    if (!pr.has(at))
+      throw Error("item " + item.id + ": the prediction after token " + std::to_string(at) +
+                  " was not kept (a prompt longer than this model's prediction budget)");
+    r.p_answer *= pr.actual_prob(at);
+    if (pr.actual_rank(at) != 1) r.greedy_right = false;
+  }
+  // The first answer token that writes more than spaces ("▁", " "); the last one when none does.
+  r.first = A - 1;
+  for (int64_t k = 0; k < A; ++k) {
+    const std::string piece = model.tokenizer().decode({ids.answer[static_cast<size_t>(k)]});
+    if (piece.find_first_not_of(" \t\n") != std::string::npos) {
+      r.first = k;
+      break;
+    }
+  }
+  const int64_t after = P - 1 + r.first;
+  r.p_first = pr.actual_prob(after);
+  r.rank_first = pr.actual_rank(after);
+  const int64_t target = ids.answer[static_cast<size_t>(r.first)];
+  for (int64_t j = 0; j < pr.k; ++j) {
+    const int64_t id = pr.id(after, j);
+    if (id == target) continue;
+    r.alternative = id;
+    r.alternative_text = model.tokenizer().piece(id);
+    const double p_alt = pr.prob(after, j);
+    r.logit_diff = std::log(std::max(r.p_first, 1e-300)) - std::log(std::max(p_alt, 1e-300));
+    break;
+  }
+  if (ids.answer_span) {
+    r.answer_span = *ids.answer_span;
+    const NoiseReadout n = attention_noise(t, *ids.answer_span, r.query);
+    for (size_t l = 0; l < n.layers.size(); ++l)
+      for (size_t h = 0; h < n.per_head[l].size(); ++h)
+        r.heads.push_back({n.layers[l], n.heads[l][h], n.per_head[l][h]});
+    r.mean = n.mean;
+  }
+  return r;
+}
+
+}  // namespace difflens

@@ -1,0 +1,210 @@
+// Prompt sets (core/batch.h, `difflens batch`): items read and refused by line, the answer's tokens and span,
+// every readout against an independent recomputation on the bundled models (the answer's probability from a
+// capture of each prefix's next-token distribution, the attention measures from a capture of the prompt
+// alone), and the command: files, errors, --resume, interventions, the summary's intervals.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/batch.h"
+#include "core/error.h"
+#include "core/model.h"
+#include "helpers.h"
+
+using namespace difflens;
+
+namespace {
+
+const std::string kDiff = std::string(DIFFLENS_SOURCE_DIR) + "/assets/models/diff-small";
+const std::string kBase = std::string(DIFFLENS_SOURCE_DIR) + "/assets/models/baseline-small";
+const std::string kNeedle =
+    "The secret code of Thomas is 7182. The secret code of Rachel is 2233.\nQ: What is the secret code of "
+    "Thomas?\nA: The secret code of Thomas is";
+
+std::string refusal(const std::string& line) {
+  try {
+    parse_batch_item(line, 7);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+using test::run_cli;
+
+}  // namespace
+
+TEST_CASE("batch: an item is read with its tags, and what is wrong with one is said with its line",
+          "[batch][errors]") {
+  const BatchItem i = parse_batch_item(
+      R"({"id": 12, "prompt": "The jury said", "answer": " that", "answer_span": [1, 2], "query": [2, 3],)"
+      R"( "topic": "law", "n": [1, 2]})",
+      3);
+  CHECK(i.id == "12");
+  CHECK(i.line == 3);
+  CHECK(*i.prompt == "The jury said");
+  CHECK(i.answer == " that");
+  CHECK((i.answer_span->begin == 1 && i.answer_span->end == 2));
+  CHECK((i.query->begin == 2 && i.query->end == 3));
+  CHECK(i.tags == R"({"n":[1,2],"topic":"law"})");
+  CHECK(parse_batch_item(R"({"token_ids": [1, 5], "answer": "x"})", 4).id == "4");  // the line by default
+  CHECK_THAT(refusal("[1]"), Catch::StartsWith("line 7: an item is a JSON object"));
+  CHECK_THAT(refusal("{\"prompt\": \"x\""), Catch::StartsWith("line 7: not valid JSON"));
+  CHECK_THAT(refusal(R"({"answer": "x"})"),
+             Catch::Contains("exactly one of 'prompt' (text) and 'token_ids'"));
+  CHECK_THAT(refusal(R"({"prompt": "a", "token_ids": [1], "answer": "x"})"),
+             Catch::Contains("exactly one of"));
+  CHECK_THAT(refusal(R"({"prompt": "a"})"), Catch::Contains("'answer' is missing"));
+  CHECK_THAT(refusal(R"({"prompt": "a", "answer": ""})"), Catch::Contains("'answer' must be the text"));
+  CHECK_THAT(refusal(R"({"prompt": "a", "answer": "x", "answer_span": [3, 3]})"),
+             Catch::Contains("'answer_span' must be [BEGIN, END] token positions with 0 <= BEGIN < END"));
+  CHECK_THAT(refusal(R"({"prompt": "a", "answer": "x", "query": [-1, 2]})"),
+             Catch::Contains("'query' must be"));
+  CHECK_THAT(refusal(R"({"token_ids": [1, -2], "answer": "x"})"), Catch::Contains("non-negative integers"));
+  CHECK_THAT(refusal(R"({"prompt": "", "answer": "x"})"), Catch::Contains("'prompt' is empty"));
+  CHECK_THAT(refusal(R"({"prompt": "a", "answer": "x", "id": [1]})"),
+             Catch::Contains("'id' must be a string"));
+}
+
+TEST_CASE("batch: an item's readouts equal an independent recomputation on the bundled models",
+          "[batch][attention]") {
+  for (const std::string& dir : {kDiff, kBase}) {
+    INFO(dir);
+    const Model m = Model::load(dir);
+    const BatchItem item =
+        parse_batch_item(nlohmann::json{{"prompt", kNeedle}, {"answer", " 7182"}}.dump(), 1);
+    const BatchIds ids = batch_ids(m, item);
+    // The prompt's tokens are the prompt's own; the answer's are what the prompt and answer add together.
+    CHECK(ids.prompt == m.tokenizer().encode(kNeedle, true).ids);
+    std::vector<int64_t> all = ids.prompt;
+    all.insert(all.end(), ids.answer.begin(), ids.answer.end());
+    CHECK(all == m.tokenizer().encode(kNeedle + " 7182", true).ids);
+    // The answer's span: the tokens of " 7182" in the needle sentence (its last place in the prompt).
+    REQUIRE(ids.answer_span);
+    std::vector<int64_t> span(ids.prompt.begin() + ids.answer_span->begin,
+                              ids.prompt.begin() + ids.answer_span->end);
+    CHECK(m.tokenizer().decode(span).find("7182") != std::string::npos);
+    CHECK(ids.answer_span->end < 20);  // the first sentence, not the question
+
+    const BatchResult r = run_batch_item(m, item, ids);
+    const int64_t P = static_cast<int64_t>(ids.prompt.size());
+    CHECK(r.prompt_tokens == P);
+    CHECK(r.query.begin == P - 1);
+    // Each answer token's probability from a capture of its prefix alone (the full next-token distribution).
+    double p = 1;
+    bool greedy = true;
+    for (size_t k = 0; k < ids.answer.size(); ++k) {
+      std::vector<int64_t> prefix(all.begin(), all.begin() + P + static_cast<std::ptrdiff_t>(k));
+      CaptureOptions o;
+      o.keep_maps = false;
+      o.next_token_top_k = static_cast<int>(m.config().vocab_size);
+      const Trace t = m.capture(prefix, o);
+      double pk = 0, best_other = 0;
+      int64_t rank = 1;
+      for (const auto& tp : t.next_token)
+        if (tp.id == ids.answer[k]) pk = tp.probability;
+      for (const auto& tp : t.next_token) {
+        if (tp.id != ids.answer[k]) best_other = std::max(best_other, static_cast<double>(tp.probability));
+        if (tp.probability > pk) ++rank;
+      }
+      p *= pk;
+      greedy = greedy && rank == 1;
+      if (static_cast<int64_t>(k) == r.first) {
+        CHECK(std::fabs(r.p_first - pk) < 1e-5);
+        CHECK(r.rank_first == rank);
+        CHECK(std::fabs(r.logit_diff - (std::log(pk) - std::log(best_other))) < 1e-3);
+      }
+    }
+    CHECK(std::fabs(r.p_answer - p) < 1e-5 * std::max(1.0, p));
+    CHECK(r.greedy_right == greedy);
+    // " 7182" is "▁", "7", ...: the first token that writes more than a space is the "7".
+    CHECK(r.first == 1);
+    // The attention measures: every layer and head, equal to a capture of the prompt alone (the rows measured
+    // are the prompt's, which never see the answer's tokens).
+    CaptureOptions o;
+    o.keep_qkv = true;
+    const Trace alone = m.capture(ids.prompt, o);
+    const NoiseReadout n = attention_noise(alone, *ids.answer_span, r.query);
+    REQUIRE(r.heads.size() == static_cast<size_t>(m.config().num_hidden_layers * m.config().map_heads()));
+    size_t i = 0;
+    for (size_t l = 0; l < n.layers.size(); ++l)
+      for (size_t h = 0; h < n.per_head[l].size(); ++h, ++i) {
+        CHECK(r.heads[i].layer == n.layers[l]);
+        CHECK(r.heads[i].head == n.heads[l][h]);
+        CHECK(std::fabs(r.heads[i].share.noise_mass - n.per_head[l][h].noise_mass) < 1e-6);
+        CHECK(std::fabs(r.heads[i].share.answer_mass - n.per_head[l][h].answer_mass) < 1e-6);
+        CHECK(std::fabs(r.heads[i].share.noise_output - n.per_head[l][h].noise_output) < 1e-5);
+      }
+    CHECK(std::fabs(r.mean.noise_mass - n.mean.noise_mass) < 1e-6);
+  }
+}
+
+TEST_CASE(
+    "batch: the command writes per item and head, a summary with intervals, errors by line, and resumes",
+    "[batch][cli]") {
+  test::ScratchDir dir("batch");
+  std::string items;
+  for (int i = 0; i < 6; ++i)
+    items += nlohmann::json{{"id", "needle-" + std::to_string(i)},
+                            {"prompt", kNeedle},
+                            {"answer", " 7182"},
+                            {"set", "thomas"}}
+                 .dump() +
+             "\n";
+  items += "\n{\"prompt\": 5, \"answer\": \"x\"}\n";  // a blank line, then a bad item at line 8
+  test::write_all(dir / "items.jsonl", items);
+  const std::string out = (dir / "out").string();
+  test::CliRun r =
+      run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + out + " --threads 2", dir);
+  INFO(r.out);
+  CHECK(r.status == 1);  // an item failed
+  CHECK_THAT(r.out, Catch::Contains("batch: 7 items x 2 models: 12 ran, 0 done before (--resume), 2 failed"));
+  CHECK(test::read_all(dir / "out/errors.csv") ==
+        "line,id,model,error\n8,8,diff-small,line 8: 'prompt' must be a string\n"
+        "8,8,baseline-small,line 8: 'prompt' must be a string\n");
+  const std::string csv = test::read_all(dir / "out/items.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 13);  // the header and 6 items x 2 models
+  CHECK_THAT(csv, Catch::Contains("1,needle-0,diff-small,"));
+  CHECK_THAT(csv, Catch::Contains("\"{\"\"set\"\":\"\"thomas\"\"}\""));  // the tags, as JSON in one field
+  const std::string heads = test::read_all(dir / "out/heads.csv");
+  CHECK(std::count(heads.begin(), heads.end(), '\n') == 1 + 6 * (16 + 32));  // diff 4x4, baseline 4x8
+  // The same item six times: every interval collapses onto its value; the two models differ in noise mass.
+  const nlohmann::json s = nlohmann::json::parse(test::read_all(dir / "out/summary.json"));
+  CHECK(s["diff-small"]["items"] == 6);
+  const double acc = s["diff-small"]["accuracy"]["estimate"];
+  CHECK((acc == 0.0 || acc == 1.0));
+  CHECK(s["diff-small"]["noise_mass"]["low"] == s["diff-small"]["noise_mass"]["high"]);
+  CHECK(s["paired"]["baseline-small vs diff-small"]["items"] == 6);
+  CHECK_THAT(test::read_all(dir / "out/summary.md"), Catch::Contains("| diff-small | 6 | "));
+  // A second run refuses to write over the first; --resume goes on, with nothing left but the bad item.
+  r = run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + out, dir);
+  CHECK(r.status != 0);
+  CHECK_THAT(r.out, Catch::Contains("items.jsonl is there already; give --resume"));
+  r = run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + out + " --resume", dir);
+  CHECK_THAT(r.out, Catch::Contains("0 ran, 12 done before (--resume), 2 failed"));
+  const std::string again = test::read_all(dir / "out/items.csv");
+  CHECK(std::count(again.begin(), again.end(), '\n') == 13);
+  // Interventions: the DIFF model runs with λ = 0, the baseline (no λ) as trained, said once.
+  r = run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + (dir / "iv").string() +
+                  " --intervene lambda=0",
+              dir);
+  CHECK_THAT(r.out,
+             Catch::Contains("batch: baseline-small: skipped (it runs without it): --intervene 'lambda=0'"));
+  const std::string ivcsv = test::read_all(dir / "iv/items.csv");
+  CHECK_THAT(ivcsv, Catch::Contains(",lambda=0,"));
+  // Refused before any work: no items, a missing file.
+  test::write_all(dir / "empty.jsonl", "\n\n");
+  r = run_cli("batch --items " + (dir / "empty.jsonl").string() + " --out " + (dir / "e").string(), dir);
+  CHECK_THAT(r.out, Catch::Contains("no items (one JSON object a line)"));
+  r = run_cli("batch --items " + (dir / "missing.jsonl").string() + " --out " + (dir / "e").string(), dir);
+  CHECK_THAT(r.out, Catch::Contains("cannot be read"));
+  CHECK_FALSE(std::filesystem::exists(dir / "e"));
+}
