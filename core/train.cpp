@@ -296,6 +296,25 @@ void save_state(std::vector<ModelState>& models, const TrainOptions& o, int64_t 
   }
 }
 
+// train --keep-every: step `step`'s weights of every model kept as a model folder of their own (replacing a
+// partial one of the same step that a stopped run left), step.json last.
+void keep_checkpoints(const std::vector<ModelState>& models, const TrainOptions& o, int64_t step,
+                      int64_t tokens) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  for (const ModelState& s : models) {
+    const fs::path dir = s.dir / "checkpoints" / name;
+    std::error_code ec;
+    remove_tree(dir, ec);
+    s.model.save(dir);
+    fs::copy_file(o.corpus_dir / "tokenizer.model", dir / "tokenizer.model",
+                  fs::copy_options::overwrite_existing);
+    write_file_atomically(
+        dir / "step.json",
+        nlohmann::json{{"step", step}, {"tokens_seen", tokens}, {"seed", o.seed}}.dump(2) + "\n");
+  }
+}
+
 // The newest step every model of the run saved completely; 0 when there is none to resume from.
 int64_t common_step(const std::vector<fs::path>& model_dirs) {
   std::vector<int64_t> common;
@@ -578,6 +597,7 @@ TrainOptions train_options_from_json(const fs::path& file) {
     get("threads", o.threads);
     get("eval_every", o.eval_every);
     get("save_every", o.save_every);
+    get("keep_every", o.keep_every);
     get("eval_episodes", o.eval_episodes);
     get("eval_lengths", o.eval_lengths);
     get("device", o.device);
@@ -651,6 +671,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
                    const std::function<void(const TrainProgress&)>& progress) {
   if (o.steps <= 0 || o.batch <= 0 || o.seq_len < 16)
     throw Error("train: steps, batch and seq_len must be positive");
+  if (o.keep_every < 0) throw Error("train: keep_every must be 0 (none) or a number of steps");
   if (!o.train_diff && !o.train_baseline) throw Error("train: nothing to train");
   {  // the output before any work (the per-model folders are checked once their configuration is known)
     std::error_code ec;
@@ -788,6 +809,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     if (!o.resume) {  // --fresh: the earlier run's steps go, so that none is resumed later by mistake
       std::error_code ec;
       remove_tree(s.dir / "train_state", ec);
+      remove_tree(s.dir / "checkpoints", ec);
     }
     if (choice == DeviceChoice::Cuda)
       s.model = Model::from_tensors(s.model.config(), s.model.tensors(), choice);
@@ -968,6 +990,7 @@ int64_t train_pair(const TrainOptions& o, const std::atomic<bool>* stop,
     if ((step + 1) % o.eval_every == 0 || step + 1 == o.steps) evaluate(step + 1);
     if ((step + 1) % o.save_every == 0 || step + 1 == o.steps)
       save_state(models, o, step + 1, tokens, wall_before + secs);
+    if (o.keep_every > 0 && (step + 1) % o.keep_every == 0) keep_checkpoints(models, o, step + 1, tokens);
   }
   if (step < o.steps && step > start) {  // stopped early: keep what was learned
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

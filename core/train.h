@@ -57,6 +57,10 @@ struct TrainOptions {
   int threads = 0;           // CPU threads; 0: every core (the config or --threads may name a number)
   int64_t eval_every = 250;  // val loss + needle accuracy
   int64_t save_every = 250;
+  // > 0: each keep_every-th step's weights are kept in MODEL/checkpoints/step-NNNNNNNN/ (config.json,
+  // model.safetensors, tokenizer.model, step.json; no optimizer state): a model folder per step, which the
+  // resumable save (one step, replaced) does not give. --fresh removes them with the rest of the run.
+  int64_t keep_every = 0;
   int64_t eval_episodes = 40;  // per context length
   std::vector<int64_t> eval_lengths = {128, 256, 512};
   std::string device = "auto";

@@ -106,6 +106,41 @@ TEST_CASE("train: both models' loss goes down and the logs are written", "[train
   }
 }
 
+TEST_CASE("train --keep-every: each N-th step's weights stay as a model folder of their own", "[train]") {
+  test::ScratchDir dir("trainkeep");
+  make_corpus(dir.path());
+  TrainOptions o = tiny(dir.path(), dir / "out", 30);
+  o.keep_every = 10;
+  o.save_every = 10;
+  CHECK(train_pair(o, nullptr, nullptr) == 30);
+  for (const char* name : {"diff-small", "baseline-small"}) {
+    INFO(name);
+    const auto run = dir / "out" / name;
+    for (int step : {10, 20, 30}) {
+      char folder[32];
+      std::snprintf(folder, sizeof folder, "step-%08d", step);
+      const auto kept = run / "checkpoints" / folder;
+      CHECK(test::read_all(kept / "step.json").find("\"step\": " + std::to_string(step)) !=
+            std::string::npos);
+      CHECK_FALSE(std::filesystem::exists(kept / "optimizer.safetensors"));  // the weights alone
+      const Model m = Model::load(kept);  // a model folder: its tokenizer reads text
+      CHECK(m.tokenizer().is_sentencepiece());
+    }
+    CHECK_FALSE(std::filesystem::exists(run / "checkpoints" / "step-00000005"));
+    // The last kept step is the published weights; an earlier one is another model.
+    CHECK(max_weight_difference(run / "checkpoints" / "step-00000030", run) == 0);
+    CHECK(max_weight_difference(run / "checkpoints" / "step-00000010", run) > 0);
+  }
+  // --fresh removes the run's kept steps with its state, so that none mixes with a new run's.
+  o.resume = false;
+  o.steps = 5;
+  o.keep_every = 0;
+  CHECK(train_pair(o, nullptr, nullptr) == 5);
+  CHECK_FALSE(std::filesystem::exists(dir / "out" / "diff-small" / "checkpoints"));
+  o.keep_every = -1;
+  CHECK_THROWS_WITH(train_pair(o, nullptr, nullptr), Catch::Contains("keep_every must be 0 (none)"));
+}
+
 TEST_CASE("train: a stopped run resumes to exactly the weights of an uninterrupted one", "[train]") {
   test::ScratchDir dir("resume");
   make_corpus(dir.path());

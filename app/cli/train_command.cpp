@@ -31,6 +31,7 @@ int cmd_train(const Args& a) {
   o.threads = a.get_int("threads", o.threads);
   o.eval_every = a.get_int("eval-every", static_cast<int>(o.eval_every));
   o.save_every = a.get_int("save-every", static_cast<int>(o.save_every));
+  o.keep_every = a.get_int("keep-every", static_cast<int>(o.keep_every));
   o.device = a.get("device", o.device);
   o.precision = a.get("precision", o.precision);
   o.data_workers = a.get_int("data-workers", o.data_workers);
@@ -130,6 +131,8 @@ Command train_command() {
        integer("threads", "N", 1, 4096, "", "CPU threads (default: the config's, else every core)"),
        integer("eval-every", "N", 1, 1e9, "", or_default("steps between evaluations", d.eval_every)),
        integer("save-every", "N", 1, 1e9, "", or_default("steps between saves", d.save_every)),
+       integer("keep-every", "N", 0, 1e9, "",
+               "keep each N-th step's weights in MODEL/checkpoints/step-N/, a model folder each (0: none)"),
        choice("only", "diff|baseline", "", "train one model of the pair"),
        choice("arch", "diff|diff-v2", "",
               "the differential model: DIFF V1 (out/diff-small) or DIFF V2 matched to the baseline "
