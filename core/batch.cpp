@@ -1,6 +1,7 @@
 // A prompt set's items, one at a time (core/batch.h).
 #include "core/batch.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -84,6 +85,7 @@ BatchIds batch_ids(const Model& model, const BatchItem& item) {
     if (k == 0) throw Error(at + "the prompt and its answer share no first token");
     if (k == both.ids.size()) throw Error(at + "the answer adds no token to the prompt");
     out.prompt.assign(both.ids.begin(), both.ids.begin() + static_cast<std::ptrdiff_t>(k));
+    out.prompt_trimmed = static_cast<int64_t>(alone.ids.size() - k);
     out.answer.assign(both.ids.begin() + static_cast<std::ptrdiff_t>(k), both.ids.end());
     if (!item.answer_span) {
       // The last place the answer's text stands in the prompt: the tokens that cover its bytes.
@@ -126,7 +128,7 @@ BatchIds batch_ids(const Model& model, const BatchItem& item) {
 }
 
 BatchResult run_batch_item(const Model& model, const BatchItem& item, const BatchIds& ids,
-                           const Interventions& interventions) {
+                           const Interventions& interventions, const std::atomic<bool>* cancel) {
   BatchResult r;
   const int64_t P = static_cast<int64_t>(ids.prompt.size()), A = static_cast<int64_t>(ids.answer.size());
   r.prompt_tokens = P;
@@ -140,8 +142,12 @@ BatchResult run_batch_item(const Model& model, const BatchItem& item, const Batc
   o.logit_stats = false;
   o.next_token_top_k = 1;
   o.position_top_k = 2;  // the answer's tokens' probability and rank; the likeliest other after the prompt
+  // Predictions are kept for the last budget / (hidden x vocabulary) positions: enough for the answer's.
+  const double per_position =
+      static_cast<double>(model.config().hidden_size) * static_cast<double>(model.config().vocab_size);
+  o.prediction_budget = std::max(o.prediction_budget, per_position * static_cast<double>(A + 1));
   o.interventions = interventions;
-  const Trace t = model.capture(all, o);
+  const Trace t = model.capture(all, o, cancel);
   r.interventions = t.interventions;
   const Predictions& pr = t.predictions;
   r.greedy_right = true;
@@ -149,8 +155,8 @@ BatchResult run_batch_item(const Model& model, const BatchItem& item, const Batc
   for (int64_t k = 0; k < A; ++k) {
     const int64_t at = P - 1 + k;
     if (!pr.has(at))
-      throw Error("item " + item.id + ": the prediction after token " + std::to_string(at) +
-                  " was not kept (a prompt longer than this model's prediction budget)");
+      throw Error("item " + item.id + ": no prediction after token " + std::to_string(at) +
+                  ": the model's logits there are not finite (NaN or inf)");
     r.p_answer *= pr.actual_prob(at);
     if (pr.actual_rank(at) != 1) r.greedy_right = false;
   }

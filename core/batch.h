@@ -5,6 +5,7 @@
 // answer's keys, the noise) as core/metrics defines it. Plain data in and out; the caller streams items.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -69,13 +70,18 @@ struct BatchResult {
 // answer adds no token, or the model cannot read text and the item gives text.
 struct BatchIds {
   std::vector<int64_t> prompt, answer;
+  // The prompt's own last tokens that the answer's text changes when read together (a prompt ending "is 48"
+  // and the answer "23" read as "482", "3"): the prompt is measured without them. 0 almost always.
+  int64_t prompt_trimmed = 0;
   std::optional<TokenSpan> answer_span;  // found in a text prompt, or as given
 };
 BatchIds batch_ids(const Model& model, const BatchItem& item);
 
 // Runs the item on the model (one capture of prompt + answer, every map kept for the measured rows) under
 // `interventions` (resolved against the model and prompt + answer by the caller; empty: as trained).
+// `cancel` (optional) is polled between layers: Cancelled is thrown when it is set.
 BatchResult run_batch_item(const Model& model, const BatchItem& item, const BatchIds& ids,
-                           const Interventions& interventions = {});
+                           const Interventions& interventions = {},
+                           const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace difflens

@@ -195,13 +195,15 @@ ModelConfig config_from_hf(const json& j, const std::string& src) {
   // model_type "diff_llama" and an attn_family of their own code, which is not published; transformers'
   // DiffLlama is "diffllama". Reading it as that would guess the layout of q, k, λ and the norm.
   if (model_type == "diff_llama" || j.contains("attn_family"))
-    fail(src,
-         "model_type '" + model_type + "'" +
-             (j.contains("attn_family") ? " with attn_family '" + get_string(j, "attn_family", src, "") + "'"
-                                        : std::string()) +
-             " is not transformers' DiffLlama (model_type 'diffllama'): its modelling code is not "
-             "published, so how it splits q and k into the two components, parameterises lambda and "
-             "normalises the heads is unknown, and DiffLens will not guess it");
+    fail(src, "model_type '" + model_type + "'" +
+                  (j.contains("attn_family")
+                       ? " with attn_family " + (j["attn_family"].is_string()
+                                                     ? "'" + j["attn_family"].get<std::string>() + "'"
+                                                     : j["attn_family"].dump())
+                       : std::string()) +
+                  " is not transformers' DiffLlama (model_type 'diffllama'): its modelling code is not "
+                  "published, so how it splits q and k into the two components, parameterises lambda and "
+                  "normalises the heads is unknown, and DiffLens will not guess it");
   if (arch.empty())
     arch = model_type == "llama"       ? "LlamaForCausalLM"
            : model_type == "mistral"   ? "MistralForCausalLM"

@@ -158,7 +158,9 @@ std::vector<std::string> save_hf(const Model& model, const std::filesystem::path
   j["num_key_value_heads"] = to.num_key_value_heads;
   j["head_dim"] = to.head_dim;
   j["vocab_size"] = to.vocab_size;
-  j["max_position_embeddings"] = to.max_position_embeddings;
+  // A diff-mlx model reads any length (max_position_embeddings is then a formality): the length it was
+  // trained to is what a Hugging Face config states.
+  j["max_position_embeddings"] = to.trained_positions > 0 ? to.trained_positions : to.max_position_embeddings;
   j["rms_norm_eps"] = to.rms_norm_eps;
   j["rope_theta"] = to.rope_theta;
   j["rope_scaling"] = nullptr;

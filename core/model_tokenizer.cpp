@@ -18,9 +18,10 @@ Tokenizer hf_tokenizer(const std::filesystem::path& folder, ModelConfig& config,
   auto has_tokenizer = [](const std::filesystem::path& d) {
     return std::filesystem::exists(d / "tokenizer.model") || std::filesystem::exists(d / "tokenizer.json");
   };
-  const bool from_run = !has_tokenizer(folder) && folder.filename().string().rfind("checkpoint-", 0) == 0 &&
-                        has_tokenizer(folder.parent_path());
-  const std::filesystem::path dir = from_run ? folder.parent_path() : folder;
+  const std::filesystem::path whole = tidy(std::filesystem::absolute(folder));  // "run/checkpoint-5/", "."
+  const bool from_run = !has_tokenizer(folder) && whole.filename().string().rfind("checkpoint-", 0) == 0 &&
+                        has_tokenizer(whole.parent_path());
+  const std::filesystem::path dir = from_run ? whole.parent_path() : folder;
   if (std::filesystem::exists(dir / "tokenizer.model")) {
     Tokenizer t = Tokenizer::sentencepiece(dir / "tokenizer.model");
     if (t.vocab_size() > config.vocab_size)

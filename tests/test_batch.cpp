@@ -192,6 +192,23 @@ TEST_CASE(
   CHECK_THAT(r.out, Catch::Contains("0 ran, 12 done before (--resume), 2 failed"));
   const std::string again = test::read_all(dir / "out/items.csv");
   CHECK(std::count(again.begin(), again.end(), '\n') == 13);
+  // A run killed after an item's CSV rows but before its record in items.jsonl (written last), in the middle
+  // of that record: --resume drops the cut record and the item's CSV rows, and runs the item again whole.
+  {
+    std::string records = test::read_all(dir / "out/items.jsonl");
+    records.pop_back();  // the last record's newline
+    const std::string last = records.substr(records.rfind('\n') + 1);
+    records = records.substr(0, records.rfind('\n') + 1) + last.substr(0, last.size() / 2);
+    test::write_all(dir / "out/items.jsonl", records);
+  }
+  r = run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + out + " --resume", dir);
+  CHECK_THAT(r.out, Catch::Contains("1 ran, 11 done before (--resume), 2 failed"));
+  const std::string after = test::read_all(dir / "out/items.csv"),
+                    records = test::read_all(dir / "out/items.jsonl");
+  CHECK(std::count(after.begin(), after.end(), '\n') == 13);  // no row twice
+  CHECK(std::count(records.begin(), records.end(), '\n') == 12);
+  const std::string heads_after = test::read_all(dir / "out/heads.csv");
+  CHECK(std::count(heads_after.begin(), heads_after.end(), '\n') == 1 + 6 * (16 + 32));
   // Interventions: the DIFF model runs with λ = 0, the baseline (no λ) as trained, said once.
   r = run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + (dir / "iv").string() +
                   " --intervene lambda=0",

@@ -76,6 +76,55 @@ int64_t count_items(const std::string& path) {
   return n;
 }
 
+// The first `n` fields of a CSV row (RFC 4180 quoting).
+std::vector<std::string> csv_fields(const std::string& row, size_t n) {
+  std::vector<std::string> out;
+  std::string f;
+  bool quoted = false;
+  for (size_t i = 0; i < row.size() && out.size() < n; ++i) {
+    const char c = row[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < row.size() && row[i + 1] == '"') {
+        f += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        f += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(f);
+      f.clear();
+    } else {
+      f += c;
+    }
+  }
+  if (out.size() < n) out.push_back(f);
+  return out;
+}
+
+// items.jsonl's complete records: each line that ends with a newline and parses (a run killed while writing
+// leaves at most a part of its last line, which is dropped here and by --resume).
+std::vector<json> read_records(const fs::path& file) {
+  std::vector<json> out;
+  std::ifstream in(file, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) break;  // no newline: cut short
+    try {
+      json j = json::parse(text.substr(start, nl - start));
+      if (j.is_object() && j.contains("line") && j.contains("model")) out.push_back(std::move(j));
+    } catch (const json::exception&) {
+    }
+    start = nl + 1;
+  }
+  return out;
+}
+
 std::string number(double v) {
   if (!std::isfinite(v)) return "";
   char b[32];
@@ -92,23 +141,16 @@ std::string write_summary(const fs::path& out, const std::vector<std::string>& m
     double p = 0, ld = 0, noise = NAN, answer = NAN, noise_out = NAN;
   };
   std::map<std::string, std::map<int64_t, Row>> by_model;  // model -> line -> row
-  {
-    std::ifstream in(out / "items.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      const json j = json::parse(line);
-      Row r;
-      r.right = j.at("greedy_right").get<bool>();
-      r.p = j.at("p_answer").get<double>();
-      r.ld = j.at("logit_diff").get<double>();
-      if (j.contains("noise_mass") && j["noise_mass"].is_number()) {
-        r.noise = j["noise_mass"].get<double>();
-        r.answer = j["answer_mass"].get<double>();
-        r.noise_out = j["noise_output"].is_number() ? j["noise_output"].get<double>() : NAN;
-      }
-      by_model[j.at("model").get<std::string>()][j.at("line").get<int64_t>()] = r;
-    }
+  for (const json& j : read_records(out / "items.jsonl")) {
+    auto num = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN; };
+    Row r;
+    r.right = j.value("greedy_right", false);
+    r.p = num("p_answer");
+    r.ld = num("logit_diff");
+    r.noise = num("noise_mass");
+    r.answer = num("answer_mass");
+    r.noise_out = num("noise_output");
+    by_model[j.at("model").get<std::string>()][j.at("line").get<int64_t>()] = r;
   }
   json summary = json::object();
   std::string md =
@@ -124,7 +166,8 @@ std::string write_summary(const fs::path& out, const std::vector<std::string>& m
     const auto& rows = by_model[m];
     int64_t right = 0;
     for (const auto& [line, r] : rows) right += r.right;
-    const Interval acc = wilson_interval(right, static_cast<int64_t>(rows.size()));
+    Interval acc = wilson_interval(right, static_cast<int64_t>(rows.size()));
+    if (rows.empty()) acc = {NAN, NAN, NAN};  // no item ran: no accuracy, not "0.00 [0, 1]"
     const Interval p = mean_of(rows, &Row::p), ld = mean_of(rows, &Row::ld),
                    ans = mean_of(rows, &Row::answer), noise = mean_of(rows, &Row::noise),
                    nout = mean_of(rows, &Row::noise_out);
@@ -229,15 +272,37 @@ int cmd_batch(const Args& a) {
       if (names[i] == names[k]) names[i] += " (" + std::to_string(i + 1) + ")";
   fs::create_directories(out);
   // What a resumed run has done already: (line, model) pairs in items.jsonl.
+  // items.jsonl is written last for each item: what it holds is done; rows of the CSVs beyond it (a run
+  // killed between the files) are dropped, so that the item runs again whole.
   std::set<std::pair<int64_t, std::string>> done;
   if (resume && fs::exists(out / "items.jsonl")) {
-    std::ifstream in(out / "items.jsonl");
-    std::string line;
-    while (std::getline(in, line))
-      if (!line.empty()) {
-        const json j = json::parse(line);
-        done.insert({j.at("line").get<int64_t>(), j.at("model").get<std::string>()});
+    std::string kept;
+    for (const json& j : read_records(out / "items.jsonl")) {
+      done.insert({j.at("line").get<int64_t>(), j.at("model").get<std::string>()});
+      kept += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    }
+    write_file_atomically(out / "items.jsonl", kept);
+    for (const char* f : {"items.csv", "heads.csv"}) {
+      if (!fs::exists(out / f)) continue;
+      std::ifstream in(out / f, std::ios::binary);
+      std::string row, text;
+      bool header = true;
+      while (std::getline(in, row)) {
+        if (in.eof()) break;  // no newline after it: cut short
+        const std::vector<std::string> fields = csv_fields(row, 3);
+        bool keep = header;
+        if (!header && fields.size() == 3) {
+          try {
+            keep = done.count({std::stoll(fields[0]), fields[2]}) > 0;
+          } catch (const std::exception&) {
+          }
+        }
+        header = false;
+        if (keep) text += row + "\n";
       }
+      in.close();
+      write_file_atomically(out / f, text);
+    }
   }
   auto open_append = [&](const char* f, const char* header) {
     const bool fresh = !fs::exists(out / f);
@@ -249,7 +314,7 @@ int cmd_batch(const Args& a) {
   auto jsonl = open_append("items.jsonl", nullptr);
   auto items_csv = open_append(
       "items.csv",
-      "line,id,model,prompt_tokens,answer_tokens,p_answer,first,p_first,rank_first,alternative,logit_diff,greedy_right,"
+      "line,id,model,prompt_tokens,prompt_trimmed,answer_tokens,p_answer,first,p_first,rank_first,alternative,logit_diff,greedy_right,"
       "answer_begin,answer_end,query_begin,query_end,answer_mass,noise_mass,answer_output,noise_output,"
       "interventions,tags\n");
   auto heads_csv = open_append(
@@ -266,7 +331,7 @@ int cmd_batch(const Args& a) {
   while (reader.next(text, line)) {
     if (g_stop) break;
     ++n;
-    for (size_t m = 0; m < models.size(); ++m) {
+    for (size_t m = 0; m < models.size() && !g_stop; ++m) {
       if (done.count({line, names[m]})) {
         ++skipped;
         continue;
@@ -286,9 +351,10 @@ int cmd_batch(const Args& a) {
             takeable_interventions(a.get_all("intervene"), models[m].config(), marks, T, refused);
         for (const std::string& why : refused)
           if (said.insert(names[m] + why).second)
-            std::fprintf(stderr, "batch: %s: skipped (it runs without it): %s\n", names[m].c_str(), why.c_str());
+            std::fprintf(stderr, "batch: %s: skipped (it runs without it): %s\n", names[m].c_str(),
+                         why.c_str());
         const Interventions iv = resolve_interventions(specs, models[m].config(), marks, T);
-        const BatchResult r = run_batch_item(models[m], item, ids, iv);
+        const BatchResult r = run_batch_item(models[m], item, ids, iv, &g_stop);
         std::string applied;
         for (const auto& [written, as_run] : r.interventions)
           applied += (applied.empty() ? "" : "; ") + as_run;
@@ -297,6 +363,7 @@ int cmd_batch(const Args& a) {
                   {"id", item.id},
                   {"model", names[m]},
                   {"prompt_tokens", r.prompt_tokens},
+                  {"prompt_trimmed", ids.prompt_trimmed},
                   {"answer_tokens", r.answer_tokens},
                   {"p_answer", r.p_answer},
                   {"first", r.first},
@@ -310,17 +377,17 @@ int cmd_batch(const Args& a) {
                   {"tags", json::parse(item.tags)}};
         if (span) {
           j["answer_span"] = {r.answer_span.begin, r.answer_span.end};
-          j["answer_mass"] = r.mean.answer_mass;
-          j["noise_mass"] = r.mean.noise_mass;
+          auto finite = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+          j["answer_mass"] = finite(r.mean.answer_mass);
+          j["noise_mass"] = finite(r.mean.noise_mass);
           j["answer_output"] =
               std::isfinite(r.mean.answer_output) ? json(r.mean.answer_output) : json(nullptr);
           j["noise_output"] = std::isfinite(r.mean.noise_output) ? json(r.mean.noise_output) : json(nullptr);
         }
-        *jsonl << j.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
         *items_csv << line << ',' << app::csv_field(item.id) << ',' << app::csv_field(names[m]) << ','
-                   << r.prompt_tokens << ',' << r.answer_tokens << ',' << number(r.p_answer) << ',' << r.first
-                   << ',' << number(r.p_first) << ',' << r.rank_first << ','
-                   << app::csv_field(r.alternative_text) << ',' << number(r.logit_diff) << ','
+                   << r.prompt_tokens << ',' << ids.prompt_trimmed << ',' << r.answer_tokens << ','
+                   << number(r.p_answer) << ',' << r.first << ',' << number(r.p_first) << ',' << r.rank_first
+                   << ',' << app::csv_field(r.alternative_text) << ',' << number(r.logit_diff) << ','
                    << (r.greedy_right ? 1 : 0) << ',' << (span ? std::to_string(r.answer_span.begin) : "")
                    << ',' << (span ? std::to_string(r.answer_span.end) : "") << ',' << r.query.begin << ','
                    << r.query.end << ',' << (span ? number(r.mean.answer_mass) : "") << ','
@@ -333,10 +400,14 @@ int cmd_batch(const Args& a) {
                      << h.layer << ',' << h.head << ',' << number(h.share.answer_mass) << ','
                      << number(h.share.noise_mass) << ',' << number(h.share.answer_output) << ','
                      << number(h.share.noise_output) << '\n';
-        jsonl->flush();
-        items_csv->flush();
         heads_csv->flush();
+        items_csv->flush();
+        // Last: the record that says the item is done (--resume trusts it, and drops CSV rows without it).
+        *jsonl << j.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
+        jsonl->flush();
         ++ran;
+      } catch (const Cancelled&) {
+        break;  // Ctrl-C during a capture: this item is not written; --resume runs it
       } catch (const std::exception& e) {
         if (!errors.is_open()) {
           const bool fresh = !fs::exists(out / "errors.csv");
