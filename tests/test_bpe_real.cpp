@@ -30,16 +30,8 @@ const std::filesystem::path kData = std::filesystem::path(DIFFLENS_SOURCE_DIR) /
 std::vector<std::string> texts() {
   std::vector<std::string> out;
   const char* files[] = {"corpus.txt", "fuzz.txt", "edges.txt"};
-  for (const char* f : files) {
-    const std::string text = test::read_all(kData / f);
-    size_t start = 0;
-    while (start < text.size()) {
-      size_t nl = text.find('\n', start);
-      if (nl == std::string::npos) nl = text.size();
-      out.push_back(text.substr(start, nl - start));
-      start = nl + 1;
-    }
-  }
+  for (const char* f : files)
+    for (std::string& line : test::lines_of(test::read_all(kData / f))) out.push_back(std::move(line));
   for (const char* f : files) out.push_back(test::read_all(kData / f));
   return out;
 }

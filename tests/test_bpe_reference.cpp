@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/bpe.h"
+#include "helpers.h"
 
 using namespace difflens;
 using nlohmann::json;
@@ -34,18 +35,7 @@ std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
-// The corpus's lines as the reference script splits them (a final newline ends the last line).
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t nl = text.find('\n', start);
-    if (nl == std::string::npos) nl = text.size();
-    out.push_back(text.substr(start, nl - start));
-    start = nl + 1;
-  }
-  return out;
-}
+using test::lines_of;
 
 std::vector<json> expected(const std::string& name) {
   std::vector<json> out;
