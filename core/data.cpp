@@ -730,6 +730,8 @@ void DataMix::validate() const {
     throw Error("training mix: episode_tokens must be [min, max] with 32 <= min <= max (got [" +
                 std::to_string(episode_tokens_min) + ", " + std::to_string(episode_tokens_max) + "])");
   if (episode_needles < 1) throw Error("training mix: episode_needles must be >= 1");
+  if (!(far_fraction >= 0 && far_fraction <= 1)) throw Error("training mix: far_fraction must lie in [0, 1]");
+  if (!(far_depth >= 0 && far_depth <= 1)) throw Error("training mix: far_depth must lie in [0, 1]");
   if (!(zipf_fraction >= 0 && zipf_fraction <= 1))
     throw Error("training mix: zipf_fraction must lie in [0, 1]");
   if (wide_wording && !varied_wording)
@@ -821,10 +823,19 @@ TrainingRow TrainingData::episode_row(int64_t length, std::mt19937_64& rng, bool
       }
     } else {
       if (room < mix_.episode_tokens_min) break;
-      spec.context_tokens = std::uniform_int_distribution<int64_t>(
-          mix_.episode_tokens_min, std::min<int64_t>(room, mix_.episode_tokens_max))(rng);
-      spec.needles = std::uniform_int_distribution<int>(
-          1, std::min(mix_.episode_needles, spec.context_tokens >= 160 ? 4 : 2))(rng);
+      // The far draw is made only by a mix that asks for far episodes: older recipes keep their rows.
+      const bool far =
+          mix_.far_fraction > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < mix_.far_fraction;
+      if (far) {
+        spec.context_tokens = std::min<int64_t>(room, mix_.episode_tokens_max);
+        spec.needles = 1;
+        spec.depths = {std::uniform_real_distribution<double>(0, mix_.far_depth)(rng)};
+      } else {
+        spec.context_tokens = std::uniform_int_distribution<int64_t>(
+            mix_.episode_tokens_min, std::min<int64_t>(room, mix_.episode_tokens_max))(rng);
+        spec.needles = std::uniform_int_distribution<int>(
+            1, std::min(mix_.episode_needles, spec.context_tokens >= 160 ? 4 : 2))(rng);
+      }
       spec.queried = spec.needles;
       try {
         ep = episodes_.build(spec, rng);

@@ -200,6 +200,10 @@ struct DataMix {
   // needles (at most 4, and at most 2 below 160 tokens).
   int64_t episode_tokens_min = 64, episode_tokens_max = 448;
   int episode_needles = 4;
+  // Far episodes: this share of the haystack episodes takes the whole room left (up to episode_tokens_max)
+  // and holds one needle at a depth drawn from [0, far_depth], so that the needle sits far from its
+  // question (uniform lengths and depths make a question ~500 tokens from its needle rare).
+  double far_fraction = 0.0, far_depth = 0.1;
   double zipf_fraction = 0.5;  // Vocabulary keys: the share of draws weighted by rank (EpisodeBuilder)
   // Several wordings (needle_wordings(Train); evaluation during training uses the held-out ones).
   bool varied_wording = false;

@@ -555,6 +555,8 @@ TrainOptions train_options_from_json(const fs::path& file) {
       if (pj.contains("drill_gap")) m.drill_gap = pj.at("drill_gap").get<int>();
       pair("episode_tokens", m.episode_tokens_min, m.episode_tokens_max);
       if (pj.contains("episode_needles")) m.episode_needles = pj.at("episode_needles").get<int>();
+      if (pj.contains("far_fraction")) m.far_fraction = pj.at("far_fraction").get<double>();
+      if (pj.contains("far_depth")) m.far_depth = pj.at("far_depth").get<double>();
       if (pj.contains("zipf_fraction")) m.zipf_fraction = pj.at("zipf_fraction").get<double>();
       if (pj.contains("varied_wording")) m.varied_wording = pj.at("varied_wording").get<bool>();
       if (pj.contains("wide_wording")) m.wide_wording = pj.at("wide_wording").get<bool>();

@@ -381,6 +381,45 @@ TEST_CASE("training rows: no key twice in a row, no held-out name or code, drill
   CHECK_THROWS_WITH(TrainingData(f.stream, f.hay, f.tok, bad), Catch::Contains("episode_tokens"));
 }
 
+TEST_CASE("far episodes: one needle near the start of an episode that fills the row, asked at its end",
+          "[data][train]") {
+  const BundledFixture f;
+  DataMix mix;
+  mix.episode_fraction = 1;
+  mix.episode_tokens_min = 256;
+  mix.episode_tokens_max = 512;
+  mix.far_fraction = 1;
+  mix.far_depth = 0.1;
+  const TrainingData data(f.stream, f.hay, f.tok, mix);
+  const int64_t L = 512;
+  for (int i = 0; i < 40; ++i) {
+    INFO("row " << i);
+    std::mt19937_64 rng(static_cast<uint64_t>(i) * 104729 + 3);
+    const TrainingRow r = data.row(L, rng);
+    REQUIRE(r.episode_sizes == std::vector<int>{1});
+    REQUIRE(r.keys.size() == 1);
+    CHECK(r.filled > L - 32);
+    const std::string text = f.tok.decode(std::vector<int64_t>(r.ids.begin(), r.ids.begin() + r.filled));
+    const auto found = needles_in(text);
+    REQUIRE(found.size() == 1);
+    // The needle within the first tenth of the haystack (a sentence boundary: a little more in characters),
+    // its question at the row's end: ~400 tokens or more between them.
+    const size_t at = text.find("The secret code of " + r.keys[0] + " is");
+    REQUIRE(at != std::string::npos);
+    CHECK(static_cast<double>(at) < 0.2 * static_cast<double>(text.size()));
+    REQUIRE(!r.answers.empty());
+    CHECK(r.answers.front() > L - 40);
+  }
+  DataMix bad;
+  bad.far_fraction = 1.5;
+  CHECK_THROWS_WITH(TrainingData(f.stream, f.hay, f.tok, bad),
+                    Catch::Contains("far_fraction must lie in [0, 1]"));
+  bad = DataMix{};
+  bad.far_depth = -0.1;
+  CHECK_THROWS_WITH(TrainingData(f.stream, f.hay, f.tok, bad),
+                    Catch::Contains("far_depth must lie in [0, 1]"));
+}
+
 TEST_CASE("given names and words of one to four pieces, varied wordings and codes of several lengths",
           "[data][train][needle]") {
   const BundledFixture f;
