@@ -171,6 +171,8 @@ void validate(const NeedleSweep& sweep, int64_t max_positions) {
       throw Error("needle sweep: need 1 <= queried <= needles <= 16 (got N=" + std::to_string(n) +
                   ", R=" + std::to_string(r) + ")");
   if (sweep.seeds < 1) throw Error("needle sweep: seeds must be at least 1");
+  if (sweep.first_seed < 1 || sweep.first_seed > 1000000)
+    throw Error("needle sweep: the first seed must lie in 1..1000000");
   const double episodes = static_cast<double>(sweep.lengths.size()) *
                           static_cast<double>(sweep.depths.size()) *
                           static_cast<double>(sweep.needles_queried.size()) * sweep.seeds;
@@ -183,7 +185,8 @@ std::vector<NeedleJob> expand(const NeedleSweep& sweep) {
   for (int64_t L : sweep.lengths)
     for (const auto& [n, r] : sweep.needles_queried)
       for (double d : sweep.depths)
-        for (int s = 1; s <= sweep.seeds; ++s) jobs.push_back({{L, d, n, r}, static_cast<uint64_t>(s)});
+        for (int s = sweep.first_seed; s < sweep.first_seed + sweep.seeds; ++s)
+          jobs.push_back({{L, d, n, r}, static_cast<uint64_t>(s)});
   return jobs;
 }
 
@@ -214,7 +217,8 @@ std::vector<double> numbers(const std::string& text, const char* field) {
 }  // namespace
 
 NeedleSweep parse_needle_sweep(const std::string& lengths, const std::string& depths_percent,
-                               const std::string& needles, const std::string& queried, int seeds) {
+                               const std::string& needles, const std::string& queried, int seeds,
+                               int first_seed) {
   NeedleSweep sweep;
   sweep.lengths.clear();
   for (double L : numbers(lengths, "lengths")) {
@@ -235,6 +239,7 @@ NeedleSweep parse_needle_sweep(const std::string& lengths, const std::string& de
   if (sweep.needles_queried.empty())
     throw Error("needles/queried: no combination with 1 <= queried <= needles <= 16 (whole numbers)");
   sweep.seeds = seeds;
+  sweep.first_seed = first_seed;
   validate(sweep);
   return sweep;
 }

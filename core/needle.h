@@ -105,6 +105,8 @@ struct NeedleSweep {
   std::vector<double> depths{0, 0.25, 0.5, 0.75, 1};         // 0..1
   std::vector<std::pair<int, int>> needles_queried{{1, 1}};  // (N, R)
   int seeds = 3;
+  int first_seed =
+      1;  // episodes first_seed .. first_seed + seeds - 1 (fresh episodes: seeds not used before)
 };
 
 struct NeedleJob {
@@ -118,8 +120,10 @@ void validate(const NeedleSweep& sweep, int64_t max_positions = 0);
 std::vector<NeedleJob> expand(const NeedleSweep& sweep);
 
 // A sweep from text fields as a user types them: "128,256" tokens, "0,50,100" percent, needles "1,2,4"
-// and queried "1,2" (every combination with R <= N), seeds. Throws Error naming the field; validated.
+// and queried "1,2" (every combination with R <= N), seeds (from first_seed). Throws Error naming the field;
+// validated.
 NeedleSweep parse_needle_sweep(const std::string& lengths, const std::string& depths_percent,
-                               const std::string& needles, const std::string& queried, int seeds);
+                               const std::string& needles, const std::string& queried, int seeds,
+                               int first_seed = 1);
 
 }  // namespace difflens

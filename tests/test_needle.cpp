@@ -188,6 +188,13 @@ TEST_CASE("needle lab: sweeps parse from typed fields and expand in a fixed orde
   CHECK(jobs[2].cell.depth == 0.5);
   CHECK(jobs[6].cell.needles == 2);
   CHECK(jobs[30].cell.length == 256);
+  // Fresh episodes: seeds from a first seed on, the same episodes as a longer sweep's later ones.
+  const std::vector<NeedleJob> fresh = expand(parse_needle_sweep("128", "0", "1", "1", 3, 41));
+  REQUIRE(fresh.size() == 3);
+  CHECK(fresh[0].seed == 41);
+  CHECK(fresh[2].seed == 43);
+  CHECK_THROWS_WITH(parse_needle_sweep("128", "0", "1", "1", 3, 0),
+                    Catch::Contains("first seed must lie in"));
   const std::pair<const char*, const char*> bad[] = {
       {"lengths", "each length must be an integer of at least 64"},
       {"depths", "percentages in [0, 100]"},

@@ -59,7 +59,7 @@ int cmd_needle(const Args& a) {
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
   const NeedleSweep sweep = parse_needle_sweep(a.get("lengths"), a.get("depths"), a.get("needles"),
-                                               a.get("queried"), a.get_int("seeds"));
+                                               a.get("queried"), a.get_int("seeds"), a.get_int("first-seed"));
   const std::vector<NeedleJob> jobs = expand(sweep);
   const std::string out = a.require("out");
   const std::string keep = a.has("keep-traces") ? a.get("keep-traces") : std::string();
@@ -164,11 +164,16 @@ Command needle_command() {
   return {
       "needle",
       "needle-in-a-haystack sweep: accuracy, attention to the answer and noise per model and cell",
-      {required(text("out", "DIR", "the report's folder")), models_option("the models swept"),
+      {required(text("out", "DIR", "the report's folder")),
+       models_option("the models swept"),
        text("lengths", "256,512", "prompt lengths in tokens", "256,512"),
        text("depths", "0,25,50,75,100", "needle depths, % of the haystack", "0,25,50,75,100"),
-       text("needles", "1,2,4", "needles per prompt", "1"), text("queried", "1,2", "needles asked for", "1"),
-       integer("seeds", "N", 1, 10000, "3", "episodes per cell"), haystack_option(),
+       text("needles", "1,2,4", "needles per prompt", "1"),
+       text("queried", "1,2", "needles asked for", "1"),
+       integer("seeds", "N", 1, 10000, "3", "episodes per cell"),
+       integer("first-seed", "S", 1, 1000000, "1",
+               "the first episode's seed (fresh episodes: one not used before)"),
+       haystack_option(),
        choice("names", "single-token|original|given-names", "single-token",
               "the names needles use (given-names: held-out given names of 3-4 pieces)"),
        choice("wording", "template|held-out", "template",
@@ -183,7 +188,9 @@ Command needle_command() {
        text(
            "keep-traces", "DIR",
            "also write each episode's capture (a trace bundle, q/k/v kept) and episode.json under DIR/MODEL/"),
-       intervene_option(), device_option("auto"), threads_option()},
+       intervene_option(),
+       device_option("auto"),
+       threads_option()},
       "Writes needle.json, needle.csv, episodes.csv, tables.md (the paper's Table 3 layout) and PNG + SVG heatmaps; "
       "Ctrl-C stops. With --intervene each model runs as trained and under the interventions (the asked "
       "needle's code is the answer, the question's first token the query).",
