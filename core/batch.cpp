@@ -127,6 +127,29 @@ BatchIds batch_ids(const Model& model, const BatchItem& item) {
   return out;
 }
 
+PatchPair patch_pair(const Model& model, const BatchItem& clean, const BatchItem& corrupt) {
+  const BatchIds c = batch_ids(model, clean), k = batch_ids(model, corrupt);
+  size_t i = 0;
+  while (i < c.answer.size() && i < k.answer.size() && c.answer[i] == k.answer[i]) ++i;
+  if (i == c.answer.size() || i == k.answer.size())
+    throw Error("the clean answer '" + clean.answer + "' and the corrupt answer '" + corrupt.answer +
+                "' never differ in a token (one begins the other): no logit difference to take");
+  PatchPair p;
+  p.shared = static_cast<int64_t>(i);
+  p.clean = c.prompt;
+  p.clean.insert(p.clean.end(), c.answer.begin(), c.answer.begin() + static_cast<std::ptrdiff_t>(i));
+  p.corrupt = k.prompt;
+  p.corrupt.insert(p.corrupt.end(), k.answer.begin(), k.answer.begin() + static_cast<std::ptrdiff_t>(i));
+  p.target = c.answer[i];
+  p.alternative = k.answer[i];
+  if (p.clean.size() != p.corrupt.size())
+    throw Error("the clean prompt reads as " + std::to_string(p.clean.size()) +
+                " tokens and the corrupt one as " + std::to_string(p.corrupt.size()) +
+                "; patching copies position by position, so both need as many (another name of as many "
+                "pieces, a code of as many digits)");
+  return p;
+}
+
 BatchResult run_batch_item(const Model& model, const BatchItem& item, const BatchIds& ids,
                            const Interventions& interventions, const std::atomic<bool>* cancel) {
   BatchResult r;

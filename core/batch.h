@@ -77,6 +77,18 @@ struct BatchIds {
 };
 BatchIds batch_ids(const Model& model, const BatchItem& item);
 
+// A clean/corrupt pair for activation patching (core/patch.h) from two items of the same shape: each prompt
+// read with its answer as batch_ids() reads them; where the answers begin with the same tokens
+// (SentencePiece's "▁" before a number), those are added to both prompts, so that the logit difference is
+// taken at the first token where the answers differ: `target` (the clean answer's) against `alternative` (the
+// corrupt one's). Throws Error when the answers never differ or the prompts end up of different lengths.
+struct PatchPair {
+  std::vector<int64_t> clean, corrupt;
+  int64_t target = -1, alternative = -1;
+  int64_t shared = 0;  // the answers' common first tokens, added to both prompts
+};
+PatchPair patch_pair(const Model& model, const BatchItem& clean, const BatchItem& corrupt);
+
 // Runs the item on the model (one capture of prompt + answer, every map kept for the measured rows) under
 // `interventions` (resolved against the model and prompt + answer by the caller; empty: as trained).
 // `cancel` (optional) is polled between layers: Cancelled is thrown when it is set.

@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "core/intervention.h"
 #include "core/lens.h"
+#include "core/patch.h"
 #include "core/tokenizer.h"
 #include "core/trace.h"
 
@@ -190,6 +191,15 @@ class Model {
   // an empty prompt, a query or target out of range; Cancelled when `cancel` is set.
   AnswerExplanation explain_answer(const std::vector<int64_t>& ids, const LensOptions& options = {},
                                    const std::atomic<bool>* cancel = nullptr) const;
+
+  // Activation patching (core/patch.h): the clean and corrupt prompts (as many tokens) unpatched, then one
+  // run per entry of `runs`, its sites patched together: denoising copies from the clean run into the corrupt
+  // one, noising the other way. The run copied from is `source`'s when given (a model of this one's shape:
+  // another checkpoint of it), else this model's. Throws Error for prompts of different lengths, a site
+  // the model does not have, a target or alternative out of range or equal; Cancelled when `cancel` is set.
+  PatchReport patch(const std::vector<int64_t>& clean, const std::vector<int64_t>& corrupt,
+                    const std::vector<std::vector<PatchSite>>& runs, const PatchOptions& options = {},
+                    const std::atomic<bool>* cancel = nullptr, const Model* source = nullptr) const;
 
   // Continues `ids` by up to `max_new` tokens: greedy when temperature <= 0, otherwise sampling from
   // the top_k most likely tokens at that temperature, seeded. Stops after EOS. Returns the new ids.

@@ -257,6 +257,18 @@ inline std::pair<Tensor, Tensor> logit_steps(const AttentionInputs& g, const Mod
   return {step(g.q1, g.k1), g.diff() ? step(g.q2, g.k2) : Tensor()};
 }
 
+// A block's A from its A1 and A2 (DIFF: A1 − λA2, row by row for DIFF V2; a baseline's A is its softmax)
+// and its output A·V: the end of attend_rows(), and of a block whose maps were patched (core/patch.cpp).
+inline void finish_block(AttentionBlock& b, const AttentionInputs& g) {
+  if (g.diff()) {
+    if (g.lambda_rows.defined())  // V2: row t of head h subtracts σ(z_h,t) · A2; rows sum to 1 − σ(z)
+      b.a = b.a1 - g.lambda_rows.narrow(2, b.row0 - g.q_row0, b.rows).unsqueeze(-1) * b.a2;
+    else
+      b.a = b.a1 - g.lambda * b.a2;  // rows sum to 1 − λ
+  }
+  b.o = product(b.a.to(g.v.scalar_type()), g.v.narrow(2, 0, b.row0 + b.rows));
+}
+
 // The attention of one block of query rows: the one implementation of the attention math (logits, their
 // quantization, the causal and sliding-window softmax, A1 − λA2, A·V) that forward, capture, generation
 // and training share. `g`: inputs with keys and values expanded over groups; `steps`: logit_steps().
@@ -284,14 +296,10 @@ inline AttentionBlock attend_rows(const AttentionInputs& g, const ModelConfig& c
     b.l2 = quantized(block_logits(g.q2, g.k2, row0, rows, hidden, g.q_row0), steps.second);
     b.a1 = softmax(b.l1);
     b.a2 = softmax(b.l2);
-    if (g.lambda_rows.defined())  // V2: row t of head h subtracts σ(z_h,t) · A2; rows sum to 1 − σ(z)
-      b.a = b.a1 - g.lambda_rows.narrow(2, row0 - g.q_row0, rows).unsqueeze(-1) * b.a2;
-    else
-      b.a = b.a1 - g.lambda * b.a2;  // rows sum to 1 − λ
   } else {
     b.a = softmax(b.l1);
   }
-  b.o = product(b.a.to(g.v.scalar_type()), g.v.narrow(2, 0, row0 + rows));
+  finish_block(b, g);
   return b;
 }
 

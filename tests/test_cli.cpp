@@ -13,9 +13,11 @@
 
 #include <stb_image.h>
 
+#include "core/batch.h"
 #include "core/head_scores.h"
 #include "core/intervention.h"
 #include "core/model.h"
+#include "core/patch.h"
 #include "core/tokenizer.h"
 #include "core/trace_io.h"
 #include "helpers.h"
@@ -1688,6 +1690,79 @@ TEST_CASE("cli: lens writes the logit lens and the direct shares, which add up t
   r = run("lens --models " + models + "/diff --prompt hi --query 9 --out " + lens, dir);
   CHECK(r.status == 1);
   CHECK(r.out.find("--query 9 is beyond the 3-token prompt") != std::string::npos);
+}
+
+TEST_CASE("cli: patch writes every site's normalised logit difference, as the core computes it",
+          "[cli][patch]") {
+  test::ScratchDir dir("cli-patch");
+  const std::string models = (dir / "models").string();
+  REQUIRE(run("init-pair --out " + models + " --hidden 32 --layers 2 --heads 2 --vocab 300 --seed 3", dir)
+              .status == 0);
+  const std::string out = (dir / "patch.csv").string();
+  const std::string clean = "Mira is 4821. Omar is 7310. Mira is",
+                    corrupt = "Mira is 9056. Omar is 7310. Mira is";
+  Result r = run("patch --models " + models + "/diff," + models + "/baseline --prompt '" + clean +
+                     "' --corrupt '" + corrupt + "' --target ' 4821' --alternative ' 9056' --out " + out,
+                 dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("lambda: left out (DIFF's lambda is a weight of the layer") != std::string::npos);
+  CHECK(r.out.find("a2: left out (this model has none)") != std::string::npos);
+  const std::string csv = test::read_all(out);
+  REQUIRE(csv.rfind("model,direction,component,layer,head,positions,logit_diff,normalized\n", 0) == 0);
+  // The same pair in the core: the prompts and answers read as the command read them.
+  const Model diff = Model::load(models + "/diff");
+  BatchItem c, k;
+  c.prompt = clean;
+  c.answer = " 4821";
+  k.prompt = corrupt;
+  k.answer = " 9056";
+  const PatchPair pair = patch_pair(diff, c, k);
+  const int64_t T = static_cast<int64_t>(pair.clean.size());
+  PatchOptions o;
+  o.target = pair.target;
+  o.alternative = pair.alternative;
+  const PatchReport core =
+      diff.patch(pair.clean, pair.corrupt,
+                 {{{PatchComponent::Head, 1, 0, {}}}, {{PatchComponent::Resid, 0, -1, {2}}}}, o);
+  int diff_rows = 0;
+  std::istringstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    const size_t comma = line.find(',');
+    const std::string model = line.substr(0, comma);
+    if (model.find("diff") == std::string::npos) continue;
+    ++diff_rows;
+    auto field = [&](int i) {
+      size_t b = 0;
+      for (int j = 0; j < i; ++j) b = line.find(',', b) + 1;
+      return line.substr(b, line.find(',', b) - b);
+    };
+    if (field(2) == "head" && field(3) == "1" && field(4) == "0")
+      CHECK(std::fabs(std::stod(field(7)) - core.results[0].normalized) < 1e-5);
+    // The residual stream before the first token the prompts differ in (position 4 with BOS) changes nothing.
+    if (field(2) == "resid" && std::stoi(field(5)) < 3) CHECK(std::stod(field(7)) == 0.0);
+  }
+  CHECK(core.results[1].normalized == 0.0);
+  // DIFF: head, a1, a2 for 2 layers x 2 heads, 2 MLPs, the residual at 2 layers x T positions.
+  CHECK(diff_rows == 3 * 2 * 2 + 2 + 2 * T);
+  // Refusals: prompts of different lengths, one answer without the other.
+  r = run("patch --models " + models + "/diff --prompt '" + clean +
+              "' --corrupt 'Mira is 90561. Omar is 7310. Mira is' --out " + out,
+          dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("patching copies position by position") != std::string::npos);
+  r = run("patch --models " + models + "/diff --prompt '" + clean + "' --corrupt '" + corrupt +
+              "' --target 4 --out " + out,
+          dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("give both --target and --alternative") != std::string::npos);
+  r = run("patch --models " + models + "/diff --prompt '" + clean + "' --corrupt '" + corrupt +
+              "' --components attn --out " + out,
+          dir);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("one of head, a1, a2, lambda, mlp, resid") != std::string::npos);
 }
 
 TEST_CASE("hostile: endless and huge inputs are refused at a limit, failed writes end non-zero",

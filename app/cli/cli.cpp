@@ -95,7 +95,7 @@ const std::vector<Command>& all_commands() {
   static const std::vector<Command> commands = [] {
     std::vector<Command> all;
     for (auto family : {model_commands, measure_commands, batch_commands, figure_commands, train_commands,
-                        serve_commands, lens_commands, soak_commands, install_commands})
+                        serve_commands, lens_commands, patch_commands, soak_commands, install_commands})
       for (Command& c : family()) all.push_back(std::move(c));
     return all;
   }();

@@ -17,6 +17,7 @@ std::vector<Command> train_commands();    // train
 std::vector<Command> serve_commands();    // serve
 std::vector<Command> soak_commands();     // soak
 std::vector<Command> lens_commands();     // lens
+std::vector<Command> patch_commands();    // patch
 std::vector<Command> install_commands();  // version, man, icon
 Command gui_command();                    // the desktop app's options (no command word)
 // Every command in the order `difflens --help` lists them.
