@@ -53,6 +53,21 @@ BatchItem parse_batch_item(const std::string& text, int64_t line) {
       if (!v.is_string() || v.get<std::string>().empty())
         throw Error(at + "'answer' must be the text that should follow the prompt");
       item.answer = v.get<std::string>();
+    } else if (key == "corrupt") {
+      if (!v.is_string() || v.get<std::string>().empty())
+        throw Error(at + "'corrupt' must be a prompt (text)");
+      item.corrupt = v.get<std::string>();
+    } else if (key == "corrupt_ids") {
+      if (!v.is_array() || v.empty()) throw Error(at + "'corrupt_ids' must be a non-empty list of token ids");
+      for (const json& x : v) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0)
+          throw Error(at + "'corrupt_ids' must hold non-negative integers");
+        item.corrupt_ids.push_back(x.get<int64_t>());
+      }
+    } else if (key == "corrupt_answer") {
+      if (!v.is_string() || v.get<std::string>().empty())
+        throw Error(at + "'corrupt_answer' must be the text that follows the corrupt prompt");
+      item.corrupt_answer = v.get<std::string>();
     } else if (key == "answer_span") {
       item.answer_span = span(v, "answer_span");
     } else if (key == "query") {
@@ -65,8 +80,23 @@ BatchItem parse_batch_item(const std::string& text, int64_t line) {
     throw Error(at + "give exactly one of 'prompt' (text) and 'token_ids'");
   if (item.prompt && item.prompt->empty()) throw Error(at + "'prompt' is empty");
   if (item.answer.empty()) throw Error(at + "'answer' is missing: the text that should follow the prompt");
+  if (item.corrupt && !item.corrupt_ids.empty()) throw Error(at + "give one of 'corrupt' and 'corrupt_ids'");
+  if (item.has_corrupt() != !item.corrupt_answer.empty())
+    throw Error(at +
+                "'corrupt' (or 'corrupt_ids') and 'corrupt_answer' go together: the corrupt prompt and "
+                "the answer that follows it");
   item.tags = tags.dump(-1, ' ', false, json::error_handler_t::replace);
   return item;
+}
+
+BatchItem BatchItem::corrupted() const {
+  BatchItem c;
+  c.id = id;
+  c.line = line;
+  c.prompt = corrupt;
+  c.token_ids = corrupt_ids;
+  c.answer = corrupt_answer;
+  return c;
 }
 
 BatchIds batch_ids(const Model& model, const BatchItem& item) {

@@ -27,6 +27,9 @@ namespace difflens {
 //                   attention measures are left empty)
 //   "query"         [BEGIN, END): the rows measured (default: the prompt's last token, the one that predicts
 //                   the answer)
+//   "corrupt"       a corrupted prompt (text) for activation patching, as many tokens as the prompt; or
+//   "corrupt_ids"   its ids; with either, "corrupt_answer": the text that follows it (core/patch.h: each
+//                   head's output is patched from the clean run into the corrupt one)
 //   other fields    kept as they are (tags), written back with the item's results
 struct BatchItem {
   std::string id;
@@ -35,7 +38,12 @@ struct BatchItem {
   std::vector<int64_t> token_ids;
   std::string answer;
   std::optional<TokenSpan> answer_span, query;
-  std::string tags;  // the other fields, as one JSON object ("{}" when none)
+  std::optional<std::string> corrupt;
+  std::vector<int64_t> corrupt_ids;
+  std::string corrupt_answer;
+  bool has_corrupt() const { return corrupt.has_value() || !corrupt_ids.empty(); }
+  BatchItem corrupted() const;  // the corrupt prompt and its answer as an item of their own
+  std::string tags;             // the other fields, as one JSON object ("{}" when none)
 };
 // Throws Error "LINE: what is wrong" (a field of the wrong type, neither or both of prompt and token_ids, no
 // answer, a span that is not [BEGIN, END) with BEGIN < END).

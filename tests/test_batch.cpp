@@ -11,12 +11,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/batch.h"
 #include "core/error.h"
 #include "core/model.h"
+#include "core/patch.h"
 #include "helpers.h"
 
 using namespace difflens;
@@ -72,6 +74,87 @@ TEST_CASE("batch: an item is read with its tags, and what is wrong with one is s
   CHECK_THAT(refusal(R"({"prompt": "", "answer": "x"})"), Catch::Contains("'prompt' is empty"));
   CHECK_THAT(refusal(R"({"prompt": "a", "answer": "x", "id": [1]})"),
              Catch::Contains("'id' must be a string"));
+  // A corrupt prompt for patching goes with its answer.
+  const BatchItem p =
+      parse_batch_item(R"({"prompt": "a b", "answer": " 1", "corrupt": "a c", "corrupt_answer": " 2"})", 2);
+  CHECK(p.has_corrupt());
+  CHECK(*p.corrupted().prompt == "a c");
+  CHECK(p.corrupted().answer == " 2");
+  CHECK(p.tags == "{}");
+  CHECK_THAT(refusal(R"({"prompt": "a", "answer": "x", "corrupt": "b"})"),
+             Catch::Contains("'corrupt' (or 'corrupt_ids') and 'corrupt_answer' go together"));
+  CHECK_THAT(refusal(R"({"prompt": "a", "answer": "x", "corrupt_answer": "y"})"),
+             Catch::Contains("go together"));
+  CHECK_THAT(
+      refusal(R"({"prompt": "a", "answer": "x", "corrupt": "b", "corrupt_ids": [1], "corrupt_answer": "y"})"),
+      Catch::Contains("give one of 'corrupt' and 'corrupt_ids'"));
+}
+
+TEST_CASE("batch: items with a corrupt prompt patch every head, as Model::patch does, and resume whole",
+          "[batch][cli][patch]") {
+  test::ScratchDir dir("batch-patch");
+  const std::string corrupt =
+      "The secret code of Thomas is 4821. The secret code of Rachel is 2233.\nQ: What is the secret code of "
+      "Thomas?\nA: The secret code of Thomas is";
+  std::string items;
+  for (int i = 0; i < 3; ++i)
+    items += nlohmann::json{{"id", "p" + std::to_string(i)},
+                            {"prompt", kNeedle},
+                            {"answer", " 7182"},
+                            {"corrupt", corrupt},
+                            {"corrupt_answer", " 4821"}}
+                 .dump() +
+             "\n";
+  items += nlohmann::json{{"prompt", kNeedle}, {"answer", " 7182"}}.dump() + "\n";  // no corrupt prompt
+  test::write_all(dir / "items.jsonl", items);
+  const std::string out = (dir / "out").string();
+  test::CliRun r =
+      run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + out + " --threads 2", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("patch.csv"));
+  const std::string csv = test::read_all(dir / "out/patch.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 3 * (16 + 32));  // diff 4x4, baseline 4x8 heads
+  // The core's own patching of the same pair: DIFF's layer 2 head 1.
+  const Model diff = Model::load(kDiff);
+  BatchItem clean;
+  clean.prompt = kNeedle;
+  clean.answer = " 7182";
+  BatchItem bad = clean;
+  bad.prompt = corrupt;
+  bad.answer = " 4821";
+  const PatchPair pair = patch_pair(diff, clean, bad);
+  CHECK(pair.shared == 1);  // "▁" before the digits
+  PatchOptions o;
+  o.target = pair.target;
+  o.alternative = pair.alternative;
+  const PatchReport core = diff.patch(pair.clean, pair.corrupt, {{{PatchComponent::Head, 2, 1, {}}}}, o);
+  const std::string row = "1,p0,diff-small,2,1,";
+  const size_t at = csv.find(row);
+  REQUIRE(at != std::string::npos);
+  const std::string rest = csv.substr(at + row.size(), csv.find('\n', at) - at - row.size());
+  CHECK(std::fabs(std::stod(rest.substr(rest.find(',') + 1)) - core.results[0].normalized) < 1e-5);
+  const nlohmann::json s = nlohmann::json::parse(test::read_all(dir / "out/summary.json"));
+  REQUIRE(s["patching"]["diff-small"].size() == 16);
+  CHECK(s["patching"]["diff-small"][0]["items"] == 3);
+  CHECK_THAT(test::read_all(dir / "out/summary.md"),
+             Catch::Contains("Activation patching, on the items with a corrupt prompt"));
+  const std::string records = test::read_all(dir / "out/items.jsonl");
+  CHECK_THAT(records, Catch::Contains("\"patch\":{\"alternative\":\"4\""));
+  // A run killed before the last patched item's record: --resume drops its patch rows and runs it again.
+  {
+    std::string kept;
+    std::istringstream in(records);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.find("\"p2\"") == std::string::npos || line.find("baseline-small") == std::string::npos)
+        kept += line + "\n";
+    test::write_all(dir / "out/items.jsonl", kept);
+  }
+  r = run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + out + " --resume", dir);
+  CHECK_THAT(r.out, Catch::Contains("1 ran, 7 done before (--resume), 0 failed"));
+  const std::string after = test::read_all(dir / "out/patch.csv");
+  CHECK(std::count(after.begin(), after.end(), '\n') == 1 + 3 * (16 + 32));
 }
 
 TEST_CASE("batch: an item's readouts equal an independent recomputation on the bundled models",

@@ -3,6 +3,7 @@
 // summary with 95 % intervals and paired tests between the models (core/batch.h, core/stats.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <tuple>
@@ -23,6 +25,7 @@
 #include "core/atomic_file.h"
 #include "core/batch.h"
 #include "core/error.h"
+#include "core/patch.h"
 #include "core/stats.h"
 
 namespace difflens::cli {
@@ -238,6 +241,50 @@ std::string write_summary(const fs::path& out, const std::vector<std::string>& m
       summary["paired"][models[k] + " vs " + models[0]] = pj;
     }
   }
+  // Activation patching: per model and head, the mean normalised logit difference over the items with a
+  // corrupt prompt (bootstrap interval), the largest first.
+  if (fs::exists(out / "patch.csv")) {
+    std::map<std::string, std::map<std::pair<int, int>, std::vector<double>>> effects;
+    std::ifstream in(out / "patch.csv", std::ios::binary);
+    std::string row;
+    std::getline(in, row);
+    while (std::getline(in, row)) {
+      const std::vector<std::string> f = csv_fields(row, 7);
+      if (f.size() < 7 || f[6].empty()) continue;
+      try {
+        effects[f[2]][{std::stoi(f[3]), std::stoi(f[4])}].push_back(std::stod(f[6]));
+      } catch (const std::exception&) {
+      }
+    }
+    md +=
+        "\nActivation patching, on the items with a corrupt prompt: each head's output copied from the clean "
+        "run into the corrupt one; the normalised logit difference (0: the corrupt run, 1: the clean one), "
+        "mean over items with a bootstrap interval; the six largest per model.\n\n"
+        "| model | head | items | normalised logit difference |\n|---|---|---|---|\n";
+    for (const std::string& m : models) {
+      std::vector<std::tuple<double, std::pair<int, int>, Interval, size_t>> heads;
+      for (const auto& [lh, v] : effects[m]) {
+        const Interval i = bootstrap_mean(v);
+        heads.emplace_back(std::fabs(i.estimate), lh, i, v.size());
+      }
+      std::sort(heads.begin(), heads.end(),
+                [](const auto& x, const auto& y) { return std::get<0>(x) > std::get<0>(y); });
+      json list = json::array();
+      for (size_t k = 0; k < heads.size(); ++k) {
+        const auto& [size, lh, i, count] = heads[k];
+        list.push_back({{"layer", lh.first},
+                        {"head", lh.second},
+                        {"items", count},
+                        {"estimate", i.estimate},
+                        {"low", i.low},
+                        {"high", i.high}});
+        if (k < 6)
+          md += "| " + m + " | L" + std::to_string(lh.first) + " H" + std::to_string(lh.second) + " | " +
+                std::to_string(count) + " | " + format_interval(i, 3) + " |\n";
+      }
+      if (!list.empty()) summary["patching"][m] = list;
+    }
+  }
   write_file_atomically(out / "summary.md",
                         "# Prompt set\n\nIntervals: Wilson (accuracy), bootstrap over items "
                         "(the rest; 2,000 resamples, seeded). Attention measures over every "
@@ -255,7 +302,7 @@ int cmd_batch(const Args& a) {
   const fs::path out = out_arg;
   const bool resume = a.has("resume");
   if (!resume)
-    for (const char* f : {"items.jsonl", "items.csv", "heads.csv"})
+    for (const char* f : {"items.jsonl", "items.csv", "heads.csv", "patch.csv"})
       if (fs::exists(out / f))
         throw Error("--out " + out_arg + ": " + f +
                     " is there already; give --resume to go on from it, or another --out");
@@ -282,7 +329,7 @@ int cmd_batch(const Args& a) {
       kept += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
     }
     write_file_atomically(out / "items.jsonl", kept);
-    for (const char* f : {"items.csv", "heads.csv"}) {
+    for (const char* f : {"items.csv", "heads.csv", "patch.csv"}) {
       if (!fs::exists(out / f)) continue;
       std::ifstream in(out / f, std::ios::binary);
       std::string row, text;
@@ -319,6 +366,7 @@ int cmd_batch(const Args& a) {
       "interventions,tags\n");
   auto heads_csv = open_append(
       "heads.csv", "line,id,model,layer,head,answer_mass,noise_mass,answer_output,noise_output\n");
+  std::unique_ptr<std::ofstream> patch_csv;  // opened by the first item with a corrupt prompt
   std::ofstream errors;
   std::set<std::string> said;  // refusals of --intervene specs, printed once per model
   int64_t failed = 0, ran = 0, skipped = 0, n = 0;
@@ -395,6 +443,30 @@ int cmd_batch(const Args& a) {
                    << (span ? number(r.mean.answer_output) : "") << ','
                    << (span ? number(r.mean.noise_output) : "") << ',' << app::csv_field(applied) << ','
                    << app::csv_field(item.tags) << '\n';
+        if (item.has_corrupt()) {
+          // Activation patching: each head's output copied from the clean run into the corrupt one.
+          const PatchPair pp = patch_pair(models[m], item, item.corrupted());
+          PatchOptions po;
+          po.target = pp.target;
+          po.alternative = pp.alternative;
+          po.interventions =
+              resolve_interventions(specs, models[m].config(), marks, static_cast<int64_t>(pp.clean.size()));
+          std::vector<std::vector<PatchSite>> runs;
+          for (const PatchSite& site : head_sweep(models[m].config(), PatchComponent::Head))
+            runs.push_back({site});
+          const PatchReport pr = models[m].patch(pp.clean, pp.corrupt, runs, po, &g_stop);
+          j["patch"] = {{"target", pr.target_text},
+                        {"alternative", pr.alternative_text},
+                        {"clean_diff", pr.clean_diff},
+                        {"corrupt_diff", pr.corrupt_diff}};
+          if (!patch_csv)
+            patch_csv = open_append("patch.csv", "line,id,model,layer,head,logit_diff,normalized\n");
+          for (const PatchResult& res : pr.results)
+            *patch_csv << line << ',' << app::csv_field(item.id) << ',' << app::csv_field(names[m]) << ','
+                       << res.sites[0].layer << ',' << res.sites[0].head << ',' << number(res.logit_diff)
+                       << ',' << number(res.normalized) << '\n';
+          patch_csv->flush();
+        }
         for (const BatchHead& h : r.heads)
           *heads_csv << line << ',' << app::csv_field(item.id) << ',' << app::csv_field(names[m]) << ','
                      << h.layer << ',' << h.head << ',' << number(h.share.answer_mass) << ','
@@ -435,7 +507,8 @@ int cmd_batch(const Args& a) {
               static_cast<long long>(n), models.size(), static_cast<long long>(ran),
               static_cast<long long>(skipped), static_cast<long long>(failed),
               failed ? " (errors.csv says why)" : "", g_stop ? "; stopped (Ctrl-C): --resume goes on" : "");
-  std::printf("wrote %s: items.jsonl, items.csv, heads.csv, summary.md, summary.json\n", out_arg.c_str());
+  std::printf("wrote %s: items.jsonl, items.csv, heads.csv,%s summary.md, summary.json\n", out_arg.c_str(),
+              fs::exists(out / "patch.csv") ? " patch.csv," : "");
   return failed > 0 || g_stop ? 1 : 0;
 }
 
@@ -446,10 +519,11 @@ std::vector<Command> batch_commands() {
       {"batch",
        "run a prompt set (JSON lines: prompt, answer, ...) on every model: per item and head, and a summary with "
        "95 % intervals and paired tests",
-       {required(
-            text("items", "FILE.jsonl",
-                 "the items, one JSON object a line: \"prompt\" (or \"token_ids\"), \"answer\", optional "
-                 "\"id\", \"answer_span\" [B,E], \"query\" [B,E] and any tags (core/FORMATS.md)")),
+       {required(text(
+            "items", "FILE.jsonl",
+            "the items, one JSON object a line: \"prompt\" (or \"token_ids\"), \"answer\", optional "
+            "\"id\", \"answer_span\" [B,E], \"query\" [B,E], \"corrupt\" and \"corrupt_answer\" (activation "
+            "patching) and any tags (core/FORMATS.md)")),
         required(text("out", "DIR", "items.jsonl, items.csv, heads.csv, summary.md, summary.json")),
         models_option("the models run"), flag("resume", "go on from what --out holds (a stopped run)"),
         intervene_option(), device_option("auto"), threads_option()},
