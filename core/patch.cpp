@@ -174,18 +174,48 @@ PatchReport Model::patch(const std::vector<int64_t>& clean, const std::vector<in
         "patch: the model copied from has another shape (layers, heads, widths, attention or vocabulary)");
   check_ids(clean, c, "clean");
   check_ids(corrupt, c, "corrupt");
-  const int64_t T = static_cast<int64_t>(clean.size());
-  if (static_cast<int64_t>(corrupt.size()) != T)
-    throw Error("patch: the clean prompt has " + std::to_string(T) + " tokens and the corrupt one " +
-                std::to_string(corrupt.size()) +
+  if (clean.size() != corrupt.size())
+    throw Error("patch: the clean prompt has " + std::to_string(clean.size()) +
+                " tokens and the corrupt one " + std::to_string(corrupt.size()) +
                 "; patching copies position by position, so both need as many (another name of as many "
                 "pieces, a code of as many digits)");
+  for (int64_t t : {options.target, options.alternative})
+    if (t >= c.vocab_size) throw Error("patch: token " + std::to_string(t) + " is outside the vocabulary");
+  c10::InferenceMode inference;
+  // Mean ablations average the prompts' own positions (not the tokens extend_shared adds).
+  const int64_t prompt = static_cast<int64_t>(clean.size());
+  const InterventionScope scope(impl_->net, options.interventions, prompt);
+  std::optional<InterventionScope> source_scope;
+  if (&source != this) source_scope.emplace(source.impl_->net, options.interventions, prompt);
+  auto embed = [&](const Model& m, const std::vector<int64_t>& ids) {
+    auto& net = *m.impl_->net->model;
+    const at::Device d0 = device_of(*net.layer_ptrs.front());
+    return net.embed_tokens(at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0).to(d0));
+  };
+  const Model& clean_model = options.denoise ? source : *this;
+  const Model& corrupt_model = options.denoise ? *this : source;
+
+  // Both runs' greedy tokens the same (SentencePiece's "▁" before a number): both prompts go on with it.
+  std::vector<int64_t> cl = clean, co = corrupt, shared;
+  if (options.extend_shared > 0 && options.target < 0 && options.alternative < 0 && options.query < 0)
+    for (int k = 0; k < options.extend_shared; ++k) {
+      const int64_t n = static_cast<int64_t>(cl.size());
+      if (n >= c.max_position_embeddings) break;
+      Runner a{clean_model, c, n, n - 1, cancel}, b{corrupt_model, c, n, n - 1, cancel};
+      const int64_t ta =
+          a.run(embed(clean_model, cl), 0, nullptr, nullptr, nullptr, nullptr).argmax().item<int64_t>();
+      const int64_t tb =
+          b.run(embed(corrupt_model, co), 0, nullptr, nullptr, nullptr, nullptr).argmax().item<int64_t>();
+      if (ta != tb) break;
+      cl.push_back(ta);
+      co.push_back(ta);
+      shared.push_back(ta);
+    }
+  const int64_t T = static_cast<int64_t>(cl.size());
   const int64_t q = options.query < 0 ? T - 1 : options.query;
   if (q >= T)
     throw Error("patch: the query " + std::to_string(q) + " is beyond the " + std::to_string(T) +
                 "-token prompts");
-  for (int64_t t : {options.target, options.alternative})
-    if (t >= c.vocab_size) throw Error("patch: token " + std::to_string(t) + " is outside the vocabulary");
   const size_t L = static_cast<size_t>(c.num_hidden_layers);
 
   // What the run copied from must keep, per layer.
@@ -204,18 +234,8 @@ PatchReport Model::patch(const std::vector<int64_t>& clean, const std::vector<in
                 std::to_string(static_cast<int64_t>(map_bytes / (1 << 20))) +
                 " MiB of them; patch fewer layers' maps, or heads' outputs instead");
 
-  c10::InferenceMode inference;
-  const InterventionScope scope(impl_->net, options.interventions, T);
-  std::optional<InterventionScope> source_scope;
-  if (&source != this) source_scope.emplace(source.impl_->net, options.interventions, T);
-
-  const std::vector<int64_t>& from_ids = options.denoise ? clean : corrupt;
-  const std::vector<int64_t>& into_ids = options.denoise ? corrupt : clean;
-  auto embed = [&](const Model& m, const std::vector<int64_t>& ids) {
-    auto& net = *m.impl_->net->model;
-    const at::Device d0 = device_of(*net.layer_ptrs.front());
-    return net.embed_tokens(at::tensor(ids, at::TensorOptions().dtype(at::kLong)).unsqueeze(0).to(d0));
-  };
+  const std::vector<int64_t>& from_ids = options.denoise ? cl : co;
+  const std::vector<int64_t>& into_ids = options.denoise ? co : cl;
   Runner from_runner{source, sc, T, q, cancel};
   Runner into_runner{*this, c, T, q, cancel};
   std::vector<LayerRecord> from(L), into(L);
@@ -229,6 +249,8 @@ PatchReport Model::patch(const std::vector<int64_t>& clean, const std::vector<in
   PatchReport r;
   r.tokens = T;
   r.query = q;
+  r.shared = shared;
+  for (int64_t t : shared) r.shared_text += impl_->tokenizer.piece(t);
   r.denoise = options.denoise;
   r.target = options.target >= 0 ? options.target : clean_logits.argmax().item<int64_t>();
   r.alternative = options.alternative >= 0 ? options.alternative : corrupt_logits.argmax().item<int64_t>();

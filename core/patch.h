@@ -51,10 +51,14 @@ std::vector<PatchSite> head_sweep(const ModelConfig& config, PatchComponent comp
 std::vector<PatchSite> resid_sweep(const ModelConfig& config, int64_t tokens);
 
 struct PatchOptions {
-  int64_t query = -1;           // the position whose next-token logits are read (default: the last)
-  int64_t target = -1;          // the clean answer's token (default: the clean run's greedy token)
-  int64_t alternative = -1;     // the corrupt answer's token (default: the corrupt run's greedy token)
-  bool denoise = true;          // copy clean into the corrupt run (false: corrupt into the clean run)
+  int64_t query = -1;        // the position whose next-token logits are read (default: the last)
+  int64_t target = -1;       // the clean answer's token (default: the clean run's greedy token)
+  int64_t alternative = -1;  // the corrupt answer's token (default: the corrupt run's greedy token)
+  bool denoise = true;       // copy clean into the corrupt run (false: corrupt into the clean run)
+  // With no target, alternative or query given: while both runs' greedy tokens are the same (SentencePiece's
+  // "▁" before a number), both prompts go on with it, up to this many tokens, and the difference is taken at
+  // the first token where the runs part (PatchReport::shared). 0: never.
+  int extend_shared = 0;
   Interventions interventions;  // every run under them (resolved for the clean prompt)
 };
 
@@ -70,6 +74,8 @@ struct PatchReport {
   std::string target_text, alternative_text;
   double clean_diff = 0, corrupt_diff = 0;  // LD of the two runs unpatched
   bool denoise = true;
+  std::vector<int64_t> shared;  // tokens added to both prompts (PatchOptions::extend_shared)
+  std::string shared_text;
   std::vector<PatchResult> results;  // one per run asked, in order
   std::vector<std::string> notes;    // what was left out and why
 };

@@ -655,6 +655,29 @@ TEST_CASE("play: the Why view's interventions re-run both models, and the runs s
   CHECK(worst <= 1e-5f);
 }
 
+TEST_CASE("play: the Why view patches a corrupt prompt, whole at 1280x800 with and without lecture mode",
+          "[gui][play][patch]") {
+  need_the_app_and_a_display("the Why view's patching");
+  test::ScratchDir dir("why-patch");
+  const std::string prompt =
+      "The secret code of Thomas is 7182. The secret code of Rachel is 2233. Q: What is the secret code of "
+      "Thomas? A: The secret code of Thomas is";
+  std::string corrupt = prompt;
+  corrupt.replace(corrupt.find("7182"), 4, "4821");
+  test::write_all(dir / "s.play", "size 1280x800\nprompt " + prompt + "\nwait\nview why\ncorrupt " + corrupt +
+                                      "\nwait\nscreenshot " + (dir / "a.png").string() +
+                                      "\nlecture on\nwait\nscreenshot " + (dir / "b.png").string() +
+                                      "\ncorrupt clear\nwait\nscreenshot " + (dir / "c.png").string() + "\n");
+  const Run r = run_difflens("--play " + (dir / "s.play").string() + " --play-exit --threads 1", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("0 screenshots not written, 0 with layout faults"));
+  test::write_all(dir / "bad.play", "view why\ncorrupt\n");
+  const Run bad = run_difflens("--play " + (dir / "bad.play").string() + " --play-exit", dir);
+  CHECK(bad.status != 0);
+  CHECK_THAT(bad.out, Catch::Contains("bad.play:2") && Catch::Contains("give the corrupt prompt, or clear"));
+}
+
 TEST_CASE("play: Continue writes under the Why view's interventions, as the core's generation does",
           "[gui][play][interventions]") {
   need_the_app_and_a_display("Continue under interventions");

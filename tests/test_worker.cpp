@@ -598,3 +598,51 @@ TEST_CASE("worker: the Why view's explanation as trained is made once per prompt
   const AnswerExplanation fresh = m.explain_answer(other.traces[0]->token_ids, lo);
   CHECK(other.why_before[0]->attribution.logit == Approx(fresh.attribution.logit).margin(1e-6));
 }
+
+TEST_CASE("worker: the Why view's patching equals the core's, and says why it cannot run",
+          "[worker][patch]") {
+  PairOnDisk pair;
+  InferenceWorker w({}, 1);
+  w.load(0, (pair.dir / "diff").string());
+  w.load(1, (pair.dir / "baseline").string());
+  RunEdits edits;
+  edits.explain = true;
+  edits.corrupt = "The code is 9056.";
+  w.run("The code is 4821.", {}, edits);
+  w.wait_idle();
+  auto r = w.take_result();
+  REQUIRE(r);
+  const Model m = Model::load(pair.dir / "diff", DeviceChoice::Cpu);
+  const std::vector<int64_t> clean = m.tokenizer().encode("The code is 4821.", true).ids,
+                             corrupt = m.tokenizer().encode("The code is 9056.", true).ids;
+  REQUIRE(r->patch[0]);  // this pair's DIFF model parts the two prompts (the baseline may not)
+  for (size_t s = 0; s < 2; ++s) {
+    INFO("slot " << s);
+    if (!r->patch[s]) {
+      // Untrained models may give both prompts the same next tokens: then the reason is on screen instead.
+      CHECK(r->patch_error[s].find("are both") != std::string::npos);
+      continue;
+    }
+    const PatchReport& p = *r->patch[s];
+    const ModelConfig& c = r->traces[s]->config;
+    REQUIRE(p.results.size() == static_cast<size_t>(c.num_hidden_layers * c.map_heads()));
+    if (s != 0) continue;
+    PatchOptions o;
+    o.extend_shared = 8;
+    const PatchReport core = m.patch(clean, corrupt, {{{PatchComponent::Head, 1, 1, {}}}}, o);
+    CHECK(p.target == core.target);
+    CHECK(p.alternative == core.alternative);
+    CHECK(p.shared == core.shared);
+    CHECK(p.results[static_cast<size_t>(c.map_heads() + 1)].normalized ==
+          Approx(core.results[0].normalized).margin(1e-9));
+  }
+  // A corrupt prompt of another length: said per slot, the explanation still there.
+  edits.corrupt = "The code of the other is 9056 and 1.";
+  w.run("The code is 4821.", {}, edits);
+  w.wait_idle();
+  r = w.take_result();
+  REQUIRE(r);
+  CHECK(r->why[0]);
+  CHECK_FALSE(r->patch[0]);
+  CHECK(r->patch_error[0].find("patching copies position by position") != std::string::npos);
+}

@@ -349,6 +349,7 @@ void start_edited_run(GuiState& state, InferenceWorker& worker) {
   edits.answer = {state.selection.answer_begin, state.selection.answer_end};
   edits.query = state.selection.query;
   edits.explain = state.layout.view == View::Why;
+  if (edits.explain) edits.corrupt = state.why.corrupt;
   edits.specials = state.prompt.specials_as_text ? Specials::text : Specials::match;
   state.edited_request = worker.run(state.prompt.text, capture, edits);
   state.prompt.pending = false;

@@ -127,6 +127,11 @@ struct WhyState {
   std::array<std::set<std::pair<int, int>>, kSlots> head_lambda_zero;  // per DIFF slot: (layer, head), λ = 0
   std::vector<std::string> extra;  // --intervene SPEC and the play action `intervene SPEC`: both models
   bool form_open = false;          // lecture mode: the controls unfolded ("Change"), else one line
+  // Activation patching: the corrupt prompt the runs patch into ("": none; kept by Clear, which clears the
+  // interventions), the text being typed, and per slot the head picked in its patching grid ((-1, -1): none).
+  std::string corrupt, corrupt_typed;
+  std::array<std::pair<int, int>, kSlots> picked{{{-1, -1}, {-1, -1}}};
+  bool patch_grid = true;  // with a corrupt prompt: the grids show patching (else the direct shares)
   // Each slot's specs as written (core/intervention.h), in this order: extra, knockout, λ per layer, λ per
   // head, ablations.
   std::array<std::vector<std::string>, kSlots> specs() const {
@@ -148,7 +153,12 @@ struct WhyState {
     const auto s = specs();
     return !s[0].empty() || !s[1].empty();
   }
-  void clear() { *this = WhyState(); }
+  void clear() {  // the interventions; the corrupt prompt stays (it is not one)
+    const std::string c = corrupt, t = corrupt_typed;
+    *this = WhyState();
+    corrupt = c;
+    corrupt_typed = t;
+  }
 };
 
 struct GuiState {

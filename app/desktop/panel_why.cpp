@@ -5,6 +5,7 @@
 // probability after each layer) and each head's direct share of the answer's logit (signed colours: blue
 // raises it, red lowers it; hover for the value and DIFF's A1 and −λA2 parts).
 #include <imgui.h>
+#include <imgui_stdlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "app/desktop/plot.h"
 #include "core/error.h"
 #include "core/intervention.h"
+#include "core/patch.h"
 #include "viz/figure.h"
 #include "viz/token_text.h"
 
@@ -138,6 +140,57 @@ void draw_knockouts(GuiState& state, int s, float width) {
   }
 }
 
+// What the corrupt prompt changes, in words: "'7182' -> '4821'" (the differing stretch of each, widened to
+// whole words); the corrupt stretch alone when either is long.
+std::string corrupt_change(const std::string& prompt, const std::string& corrupt) {
+  size_t a = 0;
+  while (a < prompt.size() && a < corrupt.size() && prompt[a] == corrupt[a]) ++a;
+  size_t b = 0;
+  while (b < prompt.size() - a && b < corrupt.size() - a &&
+         prompt[prompt.size() - 1 - b] == corrupt[corrupt.size() - 1 - b])
+    ++b;
+  auto space = [](char c) { return c == ' ' || c == '\n' || c == '\t'; };
+  while (a > 0 && !space(prompt[a - 1])) --a;
+  while (b > 0 && !space(prompt[prompt.size() - b])) --b;
+  const std::string from = prompt.substr(a, prompt.size() - a - b),
+                    to = corrupt.substr(a, corrupt.size() - a - b);
+  if (from.size() > 40 || to.size() > 40) return "'" + (to.size() > 40 ? to.substr(0, 37) + "..." : to) + "'";
+  return "'" + from + "' -> '" + to + "'";
+}
+
+// Activation patching's corrupt prompt: typed, then "Patch" (or Enter) runs it; "Copy the prompt" starts from
+// the prompt's text (change a code or a name, keep the token count); "Stop" ends patching.
+void draw_corrupt(GuiState& state, float avail) {
+  WhyState& w = state.why;
+  ImGui::TextUnformatted(
+      wrap_at_spaces(
+          "Activation patching: a corrupt prompt of as many tokens (another code, another name); each "
+          "head's output is copied from the prompt's run into the corrupt one's.",
+          avail)
+          .c_str());
+  const float buttons = ImGui::CalcTextSize("Copy the prompt").x + ImGui::CalcTextSize("Patch").x +
+                        ImGui::CalcTextSize("Stop").x + ImGui::GetStyle().FramePadding.x * 6 +
+                        ImGui::GetStyle().ItemSpacing.x * 4;
+  ImGui::SetNextItemWidth(std::max(ImGui::GetFontSize() * 8, avail - buttons));
+  bool go = ImGui::InputTextWithHint("##corrupt", "the prompt with one code or name changed",
+                                     &w.corrupt_typed, ImGuiInputTextFlags_EnterReturnsTrue);
+  ImGui::SameLine();
+  if (ImGui::Button("Copy the prompt")) w.corrupt_typed = state.prompt.text;
+  ImGui::SameLine();
+  go = ImGui::Button("Patch") || go;
+  ImGui::SameLine();
+  const bool stop = ImGui::Button("Stop");
+  if (go && w.corrupt_typed != w.corrupt) {
+    w.corrupt = w.corrupt_typed;
+    w.picked = {{{-1, -1}, {-1, -1}}};
+    state.prompt.rerun();
+  }
+  if (stop && !w.corrupt.empty()) {
+    w.corrupt.clear();
+    state.prompt.rerun();
+  }
+}
+
 // The intervention controls, for both models. Lecture mode folds them to one line (what runs, "Change",
 // "Clear") until "Change" opens them, as the Lab folds its form.
 void draw_controls(GuiState& state) {
@@ -180,6 +233,7 @@ void draw_controls(GuiState& state) {
         }
       }
     }
+    draw_corrupt(state, avail);
   }
   const auto specs = w.specs();
   std::string both;  // lecture mode: both slots on one line
@@ -293,6 +347,8 @@ int grid_detail(const LogitAttribution& a, float width) {
   return fits(kGridFormats[1], H, false) ? 1 : 2;
 }
 
+void draw_patch(GuiState& state, int s, float width, const char* format);  // below
+
 // One model's column.
 void draw_model(GuiState& state, int s, float width, int detail) {
   const RunResult& r = *state.shown;
@@ -373,6 +429,11 @@ void draw_model(GuiState& state, int s, float width, int detail) {
     if (before && ImGui::IsItemHovered())
       ImGui::SetTooltip("as trained: %.3f (rank %lld)", before->layers[l].target_probability[q],
                         static_cast<long long>(before->layers[l].target_rank[q]));
+  }
+  // With a corrupt prompt the grid shows patching (the toggle above the models), else the direct shares.
+  if (!r.edits.corrupt.empty() && state.why.patch_grid) {
+    draw_patch(state, s, width, kGridFormats[std::clamp(detail, 0, 2)]);
+    return;
   }
   // Direct attribution: layers x heads, then the MLPs.
   ImGui::Spacing();
@@ -489,6 +550,94 @@ void draw_model(GuiState& state, int s, float width, int detail) {
   }
 }
 
+// One model's activation patching: a layers x heads grid of the normalised logit difference when the head's
+// output comes from the prompt's run into the corrupt prompt's (0: the corrupt run, 1: the prompt's; blue
+// restores the answer, red pushes it further away); a click picks a head and says what its patch does.
+void draw_patch(GuiState& state, int s, float width, const char* format) {
+  const RunResult& r = *state.shown;
+  const size_t si = static_cast<size_t>(s);
+  if (r.edits.corrupt.empty()) return;
+  ImGui::Spacing();
+  if (!r.patch_error[si].empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(0.75f, 0.25f, 0.05f, 1));
+    ImGui::TextUnformatted(wrap_at_spaces("Patching: " + r.patch_error[si], width).c_str());
+    ImGui::PopStyleColor();
+    return;
+  }
+  const auto& p = r.patch[si];
+  if (!p) {
+    ImGui::TextDisabled("patching...");
+    return;
+  }
+  char head[320];
+  const std::string after = p->shared.empty() ? "" : " after '" + piece(p->shared_text) + "'";
+  std::snprintf(head, sizeof head,
+                state.lecture
+                    ? "Patched into the corrupt prompt%s: '%s' vs '%s', %.2f vs %.2f"
+                    : "Patching, each head's output into the corrupt prompt%s: logit '%s' - '%s' %.2f "
+                      "(this prompt), %.2f (corrupt); cells: share of the gap restored",
+                after.c_str(), piece(p->target_text).c_str(), piece(p->alternative_text).c_str(),
+                p->clean_diff, p->corrupt_diff);
+  ImGui::TextUnformatted(wrap_at_spaces(head, width).c_str());
+  const auto& t = r.traces[si];
+  const int L = t ? static_cast<int>(t->config.num_hidden_layers) : 0;
+  const int H = t ? static_cast<int>(t->config.map_heads()) : 0;
+  if (L * H != static_cast<int>(p->results.size()) || H == 0) return;
+  const float pad = ImGui::GetStyle().CellPadding.x * 2 + 4, label_w = ImGui::CalcTextSize("L00").x + pad;
+  float widest = ImGui::CalcTextSize("0.00").x;
+  for (const PatchResult& pr : p->results)
+    widest = std::max(widest, ImGui::CalcTextSize(grid_number(format, pr.normalized).c_str()).x);
+  const float cell_w = std::max(
+      widest, std::min(ImGui::GetFontSize() * 4, (width - label_w) / static_cast<float>(H) - pad - 2));
+  const ImVec2 top = ImGui::GetCursorScreenPos();
+  const std::string table = "why-patch-" + std::to_string(s);
+  auto& picked = state.why.picked[si];
+  if (ImGui::BeginTable(table.c_str(), H + 1, ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, label_w - pad);
+    for (int h = 0; h < H; ++h)
+      ImGui::TableSetupColumn(("H" + std::to_string(h)).c_str(), ImGuiTableColumnFlags_WidthFixed, cell_w);
+    ImGui::TableHeadersRow();
+    for (int l = 0; l < L; ++l) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::Text("L%d", l);
+      for (int h = 0; h < H; ++h) {
+        ImGui::TableNextColumn();
+        const PatchResult& pr = p->results[static_cast<size_t>(l * H + h)];
+        const double v = pr.normalized;
+        ImGui::TableSetBgColor(ImGuiTableBgTarget_CellBg,
+                               ink(viz::grid_cell_colour(std::isnan(v) ? 0 : v, -1, 1, true)));
+        char text[64];
+        std::snprintf(text, sizeof text, "%s##p%d-%d", std::isnan(v) ? "-" : grid_number(format, v).c_str(),
+                      l, h);
+        const bool on = picked == std::pair<int, int>{l, h};
+        if (ImGui::Selectable(text, on))
+          picked = on ? std::pair<int, int>{-1, -1} : std::pair<int, int>{l, h};
+        if (ImGui::IsItemHovered()) {
+          char tip[192];
+          std::snprintf(
+              tip, sizeof tip,
+              "L%d H%d's output from this prompt's run in the corrupt run:\nlogit difference %.3f -> "
+              "%.3f (%.3f of the way to this prompt's %.3f)\nclick to pick it",
+              l, h, p->corrupt_diff, pr.logit_diff, v, p->clean_diff);
+          ImGui::SetTooltip("%s", tip);
+        }
+      }
+    }
+    ImGui::EndTable();
+  }
+  state.drawn.note("why.patch." + std::to_string(s), top.x, top.y, top.x + width,
+                   ImGui::GetCursorScreenPos().y);
+  if (picked.first >= 0 && picked.first < L && picked.second >= 0 && picked.second < H) {
+    const PatchResult& pr = p->results[static_cast<size_t>(picked.first * H + picked.second)];
+    char line[192];
+    std::snprintf(line, sizeof line,
+                  "L%d H%d patched: the corrupt run's logit difference %.2f -> %.2f (%.2f)", picked.first,
+                  picked.second, p->corrupt_diff, pr.logit_diff, pr.normalized);
+    ImGui::TextUnformatted(wrap_at_spaces(line, width).c_str());
+  }
+}
+
 }  // namespace
 
 void draw_why_view(GuiState& state) {
@@ -515,6 +664,15 @@ void draw_why_view(GuiState& state) {
   for (int s = 0; s < kSlots; ++s)
     if (r.why[static_cast<size_t>(s)] && r.why_error[static_cast<size_t>(s)].empty())
       detail = std::max(detail, grid_detail(r.why[static_cast<size_t>(s)]->attribution, column_w));
+  if (!r.edits.corrupt.empty()) {
+    ImGui::TextUnformatted("Grids:");
+    ImGui::SameLine();
+    if (ImGui::RadioButton("direct shares", !state.why.patch_grid)) state.why.patch_grid = false;
+    ImGui::SameLine();
+    if (ImGui::RadioButton("patching", state.why.patch_grid)) state.why.patch_grid = true;
+    ImGui::SameLine();
+    ImGui::TextDisabled("%s", corrupt_change(r.prompt, r.edits.corrupt).c_str());
+  }
   if (ImGui::BeginTable("why-models", kSlots, ImGuiTableFlags_SizingStretchSame)) {
     for (int s = 0; s < kSlots; ++s) {
       ImGui::TableNextColumn();
@@ -527,12 +685,20 @@ void draw_why_view(GuiState& state) {
   }
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   ImGui::TextUnformatted(
-      wrap_at_spaces(state.lecture
-                         ? "Direct shares, final norm's scale frozen; 1.8 M-parameter toy models."
-                         : "Direct shares only: what a head adds to the residual stream read straight "
-                           "through the final norm, not what later layers make of it. The bundled "
-                           "models are 1.8 M-parameter toys trained here.",
-                     ImGui::GetContentRegionAvail().x)
+      wrap_at_spaces(
+          !r.edits.corrupt.empty() && state.why.patch_grid
+              ? (state.lecture ? "Patching: a head's output at every position from this prompt's run into "
+                                 "the corrupt one's; 0: as corrupt, 1: as this prompt."
+                               : "Patching: each cell is the corrupt run with that head's output (every "
+                                 "position, as o_proj reads it) from this prompt's run: the share of the "
+                                 "logit difference's gap it restores, 0 the corrupt run, 1 this prompt's "
+                                 "(blue restores, red pushes further). The bundled models are 1.8 "
+                                 "M-parameter toys trained here.")
+          : state.lecture ? "Direct shares, final norm's scale frozen; 1.8 M-parameter toy models."
+                          : "Direct shares only: what a head adds to the residual stream read straight "
+                            "through the final norm, not what later layers make of it. The bundled "
+                            "models are 1.8 M-parameter toys trained here.",
+          ImGui::GetContentRegionAvail().x)
           .c_str());
   ImGui::PopStyleColor();
 }

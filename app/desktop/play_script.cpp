@@ -56,6 +56,7 @@ constexpr VerbName kVerbs[] = {
     {"continue", "left|right TOKENS [TEMPERATURE [SEED]]"},
     {"step", "back|forward|first|last"},
     {"intervene", "SPEC|clear"},
+    {"corrupt", "TEXT|clear"},
     {"wait", "[MS]"},
     {"screenshot", "FILE.png"},
     {"quit", ""},
@@ -189,6 +190,10 @@ bool parse_prompt_and_selection(const LineReader& r, PlayAction& a) {
     r.words(2, 2);
     a.ints = {r.integer(r.w[0], 0, 1 << 30), r.integer(r.w[1], 0, 1 << 30)};
     if (a.ints[1] <= a.ints[0]) r.bad("the answer's END must be after its BEGIN");
+  } else if (r.verb == "corrupt") {
+    a.verb = PlayVerb::Corrupt;
+    if (r.rest.empty()) r.bad("give the corrupt prompt, or clear");
+    a.text = r.rest == "clear" ? "" : unescape_play_text(r.rest);
   } else if (r.verb == "intervene") {
     a.verb = PlayVerb::Intervene;
     r.words(1, 1);

@@ -20,6 +20,7 @@ enum class PlayVerb {
   Query,             // ints[0]: the query token (-1: the last)
   Answer,            // ints: BEGIN,END (none: cleared)
   Intervene,         // text: an intervention both models run under (core/intervention.h; "": all cleared)
+  Corrupt,           // text: the Why view's corrupt prompt for activation patching ("": none)
   Layer,             // ints[0]
   Head,              // ints: SLOT (-1: both), HEAD
   View,              // ints[0]: the View

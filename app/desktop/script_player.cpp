@@ -227,6 +227,11 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
       state.selection.answer_begin = a.ints.empty() ? -1 : a.ints[0];
       state.selection.answer_end = a.ints.empty() ? -1 : a.ints[1];
       break;
+    case PlayVerb::Corrupt:
+      state.why.corrupt = state.why.corrupt_typed = a.text;
+      state.why.picked = {{{-1, -1}, {-1, -1}}};
+      state.prompt.rerun();
+      break;
     case PlayVerb::Intervene:
       if (a.text.empty())
         state.why.clear();

@@ -138,6 +138,33 @@ void explain_slot(const Model& m, const std::vector<int64_t>& ids, const RunEdit
   }
 }
 
+// The Why view's activation patching: every head's output, all positions, from the prompt's run into the
+// corrupt prompt's, under the run's interventions; the answer followed is the explanation's.
+void patch_slot(const Model& m, const std::vector<int64_t>& ids, const RunEdits& edits,
+                const Interventions& iv, RunResult& r, size_t s, const std::atomic<bool>* cancel) {
+  try {
+    const std::vector<int64_t> corrupt = encode_prompt(m, edits.corrupt, edits.specials).ids;
+    PatchOptions o;
+    const int64_t T = static_cast<int64_t>(ids.size());
+    // At a query the view picked: the answer it follows against the corrupt run's. At the last token (the
+    // query by default): the first token where the two runs part, past a shared "▁" before a number.
+    if (edits.query >= 0 && edits.query < T - 1) {
+      o.query = edits.query;
+      if (r.why[s]) o.target = r.why[s]->attribution.target;
+    } else {
+      o.extend_shared = 8;
+    }
+    o.interventions = iv;
+    std::vector<std::vector<PatchSite>> runs;
+    for (const PatchSite& site : head_sweep(m.config(), PatchComponent::Head)) runs.push_back({site});
+    r.patch[s] = std::make_shared<PatchReport>(m.patch(ids, corrupt, runs, o, cancel));
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const std::exception& e) {
+    r.patch_error[s] = user_message(e);
+  }
+}
+
 // RunResult::nonfinite of each slot's trace, here on the worker's thread (a long prompt's maps are many).
 void note_nonfinite(RunResult& r) {
   for (size_t s = 0; s < kSlots; ++s)
@@ -782,6 +809,8 @@ void InferenceWorker::loop() {
       for (size_t s = 0; s < kSlots && !cancelled; ++s) {
         if (remotes_[s]) {
           run_remote(s, prompt, options, r, cancelled);
+          if (edits.explain && !edits.corrupt.empty())
+            r.patch_error[s] = "activation patching runs on models loaded here, not over serve";
           continue;
         }
         if (!models_[s]) {
@@ -798,6 +827,8 @@ void InferenceWorker::loop() {
           if (edits.explain)
             explain_slot(*models_[s], enc.ids, edits, edited.interventions, r, s, why_cache_[s],
                          model_generation_[s]);
+          if (edits.explain && !edits.corrupt.empty())
+            patch_slot(*models_[s], enc.ids, edits, edited.interventions, r, s, &cancel_);
           trace->tokens = enc.pieces;  // display pieces as the tokenizer produced them
           r.offsets[s] = enc.offsets;
           r.labels[s] = viz::display_tokens(trace->tokens, viz::Spaces::Visible);

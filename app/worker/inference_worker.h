@@ -63,6 +63,9 @@ struct RunEdits {
   int64_t query = -1;
   bool explain = false;
   Specials specials = Specials::match;  // special tokens written in the prompt: matched, or read as text
+  // With `explain`: a corrupt prompt (as many tokens as the prompt) for activation patching: each head's
+  // output at every position copied from the prompt's run into the corrupt one's (core/patch.h). "": none.
+  std::string corrupt;
 };
 
 struct RunResult {
@@ -85,6 +88,10 @@ struct RunResult {
   // ran under some); `why_error` when the slot could not be explained.
   std::array<std::shared_ptr<const AnswerExplanation>, kSlots> why, why_before;
   std::array<std::string, kSlots> why_error;
+  // RunEdits::corrupt: each head's patching effect (the target: the answer the view follows, the
+  // alternative: the corrupt run's greedy token), or why a slot could not be patched.
+  std::array<std::shared_ptr<const PatchReport>, kSlots> patch;
+  std::array<std::string, kSlots> patch_error;
   // Where a slot's trace holds NaN or inf (Trace::nonfinite_summary), "" when nowhere.
   std::array<std::string, kSlots> nonfinite;
 };
