@@ -246,4 +246,88 @@ BatchResult run_batch_item(const Model& model, const BatchItem& item, const Batc
   return r;
 }
 
+BatchOutcome run_batch_entry(const Model& model, const BatchItem& item, const std::vector<std::string>& specs,
+                             std::vector<std::string>& refused, const std::atomic<bool>* cancel) {
+  BatchOutcome out;
+  out.ids = batch_ids(model, item);
+  const BatchIds& ids = out.ids;
+  PromptMarks marks;
+  if (ids.answer_span) marks.answer = {ids.answer_span->begin, ids.answer_span->end};
+  marks.query = item.query ? item.query->end - 1 : static_cast<int64_t>(ids.prompt.size()) - 1;
+  const int64_t T = static_cast<int64_t>(ids.prompt.size() + ids.answer.size());
+  const std::vector<std::string> taken = takeable_interventions(specs, model.config(), marks, T, refused);
+  out.result =
+      run_batch_item(model, item, ids, resolve_interventions(taken, model.config(), marks, T), cancel);
+  if (item.has_corrupt()) {
+    // Activation patching: each head's output copied from the clean run into the corrupt one.
+    const PatchPair pp = patch_pair(model, item, item.corrupted());
+    PatchOptions po;
+    po.target = pp.target;
+    po.alternative = pp.alternative;
+    po.interventions =
+        resolve_interventions(taken, model.config(), marks, static_cast<int64_t>(pp.clean.size()));
+    std::vector<std::vector<PatchSite>> runs;
+    for (const PatchSite& site : head_sweep(model.config(), PatchComponent::Head)) runs.push_back({site});
+    out.patch = model.patch(pp.clean, pp.corrupt, runs, po, cancel);
+  }
+  return out;
+}
+
+std::string batch_record_json(const BatchItem& item, const BatchOutcome& o, const std::string& model,
+                              bool detail) {
+  const BatchResult& r = o.result;
+  std::string applied;
+  for (const auto& [written, as_run] : r.interventions) applied += (applied.empty() ? "" : "; ") + as_run;
+  auto finite = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  json j = {{"line", item.line},
+            {"id", item.id},
+            {"model", model},
+            {"prompt_tokens", r.prompt_tokens},
+            {"prompt_trimmed", o.ids.prompt_trimmed},
+            {"answer_tokens", r.answer_tokens},
+            {"p_answer", r.p_answer},
+            {"first", r.first},
+            {"p_first", r.p_first},
+            {"rank_first", r.rank_first},
+            {"alternative", r.alternative_text},
+            {"logit_diff", r.logit_diff},
+            {"greedy_right", r.greedy_right},
+            {"query", {r.query.begin, r.query.end}},
+            {"interventions", applied},
+            {"tags", json::parse(item.tags)}};
+  if (r.answer_span.begin >= 0) {
+    j["answer_span"] = {r.answer_span.begin, r.answer_span.end};
+    j["answer_mass"] = finite(r.mean.answer_mass);
+    j["noise_mass"] = finite(r.mean.noise_mass);
+    j["answer_output"] = finite(r.mean.answer_output);
+    j["noise_output"] = finite(r.mean.noise_output);
+  }
+  if (detail) {
+    j["heads"] = json::array();
+    for (const BatchHead& h : r.heads)
+      j["heads"].push_back({{"layer", h.layer},
+                            {"head", h.head},
+                            {"answer_mass", finite(h.share.answer_mass)},
+                            {"noise_mass", finite(h.share.noise_mass)},
+                            {"answer_output", finite(h.share.answer_output)},
+                            {"noise_output", finite(h.share.noise_output)}});
+  }
+  if (o.patch) {
+    j["patch"] = {{"target", o.patch->target_text},
+                  {"alternative", o.patch->alternative_text},
+                  {"clean_diff", o.patch->clean_diff},
+                  {"corrupt_diff", o.patch->corrupt_diff}};
+    if (detail) {
+      json heads = json::array();
+      for (const PatchResult& p : o.patch->results)
+        heads.push_back({{"layer", p.sites[0].layer},
+                         {"head", p.sites[0].head},
+                         {"logit_diff", p.logit_diff},
+                         {"normalized", finite(p.normalized)}});
+      j["patch"]["heads"] = heads;
+    }
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 }  // namespace difflens

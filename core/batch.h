@@ -13,6 +13,7 @@
 
 #include "core/metrics.h"
 #include "core/model.h"
+#include "core/patch.h"
 
 namespace difflens {
 
@@ -103,5 +104,22 @@ PatchPair patch_pair(const Model& model, const BatchItem& clean, const BatchItem
 BatchResult run_batch_item(const Model& model, const BatchItem& item, const BatchIds& ids,
                            const Interventions& interventions = {},
                            const std::atomic<bool>* cancel = nullptr);
+
+// One item on one model as `batch` and serve's POST /v1/item run it: its ids, its readouts under the specs
+// the model can take (the others' reasons go to `refused`, as takeable_interventions gives them) and, when
+// the item has a corrupt prompt, every head's output patched from the clean run into the corrupt one.
+struct BatchOutcome {
+  BatchIds ids;
+  BatchResult result;
+  std::optional<PatchReport> patch;
+};
+BatchOutcome run_batch_entry(const Model& model, const BatchItem& item, const std::vector<std::string>& specs,
+                             std::vector<std::string>& refused, const std::atomic<bool>* cancel = nullptr);
+
+// The item's record (one line of items.jsonl, core/FORMATS.md "Prompt sets"): line, id, model, the readouts,
+// the interventions as run, the tags and, with a corrupt prompt, the patch's ends. `detail` adds every head's
+// measures ("heads") and each head's patching ("patch".heads): what serve answers.
+std::string batch_record_json(const BatchItem& item, const BatchOutcome& outcome, const std::string& model,
+                              bool detail = false);
 
 }  // namespace difflens

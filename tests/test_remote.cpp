@@ -14,11 +14,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "app/remote/client.h"
 #include "app/remote/server.h"
 #include "app/worker/inference_worker.h"
+#include "core/batch.h"
 #include "core/data.h"
 #include "core/needle.h"
 #include "core/remote.h"
@@ -558,6 +560,60 @@ TEST_CASE("serve: a needle-lab episode run on the server equals the same episode
   q.interventions.clear();
   q.cell.length = 100000;
   CHECK_THROWS_WITH(RemoteClient(a).needle(q), Catch::Contains("16384"));
+}
+
+TEST_CASE("serve: a prompt-set item run on the server is the batch record made here, with heads and patching",
+          "[remote][batch]") {
+  int port = 0;
+  const auto server = serve_bundled(port);
+  const Model diff =
+      Model::load(std::string(DIFFLENS_SOURCE_DIR) + "/assets/models/diff-small", DeviceChoice::Cpu);
+  const std::string prompt =
+      "The secret code of Thomas is 7182. The secret code of Rachel is 2233. Q: What is the secret code of "
+      "Thomas? A: The secret code of Thomas is";
+  std::string corrupt = prompt;
+  corrupt.replace(corrupt.find("7182"), 4, "4821");
+  const nlohmann::json item = {{"id", "t"},          {"prompt", prompt},          {"answer", " 7182"},
+                               {"corrupt", corrupt}, {"corrupt_answer", " 4821"}, {"topic", "codes"}};
+  const nlohmann::json body = {{"model", 0}, {"item", item}, {"intervene", {"lambda:1=0"}}, {"line", 4}};
+  const auto res = raw_post(port, "/v1/item", body.dump());
+  REQUIRE(res);
+  INFO(res->body);
+  REQUIRE(res->status == 200);
+  const nlohmann::json got = nlohmann::json::parse(res->body);
+  // The same item here, as `batch` runs it.
+  const BatchItem here = parse_batch_item(item.dump(), 4);
+  std::vector<std::string> refused;
+  const BatchOutcome o = run_batch_entry(diff, here, {"lambda:1=0"}, refused);
+  nlohmann::json want = nlohmann::json::parse(batch_record_json(here, o, "diff-small", true));
+  want["skipped"] = nlohmann::json::array();
+  CHECK(got == want);  // JSON keeps doubles exactly
+  CHECK(got["line"] == 4);
+  CHECK(got["interventions"] == "lambda:1=0");
+  CHECK(got["heads"].size() == 16);
+  CHECK(got["patch"]["heads"].size() == 16);
+  CHECK(got["tags"]["topic"] == "codes");
+  // The baseline has no λ: it runs without it and says so.
+  nlohmann::json base = body;
+  base["model"] = 1;
+  const auto b = raw_post(port, "/v1/item", base.dump());
+  REQUIRE(b);
+  CHECK(b->status == 200);
+  CHECK_THAT(b->body, Catch::Contains("skipped") && Catch::Contains("lambda:1=0"));
+  // Refusals: a bad item by its field, no such model, a bad spec.
+  for (const auto& [payload, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model": 0, "item": {"prompt": "x"}})", "'item': line 1: 'answer' is missing"},
+           {R"({"model": 7, "item": {"prompt": "x", "answer": "y"}})", "no model 7"},
+           {R"({"model": 0, "item": {"prompt": "x", "answer": "y"}, "intervene": ["lambda:x=0"]})",
+            "'intervene'"},
+           {R"({"model": 0})", "'item' must be a prompt-set item"},
+           {"[1", "the body is not JSON"}}) {
+    const auto r = raw_post(port, "/v1/item", payload);
+    REQUIRE(r);
+    INFO(payload);
+    CHECK(r->status >= 400);
+    CHECK_THAT(r->body, Catch::Contains(message));
+  }
 }
 
 TEST_CASE("gui: the app on remote:// slots shows the first screen of local models, maps equal byte for byte",

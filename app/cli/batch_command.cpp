@@ -388,50 +388,19 @@ int cmd_batch(const Args& a) {
       try {
         const BatchItem item = parse_batch_item(text, line);
         id = item.id;
-        const BatchIds ids = batch_ids(models[m], item);
-        PromptMarks marks;
-        if (ids.answer_span) marks.answer = {ids.answer_span->begin, ids.answer_span->end};
-        marks.query = item.query ? item.query->end - 1 : static_cast<int64_t>(ids.prompt.size()) - 1;
-        const int64_t T = static_cast<int64_t>(ids.prompt.size() + ids.answer.size());
         // Specs a model cannot take (a baseline asked for λ) are left out for it, said once (as needle does).
         std::vector<std::string> refused;
-        const std::vector<std::string> specs =
-            takeable_interventions(a.get_all("intervene"), models[m].config(), marks, T, refused);
+        const BatchOutcome o = run_batch_entry(models[m], item, a.get_all("intervene"), refused, &g_stop);
         for (const std::string& why : refused)
           if (said.insert(names[m] + why).second)
             std::fprintf(stderr, "batch: %s: skipped (it runs without it): %s\n", names[m].c_str(),
                          why.c_str());
-        const Interventions iv = resolve_interventions(specs, models[m].config(), marks, T);
-        const BatchResult r = run_batch_item(models[m], item, ids, iv, &g_stop);
+        const BatchIds& ids = o.ids;
+        const BatchResult& r = o.result;
         std::string applied;
         for (const auto& [written, as_run] : r.interventions)
           applied += (applied.empty() ? "" : "; ") + as_run;
         const bool span = r.answer_span.begin >= 0;
-        json j = {{"line", line},
-                  {"id", item.id},
-                  {"model", names[m]},
-                  {"prompt_tokens", r.prompt_tokens},
-                  {"prompt_trimmed", ids.prompt_trimmed},
-                  {"answer_tokens", r.answer_tokens},
-                  {"p_answer", r.p_answer},
-                  {"first", r.first},
-                  {"p_first", r.p_first},
-                  {"rank_first", r.rank_first},
-                  {"alternative", r.alternative_text},
-                  {"logit_diff", r.logit_diff},
-                  {"greedy_right", r.greedy_right},
-                  {"query", {r.query.begin, r.query.end}},
-                  {"interventions", applied},
-                  {"tags", json::parse(item.tags)}};
-        if (span) {
-          j["answer_span"] = {r.answer_span.begin, r.answer_span.end};
-          auto finite = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
-          j["answer_mass"] = finite(r.mean.answer_mass);
-          j["noise_mass"] = finite(r.mean.noise_mass);
-          j["answer_output"] =
-              std::isfinite(r.mean.answer_output) ? json(r.mean.answer_output) : json(nullptr);
-          j["noise_output"] = std::isfinite(r.mean.noise_output) ? json(r.mean.noise_output) : json(nullptr);
-        }
         *items_csv << line << ',' << app::csv_field(item.id) << ',' << app::csv_field(names[m]) << ','
                    << r.prompt_tokens << ',' << ids.prompt_trimmed << ',' << r.answer_tokens << ','
                    << number(r.p_answer) << ',' << r.first << ',' << number(r.p_first) << ',' << r.rank_first
@@ -443,25 +412,10 @@ int cmd_batch(const Args& a) {
                    << (span ? number(r.mean.answer_output) : "") << ','
                    << (span ? number(r.mean.noise_output) : "") << ',' << app::csv_field(applied) << ','
                    << app::csv_field(item.tags) << '\n';
-        if (item.has_corrupt()) {
-          // Activation patching: each head's output copied from the clean run into the corrupt one.
-          const PatchPair pp = patch_pair(models[m], item, item.corrupted());
-          PatchOptions po;
-          po.target = pp.target;
-          po.alternative = pp.alternative;
-          po.interventions =
-              resolve_interventions(specs, models[m].config(), marks, static_cast<int64_t>(pp.clean.size()));
-          std::vector<std::vector<PatchSite>> runs;
-          for (const PatchSite& site : head_sweep(models[m].config(), PatchComponent::Head))
-            runs.push_back({site});
-          const PatchReport pr = models[m].patch(pp.clean, pp.corrupt, runs, po, &g_stop);
-          j["patch"] = {{"target", pr.target_text},
-                        {"alternative", pr.alternative_text},
-                        {"clean_diff", pr.clean_diff},
-                        {"corrupt_diff", pr.corrupt_diff}};
+        if (o.patch) {
           if (!patch_csv)
             patch_csv = open_append("patch.csv", "line,id,model,layer,head,logit_diff,normalized\n");
-          for (const PatchResult& res : pr.results)
+          for (const PatchResult& res : o.patch->results)
             *patch_csv << line << ',' << app::csv_field(item.id) << ',' << app::csv_field(names[m]) << ','
                        << res.sites[0].layer << ',' << res.sites[0].head << ',' << number(res.logit_diff)
                        << ',' << number(res.normalized) << '\n';
@@ -475,7 +429,7 @@ int cmd_batch(const Args& a) {
         heads_csv->flush();
         items_csv->flush();
         // Last: the record that says the item is done (--resume trusts it, and drops CSV rows without it).
-        *jsonl << j.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
+        *jsonl << batch_record_json(item, o, names[m]) << '\n';
         jsonl->flush();
         ++ran;
       } catch (const Cancelled&) {

@@ -19,6 +19,7 @@
 #include "app/common/command_support.h"
 #include "app/remote/job_queue.h"
 #include "app/remote/serve_guard.h"
+#include "core/batch.h"
 #include "core/capture_plan.h"
 #include "core/config.h"
 #include "core/data.h"
@@ -428,12 +429,70 @@ struct RemoteServer::Impl {
     handle_job(req, res, job, false, "application/json");
   }
 
+  // POST /v1/item: one prompt-set item (core/FORMATS.md "Prompt sets") on a model, as `batch` runs it: its
+  // record with every head's measures and, with a corrupt prompt, every head's patching. Items queue (none
+  // supersedes another): a client streams a prompt set through one loaded model.
+  void item_request(const httplib::Request& req, httplib::Response& res) {
+    json body;
+    try {
+      body = json::parse(req.body);
+    } catch (const json::exception&) {
+      throw RequestError(400, "the body is not JSON: {\"model\": N, \"item\": {...}, \"intervene\": [...]}");
+    }
+    if (!body.is_object() || !body.contains("item") || !body["item"].is_object())
+      throw RequestError(400, "'item' must be a prompt-set item: {\"prompt\": ..., \"answer\": ...}");
+    const json& mj = body.contains("model") ? body["model"] : json(0);
+    if (!mj.is_number_integer() || mj.get<int64_t>() < 0 || mj.get<int64_t>() > 1000)
+      throw RequestError(400, "'model' must be a model's index (GET /v1/info lists them)");
+    const int model = static_cast<int>(mj.get<int64_t>());
+    (void)model_at(model);
+    std::vector<std::string> specs;
+    if (body.contains("intervene")) {
+      const json& iv = body["intervene"];
+      if (!iv.is_array()) throw RequestError(400, "'intervene' must be a list of specs");
+      for (const json& x : iv) {
+        if (!x.is_string()) throw RequestError(400, "'intervene' must be a list of specs (strings)");
+        try {
+          specs.push_back(parse_intervention(x.get<std::string>()).text());
+        } catch (const Error& e) {
+          throw RequestError(400, std::string("'intervene': ") + e.what());
+        }
+      }
+    }
+    int64_t line = 1;
+    if (body.contains("line")) {
+      if (!body["line"].is_number_integer() || body["line"].get<int64_t>() < 1)
+        throw RequestError(400, "'line' must be a positive whole number");
+      line = body["line"].get<int64_t>();
+    }
+    BatchItem item;
+    try {
+      item = parse_batch_item(body["item"].dump(), line);
+    } catch (const Error& e) {
+      throw RequestError(400, std::string("'item': ") + e.what());
+    }
+    auto job = std::make_shared<Job>();
+    job->client = client_of(req);
+    job->supersedable = false;
+    job->what = "item " + item.id;
+    job->work = [this, model, item, specs](Job& j) {
+      const Model& m = *models[static_cast<size_t>(model)];
+      std::vector<std::string> refused;
+      const BatchOutcome o = run_batch_entry(m, item, specs, refused, &j.cancel);
+      json out = json::parse(batch_record_json(item, o, m.config().name, true));
+      out["skipped"] = refused;
+      return out.dump(-1, ' ', false, json::error_handler_t::replace);
+    };
+    handle_job(req, res, job, false, "application/json");
+  }
+
   // cpp-httplib's own refusals (no such endpoint, a body over the limit) in the protocol's error form.
   void http_error(const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     const std::string m =
-        res.status == 404 ? "no such endpoint: " + req.path +
-                                " (GET /v1/info, POST /v1/capture, /v1/tile, /v1/tokenize, /v1/needle)"
+        res.status == 404
+            ? "no such endpoint: " + req.path +
+                  " (GET /v1/info, POST /v1/capture, /v1/tile, /v1/tokenize, /v1/needle, /v1/item)"
         : res.status == 413 ? "the request body is over this server's limit of " +
                                   std::to_string(options.limits.max_request_bytes) + " bytes"
                             : std::string(status_text(res.status));
@@ -475,6 +534,7 @@ struct RemoteServer::Impl {
     http->Post("/v1/tile", route(&Impl::tile_request));
     http->Post("/v1/tokenize", route(&Impl::tokenize_request));
     http->Post("/v1/needle", route(&Impl::needle_request));
+    http->Post("/v1/item", route(&Impl::item_request));
     http->set_error_handler(
         [this](const httplib::Request& req, httplib::Response& res) { http_error(req, res); });
     http->set_exception_handler([this](const httplib::Request& req, httplib::Response& res,
