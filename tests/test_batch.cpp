@@ -16,8 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/batch.h"
+#include "core/data.h"
 #include "core/error.h"
 #include "core/model.h"
+#include "core/needle.h"
 #include "core/patch.h"
 #include "helpers.h"
 
@@ -307,4 +309,54 @@ TEST_CASE(
   r = run_cli("batch --items " + (dir / "missing.jsonl").string() + " --out " + (dir / "e").string(), dir);
   CHECK_THAT(r.out, Catch::Contains("cannot be read"));
   CHECK_FALSE(std::filesystem::exists(dir / "e"));
+}
+
+TEST_CASE("episodes: the needle sweep's episodes as a prompt set that batch reads, with corrupt prompts",
+          "[batch][cli][needle]") {
+  test::ScratchDir dir("episodes");
+  const std::string set = (dir / "set.jsonl").string();
+  test::CliRun r =
+      run_cli("episodes --out " + set + " --lengths 128,256 --depths 0,100 --seeds 2 --corrupt", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("8 items (diff-small's tokenizer), 8 with a corrupt prompt"));
+  const Model diff = Model::load(kDiff);
+  std::istringstream in(test::read_all(set));
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const BatchItem item = parse_batch_item(line, n);
+    INFO(item.id);
+    // The prompt and the answer read together are the episode needle runs: as many tokens as its length.
+    const BatchIds ids = batch_ids(diff, item);
+    const int64_t length = j["length"];
+    CHECK(static_cast<int64_t>(ids.prompt.size() + ids.answer.size()) <= length);
+    CHECK(static_cast<int64_t>(ids.prompt.size() + ids.answer.size()) >= length - 8);
+    REQUIRE(ids.answer_span);  // the needle's code, found in the prompt
+    // The corrupt prompt: the needle's code changed digit by digit, as many tokens, a patch pair.
+    const std::string code = item.answer.substr(1), other = item.corrupt_answer.substr(1);
+    REQUIRE(code.size() == other.size());
+    for (size_t k = 0; k < code.size(); ++k) CHECK((code[k] - '0' + 5) % 10 == other[k] - '0');
+    const PatchPair p = patch_pair(diff, item, item.corrupted());
+    CHECK(p.clean.size() == p.corrupt.size());
+  }
+  CHECK(n == 8);
+  // The first item is needle's first episode of the same cell and seed.
+  const Haystack hay(test::read_all(std::string(DIFFLENS_SOURCE_DIR) + "/assets/haystack.txt"),
+                     diff.tokenizer());
+  const EpisodeBuilder builder(hay, diff.tokenizer(), NeedleSplit::Eval);
+  const Episode ep = needle_episode(builder, {128, 0.0, 1, 1}, 1);
+  const nlohmann::json first =
+      nlohmann::json::parse(test::read_all(set).substr(0, test::read_all(set).find('\n')));
+  CHECK(ep.text.rfind(first["prompt"].get<std::string>(), 0) == 0);
+  CHECK(first["answer"] == " " + ep.needles[0].code);
+  // Refused: written over, two questions an item.
+  r = run_cli("episodes --out " + set + " --seeds 1", dir);
+  CHECK(r.status != 0);
+  CHECK_THAT(r.out, Catch::Contains("is there already"));
+  r = run_cli("episodes --out " + (dir / "two.jsonl").string() + " --needles 2 --queried 2", dir);
+  CHECK(r.status != 0);
+  CHECK_THAT(r.out, Catch::Contains("an item asks one question (--queried 1)"));
 }

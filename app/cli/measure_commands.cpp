@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "app/cli/commands.h"
 #include "app/common/command_support.h"
 #include "app/reports/needle_report.h"
@@ -51,6 +53,51 @@ std::string escape_newlines(const std::string& s) {
   return out;
 }
 
+// What the needle sweep and `episodes` build their episodes from: the sweep, the names, the wording, the code
+// lengths and the haystack text, from the options both take (episode_options()).
+struct EpisodeSetup {
+  NeedleSweep sweep;
+  NameSet names = NameSet::SingleToken;
+  NeedleTemplate wording;
+  bool held_out_wording = false;
+  int code_min = 4, code_max = 4;
+  std::string hay_text;
+  // The builder of held-out episodes for a model's tokenizer.
+  EpisodeBuilder builder(const Haystack& hay, const Model& model) const {
+    EpisodeBuilder b(hay, model.tokenizer(), NeedleSplit::Eval, names, wording);
+    if (held_out_wording) b.set_wordings(needle_wordings(NeedleSplit::Eval));
+    b.set_code_digits(code_min, code_max);
+    return b;
+  }
+};
+
+EpisodeSetup episode_setup(const Args& a) {
+  EpisodeSetup e;
+  e.sweep = parse_needle_sweep(a.get("lengths"), a.get("depths"), a.get("needles"), a.get("queried"),
+                               a.get_int("seeds"), a.get_int("first-seed"));
+  e.names = parse_name_set(a.get("names"));
+  e.wording.needle = unescape_newlines(a.get("needle-template"));
+  e.wording.question = unescape_newlines(a.get("question-template"));
+  e.wording.validate();
+  e.held_out_wording = a.get("wording") == "held-out";
+  if (e.held_out_wording && (a.has("needle-template") || a.has("question-template")))
+    throw Error("--wording held-out uses its own sentences: give it or the templates, not both");
+  const std::string d = a.get("code-digits");
+  const size_t dash = d.find('-');
+  try {
+    size_t used = 0;
+    e.code_min = std::stoi(d.substr(0, dash), &used);
+    if (used != (dash == std::string::npos ? d.size() : dash)) throw std::invalid_argument(d);
+    e.code_max = dash == std::string::npos ? e.code_min : std::stoi(d.substr(dash + 1), &used);
+    if (dash != std::string::npos && used != d.size() - dash - 1) throw std::invalid_argument(d);
+  } catch (const std::exception&) {
+    throw Error("option --code-digits takes N or MIN-MAX (e.g. 3-6), got '" + d + "'");
+  }
+  e.hay_text =
+      read_file((a.has("haystack") ? a.get("haystack") : bundled_asset("haystack.txt")), "haystack text");
+  return e;
+}
+
 int cmd_needle(const Args& a) {
   const int logit_bits = a.get_int("logit-bits");
   if (logit_bits == 1) throw Error("option --logit-bits takes 2 to 32 bits (0: exact), got '1'");
@@ -58,37 +105,12 @@ int cmd_needle(const Args& a) {
   check_output_dir(a.require("out"), "--out");
   apply_threads(a);
   const std::vector<std::string> dirs = model_dirs(a);
-  const NeedleSweep sweep = parse_needle_sweep(a.get("lengths"), a.get("depths"), a.get("needles"),
-                                               a.get("queried"), a.get_int("seeds"), a.get_int("first-seed"));
+  const EpisodeSetup setup = episode_setup(a);
+  const NeedleSweep& sweep = setup.sweep;
   const std::vector<NeedleJob> jobs = expand(sweep);
   const std::string out = a.require("out");
   const std::string keep = a.has("keep-traces") ? a.get("keep-traces") : std::string();
   if (!keep.empty()) check_output_dir(keep, "--keep-traces");
-  const NameSet names = parse_name_set(a.get("names"));
-  NeedleTemplate wording;
-  wording.needle = unescape_newlines(a.get("needle-template"));
-  wording.question = unescape_newlines(a.get("question-template"));
-  wording.validate();
-  const bool held_out_wording = a.get("wording") == "held-out";
-  if (held_out_wording && (a.has("needle-template") || a.has("question-template")))
-    throw Error("--wording held-out uses its own sentences: give it or the templates, not both");
-  int code_min = 4, code_max = 4;
-  {
-    const std::string d = a.get("code-digits");
-    const size_t dash = d.find('-');
-    try {
-      size_t used = 0;
-      code_min = std::stoi(d.substr(0, dash), &used);
-      if (used != (dash == std::string::npos ? d.size() : dash)) throw std::invalid_argument(d);
-      code_max = dash == std::string::npos ? code_min : std::stoi(d.substr(dash + 1), &used);
-      if (dash != std::string::npos && used != d.size() - dash - 1) throw std::invalid_argument(d);
-    } catch (const std::exception&) {
-      throw Error("option --code-digits takes N or MIN-MAX (e.g. 3-6), got '" + d + "'");
-    }
-  }
-  const std::string hay_text =
-      read_file((a.has("haystack") ? a.get("haystack") : bundled_asset("haystack.txt")), "haystack text");
-
   std::signal(SIGINT, on_interrupt);
   std::vector<std::vector<NeedleRun>> results;
   std::vector<std::string> model_names;
@@ -118,10 +140,8 @@ int cmd_needle(const Args& a) {
     } catch (const Error& e) {
       throw Error(dir + ": " + e.what());
     }
-    const Haystack hay(hay_text, model.tokenizer());
-    EpisodeBuilder builder(hay, model.tokenizer(), NeedleSplit::Eval, names, wording);
-    if (held_out_wording) builder.set_wordings(needle_wordings(NeedleSplit::Eval));
-    builder.set_code_digits(code_min, code_max);
+    const Haystack hay(setup.hay_text, model.tokenizer());
+    const EpisodeBuilder builder = setup.builder(hay, model);
     for (const std::vector<std::string>& edits : variants) {
       model_names.push_back((model.config().name.empty() ? dir : model.config().name) +
                             under_interventions(edits) +
@@ -159,42 +179,132 @@ int cmd_needle(const Args& a) {
   return 0;
 }
 
-Command needle_command() {
+// The options the needle sweep and `episodes` share: the sweep and what its episodes are made of.
+std::vector<Option> episode_options() {
   const NeedleTemplate wording;
   return {
-      "needle",
-      "needle-in-a-haystack sweep: accuracy, attention to the answer and noise per model and cell",
-      {required(text("out", "DIR", "the report's folder")),
-       models_option("the models swept"),
-       text("lengths", "256,512", "prompt lengths in tokens", "256,512"),
-       text("depths", "0,25,50,75,100", "needle depths, % of the haystack", "0,25,50,75,100"),
-       text("needles", "1,2,4", "needles per prompt", "1"),
-       text("queried", "1,2", "needles asked for", "1"),
-       integer("seeds", "N", 1, 10000, "3", "episodes per cell"),
-       integer("first-seed", "S", 1, 1000000, "1",
-               "the first episode's seed (fresh episodes: one not used before)"),
-       haystack_option(),
-       choice("names", "single-token|original|given-names", "single-token",
-              "the names needles use (given-names: held-out given names of 3-4 pieces)"),
-       choice("wording", "template|held-out", "template",
-              "template: the two templates below; held-out: the varied recipe's held-out wordings"),
-       text("code-digits", "4", "code lengths in digits, N or MIN-MAX (e.g. 3-6)", "4"),
-       integer("cell", "PX", 16, 512, "72", "heatmap PNG pixels per cell"),
-       integer("logit-bits", "B", 0, 32, "0", "absmax-quantized attention logits of B bits (0: exact)"),
-       text("needle-template", "TEXT", "how a needle reads ({name}, {code})",
-            escape_newlines(wording.needle)),
-       text("question-template", "TEXT", "how the question reads ({name}; \\n is a newline)",
-            escape_newlines(wording.question)),
-       text(
-           "keep-traces", "DIR",
-           "also write each episode's capture (a trace bundle, q/k/v kept) and episode.json under DIR/MODEL/"),
-       intervene_option(),
-       device_option("auto"),
-       threads_option()},
+      text("lengths", "256,512", "prompt lengths in tokens", "256,512"),
+      text("depths", "0,25,50,75,100", "needle depths, % of the haystack", "0,25,50,75,100"),
+      text("needles", "1,2,4", "needles per prompt", "1"),
+      text("queried", "1,2", "needles asked for", "1"),
+      integer("seeds", "N", 1, 10000, "3", "episodes per cell"),
+      integer("first-seed", "S", 1, 1000000, "1",
+              "the first episode's seed (fresh episodes: one not used before)"),
+      haystack_option(),
+      choice("names", "single-token|original|given-names", "single-token",
+             "the names needles use (given-names: held-out given names of 3-4 pieces)"),
+      choice("wording", "template|held-out", "template",
+             "template: the two templates below; held-out: the varied recipe's held-out wordings"),
+      text("code-digits", "4", "code lengths in digits, N or MIN-MAX (e.g. 3-6)", "4"),
+      text("needle-template", "TEXT", "how a needle reads ({name}, {code})", escape_newlines(wording.needle)),
+      text("question-template", "TEXT", "how the question reads ({name}; \\n is a newline)",
+           escape_newlines(wording.question))};
+}
+
+std::vector<Option> joined(std::initializer_list<std::vector<Option>> parts) {
+  std::vector<Option> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+Command needle_command() {
+  return {
+      "needle", "needle-in-a-haystack sweep: accuracy, attention to the answer and noise per model and cell",
+      joined(
+          {{required(text("out", "DIR", "the report's folder")), models_option("the models swept")},
+           episode_options(),
+           {integer("cell", "PX", 16, 512, "72", "heatmap PNG pixels per cell"),
+            integer("logit-bits", "B", 0, 32, "0", "absmax-quantized attention logits of B bits (0: exact)"),
+            text("keep-traces", "DIR",
+                 "also write each episode's capture (a trace bundle, q/k/v kept) and episode.json under "
+                 "DIR/MODEL/"),
+            intervene_option(), device_option("auto"), threads_option()}}),
       "Writes needle.json, needle.csv, episodes.csv, tables.md (the paper's Table 3 layout) and PNG + SVG heatmaps; "
       "Ctrl-C stops. With --intervene each model runs as trained and under the interventions (the asked "
       "needle's code is the answer, the question's first token the query).",
       cmd_needle};
+}
+
+// difflens episodes: the needle sweep's held-out episodes as a prompt set for `batch` (core/FORMATS.md
+// "Prompt sets"): the prompt up to the asked code, the code as the answer, the cell as tags; with --corrupt
+// the same prompt with the needle's code changed digit by digit (d -> d + 5 mod 10: as many digits, so as
+// many tokens), for activation patching.
+int cmd_episodes(const Args& a) {
+  const std::string out = a.require("out");
+  check_output_file(out, "--out", {".jsonl"});
+  if (std::filesystem::exists(out))
+    throw Error("--out " + out + " is there already: give another name (it is not written over)");
+  const EpisodeSetup setup = episode_setup(a);
+  for (const auto& [n, r] : setup.sweep.needles_queried)
+    if (r != 1) throw Error("episodes: an item asks one question (--queried 1)");
+  const std::vector<std::string> dirs = model_dirs(a);
+  const Model model = load_model(dirs.front(), DeviceChoice::Cpu);  // its tokenizer counts the tokens
+  if (!model.tokenizer().can_encode())
+    throw Error(dirs.front() + ": this model has no text tokenizer, so it cannot read a haystack");
+  validate(setup.sweep, model.config().max_position_embeddings);
+  const Haystack hay(setup.hay_text, model.tokenizer());
+  const EpisodeBuilder builder = setup.builder(hay, model);
+  const bool corrupt = a.has("corrupt");
+  std::string text;
+  int64_t items = 0, plain = 0;
+  for (const NeedleJob& job : expand(setup.sweep)) {
+    const Episode ep = needle_episode(builder, job.cell, job.seed);
+    const Needle& asked = ep.needles[static_cast<size_t>(ep.queried.front())];
+    std::string prompt = ep.text.substr(0, ep.text.rfind(asked.code));
+    while (!prompt.empty() && prompt.back() == ' ') prompt.pop_back();
+    char id[96];
+    std::snprintf(id, sizeof id, "L%lld-d%.0f-N%d-s%llu", static_cast<long long>(job.cell.length),
+                  job.cell.depth * 100, job.cell.needles, static_cast<unsigned long long>(job.seed));
+    nlohmann::json item = {{"id", id},
+                           {"prompt", prompt},
+                           {"answer", " " + asked.code},
+                           {"length", job.cell.length},
+                           {"depth", job.cell.depth},
+                           {"needles", job.cell.needles},
+                           {"seed", job.seed},
+                           {"name", asked.name},
+                           {"digits", asked.code.size()}};
+    if (corrupt) {
+      // The needle's code, the one place it stands in the prompt (else the item is left unpatched).
+      const size_t at = prompt.rfind(asked.code);
+      if (at != std::string::npos && prompt.find(asked.code) == at) {
+        std::string other = asked.code;
+        for (char& ch : other) ch = static_cast<char>('0' + (ch - '0' + 5) % 10);
+        std::string bad = prompt;
+        bad.replace(at, other.size(), other);
+        item["corrupt"] = bad;
+        item["corrupt_answer"] = " " + other;
+      } else {
+        ++plain;
+      }
+    }
+    text += item.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    ++items;
+  }
+  write_file_atomically(out, text);
+  std::printf(
+      "wrote %s: %lld items (%s's tokenizer)%s\n", out.c_str(), static_cast<long long>(items),
+      model.config().name.c_str(),
+      corrupt ? (", " + std::to_string(items - plain) + " with a corrupt prompt" +
+                 (plain ? " (" + std::to_string(plain) + " whose code stands twice: left unpatched)" : ""))
+                    .c_str()
+              : "");
+  return 0;
+}
+
+Command episodes_command() {
+  return {
+      "episodes",
+      "the needle sweep's held-out episodes as a prompt set for batch (JSON lines), with corrupt prompts for "
+      "patching",
+      joined({{required(text("out", "F.jsonl", "the prompt set")),
+               models_option("the model whose tokenizer counts the tokens (the first)")},
+              episode_options(),
+              {flag("corrupt", "also a corrupt prompt per item: the needle's code changed digit by digit")}}),
+      "Each episode of the sweep (lengths x depths x needles x seeds, one question) becomes an item: the prompt "
+      "up to the asked code, the code as the answer, length/depth/needles/seed/name/digits as tags. "
+      "The episodes are those `needle` runs with the same options.",
+      cmd_episodes};
 }
 
 int cmd_outliers(const Args& a) {
@@ -767,7 +877,7 @@ Command bench_command() {
 }  // namespace
 
 std::vector<Command> measure_commands() {
-  return {needle_command(), outliers_command(), quantize_command(),
+  return {needle_command(), episodes_command(), outliers_command(), quantize_command(),
           loss_command(),   bench_command(),    heads_command()};
 }
 
