@@ -141,6 +141,15 @@ TEST_CASE("batch: items with a corrupt prompt patch every head, as Model::patch 
   CHECK(s["patching"]["diff-small"][0]["items"] == 3);
   CHECK_THAT(test::read_all(dir / "out/summary.md"),
              Catch::Contains("Activation patching, on the items with a corrupt prompt"));
+  // The figure: layers x heads per model, every model on one scale, no "-0.00".
+  const std::string svg = test::read_all(dir / "out/patch-diff-small.svg");
+  size_t cells = 0;
+  for (size_t at = svg.find("class=\"cell\""); at != std::string::npos;
+       at = svg.find("class=\"cell\"", at + 1))
+    ++cells;
+  CHECK(cells == 16);
+  CHECK(svg.find(">-0.00<") == std::string::npos);
+  CHECK(std::filesystem::exists(dir / "out/patch-baseline-small.png"));
   const std::string records = test::read_all(dir / "out/items.jsonl");
   CHECK_THAT(records, Catch::Contains("\"patch\":{\"alternative\":\"4\""));
   // A run killed before the last patched item's record: --resume drops its patch rows and runs it again.

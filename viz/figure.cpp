@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 
 #include "core/error.h"
@@ -280,6 +281,9 @@ FigureScene layout_grid_figure(const GridFigure& g, const FigureFont& font) {
       } else {
         cell.color = grid_cell_colour(v, g.lo, g.hi, g.diverging);
         std::snprintf(b, sizeof b, g.format.c_str(), v);
+        // A value that rounds to zero reads "0.00", never "-0.00" (as the app's grids).
+        if (b[0] == '-' && std::string(b + 1).find_first_not_of("0.") == std::string::npos)
+          std::memmove(b, b + 1, std::strlen(b));
       }
       sc.rects.push_back(cell);
       const bool dark = !std::isnan(v) && oklab_lightness(cell.color) < 0.6;

@@ -27,6 +27,8 @@
 #include "core/error.h"
 #include "core/patch.h"
 #include "core/stats.h"
+#include "viz/export.h"
+#include "viz/figure.h"
 
 namespace difflens::cli {
 namespace {
@@ -283,6 +285,38 @@ std::string write_summary(const fs::path& out, const std::vector<std::string>& m
                 std::to_string(count) + " | " + format_interval(i, 3) + " |\n";
       }
       if (!list.empty()) summary["patching"][m] = list;
+    }
+    // A figure per model: layers x heads of the mean, every model on one colour scale (the largest |mean|).
+    double most = 1e-9;
+    for (const auto& [m, heads] : effects)
+      for (const auto& [lh, v] : heads) most = std::max(most, std::fabs(bootstrap_mean(v).estimate));
+    for (const std::string& m : models) {
+      const auto& heads = effects[m];
+      if (heads.empty()) continue;
+      int L = 0, H = 0;
+      for (const auto& [lh, v] : heads) L = std::max(L, lh.first + 1), H = std::max(H, lh.second + 1);
+      viz::GridFigure g;
+      size_t items = 0;
+      for (const auto& [lh, v] : heads) items = std::max(items, v.size());
+      g.title = m + ": each head's output patched in, mean normalised logit difference (" +
+                std::to_string(items) + " items)";
+      g.row_title = "layer";
+      g.col_title = "head";
+      for (int l = 0; l < L; ++l) g.row_labels.push_back("L" + std::to_string(l));
+      for (int h = 0; h < H; ++h) g.col_labels.push_back("H" + std::to_string(h));
+      for (int l = 0; l < L; ++l)
+        for (int h = 0; h < H; ++h) {
+          const auto it = heads.find({l, h});
+          g.values.push_back(it == heads.end() ? NAN : bootstrap_mean(it->second).estimate);
+        }
+      g.lo = -most;
+      g.hi = most;
+      g.diverging = true;
+      g.cell = 56;
+      const viz::Image img = viz::render_grid_figure(g);
+      const std::string file = "patch-" + app::file_name(m);
+      viz::write_png(out / (file + ".png"), img.rgb, img.width, img.height);
+      write_file_atomically(out / (file + ".svg"), viz::grid_figure_svg(g));
     }
   }
   write_file_atomically(out / "summary.md",
