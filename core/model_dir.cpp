@@ -412,4 +412,35 @@ std::filesystem::path find_cl100k(const std::filesystem::path& folder, std::vect
   return {};
 }
 
+namespace fs = std::filesystem;
+
+KeptSteps kept_steps(const fs::path& folder) {
+  KeptSteps k;
+  const fs::path f = tidy(folder);
+  const std::string name = f.filename().string();
+  k.model = f.parent_path().filename() == "checkpoints" && name.rfind("step-", 0) == 0
+                ? f.parent_path().parent_path()
+                : f;
+  std::error_code ec;
+  const fs::path dir = k.model / "checkpoints";
+  if (!fs::is_directory(dir, ec)) return k;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step-", 0) != 0 || n.size() == 5 ||
+        n.find_first_not_of("0123456789", 5) != std::string::npos || n.size() > 5 + 18 ||
+        !fs::exists(e.path() / "step.json", ec))
+      continue;
+    k.steps.emplace_back(std::stoll(n.substr(5)), e.path());
+  }
+  std::sort(k.steps.begin(), k.steps.end());
+  return k;
+}
+
+int64_t KeptSteps::step_of(const fs::path& folder) const {
+  const fs::path f = tidy(folder);
+  for (const auto& [step, path] : steps)
+    if (tidy(path) == f) return step;
+  return -1;
+}
+
 }  // namespace difflens

@@ -43,6 +43,16 @@ std::vector<std::filesystem::path> models_in(const std::filesystem::path& path);
 std::pair<std::filesystem::path, std::filesystem::path> pair_of(
     const std::vector<std::filesystem::path>& models);
 
+// A training run's kept steps (`train --keep-every`): the model folder of the run (MODEL, holding
+// checkpoints/step-N) and each kept step's folder by step, in order; a step counts once its step.json is
+// there (written last). `folder`: the model folder or one of its kept steps. No steps when it is neither.
+struct KeptSteps {
+  std::filesystem::path model;
+  std::vector<std::pair<int64_t, std::filesystem::path>> steps;
+  int64_t step_of(const std::filesystem::path& folder) const;  // the step `folder` is, -1: none of them
+};
+KeptSteps kept_steps(const std::filesystem::path& folder);
+
 // The layout of a model folder's config.json text (DiffLens's own, Hugging Face's, diff-mlx's).
 ModelLayout layout_of_config(const std::string& config_text);
 // The config of one model folder in any layout DiffLens reads (a diff-mlx model's kind from its weights:

@@ -678,6 +678,45 @@ TEST_CASE("play: the Why view patches a corrupt prompt, whole at 1280x800 with a
   CHECK_THAT(bad.out, Catch::Contains("bad.play:2") && Catch::Contains("give the corrupt prompt, or clear"));
 }
 
+TEST_CASE("play: a training run's kept steps load into both slots, the figures from the step on screen",
+          "[gui][play][train]") {
+  need_the_app_and_a_display("the training run's step slider");
+  test::ScratchDir dir("timeline");
+  // A run of two kept steps per model: random weights of the bundled shape, steps 100 and 200.
+  for (const auto& [name, kind] : {std::pair<const char*, AttentionKind>{"diff-small", AttentionKind::Diff},
+                                   {"baseline-small", AttentionKind::Baseline}}) {
+    const auto model = dir / "run" / name;
+    Model::random(test::tiny_config(kind), 3).save(model);
+    for (int step : {100, 200}) {
+      const auto kept = model / "checkpoints" / ("step-00000" + std::to_string(step));
+      Model::random(test::tiny_config(kind), static_cast<uint64_t>(step)).save(kept);
+      test::write_all(kept / "step.json", "{\"step\": " + std::to_string(step) + "}\n");
+    }
+  }
+  const std::string run = (dir / "run").string();
+  test::write_all(dir / "s.play",
+                  "size 1280x800\nprompt 1, 2, 3, 4, 5\nwait\ncheckpoint 150\nwait\nexport folder " +
+                      (dir / "out").string() + "\nexport bundle\nwait\nscreenshot " +
+                      (dir / "a.png").string() + "\ncheckpoint last\nwait\nscreenshot " +
+                      (dir / "b.png").string() + "\n");
+  const Run r =
+      run_difflens("--models " + run + " --play " + (dir / "s.play").string() + " --play-exit", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("0 screenshots not written, 0 with layout faults"));
+  // Step 150 is not kept: each slot took step 100, the nearest before it; its run equals that model's own.
+  const Trace left = read_trace_bundle(dir / "out" / "run" / "left-diff");
+  const Model step100 =
+      Model::load(dir / "run" / "diff-small" / "checkpoints" / "step-00000100", DeviceChoice::Cpu);
+  const Trace direct = step100.capture(left.token_ids);
+  REQUIRE(direct.layers.size() == left.layers.size());
+  CHECK(direct.layers[0].a.data == left.layers[0].a.data);
+  test::write_all(dir / "bad.play", "checkpoint soon\n");
+  const Run bad = run_difflens("--play " + (dir / "bad.play").string() + " --play-exit", dir);
+  CHECK(bad.status != 0);
+  CHECK_THAT(bad.out, Catch::Contains("bad.play:1"));
+}
+
 TEST_CASE("play: Continue writes under the Why view's interventions, as the core's generation does",
           "[gui][play][interventions]") {
   need_the_app_and_a_display("Continue under interventions");

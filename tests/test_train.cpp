@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/model.h"
+#include "core/model_dir.h"
 #include "core/train.h"
 #include "helpers.h"
 
@@ -130,7 +131,25 @@ TEST_CASE("train --keep-every: each N-th step's weights stay as a model folder o
     // The last kept step is the published weights; an earlier one is another model.
     CHECK(max_weight_difference(run / "checkpoints" / "step-00000030", run) == 0);
     CHECK(max_weight_difference(run / "checkpoints" / "step-00000010", run) > 0);
+    // The run's timeline, from the model folder or from any of its kept steps (the app's step slider).
+    for (const auto& from :
+         {run, run / "checkpoints" / "step-00000020", run / "checkpoints/step-00000020/"}) {
+      const KeptSteps k = kept_steps(from);
+      CHECK(k.model.filename() == name);
+      REQUIRE(k.steps.size() == 3);
+      CHECK(k.steps[0].first == 10);
+      CHECK(k.steps[2].first == 30);
+      CHECK(k.step_of(run / "checkpoints" / "step-00000020") == 20);
+      CHECK(k.step_of(run) == -1);
+    }
   }
+  // A step whose step.json is missing (a run stopped while keeping it) is not offered; a folder of no run
+  // has no steps.
+  std::filesystem::remove(dir / "out" / "diff-small" / "checkpoints" / "step-00000030" / "step.json");
+  CHECK(kept_steps(dir / "out" / "diff-small").steps.size() == 2);
+  std::filesystem::create_directories(dir / "out" / "diff-small" / "checkpoints" / "step-x");
+  CHECK(kept_steps(dir / "out" / "diff-small").steps.size() == 2);
+  CHECK(kept_steps(dir.path()).steps.empty());
   // --fresh removes the run's kept steps with its state, so that none mixes with a new run's.
   o.resume = false;
   o.steps = 5;

@@ -234,7 +234,8 @@ int cmd_episodes(const Args& a) {
   check_output_file(out, "--out", {".jsonl"});
   if (std::filesystem::exists(out))
     throw Error("--out " + out + " is there already: give another name (it is not written over)");
-  const EpisodeSetup setup = episode_setup(a);
+  EpisodeSetup setup = episode_setup(a);
+  setup.sweep.seeds = static_cast<int>(quick_cap("seeds", setup.sweep.seeds, 2));  // DIFFLENS_QUICK
   for (const auto& [n, r] : setup.sweep.needles_queried)
     if (r != 1) throw Error("episodes: an item asks one question (--queried 1)");
   const std::vector<std::string> dirs = model_dirs(a);

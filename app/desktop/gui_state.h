@@ -26,6 +26,7 @@
 #include "app/worker/inference_worker.h"
 #include "core/data.h"
 #include "core/metrics.h"
+#include "core/model_dir.h"
 #include "core/needle.h"
 #include "core/token_weights.h"
 #include "core/tokenizer.h"
@@ -161,6 +162,13 @@ struct WhyState {
   }
 };
 
+// A training run's kept steps in the slots (a slot opened on a run's model folder, or on one of its kept
+// steps): the side panel's step slider loads the chosen step into each slot whose run kept it.
+struct TimelineState {
+  std::array<std::string, kSlots> seen;  // the slot paths `runs` were read for
+  std::array<KeptSteps, kSlots> runs;
+};
+
 struct GuiState {
   PromptState prompt;
   ViewState view;
@@ -168,6 +176,7 @@ struct GuiState {
   LayoutRecord drawn;  // this frame's regions (cleared at the start of each frame)
   SelectionState selection;
   WhyState why;
+  TimelineState timeline;
   SlotState slots[kSlots];
   std::optional<RunResult> shown;  // the result on screen
   WorkerStatus status;

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "app/common/command_support.h"
 #include "app/desktop/panels.h"
 #include "app/desktop/plot.h"
+#include "app/desktop/shell.h"
 #include "app/remote/client.h"
 
 namespace difflens::app {
@@ -71,6 +73,90 @@ void draw_about_models(GuiState& state) {
   ImGui::End();
 }
 
+// Each slot's training run, read again when the slot's model changes; the steps any of them kept.
+std::vector<int64_t> timeline_steps(GuiState& state) {
+  TimelineState& tl = state.timeline;
+  std::vector<int64_t> steps;
+  for (int s = 0; s < kSlots; ++s) {
+    const std::string& path = state.status.slots[static_cast<size_t>(s)].path;
+    if (path != tl.seen[static_cast<size_t>(s)]) {
+      tl.seen[static_cast<size_t>(s)] = path;
+      tl.runs[static_cast<size_t>(s)] =
+          path.empty() || path.rfind("remote://", 0) == 0 ? KeptSteps{} : kept_steps(path);
+    }
+    for (const auto& [step, folder] : tl.runs[static_cast<size_t>(s)].steps) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  return steps;
+}
+
+void load_training_step(GuiState& state, InferenceWorker& worker, int64_t step) {
+  (void)timeline_steps(state);
+  for (int s = 0; s < kSlots; ++s) {
+    const KeptSteps& run = state.timeline.runs[static_cast<size_t>(s)];
+    if (run.steps.empty()) continue;
+    // The step asked for, else the nearest kept before it (the first when none is); -1: the run's own
+    // weights.
+    std::filesystem::path to = run.model;
+    if (step >= 0) {
+      to = run.steps.front().second;
+      for (const auto& [k, folder] : run.steps)
+        if (k <= step) to = folder;
+    }
+    if (to.string() != state.status.slots[static_cast<size_t>(s)].path)
+      open_into_slot(state, worker, s, 0, to.string(), "");
+  }
+}
+
+// The step slider: every kept step of the slots' runs; letting go loads it into both slots.
+void draw_timeline(GuiState& state, InferenceWorker& worker) {
+  const std::vector<int64_t> steps = timeline_steps(state);
+  if (steps.empty()) return;
+  ImGui::Separator();
+  ImGui::TextUnformatted("Training run: kept steps");
+  // The step on screen: the first slot's that shows a kept step; -1 when both show their run's own weights.
+  int64_t now = -1;
+  for (int s = 0; s < kSlots && now < 0; ++s)
+    now =
+        state.timeline.runs[static_cast<size_t>(s)].step_of(state.status.slots[static_cast<size_t>(s)].path);
+  int index = static_cast<int>(steps.size()) - 1;
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (steps[i] == now) index = static_cast<int>(i);
+  static int dragged = -1;  // while the slider is held: its position (the slots load on release)
+  int shown = dragged >= 0 ? dragged : index;
+  char label[64];
+  if (now < 0 && dragged < 0)
+    std::snprintf(label, sizeof label, "the run's weights");
+  else
+    std::snprintf(label, sizeof label, "step %lld",
+                  static_cast<long long>(steps[static_cast<size_t>(shown)]));
+  ImGui::SetNextItemWidth(-1);
+  if (ImGui::SliderInt("##training-step", &shown, 0, static_cast<int>(steps.size()) - 1, label))
+    dragged = shown;
+  if (ImGui::IsItemDeactivatedAfterEdit() && dragged >= 0) {
+    load_training_step(state, worker, steps[static_cast<size_t>(dragged)]);
+    dragged = -1;
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("The steps train --keep-every kept; let go to load that step into both slots");
+  for (int s = 0; s < kSlots; ++s) {
+    const KeptSteps& run = state.timeline.runs[static_cast<size_t>(s)];
+    if (run.steps.empty()) continue;
+    const int64_t at = run.step_of(state.status.slots[static_cast<size_t>(s)].path);
+    char line[192];
+    std::snprintf(line, sizeof line, "%s: %s of %zu kept (%lld-%lld)", s == 0 ? "left" : "right",
+                  at >= 0 ? ("step " + std::to_string(at)).c_str() : "the run's last weights",
+                  run.steps.size(), static_cast<long long>(run.steps.front().first),
+                  static_cast<long long>(run.steps.back().first));
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextUnformatted(wrap_at_spaces(line, ImGui::GetContentRegionAvail().x).c_str());
+    ImGui::PopStyleColor();
+  }
+  if (now < 0 && ImGui::SmallButton("Last kept step")) load_training_step(state, worker, steps.back());
+  if (now >= 0 && ImGui::SmallButton("The run's weights")) load_training_step(state, worker, -1);
+}
+
 void draw_model_slots(GuiState& state, InferenceWorker& worker) {
   for (int s = 0; s < kSlots; ++s) {
     ImGui::PushID(s);
@@ -79,10 +165,14 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
     const size_t cut = path.rfind("remote://", 0) == 0
                            ? std::string::npos  // remote://HOST:PORT/N whole
                            : path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
-    ImGui::TextWrapped("%s: %s", s == 0 ? "Left" : "Right",
-                       path.empty()               ? "(empty)"
-                       : cut == std::string::npos ? path.c_str()
-                                                  : path.c_str() + cut + 1);
+    // A training run's kept step reads as its model and step ("diff-small, step 18800"), not "step-00018800".
+    const KeptSteps& run = state.timeline.runs[static_cast<size_t>(s)];
+    const int64_t kept = path.empty() ? -1 : run.step_of(path);
+    const std::string shown = kept >= 0 ? run.model.filename().string() + ", step " + std::to_string(kept)
+                              : path.empty()             ? std::string("(empty)")
+                              : cut == std::string::npos ? path
+                                                         : path.substr(cut + 1);
+    ImGui::TextWrapped("%s: %s", s == 0 ? "Left" : "Right", shown.c_str());
     if (!path.empty() && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", path.c_str());
     const bool loading_here = state.status.load_fraction >= 0 &&
                               state.status.activity.find("loading " + state.slots[s].path_field) == 0;
@@ -118,6 +208,7 @@ void draw_model_slots(GuiState& state, InferenceWorker& worker) {
     ImGui::PopID();
     ImGui::Spacing();
   }
+  draw_timeline(state, worker);
 }
 
 void pick_device(GuiState& state, InferenceWorker& worker, DeviceChoice to) {

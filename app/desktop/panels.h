@@ -16,6 +16,9 @@ namespace difflens::app {
 
 // panel_prompt.cpp: the model slots (side panel), the device choice (Run menu), the prompt editor.
 void draw_model_slots(GuiState& state, InferenceWorker& worker);
+// Loads a training run's kept step into each slot whose run kept it (the nearest before it; -1: the run's
+// own weights): the side panel's step slider, and `checkpoint` in --play scripts.
+void load_training_step(GuiState& state, InferenceWorker& worker, int64_t step);
 void draw_device_menu(GuiState& state, InferenceWorker& worker);
 void draw_prompt_editor(GuiState& state);
 // The underline of the tokens Continue wrote: the writing model's identity colour (never a sign colour).

@@ -57,6 +57,7 @@ constexpr VerbName kVerbs[] = {
     {"step", "back|forward|first|last"},
     {"intervene", "SPEC|clear"},
     {"corrupt", "TEXT|clear"},
+    {"checkpoint", "STEP|last"},
     {"wait", "[MS]"},
     {"screenshot", "FILE.png"},
     {"quit", ""},
@@ -190,6 +191,10 @@ bool parse_prompt_and_selection(const LineReader& r, PlayAction& a) {
     r.words(2, 2);
     a.ints = {r.integer(r.w[0], 0, 1 << 30), r.integer(r.w[1], 0, 1 << 30)};
     if (a.ints[1] <= a.ints[0]) r.bad("the answer's END must be after its BEGIN");
+  } else if (r.verb == "checkpoint") {
+    a.verb = PlayVerb::Checkpoint;
+    r.words(1, 1);
+    a.ints = {r.w[0] == "last" ? -1 : r.integer(r.w[0], 0, 1 << 30)};
   } else if (r.verb == "corrupt") {
     a.verb = PlayVerb::Corrupt;
     if (r.rest.empty()) r.bad("give the corrupt prompt, or clear");

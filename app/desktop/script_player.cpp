@@ -227,6 +227,9 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
       state.selection.answer_begin = a.ints.empty() ? -1 : a.ints[0];
       state.selection.answer_end = a.ints.empty() ? -1 : a.ints[1];
       break;
+    case PlayVerb::Checkpoint:
+      load_training_step(state, worker, i0);
+      break;
     case PlayVerb::Corrupt:
       state.why.corrupt = state.why.corrupt_typed = a.text;
       state.why.picked = {{{-1, -1}, {-1, -1}}};
