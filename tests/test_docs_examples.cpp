@@ -331,6 +331,11 @@ TEST_CASE("docs: docs/commands.md's examples run as printed", "[docs]") {
   if (!std::getenv("DIFFLENS_DOCS_DRY")) CHECK(ran >= 2);
 }
 
+TEST_CASE("docs: docs/for-a-paper.md's examples run as printed", "[docs]") {
+  const int ran = run_page("docs/for-a-paper.md", false);
+  if (!std::getenv("DIFFLENS_DOCS_DRY")) CHECK(ran >= 3);
+}
+
 TEST_CASE("docs: docs/benchmarks.md's examples run as printed", "[docs][bench]") {
   run_page("docs/benchmarks.md", false);
 }
