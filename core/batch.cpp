@@ -259,16 +259,24 @@ BatchOutcome run_batch_entry(const Model& model, const BatchItem& item, const st
   out.result =
       run_batch_item(model, item, ids, resolve_interventions(taken, model.config(), marks, T), cancel);
   if (item.has_corrupt()) {
-    // Activation patching: each head's output copied from the clean run into the corrupt one.
-    const PatchPair pp = patch_pair(model, item, item.corrupted());
-    PatchOptions po;
-    po.target = pp.target;
-    po.alternative = pp.alternative;
-    po.interventions =
-        resolve_interventions(taken, model.config(), marks, static_cast<int64_t>(pp.clean.size()));
-    std::vector<std::vector<PatchSite>> runs;
-    for (const PatchSite& site : head_sweep(model.config(), PatchComponent::Head)) runs.push_back({site});
-    out.patch = model.patch(pp.clean, pp.corrupt, runs, po, cancel);
+    // Activation patching: each head's output copied from the clean run into the corrupt one. The specs as
+    // resolved above (their key ranges past the shorter patched prompts are cut where the run applies them);
+    // a pair that cannot be patched (the prompts read as different lengths) keeps the item's readouts and
+    // says why in `patch_error`.
+    try {
+      const PatchPair pp = patch_pair(model, item, item.corrupted());
+      PatchOptions po;
+      po.target = pp.target;
+      po.alternative = pp.alternative;
+      po.interventions = resolve_interventions(taken, model.config(), marks, T);
+      std::vector<std::vector<PatchSite>> runs;
+      for (const PatchSite& site : head_sweep(model.config(), PatchComponent::Head)) runs.push_back({site});
+      out.patch = model.patch(pp.clean, pp.corrupt, runs, po, cancel);
+    } catch (const Cancelled&) {
+      throw;
+    } catch (const Error& e) {
+      out.patch_error = e.what();
+    }
   }
   return out;
 }
@@ -312,6 +320,7 @@ std::string batch_record_json(const BatchItem& item, const BatchOutcome& o, cons
                             {"answer_output", finite(h.share.answer_output)},
                             {"noise_output", finite(h.share.noise_output)}});
   }
+  if (!o.patch_error.empty()) j["patch_error"] = o.patch_error;
   if (o.patch) {
     j["patch"] = {{"target", o.patch->target_text},
                   {"alternative", o.patch->alternative_text},

@@ -112,6 +112,7 @@ struct BatchOutcome {
   BatchIds ids;
   BatchResult result;
   std::optional<PatchReport> patch;
+  std::string patch_error;  // why a corrupt prompt could not be patched ("" when it was, or there is none)
 };
 BatchOutcome run_batch_entry(const Model& model, const BatchItem& item, const std::vector<std::string>& specs,
                              std::vector<std::string>& refused, const std::atomic<bool>* cancel = nullptr);

@@ -424,7 +424,9 @@ KeptSteps kept_steps(const fs::path& folder) {
   std::error_code ec;
   const fs::path dir = k.model / "checkpoints";
   if (!fs::is_directory(dir, ec)) return k;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
+  // A running training may remove a step meanwhile: every step of the listing is error-coded, none throws.
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::directory_entry& e = *it;
     const std::string n = e.path().filename().string();
     if (n.rfind("step-", 0) != 0 || n.size() == 5 ||
         n.find_first_not_of("0123456789", 5) != std::string::npos || n.size() > 5 + 18 ||

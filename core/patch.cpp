@@ -95,12 +95,12 @@ struct Runner {
         rec->lambda = in.lambda_rows[0].clone();
       const nn::AttentionInputs g = nn::expand_groups(in);
       const int64_t H = g.q1.size(1);
-      const auto steps = nn::logit_steps(g, c, layer->logit_bits, T);
+      const int64_t block = std::min<int64_t>(T, 256);
+      const auto steps = nn::logit_steps(g, c, layer->logit_bits, block);
       const auto fopts = at::TensorOptions().dtype(at::kFloat).device(ld);
       if (rec && keep(PatchComponent::A1)) rec->a1 = at::zeros({H, T, T}, fopts);
       if (rec && keep(PatchComponent::A2) && g.diff()) rec->a2 = at::zeros({H, T, T}, fopts);
       Tensor o = at::empty({1, H, T, g.v.size(-1)}, g.v.options());
-      const int64_t block = std::min<int64_t>(T, 256);
       for (int64_t r0 = 0; r0 < T; r0 += block) {
         nn::AttentionBlock b = nn::attend_rows(g, c, r0, std::min(block, T - r0), steps);
         // a1 is the baseline's one map: its A.
@@ -119,8 +119,10 @@ struct Runner {
             }
           }
         };
-        patch_map(m1, s(PatchComponent::A1), src->a1);
-        patch_map(b.a2, s(PatchComponent::A2), src->a2);
+        if (src) {  // a run with sites: the run copied from holds the maps they need
+          patch_map(m1, s(PatchComponent::A1), src->a1);
+          patch_map(b.a2, s(PatchComponent::A2), src->a2);
+        }
         if (patched) nn::finish_block(b, g);
         if (rec && keep(PatchComponent::A1))
           rec->a1.narrow(1, r0, b.rows).narrow(2, 0, r0 + b.rows).copy_(m1[0]);
@@ -201,7 +203,8 @@ PatchReport Model::patch(const std::vector<int64_t>& clean, const std::vector<in
     for (int k = 0; k < options.extend_shared; ++k) {
       const int64_t n = static_cast<int64_t>(cl.size());
       if (n >= c.max_position_embeddings) break;
-      Runner a{clean_model, c, n, n - 1, cancel}, b{corrupt_model, c, n, n - 1, cancel};
+      Runner a{clean_model, clean_model.impl_->config, n, n - 1, cancel},
+          b{corrupt_model, corrupt_model.impl_->config, n, n - 1, cancel};
       const int64_t ta =
           a.run(embed(clean_model, cl), 0, nullptr, nullptr, nullptr, nullptr).argmax().item<int64_t>();
       const int64_t tb =

@@ -108,13 +108,26 @@ TEST_CASE("batch: items with a corrupt prompt patch every head, as Model::patch 
                  .dump() +
              "\n";
   items += nlohmann::json{{"prompt", kNeedle}, {"answer", " 7182"}}.dump() + "\n";  // no corrupt prompt
+  // A corrupt prompt of another length: the item's readouts stand, its patching is refused in errors.csv.
+  items += nlohmann::json{{"id", "long"},
+                          {"prompt", kNeedle},
+                          {"answer", " 7182"},
+                          {"corrupt", "A much longer prompt. " + corrupt},
+                          {"corrupt_answer", " 4821"}}
+               .dump() +
+           "\n";
   test::write_all(dir / "items.jsonl", items);
   const std::string out = (dir / "out").string();
   test::CliRun r =
       run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + out + " --threads 2", dir);
   INFO(r.out);
-  REQUIRE(r.status == 0);
+  CHECK(r.status == 1);  // one item not patched
+  CHECK_THAT(r.out, Catch::Contains("0 failed, 2 not patched (errors.csv says why)"));
   CHECK_THAT(r.out, Catch::Contains("patch.csv"));
+  const std::string errors = test::read_all(dir / "out/errors.csv");
+  CHECK_THAT(errors, Catch::Contains("5,long,diff-small,\"patching: the clean prompt reads as"));
+  CHECK_THAT(test::read_all(dir / "out/items.jsonl"),
+             Catch::Contains("\"patch_error\":\"the clean prompt reads as"));
   const std::string csv = test::read_all(dir / "out/patch.csv");
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 3 * (16 + 32));  // diff 4x4, baseline 4x8 heads
   // The core's own patching of the same pair: DIFF's layer 2 head 1.
@@ -163,7 +176,7 @@ TEST_CASE("batch: items with a corrupt prompt patch every head, as Model::patch 
     test::write_all(dir / "out/items.jsonl", kept);
   }
   r = run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + out + " --resume", dir);
-  CHECK_THAT(r.out, Catch::Contains("1 ran, 7 done before (--resume), 0 failed"));
+  CHECK_THAT(r.out, Catch::Contains("1 ran, 9 done before (--resume), 0 failed"));
   const std::string after = test::read_all(dir / "out/patch.csv");
   CHECK(std::count(after.begin(), after.end(), '\n') == 1 + 3 * (16 + 32));
 }

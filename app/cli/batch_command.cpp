@@ -402,8 +402,19 @@ int cmd_batch(const Args& a) {
       "heads.csv", "line,id,model,layer,head,answer_mass,noise_mass,answer_output,noise_output\n");
   std::unique_ptr<std::ofstream> patch_csv;  // opened by the first item with a corrupt prompt
   std::ofstream errors;
+  auto write_error = [&](int64_t at, const std::string& id, const std::string& model,
+                         const std::string& what) {
+    if (!errors.is_open()) {
+      const bool fresh = !fs::exists(out / "errors.csv");
+      errors.open(out / "errors.csv", std::ios::app | std::ios::binary);
+      if (fresh) errors << "line,id,model,error\n";
+    }
+    errors << at << ',' << app::csv_field(id) << ',' << app::csv_field(model) << ',' << app::csv_field(what)
+           << '\n';
+    errors.flush();
+  };
   std::set<std::string> said;  // refusals of --intervene specs, printed once per model
-  int64_t failed = 0, ran = 0, skipped = 0, n = 0;
+  int64_t failed = 0, ran = 0, skipped = 0, n = 0, unpatched = 0;
   const bool tty = isatty(STDERR_FILENO);
   const auto t0 = std::chrono::steady_clock::now();
   std::signal(SIGINT, on_interrupt);
@@ -446,6 +457,10 @@ int cmd_batch(const Args& a) {
                    << (span ? number(r.mean.answer_output) : "") << ','
                    << (span ? number(r.mean.noise_output) : "") << ',' << app::csv_field(applied) << ','
                    << app::csv_field(item.tags) << '\n';
+        if (!o.patch_error.empty()) {  // the readouts stand; the patching could not run
+          write_error(line, item.id, names[m], "patching: " + o.patch_error);
+          ++unpatched;
+        }
         if (o.patch) {
           if (!patch_csv)
             patch_csv = open_append("patch.csv", "line,id,model,layer,head,logit_diff,normalized\n");
@@ -469,14 +484,7 @@ int cmd_batch(const Args& a) {
       } catch (const Cancelled&) {
         break;  // Ctrl-C during a capture: this item is not written; --resume runs it
       } catch (const std::exception& e) {
-        if (!errors.is_open()) {
-          const bool fresh = !fs::exists(out / "errors.csv");
-          errors.open(out / "errors.csv", std::ios::app | std::ios::binary);
-          if (fresh) errors << "line,id,model,error\n";
-        }
-        errors << line << ',' << app::csv_field(id) << ',' << app::csv_field(names[m]) << ','
-               << app::csv_field(e.what()) << '\n';
-        errors.flush();
+        write_error(line, id, names[m], e.what());
         ++failed;
       }
     }
@@ -491,13 +499,15 @@ int cmd_batch(const Args& a) {
   if (tty) std::fprintf(stderr, "\n");
   const std::string md = write_summary(out, names);
   std::printf("%s\n", md.c_str());
-  std::printf("batch: %lld items x %zu models: %lld ran, %lld done before (--resume), %lld failed%s%s\n",
+  std::printf("batch: %lld items x %zu models: %lld ran, %lld done before (--resume), %lld failed%s%s%s\n",
               static_cast<long long>(n), models.size(), static_cast<long long>(ran),
               static_cast<long long>(skipped), static_cast<long long>(failed),
-              failed ? " (errors.csv says why)" : "", g_stop ? "; stopped (Ctrl-C): --resume goes on" : "");
+              unpatched ? (", " + std::to_string(unpatched) + " not patched").c_str() : "",
+              failed || unpatched ? " (errors.csv says why)" : "",
+              g_stop ? "; stopped (Ctrl-C): --resume goes on" : "");
   std::printf("wrote %s: items.jsonl, items.csv, heads.csv,%s summary.md, summary.json\n", out_arg.c_str(),
               fs::exists(out / "patch.csv") ? " patch.csv," : "");
-  return failed > 0 || g_stop ? 1 : 0;
+  return failed > 0 || unpatched > 0 || g_stop ? 1 : 0;
 }
 
 }  // namespace

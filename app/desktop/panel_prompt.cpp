@@ -104,7 +104,7 @@ void load_training_step(GuiState& state, InferenceWorker& worker, int64_t step) 
       for (const auto& [k, folder] : run.steps)
         if (k <= step) to = folder;
     }
-    if (to.string() != state.status.slots[static_cast<size_t>(s)].path)
+    if (tidy(to) != tidy(state.status.slots[static_cast<size_t>(s)].path))
       open_into_slot(state, worker, s, 0, to.string(), "");
   }
 }
@@ -124,6 +124,7 @@ void draw_timeline(GuiState& state, InferenceWorker& worker) {
   for (size_t i = 0; i < steps.size(); ++i)
     if (steps[i] == now) index = static_cast<int>(i);
   static int dragged = -1;  // while the slider is held: its position (the slots load on release)
+  if (dragged >= static_cast<int>(steps.size())) dragged = -1;  // the steps changed under the slider
   int shown = dragged >= 0 ? dragged : index;
   char label[64];
   if (now < 0 && dragged < 0)

@@ -154,7 +154,12 @@ std::string corrupt_change(const std::string& prompt, const std::string& corrupt
   while (b > 0 && !space(prompt[prompt.size() - b])) --b;
   const std::string from = prompt.substr(a, prompt.size() - a - b),
                     to = corrupt.substr(a, corrupt.size() - a - b);
-  if (from.size() > 40 || to.size() > 40) return "'" + (to.size() > 40 ? to.substr(0, 37) + "..." : to) + "'";
+  if (from.size() > 40 || to.size() > 40) {
+    size_t cut = std::min<size_t>(37, to.size());
+    while (cut > 0 && cut < to.size() && (static_cast<unsigned char>(to[cut]) & 0xC0) == 0x80)
+      --cut;  // UTF-8
+    return "'" + (to.size() > 40 ? to.substr(0, cut) + "..." : to) + "'";
+  }
   return "'" + from + "' -> '" + to + "'";
 }
 
@@ -187,6 +192,7 @@ void draw_corrupt(GuiState& state, float avail) {
   }
   if (stop && !w.corrupt.empty()) {
     w.corrupt.clear();
+    w.picked = {{{-1, -1}, {-1, -1}}};
     state.prompt.rerun();
   }
 }
@@ -432,6 +438,7 @@ void draw_model(GuiState& state, int s, float width, int detail) {
   }
   // With a corrupt prompt the grid shows patching (the toggle above the models), else the direct shares.
   if (!r.edits.corrupt.empty() && state.why.patch_grid) {
+    ImGui::PopTextWrapPos();
     draw_patch(state, s, width, kGridFormats[std::clamp(detail, 0, 2)]);
     return;
   }

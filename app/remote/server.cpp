@@ -477,9 +477,16 @@ struct RemoteServer::Impl {
     job->what = "item " + item.id;
     job->work = [this, model, item, specs](Job& j) {
       const Model& m = *models[static_cast<size_t>(model)];
+      const BatchIds ids = batch_ids(m, item);
+      const size_t T = ids.prompt.size() + ids.answer.size();
+      if (T > static_cast<size_t>(options.limits.max_tokens))
+        throw RequestError(413, "the item reads as " + std::to_string(T) +
+                                    " tokens; this server takes at most " +
+                                    std::to_string(options.limits.max_tokens));
       std::vector<std::string> refused;
       const BatchOutcome o = run_batch_entry(m, item, specs, refused, &j.cancel);
-      json out = json::parse(batch_record_json(item, o, m.config().name, true));
+      const std::string name = m.config().name.empty() ? paths[static_cast<size_t>(model)] : m.config().name;
+      json out = json::parse(batch_record_json(item, o, name, true));
       out["skipped"] = refused;
       return out.dump(-1, ' ', false, json::error_handler_t::replace);
     };

@@ -139,7 +139,8 @@ void explain_slot(const Model& m, const std::vector<int64_t>& ids, const RunEdit
 }
 
 // The Why view's activation patching: every head's output, all positions, from the prompt's run into the
-// corrupt prompt's, under the run's interventions; the answer followed is the explanation's.
+// corrupt prompt's, under the run's interventions. At a query the view picked, the answer is the one the
+// explanation follows; at the last token, each run's own greedy token where the two runs part.
 void patch_slot(const Model& m, const std::vector<int64_t>& ids, const RunEdits& edits,
                 const Interventions& iv, RunResult& r, size_t s, const std::atomic<bool>* cancel) {
   try {
