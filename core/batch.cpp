@@ -31,6 +31,16 @@ BatchItem parse_batch_item(const std::string& text, int64_t line) {
       throw Error(at + "'" + name + "' must be [BEGIN, END] token positions with 0 <= BEGIN < END");
     return TokenSpan{v[0].get<int64_t>(), v[1].get<int64_t>()};
   };
+  auto ids = [&](const json& v, const char* name) {
+    if (!v.is_array() || v.empty()) throw Error(at + "'" + name + "' must be a non-empty list of token ids");
+    std::vector<int64_t> out;
+    for (const json& x : v) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0)
+        throw Error(at + "'" + name + "' must hold non-negative integers");
+      out.push_back(x.get<int64_t>());
+    }
+    return out;
+  };
   for (const auto& [key, v] : j.items()) {
     if (key == "id") {
       if (v.is_string())
@@ -43,12 +53,7 @@ BatchItem parse_batch_item(const std::string& text, int64_t line) {
       if (!v.is_string()) throw Error(at + "'prompt' must be a string");
       item.prompt = v.get<std::string>();
     } else if (key == "token_ids") {
-      if (!v.is_array() || v.empty()) throw Error(at + "'token_ids' must be a non-empty list of token ids");
-      for (const json& x : v) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 0)
-          throw Error(at + "'token_ids' must hold non-negative integers");
-        item.token_ids.push_back(x.get<int64_t>());
-      }
+      item.token_ids = ids(v, "token_ids");
     } else if (key == "answer") {
       if (!v.is_string() || v.get<std::string>().empty())
         throw Error(at + "'answer' must be the text that should follow the prompt");
@@ -58,12 +63,7 @@ BatchItem parse_batch_item(const std::string& text, int64_t line) {
         throw Error(at + "'corrupt' must be a prompt (text)");
       item.corrupt = v.get<std::string>();
     } else if (key == "corrupt_ids") {
-      if (!v.is_array() || v.empty()) throw Error(at + "'corrupt_ids' must be a non-empty list of token ids");
-      for (const json& x : v) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 0)
-          throw Error(at + "'corrupt_ids' must hold non-negative integers");
-        item.corrupt_ids.push_back(x.get<int64_t>());
-      }
+      item.corrupt_ids = ids(v, "corrupt_ids");
     } else if (key == "corrupt_answer") {
       if (!v.is_string() || v.get<std::string>().empty())
         throw Error(at + "'corrupt_answer' must be the text that follows the corrupt prompt");
