@@ -112,7 +112,15 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
   nn::AttentionInputs in;
   std::unique_ptr<KernelPooler> kernels;
   if (by_kernels) {  // a GPU: core/cuda's kernels from the queries and keys, no block of maps
-    kernels = std::make_unique<KernelPooler>(grid, keep_heads, H, diff, h.device());
+    // --pooling products: each chunk's logits within a quarter of the GPU's free memory, 256 MB to 4 GB.
+    size_t products_bytes = 0;
+    if (options.pooling == PoolingPath::Products) {
+      uint64_t free_bytes = 0, total_bytes = 0;
+      cuda_memory(free_bytes, total_bytes);
+      products_bytes =
+          static_cast<size_t>(std::clamp<uint64_t>(free_bytes / 4, uint64_t{256} << 20, uint64_t{4} << 30));
+    }
+    kernels = std::make_unique<KernelPooler>(grid, keep_heads, H, diff, h.device(), products_bytes);
     h = layer.forward_with(h, rope, in, [&](const nn::AttentionInputs& inputs) {
       const bool want_stats = options.logit_stats && T > options.stats_from;
       // Rows per launch: at least ~2K blocks of 128 rows (a launch's last blocks leave the GPU idle), unless
@@ -290,6 +298,7 @@ Trace Model::capture(const std::vector<int64_t>& ids, const CaptureOptions& opti
   machine.no_kernels = machine.cuda
                            ? KernelPooler::unsupported(c.head_dim, c.is_diff())
                            : "the model is on the CPU (the kernels pool a CUDA model's long prompts)";
+  machine.no_products = machine.cuda ? KernelPooler::unbuilt() : machine.no_kernels;
   if (machine.cuda) {
     uint64_t free_bytes = 0;
     cuda_memory(free_bytes, machine.device_total);

@@ -108,9 +108,16 @@ CapturePlan plan_capture(const ModelConfig& c, const std::vector<int64_t>& ids, 
                         : int64_t{512} << 20;
     p.block_rows = o.block_rows > 0 ? std::min<int64_t>(o.block_rows, T)
                                     : std::clamp<int64_t>(block_bytes / std::max<int64_t>(per_row, 1), 16, T);
+    const bool products = o.pooling == PoolingPath::Products;
+    if (products && !machine.cuda)
+      throw Error(
+          "--pooling products: the model is on the CPU (the products are a CUDA model's) "
+          "(--pooling host pools on the host)");
+    if (products && !machine.no_products.empty())
+      throw Error("--pooling products: " + machine.no_products + " (--pooling host pools on the host)");
     if (o.pooling == PoolingPath::Kernel && !machine.no_kernels.empty())
       throw Error("--pooling kernel: " + machine.no_kernels + " (--pooling host pools on the host)");
-    p.pool_by_kernels = o.pooling == PoolingPath::Kernel ||
+    p.pool_by_kernels = o.pooling == PoolingPath::Kernel || products ||
                         (o.pooling == PoolingPath::Auto && machine.cuda && machine.no_kernels.empty());
     // On the host: each kept map's mean and max grids, the activations, and on the CPU a block's logits and
     // maps with the few temporary copies its statistics and pooling make (4 blocks' worth).

@@ -21,6 +21,8 @@ struct CaptureMachine {
   // Why core/cuda's kernels cannot pool this model's long prompts ("" when they can: a CUDA model, a build
   // with the kernels, components they take).
   std::string no_kernels = "the model is not on a CUDA GPU";
+  // Why --pooling products cannot run ("" when it can): a build without the kernels (any width is taken).
+  std::string no_products = "the model is not on a CUDA GPU";
 };
 
 struct CapturePlan {

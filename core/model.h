@@ -46,7 +46,7 @@ void tune_allocator();
 int num_threads();
 
 // What a capture keeps. Statistics are always computed; maps/logits/hidden are kept on request.
-enum class PoolingPath { Auto, Host, Kernel };
+enum class PoolingPath { Auto, Host, Kernel, Products };
 
 struct CaptureOptions {
   bool keep_maps = true;
@@ -79,8 +79,9 @@ struct CaptureOptions {
   // Long-prompt mode only: who pools the maps. Auto: a GPU model by core/cuda's kernels (Kernel: straight
   // from the queries and keys, no map is made, nothing leaves the GPU until the layer is done) when this
   // build has them and they take the model's component width, else the host (Host: a CPU model by the fused
-  // attention pass as rows are made; a GPU model's blocks of maps copied to the host's loops). Both give the
-  // same cells.
+  // attention pass as rows are made; a GPU model's blocks of maps copied to the host's loops). Products: the
+  // kernels read the logits that cuBLAS matrix products write, a chunk of rows at a time (on the GPU, any
+  // component width). All give the same cells.
   PoolingPath pooling = PoolingPath::Auto;
   int64_t block_rows = 0;  // query rows per block (0: chosen from the memory a block takes)
   // Called on the capturing thread as each layer starts (layer, layers): progress for a server's client.

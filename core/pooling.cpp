@@ -4,6 +4,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/bmm.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
@@ -97,8 +98,8 @@ std::string KernelPooler::unsupported(int64_t d, bool diff) {
 }
 
 KernelPooler::KernelPooler(const PoolGrid& grid, const std::vector<int64_t>& keep_heads, int64_t heads,
-                           bool diff, at::Device dev)
-    : grid_(grid), diff_(diff), heads_(heads) {
+                           bool diff, at::Device dev, size_t products_bytes)
+    : grid_(grid), diff_(diff), heads_(heads), products_bytes_(products_bytes) {
   const auto ints = at::TensorOptions().dtype(at::kInt);
   std::vector<int32_t> bin(grid.bin.begin(), grid.bin.end());
   bin_ = at::tensor(bin, ints).to(dev);
@@ -115,6 +116,10 @@ KernelPooler::KernelPooler(const PoolGrid& grid, const std::vector<int64_t>& kee
   }
 }
 
+std::string KernelPooler::unbuilt() {
+  return "";
+}
+
 void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, const Tensor& k2,
                        const Tensor& lambda, const Tensor& lambda_rows, int64_t window, bool stats,
                        int64_t stats_from, int64_t chunk_rows, const std::function<void()>& between) {
@@ -123,8 +128,11 @@ void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, con
   const int64_t H = Q1.size(0), T = Q1.size(1), d = Q1.size(2);
   if (H != heads_ || T != grid_.T)
     throw Error("KernelPooler: the inputs' heads or tokens differ from the grid's");
-  const std::string why = unsupported(d, diff_);
-  if (!why.empty()) throw Error(why);
+  const bool products = products_bytes_ > 0;
+  if (!products) {
+    const std::string why = unsupported(d, diff_);
+    if (!why.empty()) throw Error(why);
+  }
   const auto floats = Q1.options();
   // LibTorch's operations and the kernels share the default stream (DiffLens never sets another).
   void* stream = nullptr;
@@ -147,24 +155,11 @@ void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, con
     a.stream = stream;
     a.device = Q1.device().index();
   };
-  auto chunks = [&](auto&& launch) {
-    for (int64_t r0 = 0; r0 < T; r0 += chunk_rows) {
-      between();
-      launch(static_cast<int>(r0), static_cast<int>(std::min(chunk_rows, T - r0)));
-      check_cuda(cuda::synchronize(Q1.device().index()),
-                 "synchronize");  // so that `between` can stop a layer midway
-    }
-  };
   cuda::RowLseArgs la;
   rows_of(la);
   la.lse1 = lse1.data_ptr<float>();
   if (diff_) la.lse2 = lse2.data_ptr<float>();
   if (stats) la.max_abs = max_abs.data_ptr<float>();
-  chunks([&](int r0, int rows) {
-    la.row0 = r0;
-    la.rows = rows;
-    check_cuda(cuda::row_lse(la, diff_), "row_lse");
-  });
 
   cuda::PooledAttentionArgs pa;
   rows_of(pa);
@@ -199,15 +194,9 @@ void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, con
     pa.hist = reinterpret_cast<unsigned long long*>(hist_.data_ptr<int64_t>());
     pa.abs_sum = abs_sum_.data_ptr<double>();
     pa.stats_from = static_cast<int>(stats_from);
-    // Every row's largest |logit| is an entry of its own, so the kTopK-th largest of them bounds the
-    // kTopK-th largest entry from below: entries under it never enter the warps' lists.
-    const Tensor row_max = max_abs.narrow(1, stats_from, T - stats_from).flatten();
-    if (row_max.numel() >= cuda::kTopK)
-      pa.top_floor = std::get<0>(at::topk(row_max, cuda::kTopK)).min().item<float>();
   }
-  if (!pa.head_slot && !pa.hist)
-    return;  // no head pooled and no statistics: the second pass has nothing to do
-  chunks([&](int r0, int rows) {
+  // The pooled pass over rows [r0, r0 + rows): each warp's kTopK largest |logits| kept with the best so far.
+  auto pooled_pass = [&](int r0, int rows) {
     pa.row0 = r0;
     pa.rows = rows;
     Tensor top;
@@ -219,14 +208,90 @@ void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, con
     if (!top.defined()) return;
     const Tensor t = std::get<0>(at::topk(top, std::min<int64_t>(cuda::kTopK, top.numel())));
     top_ = top_.defined() ? std::get<0>(at::topk(at::cat({top_, t}), cuda::kTopK)) : t;
+  };
+  const bool second_pass = pa.head_slot || pa.hist;  // else it would have nothing to do
+
+  if (products) {
+    // A chunk of rows at a time: their logits against the keys they may see, one batched matrix product per
+    // component (cuBLAS in fp32: LibTorch leaves TF32 off for them unless a program turns it on, and DiffLens
+    // does not), then both passes over them. Rows per chunk: the logits within products_bytes_, a multiple
+    // of the kernels' 128 rows; the floor of the statistics' top list comes from the rows' largest |logit|
+    // so far (each is an entry, so the kTopK-th largest of them bounds the kTopK-th largest entry below).
+    const int64_t Hkv = K1.size(0), group = H / Hkv, components = diff_ ? 2 : 1;
+    const double per_cell = static_cast<double>(H) * 4.0 * static_cast<double>(components);
+    const double cells = static_cast<double>(products_bytes_) / per_cell;
+    Tensor best_rows;
+    for (int64_t r0 = 0; r0 < T;) {
+      between();
+      const int64_t key0 = window > 0 ? std::max<int64_t>(0, r0 - window + 1) : 0, before = r0 - key0;
+      // rows · (before + rows) ≤ cells
+      const double fit = (std::sqrt(static_cast<double>(before) * before + 4.0 * cells) - before) / 2.0;
+      const int64_t rows =
+          std::min({std::max<int64_t>(128, static_cast<int64_t>(fit) / 128 * 128), chunk_rows, T - r0});
+      const int64_t cols = before + rows;
+      auto product = [&](const Tensor& Q, const Tensor& K) {
+        const Tensor q = Q.narrow(1, r0, rows).reshape({Hkv, group * rows, d});
+        return at::bmm(q, K.narrow(1, key0, cols).transpose(1, 2)).contiguous();  // = [H, rows, cols]
+      };
+      const Tensor S1 = product(Q1, K1), S2 = diff_ ? product(Q2, K2) : Tensor();
+      for (cuda::AttentionRows* a :
+           {static_cast<cuda::AttentionRows*>(&la), static_cast<cuda::AttentionRows*>(&pa)}) {
+        a->s1 = S1.data_ptr<float>();
+        a->s2 = diff_ ? S2.data_ptr<float>() : nullptr;
+        a->key0 = static_cast<int>(key0);
+        a->ld = static_cast<int>(cols);
+        a->row0 = static_cast<int>(r0);
+        a->rows = static_cast<int>(rows);
+      }
+      const Tensor scratch = at::empty({static_cast<int64_t>(cuda::lse_scratch_floats(la, diff_))}, floats);
+      la.scratch = scratch.data_ptr<float>();
+      check_cuda(cuda::row_lse(la, diff_), "row_lse");
+      if (pa.hist && r0 + rows > stats_from) {
+        const int64_t from = std::max(r0, stats_from);
+        const Tensor m = max_abs.narrow(1, from, r0 + rows - from).flatten();
+        best_rows = best_rows.defined() ? at::cat({best_rows, m}) : m;
+        best_rows = std::get<0>(at::topk(best_rows, std::min<int64_t>(cuda::kTopK, best_rows.numel())));
+        if (best_rows.numel() >= cuda::kTopK) pa.top_floor = best_rows.min().item<float>();
+      }
+      if (second_pass) pooled_pass(static_cast<int>(r0), static_cast<int>(rows));
+      check_cuda(cuda::synchronize(Q1.device().index()),
+                 "synchronize");  // so that `between` can stop a layer
+      r0 += rows;
+    }
+    return;
+  }
+
+  auto chunks = [&](auto&& launch) {
+    for (int64_t r0 = 0; r0 < T; r0 += chunk_rows) {
+      between();
+      launch(static_cast<int>(r0), static_cast<int>(std::min(chunk_rows, T - r0)));
+      check_cuda(cuda::synchronize(Q1.device().index()),
+                 "synchronize");  // so that `between` can stop a layer midway
+    }
+  };
+  chunks([&](int r0, int rows) {
+    la.row0 = r0;
+    la.rows = rows;
+    check_cuda(cuda::row_lse(la, diff_), "row_lse");
   });
+  if (pa.hist) {
+    // Every row's largest |logit| is an entry of its own, so the kTopK-th largest of them bounds the
+    // kTopK-th largest entry from below: entries under it never enter the warps' lists.
+    const Tensor row_max = max_abs.narrow(1, stats_from, T - stats_from).flatten();
+    if (row_max.numel() >= cuda::kTopK)
+      pa.top_floor = std::get<0>(at::topk(row_max, cuda::kTopK)).min().item<float>();
+  }
+  if (second_pass) chunks(pooled_pass);
 }
 #else
 std::string KernelPooler::unsupported(int64_t, bool) {
+  return unbuilt();
+}
+std::string KernelPooler::unbuilt() {
   return "this build has no CUDA kernels (built without a CUDA compiler or against a LibTorch without CUDA)";
 }
 KernelPooler::KernelPooler(const PoolGrid& grid, const std::vector<int64_t>&, int64_t heads, bool diff,
-                           at::Device)
+                           at::Device, size_t)
     : grid_(grid), diff_(diff), heads_(heads) {
   throw Error(unsupported(0, diff));
 }

@@ -42,10 +42,15 @@ class KernelPooler {
   // Why a model whose components are d wide cannot use the kernels ("" when it can): a build without them
   // (no CUDA compiler, or a LibTorch without CUDA), or components wider than they take.
   static std::string unsupported(int64_t d, bool diff);
+  // Why the kernels cannot read a matrix product's logits ("" when they can: any width): a build without
+  // them.
+  static std::string unbuilt();
 
-  // keep_heads: whose maps are pooled (slots in that order); heads: the layer's map heads.
+  // keep_heads: whose maps are pooled (slots in that order); heads: the layer's map heads. products_bytes >
+  // 0: the logits come from cuBLAS matrix products, a chunk of rows at a time, each chunk's within that many
+  // bytes (PoolingPath::Products); 0: the kernels compute each logit from the queries and keys.
   KernelPooler(const PoolGrid& grid, const std::vector<int64_t>& keep_heads, int64_t heads, bool diff,
-               at::Device dev);
+               at::Device dev, size_t products_bytes = 0);
 
   // One layer: q [H, T, d] rotated and scaled, k [Hkv, T, d] (component 2 undefined for the baseline);
   // λ a 0-dim tensor (DIFF) or lambda_rows [H, T] (DIFF V2). Statistics (when `stats`) of rows ≥ stats_from.
@@ -65,6 +70,7 @@ class KernelPooler {
   const PoolGrid& grid_;
   bool diff_;
   int64_t heads_;
+  size_t products_bytes_ = 0;
   at::Tensor bin_, slot_;
   std::vector<at::Tensor> sum_, best_;
   at::Tensor hist_, abs_sum_, top_;

@@ -1,12 +1,14 @@
 // The CUDA long-prompt kernels (core/cuda/pooled_attention.h) against a double-precision CPU computation of
 // the exact maps, pooled with the same cells (viz::pool_region's), and of the logit statistics
-// (LogHistogram's buckets, mean and largest |logit|). Runs where a GPU is present; elsewhere it says why it
-// skipped.
+// (LogHistogram's buckets, mean and largest |logit|), both ways: each logit computed from the queries and
+// keys, and read from logits given per launch (as a matrix product writes them), split over blocks of keys.
+// Runs where a GPU is present; elsewhere it says why it skipped.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -47,12 +49,14 @@ struct Case {
   int chunk;              // query rows per launch
   std::vector<int> kept;  // heads pooled, in slot order
   int stats_from;
+  int split = 0;  // > 0: the kernels read each launch's logits, this many keys a block; 0: from q and k
 };
 
 void check_case(const Case& k) {
   INFO("H " << k.H << " Hkv " << k.Hkv << " T " << k.T << " d " << k.d << " P " << k.P << " window "
             << k.window << (k.diff ? (k.per_row ? " DIFF V2" : " DIFF") : " baseline") << " rows per launch "
-            << k.chunk << " heads pooled " << k.kept.size() << " statistics from row " << k.stats_from);
+            << k.chunk << " heads pooled " << k.kept.size() << " statistics from row " << k.stats_from
+            << (k.split ? " from logits, keys per block " : "") << (k.split ? std::to_string(k.split) : ""));
   const int H = k.H, Hkv = k.Hkv, T = k.T, d = k.d, P = k.P, w = k.window;
   const float lambda = 0.37f;
   std::mt19937 rng(static_cast<unsigned>(5 + T + d));
@@ -97,6 +101,25 @@ void check_case(const Case& k) {
     return std::make_pair(a, lse);
   };
 
+  // From logits (k.split > 0): a launch's rows against the keys they see, as a matrix product writes them
+  // (here the double dot product rounded to float), [H, rows, ld] from key0, the first key row0 sees.
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> held;
+  auto use_logits = [&](cuda::AttentionRows& a) {
+    if (k.split == 0) return;
+    const int key0 = w > 0 ? std::max(0, a.row0 - w + 1) : 0, ld = a.row0 + a.rows - key0;
+    for (int c = 0; c < (k.diff ? 2 : 1); ++c) {
+      std::vector<float> s(size_t(H) * a.rows * ld);
+      for (int h = 0; h < H; ++h)
+        for (int r = 0; r < a.rows; ++r)
+          for (int j = 0; j < ld; ++j)
+            s[(size_t(h) * a.rows + r) * ld + j] =
+                static_cast<float>(logits(c ? q2 : q1, c ? k2 : k1, h, a.row0 + r, key0 + j));
+      held.push_back(std::make_unique<DeviceBuffer<float>>(s));
+      (c ? a.s2 : a.s1) = held.back()->p;
+    }
+    a.key0 = key0, a.ld = ld, a.split = k.split;
+  };
+
   DeviceBuffer<float> dq1(q1), dq2(q2), dk1(k1), dk2(k2), lse1(size_t(H) * T), lse2(size_t(H) * T),
       max_abs(size_t(H) * T), dlam(lambda_rows);
   cuda::RowLseArgs la;
@@ -105,9 +128,14 @@ void check_case(const Case& k) {
   la.lse1 = lse1.p, la.lse2 = k.diff ? lse2.p : nullptr, la.max_abs = max_abs.p;
   for (int r0 = 0; r0 < T; r0 += k.chunk) {
     la.row0 = r0, la.rows = std::min(k.chunk, T - r0);
+    use_logits(la);
+    DeviceBuffer<float> scratch(cuda::lse_scratch_floats(la, k.diff));
+    la.scratch = scratch.p;
+    if (k.split == 0) CHECK(scratch.n == 0);
     REQUIRE(cuda::row_lse(la, k.diff) == 0);
+    REQUIRE(cuda::synchronize() == 0);
+    held.clear();
   }
-  REQUIRE(cuda::synchronize() == 0);
 
   std::vector<int> slot(size_t(H), -1);
   for (size_t s = 0; s < k.kept.size(); ++s) slot[size_t(k.kept[s])] = int(s);
@@ -133,12 +161,14 @@ void check_case(const Case& k) {
   std::vector<float> tops;
   for (int r0 = 0; r0 < T; r0 += k.chunk) {
     pa.row0 = r0, pa.rows = std::min(k.chunk, T - r0);
+    use_logits(pa);
     DeviceBuffer<float> top(cuda::top_slots(pa));
     pa.top = top.p;
     REQUIRE(cuda::pooled_attention(pa, k.diff) == 0);
     REQUIRE(cuda::synchronize() == 0);
     for (float t : top.host())
       if (t >= 0) tops.push_back(t);
+    held.clear();
   }
   std::sort(tops.rbegin(), tops.rend());
 
@@ -233,17 +263,23 @@ TEST_CASE("CUDA pooled attention kernels match the exact maps pooled on the CPU"
   CHECK_FALSE(cuda::supports(80, true));
   CHECK(cuda::supports(128, false));
   CHECK_FALSE(cuda::supports(129, false));
-  // Narrow cells (rows of one warp in several row cells), GQA, windows, DIFF V1 and V2, several launches.
-  for (const int w : {0, 60})
-    for (const bool per_row : {false, true})
-      check_case({4, 2, 203, 8, 29, w, true, per_row, 203, {0, 1, 2, 3}, 0});
-  // Cells wider than a block's 128 rows, launches of 96 rows, two heads of four pooled (in another order),
-  // statistics from row 17.
-  check_case({4, 4, 700, 64, 5, 0, true, false, 96, {3, 1}, 17});
-  // The baseline at the widest components, one head group (MQA), cells of ~3 tokens.
-  check_case({3, 1, 300, 100, 97, 0, false, false, 300, {0, 1, 2}, 0});
-  // No head pooled: only the row log-sum-exps and the statistics.
-  check_case({2, 1, 150, 16, 10, 33, true, true, 64, {}, 5});
+  // Each case from q and k, then from logits in blocks of 64 keys (several per row) and of 2048 (one).
+  for (const int split : {0, 64, 2048}) {
+    // Narrow cells (rows of one warp in several row cells), GQA, windows, DIFF V1 and V2, several launches.
+    for (const int w : {0, 60})
+      for (const bool per_row : {false, true})
+        check_case({4, 2, 203, 8, 29, w, true, per_row, 203, {0, 1, 2, 3}, 0, split});
+    // Cells wider than a block's 128 rows, launches of 96 rows, two heads of four pooled (in another order),
+    // statistics from row 17.
+    check_case({4, 4, 700, 64, 5, 0, true, false, 96, {3, 1}, 17, split});
+    // The baseline at the widest components, one head group (MQA), cells of ~3 tokens.
+    check_case({3, 1, 300, 100, 97, 0, false, false, 300, {0, 1, 2}, 0, split});
+    // No head pooled: only the row log-sum-exps and the statistics.
+    check_case({2, 1, 150, 16, 10, 33, true, true, 64, {}, 5, split});
+  }
+  // From logits, any width: DIFF components of 96 (too wide for q and k in registers), blocks of 100 keys
+  // (not a multiple of a tile's 32), launches of 250 rows with a window of 90.
+  check_case({2, 2, 520, 96, 13, 90, true, false, 250, {1, 0}, 0, 100});
 }
 
 TEST_CASE("CUDA pooled attention kernels refuse what they cannot run", "[gpu][long]") {
@@ -254,4 +290,22 @@ TEST_CASE("CUDA pooled attention kernels refuse what they cannot run", "[gpu][lo
   CHECK(cuda::row_lse(a, true) != 0);
   a.d = 16, a.row0 = 5;  // rows past the prompt's end
   CHECK(cuda::row_lse(a, false) != 0);
+  // From logits: no room for the partial sums; keys that do not start at row0's first or do not reach its
+  // rows' last; DIFF without the second component's logits.
+  std::vector<float> host(1000, 0.0f);
+  DeviceBuffer<float> s(host), scratch(host), lse1(host), lse2(host);
+  a.lse1 = lse1.p, a.lse2 = lse2.p;
+  a.row0 = 0, a.rows = 10, a.Hkv = 2, a.d = 96, a.s1 = s.p, a.key0 = 0, a.ld = 10;
+  CHECK(cuda::row_lse(a, false) != 0);
+  a.scratch = scratch.p;
+  CHECK(cuda::row_lse(a, false) == 0);  // any width: the logits are given
+  a.ld = 9;
+  CHECK(cuda::row_lse(a, false) != 0);
+  a.ld = 10, a.row0 = 2, a.rows = 8, a.key0 = 1;
+  CHECK(cuda::row_lse(a, false) != 0);
+  a.row0 = 0, a.rows = 10, a.key0 = 0;
+  CHECK(cuda::row_lse(a, true) != 0);
+  a.s2 = s.p;
+  CHECK(cuda::row_lse(a, true) == 0);
+  CHECK(cuda::synchronize() == 0);
 }

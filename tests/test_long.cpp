@@ -137,7 +137,8 @@ TEST_CASE("long prompts: pooled cells wider than a vector, on every instruction 
   });
 }
 
-TEST_CASE("long prompts: --pooling kernel on a CPU model is refused with the reason", "[long][capture]") {
+TEST_CASE("long prompts: --pooling kernel or products on a CPU model is refused with the reason",
+          "[long][capture]") {
   const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 1, 2, 1);
   const Model m = Model::random(c, 3);
   CaptureOptions o;
@@ -147,13 +148,18 @@ TEST_CASE("long prompts: --pooling kernel on a CPU model is refused with the rea
       m.capture(test::random_ids(200, c.vocab_size, 1), o),
       "--pooling kernel: the model is on the CPU (the kernels pool a CUDA model's long prompts) "
       "(--pooling host pools on the host)");
+  o.pooling = PoolingPath::Products;
+  CHECK_THROWS_WITH(m.capture(test::random_ids(200, c.vocab_size, 1), o),
+                    "--pooling products: the model is on the CPU (the products are a CUDA model's) "
+                    "(--pooling host pools on the host)");
   // A prompt whose maps fit the budget is captured exactly: the pooling path does not matter.
   o.pooled_budget_bytes = 1 << 20;
   CHECK(m.capture(test::random_ids(20, c.vocab_size, 1), o).layers[0].pooled == 0);
 }
 
-// The GPU's long-prompt paths, core/cuda's kernels (straight from the queries and keys) and the GPU's blocks
-// of maps pooled on the host (where the kernels cannot run), against the CPU's fused pass: the same cells,
+// The GPU's long-prompt paths, core/cuda's kernels (straight from the queries and keys, or from the logits of
+// cuBLAS matrix products: --pooling products) and the GPU's blocks of maps pooled on the host (where the
+// kernels cannot run), against the CPU's fused pass: the same cells,
 // row log-sum-exps, statistics and next token, for DIFF, DIFF V2, the baseline, GQA, a sliding window and
 // the bundled DIFF, whole and in several launches.
 TEST_CASE("CUDA long prompts: the kernels and the host's pooling of GPU blocks equal the CPU's fused pass",
@@ -181,13 +187,15 @@ TEST_CASE("CUDA long prompts: the kernels and the host's pooling of GPU blocks e
     for (const std::vector<int>& keep : {std::vector<int>{}, std::vector<int>{static_cast<int>(heads) - 1}})
       for (const int64_t block : {int64_t{0}, int64_t{100}})
         for (const int64_t stats_from : {int64_t{0}, int64_t{40}})
-          for (const PoolingPath path : {PoolingPath::Kernel, PoolingPath::Host}) {
-            if (path == PoolingPath::Kernel && !no_kernels.empty()) continue;
+          for (const PoolingPath path : {PoolingPath::Kernel, PoolingPath::Products, PoolingPath::Host}) {
+            if (path != PoolingPath::Host && !no_kernels.empty()) continue;
             INFO((bundled ? "bundled " : "")
                  << to_string(c.attention) << " window " << c.sliding_window << ", " << keep.size()
                  << " heads kept, " << block << " rows per block, "
                  << "statistics from " << stats_from << ", pooled by "
-                 << (path == PoolingPath::Kernel ? "the kernels" : "the host"));
+                 << (path == PoolingPath::Kernel     ? "the kernels"
+                     : path == PoolingPath::Products ? "the kernels from matrix products' logits"
+                                                     : "the host"));
             const int64_t P = 37, kept_heads = keep.empty() ? heads : 1;
             CaptureOptions o;
             o.pooled_budget_bytes =

@@ -707,9 +707,10 @@ int bench_why(const Args& a, std::vector<Model>& models, const std::vector<int>&
   std::printf(
       "bench --why: median of %d runs after a warm-up; capture as the app runs it (maps, queries, keys "
       "and values kept, each position's top 5), explain = the logit lens and the direct attribution at "
-      "the last token under the intervention (the app reuses the as-trained one)\n",
+      "the last token under the intervention (the app reuses the as-trained one); a knockout runs the "
+      "attention without the fused kernel (LibTorch's scaled_dot_product_attention) wherever it applies\n",
       repeats);
-  std::printf("%-9s %6s %-14s %12s %12s %12s %8s\n", "model", "T", "intervention", "capture ms", "explain ms",
+  std::printf("%-9s %6s %-20s %12s %12s %12s %8s\n", "model", "T", "intervention", "capture ms", "explain ms",
               "change ms", "change/capture");
   (void)a;
   for (int T : lengths)
@@ -718,28 +719,34 @@ int bench_why(const Args& a, std::vector<Model>& models, const std::vector<int>&
       const ModelConfig& c = m.config();
       std::vector<int64_t> ids(static_cast<size_t>(T));
       for (int i = 0; i < T; ++i) ids[i] = 3 + (i * 7919) % (c.vocab_size - 3);
-      const std::string spec = c.is_diff() ? "lambda=0" : "ablate:0:0";
-      CaptureOptions edited = opt;
-      edited.interventions = resolve_interventions(std::vector<std::string>{spec}, c, {}, T);
-      LensOptions lo;  // as the Why view asks: the lens at the query
-      lo.interventions = edited.interventions;
-      lo.lens_at_query_only = true;
-      auto ms_of = [](auto&& f) {
-        const auto t0 = std::chrono::steady_clock::now();
-        f();
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      };
-      std::vector<double> cap, exp;
-      (void)m.capture(ids, edited);
-      (void)m.explain_answer(ids, lo);
-      for (int r = 0; r < repeats; ++r) {
-        cap.push_back(ms_of([&] { (void)m.capture(ids, edited); }));
-        exp.push_back(ms_of([&] { (void)m.explain_answer(ids, lo); }));
+      // As trained, the change the Why view's slider makes, and a knockout of three keys in every layer.
+      double plain = 0;
+      for (const std::string& spec : {std::string(), std::string(c.is_diff() ? "lambda=0" : "ablate:0:0"),
+                                      std::string("knockout=drop:1-4@4-")}) {
+        CaptureOptions edited = opt;
+        if (!spec.empty())
+          edited.interventions = resolve_interventions(std::vector<std::string>{spec}, c, {}, T);
+        LensOptions lo;  // as the Why view asks: the lens at the query
+        lo.interventions = edited.interventions;
+        lo.lens_at_query_only = true;
+        auto ms_of = [](auto&& f) {
+          const auto t0 = std::chrono::steady_clock::now();
+          f();
+          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        };
+        std::vector<double> cap, exp;
+        (void)m.capture(ids, edited);
+        (void)m.explain_answer(ids, lo);
+        for (int r = 0; r < repeats; ++r) {
+          cap.push_back(ms_of([&] { (void)m.capture(ids, edited); }));
+          exp.push_back(ms_of([&] { (void)m.explain_answer(ids, lo); }));
+        }
+        const double cm = median(cap), em = median(exp);
+        if (spec.empty()) plain = cm;
+        std::printf("%-9s %6d %-20s %12.1f %12.1f %12.1f %8.2f\n", to_string(c.attention), T,
+                    spec.empty() ? "none" : spec.c_str(), cm, em, cm + em, (cm + em) / plain);
+        std::fflush(stdout);
       }
-      const double cm = median(cap), em = median(exp);
-      std::printf("%-9s %6d %-14s %12.1f %12.1f %12.1f %8.2f\n", to_string(c.attention), T, spec.c_str(), cm,
-                  em, cm + em, (cm + em) / cm);
-      std::fflush(stdout);
     }
   return 0;
 }
@@ -751,8 +758,8 @@ int cmd_bench(const Args& a) {
   opt.keep_maps = !a.has("no-maps");
   opt.logit_stats = !a.has("no-stats");
   opt.pooled_budget_bytes = pooled_budget_bytes(a);
-  opt.pooling = std::array<PoolingPath, 3>{PoolingPath::Auto, PoolingPath::Host,
-                                           PoolingPath::Kernel}[a.choice_index("pooling")];
+  opt.pooling = std::array<PoolingPath, 4>{PoolingPath::Auto, PoolingPath::Host, PoolingPath::Kernel,
+                                           PoolingPath::Products}[a.choice_index("pooling")];
   set_bench_cpu(a);
   std::vector<int> lengths = a.get_int_list("lengths");
   for (int& T : lengths) T = static_cast<int>(quick_cap("bench length", T, 2048));  // DIFFLENS_QUICK
@@ -788,9 +795,11 @@ int cmd_bench(const Args& a) {
         opt.pooling == PoolingPath::Host ? "on the host (a CPU model's fused pass as rows are made; a GPU "
                                            "model's blocks of maps copied there)"
         : opt.pooling == PoolingPath::Kernel ? "by the CUDA kernels from the queries and keys (no map made)"
-        : models[0].device_name() == "cpu"   ? "by the CPU's fused pass as rows are made (auto)"
-        : no_kernels.empty()                 ? "by the CUDA kernels from the queries and keys (auto)"
-                                             : ("on the host (auto: " + no_kernels + ")").c_str());
+        : opt.pooling == PoolingPath::Products
+            ? "by the CUDA kernels from logits that cuBLAS matrix products write, a chunk of rows at a time"
+        : models[0].device_name() == "cpu" ? "by the CPU's fused pass as rows are made (auto)"
+        : no_kernels.empty()               ? "by the CUDA kernels from the queries and keys (auto)"
+                                           : ("on the host (auto: " + no_kernels + ")").c_str());
   const size_t resident_before =
       static_cast<size_t>(static_cast<int64_t>(process_memory_kb("VmRSS:"))) * 1024;
   std::printf("resident before the captures (process, libraries, weights): %s\n",
@@ -828,7 +837,10 @@ int cmd_bench(const Args& a) {
       while (static_cast<int>(ms.size()) < repeats) ms.push_back(timed_capture());
       CaptureMachine machine;  // what the plan expects (nothing refused: the capture above ran)
       machine.cuda = m.device_name() != "cpu";
-      if (machine.cuda) machine.no_kernels = kernel_pooling_unsupported(m.config());
+      if (machine.cuda) {
+        machine.no_kernels = kernel_pooling_unsupported(m.config());
+        machine.no_products = "";  // the capture above ran, so whatever --pooling asked for is there
+      }
       const CapturePlan plan = plan_capture(m.config(), ids, opt, 0, machine);
       std::printf("%-9s %6d %12.1f %12.1f %12s %8s %12s %12s\n", to_string(m.config().attention), T,
                   median(ms), *std::min_element(ms.begin(), ms.end()), mb(bytes).c_str(),
@@ -853,7 +865,8 @@ Command bench_command() {
       "Prints the memory resident before the captures and the peak after each row; long prompts' maps are "
       "pooled on the host (on the CPU by the fused attention pass as rows are made), or on a GPU by the CUDA "
       "kernels straight from the queries and keys (--pooling auto = kernel on a GPU when this build has them "
-      "and they take the model's head width, else host). --matmul times the CPU layers' matrix "
+      "and they take the model's head width, else host), or by those kernels from logits that cuBLAS matrix "
+      "products write a chunk of rows at a time (--pooling products, any head width). --matmul times the CPU layers' matrix "
       "products instead, the hand-written kernel against cblas_sgemm, each as the layer passes call it.",
       cmd_bench};
   for (Option& o : pair_shape_options()) c.options.push_back(std::move(o));
@@ -864,7 +877,7 @@ Command bench_command() {
                            "intervention) against the capture alone"));
   c.options.push_back(pooled_budget_option(""));
   c.options.push_back(device_option("cpu"));
-  c.options.push_back(choice("pooling", "auto|host|kernel", "auto", "who pools long prompts' maps"));
+  c.options.push_back(choice("pooling", "auto|host|kernel|products", "auto", "who pools long prompts' maps"));
   c.options.push_back(
       choice("isa", "auto|avx512|avx2|x86-64", "auto",
              "the CPU's attention pass compiled for this instruction set (auto: the widest there is)"));

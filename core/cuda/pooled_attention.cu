@@ -6,10 +6,15 @@
 // per row), so the atomics are per row cell and key cell, not per entry. The statistics' buckets are counted
 // in shared memory; each warp keeps the kTopK largest |logits| it saw in a shared list (a value enters when
 // it beats the list's smallest and the caller's floor, so after the first kTopK few do).
+// From logits a matrix product wrote (AttentionRows::s1), the same kernels read each block's tile of logits
+// ([128 rows, 32 keys], coalesced, padded against bank conflicts) instead of computing dot products, and each
+// block takes kSplitKeys keys of its rows: pass 1 writes each block's partial log-sum-exp and largest |logit|
+// per row, which a third kernel combines.
 #include "core/cuda/pooled_attention.h"
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -18,7 +23,8 @@ namespace {
 
 constexpr int kRows = 128;  // query rows per block, one per thread
 constexpr int kWarps = kRows / 32;
-constexpr int kKeys = 32;  // keys per shared-memory tile
+constexpr int kKeys = 32;        // keys per shared-memory tile
+constexpr int kPad = kKeys + 1;  // a tile of logits' row stride in shared memory (no bank conflicts)
 constexpr unsigned kAll = 0xffffffffu;
 
 __device__ __forceinline__ bool visible(int i, int j, int window) {
@@ -56,9 +62,11 @@ __device__ __forceinline__ float dot(const float (&q)[D], const float* k) {
   return s;
 }
 
-// The block's rows: tiles are launched last-first, so the rows with the most keys start first.
+// The block's rows and keys: tiles are launched last-first, so the rows with the most keys start first.
+// Keys [kb, ke] (none when kb > ke): from the first key any row of the block sees to its last row; from
+// logits, the block's split of them (blockIdx.z).
 struct BlockRows {
-  int h, kv, first, last, i;
+  int h, kv, first, last, i, kb, ke;
   bool active;
   __device__ BlockRows(const AttentionRows& a) {
     h = blockIdx.y;
@@ -67,9 +75,51 @@ struct BlockRows {
     last = min(a.row0 + a.rows, first + kRows) - 1;
     i = first + threadIdx.x;
     active = i <= last;
+    kb = a.window > 0 ? max(0, first - a.window + 1) : 0;
+    ke = last;
+    if (a.s1) {
+      const int split = a.split > 0 ? a.split : kSplitKeys;
+      kb = max(kb, a.key0 + static_cast<int>(blockIdx.z) * split);
+      ke = min(ke, a.key0 + (static_cast<int>(blockIdx.z) + 1) * split - 1);
+    }
   }
-  // The first key any row of the block sees.
-  __device__ int first_key(int window) const { return window > 0 ? max(0, first - window + 1) : 0; }
+};
+
+// The logits of the block's rows against keys [t0, t0 + kKeys) (up to ke) into shared memory, kPad floats a
+// row, zero elsewhere. Each warp reads 32 consecutive keys of one row.
+template <bool DIFF>
+__device__ void load_logits(float* st1, float* st2, const AttentionRows& a, const BlockRows& r, int t0) {
+  for (int x = threadIdx.x; x < kRows * kKeys; x += blockDim.x) {
+    const int row = x / kKeys, jj = x % kKeys, i = r.first + row, j = t0 + jj;
+    const bool in = i <= r.last && j <= r.ke;
+    const size_t at = (static_cast<size_t>(r.h) * a.rows + (i - a.row0)) * a.ld + (j - a.key0);
+    st1[row * kPad + jj] = in ? a.s1[at] : 0.0f;
+    if (DIFF) st2[row * kPad + jj] = in ? a.s2[at] : 0.0f;
+  }
+}
+
+// A block's tiles: of keys (q · k computed per entry, each row's query in registers) or of logits.
+template <int D, bool DIFF, bool LOGITS>
+struct Tiles {
+  float q1[D], q2[D];
+  float *t1, *t2;
+  __device__ Tiles(const AttentionRows& a, const BlockRows& r, float* shared) {
+    t1 = shared;
+    t2 = shared + (LOGITS ? kRows * kPad : kKeys * D);
+    if (LOGITS) return;
+    load_query<D>(q1, a.q1, r.h, r.i, a.T, a.d, r.active);
+    if (DIFF) load_query<D>(q2, a.q2, r.h, r.i, a.T, a.d, r.active);
+  }
+  __device__ void load(const AttentionRows& a, const BlockRows& r, int t0) {
+    if (LOGITS) {
+      load_logits<DIFF>(t1, t2, a, r, t0);
+    } else {
+      load_keys<D>(t1, a.k1, r.kv, a.T, a.d, t0, r.ke);
+      if (DIFF) load_keys<D>(t2, a.k2, r.kv, a.T, a.d, t0, r.ke);
+    }
+  }
+  __device__ float s1(int jj) const { return LOGITS ? t1[threadIdx.x * kPad + jj] : dot<D>(q1, t1 + jj * D); }
+  __device__ float s2(int jj) const { return LOGITS ? t2[threadIdx.x * kPad + jj] : dot<D>(q2, t2 + jj * D); }
 };
 
 __device__ __forceinline__ void online(float& m, float& z, float s) {
@@ -81,39 +131,71 @@ __device__ __forceinline__ void online(float& m, float& z, float s) {
   }
 }
 
-template <int D, bool DIFF>
+template <int D, bool DIFF, bool LOGITS>
 __global__ void __launch_bounds__(kRows) lse_kernel(RowLseArgs a) {
   extern __shared__ float4 shared4[];
-  float* ks1 = reinterpret_cast<float*>(shared4);
-  float* ks2 = ks1 + kKeys * D;
   const BlockRows r(a);
-  float q1[D], q2[D];
-  load_query<D>(q1, a.q1, r.h, r.i, a.T, a.d, r.active);
-  if (DIFF) load_query<D>(q2, a.q2, r.h, r.i, a.T, a.d, r.active);
+  Tiles<D, DIFF, LOGITS> tiles(a, r, reinterpret_cast<float*>(shared4));
   float m1 = -INFINITY, z1 = 0, m2 = -INFINITY, z2 = 0, mx = 0;
-  for (int t0 = r.first_key(a.window); t0 <= r.last; t0 += kKeys) {
+  for (int t0 = r.kb; t0 <= r.ke; t0 += kKeys) {
     __syncthreads();
-    load_keys<D>(ks1, a.k1, r.kv, a.T, a.d, t0, r.last);
-    if (DIFF) load_keys<D>(ks2, a.k2, r.kv, a.T, a.d, t0, r.last);
+    tiles.load(a, r, t0);
     __syncthreads();
-    const int n = min(kKeys, r.last - t0 + 1);
+    const int n = min(kKeys, r.ke - t0 + 1);
     for (int jj = 0; jj < n; ++jj) {
       if (!r.active || !visible(r.i, t0 + jj, a.window)) continue;
-      const float s1 = dot<D>(q1, ks1 + jj * D);
+      const float s1 = tiles.s1(jj);
       online(m1, z1, s1);
       mx = fmaxf(mx, fabsf(s1));
       if (DIFF) {
-        const float s2 = dot<D>(q2, ks2 + jj * D);
+        const float s2 = tiles.s2(jj);
         online(m2, z2, s2);
         mx = fmaxf(mx, fabsf(s2));
       }
     }
   }
   if (!r.active) return;
+  if (LOGITS) {  // this block's part of the row: -inf (and 0) where it saw no key of it
+    const size_t plane = static_cast<size_t>(a.H) * a.rows;
+    const size_t at = blockIdx.z * plane + static_cast<size_t>(r.h) * a.rows + (r.i - a.row0);
+    const size_t parts = static_cast<size_t>(gridDim.z) * plane;
+    a.scratch[at] = z1 > 0 ? m1 + logf(z1) : -INFINITY;
+    if (DIFF) a.scratch[parts + at] = z2 > 0 ? m2 + logf(z2) : -INFINITY;
+    a.scratch[(DIFF ? 2 : 1) * parts + at] = mx;
+    return;
+  }
   const size_t at = static_cast<size_t>(r.h) * a.T + r.i;
   a.lse1[at] = m1 + logf(z1);
   if (DIFF) a.lse2[at] = m2 + logf(z2);
   if (a.max_abs) a.max_abs[at] = mx;
+}
+
+// From logits: each row's partial log-sum-exps and largest |logit| of its `splits` blocks combined.
+__global__ void combine_kernel(RowLseArgs a, int splits, bool diff) {
+  const size_t plane = static_cast<size_t>(a.H) * a.rows;
+  const size_t x = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (x >= plane) return;
+  const int h = static_cast<int>(x / a.rows), row = static_cast<int>(x % a.rows);
+  const size_t parts = static_cast<size_t>(splits) * plane;
+  auto lse_of = [&](const float* p) {
+    float m = -INFINITY;
+    for (int s = 0; s < splits; ++s) m = fmaxf(m, p[s * plane + x]);
+    float z = 0;
+    for (int s = 0; s < splits; ++s) {
+      const float v = p[s * plane + x];
+      if (v > -INFINITY) z += expf(v - m);
+    }
+    return m + logf(z);
+  };
+  const size_t at = static_cast<size_t>(h) * a.T + a.row0 + row;
+  a.lse1[at] = lse_of(a.scratch);
+  if (diff) a.lse2[at] = lse_of(a.scratch + parts);
+  if (a.max_abs) {
+    const float* p = a.scratch + (diff ? 2 : 1) * parts;
+    float mx = 0;
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, p[s * plane + x]);
+    a.max_abs[at] = mx;
+  }
 }
 
 __device__ __forceinline__ float larger(float best, float v) {
@@ -219,11 +301,9 @@ __device__ __forceinline__ int bucket(float v) {
   return static_cast<int>(b) + 1;
 }
 
-template <int D, bool DIFF>
+template <int D, bool DIFF, bool LOGITS>
 __global__ void __launch_bounds__(kRows) pooled_kernel(PooledAttentionArgs a) {
   extern __shared__ float4 shared4[];
-  float* ks1 = reinterpret_cast<float*>(shared4);
-  float* ks2 = ks1 + kKeys * D;
   __shared__ int key_cell[kKeys];
   __shared__ unsigned hist[kHistBuckets];
   __shared__ float top[kWarps][kTopK];
@@ -236,9 +316,7 @@ __global__ void __launch_bounds__(kRows) pooled_kernel(PooledAttentionArgs a) {
     for (int x = threadIdx.x; x < kHistBuckets; x += blockDim.x) hist[x] = 0;
     for (int x = threadIdx.x; x < kWarps * kTopK; x += blockDim.x) top[x / kTopK][x % kTopK] = -1.0f;
   }
-  float q1[D], q2[D];
-  load_query<D>(q1, a.q1, r.h, r.i, a.T, a.d, r.active);
-  if (DIFF) load_query<D>(q2, a.q2, r.h, r.i, a.T, a.d, r.active);
+  Tiles<D, DIFF, LOGITS> tiles(a, r, reinterpret_cast<float*>(shared4));
   const size_t at = static_cast<size_t>(r.h) * a.T + r.i;
   const float lse1 = r.active ? a.lse1[at] : 0.0f;
   const float lse2 = DIFF && r.active ? a.lse2[at] : 0.0f;
@@ -249,11 +327,10 @@ __global__ void __launch_bounds__(kRows) pooled_kernel(PooledAttentionArgs a) {
   double abs_sum = 0;
   CellAccumulator c;
   int kc = -1;
-  for (int t0 = r.first_key(a.window); t0 <= r.last; t0 += kKeys) {
-    const int n = min(kKeys, r.last - t0 + 1);
+  for (int t0 = r.kb; t0 <= r.ke; t0 += kKeys) {
+    const int n = min(kKeys, r.ke - t0 + 1);
     __syncthreads();
-    load_keys<D>(ks1, a.k1, r.kv, a.T, a.d, t0, r.last);
-    if (DIFF) load_keys<D>(ks2, a.k2, r.kv, a.T, a.d, t0, r.last);
+    tiles.load(a, r, t0);
     if (pool && static_cast<int>(threadIdx.x) < n) key_cell[threadIdx.x] = a.bin[t0 + threadIdx.x];
     __syncthreads();
     for (int jj = 0; jj < n; ++jj) {
@@ -264,8 +341,8 @@ __global__ void __launch_bounds__(kRows) pooled_kernel(PooledAttentionArgs a) {
       const bool vis = r.active && visible(r.i, t0 + jj, a.window);
       float s1 = 0, s2 = 0;
       if (vis) {
-        s1 = dot<D>(q1, ks1 + jj * D);
-        if (DIFF) s2 = dot<D>(q2, ks2 + jj * D);
+        s1 = tiles.s1(jj);
+        if (DIFF) s2 = tiles.s2(jj);
         if (pool) {
           const float p1 = expf(s1 - lse1);
           if (DIFF) {
@@ -311,7 +388,7 @@ __global__ void __launch_bounds__(kRows) pooled_kernel(PooledAttentionArgs a) {
   __syncthreads();
   for (int x = threadIdx.x; x < kHistBuckets; x += blockDim.x)
     if (hist[x]) atomicAdd(a.hist + x, static_cast<unsigned long long>(hist[x]));
-  const size_t block = static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  const size_t block = (static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   for (int s = lane; s < kTopK; s += 32) a.top[(block * kWarps + warp) * kTopK + s] = top[warp][s];
 }
 
@@ -341,42 +418,60 @@ struct DeviceScope {
 };
 
 bool valid(const AttentionRows& a) {
+  if (a.s1 && (a.key0 < 0 || a.key0 > a.row0 || a.key0 + a.ld < a.row0 + a.rows ||
+               (a.window > 0 && a.key0 > std::max(0, a.row0 - a.window + 1))))
+    return false;
   return a.H > 0 && a.Hkv > 0 && a.H % a.Hkv == 0 && a.T > 0 && a.row0 >= 0 && a.rows >= 0 &&
          a.row0 + a.rows <= a.T;
 }
 
+// Blocks a launch has along its keys (1 unless it reads logits).
+int splits_of(const AttentionRows& a) {
+  const int split = a.split > 0 ? a.split : kSplitKeys;
+  return a.s1 ? std::max(1, (a.row0 + a.rows - a.key0 + split - 1) / split) : 1;
+}
+
 // The two kernels, each instantiated for the widths below and for DIFF or not.
 struct LseKernel {
-  template <int D, bool DIFF>
+  template <int D, bool DIFF, bool LOGITS>
   static void run(const RowLseArgs& a, dim3 grid, size_t shared, cudaStream_t stream) {
-    lse_kernel<D, DIFF><<<grid, kRows, shared, stream>>>(a);
+    lse_kernel<D, DIFF, LOGITS><<<grid, kRows, shared, stream>>>(a);
   }
 };
 struct PooledKernel {
-  template <int D, bool DIFF>
+  template <int D, bool DIFF, bool LOGITS>
   static void run(const PooledAttentionArgs& a, dim3 grid, size_t shared, cudaStream_t stream) {
-    pooled_kernel<D, DIFF><<<grid, kRows, shared, stream>>>(a);
+    pooled_kernel<D, DIFF, LOGITS><<<grid, kRows, shared, stream>>>(a);
   }
 };
 
-// Checks the rows, then launches Kernel over their blocks of kRows rows, one head each, on args.device, with
-// shared memory for a tile of keys of each component at the kernel width that takes d.
+// Checks the rows, then launches Kernel over their blocks of kRows rows, one head each (from logits: and
+// kSplitKeys keys each), on args.device, with shared memory for a tile of keys of each component at the
+// kernel width that takes d (from logits: a tile of logits of each component, whatever d).
 template <typename Kernel, typename Args>
 int launch(const Args& a, bool diff) {
   if (!valid(a)) return static_cast<int>(cudaErrorInvalidValue);
   if (a.rows == 0) return 0;
-  const int width = width_for(a.d, diff);
-  if (width == 0) return static_cast<int>(cudaErrorInvalidValue);
+  const int width = a.s1 ? 16 : width_for(a.d, diff);
+  if (width == 0 || (a.s1 && diff && !a.s2)) return static_cast<int>(cudaErrorInvalidValue);
   const DeviceScope scope(a.device);
-  const dim3 grid((a.rows + kRows - 1) / kRows, a.H);
-  const size_t shared = sizeof(float) * kKeys * static_cast<size_t>(width) * (diff ? 2 : 1);
+  const dim3 grid((a.rows + kRows - 1) / kRows, a.H, splits_of(a));
+  const size_t tile = a.s1 ? static_cast<size_t>(kRows) * kPad : static_cast<size_t>(kKeys) * width;
+  const size_t shared = sizeof(float) * tile * (diff ? 2 : 1);
   const auto stream = static_cast<cudaStream_t>(a.stream);
+  if (a.s1) {
+    if (diff)
+      Kernel::template run<16, true, true>(a, grid, shared, stream);
+    else
+      Kernel::template run<16, false, true>(a, grid, shared, stream);
+    return static_cast<int>(cudaGetLastError());
+  }
   auto go = [&](auto w) {
     constexpr int D = decltype(w)::value;
     if (diff)
-      Kernel::template run<D, true>(a, grid, shared, stream);
+      Kernel::template run<D, true, false>(a, grid, shared, stream);
     else
-      Kernel::template run<D, false>(a, grid, shared, stream);
+      Kernel::template run<D, false, false>(a, grid, shared, stream);
   };
   switch (width) {
     case 16:
@@ -402,11 +497,25 @@ bool supports(int d, bool diff) {
 }
 
 size_t top_slots(const AttentionRows& a) {
-  return static_cast<size_t>((a.rows + kRows - 1) / kRows) * static_cast<size_t>(a.H) * kWarps * kTopK;
+  return static_cast<size_t>((a.rows + kRows - 1) / kRows) * static_cast<size_t>(a.H) *
+         static_cast<size_t>(splits_of(a)) * kWarps * kTopK;
+}
+
+size_t lse_scratch_floats(const AttentionRows& a, bool diff) {
+  if (!a.s1) return 0;
+  return static_cast<size_t>(splits_of(a)) * static_cast<size_t>(a.H) * static_cast<size_t>(a.rows) *
+         (diff ? 3 : 2);
 }
 
 int row_lse(const RowLseArgs& a, bool diff) {
-  return launch<LseKernel>(a, diff);
+  if (a.s1 && !a.scratch) return static_cast<int>(cudaErrorInvalidValue);
+  const int code = launch<LseKernel>(a, diff);
+  if (code != 0 || !a.s1 || a.rows == 0) return code;
+  const size_t rows = static_cast<size_t>(a.H) * static_cast<size_t>(a.rows);
+  const DeviceScope scope(a.device);
+  combine_kernel<<<static_cast<unsigned>((rows + 255) / 256), 256, 0, static_cast<cudaStream_t>(a.stream)>>>(
+      a, splits_of(a), diff);
+  return static_cast<int>(cudaGetLastError());
 }
 
 int pooled_attention(const PooledAttentionArgs& a, bool diff) {

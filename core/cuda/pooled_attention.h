@@ -30,12 +30,24 @@ struct AttentionRows {
   int row0 = 0, rows = 0;
   void* stream = nullptr;  // a cudaStream_t (nullptr: the default stream)
   int device = -1;         // the CUDA device holding the pointers (-1: the current one)
+  // Instead of recomputing each logit from q and k: the logits of rows [row0, row0 + rows) against keys
+  // [key0, key0 + ld), as a matrix product wrote them, [H, rows, ld] per component (s2: DIFF only). The
+  // caller's key0 must be the first key row0 sees (0, or a sliding window's first) and key0 + ld ≥ row0 +
+  // rows. Each block then takes kSplitKeys keys of its rows, so a launch of few rows still fills the GPU.
+  const float *s1 = nullptr, *s2 = nullptr;
+  int key0 = 0, ld = 0;
+  int split = 0;  // keys a block takes from the logits (0: kSplitKeys)
 };
+
+// Keys a block takes from the logits (AttentionRows::s1) unless AttentionRows::split says otherwise.
+constexpr int kSplitKeys = 2048;
 
 // Pass 1: lse[h, i] = log Σ_{visible j} exp(q[h, i] · k[kv(h), j]) for each component, and (when max_abs is
 // set) the largest |logit| of the row over both components, [H, T].
 struct RowLseArgs : AttentionRows {
   float *lse1 = nullptr, *lse2 = nullptr, *max_abs = nullptr;
+  // From the logits: room for each block's partial sums before they are combined, lse_scratch_floats().
+  float* scratch = nullptr;
 };
 
 // Pass 2: every visible entry added into its cell; the statistics of |logits| of rows ≥ stats_from.
@@ -70,6 +82,9 @@ int pooled_attention(const PooledAttentionArgs& args, bool diff);
 
 // Floats pooled_attention() writes to args.top.
 size_t top_slots(const AttentionRows& args);
+
+// Floats row_lse() needs at args.scratch when it reads logits (0 otherwise).
+size_t lse_scratch_floats(const AttentionRows& args, bool diff);
 
 // Waits for the device (-1: the current one); returns a cudaError_t value (0: success).
 int synchronize(int device = -1);
