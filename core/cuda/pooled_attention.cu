@@ -418,9 +418,9 @@ struct DeviceScope {
 };
 
 bool valid(const AttentionRows& a) {
-  if (a.s1 && (a.key0 < 0 || a.key0 > a.row0 || a.key0 + a.ld < a.row0 + a.rows ||
-               (a.window > 0 && a.key0 > std::max(0, a.row0 - a.window + 1))))
-    return false;
+  // From logits: keys from the first that row0 sees (or earlier) to the rows' last.
+  const int first_key = a.window > 0 ? std::max(0, a.row0 - a.window + 1) : 0;
+  if (a.s1 && (a.key0 < 0 || a.key0 > first_key || a.ld < 0 || a.key0 + a.ld < a.row0 + a.rows)) return false;
   return a.H > 0 && a.Hkv > 0 && a.H % a.Hkv == 0 && a.T > 0 && a.row0 >= 0 && a.rows >= 0 &&
          a.row0 + a.rows <= a.T;
 }
