@@ -1,7 +1,11 @@
 // Shared fixtures for the tests: scratch directories and tiny model configurations.
 #pragma once
 
+#include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +91,15 @@ inline ModelConfig v2_config(int64_t H = 4, int64_t kv = 4, int64_t d = 8, int64
 inline bool same_bits(const FloatArray& a, const FloatArray& b) {
   return a.data.size() == b.data.size() && a.shape == b.shape &&
          (a.data.empty() || std::memcmp(a.data.data(), b.data.data(), a.bytes()) == 0);
+}
+
+// The largest |a - b| over two arrays of one shape.
+inline double max_diff(const FloatArray& a, const FloatArray& b) {
+  REQUIRE(a.shape == b.shape);
+  double m = 0;
+  for (size_t i = 0; i < a.data.size(); ++i)
+    m = std::max(m, std::fabs(double(a.data[i]) - double(b.data[i])));
+  return m;
 }
 
 inline std::vector<int64_t> random_ids(size_t n, int64_t vocab, uint32_t seed) {

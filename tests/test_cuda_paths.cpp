@@ -19,6 +19,7 @@
 #include "tests/helpers.h"
 
 using namespace difflens;
+using test::max_diff;
 
 namespace {
 
@@ -45,14 +46,6 @@ struct Pair {
       : cpu(Model::random(c, seed, DeviceChoice::Cpu)),
         gpu(Model::from_tensors(c, cpu.tensors(), DeviceChoice::Cuda)) {}
 };
-
-double max_diff(const FloatArray& a, const FloatArray& b) {
-  REQUIRE(a.shape == b.shape);
-  double m = 0;
-  for (size_t i = 0; i < a.data.size(); ++i)
-    m = std::max(m, std::fabs(double(a.data[i]) - double(b.data[i])));
-  return m;
-}
 
 // Equal within 1e-4, or both NaN.
 bool same(double a, double b) {

@@ -19,6 +19,7 @@
 #include "tests/helpers.h"
 
 using namespace difflens;
+using test::max_diff;
 
 namespace {
 
@@ -42,14 +43,6 @@ std::string exact(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
-}
-
-double max_diff(const FloatArray& a, const FloatArray& b) {
-  REQUIRE(a.shape == b.shape);
-  double m = 0;
-  for (size_t i = 0; i < a.data.size(); ++i)
-    m = std::max(m, std::fabs(double(a.data[i]) - double(b.data[i])));
-  return m;
 }
 
 // Every map of every layer, the λ and the next-token distribution agree within `tol`.
