@@ -333,6 +333,75 @@ TEST_CASE(
   CHECK_FALSE(std::filesystem::exists(dir / "e"));
 }
 
+// A training run as `train --keep-every` leaves it: the model folder and checkpoints/step-N folders, each a
+// model with its step.json (written last).
+void fake_run(const std::filesystem::path& run, const std::string& from, const std::vector<int>& steps) {
+  namespace fs = std::filesystem;
+  fs::create_directories(run);
+  for (const auto& e : fs::directory_iterator(from)) fs::copy_file(e.path(), run / e.path().filename());
+  for (int step : steps) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step-%08d", step);
+    const fs::path kept = run / "checkpoints" / name;
+    fs::create_directories(kept);
+    for (const auto& e : fs::directory_iterator(from)) fs::copy_file(e.path(), kept / e.path().filename());
+    test::write_all(kept / "step.json", "{\"step\": " + std::to_string(step) + "}\n");
+  }
+}
+
+TEST_CASE("batch --steps: every kept step of each run, the measures against the step with intervals",
+          "[batch][cli]") {
+  test::ScratchDir dir("batchsteps");
+  fake_run(dir / "seed-1" / "diff-small", kDiff, {10, 20});
+  fake_run(dir / "seed-1" / "baseline-small", kBase, {10, 20, 30});
+  std::string items;
+  for (int i = 0; i < 3; ++i)
+    items += nlohmann::json{{"prompt", kNeedle}, {"answer", i == 2 ? " 2233" : " 7182"}}.dump() + "\n";
+  test::write_all(dir / "items.jsonl", items);
+  test::CliRun r =
+      run_cli("batch --steps --models " + (dir / "seed-1/diff-small").string() + "," +
+                  (dir / "seed-1/baseline-small/checkpoints/step-00000020").string() + " --items " +
+                  (dir / "items.jsonl").string() + " --out " + (dir / "out").string(),
+              dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("3 items x 5 models: 15 ran"));
+  CHECK_THAT(r.out, Catch::Contains("steps.csv, steps.png, steps.svg"));
+  // Every step's weights are the bundled model's: its numbers at each step are the plain batch's.
+  r = run_cli("batch --items " + (dir / "items.jsonl").string() + " --out " + (dir / "plain").string(), dir);
+  REQUIRE(r.status == 0);
+  const nlohmann::json plain = nlohmann::json::parse(test::read_all(dir / "plain/summary.json"));
+  const std::string csv = test::read_all(dir / "out/steps.csv");
+  std::istringstream rows(csv);
+  std::string row;
+  std::getline(rows, row);
+  CHECK(row.rfind("run,step,items,accuracy,accuracy_low,accuracy_high,p_answer,", 0) == 0);
+  std::vector<std::string> got;
+  while (std::getline(rows, row)) got.push_back(row.substr(0, row.find(',', row.find(',') + 1)));
+  CHECK(got == std::vector<std::string>{"seed-1/diff-small,10", "seed-1/diff-small,20",
+                                        "seed-1/baseline-small,10", "seed-1/baseline-small,20",
+                                        "seed-1/baseline-small,30"});
+  const nlohmann::json s = nlohmann::json::parse(test::read_all(dir / "out/summary.json"));
+  for (const char* step : {"seed-1/diff-small step 10", "seed-1/diff-small step 20"}) {
+    INFO(step);
+    CHECK(s[step]["items"] == 3);
+    CHECK(s[step]["noise_mass"]["estimate"].get<double>() ==
+          Approx(plain["diff-small"]["noise_mass"]["estimate"].get<double>()).epsilon(1e-12));
+    CHECK(s[step]["accuracy"]["estimate"] == plain["diff-small"]["accuracy"]["estimate"]);
+  }
+  CHECK(s["seed-1/baseline-small step 30"]["p_answer"]["estimate"].get<double>() ==
+        Approx(plain["baseline-small"]["p_answer"]["estimate"].get<double>()).epsilon(1e-12));
+  CHECK(std::filesystem::file_size(dir / "out/steps.png") > 1000);
+  CHECK_THAT(test::read_all(dir / "out/steps.svg"), Catch::Contains(">step 30<"));
+  // A folder that kept no steps is refused before any work, naming what keeps them.
+  r = run_cli("batch --steps --models " + kDiff + " --items " + (dir / "items.jsonl").string() + " --out " +
+                  (dir / "none").string(),
+              dir);
+  CHECK(r.status != 0);
+  CHECK_THAT(r.out, Catch::Contains("holds no kept steps") && Catch::Contains("train --keep-every N"));
+  CHECK_FALSE(std::filesystem::exists(dir / "none"));
+}
+
 TEST_CASE("episodes: the needle sweep's episodes as a prompt set that batch reads, with corrupt prompts",
           "[batch][cli][needle]") {
   test::ScratchDir dir("episodes");

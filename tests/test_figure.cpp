@@ -509,6 +509,42 @@ TEST_CASE("chart figures: bars where their values put them, in the sign or serie
   CHECK_THROWS_WITH(layout_chart_figure(bad, *font), Catch::Contains("one entry per group"));
 }
 
+TEST_CASE("chart figures: an interval per bar is a whisker from its low to its high, the range holds it",
+          "[viz][figure]") {
+  const FigureFont* font = system_font();
+  ChartFigure f;
+  f.width = 800;
+  f.height = 400;
+  ChartPanel p;
+  p.groups = {"a", "b", "c"};
+  ChartSeries s;
+  s.color = Rgb8{200, 200, 200};
+  s.values = {0.5, 0.25, 0.75};
+  s.low = {0.4, std::nan(""), 0.7};
+  s.high = {0.6, 0.3, 1.25};  // above every value: the y range reaches it
+  p.series = {s};
+  f.panels = {p};
+  const FigureScene sc = layout_chart_figure(f, *font);
+  std::vector<FigureScene::Rect> bars, ink;
+  for (const auto& r : sc.rects) {
+    if (r.color.r == 200 && r.color.g == 200) bars.push_back(r);
+    if (r.color.r == 25 && r.color.g == 25 && r.color.b == 25 && r.h > r.w) ink.push_back(r);  // the ink
+  }
+  REQUIRE(bars.size() == 3);
+  REQUIRE(ink.size() == 2);  // no whisker where the low is NaN
+  // Bar a: 0.5 tall, its whisker from 0.4 to 0.6 (0.2 of a scale where 0.5 is bars[0].h pixels), centred.
+  const double per_unit = bars[0].h / 0.5;
+  CHECK(ink[0].h == Approx(0.2 * per_unit).margin(2));
+  CHECK(ink[0].x == Approx(bars[0].x + bars[0].w / 2.0).margin(2));
+  CHECK(ink[0].y == Approx(bars[0].y - 0.1 * per_unit).margin(2));
+  CHECK(ink[1].y >= bars[2].y - 0.5 * per_unit - 2);  // 1.25 within the plot, not cut at the top
+  CHECK(ink[1].y > 0);
+  ChartFigure bad = f;
+  bad.panels[0].series[0].low.pop_back();
+  CHECK_THROWS_WITH(layout_chart_figure(bad, *font),
+                    Catch::Contains("one interval (low and high) per group"));
+}
+
 TEST_CASE("chart figures: a label for several groups sits under them, a long note takes its own line",
           "[viz][figure]") {
   const FigureFont* font = system_font();

@@ -66,10 +66,14 @@ FigureScene layout_chart_figure(const ChartFigure& f, const FigureFont& font) {
   for (const ChartPanel& p : f.panels) {
     const int G = static_cast<int>(p.groups.size());
     if (G == 0) throw Error("chart figure: a panel without groups");
-    for (const ChartSeries& s : p.series)
+    for (const ChartSeries& s : p.series) {
       if (static_cast<int>(s.values.size()) != G)
         throw Error("chart figure: series '" + s.name + "' has " + std::to_string(s.values.size()) +
                     " values for " + std::to_string(G) + " groups");
+      if ((!s.low.empty() || !s.high.empty()) &&
+          (static_cast<int>(s.low.size()) != G || static_cast<int>(s.high.size()) != G))
+        throw Error("chart figure: series '" + s.name + "' needs one interval (low and high) per group");
+    }
     for (const auto& [b, e] : p.bands)
       if (b < 0 || e > G || b >= e) throw Error("chart figure: a band outside the groups");
     if (p.mark >= G) throw Error("chart figure: the mark is outside the groups");
@@ -97,8 +101,9 @@ FigureScene layout_chart_figure(const ChartFigure& f, const FigureFont& font) {
     for (const ChartPanel* p : panels) {
       labels = labels || p->value_labels;
       for (const ChartSeries& s : p->series)
-        for (double v : s.values)
-          if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+        for (const std::vector<double>* vs : {&s.values, &s.low, &s.high})
+          for (double v : *vs)
+            if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
     }
     if (f.lo < f.hi) return std::pair{f.lo, f.hi};
     if (!(hi > lo)) hi = lo + 1;
@@ -241,6 +246,15 @@ FigureScene layout_chart_figure(const ChartFigure& f, const FigureFont& font) {
                        : ser.signed_colors                  ? (v < 0 ? kTextNegative : kTextPositive)
                                                             : ser.color;
         rect(x0, y0, x1 - x0, std::max(1, y1 - y0), c);
+        if (!ser.low.empty() && std::isfinite(ser.low[static_cast<size_t>(g)]) &&
+            std::isfinite(ser.high[static_cast<size_t>(g)])) {  // the interval: a whisker with caps
+          const int cx = (x0 + x1) / 2, cap = std::max(2, (x1 - x0) / 4);
+          const int ya = Y(ser.high[static_cast<size_t>(g)]), yb = Y(ser.low[static_cast<size_t>(g)]);
+          const int lw = std::max(1, static_cast<int>(px / 12));
+          rect(cx - lw / 2, ya, lw, std::max(1, yb - ya), kInk);
+          rect(cx - cap, ya, 2 * cap + 1, lw, kInk);
+          rect(cx - cap, yb, 2 * cap + 1, lw, kInk);
+        }
         if (p.value_labels) {
           const std::string vt = value_text(v);
           const int w = font.text_width(vt, value_px);

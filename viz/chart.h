@@ -21,6 +21,8 @@ struct ChartSeries {
   Rgb8 color;
   std::vector<double> values;
   bool signed_colors = false;
+  // An interval per bar (e.g. 95 %), drawn as a whisker from low to high; empty: none (NaN: none for it).
+  std::vector<double> low, high;
 };
 
 // A panel of grouped bars: the groups along x (a layer, a key token), each series' bar side by side in a

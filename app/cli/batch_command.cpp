@@ -25,8 +25,10 @@
 #include "core/atomic_file.h"
 #include "core/batch.h"
 #include "core/error.h"
+#include "core/model_dir.h"
 #include "core/patch.h"
 #include "core/stats.h"
+#include "viz/chart.h"
 #include "viz/export.h"
 #include "viz/figure.h"
 
@@ -140,7 +142,7 @@ std::string number(double v) {
 // The summary: per model, the items' accuracy (Wilson) and means with bootstrap intervals; each later model
 // against the first on the items both ran (McNemar, paired bootstrap). Read back from items.jsonl, so that a
 // resumed run's summary covers every item.
-std::string write_summary(const fs::path& out, const std::vector<std::string>& models) {
+std::string write_summary(const fs::path& out, const std::vector<std::string>& models, json* summary_out) {
   struct Row {
     bool right = false;
     double p = 0, ld = 0, noise = NAN, answer = NAN, noise_out = NAN;
@@ -325,7 +327,90 @@ std::string write_summary(const fs::path& out, const std::vector<std::string>& m
                         "layer and head, on the items with an answer span.\n\n" +
                             md);
   write_file_atomically(out / "summary.json", summary.dump(2) + "\n");
+  if (summary_out) *summary_out = summary;
   return md;
+}
+
+// --steps: each run's kept steps (train --keep-every), one model each.
+struct StepModel {
+  std::string dir, run;  // the step's folder, the run's name ("seeds-1/diff-small")
+  int64_t step = 0;
+  AttentionKind kind = AttentionKind::Baseline;
+};
+
+// steps.csv and steps.png/.svg: per run and step, accuracy (Wilson) and the attention measures (bootstrap),
+// from the summary; the figure's bars coloured by architecture (DIFF purple, the baseline teal, DIFF V2
+// olive, as the app's slots), a run's second seed in the light shade, whiskers the 95 % intervals.
+void write_steps(const fs::path& out, const std::vector<StepModel>& steps,
+                 const std::vector<std::string>& names, const json& summary) {
+  std::string csv =
+      "run,step,items,accuracy,accuracy_low,accuracy_high,p_answer,p_answer_low,p_answer_high,answer_mass,"
+      "answer_mass_low,answer_mass_high,noise_mass,noise_mass_low,noise_mass_high,noise_output,"
+      "noise_output_low,noise_output_high\n";
+  std::vector<std::string> runs;
+  std::vector<AttentionKind> kinds;
+  std::set<int64_t> all_steps;
+  for (const StepModel& s : steps) {
+    if (std::find(runs.begin(), runs.end(), s.run) == runs.end()) {
+      runs.push_back(s.run);
+      kinds.push_back(s.kind);
+    }
+    all_steps.insert(s.step);
+  }
+  const std::vector<int64_t> xs(all_steps.begin(), all_steps.end());
+  auto at = [&](const std::string& name, const char* key, const char* part) {
+    if (!summary.contains(name) || !summary[name].contains(key)) return std::nan("");
+    const json& v = summary[name][key][part];
+    return v.is_number() ? v.get<double>() : std::nan("");
+  };
+  viz::ChartPanel acc, noise;
+  acc.title = "accuracy (greedy)";
+  noise.title = "attention noise (mass)";
+  std::map<AttentionKind, int> seen;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const int arch = kinds[r] == AttentionKind::Diff ? 0 : kinds[r] == AttentionKind::DiffV2 ? 2 : 1;
+    const int nth = seen[kinds[r]]++;
+    viz::ChartSeries sa, sn;
+    sa.name = sn.name = runs[r];
+    sa.color = sn.color =
+        nth < 2 ? viz::model_colour(static_cast<size_t>(arch), nth == 1) : viz::model_colour(3);
+    for (int64_t x : xs) {
+      std::string name;
+      for (size_t i = 0; i < steps.size(); ++i)
+        if (steps[i].run == runs[r] && steps[i].step == x) name = names[i];
+      for (const auto& [series, key] : {std::pair{&sa, "accuracy"}, std::pair{&sn, "noise_mass"}}) {
+        series->values.push_back(name.empty() ? std::nan("") : at(name, key, "estimate"));
+        series->low.push_back(name.empty() ? std::nan("") : at(name, key, "low"));
+        series->high.push_back(name.empty() ? std::nan("") : at(name, key, "high"));
+      }
+      if (name.empty()) continue;
+      csv += app::csv_field(runs[r]) + "," + std::to_string(x) + "," +
+             (summary.contains(name) ? std::to_string(summary[name].value("items", 0)) : std::string("0"));
+      for (const char* key : {"accuracy", "p_answer", "answer_mass", "noise_mass", "noise_output"})
+        for (const char* part : {"estimate", "low", "high"}) csv += "," + number(at(name, key, part));
+      csv += "\n";
+    }
+    acc.series.push_back(std::move(sa));
+    noise.series.push_back(std::move(sn));
+  }
+  for (int64_t x : xs) {
+    acc.groups.push_back("step " + std::to_string(x));
+    noise.groups.push_back("step " + std::to_string(x));
+  }
+  write_file_atomically(out / "steps.csv", csv);
+  viz::ChartFigure f;
+  f.title = "The prompt set at each kept step of each run";
+  f.y_title = "mean over items";
+  f.x_title = "training step";
+  f.shared_y = false;
+  f.panels = {std::move(acc), std::move(noise)};
+  f.footnote =
+      "Whiskers: 95 % intervals over the items (Wilson for accuracy, bootstrap for the noise). Attention noise: "
+      "the share of the answer rows' |A| on keys outside the answer and the question, mean over layers and "
+      "heads (core/metrics.h).";
+  const viz::Image img = viz::render_chart_figure(f);
+  viz::write_png(out / "steps.png", img.rgb, img.width, img.height);
+  write_file_atomically(out / "steps.svg", viz::chart_figure_svg(f));
 }
 
 int cmd_batch(const Args& a) {
@@ -345,9 +430,26 @@ int cmd_batch(const Args& a) {
   if (total == 0) throw Error("--items " + items + ": no items (one JSON object a line)");
   std::vector<Model> models;
   std::vector<std::string> names;
+  std::vector<StepModel> steps;  // --steps: what each model is
   for (const std::string& dir : model_dirs(a)) {
-    models.push_back(load_model(dir, device(a)));
-    names.push_back(models.back().config().name.empty() ? dir : models.back().config().name);
+    if (!a.has("steps")) {
+      models.push_back(load_model(dir, device(a)));
+      names.push_back(models.back().config().name.empty() ? dir : models.back().config().name);
+      continue;
+    }
+    const KeptSteps kept = kept_steps(dir);
+    if (kept.steps.empty())
+      throw Error(
+          "--steps: " + dir +
+          " holds no kept steps (a model folder of a run that train --keep-every N made keeps them in "
+          "checkpoints/step-N)");
+    const fs::path run = kept.model;
+    const std::string run_name = (run.parent_path().filename() / run.filename()).string();
+    for (const auto& [step, folder] : kept.steps) {
+      models.push_back(load_model(folder.string(), device(a)));
+      names.push_back(run_name + " step " + std::to_string(step));
+      steps.push_back({folder.string(), run_name, step, models.back().config().attention});
+    }
   }
   for (size_t i = 0; i < names.size(); ++i)
     for (size_t k = 0; k < i; ++k)
@@ -498,16 +600,19 @@ int cmd_batch(const Args& a) {
                    eta / 3600, eta / 60 % 60, eta % 60, static_cast<long long>(failed), tty ? "" : "\n");
   }
   if (tty) std::fprintf(stderr, "\n");
-  const std::string md = write_summary(out, names);
+  json summary;
+  const std::string md = write_summary(out, names, &summary);
   std::printf("%s\n", md.c_str());
+  if (!steps.empty()) write_steps(out, steps, names, summary);
   std::printf("batch: %lld items x %zu models: %lld ran, %lld done before (--resume), %lld failed%s%s%s\n",
               static_cast<long long>(n), models.size(), static_cast<long long>(ran),
               static_cast<long long>(skipped), static_cast<long long>(failed),
               unpatched ? (", " + std::to_string(unpatched) + " not patched").c_str() : "",
               failed || unpatched ? " (errors.csv says why)" : "",
               g_stop ? "; stopped (Ctrl-C): --resume goes on" : "");
-  std::printf("wrote %s: items.jsonl, items.csv, heads.csv,%s summary.md, summary.json\n", out_arg.c_str(),
-              fs::exists(out / "patch.csv") ? " patch.csv," : "");
+  std::printf("wrote %s: items.jsonl, items.csv, heads.csv,%s summary.md, summary.json%s\n", out_arg.c_str(),
+              fs::exists(out / "patch.csv") ? " patch.csv," : "",
+              steps.empty() ? "" : ", steps.csv, steps.png, steps.svg");
   return failed > 0 || unpatched > 0 || g_stop ? 1 : 0;
 }
 
@@ -525,6 +630,10 @@ std::vector<Command> batch_commands() {
             "patching) and any tags (core/FORMATS.md)")),
         required(text("out", "DIR", "items.jsonl, items.csv, heads.csv, summary.md, summary.json")),
         models_option("the models run"), flag("resume", "go on from what --out holds (a stopped run)"),
+        flag(
+            "steps",
+            "each model given is a training run's model folder: run every step it kept (train --keep-every), "
+            "and write steps.csv and steps.png/.svg (the measures against the step, 95 % intervals)"),
         intervene_option(), device_option("auto"), threads_option()},
        "Each item runs once on each model (prompt + answer, teacher-forced). An item that cannot run is written "
        "to errors.csv with why, and the exit status is 1.",
