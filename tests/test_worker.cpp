@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "app/worker/inference_worker.h"
+#include "core/metrics.h"
 #include "core/trace_io.h"
 #include "helpers.h"
 
@@ -645,4 +646,54 @@ TEST_CASE("worker: the Why view's patching equals the core's, and says why it ca
   CHECK(r->why[0]);
   CHECK_FALSE(r->patch[0]);
   CHECK(r->patch_error[0].find("patching copies position by position") != std::string::npos);
+}
+
+TEST_CASE("worker: the Noise view's measure over kept steps equals each step's own readout, and can stop",
+          "[worker][timeline]") {
+  test::ScratchDir dir("workersteps");
+  // Two "kept steps" of a run: two different random models; the slot-1 run has one step that is broken.
+  const ModelConfig c = test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2);
+  Model::random(c, 3).save(dir / "s10");
+  Model::random(c, 4).save(dir / "s20");
+  std::filesystem::create_directories(dir / "broken");
+  test::write_all(dir / "broken" / "config.json", "{ not json");
+  InferenceWorker w({}, 1);
+  StepsRequest q;
+  q.prompt = "The code of Anna is 4821. Q: Anna? A: 4821";
+  q.answer = {21, 25};
+  q.query = 34;
+  q.steps[0] = {{10, (dir / "s10").string()}, {20, (dir / "s20").string()}};
+  q.steps[1] = {{10, (dir / "broken").string()}};
+  const uint64_t id = w.start_steps(q);
+  w.wait_idle();
+  const auto p = w.steps_progress();
+  REQUIRE(p);
+  CHECK(p->id == id);
+  CHECK(p->finished);
+  CHECK_FALSE(p->running);
+  CHECK(p->done == 3);
+  REQUIRE(p->points[0].size() == 2);
+  for (size_t k = 0; k < 2; ++k) {
+    const Model m = Model::load(dir / (k == 0 ? "s10" : "s20"));
+    const Trace t = m.capture(encode_prompt(m, q.prompt).ids);
+    const NoiseReadout want = attention_noise(t, {21, 25}, {34, t.length()});
+    CHECK(p->points[0][k].step == (k == 0 ? 10 : 20));
+    CHECK(p->points[0][k].error.empty());
+    CHECK(p->points[0][k].noise_mass == Approx(want.mean.noise_mass).margin(1e-9));
+    CHECK(p->points[0][k].answer_mass == Approx(want.mean.answer_mass).margin(1e-9));
+  }
+  CHECK(p->points[0][0].noise_mass != p->points[0][1].noise_mass);  // two different models
+  REQUIRE(p->points[1].size() == 1);
+  CHECK_THAT(p->points[1][0].error, Catch::Contains("config.json"));
+  // Cancelled before it starts: nothing measured, said so; the version moves so the view sees it.
+  w.load(0, (dir / "s10").string());  // keeps the worker busy first
+  w.start_steps(q);
+  w.cancel_steps();
+  w.wait_idle();
+  const auto c2 = w.steps_progress();
+  REQUIRE(c2);
+  CHECK(c2->cancelled);
+  CHECK_FALSE(c2->finished);
+  CHECK(c2->done < 3);
+  CHECK_FALSE(w.steps_progress(c2->version));  // unchanged since
 }

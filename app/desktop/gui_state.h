@@ -167,6 +167,10 @@ struct WhyState {
 struct TimelineState {
   std::array<std::string, kSlots> seen;  // the slot paths `runs` were read for
   std::array<KeptSteps, kSlots> runs;
+  // The Noise view's measure against the step (InferenceWorker::start_steps): the job's last state, and
+  // whether the chart shows it (else the per-layer chart).
+  std::optional<StepsProgress> steps;
+  bool chart_steps = false;
 };
 
 struct GuiState {

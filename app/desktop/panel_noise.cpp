@@ -316,6 +316,25 @@ void bar_value(ImDrawList* dl, const PlotArea& a, float x0, float w, double v, b
 
 // The table as a chart in the space left: per layer (and the mean), each model's attention to the answer
 // (solid) and noise (light) side by side, on one axis.
+// The key: each model's colour (solid: the answer, light: the noise), on a chart's title line ending at
+// `right`, above the bars it names; a slot without a name is left out.
+void draw_model_key(GuiState& state, float right, float key_y, const std::array<std::string, kSlots>& names) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float th = ImGui::GetTextLineHeight();
+  float x = right;
+  for (int s = kSlots - 1; s >= 0; --s) {
+    const std::string& name = names[static_cast<size_t>(s)];
+    if (name.empty()) continue;
+    x -= ImGui::CalcTextSize(name.c_str()).x + th * 1.6f;
+    dl->AddRectFilled(ImVec2(x, key_y + th * 0.1f), ImVec2(x + th * 0.5f, key_y + th * 0.9f), model_ink(s));
+    dl->AddRectFilled(ImVec2(x + th * 0.5f, key_y + th * 0.1f), ImVec2(x + th, key_y + th * 0.9f),
+                      model_ink(s, true));
+    dl->AddText(ImVec2(x + th * 1.2f, key_y), ImGui::GetColorU32(ImGuiCol_Text), name.c_str());
+    state.drawn.note("noise.key." + std::to_string(s), x, key_y,
+                     x + th * 1.2f + ImGui::CalcTextSize(name.c_str()).x, key_y + th);
+  }
+}
+
 void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<NoiseReadout>* readouts,
                       size_t rows, float height) {
   const ImVec2 room(ImGui::GetContentRegionAvail().x, height);
@@ -365,28 +384,146 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
                a.max.y + 3),
         ImGui::GetColorU32(ImGuiCol_Text), label.c_str());
   }
-  // The key: each model's colour, on the title's line (right-aligned), above the bars it names.
-  float x = a.max.x;
-  const float key_y = min.y;
-  for (int s = kSlots - 1; s >= 0; --s) {
-    if (!r.traces[s]) continue;
-    const std::string& name = r.traces[s]->config.name;
-    x -= ImGui::CalcTextSize(name.c_str()).x + th * 1.6f;
-    dl->AddRectFilled(ImVec2(x, key_y + th * 0.1f), ImVec2(x + th * 0.5f, key_y + th * 0.9f), model_ink(s));
-    dl->AddRectFilled(ImVec2(x + th * 0.5f, key_y + th * 0.1f), ImVec2(x + th, key_y + th * 0.9f),
-                      model_ink(s, true));
-    dl->AddText(ImVec2(x + th * 1.2f, key_y), ImGui::GetColorU32(ImGuiCol_Text), name.c_str());
-    state.drawn.note("noise.key." + std::to_string(s), x, key_y,
-                     x + th * 1.2f + ImGui::CalcTextSize(name.c_str()).x, key_y + th);
-  }
+  std::array<std::string, kSlots> names;
+  for (int s = 0; s < kSlots; ++s)
+    if (r.traces[s]) names[static_cast<size_t>(s)] = r.traces[s]->config.name;
+  draw_model_key(state, a.max.x, min.y, names);
   ImGui::Dummy(room);
+}
+
+}  // namespace
+
+namespace {
+
+// The measure against the training step: answer (solid) and noise (light) mass, mean over layers and heads,
+// a pair of bars per slot at each kept step, as the per-layer chart's "mean" group.
+void draw_steps_chart(GuiState& state, const StepsProgress& p, float height) {
+  const ImVec2 room(ImGui::GetContentRegionAvail().x, height);
+  const float th = ImGui::GetTextLineHeight();
+  std::set<int64_t> all;
+  for (const auto& pts : p.points)
+    for (const StepPoint& q : pts) all.insert(q.step);
+  if (all.empty() || room.y < th * 6) return;
+  const std::vector<int64_t> steps(all.begin(), all.end());
+  const ImVec2 min = ImGui::GetCursorScreenPos(), max(min.x + room.x, min.y + room.y);
+  const PlotArea a =
+      draw_plot_frame(min, max, 0, 1, "%.1f", true,
+                      "attention mass against the training step: answer (solid), noise (light)");
+  state.drawn.note("noise.steps-chart", a.min.x, a.min.y, a.max.x, a.max.y);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float gw = (a.max.x - a.min.x) / static_cast<float>(steps.size()), bw = gw * 0.8f / (2 * kSlots);
+  const float zero = a.y(0);
+  // Step labels thinned to what fits (the last always).
+  const float label_w = ImGui::CalcTextSize("step 000000").x;
+  const size_t every = std::max<size_t>(1, static_cast<size_t>(std::ceil(label_w / std::max(gw, 1.0f))));
+  for (size_t g = 0; g < steps.size(); ++g) {
+    for (int s = 0; s < kSlots; ++s)
+      for (const StepPoint& q : p.points[static_cast<size_t>(s)]) {
+        if (q.step != steps[g] || !q.error.empty()) continue;
+        for (int k = 0; k < 2; ++k) {
+          const double value = k == 0 ? q.answer_mass : q.noise_mass;
+          const float x0 = a.min.x + gw * (static_cast<float>(g) + 0.1f) + bw * static_cast<float>(2 * s + k);
+          const float y = a.y(value);
+          dl->AddRectFilled(ImVec2(x0, std::min(y, zero)), ImVec2(x0 + bw * 0.9f, std::max(y, zero)),
+                            model_ink(s, k != 0));
+          if (bw > ImGui::CalcTextSize("0.00").x) bar_value(dl, a, x0, bw * 0.9f, value, k != 0);
+        }
+      }
+    if (g % every != 0 && g + 1 != steps.size()) continue;
+    const std::string label = "step " + std::to_string(steps[g]);
+    dl->AddText(
+        ImVec2(a.min.x + gw * (static_cast<float>(g) + 0.5f) - ImGui::CalcTextSize(label.c_str()).x / 2,
+               a.max.y + 3),
+        ImGui::GetColorU32(ImGuiCol_Text), label.c_str());
+  }
+  std::array<std::string, kSlots> names;  // each run's model folder
+  for (int s = 0; s < kSlots; ++s)
+    if (!p.points[static_cast<size_t>(s)].empty() &&
+        !state.timeline.runs[static_cast<size_t>(s)].model.empty())
+      names[static_cast<size_t>(s)] = state.timeline.runs[static_cast<size_t>(s)].model.filename().string();
+  draw_model_key(state, a.max.x, min.y, names);
+  ImGui::Dummy(room);
+}
+
+}  // namespace
+
+void start_step_measure(GuiState& state, const RunResult& r, InferenceWorker& worker) {
+  const SelectionState& sel = state.selection;
+  if (sel.answer_begin < 0) {
+    state.message = "mark an answer span first (right-drag over its tokens)";
+    return;
+  }
+  StepsRequest q;
+  q.prompt = r.prompt;
+  q.specials = state.prompt.specials_as_text ? Specials::text : Specials::match;
+  q.options.pooled_budget_bytes = state.pooled_budget;  // long prompts as the runs: pooled
+  q.answer = {sel.answer_begin, sel.answer_end};
+  q.query = sel.query;
+  bool any = false;
+  for (int s = 0; s < kSlots; ++s)
+    for (const auto& [step, folder] : state.timeline.runs[static_cast<size_t>(s)].steps) {
+      q.steps[static_cast<size_t>(s)].push_back({step, folder.string()});
+      any = true;
+    }
+  if (!any) {
+    state.message = "neither slot holds a training run with kept steps (train --keep-every N)";
+    return;
+  }
+  worker.start_steps(q);
+  state.timeline.chart_steps = true;
+}
+
+namespace {
+
+// Under the Noise view's buttons: the measure over the slots' kept steps, its progress and Cancel, and
+// which chart shows. Nothing when neither slot holds a training run.
+void draw_steps_controls(GuiState& state, const RunResult& r, InferenceWorker& worker) {
+  TimelineState& tl = state.timeline;
+  if (auto p = worker.steps_progress(tl.steps ? tl.steps->version : 0)) tl.steps = std::move(*p);
+  bool runs = false;
+  for (const KeptSteps& k : tl.runs) runs = runs || !k.steps.empty();
+  const bool have = tl.steps && tl.steps->id != 0;
+  if (!runs && !have) return;
+  ImGui::SameLine();  // beside "Show the heads ..."
+  if (runs) {
+    if (ImGui::Button("Measure every kept step")) start_step_measure(state, r, worker);
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "runs this prompt on every step the slots' training runs kept (train --keep-every) and charts "
+          "the answer's and the noise's attention mass against the step");
+  }
+  if (!have) return;
+  const StepsProgress& p = *tl.steps;
+  if (runs) ImGui::SameLine();
+  ImGui::Checkbox("Chart over the steps", &tl.chart_steps);
+  if (p.running) {
+    ImGui::SameLine();
+    ImGui::Text("measuring %zu/%zu (%s)", p.done, p.total, p.current.c_str());
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel##steps")) worker.cancel_steps();
+  } else if (p.cancelled) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("stopped after %zu of %zu steps", p.done, p.total);
+  }
+  const SelectionState& sel = state.selection;
+  const bool stale = p.request.prompt != r.prompt || p.request.answer.first != sel.answer_begin ||
+                     p.request.answer.second != sel.answer_end || p.request.query != sel.query;
+  std::string errors;
+  for (const auto& pts : p.points)
+    for (const StepPoint& q : pts)
+      if (!q.error.empty()) errors = "step " + std::to_string(q.step) + ": " + q.error;
+  if (tl.chart_steps && stale)
+    ImGui::TextColored(ImVec4(0.75f, 0.35f, 0.0f, 1),
+                       "measured for another prompt, answer or query than the one on screen: Measure again");
+  if (tl.chart_steps && !errors.empty())
+    ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", errors.c_str());
 }
 
 }  // namespace
 
 // The slide's point first: the chart of attention to the answer and noise per layer, in the room left
 // above the table of its numbers and the definitions (which scroll into view below it).
-void draw_noise_panel(GuiState& state, const RunResult& r) {
+void draw_noise_panel(GuiState& state, const RunResult& r, InferenceWorker& worker) {
   const SelectionState& sel = state.selection;
   if (sel.answer_begin < 0) {
     ImGui::TextUnformatted("Right-drag over the answer's tokens on the token strip to measure.");
@@ -394,13 +531,17 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
     return;
   }
   if (ImGui::Button("Show the heads that attend most to the answer")) focus_answer_head(state, r);
+  draw_steps_controls(state, r, worker);
   {  // what each bar averages, with the live row numbers
     int64_t T = 0;
     for (const auto& t : r.traces)
       if (t) T = std::max(T, t->length());
-    const std::string what = "each bar: the mean over a layer's heads and " +
-                             answer_rows_phrase(sel.query, T) + "; answer: tokens " +
-                             viz::token_range(sel.answer_begin, sel.answer_end);
+    const bool over_steps = state.timeline.chart_steps && state.timeline.steps && state.timeline.steps->id;
+    const std::string what =
+        std::string(over_steps ? "each bar: one kept step's mean over every layer and head and "
+                               : "each bar: the mean over a layer's heads and ") +
+        answer_rows_phrase(sel.query, T) + "; answer: tokens " +
+        viz::token_range(sel.answer_begin, sel.answer_end);
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextWrapped("%s", what.c_str());
     ImGui::PopStyleColor();
@@ -422,7 +563,10 @@ void draw_noise_panel(GuiState& state, const RunResult& r) {
       state.lecture ? 0.0f : static_cast<float>(rows + 2) * (th + 2 * style.CellPadding.y + 1);
   const float chart_h =
       std::max(th * 8, ImGui::GetContentRegionAvail().y - table_h - style.ItemSpacing.y * 2);
-  draw_noise_chart(state, r, readouts, rows, chart_h);
+  if (state.timeline.chart_steps && state.timeline.steps && state.timeline.steps->id != 0)
+    draw_steps_chart(state, *state.timeline.steps, chart_h);
+  else
+    draw_noise_chart(state, r, readouts, rows, chart_h);
   if (!state.lecture && ImGui::BeginTable("noise", 1 + 4 * kSlots,
                                           ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
     // Short headers in each model's colour (the chart's key names the colours): the table fits 1280 pixels.

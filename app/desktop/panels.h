@@ -77,7 +77,9 @@ void focus_answer_head(GuiState& state, const RunResult& r);
 void describe_focused_heads(GuiState& state, const RunResult& r);
 // The rows the answer readouts average, named with their numbers: "rows 246-250 (the query to the end)".
 std::string answer_rows_phrase(int64_t query, int64_t length);
-void draw_noise_panel(GuiState& state, const RunResult& r);
+void draw_noise_panel(GuiState& state, const RunResult& r, InferenceWorker& worker);
+// The Noise view's "Measure every kept step": the shown prompt, answer and query over the slots' kept steps.
+void start_step_measure(GuiState& state, const RunResult& r, InferenceWorker& worker);
 
 // panel_lab.cpp: the Needle lab tab.
 void start_lab_sweep(GuiState& state, InferenceWorker& worker);

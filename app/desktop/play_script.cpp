@@ -58,6 +58,7 @@ constexpr VerbName kVerbs[] = {
     {"intervene", "SPEC|clear"},
     {"corrupt", "TEXT|clear"},
     {"checkpoint", "STEP|last"},
+    {"steps", "measure|cancel"},
     {"wait", "[MS]"},
     {"screenshot", "FILE.png"},
     {"quit", ""},
@@ -195,6 +196,11 @@ bool parse_prompt_and_selection(const LineReader& r, PlayAction& a) {
     a.verb = PlayVerb::Checkpoint;
     r.words(1, 1);
     a.ints = {r.w[0] == "last" ? -1 : r.integer(r.w[0], 0, 1 << 30)};
+  } else if (r.verb == "steps") {
+    a.verb = PlayVerb::Steps;
+    r.words(1, 1);
+    if (r.w[0] != "measure" && r.w[0] != "cancel") r.bad("steps takes measure or cancel");
+    a.ints = {r.w[0] == "measure" ? 1 : 0};
   } else if (r.verb == "corrupt") {
     a.verb = PlayVerb::Corrupt;
     if (r.rest.empty()) r.bad("give the corrupt prompt, or clear");

@@ -22,6 +22,7 @@ enum class PlayVerb {
   Intervene,         // text: an intervention both models run under (core/intervention.h; "": all cleared)
   Corrupt,           // text: the Why view's corrupt prompt for activation patching ("": none)
   Checkpoint,        // ints[0]: a training run's kept step loaded into both slots (-1: the run's own weights)
+  Steps,             // the Noise view's measure over every kept step of the slots' runs (ints[0] 0: cancel)
   Layer,             // ints[0]
   Head,              // ints: SLOT (-1: both), HEAD
   View,              // ints[0]: the View

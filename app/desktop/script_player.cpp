@@ -230,6 +230,15 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
     case PlayVerb::Checkpoint:
       load_training_step(state, worker, i0);
       break;
+    case PlayVerb::Steps:
+      if (i0 == 0) {
+        worker.cancel_steps();
+      } else if (state.shown) {
+        start_step_measure(state, *state.shown, worker);
+      } else {
+        state.message = "steps measure: no run on screen yet (wait for the models first)";
+      }
+      break;
     case PlayVerb::Corrupt:
       state.why.corrupt = state.why.corrupt_typed = a.text;
       state.why.picked = {{{-1, -1}, {-1, -1}}};

@@ -75,7 +75,7 @@ void draw_view(View v, GuiState& state, InferenceWorker& worker, ViewObjects& vi
       break;
     case View::Noise:
       draw_needle_builder(state);
-      draw_noise_panel(state, *state.shown);
+      draw_noise_panel(state, *state.shown, worker);
       break;
     case View::Lab:
       break;

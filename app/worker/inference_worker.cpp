@@ -12,6 +12,7 @@
 #include "app/common/command_support.h"
 #include "app/remote/client.h"
 #include "core/error.h"
+#include "core/metrics.h"
 #include "core/remote.h"
 #include "core/trace_io.h"
 #include "viz/token_text.h"
@@ -246,14 +247,119 @@ void InferenceWorker::wait_idle() const {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] {
     return stopping_ || (loads_.empty() && !pending_run_ && !pending_continue_ && !status_.busy &&
-                         !pending_sweep_ && !sweep_active_);
+                         !pending_sweep_ && !sweep_active_ && !pending_steps_ && !steps_active_);
   });
 }
 
 bool InferenceWorker::idle() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return loads_.empty() && !pending_run_ && !pending_continue_ && !status_.busy && !pending_sweep_ &&
-         !sweep_active_ && !result_ && !continuation_;
+         !sweep_active_ && !result_ && !continuation_ && !pending_steps_ && !steps_active_;
+}
+
+uint64_t InferenceWorker::start_steps(const StepsRequest& request) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    id = next_request_++;
+    pending_steps_ = request;  // replaces the job in progress, if any
+    steps_ = StepsProgress{};
+    steps_.id = id;
+    steps_.request = request;
+    steps_.running = true;
+    steps_.current = "waiting for the worker";
+    steps_.version = ++steps_version_;
+  }
+  cv_.notify_all();
+  return id;
+}
+
+void InferenceWorker::cancel_steps() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pending_steps_) {  // not started: it ends here
+      pending_steps_.reset();
+      steps_.running = false;
+      steps_.cancelled = true;
+      steps_.version = ++steps_version_;
+    }
+    steps_stop_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::optional<StepsProgress> InferenceWorker::steps_progress(uint64_t seen_version) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (seen_version != 0 && steps_.version == seen_version) return std::nullopt;
+  return steps_;
+}
+
+void InferenceWorker::steps_work(std::unique_lock<std::mutex>& lock) {
+  if (pending_steps_) {  // start: the plan, step by step across the slots
+    steps_.request = std::move(*pending_steps_);
+    pending_steps_.reset();
+    steps_plan_.clear();
+    steps_next_ = 0;
+    steps_stop_ = false;
+    size_t most = 0;
+    for (int s = 0; s < kSlots; ++s)
+      most = std::max(most, steps_.request.steps[static_cast<size_t>(s)].size());
+    for (size_t k = 0; k < most; ++k)
+      for (int s = 0; s < kSlots; ++s)
+        if (k < steps_.request.steps[static_cast<size_t>(s)].size()) steps_plan_.push_back({s, k});
+    steps_.total = steps_plan_.size();
+    steps_active_ = true;
+    steps_.version = ++steps_version_;
+    return;
+  }
+  if (steps_stop_ || steps_next_ >= steps_plan_.size()) {
+    steps_active_ = false;
+    steps_.running = false;
+    steps_.cancelled = steps_stop_;
+    steps_.finished = !steps_stop_;
+    steps_.current.clear();
+    steps_.version = ++steps_version_;
+    return;
+  }
+  const auto [slot, k] = steps_plan_[steps_next_++];
+  const auto [step, folder] = steps_.request.steps[static_cast<size_t>(slot)][k];
+  const StepsRequest& q = steps_.request;
+  const std::string prompt = q.prompt;
+  const Specials specials = q.specials;
+  const CaptureOptions options = q.options;
+  const TokenRange answer = q.answer;
+  const int64_t query = q.query;
+  const DeviceChoice device = device_;
+  steps_.current = "slot " + std::to_string(slot + 1) + ": step " + std::to_string(step);
+  status_.activity = "measuring " + steps_.current + " (" + std::to_string(steps_next_) + "/" +
+                     std::to_string(steps_plan_.size()) + ")";
+  steps_.version = ++steps_version_;
+  cancel_ = false;  // no run waits (else this would not run): a run asked from now on interrupts the capture
+  lock.unlock();
+  StepPoint p;
+  p.step = step;
+  try {
+    const Model m = Model::load(folder, device);
+    const Encoding enc = encode_prompt(m, prompt, specials);
+    const Trace t = m.capture(enc.ids, options, &cancel_);
+    const int64_t T = t.length();
+    const TokenSpan ans{std::min<int64_t>(answer.first, T), std::min<int64_t>(answer.second, T)};
+    const NoiseReadout nr = attention_noise(t, ans, TokenSpan{std::clamp<int64_t>(query, 0, T - 1), T});
+    p.answer_mass = nr.mean.answer_mass;
+    p.noise_mass = nr.mean.noise_mass;
+  } catch (const Cancelled&) {
+    p.error = "interrupted by a run: measured again";
+  } catch (const std::exception& e) {
+    p.error = user_message(e);
+  }
+  lock.lock();
+  if (p.error == "interrupted by a run: measured again") {
+    --steps_next_;  // a prompt run cancelled the capture: this step runs again after it
+    return;
+  }
+  steps_.points[static_cast<size_t>(slot)].push_back(p);
+  ++steps_.done;
+  steps_.version = ++steps_version_;
 }
 
 uint64_t InferenceWorker::start_sweep(const SweepRequest& request) {
@@ -751,7 +857,7 @@ void InferenceWorker::loop() {
   for (;;) {
     cv_.wait(lock, [this] {
       return stopping_ || !loads_.empty() || pending_run_ || pending_continue_ || pending_sweep_ ||
-             sweep_active_;
+             sweep_active_ || pending_steps_ || steps_active_;
     });
     if (stopping_) return;
     status_.busy = true;
@@ -763,8 +869,10 @@ void InferenceWorker::loop() {
       lock.unlock();
       run_continuation(job);
       lock.lock();
-    } else if (loads_.empty() && !pending_run_) {  // sweeps only when nothing else waits
-      if (pending_sweep_)
+    } else if (loads_.empty() && !pending_run_) {  // sweeps and steps only when nothing else waits
+      if (pending_steps_ || steps_active_)
+        steps_work(lock);
+      else if (pending_sweep_)
         begin_sweep(lock);
       else
         sweep_step(lock);

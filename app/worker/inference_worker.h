@@ -160,6 +160,35 @@ struct SweepProgress {
   uint64_t version = 0;  // grows with every change
 };
 
+// The Noise view's measure against the training step: the prompt run on every kept step of each slot's
+// training run (train --keep-every), a step at a time between other work (runs and loads go first), and the
+// attention mass on the answer and on the noise of rows query..end (core/metrics.h), mean over layers and
+// heads, as the Noise view's "mean" bars.
+struct StepsRequest {
+  std::string prompt;
+  Specials specials = Specials::match;
+  CaptureOptions options;     // as the slots' runs (the long-prompt budget)
+  TokenRange answer{-1, -1};  // the answer's tokens
+  int64_t query = 0;          // the first measured row
+  std::array<std::vector<std::pair<int64_t, std::string>>, kSlots> steps;  // per slot: (step, model folder)
+};
+
+struct StepPoint {
+  int64_t step = 0;
+  double answer_mass = 0, noise_mass = 0;
+  std::string error;  // why the step could not be measured ("" when it was)
+};
+
+struct StepsProgress {
+  uint64_t id = 0;  // 0: none yet
+  StepsRequest request;
+  bool running = false, finished = false, cancelled = false;
+  size_t done = 0, total = 0;
+  std::string current;  // "slot 1: step 400"
+  std::array<std::vector<StepPoint>, kSlots> points;
+  uint64_t version = 0;  // grows with every change
+};
+
 // The Why view's explanation as trained of the prompt and query it was made for (the worker's, per slot):
 // while only the interventions change, it is reused.
 struct WhyCache {
@@ -210,6 +239,12 @@ class InferenceWorker {
   void cancel_sweep();
   // The sweep's state if it changed since `seen_version` (0 = always), else nothing.
   std::optional<SweepProgress> sweep_progress(uint64_t seen_version = 0) const;
+  // Starts measuring the prompt over the slots' kept steps (replacing any such job); returns its id.
+  uint64_t start_steps(const StepsRequest& request);
+  // Stops it between steps; the steps measured stay.
+  void cancel_steps();
+  // Its state if it changed since `seen_version` (0 = always), else nothing.
+  std::optional<StepsProgress> steps_progress(uint64_t seen_version = 0) const;
   // Blocks until the queue is empty and nothing runs, sweeps included (tests and headless mode).
   void wait_idle() const;
   // The same without blocking, and no finished run left untaken (--play's `wait`).
@@ -226,6 +261,13 @@ class InferenceWorker {
   void end_sweep(const std::string& error, bool cancelled);  // publishes the end of sweep_
   void drop_sweep_plan();                                    // forgets the private plan only
   bool sweep_uses(int slot) const;                           // the sweep runs episodes on that slot
+  void steps_work(std::unique_lock<std::mutex>& lock);       // one step of the steps job (or its start/end)
+  std::optional<StepsRequest> pending_steps_;
+  StepsProgress steps_;
+  uint64_t steps_version_ = 0;
+  bool steps_active_ = false, steps_stop_ = false;
+  std::vector<std::pair<int, size_t>> steps_plan_;  // (slot, index into its steps), in turn
+  size_t steps_next_ = 0;
 
   struct Load {
     int slot;
