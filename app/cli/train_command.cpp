@@ -52,6 +52,7 @@ int cmd_train(const Args& a) {
   o.steps = quick_cap("steps", o.steps, 2);
   o.batch = quick_cap("batch", o.batch, 2);
   o.seq_len = quick_cap("seq-len", o.seq_len, 64);
+  o.keep_every = quick_cap("keep-every", o.keep_every, 1);  // so that the two steps are kept
   if (quick_mode())  // phases that name their own rows are capped alike
     for (TrainPhase& p : o.phases) {
       if (p.seq_len > 64) p.seq_len = 64;
