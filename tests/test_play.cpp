@@ -159,7 +159,7 @@ TEST_CASE("play scripts: a bad line is refused with its file, line and what was 
       "s.play:3: unknown action 'jump' (actions: type, paste, paste-file, prompt, clear, needle, query, "
       "answer, layer, head, view, split, side, lecture, one-y-scale, specials, text-size, text-direction, text-heads, open, "
       "device, "
-      "logits, pooling, budget, size, lab, explain, present, export, continue, step, intervene, corrupt, checkpoint, steps, wait, screenshot, "
+      "logits, pooling, budget, size, lab, explain, present, export, continue, step, intervene, corrupt, checkpoint, steps, prompt-set, wait, screenshot, "
       "quit)");
   CHECK(
       refusal("view 11\n") ==

@@ -2,11 +2,13 @@
 // cancelled, broken models and prompts report errors while the worker keeps going.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
 
 #include "app/worker/inference_worker.h"
+#include "core/batch.h"
 #include "core/metrics.h"
 #include "core/trace_io.h"
 #include "helpers.h"
@@ -696,4 +698,63 @@ TEST_CASE("worker: the Noise view's measure over kept steps equals each step's o
   CHECK_FALSE(c2->finished);
   CHECK(c2->done < 3);
   CHECK_FALSE(w.steps_progress(c2->version));  // unchanged since
+}
+
+TEST_CASE("worker: a prompt set runs both slots into a folder as difflens batch writes it, and stops",
+          "[worker][batch]") {
+  PairOnDisk pair;
+  test::ScratchDir dir("workerset");
+  std::string items;
+  for (int i = 0; i < 4; ++i)
+    items += "{\"id\": \"n" + std::to_string(i) + "\", \"prompt\": \"The code of Anna is 48" +
+             std::to_string(i) + "1. Anna?\", \"answer\": \" 48" + std::to_string(i) + "1\"}\n";
+  items += "{\"prompt\": 3}\n";  // a bad item: errors.csv, the set goes on
+  test::write_all(dir / "items.jsonl", items);
+  InferenceWorker w({}, 1);
+  w.load(0, (pair.dir / "diff").string());
+  w.load(1, (pair.dir / "baseline").string());
+  const uint64_t id = w.start_prompt_set({(dir / "items.jsonl").string(), (dir / "out").string(), false});
+  w.wait_idle();
+  auto p = w.prompt_set_progress();
+  REQUIRE(p);
+  CHECK(p->id == id);
+  CHECK(p->finished);
+  CHECK(p->error.empty());
+  CHECK(p->done == 5);
+  CHECK(p->total == 5);
+  CHECK(p->failed == 2);  // the bad item on each model
+  CHECK_THAT(p->summary, Catch::Contains("| accuracy (greedy) |"));
+  // What each model wrote: as core/batch's run_batch_entry gives it, item by item.
+  const std::string csv = test::read_all(dir / "out/items.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 4 * 2);
+  CHECK(test::read_all(dir / "out/errors.csv").find("5,5,") != std::string::npos);
+  const Model m = Model::load(pair.dir / "diff");
+  const BatchItem item = parse_batch_item(
+      "{\"id\": \"n2\", \"prompt\": \"The code of Anna is 4821. Anna?\", \"answer\": \" 4821\"}", 3);
+  std::vector<std::string> refused;
+  const BatchOutcome o = run_batch_entry(m, item, {}, refused);
+  const std::string name = m.config().name.empty() ? (pair.dir / "diff").string() : m.config().name;
+  CHECK(test::read_all(dir / "out/items.jsonl").find(batch_record_json(item, o, name)) != std::string::npos);
+  // Again into the same folder: refused, saying how to go on; with Resume nothing runs twice.
+  w.start_prompt_set({(dir / "items.jsonl").string(), (dir / "out").string(), false});
+  w.wait_idle();
+  p = w.prompt_set_progress();
+  CHECK_THAT(p->error, Catch::Contains("items.jsonl is there already; tick Resume"));
+  w.start_prompt_set({(dir / "items.jsonl").string(), (dir / "out").string(), true});
+  w.wait_idle();
+  p = w.prompt_set_progress();
+  CHECK(p->finished);
+  CHECK(p->skipped == 8);
+  const std::string again = test::read_all(dir / "out/items.csv");
+  CHECK(again == csv);
+  // Cancelled before it starts: nothing written; a missing file: said.
+  w.load(0, (pair.dir / "diff").string());
+  w.start_prompt_set({(dir / "items.jsonl").string(), (dir / "out2").string(), false});
+  w.cancel_prompt_set();
+  w.wait_idle();
+  p = w.prompt_set_progress();
+  CHECK(p->cancelled);
+  w.start_prompt_set({(dir / "missing.jsonl").string(), (dir / "out3").string(), false});
+  w.wait_idle();
+  CHECK_THAT(w.prompt_set_progress()->error, Catch::Contains("cannot be read"));
 }

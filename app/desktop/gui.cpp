@@ -542,6 +542,7 @@ void draw_window_body(GuiState& state, InferenceWorker& worker, ViewObjects& vie
   handle_keys(state, shape);
   draw_menu_bar(state, worker);
   draw_open_dialog(state, worker);
+  draw_prompt_set_window(state, worker);
   draw_about_models(state);
   state.selection.hovered_key = state.selection.hovered_next;
   state.selection.hovered_next = -1;

@@ -233,6 +233,13 @@ struct GuiState {
     bool remote = false;  // a `difflens serve` address (path) and its token
     std::string token;
   } open_dialog;
+  // File > Run a prompt set (InferenceWorker::start_prompt_set): its window, fields and the job's last state.
+  struct PromptSet {
+    bool open = false;
+    std::string items, out;
+    bool resume = false;
+    std::optional<PromptSetProgress> progress;
+  } prompt_set;
   // Needle builder (Attention noise tab): the episode it built last and the haystack it reads.
   struct Needle {
     int length = 256, depth_pct = 50, needles = 1, asked = 1, seed = 1;

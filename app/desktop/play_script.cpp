@@ -59,6 +59,7 @@ constexpr VerbName kVerbs[] = {
     {"corrupt", "TEXT|clear"},
     {"checkpoint", "STEP|last"},
     {"steps", "measure|cancel"},
+    {"prompt-set", "ITEMS OUT [resume]|cancel"},
     {"wait", "[MS]"},
     {"screenshot", "FILE.png"},
     {"quit", ""},
@@ -201,6 +202,12 @@ bool parse_prompt_and_selection(const LineReader& r, PlayAction& a) {
     r.words(1, 1);
     if (r.w[0] != "measure" && r.w[0] != "cancel") r.bad("steps takes measure or cancel");
     a.ints = {r.w[0] == "measure" ? 1 : 0};
+  } else if (r.verb == "prompt-set") {
+    a.verb = PlayVerb::PromptSet;
+    r.words(1, 3);
+    if (r.w.size() == 1 && r.w[0] != "cancel") r.bad("give the items file and the output folder, or cancel");
+    if (r.w.size() == 3 && r.w[2] != "resume") r.bad("the third word can only be resume");
+    if (r.w[0] != "cancel") a.words = r.w;
   } else if (r.verb == "corrupt") {
     a.verb = PlayVerb::Corrupt;
     if (r.rest.empty()) r.bad("give the corrupt prompt, or clear");

@@ -23,6 +23,7 @@ enum class PlayVerb {
   Corrupt,           // text: the Why view's corrupt prompt for activation patching ("": none)
   Checkpoint,        // ints[0]: a training run's kept step loaded into both slots (-1: the run's own weights)
   Steps,             // the Noise view's measure over every kept step of the slots' runs (ints[0] 0: cancel)
+  PromptSet,         // words: ITEMS OUT [resume] (File > Run a prompt set), or none: cancel it
   Layer,             // ints[0]
   Head,              // ints: SLOT (-1: both), HEAD
   View,              // ints[0]: the View

@@ -239,6 +239,16 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
         state.message = "steps measure: no run on screen yet (wait for the models first)";
       }
       break;
+    case PlayVerb::PromptSet:
+      if (a.words.empty()) {
+        worker.cancel_prompt_set();
+      } else {
+        state.prompt_set.items = a.words[0];
+        state.prompt_set.out = a.words[1];
+        state.prompt_set.resume = a.words.size() == 3;
+        start_prompt_set(state, worker);
+      }
+      break;
     case PlayVerb::Corrupt:
       state.why.corrupt = state.why.corrupt_typed = a.text;
       state.why.picked = {{{-1, -1}, {-1, -1}}};

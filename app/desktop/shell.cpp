@@ -146,6 +146,11 @@ void draw_menu_bar(GuiState& state, InferenceWorker& worker) {
       if (ImGui::MenuItem(label.c_str()))
         state.open_dialog = {true, s, true, state.slots[s].bundle_field, false, state.open_dialog.token};
     }
+    if (ImGui::MenuItem("Run a prompt set...")) state.prompt_set.open = true;
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip(
+          "A file of prompts and their answers (JSON lines, as difflens batch reads them) run on both models:\n"
+          "per item and head, a summary with 95 %% intervals and paired tests, written to a folder.");
     ImGui::Separator();
     if (ImGui::MenuItem("Export the maps shown (PNG, NPY, CSV)", "Ctrl+E", false, state.shown.has_value()))
       state.export_all = true;
@@ -377,6 +382,79 @@ void draw_open_dialog(GuiState& state, InferenceWorker& worker) {
   ImGui::SameLine();
   if (ImGui::Button("Cancel") || ImGui::IsKeyPressed(GLFW_KEY_ESCAPE, false)) ImGui::CloseCurrentPopup();
   ImGui::EndPopup();
+}
+
+void start_prompt_set(GuiState& state, InferenceWorker& worker) {
+  GuiState::PromptSet& p = state.prompt_set;
+  if (p.items.empty()) {
+    state.message = "prompt set: give the items file (JSON lines: prompt, answer, ...)";
+    return;
+  }
+  if (p.out.empty()) {  // beside the items: NAME-results
+    std::filesystem::path items(p.items);
+    p.out = (items.parent_path() / (items.stem().string() + "-results")).string();
+  }
+  worker.start_prompt_set({p.items, p.out, p.resume});
+  p.open = true;
+}
+
+void draw_prompt_set_window(GuiState& state, InferenceWorker& worker) {
+  GuiState::PromptSet& p = state.prompt_set;
+  if (auto q = worker.prompt_set_progress(p.progress ? p.progress->version : 0)) p.progress = std::move(*q);
+  if (!p.open) return;
+  const float em = ImGui::GetFontSize();
+  ImGui::SetNextWindowSize(ImVec2(em * 56, em * 26), ImGuiCond_FirstUseEver);
+  if (!ImGui::Begin("Prompt set", &p.open)) {
+    ImGui::End();
+    return;
+  }
+  const bool running = p.progress && p.progress->running;
+  ImGui::TextWrapped(
+      "A file of prompts and the answers that should follow them, one JSON object a line (\"prompt\", "
+      "\"answer\", optional \"answer_span\", \"query\", \"corrupt\", tags), run on both models: what "
+      "difflens batch writes (core/FORMATS.md, \"Prompt sets\").");
+  ImGui::TextUnformatted("Items:");
+  ImGui::SameLine(em * 7);
+  ImGui::SetNextItemWidth(-1);
+  ImGui::InputText("##set-items", &p.items);
+  ImGui::TextUnformatted("Write to:");
+  ImGui::SameLine(em * 7);
+  ImGui::SetNextItemWidth(-1);
+  ImGui::InputTextWithHint("##set-out", "(empty: beside the items, NAME-results)", &p.out);
+  ImGui::Checkbox("Resume (go on from what the folder holds)", &p.resume);
+  ImGui::BeginDisabled(running);
+  if (ImGui::Button("Start")) start_prompt_set(state, worker);
+  ImGui::EndDisabled();
+  ImGui::SameLine();
+  ImGui::BeginDisabled(!running);
+  if (ImGui::Button("Cancel##prompt-set")) worker.cancel_prompt_set();
+  ImGui::EndDisabled();
+  if (p.progress && p.progress->id != 0) {
+    const PromptSetProgress& g = *p.progress;
+    const double rate = g.seconds > 0 ? static_cast<double>(g.done) / g.seconds : 0;
+    const int eta = rate > 0 ? static_cast<int>(static_cast<double>(g.total - g.done) / rate) : 0;
+    char label[160];
+    std::snprintf(label, sizeof label, "%lld / %lld items, %.1f items/s, %d:%02d left%s",
+                  static_cast<long long>(g.done), static_cast<long long>(g.total), rate, eta / 60, eta % 60,
+                  g.failed ? (" (" + std::to_string(g.failed) + " failed: errors.csv)").c_str() : "");
+    ImGui::ProgressBar(g.total > 0 ? static_cast<float>(g.done) / static_cast<float>(g.total) : 0.0f,
+                       ImVec2(-1, 0), label);
+    std::string models;
+    for (const std::string& m : g.models)
+      if (!m.empty()) models += (models.empty() ? "" : ", ") + m;
+    if (!models.empty()) ImGui::TextDisabled("models: %s; folder: %s", models.c_str(), g.request.out.c_str());
+    if (!g.error.empty()) ImGui::TextColored(ImVec4(0.8f, 0.2f, 0.2f, 1), "%s", g.error.c_str());
+    if (g.cancelled && g.error.empty())
+      ImGui::TextDisabled("stopped after %lld items: Resume goes on from them",
+                          static_cast<long long>(g.done));
+    if (!g.summary.empty()) {
+      ImGui::Separator();
+      ImGui::BeginChild("##set-summary", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
+      ImGui::TextUnformatted(g.summary.c_str());
+      ImGui::EndChild();
+    }
+  }
+  ImGui::End();
 }
 
 void draw_side_panel(GuiState& state, InferenceWorker& worker, const ModelShape& shape) {

@@ -26,6 +26,10 @@ ModelShape shape_of(const GuiState& state);
 
 void draw_menu_bar(GuiState& state, InferenceWorker& worker);
 void draw_open_dialog(GuiState& state, InferenceWorker& worker);
+// File > Run a prompt set: the items file, the output folder, Start / Cancel, the progress and the summary.
+void draw_prompt_set_window(GuiState& state, InferenceWorker& worker);
+// Starts the prompt set of state.prompt_set's fields (the window's Start; `prompt-set` in --play).
+void start_prompt_set(GuiState& state, InferenceWorker& worker);
 // What the "Open" dialog does: `kind` 0 a model folder, 1 a trace bundle, 2 a remote model (`token` joins
 // its address); a model load re-runs the prompt.
 void open_into_slot(GuiState& state, InferenceWorker& worker, int slot, int kind, const std::string& path,

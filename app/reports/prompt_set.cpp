@@ -387,11 +387,12 @@ void write_steps(const fs::path& out, const std::vector<StepModel>& steps,
   write_file_atomically(out / "steps.svg", viz::chart_figure_svg(f));
 }
 
-PromptSetWriter::PromptSetWriter(const fs::path& out, bool resume, const std::string& label) : out_(out) {
+PromptSetWriter::PromptSetWriter(const fs::path& out, bool resume, const std::string& label,
+                                 const std::string& hint)
+    : out_(out) {
   if (!resume)
     for (const char* f : {"items.jsonl", "items.csv", "heads.csv", "patch.csv"})
-      if (fs::exists(out / f))
-        throw Error(label + ": " + f + " is there already; give --resume to go on from it, or another --out");
+      if (fs::exists(out / f)) throw Error(label + ": " + f + " is there already; " + hint);
   fs::create_directories(out);
   // What a resumed run has done already: (line, model) pairs in items.jsonl.
   // items.jsonl is written last for each item: what it holds is done; rows of the CSVs beyond it (a run

@@ -40,9 +40,10 @@ int64_t count_items(const std::string& path);
 class PromptSetWriter {
  public:
   // Creates `out`. Without `resume`, refuses a folder that holds a run's files ("LABEL: items.jsonl is there
-  // already; ..."); with it, keeps the items items.jsonl holds (a record cut short is dropped) and drops the
+  // already; HINT"); with it, keeps the items items.jsonl holds (a record cut short is dropped) and drops the
   // CSV rows of any other, so that those run again whole.
-  PromptSetWriter(const std::filesystem::path& out, bool resume, const std::string& label);
+  PromptSetWriter(const std::filesystem::path& out, bool resume, const std::string& label,
+                  const std::string& hint = "give --resume to go on from it, or another --out");
   // The item at `line` was written for `model` before (a resumed run skips it).
   bool done(int64_t line, const std::string& model) const;
   // The item's rows and record; its patching's failure (BatchOutcome::patch_error) to errors.csv.

@@ -11,6 +11,8 @@
 
 #include "app/common/command_support.h"
 #include "app/remote/client.h"
+#include "app/reports/prompt_set.h"
+#include "core/batch.h"
 #include "core/error.h"
 #include "core/metrics.h"
 #include "core/remote.h"
@@ -246,15 +248,180 @@ WorkerStatus InferenceWorker::status() const {
 void InferenceWorker::wait_idle() const {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] {
-    return stopping_ || (loads_.empty() && !pending_run_ && !pending_continue_ && !status_.busy &&
-                         !pending_sweep_ && !sweep_active_ && !pending_steps_ && !steps_active_);
+    return stopping_ ||
+           (loads_.empty() && !pending_run_ && !pending_continue_ && !status_.busy && !pending_sweep_ &&
+            !sweep_active_ && !pending_steps_ && !steps_active_ && !pending_set_ && !set_active_);
   });
 }
 
 bool InferenceWorker::idle() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return loads_.empty() && !pending_run_ && !pending_continue_ && !status_.busy && !pending_sweep_ &&
-         !sweep_active_ && !result_ && !continuation_ && !pending_steps_ && !steps_active_;
+         !sweep_active_ && !result_ && !continuation_ && !pending_steps_ && !steps_active_ && !pending_set_ &&
+         !set_active_;
+}
+
+uint64_t InferenceWorker::start_prompt_set(const PromptSetRequest& request) {
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    id = next_request_++;
+    pending_set_ = request;  // replaces the one in progress: it stops where it is
+    set_ = PromptSetProgress{};
+    set_.id = id;
+    set_.request = request;
+    set_.running = true;
+    set_.version = ++set_version_;
+  }
+  cv_.notify_all();
+  return id;
+}
+
+void InferenceWorker::cancel_prompt_set() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pending_set_) {  // not started: it ends here, nothing written
+      pending_set_.reset();
+      set_.running = false;
+      set_.cancelled = true;
+      set_.version = ++set_version_;
+    }
+    set_stop_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::optional<PromptSetProgress> InferenceWorker::prompt_set_progress(uint64_t seen_version) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (seen_version != 0 && set_.version == seen_version) return std::nullopt;
+  return set_;
+}
+
+struct InferenceWorker::SetRun {
+  std::unique_ptr<ItemReader> reader;
+  std::unique_ptr<PromptSetWriter> writer;
+  std::vector<size_t> slots;  // the slots taking part: those with a model loaded here
+  std::array<std::string, kSlots> names;
+  std::array<uint64_t, kSlots> generation{};  // their models' (a load in between stops the set)
+};
+
+void InferenceWorker::set_work(std::unique_lock<std::mutex>& lock) {
+  auto publish = [&] { set_.version = ++set_version_; };
+  if (pending_set_) {  // start: the slots' models, the items counted, the folder opened
+    const PromptSetRequest q = std::move(*pending_set_);
+    pending_set_.reset();
+    set_stop_ = false;
+    set_run_.reset();
+    auto run = std::make_shared<SetRun>();
+    for (size_t s = 0; s < kSlots; ++s) {
+      if (!models_[s]) continue;
+      const std::string& name = models_[s]->config().name;
+      run->names[s] = name.empty() ? status_.slots[s].path : name;
+      if (s > 0 && run->names[s] == run->names[0]) run->names[s] += " (" + std::to_string(s + 1) + ")";
+      run->slots.push_back(s);
+      run->generation[s] = model_generation_[s];
+    }
+    status_.activity = "starting the prompt set " + q.items;
+    lock.unlock();
+    std::string error;
+    int64_t total = 0;
+    try {
+      if (run->slots.empty())
+        throw Error("no model is loaded here (a remote slot runs no prompt set: run difflens batch there)");
+      total = count_items(q.items);
+      if (total == 0) throw Error("--items " + q.items + ": no items (one JSON object a line)");
+      run->reader = std::make_unique<ItemReader>(q.items);
+      run->writer = std::make_unique<PromptSetWriter>(
+          q.out, q.resume, q.out, "tick Resume to go on from it, or write to another folder");
+    } catch (const std::exception& e) {
+      error = user_message(e);
+    }
+    lock.lock();
+    set_.request = q;
+    set_.models = run->names;
+    set_.total = total;
+    if (!error.empty()) {
+      set_.error = error;
+      set_.running = false;
+      publish();
+      return;
+    }
+    set_run_ = run;
+    set_active_ = true;
+    publish();
+    return;
+  }
+  SetRun& run = *set_run_;
+  for (size_t s : run.slots)
+    if (model_generation_[s] != run.generation[s] && set_.error.empty()) {
+      set_.error = "the " + std::string(s == 0 ? "left" : "right") +
+                   " slot's model changed: stopped (Resume with the same models goes on)";
+      set_stop_ = true;
+    }
+  auto end = [&](bool cancelled) {  // the summary over what items.jsonl holds
+    std::vector<std::string> names;
+    for (size_t s : run.slots) names.push_back(run.names[s]);
+    status_.activity = "writing the prompt set's summary";
+    lock.unlock();
+    std::string summary, error;
+    try {
+      summary = run.writer->finish(names);
+    } catch (const std::exception& e) {
+      error = user_message(e);
+    }
+    lock.lock();
+    set_.summary = summary;
+    if (!error.empty() && set_.error.empty()) set_.error = "the summary: " + error;
+    set_.running = false;
+    set_.cancelled = cancelled;
+    set_.finished = !cancelled;
+    set_active_ = false;
+    set_run_.reset();
+    publish();
+  };
+  if (set_stop_) return end(true);
+  status_.activity =
+      "prompt set: item " + std::to_string(set_.done + 1) + " of " + std::to_string(set_.total);
+  lock.unlock();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string text, error;
+  int64_t line = 0, failed = 0, skipped = 0;
+  bool more = false;
+  try {
+    more = run.reader->next(text, line);
+  } catch (const std::exception& e) {
+    error = user_message(e);
+  }
+  if (more)
+    for (size_t s : run.slots) {
+      const std::string& name = run.names[s];
+      if (run.writer->done(line, name)) {
+        ++skipped;
+        continue;
+      }
+      std::string id = std::to_string(line);
+      try {
+        const BatchItem item = parse_batch_item(text, line);
+        id = item.id;
+        std::vector<std::string> refused;
+        run.writer->write(item, run_batch_entry(*models_[s], item, {}, refused), name);
+      } catch (const std::exception& e) {
+        run.writer->error(line, id, name, e.what());
+        ++failed;
+      }
+    }
+  const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  lock.lock();
+  set_.seconds += spent;
+  set_.failed += failed;
+  set_.skipped += skipped;
+  if (!error.empty()) {
+    set_.error = error;
+    return end(true);
+  }
+  if (!more) return end(false);
+  ++set_.done;
+  publish();
 }
 
 uint64_t InferenceWorker::start_steps(const StepsRequest& request) {
@@ -857,7 +1024,7 @@ void InferenceWorker::loop() {
   for (;;) {
     cv_.wait(lock, [this] {
       return stopping_ || !loads_.empty() || pending_run_ || pending_continue_ || pending_sweep_ ||
-             sweep_active_ || pending_steps_ || steps_active_;
+             sweep_active_ || pending_steps_ || steps_active_ || pending_set_ || set_active_;
     });
     if (stopping_) return;
     status_.busy = true;
@@ -870,7 +1037,9 @@ void InferenceWorker::loop() {
       run_continuation(job);
       lock.lock();
     } else if (loads_.empty() && !pending_run_) {  // sweeps and steps only when nothing else waits
-      if (pending_steps_ || steps_active_)
+      if (pending_set_ || set_active_)
+        set_work(lock);
+      else if (pending_steps_ || steps_active_)
         steps_work(lock);
       else if (pending_sweep_)
         begin_sweep(lock);

@@ -189,6 +189,27 @@ struct StepsProgress {
   uint64_t version = 0;  // grows with every change
 };
 
+// A prompt set (JSON lines, core/batch.h) run on the slots' local models into a folder, as `difflens batch`
+// writes it (app/reports/prompt_set.h): an item at a time between other work (runs and loads go first), the
+// app's File > Run a prompt set. A slot whose model changes while it runs stops it (Resume goes on).
+struct PromptSetRequest {
+  std::string items;  // the JSON lines file
+  std::string out;    // the folder written
+  bool resume = false;
+};
+
+struct PromptSetProgress {
+  uint64_t id = 0;  // 0: none yet
+  PromptSetRequest request;
+  bool running = false, finished = false, cancelled = false;
+  int64_t done = 0, total = 0, failed = 0, skipped = 0;  // items read; item-model pairs failed / done before
+  double seconds = 0;                                    // spent on items so far
+  std::string error;                                     // why it could not start, or stopped
+  std::string summary;                                   // summary.md's tables once it ends
+  std::array<std::string, kSlots> models;                // the slots' names in the files ("": left out)
+  uint64_t version = 0;
+};
+
 // The Why view's explanation as trained of the prompt and query it was made for (the worker's, per slot):
 // while only the interventions change, it is reused.
 struct WhyCache {
@@ -239,6 +260,11 @@ class InferenceWorker {
   void cancel_sweep();
   // The sweep's state if it changed since `seen_version` (0 = always), else nothing.
   std::optional<SweepProgress> sweep_progress(uint64_t seen_version = 0) const;
+  // Starts a prompt set on the slots' models (replacing one in progress, which stops where it is); its id.
+  uint64_t start_prompt_set(const PromptSetRequest& request);
+  // Stops it after the item in progress; the items done stay written, with a summary over them.
+  void cancel_prompt_set();
+  std::optional<PromptSetProgress> prompt_set_progress(uint64_t seen_version = 0) const;
   // Starts measuring the prompt over the slots' kept steps (replacing any such job); returns its id.
   uint64_t start_steps(const StepsRequest& request);
   // Stops it between steps; the steps measured stay.
@@ -262,6 +288,13 @@ class InferenceWorker {
   void drop_sweep_plan();                                    // forgets the private plan only
   bool sweep_uses(int slot) const;                           // the sweep runs episodes on that slot
   void steps_work(std::unique_lock<std::mutex>& lock);       // one step of the steps job (or its start/end)
+  void set_work(std::unique_lock<std::mutex>& lock);         // one item of the prompt set (or its start/end)
+  std::optional<PromptSetRequest> pending_set_;
+  PromptSetProgress set_;
+  uint64_t set_version_ = 0;
+  bool set_active_ = false, set_stop_ = false;
+  struct SetRun;                     // the worker's own: reader, writer, the models' generations
+  std::shared_ptr<SetRun> set_run_;  // worker thread only
   std::optional<StepsRequest> pending_steps_;
   StepsProgress steps_;
   uint64_t steps_version_ = 0;
