@@ -331,6 +331,17 @@ struct GuiState {
     std::optional<SweepProgress> progress;
     std::vector<NeedleCellSummary> cells[kSlots];
     std::vector<NeedleCellSummary> edited_cells[kSlots];  // the slot's episodes under the interventions
+    // "Sweep every kept step": the sweep run on each step the slots' training runs kept, in turn (each loaded
+    // into both slots as the step slider does); per step and slot, the accuracy (in answer_mass) and the
+    // attention noise of the episodes as trained.
+    struct OverSteps {
+      std::vector<int64_t> plan;
+      size_t next = 0;
+      bool running = false;
+      uint64_t sweep = 0;  // the sweep of plan[next]
+      std::array<std::vector<StepPoint>, kSlots> points;
+      std::string note;  // why it stopped
+    } over_steps;
   } lab;
   // Attention-noise readouts of the result on screen for the current selection.
   struct NoiseCache {

@@ -192,6 +192,65 @@ void start_lab_sweep(GuiState& state, InferenceWorker& worker) {
   }
 }
 
+// "Sweep every kept step": loads the next kept step into both slots and starts the lab's sweep on it (the
+// worker runs loads before a sweep begins, so the sweep sees the step).
+void start_next_step_sweep(GuiState& state, InferenceWorker& worker) {
+  GuiState::Lab::OverSteps& o = state.lab.over_steps;
+  load_training_step(state, worker, o.plan[o.next]);
+  start_lab_sweep(state, worker);
+  const auto p = worker.sweep_progress();
+  if (!state.lab.form_error.empty() || !p) {
+    o.running = false;
+    o.note = "stopped: " + state.lab.form_error;
+    return;
+  }
+  o.sweep = p->id;
+}
+
+void start_steps_sweep(GuiState& state, InferenceWorker& worker) {
+  GuiState::Lab::OverSteps& o = state.lab.over_steps;
+  o = GuiState::Lab::OverSteps{};
+  o.plan = timeline_steps(state);
+  if (o.plan.empty()) {
+    o.note = "neither slot holds a training run with kept steps (train --keep-every N)";
+    return;
+  }
+  o.running = true;
+  start_next_step_sweep(state, worker);
+}
+
+// After the sweep of a step ends: each slot's accuracy and noise there, then the next step's sweep.
+void poll_steps_sweep(GuiState& state, InferenceWorker& worker) {
+  GuiState::Lab& lab = state.lab;
+  GuiState::Lab::OverSteps& o = lab.over_steps;
+  if (!o.running || !lab.progress || lab.progress->id != o.sweep || lab.progress->running) return;
+  const SweepProgress& p = *lab.progress;
+  if (p.cancelled || !p.finished) {
+    o.running = false;
+    o.note = "stopped at step " + std::to_string(o.plan[o.next]) + (p.error.empty() ? "" : ": " + p.error);
+    return;
+  }
+  for (size_t s = 0; s < kSlots; ++s) {
+    if (p.runs[s].empty()) continue;
+    int answered = 0, asked = 0;
+    double noise = 0;
+    for (const NeedleRun& r : p.runs[s]) {
+      answered += r.answered;
+      asked += r.asked;
+      noise += r.attention.mean.noise_mass;
+    }
+    StepPoint q;
+    q.step = o.plan[o.next];
+    q.answer_mass = asked > 0 ? static_cast<double>(answered) / asked : 0;
+    q.noise_mass = noise / static_cast<double>(p.runs[s].size());
+    o.points[s].push_back(q);
+  }
+  if (++o.next < o.plan.size())
+    start_next_step_sweep(state, worker);
+  else
+    o.running = false;
+}
+
 // Takes the worker's sweep progress when it changed (the lab's one point per frame).
 void poll_lab(GuiState& state, const InferenceWorker& worker) {
   GuiState::Lab& lab = state.lab;
@@ -252,6 +311,16 @@ void draw_lab_form(GuiState& state, InferenceWorker& worker) {
     if (!have_runs) ImGui::BeginDisabled();
     if (ImGui::Button("Export results")) export_lab(state);
     if (!have_runs) ImGui::EndDisabled();
+    if (!state.timeline.runs[0].steps.empty() || !state.timeline.runs[1].steps.empty()) {
+      flow_next(button_w("Sweep every kept step"));
+      if (running) ImGui::BeginDisabled();
+      if (ImGui::Button("Sweep every kept step")) start_steps_sweep(state, worker);
+      if (running) ImGui::EndDisabled();
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip(
+            "runs this sweep on every step the slots' training runs kept (train --keep-every), loading each "
+            "into both slots in turn, and charts accuracy and attention noise against the step");
+    }
   };
   // Lecture mode with results: the form folds to the line of what ran, so the heatmaps are the slide.
   if (state.lecture && have_runs && !lab.form_open) {
@@ -621,6 +690,18 @@ void draw_lab_episodes(const std::vector<LabSeries>& series) {
 
 void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   draw_lab_form(state, worker);
+  poll_steps_sweep(state, worker);
+  {  // the sweep over the kept steps: where it is, and its chart once a step is done
+    const GuiState::Lab::OverSteps& o = state.lab.over_steps;
+    if (o.running)
+      ImGui::TextDisabled("sweeping kept step %zu of %zu (step %lld); Cancel stops it", o.next + 1,
+                          o.plan.size(), static_cast<long long>(o.plan[o.next]));
+    if (!o.note.empty()) ImGui::TextColored(ImVec4(0.75f, 0.35f, 0.0f, 1), "%s", o.note.c_str());
+    if (!o.points[0].empty() || !o.points[1].empty())
+      draw_steps_chart(state, o.points, ImGui::GetTextLineHeight() * 14,
+                       "the sweep against the training step: accuracy (solid), attention noise (light)",
+                       "lab.steps-chart");
+  }
   const SweepProgress* progress = draw_lab_progress(state.lab);
   if (!progress) return;
   const SweepProgress& p = *progress;

@@ -393,23 +393,18 @@ void draw_noise_chart(GuiState& state, const RunResult& r, const std::optional<N
 
 }  // namespace
 
-namespace {
-
-// The measure against the training step: answer (solid) and noise (light) mass, mean over layers and heads,
-// a pair of bars per slot at each kept step, as the per-layer chart's "mean" group.
-void draw_steps_chart(GuiState& state, const StepsProgress& p, float height) {
+void draw_steps_chart(GuiState& state, const std::array<std::vector<StepPoint>, kSlots>& points, float height,
+                      const char* title, const char* id) {
   const ImVec2 room(ImGui::GetContentRegionAvail().x, height);
   const float th = ImGui::GetTextLineHeight();
   std::set<int64_t> all;
-  for (const auto& pts : p.points)
+  for (const auto& pts : points)
     for (const StepPoint& q : pts) all.insert(q.step);
   if (all.empty() || room.y < th * 6) return;
   const std::vector<int64_t> steps(all.begin(), all.end());
   const ImVec2 min = ImGui::GetCursorScreenPos(), max(min.x + room.x, min.y + room.y);
-  const PlotArea a =
-      draw_plot_frame(min, max, 0, 1, "%.1f", true,
-                      "attention mass against the training step: answer (solid), noise (light)");
-  state.drawn.note("noise.steps-chart", a.min.x, a.min.y, a.max.x, a.max.y);
+  const PlotArea a = draw_plot_frame(min, max, 0, 1, "%.1f", true, title);
+  state.drawn.note(id, a.min.x, a.min.y, a.max.x, a.max.y);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float gw = (a.max.x - a.min.x) / static_cast<float>(steps.size()), bw = gw * 0.8f / (2 * kSlots);
   const float zero = a.y(0);
@@ -418,7 +413,7 @@ void draw_steps_chart(GuiState& state, const StepsProgress& p, float height) {
   const size_t every = std::max<size_t>(1, static_cast<size_t>(std::ceil(label_w / std::max(gw, 1.0f))));
   for (size_t g = 0; g < steps.size(); ++g) {
     for (int s = 0; s < kSlots; ++s)
-      for (const StepPoint& q : p.points[static_cast<size_t>(s)]) {
+      for (const StepPoint& q : points[static_cast<size_t>(s)]) {
         if (q.step != steps[g] || !q.error.empty()) continue;
         for (int k = 0; k < 2; ++k) {
           const double value = k == 0 ? q.answer_mass : q.noise_mass;
@@ -438,14 +433,11 @@ void draw_steps_chart(GuiState& state, const StepsProgress& p, float height) {
   }
   std::array<std::string, kSlots> names;  // each run's model folder
   for (int s = 0; s < kSlots; ++s)
-    if (!p.points[static_cast<size_t>(s)].empty() &&
-        !state.timeline.runs[static_cast<size_t>(s)].model.empty())
+    if (!points[static_cast<size_t>(s)].empty() && !state.timeline.runs[static_cast<size_t>(s)].model.empty())
       names[static_cast<size_t>(s)] = state.timeline.runs[static_cast<size_t>(s)].model.filename().string();
   draw_model_key(state, a.max.x, min.y, names);
   ImGui::Dummy(room);
 }
-
-}  // namespace
 
 void start_step_measure(GuiState& state, const RunResult& r, InferenceWorker& worker) {
   const SelectionState& sel = state.selection;
@@ -564,7 +556,9 @@ void draw_noise_panel(GuiState& state, const RunResult& r, InferenceWorker& work
   const float chart_h =
       std::max(th * 8, ImGui::GetContentRegionAvail().y - table_h - style.ItemSpacing.y * 2);
   if (state.timeline.chart_steps && state.timeline.steps && state.timeline.steps->id != 0)
-    draw_steps_chart(state, *state.timeline.steps, chart_h);
+    draw_steps_chart(state, state.timeline.steps->points, chart_h,
+                     "attention mass against the training step: answer (solid), noise (light)",
+                     "noise.steps-chart");
   else
     draw_noise_chart(state, r, readouts, rows, chart_h);
   if (!state.lecture && ImGui::BeginTable("noise", 1 + 4 * kSlots,

@@ -78,11 +78,20 @@ void describe_focused_heads(GuiState& state, const RunResult& r);
 // The rows the answer readouts average, named with their numbers: "rows 246-250 (the query to the end)".
 std::string answer_rows_phrase(int64_t query, int64_t length);
 void draw_noise_panel(GuiState& state, const RunResult& r, InferenceWorker& worker);
+// Bars against the training step: per slot at each step, answer_mass solid and noise_mass light (the lab puts
+// its accuracy in answer_mass), on a 0-1 axis titled `title`; `id` names its region for the layout check.
+void draw_steps_chart(GuiState& state, const std::array<std::vector<StepPoint>, kSlots>& points, float height,
+                      const char* title, const char* id);
+// Each slot's training run (read again when the slot's model changes); the steps any of them kept.
+std::vector<int64_t> timeline_steps(GuiState& state);
 // The Noise view's "Measure every kept step": the shown prompt, answer and query over the slots' kept steps.
 void start_step_measure(GuiState& state, const RunResult& r, InferenceWorker& worker);
 
 // panel_lab.cpp: the Needle lab tab.
 void start_lab_sweep(GuiState& state, InferenceWorker& worker);
+// "Sweep every kept step": the lab's sweep on each step the slots' runs kept, in turn (the lab view, drawn,
+// starts each next step's sweep when the last one ends).
+void start_steps_sweep(GuiState& state, InferenceWorker& worker);
 void poll_lab(GuiState& state, const InferenceWorker& worker);
 void export_lab(GuiState& state);
 void draw_lab_panel(GuiState& state, InferenceWorker& worker);

@@ -49,7 +49,7 @@ constexpr VerbName kVerbs[] = {
     {"pooling", "max|mean"},
     {"budget", "MB"},
     {"size", "WIDTHxHEIGHT"},
-    {"lab", "grid LENGTHS DEPTHS NEEDLES QUERIED SEEDS|start|cancel|interventions on|off"},
+    {"lab", "grid LENGTHS DEPTHS NEEDLES QUERIED SEEDS|start|steps|cancel|interventions on|off"},
     {"explain", "next|back|STEP"},
     {"present", "on|off"},
     {"export", "maps|heads|figure [WIDTHxHEIGHT [TEXT_PX]]|bundle|page [FILE.html]|window|folder DIR"},
@@ -333,7 +333,7 @@ bool parse_models_and_window(const LineReader& r, PlayAction& a) {
 // The lab, Explain and the exports: lab, explain, export. False: not one of these verbs.
 bool parse_lab_explain_export(const LineReader& r, PlayAction& a) {
   if (r.verb == "lab") {
-    if (r.w.empty()) r.bad("'lab' needs grid, start, cancel or interventions");
+    if (r.w.empty()) r.bad("'lab' needs grid, start, steps, cancel or interventions");
     if (r.w[0] == "grid") {
       a.verb = PlayVerb::LabGrid;
       r.words(6, 6);
@@ -346,7 +346,8 @@ bool parse_lab_explain_export(const LineReader& r, PlayAction& a) {
       if (on < 0) r.bad("'lab interventions' takes on or off, not '" + r.w[1] + "'");
       a.ints = {on == 0 ? 1 : 0};
     } else {
-      a.verb = r.one_of("start|cancel") == 0 ? PlayVerb::LabStart : PlayVerb::LabCancel;
+      const int which = r.one_of("start|cancel|steps");
+      a.verb = which == 0 ? PlayVerb::LabStart : which == 1 ? PlayVerb::LabCancel : PlayVerb::LabSteps;
     }
   } else if (r.verb == "explain") {
     a.verb = PlayVerb::Explain;

@@ -43,6 +43,7 @@ enum class PlayVerb {
   Size,              // ints: WIDTH, HEIGHT
   LabGrid,           // words: LENGTHS DEPTHS NEEDLES QUERIED SEEDS
   LabStart,          //
+  LabSteps,          // the lab's sweep on every kept step of the slots' runs
   LabCancel,         //
   LabInterventions,  // ints[0]: 1 sweep also under the Why view's interventions, 0 as trained only
   Explain,           // ints[0]: the step (1..6), or ints[1]: +1 next / -1 back

@@ -44,7 +44,7 @@ ScriptPlayer::ScriptPlayer(PlayScript script, double delay_ms, double seconds, b
 bool ScriptPlayer::results_in(const GuiState& state, const InferenceWorker& worker) const {
   return !state.prompt.pending && !state.needle.build_on_load && !state.repeated.build_on_load &&
          !state.cont.start && state.cont.request == 0 && state.cont.revealed >= state.cont.steps.size() &&
-         worker.idle();
+         !state.lab.over_steps.running && worker.idle();
 }
 
 void ScriptPlayer::note_memory() {
@@ -340,6 +340,9 @@ void ScriptPlayer::play(const PlayAction& a, GuiState& state, InferenceWorker& w
       break;
     case PlayVerb::LabStart:
       start_lab_sweep(state, worker);  // a bad grid shows in the lab's form, as with its button
+      break;
+    case PlayVerb::LabSteps:
+      start_steps_sweep(state, worker);  // the lab view draws it on (it starts each step's sweep)
       break;
     case PlayVerb::LabCancel:
       worker.cancel_sweep();
