@@ -717,6 +717,46 @@ TEST_CASE("play: a training run's kept steps load into both slots, the figures f
   CHECK_THAT(bad.out, Catch::Contains("bad.play:1"));
 }
 
+TEST_CASE("play: the Noise view measures every kept step, and a prompt set runs into a folder",
+          "[gui][play][train][batch]") {
+  need_the_app_and_a_display("the steps measure and the prompt set window");
+  test::ScratchDir dir("steps-set");
+  for (const auto& [name, kind] : {std::pair<const char*, AttentionKind>{"diff-small", AttentionKind::Diff},
+                                   {"baseline-small", AttentionKind::Baseline}}) {
+    const auto model = dir / "run" / name;
+    Model::random(test::tiny_config(kind), 3).save(model);
+    for (int step : {100, 200}) {
+      const auto kept = model / "checkpoints" / ("step-00000" + std::to_string(step));
+      Model::random(test::tiny_config(kind), static_cast<uint64_t>(step)).save(kept);
+      test::write_all(kept / "step.json", "{\"step\": " + std::to_string(step) + "}\n");
+    }
+  }
+  test::write_all(dir / "items.jsonl",
+                  "{\"prompt\": \"The code of Anna is 4821. Anna?\", \"answer\": \" 4821\"}\n"
+                  "{\"prompt\": \"The code of Omar is 7305. Omar?\", \"answer\": \" 7305\"}\n");
+  test::write_all(dir / "s.play",
+                  "size 1280x800\nprompt The code of Anna is 4821. Anna? 4821\nwait\nanswer 21 25\n"
+                  "view noise\nsteps measure\nwait\nscreenshot " +
+                      (dir / "a.png").string() + "\nprompt-set " + (dir / "items.jsonl").string() + " " +
+                      (dir / "set").string() + "\nwait\nscreenshot " + (dir / "b.png").string() +
+                      "\nprompt-set cancel\n");
+  const Run r = run_difflens("--models " + (dir / "run").string() + " --play " + (dir / "s.play").string() +
+                                 " --play-exit --threads 1",
+                             dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("0 screenshots not written"));
+  // The prompt set: both slots' models, two items each, the summary written.
+  const std::string csv = test::read_all(dir / "set" / "items.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 2 * 2);
+  CHECK_THAT(test::read_all(dir / "set" / "summary.md"), Catch::Contains("| accuracy (greedy) |"));
+  test::write_all(dir / "bad.play", "prompt-set only-one\n");
+  const Run bad = run_difflens("--play " + (dir / "bad.play").string() + " --play-exit", dir);
+  CHECK(bad.status != 0);
+  CHECK_THAT(bad.out,
+             Catch::Contains("bad.play:1") && Catch::Contains("give the items file and the output folder"));
+}
+
 TEST_CASE("play: Continue writes under the Why view's interventions, as the core's generation does",
           "[gui][play][interventions]") {
   need_the_app_and_a_display("Continue under interventions");
