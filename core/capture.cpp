@@ -112,7 +112,8 @@ LayerTrace capture_layer_pooled(CpuLayerCache& cache, nn::DecoderLayerImpl& laye
   nn::AttentionInputs in;
   std::unique_ptr<KernelPooler> kernels;
   if (by_kernels) {  // a GPU: core/cuda's kernels from the queries and keys, no block of maps
-    // --pooling products: each chunk's logits within a quarter of the GPU's free memory, 256 MB to 4 GB.
+    // --pooling products: each chunk's logits within a quarter of the GPU's free memory, but at least 256 MB
+    // and at most 4 GB.
     size_t products_bytes = 0;
     if (options.pooling == PoolingPath::Products) {
       uint64_t free_bytes = 0, total_bytes = 0;

@@ -215,7 +215,8 @@ void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, con
     // A chunk of rows at a time: their logits against the keys they may see, one batched matrix product per
     // component (cuBLAS in fp32: LibTorch leaves TF32 off for them unless a program turns it on, and DiffLens
     // does not), then both passes over them. Rows per chunk: the logits within products_bytes_, a multiple
-    // of the kernels' 128 rows; the floor of the statistics' top list comes from the rows' largest |logit|
+    // of the kernels' 128 rows where that fits, else fewer (16 at least: beyond 16 x T x H x 4 x 2 bytes a
+    // chunk goes over the budget); the floor of the statistics' top list comes from the rows' largest |logit|
     // so far (each is an entry, so the kTopK-th largest of them bounds the kTopK-th largest entry below).
     const int64_t Hkv = K1.size(0), group = H / Hkv, components = diff_ ? 2 : 1;
     const double per_cell = static_cast<double>(H) * 4.0 * static_cast<double>(components);
@@ -226,8 +227,9 @@ void KernelPooler::run(const Tensor& q1, const Tensor& k1, const Tensor& q2, con
       const int64_t key0 = window > 0 ? std::max<int64_t>(0, r0 - window + 1) : 0, before = r0 - key0;
       // rows · (before + rows) ≤ cells
       const double fit = (std::sqrt(static_cast<double>(before) * before + 4.0 * cells) - before) / 2.0;
+      const int64_t fits = static_cast<int64_t>(fit);
       const int64_t rows =
-          std::min({std::max<int64_t>(128, static_cast<int64_t>(fit) / 128 * 128), chunk_rows, T - r0});
+          std::min({fits >= 128 ? fits / 128 * 128 : std::max<int64_t>(16, fits), chunk_rows, T - r0});
       const int64_t cols = before + rows;
       auto product = [&](const Tensor& Q, const Tensor& K) {
         const Tensor q = Q.narrow(1, r0, rows).reshape({Hkv, group * rows, d});

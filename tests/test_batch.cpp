@@ -393,6 +393,20 @@ TEST_CASE("batch --steps: every kept step of each run, the measures against the 
         Approx(plain["baseline-small"]["p_answer"]["estimate"].get<double>()).epsilon(1e-12));
   CHECK(std::filesystem::file_size(dir / "out/steps.png") > 1000);
   CHECK_THAT(test::read_all(dir / "out/steps.svg"), Catch::Contains(">step 30<"));
+  // Two runs of one name in different places stay two series; a run given twice is refused.
+  fake_run(dir / "other" / "seed-1" / "diff-small", kDiff, {10});
+  r = run_cli("batch --steps --models " + (dir / "seed-1/diff-small").string() + "," +
+                  (dir / "other/seed-1/diff-small").string() + " --items " + (dir / "items.jsonl").string() +
+                  " --out " + (dir / "two").string(),
+              dir);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(test::read_all(dir / "two/steps.csv"), Catch::Contains("\nseed-1/diff-small (2),10,3,"));
+  r = run_cli("batch --steps --models " + (dir / "seed-1/diff-small").string() + "," +
+                  (dir / "seed-1/diff-small/checkpoints/step-00000010").string() + " --items " +
+                  (dir / "items.jsonl").string() + " --out " + (dir / "twice").string(),
+              dir);
+  CHECK(r.status != 0);
+  CHECK_THAT(r.out, Catch::Contains("is given twice"));
   // A folder that kept no steps is refused before any work, naming what keeps them.
   r = run_cli("batch --steps --models " + kDiff + " --items " + (dir / "items.jsonl").string() + " --out " +
                   (dir / "none").string(),

@@ -696,7 +696,9 @@ TEST_CASE("worker: the Noise view's measure over kept steps equals each step's o
   REQUIRE(c2);
   CHECK(c2->cancelled);
   CHECK_FALSE(c2->finished);
-  CHECK(c2->done < 3);
+  CHECK(c2->done == 0);
+  CHECK(c2->points[0].empty());
+  CHECK(c2->points[1].empty());
   CHECK_FALSE(w.steps_progress(c2->version));  // unchanged since
 }
 
@@ -754,7 +756,57 @@ TEST_CASE("worker: a prompt set runs both slots into a folder as difflens batch 
   w.wait_idle();
   p = w.prompt_set_progress();
   CHECK(p->cancelled);
+  CHECK(p->done == 0);
+  CHECK_FALSE(std::filesystem::exists(dir / "out2" / "items.jsonl"));
   w.start_prompt_set({(dir / "missing.jsonl").string(), (dir / "out3").string(), false});
   w.wait_idle();
   CHECK_THAT(w.prompt_set_progress()->error, Catch::Contains("cannot be read"));
+}
+
+TEST_CASE("worker: a job replaced while it runs leaves nothing of itself in the new one's progress",
+          "[worker][batch][timeline]") {
+  PairOnDisk pair;
+  test::ScratchDir dir("workerreplace");
+  std::string items;
+  for (int i = 0; i < 30; ++i)
+    items += "{\"prompt\": \"The code of Anna is 48" + std::to_string(i % 10) +
+             "1. Anna?\", \"answer\": \" 4801\"}\n";
+  test::write_all(dir / "items.jsonl", items);
+  InferenceWorker w({}, 1);
+  w.load(0, (pair.dir / "diff").string());
+  w.load(1, (pair.dir / "baseline").string());
+  w.wait_idle();
+  // A set started, replaced at once by one into an existing folder (refused), then by a good one: no crash,
+  // and the last one's counters are its own.
+  w.start_prompt_set({(dir / "items.jsonl").string(), (dir / "a").string(), false});
+  std::filesystem::create_directories(dir / "b");
+  test::write_all(dir / "b" / "items.jsonl", "");
+  w.start_prompt_set({(dir / "items.jsonl").string(), (dir / "b").string(), false});
+  w.start_prompt_set({(dir / "items.jsonl").string(), (dir / "c").string(), false});
+  w.wait_idle();
+  const auto p = w.prompt_set_progress();
+  REQUIRE(p);
+  CHECK(p->request.out == (dir / "c").string());
+  CHECK(p->finished);
+  CHECK(p->done == 30);
+  CHECK(p->skipped == 0);
+  const std::string csv = test::read_all(dir / "c" / "items.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 30 * 2);
+  // The same for the steps: the second job's points are its own steps only.
+  Model::random(test::tiny_config(AttentionKind::Diff, 32, 2, 2, 2), 9).save(dir / "s1");
+  StepsRequest q;
+  q.prompt = "The code of Anna is 4821. Anna? 4821";
+  q.answer = {21, 25};
+  q.query = 30;
+  q.steps[0] = {{1, (dir / "s1").string()}, {2, (dir / "s1").string()}, {3, (dir / "s1").string()}};
+  w.start_steps(q);
+  q.steps[0] = {{7, (dir / "s1").string()}};
+  w.start_steps(q);
+  w.wait_idle();
+  const auto s = w.steps_progress();
+  REQUIRE(s);
+  CHECK(s->finished);
+  REQUIRE(s->points[0].size() == 1);
+  CHECK(s->points[0][0].step == 7);
+  CHECK(s->done == 1);
 }

@@ -61,7 +61,9 @@ int cmd_batch(const Args& a) {
   if (total == 0) throw Error("--items " + items + ": no items (one JSON object a line)");
   std::vector<Model> models;
   std::vector<std::string> names;
-  std::vector<StepModel> steps;  // --steps: what each model is
+  std::vector<StepModel> steps;               // --steps: what each model is
+  std::map<std::string, std::string> run_of;  // --steps: a run's name -> its model folder (names unique)
+  double step_bytes = 0;
   for (const std::string& dir : model_dirs(a)) {
     if (!a.has("steps")) {
       models.push_back(load_model(dir, device(a)));
@@ -75,7 +77,23 @@ int cmd_batch(const Args& a) {
           " holds no kept steps (a model folder of a run that train --keep-every N made keeps them in "
           "checkpoints/step-N)");
     const fs::path run = kept.model;
-    const std::string run_name = (run.parent_path().filename() / run.filename()).string();
+    std::string run_name = (run.parent_path().filename() / run.filename()).string();
+    for (int k = 2; run_of.count(run_name) && run_of[run_name] != run.string(); ++k)  // a/seed-1, b/seed-1
+      run_name = (run.parent_path().filename() / run.filename()).string() + " (" + std::to_string(k) + ")";
+    if (run_of.count(run_name))
+      throw Error("--steps: " + dir + " is given twice (as a run or one of its steps)");
+    run_of[run_name] = run.string();
+    // Every kept step is a model loaded for the whole batch: refused before any is, when they would not fit.
+    for (const auto& [step, folder] : kept.steps)
+      for (const auto& e : fs::directory_iterator(folder))
+        if (e.path().extension() == ".safetensors")
+          step_bytes += static_cast<double>(fs::file_size(e.path()));
+    if (const uint64_t avail = available_memory_bytes();
+        avail > 0 && step_bytes > 0.5 * static_cast<double>(avail))
+      throw Error("--steps: the kept steps' weights come to " +
+                  std::to_string(static_cast<int64_t>(step_bytes / 1e6)) + " MB, loaded at once, and " +
+                  std::to_string(avail / 1000000) +
+                  " MB is available: give fewer runs at a time (or keep fewer steps)");
     for (const auto& [step, folder] : kept.steps) {
       models.push_back(load_model(folder.string(), device(a)));
       names.push_back(run_name + " step " + std::to_string(step));

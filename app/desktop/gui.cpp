@@ -635,6 +635,7 @@ int run_gui(const GuiOptions& opt) {
       state.status = worker.status();
       build_prompts_on_load(state);
       poll_lab(state, worker);
+      poll_steps_sweep(state, worker);  // the lab's sweep over kept steps goes on whatever view is shown
       poll_continue(state, worker);
       headless.after_poll(state);
       PlayRequests played;

@@ -690,7 +690,6 @@ void draw_lab_episodes(const std::vector<LabSeries>& series) {
 
 void draw_lab_panel(GuiState& state, InferenceWorker& worker) {
   draw_lab_form(state, worker);
-  poll_steps_sweep(state, worker);
   {  // the sweep over the kept steps: where it is, and its chart once a step is done
     const GuiState::Lab::OverSteps& o = state.lab.over_steps;
     if (o.running)

@@ -93,6 +93,8 @@ void start_lab_sweep(GuiState& state, InferenceWorker& worker);
 // starts each next step's sweep when the last one ends).
 void start_steps_sweep(GuiState& state, InferenceWorker& worker);
 void poll_lab(GuiState& state, const InferenceWorker& worker);
+// "Sweep every kept step": after a step's sweep ends, its points, then the next step's sweep (every frame).
+void poll_steps_sweep(GuiState& state, InferenceWorker& worker);
 void export_lab(GuiState& state);
 void draw_lab_panel(GuiState& state, InferenceWorker& worker);
 

@@ -311,6 +311,7 @@ void InferenceWorker::set_work(std::unique_lock<std::mutex>& lock) {
     const PromptSetRequest q = std::move(*pending_set_);
     pending_set_.reset();
     set_stop_ = false;
+    set_active_ = false;  // the set it replaces, if any, ends here (its folder keeps what it wrote)
     set_run_.reset();
     auto run = std::make_shared<SetRun>();
     for (size_t s = 0; s < kSlots; ++s) {
@@ -337,6 +338,7 @@ void InferenceWorker::set_work(std::unique_lock<std::mutex>& lock) {
       error = user_message(e);
     }
     lock.lock();
+    if (pending_set_) return;  // replaced meanwhile: the newer one starts next
     set_.request = q;
     set_.models = run->names;
     set_.total = total;
@@ -348,10 +350,20 @@ void InferenceWorker::set_work(std::unique_lock<std::mutex>& lock) {
     }
     set_run_ = run;
     set_active_ = true;
+    set_.running = true;
+    set_.finished = set_.cancelled = false;
+    set_.done = set_.failed = set_.skipped = 0;
+    set_.seconds = 0;
+    set_.summary.clear();
     publish();
     return;
   }
+  if (!set_run_ || pending_set_) {  // replaced by a newer set, which starts next
+    set_active_ = false;
+    return;
+  }
   SetRun& run = *set_run_;
+  const uint64_t job = set_.id;
   for (size_t s : run.slots)
     if (model_generation_[s] != run.generation[s] && set_.error.empty()) {
       set_.error = "the " + std::string(s == 0 ? "left" : "right") +
@@ -370,6 +382,7 @@ void InferenceWorker::set_work(std::unique_lock<std::mutex>& lock) {
       error = user_message(e);
     }
     lock.lock();
+    if (set_.id != job) return;  // a newer set took its place meanwhile: this one's state is not shown
     set_.summary = summary;
     if (!error.empty() && set_.error.empty()) set_.error = "the summary: " + error;
     set_.running = false;
@@ -412,6 +425,7 @@ void InferenceWorker::set_work(std::unique_lock<std::mutex>& lock) {
     }
   const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   lock.lock();
+  if (set_.id != job) return;  // replaced while the item ran: the newer set starts next
   set_.seconds += spent;
   set_.failed += failed;
   set_.skipped += skipped;
@@ -465,6 +479,10 @@ void InferenceWorker::steps_work(std::unique_lock<std::mutex>& lock) {
   if (pending_steps_) {  // start: the plan, step by step across the slots
     steps_.request = std::move(*pending_steps_);
     pending_steps_.reset();
+    steps_.points = {};
+    steps_.done = 0;
+    steps_.running = true;
+    steps_.finished = steps_.cancelled = false;
     steps_plan_.clear();
     steps_next_ = 0;
     steps_stop_ = false;
@@ -497,6 +515,7 @@ void InferenceWorker::steps_work(std::unique_lock<std::mutex>& lock) {
   const TokenRange answer = q.answer;
   const int64_t query = q.query;
   const DeviceChoice device = device_;
+  const uint64_t job = steps_.id;
   steps_.current = "slot " + std::to_string(slot + 1) + ": step " + std::to_string(step);
   status_.activity = "measuring " + steps_.current + " (" + std::to_string(steps_next_) + "/" +
                      std::to_string(steps_plan_.size()) + ")";
@@ -520,6 +539,7 @@ void InferenceWorker::steps_work(std::unique_lock<std::mutex>& lock) {
     p.error = user_message(e);
   }
   lock.lock();
+  if (steps_.id != job) return;  // replaced while it ran: the newer job starts next
   if (p.error == "interrupted by a run: measured again") {
     --steps_next_;  // a prompt run cancelled the capture: this step runs again after it
     return;
