@@ -678,14 +678,12 @@ TEST_CASE("play: the Why view patches a corrupt prompt, whole at 1280x800 with a
   CHECK_THAT(bad.out, Catch::Contains("bad.play:2") && Catch::Contains("give the corrupt prompt, or clear"));
 }
 
-TEST_CASE("play: a training run's kept steps load into both slots, the figures from the step on screen",
-          "[gui][play][train]") {
-  need_the_app_and_a_display("the training run's step slider");
-  test::ScratchDir dir("timeline");
-  // A run of two kept steps per model: random weights of the bundled shape, steps 100 and 200.
+// A training run of two kept steps per model, as train --keep-every leaves it: random weights of a tiny
+// shape, steps 100 and 200.
+static void tiny_run(const std::filesystem::path& run) {
   for (const auto& [name, kind] : {std::pair<const char*, AttentionKind>{"diff-small", AttentionKind::Diff},
                                    {"baseline-small", AttentionKind::Baseline}}) {
-    const auto model = dir / "run" / name;
+    const auto model = run / name;
     Model::random(test::tiny_config(kind), 3).save(model);
     for (int step : {100, 200}) {
       const auto kept = model / "checkpoints" / ("step-00000" + std::to_string(step));
@@ -693,6 +691,13 @@ TEST_CASE("play: a training run's kept steps load into both slots, the figures f
       test::write_all(kept / "step.json", "{\"step\": " + std::to_string(step) + "}\n");
     }
   }
+}
+
+TEST_CASE("play: a training run's kept steps load into both slots, the figures from the step on screen",
+          "[gui][play][train]") {
+  need_the_app_and_a_display("the training run's step slider");
+  test::ScratchDir dir("timeline");
+  tiny_run(dir / "run");
   const std::string run = (dir / "run").string();
   test::write_all(dir / "s.play",
                   "size 1280x800\nprompt 1, 2, 3, 4, 5\nwait\ncheckpoint 150\nwait\nexport folder " +
@@ -721,16 +726,7 @@ TEST_CASE("play: the Noise view measures every kept step, and a prompt set runs 
           "[gui][play][train][batch]") {
   need_the_app_and_a_display("the steps measure and the prompt set window");
   test::ScratchDir dir("steps-set");
-  for (const auto& [name, kind] : {std::pair<const char*, AttentionKind>{"diff-small", AttentionKind::Diff},
-                                   {"baseline-small", AttentionKind::Baseline}}) {
-    const auto model = dir / "run" / name;
-    Model::random(test::tiny_config(kind), 3).save(model);
-    for (int step : {100, 200}) {
-      const auto kept = model / "checkpoints" / ("step-00000" + std::to_string(step));
-      Model::random(test::tiny_config(kind), static_cast<uint64_t>(step)).save(kept);
-      test::write_all(kept / "step.json", "{\"step\": " + std::to_string(step) + "}\n");
-    }
-  }
+  tiny_run(dir / "run");
   test::write_all(dir / "items.jsonl",
                   "{\"prompt\": \"The code of Anna is 4821. Anna?\", \"answer\": \" 4821\"}\n"
                   "{\"prompt\": \"The code of Omar is 7305. Omar?\", \"answer\": \" 7305\"}\n");

@@ -116,29 +116,21 @@ int cmd_batch(const Args& a) {
     if (g_stop) break;
     ++n;
     for (size_t m = 0; m < models.size() && !g_stop; ++m) {
-      if (writer.done(line, names[m])) {
-        ++skipped;
-        continue;
-      }
-      std::string id = std::to_string(line);
+      // Specs a model cannot take (a baseline asked for λ) are left out for it, said once (as needle does).
+      std::vector<std::string> refused;
       try {
-        const BatchItem item = parse_batch_item(text, line);
-        id = item.id;
-        // Specs a model cannot take (a baseline asked for λ) are left out for it, said once (as needle does).
-        std::vector<std::string> refused;
-        const BatchOutcome o = run_batch_entry(models[m], item, a.get_all("intervene"), refused, &g_stop);
-        for (const std::string& why : refused)
-          if (said.insert(names[m] + why).second)
-            std::fprintf(stderr, "batch: %s: skipped (it runs without it): %s\n", names[m].c_str(),
-                         why.c_str());
-        writer.write(item, o, names[m]);
-        ++ran;
+        const auto outcome =
+            writer.run(models[m], names[m], text, line, a.get_all("intervene"), refused, &g_stop);
+        skipped += outcome == PromptSetWriter::Outcome::Skipped;
+        ran += outcome == PromptSetWriter::Outcome::Written;
+        failed += outcome == PromptSetWriter::Outcome::Failed;
       } catch (const Cancelled&) {
         break;  // Ctrl-C during a capture: this item is not written; --resume runs it
-      } catch (const std::exception& e) {
-        writer.error(line, id, names[m], e.what());
-        ++failed;
       }
+      for (const std::string& why : refused)
+        if (said.insert(names[m] + why).second)
+          std::fprintf(stderr, "batch: %s: skipped (it runs without it): %s\n", names[m].c_str(),
+                       why.c_str());
     }
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double rate = static_cast<double>(n) / std::max(el, 1e-9);

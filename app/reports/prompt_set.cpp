@@ -500,6 +500,26 @@ void PromptSetWriter::write(const BatchItem& item, const BatchOutcome& o, const 
   jsonl_->flush();
 }
 
+PromptSetWriter::Outcome PromptSetWriter::run(const Model& model, const std::string& name,
+                                              const std::string& text, int64_t line,
+                                              const std::vector<std::string>& specs,
+                                              std::vector<std::string>& refused,
+                                              const std::atomic<bool>* cancel) {
+  if (done(line, name)) return Outcome::Skipped;
+  std::string id = std::to_string(line);
+  try {
+    const BatchItem item = parse_batch_item(text, line);
+    id = item.id;
+    write(item, run_batch_entry(model, item, specs, refused, cancel), name);
+    return Outcome::Written;
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const std::exception& e) {
+    error(line, id, name, e.what());
+    return Outcome::Failed;
+  }
+}
+
 std::string PromptSetWriter::finish(const std::vector<std::string>& models, json* summary_out) const {
   return write_summary(out_, models, summary_out);
 }

@@ -5,6 +5,7 @@
 // step. The files and their columns: core/FORMATS.md, "Prompt sets".
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +50,13 @@ class PromptSetWriter {
   // The item's rows and record; its patching's failure (BatchOutcome::patch_error) to errors.csv.
   void write(const BatchItem& item, const BatchOutcome& outcome, const std::string& model);
   void error(int64_t line, const std::string& id, const std::string& model, const std::string& what);
+  // One line of the items file on one model: skipped when done before, else parsed, run (core/batch.h's
+  // run_batch_entry under `specs`; those the model cannot take go to `refused`) and written, or its error
+  // written to errors.csv. Cancelled (from `cancel`) is thrown on, nothing written.
+  enum class Outcome { Skipped, Written, Failed };
+  Outcome run(const Model& model, const std::string& name, const std::string& text, int64_t line,
+              const std::vector<std::string>& specs, std::vector<std::string>& refused,
+              const std::atomic<bool>* cancel = nullptr);
   int64_t unpatched() const { return unpatched_; }
   // summary.md and summary.json over every item items.jsonl holds (summary_out: the JSON); the Markdown.
   std::string finish(const std::vector<std::string>& models, nlohmann::json* summary_out = nullptr) const;

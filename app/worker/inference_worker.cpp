@@ -407,21 +407,10 @@ void InferenceWorker::set_work(std::unique_lock<std::mutex>& lock) {
   }
   if (more)
     for (size_t s : run.slots) {
-      const std::string& name = run.names[s];
-      if (run.writer->done(line, name)) {
-        ++skipped;
-        continue;
-      }
-      std::string id = std::to_string(line);
-      try {
-        const BatchItem item = parse_batch_item(text, line);
-        id = item.id;
-        std::vector<std::string> refused;
-        run.writer->write(item, run_batch_entry(*models_[s], item, {}, refused), name);
-      } catch (const std::exception& e) {
-        run.writer->error(line, id, name, e.what());
-        ++failed;
-      }
+      std::vector<std::string> refused;
+      const auto outcome = run.writer->run(*models_[s], run.names[s], text, line, {}, refused);
+      skipped += outcome == PromptSetWriter::Outcome::Skipped;
+      failed += outcome == PromptSetWriter::Outcome::Failed;
     }
   const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   lock.lock();
