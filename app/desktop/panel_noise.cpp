@@ -426,10 +426,9 @@ void draw_steps_chart(GuiState& state, const std::array<std::vector<StepPoint>, 
       }
     if (g % every != 0 && g + 1 != steps.size()) continue;
     const std::string label = "step " + std::to_string(steps[g]);
-    dl->AddText(
-        ImVec2(a.min.x + gw * (static_cast<float>(g) + 0.5f) - ImGui::CalcTextSize(label.c_str()).x / 2,
-               a.max.y + 3),
-        ImGui::GetColorU32(ImGuiCol_Text), label.c_str());
+    const float w = ImGui::CalcTextSize(label.c_str()).x;  // under its bars, kept inside the plot's width
+    const float x = std::clamp(a.min.x + gw * (static_cast<float>(g) + 0.5f) - w / 2, a.min.x, a.max.x - w);
+    dl->AddText(ImVec2(x, a.max.y + 3), ImGui::GetColorU32(ImGuiCol_Text), label.c_str());
   }
   std::array<std::string, kSlots> names;  // each run's model folder
   for (int s = 0; s < kSlots; ++s)
