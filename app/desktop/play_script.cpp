@@ -205,7 +205,8 @@ bool parse_prompt_and_selection(const LineReader& r, PlayAction& a) {
   } else if (r.verb == "prompt-set") {
     a.verb = PlayVerb::PromptSet;
     r.words(1, 3);
-    if ((r.w.size() == 1) != (r.w[0] == "cancel")) r.bad("give the items file and the output folder, or cancel");
+    if ((r.w.size() == 1) != (r.w[0] == "cancel"))
+      r.bad("give the items file and the output folder, or cancel");
     if (r.w.size() == 3 && r.w[2] != "resume") r.bad("the third word can only be resume");
     if (r.w[0] != "cancel") a.words = r.w;
   } else if (r.verb == "corrupt") {
