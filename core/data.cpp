@@ -140,6 +140,20 @@ const NeedleTemplate kWideWordings[] = {
     {"Everyone knows {name}'s secret number is {code}.",
      "Q: Which digits make up {name}'s code?\nA: The digits are"},
 };
+// The wider set: eight more, in the past tense or as reported speech. None is, or asks, a held-out phrasing.
+const NeedleTemplate kWiderWordings[] = {
+    {"The secret code of {name} was {code}.", "Q: What was {name}'s code?\nA: It was"},
+    {"I heard that {name} had the code {code}.", "Q: Which code did {name} have?\nA: {name} had"},
+    {"They told me the number of {name} is {code}.",
+     "Q: What did they tell you about {name}?\nA: The number of {name} is"},
+    {"{name} once had the secret number {code}.", "Q: What number did {name} once have?\nA: {name} had"},
+    {"Years ago the code for {name} was {code}.",
+     "Q: What was the code for {name}?\nA: The code for {name} was"},
+    {"A friend said that {name}'s number is {code}.", "Q: And {name}'s number?\nA: The number is"},
+    {"The number that {name} used was {code}.", "Q: Which number did {name} use?\nA: {name} used"},
+    {"It was said that {name} kept the code {code}.", "Q: What code did {name} keep?\nA: {name} kept"},
+};
+
 const NeedleTemplate kEvalWordings[] = {
     {"The password of {name} is {code}.", "Q: Tell me the code of {name}.\nA: The code of {name} is"},
     {"We were told that {name}'s code was {code}.",
@@ -259,6 +273,15 @@ const std::vector<NeedleTemplate>& wide_needle_wordings() {
     return w;
   }();
   return wide;
+}
+
+const std::vector<NeedleTemplate>& wider_needle_wordings() {
+  static const std::vector<NeedleTemplate> wider = [] {
+    std::vector<NeedleTemplate> w = wide_needle_wordings();
+    w.insert(w.end(), std::begin(kWiderWordings), std::end(kWiderWordings));
+    return w;
+  }();
+  return wider;
 }
 
 const std::vector<std::string>& given_names(NeedleSplit split) {
@@ -736,6 +759,8 @@ void DataMix::validate() const {
     throw Error("training mix: zipf_fraction must lie in [0, 1]");
   if (wide_wording && !varied_wording)
     throw Error("training mix: wide_wording widens varied_wording; set varied_wording too");
+  if (wider_wording && !wide_wording)
+    throw Error("training mix: wider_wording widens wide_wording; set wide_wording too");
   if (code_digits_min < 1 || code_digits_max < code_digits_min || code_digits_max > 9)
     throw Error("training mix: code_digits must be [min, max] with 1 <= min <= max <= 9 (got [" +
                 std::to_string(code_digits_min) + ", " + std::to_string(code_digits_max) + "])");
@@ -752,7 +777,9 @@ TrainingData::TrainingData(std::vector<int64_t> stream, const Haystack& haystack
     throw Error("training text is too short (" + std::to_string(stream_.size()) + " tokens)");
   mix.validate();
   if (mix.varied_wording)
-    episodes_.set_wordings(mix.wide_wording ? wide_needle_wordings() : needle_wordings(NeedleSplit::Train));
+    episodes_.set_wordings(mix.wider_wording  ? wider_needle_wordings()
+                           : mix.wide_wording ? wide_needle_wordings()
+                                              : needle_wordings(NeedleSplit::Train));
   episodes_.set_code_digits(mix.code_digits_min, mix.code_digits_max);
   // What one needle costs a drill: its sentence, its question and answer, the spaces between, with the
   // pool's longest key (and, with several wordings, the longest of each).

@@ -115,6 +115,12 @@ const std::vector<NeedleTemplate>& needle_wordings(NeedleSplit split);
 // needle_wordings(Train) and eighteen more wordings (24 needles, 24 questions), none held out.
 const std::vector<NeedleTemplate>& wide_needle_wordings();
 
+// wide_needle_wordings() and eight more (32 needles, 32 questions): past tenses ("... was {code}") and
+// reported speech ("I heard that ...", "They told me ..."), which the wide set lacks. None is, or asks, a
+// held-out phrasing. Added after the held-out "We were told that {name}'s code was {code}." proved the
+// hardest of the two for every model (assets/models/train-names.json's comment has the figures).
+const std::vector<NeedleTemplate>& wider_needle_wordings();
+
 // Given names for NameSet::GivenNames: Train and Eval are disjoint and neither holds SingleToken's held-out
 // names. Pieces are not counted here (that needs a tokenizer): see EpisodeBuilder::keys().
 const std::vector<std::string>& given_names(NeedleSplit split);
@@ -207,7 +213,8 @@ struct DataMix {
   double zipf_fraction = 0.5;  // Vocabulary keys: the share of draws weighted by rank (EpisodeBuilder)
   // Several wordings (needle_wordings(Train); evaluation during training uses the held-out ones).
   bool varied_wording = false;
-  bool wide_wording = false;  // with varied_wording: wide_needle_wordings() instead of the six
+  bool wide_wording = false;   // with varied_wording: wide_needle_wordings() instead of the six
+  bool wider_wording = false;  // with wide_wording: wider_needle_wordings() instead of the 24
   // Code lengths in digits. When they vary, the token after each answered code (the full stop) counts as an
   // answer token too, so that a model learns where a code ends.
   int code_digits_min = 4, code_digits_max = 4;

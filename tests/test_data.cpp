@@ -526,6 +526,36 @@ TEST_CASE("given names and words of one to four pieces, varied wordings and code
   CHECK((stops * 4 <= answers));  // at least three digits a code
 }
 
+namespace {
+
+// Drills only, given names, the wide wordings (and the wider ones).
+DataMix drill_mix(bool wider) {
+  DataMix mix;
+  mix.names = NameSet::GivenNames;
+  mix.varied_wording = true;
+  mix.wide_wording = true;
+  mix.wider_wording = wider;
+  mix.drill_fraction = 1.0;
+  mix.episode_fraction = 0.0;
+  return mix;
+}
+
+// How many of `parts` the first `rows` rows' texts hold (each part counted once a row).
+template <typename Fixture>
+int parts_in_rows(const Fixture& f, const DataMix& mix, int rows, std::initializer_list<const char*> parts) {
+  const TrainingData data(f.stream, f.hay, f.tok, mix);
+  int found = 0;
+  for (int i = 0; i < rows; ++i) {
+    std::mt19937_64 r(static_cast<uint64_t>(i));
+    const std::string text = f.tok.decode(data.row(256, r).ids);
+    for (const char* part : parts)
+      if (text.find(part) != std::string::npos) ++found;
+  }
+  return found;
+}
+
+}  // namespace
+
 TEST_CASE("the wide wordings: 24 needles and questions, none held out, none of their words a key",
           "[data][train][needle]") {
   const BundledFixture f;
@@ -562,23 +592,50 @@ TEST_CASE("the wide wordings: 24 needles and questions, none held out, none of t
   CHECK(widened.keys().size() < before.size());
   CHECK(widened.keys().size() > before.size() - 40);
   // Rows drawn with the wide set use its later wordings too.
-  DataMix mix;
-  mix.names = NameSet::GivenNames;
-  mix.varied_wording = true;
-  mix.wide_wording = true;
-  mix.drill_fraction = 1.0;
-  mix.episode_fraction = 0.0;
-  const TrainingData data(f.stream, f.hay, f.tok, mix);
-  int later = 0;
-  for (int i = 0; i < 20; ++i) {
-    std::mt19937_64 r(static_cast<uint64_t>(i));
-    const std::string text = f.tok.decode(data.row(256, r).ids);
-    for (const char* part :
-         {"Keep in mind that", "was given the code", "as a secret code", "Someone said that", "opens with",
-          "Everyone knows", "Q: Which digits make up", "Answer: The code is"})
-      if (text.find(part) != std::string::npos) ++later;
-  }
-  CHECK(later > 10);
+  DataMix mix = drill_mix(false);
+  CHECK(parts_in_rows(f, mix, 20,
+                      {"Keep in mind that", "was given the code", "as a secret code", "Someone said that",
+                       "opens with", "Everyone knows", "Q: Which digits make up", "Answer: The code is"}) >
+        10);
   mix.varied_wording = false;
   CHECK_THROWS_WITH(mix.validate(), Catch::Contains("set varied_wording too"));
+}
+
+TEST_CASE("the wider wordings: 32 needles and questions, past tenses and reported speech, none held out",
+          "[data][train][needle]") {
+  const BundledFixture f;
+  const auto& wide = wide_needle_wordings();
+  const auto& wider = wider_needle_wordings();
+  REQUIRE(wider.size() == 32);
+  for (size_t i = 0; i < wide.size(); ++i) {  // the wide set first, unchanged: its rows stay as they were
+    CHECK(wider[i].needle == wide[i].needle);
+    CHECK(wider[i].question == wide[i].question);
+  }
+  std::set<std::string> needles, questions;
+  int past = 0;
+  for (const NeedleTemplate& t : wider) {
+    CHECK_NOTHROW(t.validate());
+    needles.insert(t.needle);
+    questions.insert(t.question);
+    if (t.needle.find(" was {code}") != std::string::npos) ++past;
+    for (const NeedleTemplate& held : needle_wordings(NeedleSplit::Eval)) {
+      CHECK(held.needle != t.needle);
+      CHECK(held.question != t.question);
+    }
+  }
+  CHECK(needles.size() == 32);
+  CHECK(questions.size() == 32);
+  CHECK(past == 3);  // the wide set has none: "... was {code}."
+  // The added words leave the key pool.
+  EpisodeBuilder b(f.hay, f.tok, NeedleSplit::Train, NameSet::GivenNames);
+  b.set_wordings(wider);
+  const std::set<std::string> keys(b.keys().begin(), b.keys().end());
+  for (const char* word : {"Heard", "Years", "Friend", "Once", "Told"}) CHECK(keys.count(word) == 0);
+  // Rows drawn with the wider set use its last eight wordings too.
+  DataMix mix = drill_mix(true);
+  CHECK(parts_in_rows(f, mix, 30,
+                      {"I heard that", "They told me", "once had the secret number", "Years ago",
+                       "A friend said", "It was said that", "Q: And ", "What was the code for"}) > 5);
+  mix.wide_wording = false;
+  CHECK_THROWS_WITH(mix.validate(), Catch::Contains("set wide_wording too"));
 }

@@ -435,6 +435,16 @@ TEST_CASE("train: a JSON config with phases inherits what a phase does not name"
   CHECK_THROWS_WITH(train_options_from_json(dir / "bad.json"), Catch::Contains("increasing from_step"));
   test::write_all(dir / "bad2.json", R"({"names": "long"})");
   CHECK_THROWS_WITH(train_options_from_json(dir / "bad2.json"), Catch::Contains("unknown needle name set"));
+  // The wordings widen by phase (six, 24, 32), each level needing the one before.
+  test::write_all(dir / "w.json", R"({"steps": 100, "varied_wording": true,
+    "phases": [{"from_step": 40, "wide_wording": true}, {"from_step": 70, "wider_wording": true}]})");
+  const TrainOptions w = train_options_from_json(dir / "w.json");
+  REQUIRE(w.phases.size() == 3);
+  CHECK((w.phases[0].mix.varied_wording && !w.phases[0].mix.wide_wording && !w.phases[0].mix.wider_wording));
+  CHECK((w.phases[1].mix.wide_wording && !w.phases[1].mix.wider_wording));
+  CHECK((w.phases[2].mix.wide_wording && w.phases[2].mix.wider_wording));
+  test::write_all(dir / "bad3.json", R"({"varied_wording": true, "wider_wording": true})");
+  CHECK_THROWS_WITH(train_options_from_json(dir / "bad3.json"), Catch::Contains("set wide_wording too"));
 }
 
 TEST_CASE("train: a curriculum's phases set rows, batch, mix and a flat or decaying schedule",
