@@ -189,7 +189,7 @@ RemoteCapture RemoteClient::capture(remote::CaptureRequest request, const std::a
   req.headers = headers_for(address_, client_id_);
   req.set_header("Content-Type", "application/json");
   req.body = remote::to_json(request);
-  // The stream: JSON lines (queued, layer i of n, heartbeats), then {"result": "trace", "bytes": N} and N
+  // The stream: JSON lines (queued, layer i of n, heartbeats), then {"bytes": N, "result": "trace"} and N
   // bytes of the trace, or an error line.
   std::string buffer, trace_bytes, error_line;
   size_t expected = 0;

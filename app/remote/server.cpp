@@ -64,6 +64,8 @@ const char* status_text(int status) {
       return "Conflict";
     case 413:
       return "Payload Too Large";
+    case 415:
+      return "Unsupported Media Type";
     case 500:
       return "Internal Server Error";
     case 503:
@@ -537,11 +539,37 @@ struct RemoteServer::Impl {
     });
     http->Get("/v1/info", route(&Impl::info_request));
     http->Get(R"(/v1/tokenizer/(\d+))", route(&Impl::tokenizer_file));
-    http->Post("/v1/capture", route(&Impl::capture_request));
-    http->Post("/v1/tile", route(&Impl::tile_request));
-    http->Post("/v1/tokenize", route(&Impl::tokenize_request));
-    http->Post("/v1/needle", route(&Impl::needle_request));
-    http->Post("/v1/item", route(&Impl::item_request));
+    // POST bodies are read here, whatever their Content-Type: cpp-httplib reads an
+    // application/x-www-form-urlencoded body (curl -d's and Python urllib's default) itself and refuses one
+    // over 8 KB with a 413 that names no limit of ours. A multipart form is no JSON object: refused, the
+    // header named. Over the request limit, reading stops and http_error says so (413).
+    const auto post = [this](Handler h) {
+      return [this, h](const httplib::Request& req, httplib::Response& res,
+                       const httplib::ContentReader& read) {
+        if (!authorized(req, res)) return;
+        if (req.is_multipart_form_data()) {
+          // Read to its end (within the limit), so that the connection's next request starts where it should.
+          if (!read([](const httplib::MultipartFormData&) { return true; },
+                    [](const char*, size_t) { return true; }))
+            return;
+          return reply_error(req, res, 415,
+                             "Content-Type: multipart/form-data: send the request's JSON object as the body "
+                             "(Content-Type: application/json)");
+        }
+        httplib::Request with_body = req;
+        if (!read([&](const char* data, size_t n) {
+              with_body.body.append(data, n);
+              return true;
+            }))
+          return;
+        guarded(with_body, res, [&] { (this->*h)(with_body, res); });
+      };
+    };
+    http->Post("/v1/capture", post(&Impl::capture_request));
+    http->Post("/v1/tile", post(&Impl::tile_request));
+    http->Post("/v1/tokenize", post(&Impl::tokenize_request));
+    http->Post("/v1/needle", post(&Impl::needle_request));
+    http->Post("/v1/item", post(&Impl::item_request));
     http->set_error_handler(
         [this](const httplib::Request& req, httplib::Response& res) { http_error(req, res); });
     http->set_exception_handler([this](const httplib::Request& req, httplib::Response& res,
