@@ -99,8 +99,15 @@ std::string Trace::nonfinite_summary() const {
   };
   for (const auto& l : layers) {
     size_t n = 0;
-    for (const FloatArray* a : l.arrays())
-      for (float v : a->data) n += !std::isfinite(v);
+    // A pooled map's cells with no causal entry are NaN by design (the future, beyond a sliding window): only
+    // infinities count there. The kept queries and keys, the statistics and the predictions are checked
+    // whole.
+    const std::vector<const FloatArray*> grids = {&l.a1_mean, &l.a1_max, &l.a2_mean,
+                                                  &l.a2_max,  &l.a_mean, &l.a_max};
+    for (const FloatArray* a : l.arrays()) {
+      const bool grid = std::find(grids.begin(), grids.end(), a) != grids.end();
+      for (float v : a->data) n += grid ? std::isinf(v) : !std::isfinite(v);
+    }
     for (const ValueStats* st : {&l.logit_stats, &l.hidden_stats})
       for (float v : st->top) n += !std::isfinite(v);
     add("layer " + std::to_string(l.index), n);

@@ -116,6 +116,40 @@ TEST_CASE("cli: init-pair then capture writes a readable trace bundle", "[cli]")
   CHECK(r.out.find("\"attention\": \"diff\"") != std::string::npos);
 }
 
+TEST_CASE(
+    "cli: capture pools exact maps over the default budget and says so, and refuses full logits over it",
+    "[cli][long]") {
+  // The bundled DIFF keeps 4 layers x 4 heads x 3 maps: 1,200 tokens' exact maps are 1200² x 48 x 4 bytes =
+  // 264 MB, over the default 256 MB.
+  test::ScratchDir dir("cli-budget");
+  std::string ids = "1";
+  for (int i = 1; i < 1200; ++i) ids += "," + std::to_string(300 + (i * 37) % 2000);
+  const std::string model = " --model " DIFFLENS_SOURCE_DIR "/assets/models/diff-small --threads 2";
+  Result r = run("capture" + model + " --token-ids " + ids + " --out " + (dir / "pooled").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out,
+             Catch::Contains("exact maps of 1200 tokens would take 263.7 MB: pooled maps written instead") &&
+                 Catch::Contains("--pooled-budget 0 keeps them exact") &&
+                 !Catch::Contains("not finite"));  // the grids' empty (future) cells are NaN by design
+  const Trace t = read_trace_bundle(dir / "pooled");
+  CHECK(t.layers[0].pooled > 0);
+  CHECK(t.layers[0].a.empty());
+  CHECK(t.pooled_budget == size_t{256} << 20);
+  // --keep-logits has no pooled form: refused with the size, before any work.
+  r = run("capture" + model + " --token-ids " + ids + " --keep-logits --out " + (dir / "logits").string(),
+          dir);
+  CHECK(r.status == 1);
+  CHECK_THAT(r.out, Catch::Contains("--keep-logits: this prompt's exact maps and logits take") &&
+                        Catch::Contains("--pooled-budget 0"));
+  CHECK(!std::filesystem::exists(dir / "logits" / "maps.safetensors"));
+  // A short prompt stays exact, with no word about pooling.
+  r = run("capture" + model + " --token-ids 1,400,500 --out " + (dir / "short").string(), dir);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("pooled") == std::string::npos);
+  CHECK(read_trace_bundle(dir / "short").layers[0].pooled == 0);
+}
+
 TEST_CASE("cli: init-pair --arch diff-v2, then capture, info and convert of a DIFF V2 model", "[cli][v2]") {
   test::ScratchDir dir("cliv2");
   const std::string models = (dir / "models").string();

@@ -190,4 +190,17 @@ TEST_CASE("a trace says where it holds values that are not finite", "[trace][hos
   const std::string s = t.nonfinite_summary();
   CHECK_THAT(s, Catch::Contains("layer 1: 2 NaN or inf values") && Catch::Contains("the predictions: 1") &&
                     !Catch::Contains("layer 0"));
+  // A pooled capture's grids hold NaN where a cell has no causal entry (the future): by design, not counted;
+  // an infinity there is.
+  CaptureOptions o;
+  o.pooled_budget_bytes = 4096;  // 12 kept maps x mean and max: 9 x 9 cells of 60 tokens
+  Trace p = m.capture(test::random_ids(60, 259, 3), o);
+  REQUIRE(p.layers[0].pooled > 1);
+  REQUIRE(p.layers[0].pooled < 60);
+  size_t nan = 0;
+  for (float v : p.layers[0].a_mean.data) nan += std::isnan(v);
+  REQUIRE(nan > 0);
+  CHECK(p.nonfinite_summary().empty());
+  p.layers[0].a_max.data[0] = std::numeric_limits<float>::infinity();
+  CHECK_THAT(p.nonfinite_summary(), Catch::Contains("layer 0: 1 NaN or inf values"));
 }

@@ -282,7 +282,7 @@ Command gui_command() {
        integer("lab-seeds", "N", 1, 10000, std::to_string(d.lab_seeds), "the Needle lab's episodes per cell"),
        flag("lab-run", "start the Needle lab's sweep (a screenshot waits for it)"),
        haystack_option(),
-       pooled_budget_option("256"),
+       pooled_budget_option(std::to_string(kDefaultPooledBudgetMb)),
        device_option("auto"),
        threads_option(),
        size("size", 240, 16384, "",

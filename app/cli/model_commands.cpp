@@ -10,6 +10,7 @@
 #include "app/cli/commands.h"
 #include "app/common/command_support.h"
 #include "app/remote/client.h"
+#include "core/capture_plan.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -74,12 +75,15 @@ int capture_remote(const Args& a) {
   if (a.has("token-ids") && q.specials == Specials::text)
     throw Error("--specials is for a text prompt, not --token-ids");
   q.keep_maps = !a.has("no-maps");
-  q.pooled_budget_bytes = pooled_budget_bytes(a);
   for (int l : a.get_int_list("layers")) q.layers.push_back(l);
   for (int h : a.get_int_list("heads")) q.heads.push_back(h);
   q.keep_logits = a.has("keep-logits");
   q.keep_hidden = a.has("keep-hidden");
   q.keep_qkv = a.has("keep-qkv");
+  // As a local capture: the default budget, none for full logits (the server refuses a reply over its limit).
+  q.pooled_budget_bytes = a.has("pooled-budget") ? pooled_budget_bytes(a)
+                          : q.keep_logits        ? 0
+                                                 : kDefaultPooledBudgetMb << 20;
   q.top_k = a.get_int("top-k");
   q.position_top_k = a.get_int("position-top-k");
   q.interventions = a.get_all("intervene");  // the server resolves them against its model
@@ -101,6 +105,28 @@ int capture_remote(const Args& a) {
   return 0;
 }
 
+// The capture's budget for exact maps (the app's default, 256 MB, unless --pooled-budget names one): beyond
+// it long prompts are pooled, as in the app, rather than writing gigabytes unasked (4K tokens of a 98 M
+// model: 13.8 GB). Full logits have no pooled form: over the default budget they are refused, with the size.
+// A model run with quantized logits keeps exact maps (pooling does not combine with it). Returns the exact
+// maps' size.
+double capture_budget(const Args& a, const Model& model, const std::vector<int64_t>& ids,
+                      CaptureOptions& opt) {
+  CaptureOptions exact = opt;
+  exact.pooled_budget_bytes = 0;
+  const CapturePlan plan = plan_capture(model.config(), ids, exact, 0, CaptureMachine{});
+  if (a.has("pooled-budget") || model.logit_bits() > 0) return plan.exact_map_bytes;
+  const size_t budget = kDefaultPooledBudgetMb << 20;
+  if (opt.keep_logits && plan.exact_map_bytes + plan.logits_bytes > static_cast<double>(budget))
+    throw Error("--keep-logits: this prompt's exact maps and logits take " +
+                mb(static_cast<size_t>(plan.exact_map_bytes + plan.logits_bytes)) +
+                ", over the default budget of " + mb(budget) +
+                " (full logits have no pooled form); give --pooled-budget 0 to write them all the same, or "
+                "leave out --keep-logits for pooled maps");
+  if (!opt.keep_logits) opt.pooled_budget_bytes = budget;
+  return plan.exact_map_bytes;
+}
+
 int cmd_capture(const Args& a) {
   const std::string out = a.require("out");
   check_output_dir(out, "--out");
@@ -119,8 +145,18 @@ int cmd_capture(const Args& a) {
   opt.next_token_top_k = a.get_int("top-k");
   opt.position_top_k = a.get_int("position-top-k");
   opt.interventions = interventions_of(a, model.config(), static_cast<int64_t>(ids.size()));
+  const double exact_bytes = capture_budget(a, model, ids, opt);
   const Trace trace = model.capture(ids, opt);
   write_trace_bundle(trace, out);
+  if (trace.pooled_budget > 0 && !trace.layers.empty())
+    std::fprintf(
+        stderr,
+        "capture: exact maps of %lld tokens would take %s: pooled maps written instead (mean and max, "
+        "%lld x %lld cells a map, within %s; rows and tiles are recomputed exactly from the kept "
+        "queries and keys); --pooled-budget 0 keeps them exact\n",
+        static_cast<long long>(trace.length()), mb(static_cast<size_t>(exact_bytes)).c_str(),
+        static_cast<long long>(trace.layers.front().pooled),
+        static_cast<long long>(trace.layers.front().pooled), mb(trace.pooled_budget).c_str());
 
   const ModelConfig& c = model.config();
   std::printf("model     %s (%s, %lld layers, %lld heads, %lld params) on %s\n", a.get("model").c_str(),
@@ -167,9 +203,11 @@ Command capture_command() {
        query_option(),
        device_option("auto"),
        threads_option(),
-       pooled_budget_option("")},
+       pooled_budget_option(std::to_string(kDefaultPooledBudgetMb))},
       "Give exactly one of --prompt, --prompt-file, --token-ids. Statistics are kept for every layer and head "
-      "whatever --layers/--heads keep.",
+      "whatever --layers/--heads keep. Exact maps over the budget (--pooled-budget, 256 MB unless given) are "
+      "pooled, as in the app, and the command says so; --keep-logits over it is refused with the size unless "
+      "--pooled-budget 0 asks for everything exact.",
       cmd_capture};
 }
 

@@ -83,6 +83,9 @@ std::string prompt_text(const Args& a);
 // --specials: how special tokens written in the prompt are read (match when the command has no such option).
 Specials prompt_specials(const Args& a);
 size_t pooled_budget_bytes(const Args& a);  // --pooled-budget MB; 0 when absent
+// The budget for a long prompt's maps per model, in MB, where --pooled-budget is not given: the app's and
+// `capture`'s (exact maps over it are pooled).
+inline constexpr size_t kDefaultPooledBudgetMb = 256;
 std::string mb(size_t bytes);
 
 // Set by SIGINT (and SIGTERM while training) once a command installs on_interrupt.
