@@ -35,7 +35,7 @@ int cmd_lens(const Args& a) {
   const int K = a.get_int("top-k");
   for (int k = 1; k <= K; ++k) lens << ",top" << k << ",p" << k;
   lens << "\n";
-  shares << "model,part,layer,head,share,a1_part,a2_part\n";
+  shares << "model,part,layer,head,share,a1_part,minus_lambda_a2_part\n";
   for (const std::string& dir : dirs) {
     const Model m = load_model(dir, device(a));
     const std::vector<int64_t> ids = prompt_ids(a, m);
