@@ -154,6 +154,20 @@ const NeedleTemplate kWiderWordings[] = {
     {"It was said that {name} kept the code {code}.", "Q: What code did {name} keep?\nA: {name} kept"},
 };
 
+// The noun set: eight more whose secret is not a "code" or a "number" (a PIN, a passcode, a combination...),
+// asked for as a code or a number, so that retrieval does not hang on the noun. None is, or asks, a held-out
+// phrasing (neither names a password).
+const NeedleTemplate kNounWordings[] = {
+    {"{name}'s PIN is {code}.", "Q: What is the code of {name}?\nA: The code of {name} is"},
+    {"The passcode of {name} is {code}.", "Q: Which number is {name}'s?\nA: {name}'s number is"},
+    {"The combination of {name} is {code}.", "Q: What opens the safe of {name}?\nA: The combination is"},
+    {"The access key for {name} is {code}.", "Q: What is the key of {name}?\nA: The key of {name} is"},
+    {"{name}'s lock opens to {code}.", "Q: Say the code of {name}.\nA: The code of {name} is"},
+    {"The pass number of {name} is {code}.", "Q: Give me {name}'s code.\nA: {name}'s code is"},
+    {"The PIN for {name} is {code}.", "Q: What PIN does {name} use?\nA: The PIN is"},
+    {"The login digits of {name} are {code}.", "Q: Recall the code of {name}.\nA: The code of {name} is"},
+};
+
 const NeedleTemplate kEvalWordings[] = {
     {"The password of {name} is {code}.", "Q: Tell me the code of {name}.\nA: The code of {name} is"},
     {"We were told that {name}'s code was {code}.",
@@ -282,6 +296,15 @@ const std::vector<NeedleTemplate>& wider_needle_wordings() {
     return w;
   }();
   return wider;
+}
+
+const std::vector<NeedleTemplate>& noun_needle_wordings() {
+  static const std::vector<NeedleTemplate> nouns = [] {
+    std::vector<NeedleTemplate> w = wider_needle_wordings();
+    w.insert(w.end(), std::begin(kNounWordings), std::end(kNounWordings));
+    return w;
+  }();
+  return nouns;
 }
 
 const std::vector<std::string>& given_names(NeedleSplit split) {
@@ -761,6 +784,8 @@ void DataMix::validate() const {
     throw Error("training mix: wide_wording widens varied_wording; set varied_wording too");
   if (wider_wording && !wide_wording)
     throw Error("training mix: wider_wording widens wide_wording; set wide_wording too");
+  if (noun_wording && !wider_wording)
+    throw Error("training mix: noun_wording widens wider_wording; set wider_wording too");
   if (code_digits_min < 1 || code_digits_max < code_digits_min || code_digits_max > 9)
     throw Error("training mix: code_digits must be [min, max] with 1 <= min <= max <= 9 (got [" +
                 std::to_string(code_digits_min) + ", " + std::to_string(code_digits_max) + "])");
@@ -777,9 +802,10 @@ TrainingData::TrainingData(std::vector<int64_t> stream, const Haystack& haystack
     throw Error("training text is too short (" + std::to_string(stream_.size()) + " tokens)");
   mix.validate();
   if (mix.varied_wording)
-    episodes_.set_wordings(mix.wider_wording  ? wider_needle_wordings()
-                           : mix.wide_wording ? wide_needle_wordings()
-                                              : needle_wordings(NeedleSplit::Train));
+    episodes_.set_wordings(mix.noun_wording    ? noun_needle_wordings()
+                           : mix.wider_wording ? wider_needle_wordings()
+                           : mix.wide_wording  ? wide_needle_wordings()
+                                               : needle_wordings(NeedleSplit::Train));
   episodes_.set_code_digits(mix.code_digits_min, mix.code_digits_max);
   // What one needle costs a drill: its sentence, its question and answer, the spaces between, with the
   // pool's longest key (and, with several wordings, the longest of each).

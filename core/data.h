@@ -117,9 +117,15 @@ const std::vector<NeedleTemplate>& wide_needle_wordings();
 
 // wide_needle_wordings() and eight more (32 needles, 32 questions): past tenses ("... was {code}") and
 // reported speech ("I heard that ...", "They told me ..."), which the wide set lacks. None is, or asks, a
-// held-out phrasing. Added after the held-out "We were told that {name}'s code was {code}." proved the
-// hardest of the two for every model (assets/models/train-names.json's comment has the figures).
+// held-out phrasing. Added on a misreading of which held-out wording held the baseline back: it is not this
+// past tense but the other one (noun_needle_wordings(); assets/models/train-names.json's comment).
 const std::vector<NeedleTemplate>& wider_needle_wordings();
+
+// wider_needle_wordings() and eight more (40 needles, 40 questions) whose secret is another noun (a PIN, a
+// passcode, a combination, an access key ...), asked for as a code or a number. None is, or asks, a held-out
+// phrasing. Added after the held-out "The password of {name} is {code}." (asked "Tell me the code of {name}")
+// held the baseline at 0.50-0.69 of 80 episodes at 256 tokens on every kept step from 20000 on.
+const std::vector<NeedleTemplate>& noun_needle_wordings();
 
 // Given names for NameSet::GivenNames: Train and Eval are disjoint and neither holds SingleToken's held-out
 // names. Pieces are not counted here (that needs a tokenizer): see EpisodeBuilder::keys().
@@ -215,6 +221,7 @@ struct DataMix {
   bool varied_wording = false;
   bool wide_wording = false;   // with varied_wording: wide_needle_wordings() instead of the six
   bool wider_wording = false;  // with wide_wording: wider_needle_wordings() instead of the 24
+  bool noun_wording = false;   // with wider_wording: noun_needle_wordings() instead of the 32
   // Code lengths in digits. When they vary, the token after each answered code (the full stop) counts as an
   // answer token too, so that a model learns where a code ends.
   int code_digits_min = 4, code_digits_max = 4;

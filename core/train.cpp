@@ -561,6 +561,7 @@ TrainOptions train_options_from_json(const fs::path& file) {
       if (pj.contains("varied_wording")) m.varied_wording = pj.at("varied_wording").get<bool>();
       if (pj.contains("wide_wording")) m.wide_wording = pj.at("wide_wording").get<bool>();
       if (pj.contains("wider_wording")) m.wider_wording = pj.at("wider_wording").get<bool>();
+      if (pj.contains("noun_wording")) m.noun_wording = pj.at("noun_wording").get<bool>();
       pair("code_digits", m.code_digits_min, m.code_digits_max);
       if (pj.contains("answer_weight")) p.answer_weight = pj.at("answer_weight").get<double>();
       if (pj.contains("schedule")) {

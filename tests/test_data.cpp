@@ -639,3 +639,41 @@ TEST_CASE("the wider wordings: 32 needles and questions, past tenses and reporte
   mix.wide_wording = false;
   CHECK_THROWS_WITH(mix.validate(), Catch::Contains("set wide_wording too"));
 }
+
+TEST_CASE("the noun wordings: 40 needles and questions, secrets by other nouns, none a password or held out",
+          "[data][train][needle]") {
+  const BundledFixture f;
+  const auto& wider = wider_needle_wordings();
+  const auto& nouns = noun_needle_wordings();
+  REQUIRE(nouns.size() == 40);
+  for (size_t i = 0; i < wider.size(); ++i) {  // the wider set first, unchanged
+    CHECK(nouns[i].needle == wider[i].needle);
+    CHECK(nouns[i].question == wider[i].question);
+  }
+  std::set<std::string> needles, questions;
+  for (const NeedleTemplate& t : nouns) {
+    CHECK_NOTHROW(t.validate());
+    needles.insert(t.needle);
+    questions.insert(t.question);
+    CHECK(t.needle.find("password") == std::string::npos);  // the held-out noun stays held out
+    CHECK(t.question.find("password") == std::string::npos);
+    for (const NeedleTemplate& held : needle_wordings(NeedleSplit::Eval)) {
+      CHECK(held.needle != t.needle);
+      CHECK(held.question != t.question);
+    }
+  }
+  CHECK(needles.size() == 40);
+  CHECK(questions.size() == 40);
+  EpisodeBuilder b(f.hay, f.tok, NeedleSplit::Train, NameSet::GivenNames);
+  b.set_wordings(nouns);
+  const std::set<std::string> keys(b.keys().begin(), b.keys().end());
+  for (const char* word : {"Passcode", "Combination", "Access", "Login", "Safe"})
+    CHECK(keys.count(word) == 0);
+  DataMix mix = drill_mix(true);
+  mix.noun_wording = true;
+  CHECK(parts_in_rows(f, mix, 40,
+                      {"'s PIN is", "The passcode of", "The combination of", "The access key for",
+                       "lock opens to", "The pass number of", "The PIN for", "The login digits of"}) > 5);
+  mix.wider_wording = false;
+  CHECK_THROWS_WITH(mix.validate(), Catch::Contains("set wider_wording too"));
+}
