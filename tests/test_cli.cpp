@@ -13,6 +13,7 @@
 
 #include <stb_image.h>
 
+#include "app/reports/head_figures.h"
 #include "core/batch.h"
 #include "core/head_scores.h"
 #include "core/intervention.h"
@@ -148,6 +149,90 @@ TEST_CASE(
   REQUIRE(r.status == 0);
   CHECK(r.out.find("pooled") == std::string::npos);
   CHECK(read_trace_bundle(dir / "short").layers[0].pooled == 0);
+}
+
+namespace {
+// RFC 4648 base64 back to bytes (the SVG's embedded PNGs).
+std::string base64_decode(const std::string& text) {
+  const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t bits = 0;
+  int have = 0;
+  for (char c : text) {
+    const size_t v = alphabet.find(c);
+    if (v == std::string::npos) continue;  // '=' padding
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    if ((have += 6) >= 8) out += static_cast<char>((bits >> (have -= 8)) & 0xff);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("cli: render --compare shares one colour scale, names it, and writes a small SVG of embedded maps",
+          "[cli][figure][svg]") {
+  test::ScratchDir dir("cli-compare");
+  // A 251-token prompt: the issue's four-map figure.
+  std::vector<std::string> ids = {"1"};
+  for (int i = 1; i < 251; ++i) ids.push_back(std::to_string(300 + (i * 53) % 1500));
+  std::string list;
+  for (const auto& id : ids) list += (list.empty() ? "" : ",") + id;
+  for (const char* m : {"diff-small", "baseline-small"})
+    REQUIRE(run(std::string("capture --model ") + DIFFLENS_SOURCE_DIR + "/assets/models/" + m +
+                    " --token-ids " + list + " --out " + (dir / m).string() + " --threads 2",
+                dir)
+                .status == 0);
+  const std::string base = "render --trace " + (dir / "diff-small").string() + " --compare " +
+                           (dir / "baseline-small").string() + " --layer 2 --head 1 --size 400";
+  Result r = run(base + " --out " + (dir / "cmp.svg").string(), dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const std::string svg = test::read_all(dir / "cmp.svg");
+  CHECK(svg.size() < 500 * 1024);
+  CHECK(svg.find("class=\"cell\"") == std::string::npos);
+  size_t images = 0, first = std::string::npos;
+  for (size_t p = svg.find("<image class=\"map-cells\""); p != std::string::npos;
+       p = svg.find("<image class=\"map-cells\"", p + 1), ++images)
+    if (first == std::string::npos) first = p;
+  CHECK(images == 4);
+  // The first map's embedded PNG: one pixel per token, its colours the PNG export's.
+  const size_t b64 = svg.find("base64,", first) + 7;
+  const std::string png = base64_decode(svg.substr(b64, svg.find('"', b64) - b64));
+  int w = 0, h = 0, n = 0;
+  unsigned char* px = stbi_load_from_memory(reinterpret_cast<const unsigned char*>(png.data()),
+                                            static_cast<int>(png.size()), &w, &h, &n, 3);
+  REQUIRE(px);
+  stbi_image_free(px);
+  CHECK(w == 251);
+  CHECK(h == 251);
+  CHECK_THAT(svg, Catch::Contains("colour: sqrt scale; softmax maps 0 to ") &&
+                      Catch::Contains("(p99.5), one scale for all"));
+  // Both models' softmax maps end at one value, as the figure's own ranges say.
+  const Trace d = read_trace_bundle(dir / "diff-small"), b = read_trace_bundle(dir / "baseline-small");
+  app::FigureOptions o;
+  o.size = 400;
+  viz::HeadFigure fig = app::compare_figure(d, 1, b, 1, 2, o);
+  REQUIRE(fig.panels.size() == 4);
+  CHECK(!fig.panels[0].style.range.diverging);
+  CHECK(fig.panels[0].style.range.hi == fig.panels[1].style.range.hi);
+  CHECK(fig.panels[0].style.range.hi == fig.panels[3].style.range.hi);  // the baseline's A
+  o.shared_scale = false;  // --per-map-scale: each its own, as before
+  fig = app::compare_figure(d, 1, b, 1, 2, o);
+  CHECK(fig.panels[0].style.range.hi != fig.panels[3].style.range.hi);
+  // --vmax: every scale ends there, saturation marked.
+  r = run(base + " --vmax 0.05 --out " + (dir / "vmax.svg").string(), dir);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(test::read_all(dir / "vmax.svg"),
+             Catch::Contains("0.05 (vmax)") && Catch::Contains("0.05 (set by --vmax)"));
+  CHECK(run(base + " --vmax 0.05 --per-map-scale --out " + (dir / "x.svg").string(), dir)
+            .out.find("not both") != std::string::npos);
+  // --vector-cells keeps one rectangle per (pooled) cell.
+  r = run(base + " --vector-cells --max-cells 16 --out " + (dir / "vec.svg").string(), dir);
+  REQUIRE(r.status == 0);
+  const std::string vec = test::read_all(dir / "vec.svg");
+  size_t cells = 0;
+  for (size_t p = vec.find("class=\"cell\""); p != std::string::npos; p = vec.find("class=\"cell\"", p + 1))
+    ++cells;
+  CHECK(cells == 4 * 16 * 16);
 }
 
 TEST_CASE("cli: init-pair --arch diff-v2, then capture, info and convert of a DIFF V2 model", "[cli][v2]") {
@@ -507,7 +592,7 @@ TEST_CASE("cli: render draws a saved trace's head as PNG and SVG with labels, an
   stbi_image_free(px);
   CHECK(w > 3 * 200);  // three 200-pixel maps, labels and gaps
   CHECK(h > 200);
-  r = run("render --trace " + trace + " --layer 0 --head 0 --map A2 --scale log --out " +
+  r = run("render --trace " + trace + " --layer 0 --head 0 --map A2 --scale log --vector-cells --out " +
               (dir / "a2.svg").string(),
           dir);
   REQUIRE(r.status == 0);

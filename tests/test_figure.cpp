@@ -317,7 +317,7 @@ TEST_CASE("figure: SVG export is well-formed XML with one coloured cell per map 
   div.range = {0.5, true};
   fig.panels = {{"A1", a1.data(), seq}, {"A1 - 0.5 A2", diff.data(), div}};
   fig.panel_size = 100;
-  const std::string svg = head_figure_svg(fig, *font);
+  const std::string svg = head_figure_svg(fig, *font, 256, SvgCells::Vector);
   INFO(svg.substr(0, 400));
   CHECK(xml_problem(svg).empty());
   CHECK(xml_problem("<?xml version=\"1.0\"?><svg><g></svg>") == "mismatched </svg>");  // the checker works
@@ -345,7 +345,7 @@ TEST_CASE("figure: SVG export is well-formed XML with one coloured cell per map 
   CHECK(cell_fill(1, 2, 2) == hex(diverging_colormap().at(1.0)));
   CHECK(cell_fill(1, 3, 1) == hex(diverging_colormap().at(0.5 - 0.5 * 0.2)));
   // Large maps are pooled to max_cells per side.
-  const std::string pooled = head_figure_svg(fig, *font, 3);
+  const std::string pooled = head_figure_svg(fig, *font, 3, SvgCells::Vector);
   CHECK(count(pooled, "class=\"cell\"") == 2 * 3 * 3);
   CHECK(xml_problem(pooled).empty());
 }
@@ -696,7 +696,7 @@ TEST_CASE(
   fig.tokens = {"a", "b"};
   fig.panels = {{"A", m, style}};
   fig.panel_size = 64;
-  const std::string svg = head_figure_svg(fig, *system_font());
+  const std::string svg = head_figure_svg(fig, *system_font(), 256, SvgCells::Vector);
   CHECK(svg.find(svg_color(diverging_colormap().at(1.0))) != std::string::npos);
   CHECK(svg.find(svg_color(diverging_colormap().at(0.0))) != std::string::npos);
   // Figure 1's exported chart (signed bars) and the lab's tables (signed shares).

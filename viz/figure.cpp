@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "viz/export.h"
 #include "viz/ticks.h"
 #include "viz/token_text.h"
 #include "viz/utf8.h"
@@ -116,6 +117,12 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   const int map_top = margin + title_h + sub_h;
   sc.legend_top = map_top + P + col_label_h + keys_title_h + static_cast<int>(label_px / 2);
   sc.height = sc.legend_top + legend_h + static_cast<int>(label_px * 1.8f) + margin;
+  if (!fig.note.empty()) {  // under the legends' tick labels, from the left edge of the first map
+    sc.texts.push_back(
+        {left, sc.height - margin + static_cast<int>(label_px * 0.3f), fig.note, label_px, grey, false});
+    sc.height += static_cast<int>(label_px * 1.6f);
+    sc.width = std::max(sc.width, left + font.text_width(fig.note, label_px) + margin);
+  }
   sc.texts.push_back({margin, margin, fig.title, title_px, ink, false});
 
   const double cell_y = static_cast<double>(P) / static_cast<double>(region.rows);
@@ -173,7 +180,7 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
       std::string hi = format_tick(range.hi);
       if (panel.style.scale == ValueScale::Log && !range.diverging) lo = "\u2264" + lo;  // all below it
       if (range.clamped()) {
-        hi = "\u2265" + hi + " (p" + format_tick(range.percentile) + ")";
+        hi = "\u2265" + hi + (range.fixed ? " (vmax)" : " (p" + format_tick(range.percentile) + ")");
         if (range.diverging) lo = "\u2264" + lo;
       }
       ticks.push_back({0.0, lo});
@@ -423,7 +430,7 @@ std::string histogram_figure_svg(const HistogramFigure& h, const FigureFont& fon
   return scene_to_svg(layout_histogram_figure(h, font), font);
 }
 
-std::string head_figure_svg(const HeadFigure& fig, const FigureFont& font, int max_cells) {
+std::string head_figure_svg(const HeadFigure& fig, const FigureFont& font, int max_cells, SvgCells how) {
   if (max_cells < 1) throw Error("figure: max_cells must be positive");
   const FigureScene sc = layout_head_figure(fig, font);
   const int64_t T = static_cast<int64_t>(fig.tokens.size());
@@ -431,6 +438,20 @@ std::string head_figure_svg(const HeadFigure& fig, const FigureFont& font, int m
     char b[256];
     for (const auto& m : sc.maps) {
       const FigurePanel& panel = fig.panels[m.panel];
+      const int64_t span = std::max(sc.region.rows, sc.region.cols);
+      if (how == SvgCells::Raster) {  // one pixel per displayed cell, scaled up without smoothing
+        const int px = static_cast<int>(std::min<int64_t>({span, m.size, max_cells}));
+        const Image img = colorize_map(panel.data, T, T, sc.region, px, fig.pooling, panel.style);
+        std::snprintf(b, sizeof b,
+                      "<image class=\"map-cells\" data-panel=\"%zu\" data-cells=\"%d\" x=\"%d\" y=\"%d\" "
+                      "width=\"%d\" height=\"%d\" preserveAspectRatio=\"none\" "
+                      "style=\"image-rendering:pixelated\" href=\"data:image/png;base64,",
+                      m.panel, px, m.x, m.y, m.size, m.size);
+        o += b;
+        o += base64(png_bytes(img.rgb, img.width, img.height));
+        o += "\"/>\n";
+        continue;
+      }
       const int cells = std::min(m.size, max_cells);
       const PooledMap p = pool_region(panel.data, T, T, sc.region, cells, cells, fig.pooling, true);
       const Colormap& cmap = panel.style.range.diverging ? diverging_colormap() : sequential_colormap();

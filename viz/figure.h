@@ -36,6 +36,7 @@ struct HeadFigure {
   int64_t answer_begin = -1, answer_end = -1, query = -1;
   float label_px = 0;       // token labels and ticks, pixels (0: from the cell size, 9 to 28)
   bool axis_titles = true;  // "queries" down the left, "keys" under each map
+  std::string note;         // a line under the legends (e.g. the colour scale's kind and ends)
 };
 
 // Throws Error for an empty figure, a panel without data, no tokens, a region outside the map or a panel
@@ -49,10 +50,16 @@ std::string region_caption(const MapRegion& region, int64_t map_size,
 
 FigureScene layout_head_figure(const HeadFigure& figure, const FigureFont& font);
 
-// The figure as SVG (vector: one <rect class="cell"> per displayed cell, cells pooled like the PNG to at
-// most `max_cells` per side; labels and tick numbers as <text>; legends as gradients). Text is escaped
-// for XML; invalid UTF-8 becomes U+FFFD.
-std::string head_figure_svg(const HeadFigure& figure, const FigureFont& font, int max_cells = 256);
+// How an SVG holds a map's cells: Raster, one embedded PNG per map (<image class="map-cells">, one pixel per
+// displayed cell, drawn pixelated: a 251-token four-map figure is ~0.2 MB and opens at once), inside vector
+// axes, labels and legends; Vector, one <rect class="cell"> per displayed cell (editable, but 250,000 rects
+// for four 251-token maps: 22 MB, seconds to draw).
+enum class SvgCells { Raster, Vector };
+
+// The figure as SVG: labels and tick numbers as <text>, legends as gradients, the cells as `cells` says,
+// pooled like the PNG to at most `max_cells` per side. Text is escaped for XML; invalid UTF-8 becomes U+FFFD.
+std::string head_figure_svg(const HeadFigure& figure, const FigureFont& font, int max_cells = 256,
+                            SvgCells cells = SvgCells::Raster);
 
 // Where render_head_figure put things (pixels): each map's top-left corner; maps are panel_size square.
 struct HeadFigureLayout {

@@ -43,6 +43,7 @@ struct ValueRange {
   bool diverging = false;
   double percentile = 100;  // hi is this percentile of |value|
   double max_abs = 0;       // the largest |value| the range was taken over (0: not known)
+  bool fixed = false;       // hi was set by hand (render --vmax), not taken as a percentile
   // Values beyond hi exist and saturate the colour bar's end(s).
   bool clamped() const { return max_abs > hi * (1 + 1e-6); }
 };

@@ -87,6 +87,11 @@ int cmd_render(const Args& a) {
   o.pooling = a.get("pooling") == "max" ? viz::Pooling::Max : viz::Pooling::Mean;
   o.clamp_percentile = a.get_double("clamp");
   o.shared_scale = !a.has("per-map-scale");
+  if (a.has("vmax")) {
+    if (a.has("per-map-scale"))
+      throw Error("give --vmax (one end for every map) or --per-map-scale, not both");
+    o.vmax = a.get_double("vmax");
+  }
   if (a.get("map") != "all") o.only = a.get("map");
   const std::vector<int> zoom = a.get_int_list("zoom");
   if (!zoom.empty()) {
@@ -106,7 +111,9 @@ int cmd_render(const Args& a) {
   if (std::filesystem::path(out).has_parent_path())
     std::filesystem::create_directories(std::filesystem::path(out).parent_path());
   if (ext == ".svg") {
-    const std::string svg = viz::head_figure_svg(fig, viz::FigureFont::standard(), a.get_int("max-cells"));
+    const std::string svg =
+        viz::head_figure_svg(fig, viz::FigureFont::standard(), a.get_int("max-cells"),
+                             a.has("vector-cells") ? viz::SvgCells::Vector : viz::SvgCells::Raster);
     write_file_atomically(out, svg);
     std::printf("wrote %s (%zu panels, %.1f KB)\n", out.c_str(), fig.panels.size(), svg.size() / 1024.0);
   } else {
@@ -135,7 +142,14 @@ Command render_command() {
        choice("scale", "linear|sqrt|log", "sqrt", "colour scale"),
        choice("pooling", "max|mean", "max", "how cells pool when a map has more tokens than pixels"),
        number("clamp", "P", 1e-9, 100, clamp, "the colour scale ends at this percentile"),
-       flag("per-map-scale", "each map its own colour scale (default: one shared scale)"),
+       flag("per-map-scale",
+            "each map its own colour scale (default: one scale for every softmax map, both models' with "
+            "--compare, and one for the signed maps)"),
+       number("vmax", "V", 1e-9, 1e9, "",
+              "every colour scale ends at V (signed maps at \xc2\xb1V); larger values saturate, marked "
+              "(vmax)"),
+       flag("vector-cells",
+            "SVG: one rectangle per map cell (editable; large) instead of one embedded PNG per map"),
        int_list("zoom", "ROW,COL,N", 0, 1e9, 3, 3, "only the N x N tokens from query ROW, key COL"),
        integer("max-cells", "N", 1, 1 << 16, "256", "SVG cells per side (pooled beyond)"),
        text("compare", "DIR", "a second bundle of the same prompt, shown beside (e.g. the baseline)"),

@@ -42,6 +42,47 @@ std::string diff_title(const Trace& t, const LayerTrace& l) {
 }
 }  // namespace
 
+// The figure's note: the colour scale's kind and where its ends lie, so that a reader of the printed figure
+// knows what a colour means ("colour: sqrt scale; unsigned maps 0 to 0.246 (p99.5 of their entries, one
+// scale for all), signed ±0.952 (p99.5)").
+std::string scale_note(const viz::HeadFigure& fig, viz::ValueScale scale, bool shared) {
+  std::vector<viz::ValueRange> seq, div;
+  for (const auto& p : fig.panels) (p.style.range.diverging ? div : seq).push_back(p.style.range);
+  auto ends = [](const viz::ValueRange& r) {
+    char b[64];
+    if (r.fixed)
+      std::snprintf(b, sizeof b, "%.3g (set by --vmax)", r.hi);
+    else
+      std::snprintf(b, sizeof b, "%.3g (p%g)", r.hi, r.percentile);
+    return std::string(b);
+  };
+  std::string note = std::string("colour: ") +
+                     (scale == viz::ValueScale::Linear ? "linear"
+                      : scale == viz::ValueScale::Sqrt ? "sqrt"
+                                                       : "log") +
+                     " scale";
+  if (!seq.empty()) {
+    const bool one = std::all_of(seq.begin(), seq.end(), [&](const auto& r) { return r.hi == seq[0].hi; });
+    note +=
+        "; softmax maps 0 to " +
+        (one ? ends(seq[0]) + (seq.size() > 1 && shared ? ", one scale for all" : "") : "each its own end");
+  }
+  if (!div.empty()) {
+    const bool one = std::all_of(div.begin(), div.end(), [&](const auto& r) { return r.hi == div[0].hi; });
+    note += "; A1 - \xce\xbb A2 \xc2\xb1" + (one ? ends(div[0]) : std::string("each its own end")) +
+            " (blue +, red -)";
+  }
+  return note;
+}
+
+// A range that ends at `vmax` (render --vmax): values beyond it saturate and the legend says so.
+viz::ValueRange fixed_range(const float* data, int64_t side, double vmax, bool diverging) {
+  viz::ValueRange r = viz::value_range({data}, side, side, 100, diverging, true);
+  r.hi = vmax;
+  r.fixed = true;
+  return r;
+}
+
 std::vector<HeadMap> head_maps(const Trace& t, int layer, int head, bool max_pooled) {
   std::vector<HeadMap> out;
   if (layer < 0 || layer >= static_cast<int>(t.layers.size())) return out;
@@ -148,11 +189,13 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
   for (const auto& m : maps) {
     viz::HeatmapStyle style;
     style.scale = o.scale;
-    style.range = m.diverging || !o.shared_scale
+    style.range = o.vmax > 0 ? fixed_range(m.data, side, o.vmax, m.diverging)
+                  : m.diverging || !o.shared_scale
                       ? viz::value_range({m.data}, side, side, o.clamp_percentile, m.diverging, true)
                       : shared;
     fig.panels.push_back({m.title, m.data, style});
   }
+  fig.note = scale_note(fig, o.scale, o.shared_scale);
   return fig;
 }
 
@@ -162,7 +205,23 @@ viz::HeadFigure compare_figure(const Trace& left, int left_head, const Trace& ri
     throw Error("the two traces are not of the same tokens (" + std::to_string(left.length()) + " and " +
                 std::to_string(right.length()) + "): capture both models on one prompt with one tokenizer");
   viz::HeadFigure a = head_figure(left, layer, left_head, o);
-  const viz::HeadFigure b = head_figure(right, layer, right_head, o);
+  viz::HeadFigure b = head_figure(right, layer, right_head, o);
+  // One scale for both models' softmax maps (and one for the signed maps), unless asked otherwise: two
+  // scales make the flatter model's maps look saturated. Pooled maps of different sizes keep their own.
+  if (o.shared_scale && o.vmax <= 0 && a.tokens.size() == b.tokens.size()) {
+    const int64_t side = static_cast<int64_t>(a.tokens.size());
+    for (bool diverging : {false, true}) {
+      std::vector<const float*> maps;
+      for (const viz::HeadFigure* f : {&a, &b})
+        for (const auto& p : f->panels)
+          if (p.style.range.diverging == diverging) maps.push_back(p.data);
+      if (maps.size() < 2) continue;
+      const viz::ValueRange r = viz::value_range(maps, side, side, o.clamp_percentile, diverging, true);
+      for (viz::HeadFigure* f : {&a, &b})
+        for (auto& p : f->panels)
+          if (p.style.range.diverging == diverging) p.style.range = r;
+    }
+  }
   auto name = [](const Trace& t) {
     return t.config.name.empty() ? std::string(to_string(t.config.attention)) : t.config.name;
   };
@@ -176,6 +235,7 @@ viz::HeadFigure compare_figure(const Trace& left, int left_head, const Trace& ri
             std::to_string(left.length()) + " tokens";
   const size_t cut = b.title.find("   (rows ");  // the zoom's caption, once
   if (cut != std::string::npos) a.title += b.title.substr(cut);
+  a.note = scale_note(a, o.scale, o.shared_scale);
   return a;
 }
 

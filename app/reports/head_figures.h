@@ -35,7 +35,8 @@ struct FigureOptions {
   viz::ValueScale scale = viz::ValueScale::Sqrt;
   viz::Pooling pooling = viz::Pooling::Max;
   double clamp_percentile = 99.5;
-  bool shared_scale = true;  // sequential maps share one range
+  bool shared_scale = true;  // sequential maps share one range (compare_figure: both models' too)
+  double vmax = 0;           // > 0: every scale ends here (signed maps at ±vmax), values beyond saturate
   viz::MapRegion region;     // rows == 0: the whole map
   std::string only;          // "": every map of the head; else A1, A2 or A
   // Marked on the figure, in tokens (-1: none): the answer's keys [answer_begin, answer_end) and the query.
