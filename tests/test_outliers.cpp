@@ -70,6 +70,13 @@ TEST_CASE("outliers: the report writes Table 5, CSV, JSON and histograms", "[out
   CHECK(csv.find("\"base\",hidden_states,1,") != std::string::npos);
   for (const char* f : {"tables.md", "outliers.json", "logits.png", "hidden.png", "logits.svg", "hidden.svg"})
     CHECK(std::filesystem::file_size(dir / "o" / f) > 100);
+  // The figures carry their readout: each model's top-k and median as tables.md has them, and the paper's.
+  char top[64];
+  std::snprintf(top, sizeof top, "base: top-1 %.3g, top-2", s.logits.top_k(1));
+  CHECK_THAT(test::read_all(dir / "o/logits.svg"),
+             Catch::Contains(top) && Catch::Contains("Table 5, 3B models"));
+  std::snprintf(top, sizeof top, "base: top-1 %.3g, top-2", s.hidden.top_k(1));
+  CHECK_THAT(test::read_all(dir / "o/hidden.svg"), Catch::Contains(top));
 }
 
 TEST_CASE("histogram figure: series drawn in their colours, empty input refused", "[viz][figure]") {
@@ -108,6 +115,10 @@ TEST_CASE("histogram figure: series drawn in their colours, empty input refused"
   CHECK(reds > 4);
   CHECK(svg.find(">a</text>") != std::string::npos);
   CHECK(svg.find(">1e+0</text>") != std::string::npos);
+  // The count axis: 1, 10, 100 (log scale, said so); no "0" under the 1.
+  for (const char* label : {">1</text>", ">10</text>", ">100</text>", ">count (log scale)</text>"})
+    CHECK(svg.find(label) != std::string::npos);
+  CHECK(svg.find(">0</text>") == std::string::npos);
   h.series[0].counts.assign(8, 0);
   h.series[1].counts.assign(8, 0);
   CHECK_THROWS_WITH(viz::render_histogram_figure(h), Catch::Contains("every series is empty"));

@@ -371,15 +371,14 @@ FigureScene layout_histogram_figure(const HistogramFigure& h, const FigureFont& 
     std::snprintf(b, sizeof b, "1e%+.0f", d);
     text(X(d) - font.text_width(b, px) / 2, top_margin + ph + static_cast<int>(px * 0.4f), b, px);
   }
-  // The count axis is log10(count + 1) (a single count shows): grid lines at counts 1, 10, 100, ... where
-  // they are, and 0 at the bottom where it does not crowd the 1 above it.
+  // The count axis is log10(count + 1) (a single count shows): grid lines at counts 1, 10, 100, ...; the
+  // bottom (no count) is the axis itself, unlabelled ("0" there read as a decade below 1).
   auto count_label = [&](double count, const char* label) {
     const int y = Y(count);
     rect(left, y, pw, 1, grid);
     text(left - static_cast<int>(px * 0.4f) - font.text_width(label, px), y - static_cast<int>(px / 2), label,
          px);
   };
-  if (Y(0) - Y(1) >= px) count_label(0, "0");
   for (int e = 0; e <= static_cast<int>(ytop); ++e) {
     char b[32];
     std::snprintf(b, sizeof b, e <= 2 ? "%.0f" : "1e%.0f",
@@ -390,8 +389,9 @@ FigureScene layout_histogram_figure(const HistogramFigure& h, const FigureFont& 
   rect(left, top_margin, 1, ph, ink);
   text(left + (pw - font.text_width(h.x_label, px)) / 2, top_margin + ph + static_cast<int>(px * 1.8f),
        h.x_label, px);
-  text(static_cast<int>(px * 0.3f), top_margin + ph / 2 + font.text_width("count", px) / 2, "count", px,
-       true);
+  const std::string count_title = "count (log scale)";
+  text(static_cast<int>(px * 0.3f), top_margin + ph / 2 + font.text_width(count_title, px) / 2, count_title,
+       px, true);
   int fy = h.height - foot_h - static_cast<int>(px * 0.3f);
   for (const std::string& line : foot) {
     sc.texts.push_back({static_cast<int>(px * 0.5f), fy, line, px * 0.9f, Rgb8{90, 90, 90}, false});
