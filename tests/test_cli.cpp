@@ -1597,6 +1597,7 @@ TEST_CASE(
                       "view query-row\nexport figure 900x600 18\n"  // a second one: a new name, larger text
                       "view maps\nexport figure\n"                  // the Maps view: its head views
                       "view text\nexport figure\n"
+                      "view why\nwait\nexport figure\n"  // the lens chart and each model's shares
                       "wait\n");
   const Result r = run("--play " + (dir / "f.play").string() + " --play-exit --threads 1", dir);
   INFO(r.out);
@@ -1608,15 +1609,19 @@ TEST_CASE(
     std::string base;
     int w, h;  // 0: as laid out (the Model view's grid)
   };
-  const std::vector<Expect> figures = {{figure1, 1200, 700},
-                                       {figure1 + "-2", 900, 600},
-                                       {out + "/diff-small-baseline-small-lambda", 1200, 700},
-                                       {out + "/diff-small-baseline-small-noise", 1200, 700},
-                                       {out + "/diff-small-baseline-small-outliers-logits", 1200, 700},
-                                       {out + "/diff-small-baseline-small-outliers-hidden", 1200, 700},
-                                       {out + "/diff-small-baseline-small-models", 0, 0},
-                                       {out + "/diff-small-L1-H0-headview", 0, 0},
-                                       {out + "/baseline-small-L1-H7-headview", 0, 0}};
+  const std::vector<Expect> figures = {
+      {figure1, 1200, 700},
+      {figure1 + "-2", 900, 600},
+      {out + "/diff-small-baseline-small-lambda", 1200, 700},
+      {out + "/diff-small-baseline-small-noise", 1200, 700},
+      {out + "/diff-small-baseline-small-outliers-logits", 1200, 700},
+      {out + "/diff-small-baseline-small-outliers-hidden", 1200, 700},
+      {out + "/diff-small-baseline-small-models", 0, 0},
+      {out + "/diff-small-L1-H0-headview", 0, 0},
+      {out + "/baseline-small-L1-H7-headview", 0, 0},
+      {out + "/diff-small-baseline-small-why-lens", 900, 600},  // the last size asked
+      {out + "/diff-small-why-shares", 0, 0},
+      {out + "/baseline-small-why-shares", 0, 0}};
   for (const Expect& e : figures) {
     INFO(e.base);
     int w = 0, h = 0, n = 0;

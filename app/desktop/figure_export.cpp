@@ -224,6 +224,17 @@ std::vector<std::string> export_view_figure(GuiState& state) {
       write(prefix + "models", viz::render_map_grid_figure(f), viz::map_grid_figure_svg(f));
       break;
     }
+    case View::Why: {
+      viz::ChartFigure f = why_lens_chart(state, W, H, px);
+      f.title += title_tag;
+      write(prefix + "why-lens", viz::render_chart_figure(f), viz::chart_figure_svg(f));
+      for (viz::GridFigure& g : why_share_grids(state, px)) {
+        const std::string model = g.title.substr(0, g.title.find(':'));
+        g.title += title_tag;
+        write(model + "-why-shares", viz::render_grid_figure(g), viz::grid_figure_svg(g));
+      }
+      break;
+    }
     case View::Maps:
       state.export_head_views = true;  // the head views write their labelled PNG and SVG this frame
       return files;

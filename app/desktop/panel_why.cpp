@@ -710,4 +710,99 @@ void draw_why_view(GuiState& state) {
   ImGui::PopStyleColor();
 }
 
+namespace {
+std::string slot_name(const Trace& t) {
+  return t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
+}
+}  // namespace
+
+viz::ChartFigure why_lens_chart(GuiState& state, int width, int height, float font_px) {
+  if (!state.shown) throw Error("no run on screen yet");
+  const RunResult& r = *state.shown;
+  viz::ChartFigure f =
+      chart_frame(width, height, font_px, "Logit lens at the query: P(answer) after each layer", "P(answer)",
+                  "the residual stream after the layer, read through the final "
+                  "norm and the unembedding");
+  f.lo = 0;
+  f.hi = 1;
+  viz::ChartPanel p;
+  std::string answers;
+  size_t layers = 0;
+  for (int s = 0; s < kSlots; ++s)
+    if (r.why[static_cast<size_t>(s)])
+      layers = std::max(layers, r.why[static_cast<size_t>(s)]->layers.size());
+  if (layers == 0) {
+    for (int s = 0; s < kSlots; ++s)
+      if (!r.why_error[static_cast<size_t>(s)].empty()) throw Error(r.why_error[static_cast<size_t>(s)]);
+    throw Error("the Why view has no explanation yet (it is still running, or no model is loaded)");
+  }
+  for (size_t l = 0; l < layers; ++l) p.groups.push_back("layer " + std::to_string(l));
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& why = r.why[static_cast<size_t>(s)];
+    const auto& t = r.traces[static_cast<size_t>(s)];
+    if (!why || !t) continue;
+    const size_t q = static_cast<size_t>(why->attribution.query);
+    auto series = [&](const AnswerExplanation& e, const std::string& name, bool light) {
+      viz::ChartSeries c;
+      c.name = name;
+      c.color = viz::model_colour(static_cast<size_t>(s), light);
+      for (size_t l = 0; l < layers; ++l)
+        c.values.push_back(l < e.layers.size() ? e.layers[l].target_probability[q] : std::nan(""));
+      p.series.push_back(c);
+    };
+    const auto& before = r.why_before[static_cast<size_t>(s)];
+    if (before) series(*before, slot_name(*t) + " as trained", true);
+    series(*why, slot_name(*t) + (before ? " under the interventions" : ""), false);
+    answers += (answers.empty() ? "" : "; ") + slot_name(*t) + ": after '" + piece(t->tokens[q]) +
+               "' (query " + std::to_string(q) + ") the answer '" + piece(why->attribution.target_text) + "'";
+  }
+  p.value_labels = true;
+  f.panels.push_back(p);
+  f.footnote = answers;
+  return f;
+}
+
+std::vector<viz::GridFigure> why_share_grids(GuiState& state, float font_px) {
+  if (!state.shown) throw Error("no run on screen yet");
+  const RunResult& r = *state.shown;
+  std::vector<viz::GridFigure> out;
+  for (int s = 0; s < kSlots; ++s) {
+    const auto& why = r.why[static_cast<size_t>(s)];
+    const auto& t = r.traces[static_cast<size_t>(s)];
+    if (!why || !t) continue;
+    const LogitAttribution& a = why->attribution;
+    viz::GridFigure g;
+    char logit[32];
+    std::snprintf(logit, sizeof logit, "%.2f", a.logit);
+    g.title = slot_name(*t) + ": direct shares of the logit of '" + piece(a.target_text) + "' at query " +
+              std::to_string(a.query) + " (" + logit + ")";
+    g.row_title = "layer";
+    g.col_title = "head";
+    size_t heads = 0;
+    for (const auto& l : a.heads) heads = std::max(heads, l.size());
+    for (size_t l = 0; l < a.heads.size(); ++l) g.row_labels.push_back("L" + std::to_string(l));
+    for (size_t h = 0; h < heads; ++h) g.col_labels.push_back("H" + std::to_string(h));
+    g.col_labels.push_back("MLP");
+    double m = 0;
+    for (size_t l = 0; l < a.heads.size(); ++l) {
+      for (size_t h = 0; h < heads; ++h) {
+        const double v = h < a.heads[l].size() ? a.heads[l][h] : std::nan("");
+        g.values.push_back(v);
+        if (std::isfinite(v)) m = std::max(m, std::fabs(v));
+      }
+      g.values.push_back(a.mlps[l]);
+      if (std::isfinite(a.mlps[l])) m = std::max(m, std::fabs(a.mlps[l]));
+    }
+    g.lo = -m;
+    g.hi = m;
+    g.diverging = true;
+    g.format = "%+.2f";
+    if (font_px > 0) g.cell = std::clamp(static_cast<int>(font_px * 4.5f), 16, 512);
+    out.push_back(std::move(g));
+  }
+  if (out.empty())
+    throw Error("the Why view has no explanation yet (it is still running, or no model is loaded)");
+  return out;
+}
+
 }  // namespace difflens::app

@@ -11,6 +11,7 @@
 
 #include "app/desktop/gui_state.h"
 #include "viz/chart.h"
+#include "viz/figure.h"
 
 namespace difflens::app {
 
@@ -137,5 +138,10 @@ inline viz::ChartFigure chart_frame(int width, int height, float font_px, std::s
 }
 viz::ChartFigure lambda_chart(GuiState& state, int width, int height, float font_px);
 viz::ChartFigure noise_chart(GuiState& state, int width, int height, float font_px);
+// The Why view's export: the logit lens at the query (P(answer) after each layer, each model; under
+// interventions also as trained, lighter) and, per model, the direct shares of the answer's logit by layer
+// and head (and MLP), signed colours. Throw Error when the run has no explanation yet.
+viz::ChartFigure why_lens_chart(GuiState& state, int width, int height, float font_px);
+std::vector<viz::GridFigure> why_share_grids(GuiState& state, float font_px);
 
 }  // namespace difflens::app
