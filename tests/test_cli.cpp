@@ -225,6 +225,48 @@ TEST_CASE("cli: render --compare shares one colour scale, names it, and writes a
              Catch::Contains("0.05 (vmax)") && Catch::Contains("0.05 (set by --vmax)"));
   CHECK(run(base + " --vmax 0.05 --per-map-scale --out " + (dir / "x.svg").string(), dir)
             .out.find("not both") != std::string::npos);
+  // For print: 7 inches wide, every text at least 8 pt there (the SVG's font sizes are ems in viewBox units).
+  r = run(base.substr(0, base.find(" --size")) +
+              " --width-in 7 --font-pt 8 --answer 10,14 --query 200 --out " + (dir / "print.svg").string(),
+          dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const std::string print = test::read_all(dir / "print.svg");
+  CHECK(print.find("width=\"7in\"") != std::string::npos);
+  const size_t vb = print.find("viewBox=\"0 0 ") + 13;
+  const double view_w = std::stod(print.substr(vb, print.find(' ', vb) - vb));
+  double smallest = 1e9;
+  size_t texts = 0;
+  for (size_t p = print.find("font-size=\""); p != std::string::npos;
+       p = print.find("font-size=\"", p + 1), ++texts)
+    smallest = std::min(smallest, std::stod(print.substr(p + 11)) * 7 * 72 / view_w);
+  CHECK(texts > 20);
+  CHECK(smallest >= 8 - 1e-3);
+  CHECK(smallest < 8.2);
+  r = run(base.substr(0, base.find(" --size")) + " --width-in 7 --font-pt 8 --out " +
+              (dir / "print.png").string(),
+          dir);
+  REQUIRE(r.status == 0);
+  int pw = 0, ph = 0, pn = 0;
+  unsigned char* pp = stbi_load((dir / "print.png").c_str(), &pw, &ph, &pn, 3);
+  REQUIRE(pp);
+  stbi_image_free(pp);
+  CHECK(std::abs(pw - 7 * 300) <= 3);  // 300 dpi
+  // Every text of the print layout apart and inside the figure.
+  app::FigureOptions marks;
+  marks.answer_begin = 10;
+  marks.answer_end = 14;
+  marks.query = 200;
+  viz::HeadFigure printed = app::compare_figure(d, 1, b, 1, 2, marks);
+  viz::size_for_print(printed, viz::FigureFont::standard(), 7, 8);
+  const viz::SceneTextFaults faults =
+      viz::scene_text_faults(viz::layout_head_figure(printed, viz::FigureFont::standard()));
+  INFO((faults.examples.empty() ? "" : faults.examples[0]));
+  CHECK(faults.clean());
+  CHECK(run(base + " --width-in 7 --font-pt 8 --out " + (dir / "x.svg").string(), dir)
+            .out.find("leave out --size") != std::string::npos);
+  CHECK(run(base.substr(0, base.find(" --size")) + " --width-in 7 --out " + (dir / "x.svg").string(), dir)
+            .out.find("together") != std::string::npos);
   // --vector-cells keeps one rectangle per (pooled) cell.
   r = run(base + " --vector-cells --max-cells 16 --out " + (dir / "vec.svg").string(), dir);
   REQUIRE(r.status == 0);

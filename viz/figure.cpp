@@ -49,6 +49,43 @@ std::string region_caption(const MapRegion& r, int64_t n, const std::vector<int6
          token_range(token(r.col0), token(r.col0 + r.cols)) + ")";
 }
 
+namespace {
+// A round step (1, 2, 5, 10, 20, 50, ...) for position ticks whose labels do not crowd: each label's width
+// and a space fit between two ticks. 0 for a region of fewer than 8 positions (every one is labelled).
+int64_t position_step(int64_t span, int P, float label_px, const FigureFont& font) {
+  if (span < 8) return 0;
+  const double room = font.text_width(std::to_string(span), label_px) + label_px * 1.5;
+  const double per_position = static_cast<double>(P) / static_cast<double>(span);
+  for (int64_t decade = 1;; decade *= 10)
+    for (int64_t m : {1, 2, 5})
+      if (static_cast<double>(m * decade) * per_position >= room) return m * decade;
+}
+}  // namespace
+
+void size_for_print(HeadFigure& fig, const FigureFont& font, double width_in, double font_pt, int dpi) {
+  if (!(width_in > 0) || !(font_pt > 0) || dpi < 72)
+    throw Error("figure: give a positive width in inches and font size in points");
+  const double target = width_in * dpi;
+  // A text's px is its line height; its size in points is its em (what an SVG's font-size says).
+  const float em = static_cast<float>(font_pt * dpi / 72.0);
+  fig.label_px = em * 100.0f / font.em_size(100.0f);
+  fig.width_in = width_in;
+  int panel =
+      std::max(64, static_cast<int>(target / static_cast<double>(std::max<size_t>(1, fig.panels.size()))));
+  for (int i = 0; i < 8; ++i) {  // the panels' size from the width left beside the labels (gaps grow with it)
+    fig.panel_size = panel;
+    const int w = layout_head_figure(fig, font).width;
+    if (std::abs(w - target) < 2) break;
+    const int n = static_cast<int>(fig.panels.size());
+    const double per_panel = static_cast<double>(n) * (1.0 + 1.0 / 16.0) + 1.0 / 32.0;
+    panel = static_cast<int>(panel + (target - w) / per_panel);
+    if (panel < 64)
+      throw Error("figure: at " + std::to_string(font_pt) + " pt the labels leave no room for " +
+                  std::to_string(n) + " maps in " + std::to_string(width_in) +
+                  " in (give a wider --width-in " + "or a smaller --font-pt)");
+  }
+}
+
 FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   if (fig.panels.empty()) throw Error("figure: no maps to draw");
   if (fig.panel_size < 64 || fig.panel_size > 8192)
@@ -63,15 +100,17 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
 
   FigureScene sc;
   sc.region = region;
+  sc.width_in = fig.width_in;
   const int P = fig.panel_size;
   const Rgb8 ink{20, 20, 20}, grey{110, 110, 110};
-  const float title_px = std::clamp(P / 22.0f, 14.0f, 64.0f);
-  const float sub_px = std::clamp(P / 28.0f, 12.0f, 48.0f);
   // Labels as large as a cell allows (every token labelled down to 9-pixel cells), at most P/40.
   const double min_cell = static_cast<double>(P) / static_cast<double>(std::max(region.rows, region.cols));
   const float label_px =
-      fig.label_px > 0 ? std::clamp(fig.label_px, 6.0f, 64.0f)
+      fig.label_px > 0 ? std::clamp(fig.label_px, 6.0f, 200.0f)
                        : std::clamp(std::min(P / 40.0f, static_cast<float>(min_cell * 0.8)), 9.0f, 28.0f);
+  // Titles never smaller than the labels (a figure sized for print has large labels on small maps).
+  const float title_px = std::max(std::clamp(P / 22.0f, 14.0f, 64.0f), label_px * 1.3f);
+  const float sub_px = std::max(std::clamp(P / 28.0f, 12.0f, 48.0f), label_px * 1.15f);
   const Rgb8 answer_ink{20, 130, 50}, query_ink{220, 110, 0};
   const bool has_answer = fig.answer_begin >= 0 && fig.answer_end > fig.answer_begin;
   const int margin = std::max(8, P / 32), gap = std::max(12, P / 16);
@@ -112,9 +151,26 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   const int keys_title_h = fig.axis_titles ? static_cast<int>(label_px * 1.5f) : 0;
   const int mark_w = fig.query >= 0 ? std::max(3, static_cast<int>(label_px / 3)) : 0;
   const int left = margin + axis_title_w + row_label_w + mark_w;
-  sc.width = left + n * P + (n - 1) * gap + margin;
-  const int title_h = static_cast<int>(title_px * 1.6f), sub_h = static_cast<int>(sub_px * 1.5f);
-  const int map_top = margin + title_h + sub_h;
+  // Position ticks: key positions above each map, query positions right of the last one, at round steps.
+  const int64_t span = std::max(region.rows, region.cols);
+  const int64_t tick_step = fig.position_ticks ? position_step(span, P, label_px, font) : 0;
+  const int tick_h = tick_step > 0 ? static_cast<int>(label_px * 1.4f) : 0;
+  const int tick_w =
+      tick_step > 0
+          ? font.text_width(std::to_string(std::max(region.row0 + region.rows, region.col0 + region.cols)),
+                            label_px) +
+                static_cast<int>(label_px * 0.6f)
+          : 0;
+  sc.width = left + n * P + (n - 1) * gap + tick_w + margin;
+  // A panel title wider than its map and the gap ("baseline-small  A (softmax)" over a small map printed
+  // large) breaks at its double space into two lines (the model, then the map); else it stays one line.
+  bool two_line_titles = false;
+  for (const auto& panel : fig.panels)
+    two_line_titles |= panel.title.find("  ") != std::string::npos &&
+                       font.text_width(panel.title, sub_px) > P + gap - static_cast<int>(sub_px);
+  const int title_h = static_cast<int>(title_px * 1.6f),
+            sub_h = static_cast<int>(sub_px * 1.5f) * (two_line_titles ? 2 : 1);
+  const int map_top = margin + title_h + sub_h + tick_h;
   sc.legend_top = map_top + P + col_label_h + keys_title_h + static_cast<int>(label_px / 2);
   sc.height = sc.legend_top + legend_h + static_cast<int>(label_px * 1.8f) + margin;
   if (!fig.note.empty()) {  // under the legends' tick labels, from the left edge of the first map
@@ -140,8 +196,36 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   for (int k = 0; k < n; ++k) {
     const FigurePanel& panel = fig.panels[static_cast<size_t>(k)];
     const int x0 = left + k * (P + gap);
-    sc.texts.push_back({x0, margin + title_h, panel.title, sub_px, ink, false});
+    const size_t cut = two_line_titles ? panel.title.find("  ") : std::string::npos;
+    if (cut == std::string::npos) {
+      sc.texts.push_back({x0, margin + title_h, panel.title, sub_px, ink, false});
+    } else {
+      sc.texts.push_back({x0, margin + title_h, panel.title.substr(0, cut), sub_px, ink, false});
+      sc.texts.push_back({x0, margin + title_h + static_cast<int>(sub_px * 1.5f), panel.title.substr(cut + 2),
+                          sub_px, ink, false});
+    }
     sc.maps.push_back({x0, map_top, P, static_cast<size_t>(k)});
+    if (tick_step > 0) {  // key positions above the map; query positions right of the last map
+      for (int64_t pos = (region.col0 + tick_step - 1) / tick_step * tick_step;
+           pos < region.col0 + region.cols; pos += tick_step) {
+        const int cx = x0 + static_cast<int>((static_cast<double>(pos - region.col0) + 0.5) * cell_x);
+        const std::string s = std::to_string(pos);
+        sc.rects.push_back(
+            {cx, map_top - static_cast<int>(label_px * 0.3f), 1, static_cast<int>(label_px * 0.3f), grey});
+        sc.texts.push_back(
+            {std::clamp(cx - font.text_width(s, label_px) / 2, x0 - static_cast<int>(label_px), x0 + P),
+             map_top - tick_h, s, label_px, grey, false});
+      }
+      if (k == n - 1)
+        for (int64_t pos = (region.row0 + tick_step - 1) / tick_step * tick_step;
+             pos < region.row0 + region.rows; pos += tick_step) {
+          const int cy = map_top + static_cast<int>((static_cast<double>(pos - region.row0) + 0.5) * cell_y);
+          sc.rects.push_back({x0 + P, cy, static_cast<int>(label_px * 0.3f), 1, grey});
+          sc.texts.push_back({x0 + P + static_cast<int>(label_px * 0.45f),
+                              cy - static_cast<int>(label_px / 2), std::to_string(pos), label_px, grey,
+                              false});
+        }
+    }
     for (const auto& [i, s] : col_labels) {  // keys, vertical, under the map
       const int cx = x0 + static_cast<int>((static_cast<double>(i - region.col0) + 0.5) * cell_x);
       sc.texts.push_back({cx - static_cast<int>(label_px / 2),

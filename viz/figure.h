@@ -34,10 +34,18 @@ struct HeadFigure {
   // (a green band under each map, their labels green) and the query's row (an orange mark left of each
   // map, its label orange); -1: none.
   int64_t answer_begin = -1, answer_end = -1, query = -1;
-  float label_px = 0;       // token labels and ticks, pixels (0: from the cell size, 9 to 28)
-  bool axis_titles = true;  // "queries" down the left, "keys" under each map
-  std::string note;         // a line under the legends (e.g. the colour scale's kind and ends)
+  float label_px = 0;          // token labels and ticks, pixels (0: from the cell size, 9 to 28)
+  bool axis_titles = true;     // "queries" down the left, "keys" under each map
+  std::string note;            // a line under the legends (e.g. the colour scale's kind and ends)
+  bool position_ticks = true;  // token positions (0, 50, 100, ...) above each map and right of the last
+  double width_in = 0;         // > 0: printed this wide (size_for_print); the SVG says so in inches
 };
+
+// Sizes `figure` for print: `width_in` inches wide at `dpi` pixels an inch (the PNG's pixels; the SVG says
+// inches), every text at least `font_pt` points there (labels, ticks, titles, legends, the note). Sets
+// panel_size, label_px and width_in. Throws Error when that text cannot fit (maps under 64 pixels).
+void size_for_print(HeadFigure& figure, const FigureFont& font, double width_in, double font_pt,
+                    int dpi = 300);
 
 // Throws Error for an empty figure, a panel without data, no tokens, a region outside the map or a panel
 // size outside 64..8192.

@@ -66,12 +66,18 @@ std::string scene_svg(const FigureScene& sc, const FigureFont& font,
                       const std::function<void(std::string&)>& maps) {
   std::string o;
   char b[256];
+  char size[96];
+  if (sc.width_in > 0)  // a printed size: the viewBox's units scale to it
+    std::snprintf(size, sizeof size, "width=\"%.4gin\" height=\"%.4gin\"", sc.width_in,
+                  sc.width_in * sc.height / std::max(1, sc.width));
+  else
+    std::snprintf(size, sizeof size, "width=\"%d\" height=\"%d\"", sc.width, sc.height);
   std::snprintf(
       b, sizeof b,
       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" "
-      "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+      "%s viewBox=\"0 0 %d %d\" "
       "font-family=\"DejaVu Sans, Verdana, sans-serif\" xml:space=\"preserve\" style=\"white-space:pre\">\n",
-      sc.width, sc.height, sc.width, sc.height);
+      size, sc.width, sc.height);
   o += b;
   o += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n<defs>\n";
   for (const bool diverging : {false, true}) {  // legend ramps as gradients, 33 stops

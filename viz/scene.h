@@ -46,6 +46,7 @@ struct FigureScene {
     bool diverging = false;
   };
   int width = 0, height = 0, legend_top = 0;
+  double width_in = 0;  // > 0: the SVG's physical width in inches (its height in proportion)
   MapRegion region;
   std::vector<Text> texts;
   std::vector<Rect> rects;

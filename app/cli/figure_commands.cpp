@@ -102,11 +102,18 @@ int cmd_render(const Args& a) {
   o.label_px = static_cast<float>(a.get_double("font-px", 0));
   // The second bundle lives as long as the figure: its panels point into the trace's maps.
   const Trace compare = a.has("compare") ? read_trace_bundle(a.require("compare")) : Trace{};
-  const viz::HeadFigure fig =
-      a.has("compare")
-          ? app::compare_figure(trace, a.get_int("head"), compare,
-                                a.get_int("compare-head", a.get_int("head")), a.get_int("layer"), o)
-          : app::head_figure(trace, a.get_int("layer"), a.get_int("head"), o);
+  viz::HeadFigure fig = a.has("compare") ? app::compare_figure(trace, a.get_int("head"), compare,
+                                                               a.get_int("compare-head", a.get_int("head")),
+                                                               a.get_int("layer"), o)
+                                         : app::head_figure(trace, a.get_int("layer"), a.get_int("head"), o);
+  // For print: the width on the page and the smallest text on it (both or neither), at --dpi for the PNG.
+  if (a.has("width-in") != a.has("font-pt")) throw Error("give --width-in and --font-pt together");
+  if (a.has("width-in")) {
+    if (a.has("size") || a.has("font-px"))
+      throw Error("--width-in and --font-pt size the figure for print: leave out --size and --font-px");
+    viz::size_for_print(fig, viz::FigureFont::standard(), a.get_double("width-in"), a.get_double("font-pt"),
+                        a.get_int("dpi"));
+  }
   const std::string ext = lowercase_extension(out);
   if (std::filesystem::path(out).has_parent_path())
     std::filesystem::create_directories(std::filesystem::path(out).parent_path());
@@ -115,7 +122,10 @@ int cmd_render(const Args& a) {
         viz::head_figure_svg(fig, viz::FigureFont::standard(), a.get_int("max-cells"),
                              a.has("vector-cells") ? viz::SvgCells::Vector : viz::SvgCells::Raster);
     write_file_atomically(out, svg);
-    std::printf("wrote %s (%zu panels, %.1f KB)\n", out.c_str(), fig.panels.size(), svg.size() / 1024.0);
+    char wide[48] = "";
+    if (fig.width_in > 0) std::snprintf(wide, sizeof wide, ", %g in wide", fig.width_in);
+    std::printf("wrote %s (%zu panels, %.1f KB%s)\n", out.c_str(), fig.panels.size(), svg.size() / 1024.0,
+                wide);
   } else {
     const viz::Image img = viz::render_head_figure(fig);
     viz::write_png(out, img.rgb, img.width, img.height);
@@ -148,6 +158,12 @@ Command render_command() {
        number("vmax", "V", 1e-9, 1e9, "",
               "every colour scale ends at V (signed maps at \xc2\xb1V); larger values saturate, marked "
               "(vmax)"),
+       number(
+           "width-in", "W", 1, 100, "",
+           "for print: the figure W inches wide (the SVG says so), with --font-pt: every text at least that "
+           "size there; the maps take the room the labels leave"),
+       number("font-pt", "P", 4, 72, "", "for print: the smallest text on the figure, points at --width-in"),
+       integer("dpi", "N", 72, 1200, "300", "for print: the PNG's pixels per inch"),
        flag("vector-cells",
             "SVG: one rectangle per map cell (editable; large) instead of one embedded PNG per map"),
        int_list("zoom", "ROW,COL,N", 0, 1e9, 3, 3, "only the N x N tokens from query ROW, key COL"),
