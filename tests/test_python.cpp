@@ -416,3 +416,50 @@ TEST_CASE("python: README's example reads a bundle and plots A1 - lambda A2 with
   REQUIRE(png.size() > 1000);
   CHECK(png.compare(1, 3, "PNG") == 0);
 }
+
+TEST_CASE("python: FORMATS.md's serve example runs as printed against a live server",
+          "[python][remote][docs]") {
+  need_python();
+  if (std::system("command -v curl > /dev/null 2>&1") != 0)
+    test::skip("no curl here (scripts/install-deps installs it)");
+  test::ScratchDir dir("python-formats");
+  const std::string formats = test::read_all(fs::path(DIFFLENS_SOURCE_DIR) / "core" / "FORMATS.md");
+  const size_t section = formats.find("## 3. Remote protocol");
+  const size_t begin = formats.find("    TOKEN=...", section);
+  REQUIRE(begin != std::string::npos);
+  const std::string block = formats.substr(begin, formats.find("\n\n", begin) - begin);
+  // The page's lines, continuations joined, its placeholders filled: the token, this server's port, python/.
+  std::string script = "set -e\n", line;
+  for (const std::string& raw : test::lines_of(block)) {
+    std::string l = raw.substr(std::min<size_t>(4, raw.size()));
+    if (l.rfind("TOKEN=", 0) == 0) continue;  // the token this server prints: set below
+    line += l;
+    if (!line.empty() && line.back() == '\\') {
+      line.pop_back();
+      continue;
+    }
+    script += line + "\n";
+    line.clear();
+  }
+  CHECK(test::lines_of(script).size() == 4);  // set -e, info, capture, python
+  app::ServeOptions o;
+  o.port = 0;
+  o.token = "formats-0123456789abcdef";
+  o.log = false;
+  std::vector<Model> models;
+  models.push_back(Model::load(std::string(DIFFLENS_SOURCE_DIR) + "/assets/models/diff-small"));
+  app::RemoteServer server(std::move(models), {"diff-small"}, o);
+  const int port = server.start();
+  for (size_t at; (at = script.find("127.0.0.1:8765")) != std::string::npos;)
+    script.replace(at, 14, "127.0.0.1:" + std::to_string(port));
+  for (size_t at; (at = script.find("PYTHONPATH=python ")) != std::string::npos;)
+    script.replace(at, 18, "PYTHONPATH='" + kPython.string() + "' ");
+  test::write_all(dir / "example.sh", script);
+  const Run r = sh("TOKEN=" + o.token + " bash example.sh", dir);
+  INFO(script);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"protocol\": 1") &&
+                        Catch::Contains("<DiffLens bundle: diff-small (diff), 15 tokens, 4 layers"));
+  server.stop();
+}
