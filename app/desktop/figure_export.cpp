@@ -102,6 +102,7 @@ std::vector<viz::HistogramFigure> outlier_figures(GuiState& state, int width, in
     h.bin_width = 1.0 / LogHistogram::kBinsPerDecade;
     h.width = width;
     h.height = height;
+    std::string readout;  // each model's top-k and median, as the outliers report's figures carry them
     for (int s = 0; s < kSlots; ++s) {
       const auto& t = r.traces[s];
       if (!t) continue;
@@ -110,12 +111,20 @@ std::vector<viz::HistogramFigure> outlier_figures(GuiState& state, int width, in
       const ValueStats& st = logits ? logit_st : hidden_st;
       h.series.push_back({model_name(*t), viz::model_colour(static_cast<size_t>(s)),
                           std::vector<double>(st.histogram.counts.begin(), st.histogram.counts.end())});
+      char line[200];
+      std::snprintf(line, sizeof line,
+                    "%s: top-1 %.3g, top-2 %.3g, top-3 %.3g, top-10 %.3g, top-100 %.3g, median %.3g",
+                    model_name(*t).c_str(), st.top_k(1), st.top_k(2), st.top_k(3), st.top_k(10),
+                    st.top_k(100), st.median);
+      readout += (readout.empty() ? "" : "\n") + std::string(line);
     }
     if (h.series.empty()) throw Error("no model has layer " + std::to_string(layer));
-    // The view's caveat travels with the figure: the card's line (over the haystack) and this prompt's.
+    // The view's caveat travels with the figure: the card's line (over the haystack) and this prompt's, then
+    // the readout.
     h.footnote = card_view_text(state, "outliers");
     const std::string mine = outlier_prompt_line(state);
     if (!mine.empty()) h.footnote += (h.footnote.empty() ? "" : "\n") + mine;
+    h.footnote += (h.footnote.empty() ? "" : "\n") + readout;
     out.push_back(std::move(h));
   }
   return out;
