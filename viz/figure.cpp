@@ -52,9 +52,9 @@ std::string region_caption(const MapRegion& r, int64_t n, const std::vector<int6
 namespace {
 // A round step (1, 2, 5, 10, 20, 50, ...) for position ticks whose labels do not crowd: each label's width
 // and a space fit between two ticks. 0 for a region of fewer than 8 positions (every one is labelled).
-int64_t position_step(int64_t span, int P, float label_px, const FigureFont& font) {
+int64_t position_step(int64_t span, int64_t last, int P, float label_px, const FigureFont& font) {
   if (span < 8) return 0;
-  const double room = font.text_width(std::to_string(span), label_px) + label_px * 1.5;
+  const double room = font.text_width(std::to_string(last), label_px) + label_px * 1.5;  // the widest label
   const double per_position = static_cast<double>(P) / static_cast<double>(span);
   for (int64_t decade = 1;; decade *= 10)
     for (int64_t m : {1, 2, 5})
@@ -79,6 +79,9 @@ void size_for_print(HeadFigure& fig, const FigureFont& font, double width_in, do
     const int n = static_cast<int>(fig.panels.size());
     const double per_panel = static_cast<double>(n) * (1.0 + 1.0 / 16.0) + 1.0 / 32.0;
     panel = static_cast<int>(panel + (target - w) / per_panel);
+    if (i == 7 && std::abs(layout_head_figure(fig, font).width - target) > target * 0.02)
+      throw Error("figure: the layout did not settle at " + std::to_string(width_in) +
+                  " in; give another --width-in");
     if (panel < 64)
       throw Error("figure: at " + std::to_string(font_pt) + " pt the labels leave no room for " +
                   std::to_string(n) + " maps in " + std::to_string(width_in) +
@@ -153,7 +156,10 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   const int left = margin + axis_title_w + row_label_w + mark_w;
   // Position ticks: key positions above each map, query positions right of the last one, at round steps.
   const int64_t span = std::max(region.rows, region.cols);
-  const int64_t tick_step = fig.position_ticks ? position_step(span, P, label_px, font) : 0;
+  const int64_t tick_step =
+      fig.position_ticks ? position_step(span, std::max(region.row0 + region.rows, region.col0 + region.cols),
+                                         P, label_px, font)
+                         : 0;
   const int tick_h = tick_step > 0 ? static_cast<int>(label_px * 1.4f) : 0;
   const int tick_w =
       tick_step > 0
@@ -173,11 +179,15 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   const int map_top = margin + title_h + sub_h + tick_h;
   sc.legend_top = map_top + P + col_label_h + keys_title_h + static_cast<int>(label_px / 2);
   sc.height = sc.legend_top + legend_h + static_cast<int>(label_px * 1.8f) + margin;
-  if (!fig.note.empty()) {  // under the legends' tick labels, from the left edge of the first map
-    sc.texts.push_back(
-        {left, sc.height - margin + static_cast<int>(label_px * 0.3f), fig.note, label_px, grey, false});
-    sc.height += static_cast<int>(label_px * 1.6f);
-    sc.width = std::max(sc.width, left + font.text_width(fig.note, label_px) + margin);
+  if (!fig.note.empty()) {  // under the legends' tick labels, from the left edge of the first map, wrapped
+    int y = sc.height - margin + static_cast<int>(label_px * 0.3f);
+    for (const std::string& line :
+         wrap_words(font, fig.note, label_px, std::max(64, sc.width - left - margin))) {
+      sc.texts.push_back({left, y, line, label_px, grey, false});
+      y += static_cast<int>(label_px * 1.3f);
+      sc.height += static_cast<int>(label_px * 1.3f);
+    }
+    sc.height += static_cast<int>(label_px * 0.3f);
   }
   sc.texts.push_back({margin, margin, fig.title, title_px, ink, false});
 

@@ -80,10 +80,7 @@ int capture_remote(const Args& a) {
   q.keep_logits = a.has("keep-logits");
   q.keep_hidden = a.has("keep-hidden");
   q.keep_qkv = a.has("keep-qkv");
-  // As a local capture: the default budget, none for full logits (the server refuses a reply over its limit).
-  q.pooled_budget_bytes = a.has("pooled-budget") ? pooled_budget_bytes(a)
-                          : q.keep_logits        ? 0
-                                                 : kDefaultPooledBudgetMb << 20;
+  q.pooled_budget_bytes = pooled_budget_bytes(a);  // the server's limits apply; exact maps unless given
   q.top_k = a.get_int("top-k");
   q.position_top_k = a.get_int("position-top-k");
   q.interventions = a.get_all("intervene");  // the server resolves them against its model
@@ -123,7 +120,9 @@ double capture_budget(const Args& a, const Model& model, const std::vector<int64
                 ", over the default budget of " + mb(budget) +
                 " (full logits have no pooled form); give --pooled-budget 0 to write them all the same, or "
                 "leave out --keep-logits for pooled maps");
-  if (!opt.keep_logits) opt.pooled_budget_bytes = budget;
+  // Only the maps' size decides: without maps (or with few kept) nothing is pooled unasked.
+  if (!opt.keep_logits && opt.keep_maps && plan.exact_map_bytes > static_cast<double>(budget))
+    opt.pooled_budget_bytes = budget;
   return plan.exact_map_bytes;
 }
 

@@ -793,6 +793,7 @@ std::vector<viz::GridFigure> why_share_grids(GuiState& state, float font_px) {
       g.values.push_back(a.mlps[l]);
       if (std::isfinite(a.mlps[l])) m = std::max(m, std::fabs(a.mlps[l]));
     }
+    if (!(m > 0)) m = 1;  // every share 0 (or none finite): a scale still
     g.lo = -m;
     g.hi = m;
     g.diverging = true;

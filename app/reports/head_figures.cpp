@@ -186,6 +186,7 @@ viz::HeadFigure head_figure(const Trace& t, int layer, int head, const FigureOpt
     fig.answer_end = unit(o.answer_end - 1) + 1;
   }
   fig.label_px = o.label_px;
+  fig.position_ticks = maps[0].pooled_from == 0;  // a pooled map's axis is in cells, not token positions
   for (const auto& m : maps) {
     viz::HeatmapStyle style;
     style.scale = o.scale;

@@ -43,18 +43,24 @@ class Table:
         return f"<Table {os.path.basename(str(self.source))}: {len(self)} rows; {', '.join(self.columns)}>"
 
 
+def _number(v):
+    """v as a float when it is written as a number ("nan" included); None for text that only looks like one
+    (" 48", an answer with its space; "007", an id with its zeros)."""
+    if v != v.strip() or (len(v) > 1 and v[0] == "0" and v[1].isdigit()):
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
 def _column(values):
     numbers = []
     for v in values:
-        if v == "":
-            numbers.append(math.nan)
-            continue
-        try:
-            numbers.append(float(v))
-        except ValueError:
+        x = math.nan if v == "" else _number(v)
+        if x is None:
             return np.array(values, dtype=object)
-    if all(math.isnan(x) for x in numbers) and any(v != "" for v in values):
-        return np.array(values, dtype=object)
+        numbers.append(x)
     return np.array(numbers, dtype=np.float64)
 
 
