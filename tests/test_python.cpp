@@ -226,6 +226,9 @@ TEST_CASE("python: malformed bundles are refused with the file and what is wrong
   wrong["layers"][0]["heads"] = {0};  // the maps hold two heads
   refused(bundle("heads", maps, wrong.dump()), "trace.json implies");
   wrong = json::parse(trace);
+  wrong["layers"][1].erase("index");
+  refused(bundle("index", maps, wrong.dump()), "no whole-number index");
+  wrong = json::parse(trace);
   wrong["format"] = "something-else";
   refused(bundle("format", maps, wrong.dump()), "not a DiffLens trace");
   refused(dump("nowhere", dir / "nowhere-py", dir), "cannot open");

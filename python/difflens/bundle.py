@@ -99,7 +99,11 @@ class Bundle:
         T = len(self.token_ids)
         known = {"predictions.ids", "predictions.probs", "predictions.actual"}
         self.layers = []
+        if not isinstance(self.config, dict) or not isinstance(trace.get("layers", []), list):
+            raise FormatError(f"{source}: trace.json's config is not an object or its layers not a list")
         for info in trace.get("layers", []):
+            if not isinstance(info, dict) or not isinstance(info.get("index"), int):
+                raise FormatError(f"{source}: a layer of trace.json has no whole-number index")
             i = int(info["index"])
             arrays = {}
             for name in LAYER_ARRAYS:

@@ -62,6 +62,8 @@ class Client:
         fields (keep_qkv=True, layers=[0], position_top_k=5, interventions=["lambda=0"], ...) pass as given."""
         if (prompt is None) == (token_ids is None):
             raise ValueError("give exactly one of prompt, token_ids")
+        if fields.get("stream"):
+            raise ValueError("stream=True is the app's progress protocol; this client waits for the whole reply")
         body = {"model": model, **fields}
         if prompt is not None:
             body["prompt"] = prompt
@@ -82,6 +84,8 @@ class Client:
 
     def needle(self, model=0, **fields):
         """One needle-lab episode (length, depth, needles, queried, seed, haystack, ...) as a dict."""
+        if fields.get("stream"):
+            raise ValueError("stream=True is the app's progress protocol; this client waits for the whole reply")
         return self._json("/v1/needle", {"model": model, **fields})
 
     def item(self, item, model=0, intervene=None, line=1):
