@@ -1,6 +1,8 @@
 // A view as a figure (see figure_export.h).
 #include "app/desktop/figure_export.h"
 
+#include "app/reports/outlier_report.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -17,11 +19,12 @@
 #include "viz/figure.h"
 
 namespace difflens::app {
-namespace {
 
 std::string model_name(const Trace& t) {
   return t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
 }
+
+namespace {
 
 // The Model view's grid: each model a block of layers x heads, its maps as the view colours them (one
 // range per layer, the clamp percentile's), cells sized so the blocks fill the figure's width.
@@ -111,12 +114,7 @@ std::vector<viz::HistogramFigure> outlier_figures(GuiState& state, int width, in
       const ValueStats& st = logits ? logit_st : hidden_st;
       h.series.push_back({model_name(*t), viz::model_colour(static_cast<size_t>(s)),
                           std::vector<double>(st.histogram.counts.begin(), st.histogram.counts.end())});
-      char line[200];
-      std::snprintf(line, sizeof line,
-                    "%s: top-1 %.3g, top-2 %.3g, top-3 %.3g, top-10 %.3g, top-100 %.3g, median %.3g",
-                    model_name(*t).c_str(), st.top_k(1), st.top_k(2), st.top_k(3), st.top_k(10),
-                    st.top_k(100), st.median);
-      readout += (readout.empty() ? "" : "\n") + std::string(line);
+      readout += (readout.empty() ? "" : "\n") + top_k_line(model_name(*t), st);
     }
     if (h.series.empty()) throw Error("no model has layer " + std::to_string(layer));
     // The view's caveat travels with the figure: the card's line (over the haystack) and this prompt's, then

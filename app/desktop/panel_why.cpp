@@ -710,12 +710,6 @@ void draw_why_view(GuiState& state) {
   ImGui::PopStyleColor();
 }
 
-namespace {
-std::string slot_name(const Trace& t) {
-  return t.config.name.empty() ? to_string(t.config.attention) : t.config.name;
-}
-}  // namespace
-
 viz::ChartFigure why_lens_chart(GuiState& state, int width, int height, float font_px) {
   if (!state.shown) throw Error("no run on screen yet");
   const RunResult& r = *state.shown;
@@ -751,9 +745,9 @@ viz::ChartFigure why_lens_chart(GuiState& state, int width, int height, float fo
       p.series.push_back(c);
     };
     const auto& before = r.why_before[static_cast<size_t>(s)];
-    if (before) series(*before, slot_name(*t) + " as trained", true);
-    series(*why, slot_name(*t) + (before ? " under the interventions" : ""), false);
-    answers += (answers.empty() ? "" : "; ") + slot_name(*t) + ": after '" + piece(t->tokens[q]) +
+    if (before) series(*before, model_name(*t) + " as trained", true);
+    series(*why, model_name(*t) + (before ? " under the interventions" : ""), false);
+    answers += (answers.empty() ? "" : "; ") + model_name(*t) + ": after '" + piece(t->tokens[q]) +
                "' (query " + std::to_string(q) + ") the answer '" + piece(why->attribution.target_text) + "'";
   }
   p.value_labels = true;
@@ -774,7 +768,7 @@ std::vector<viz::GridFigure> why_share_grids(GuiState& state, float font_px) {
     viz::GridFigure g;
     char logit[32];
     std::snprintf(logit, sizeof logit, "%.2f", a.logit);
-    g.title = slot_name(*t) + ": direct shares of the logit of '" + piece(a.target_text) + "' at query " +
+    g.title = model_name(*t) + ": direct shares of the logit of '" + piece(a.target_text) + "' at query " +
               std::to_string(a.query) + " (" + logit + ")";
     g.row_title = "layer";
     g.col_title = "head";

@@ -138,6 +138,8 @@ inline viz::ChartFigure chart_frame(int width, int height, float font_px, std::s
 }
 viz::ChartFigure lambda_chart(GuiState& state, int width, int height, float font_px);
 viz::ChartFigure noise_chart(GuiState& state, int width, int height, float font_px);
+// A trace's model as figures name it: its config's name, else its kind ("diff").
+std::string model_name(const Trace& trace);
 // The Why view's export: the logit lens at the query (P(answer) after each layer, each model; under
 // interventions also as trained, lighter) and, per model, the direct shares of the answer's logit by layer
 // and head (and MLP), signed colours. Throw Error when the run has no explanation yet.

@@ -37,6 +37,14 @@ nlohmann::json stats_json(const ValueStats& s) {
 
 }  // namespace
 
+std::string top_k_line(const std::string& model, const ValueStats& st) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%s: top-1 %.3g, top-2 %.3g, top-3 %.3g, top-10 %.3g, top-100 %.3g, median %.3g",
+                model.c_str(), st.top_k(1), st.top_k(2), st.top_k(3), st.top_k(10), st.top_k(100), st.median);
+  return line;
+}
+
 std::string write_outlier_report(const std::filesystem::path& out, const std::vector<std::string>& models,
                                  const std::vector<OutlierStats>& stats) {
   std::error_code ec;
@@ -106,11 +114,7 @@ std::string write_outlier_report(const std::filesystem::path& out, const std::ve
     // size, and the paper's numbers, which come from 3B models (ours are ~2 M parameters).
     for (size_t m = 0; m < models.size(); ++m) {
       const ValueStats& st = logits ? stats[m].logits : stats[m].hidden;
-      char line[256];
-      std::snprintf(
-          line, sizeof line, "%s: top-1 %.3g, top-2 %.3g, top-3 %.3g, top-10 %.3g, top-100 %.3g, median %.3g",
-          models[m].c_str(), st.top_k(1), st.top_k(2), st.top_k(3), st.top_k(10), st.top_k(100), st.median);
-      h.footnote += (h.footnote.empty() ? "" : "\n") + std::string(line) + " (" +
+      h.footnote += (h.footnote.empty() ? "" : "\n") + top_k_line(models[m], st) + " (" +
                     std::to_string(stats[m].tokens) + " tokens, all layers)";
     }
     h.footnote +=

@@ -15,4 +15,8 @@ namespace difflens::app {
 std::string write_outlier_report(const std::filesystem::path& out, const std::vector<std::string>& models,
                                  const std::vector<OutlierStats>& stats);
 
+// One model's readout line under an outlier figure: "NAME: top-1 30.7, top-2 ..., top-100 22.5, median
+// 0.591".
+std::string top_k_line(const std::string& model, const ValueStats& stats);
+
 }  // namespace difflens::app
