@@ -155,8 +155,9 @@ const NeedleTemplate kWiderWordings[] = {
 };
 
 // The noun set: eight more whose secret is not a "code" or a "number" (a PIN, a passcode, a combination...),
-// asked for as a code or a number, so that retrieval does not hang on the noun. None is, or asks, a held-out
-// phrasing (neither names a password).
+// so that retrieval does not hang on the noun. None is, or asks, a held-out phrasing verbatim and none names
+// a password, but "Say / Recall / What is the code of {name}" are near the held-out "Tell me the code of
+// {name}" (data.h, noun_needle_wordings()).
 const NeedleTemplate kNounWordings[] = {
     {"{name}'s PIN is {code}.", "Q: What is the code of {name}?\nA: The code of {name} is"},
     {"The passcode of {name} is {code}.", "Q: Which number is {name}'s?\nA: {name}'s number is"},

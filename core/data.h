@@ -122,9 +122,13 @@ const std::vector<NeedleTemplate>& wide_needle_wordings();
 const std::vector<NeedleTemplate>& wider_needle_wordings();
 
 // wider_needle_wordings() and eight more (40 needles, 40 questions) whose secret is another noun (a PIN, a
-// passcode, a combination, an access key ...), asked for as a code or a number. None is, or asks, a held-out
-// phrasing. Added after the held-out "The password of {name} is {code}." (asked "Tell me the code of {name}")
-// held the baseline at 0.50-0.69 of 80 episodes at 256 tokens on every kept step from 20000 on.
+// passcode, a combination, an access key, lock digits ...), asked for as a code, a number, a combination, a
+// key or a PIN. None is, or asks, a held-out phrasing verbatim, and no needle or question says "password";
+// but three questions are near the held-out "Q: Tell me the code of {name}." - "Say the code of {name}.",
+// "Recall the code of {name}." and "What is the code of {name}?", each with the held-out answer start "The
+// code of {name} is" (which the train set has had since step 5000). So of the held-out password wording, the
+// needle sentence is new to the models and its question a near neighbour of trained ones. Added after that
+// wording held the baseline at 0.50-0.69 of 80 episodes at 256 tokens on every kept step from 20000 on.
 const std::vector<NeedleTemplate>& noun_needle_wordings();
 
 // Given names for NameSet::GivenNames: Train and Eval are disjoint and neither holds SingleToken's held-out

@@ -221,6 +221,20 @@ TEST_CASE("figure: a head figure places maps, labels and legends where its layou
   fig.region = {};
   fig.panel_size = 32;
   CHECK_THROWS_WITH(render_head_figure(fig, *font), Catch::Contains("between 64 and 8192"));
+  // Sized for print: what cannot be drawn as asked is refused with the user's own numbers, never drawn
+  // at another size.
+  HeadFigure one = fig;
+  one.panels.resize(1);
+  CHECK_THROWS_WITH(size_for_print(one, *font, 30, 8, 300),
+                    Catch::Contains("30 in at 300 dpi makes the map about") &&
+                        Catch::Contains("over the 8192 a map may take"));
+  CHECK_THROWS_WITH(size_for_print(fig, *font, 7, 80, 300),
+                    Catch::Contains("80 pt at 300 dpi is a") && Catch::Contains("6 to 200 pixels"));
+  CHECK_THROWS_WITH(size_for_print(fig, *font, 7, 1, 72), Catch::Contains("1 pt at 72 dpi"));
+  CHECK_THROWS_WITH(size_for_print(fig, *font, 0.5, 8, 300),
+                    Catch::Contains("at 8 pt the labels leave no room for 3 maps in 0.5 in"));
+  size_for_print(one, *font, 7.5, 8, 300);
+  CHECK(std::abs(layout_head_figure(one, *font).width - 7.5 * 300) < 3);
   fig.panel_size = 128;
   fig.panels.clear();
   CHECK_THROWS_WITH(render_head_figure(fig, *font), Catch::Contains("no maps"));

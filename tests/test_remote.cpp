@@ -412,6 +412,11 @@ TEST_CASE("serve: a JSON body is read whatever its Content-Type, curl -d's form 
   REQUIRE(form);
   CHECK(form->status == 415);
   CHECK(remote::error_message(form->body).find("multipart/form-data") != std::string::npos);
+  // A multipart type without a boundary: 400, the reason named.
+  auto no_boundary = raw_post(lb.port, "/v1/capture", "{}", Loopback::kToken, "multipart/form-data");
+  REQUIRE(no_boundary);
+  CHECK(no_boundary->status == 400);
+  CHECK(remote::error_message(no_boundary->body).find("without a boundary") != std::string::npos);
   // Without the token the body is not read, whatever its type.
   auto stranger = raw_post(lb.port, "/v1/capture", body, "guess", "application/x-www-form-urlencoded");
   REQUIRE(stranger);
@@ -799,6 +804,48 @@ std::pair<std::string, double> read_until_closed(int fd, double seconds) {
 }
 
 }  // namespace
+
+TEST_CASE("serve: a chunked body is held to the request limit as it comes, a small one is read whole",
+          "[remote]") {
+  remote::Limits limits;
+  limits.max_request_bytes = 64 * 1024;
+  Loopback lb(limits);
+  const std::string head = std::string("POST /v1/tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ") +
+                           Loopback::kToken + "\r\nContent-Type: application/json\r\n" +
+                           "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+  const auto chunk = [](const std::string& data) {
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    return size + data + "\r\n";
+  };
+  // Within the limit: two chunks make one JSON object.
+  {
+    const int fd =
+        connect_and_send(lb.port, head + chunk("{\"text\": ") + chunk("\"The cat\"}") + "0\r\n\r\n");
+    REQUIRE(fd >= 0);
+    const auto [reply, took] = read_until_closed(fd, 10);
+    ::close(fd);
+    INFO(reply);
+    CHECK(reply.rfind("HTTP/1.1 200", 0) == 0);
+    CHECK(reply.find("\"ids\"") != std::string::npos);
+  }
+  // 40 chunks of 4 KB (160 KB) and no end: the server answers 413 naming its limit once past 64 KB and
+  // closes the connection, without waiting for the rest.
+  {
+    std::string sent = head;
+    for (int i = 0; i < 40; ++i) sent += chunk(std::string(4096, ' '));
+    const int fd = connect_and_send(lb.port, sent);
+    REQUIRE(fd >= 0);
+    const auto [reply, took] = read_until_closed(fd, 10);
+    ::close(fd);
+    INFO(reply);
+    CHECK(reply.rfind("HTTP/1.1 413", 0) == 0);
+    CHECK(reply.find("limit of 65536 bytes") != std::string::npos);
+    CHECK(took < 5);
+  }
+  // Still serving.
+  CHECK(RemoteClient(lb.address(0)).capture(ids_request({1, 2, 3})).trace->length() == 3);
+}
 
 TEST_CASE("serve: 64 stalled connections leave a good request answered in under a second", "[remote]") {
   const Loopback lb;

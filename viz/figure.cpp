@@ -68,11 +68,28 @@ void size_for_print(HeadFigure& fig, const FigureFont& font, double width_in, do
   const double target = width_in * dpi;
   // A text's px is its line height; its size in points is its em (what an SVG's font-size says).
   const float em = static_cast<float>(font_pt * dpi / 72.0);
-  fig.label_px = em * 100.0f / font.em_size(100.0f);
+  const auto number = [](double v) {  // 8, 7.5, 0.25: as a user would type it
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return std::string(b);
+  };
+  const float label_px = em * 100.0f / font.em_size(100.0f);
+  if (label_px < kMinLabelPx || label_px > kMaxLabelPx)
+    throw Error("figure: " + number(font_pt) + " pt at " + std::to_string(dpi) + " dpi is a " +
+                number(std::round(label_px)) + "-pixel line; labels are drawn " + number(kMinLabelPx) +
+                " to " + number(kMaxLabelPx) + " pixels high (give another --font-pt or --dpi)");
+  fig.label_px = label_px;
   fig.width_in = width_in;
-  int panel =
-      std::max(64, static_cast<int>(target / static_cast<double>(std::max<size_t>(1, fig.panels.size()))));
+  int panel = std::max(
+      kMinPanelPx, static_cast<int>(target / static_cast<double>(std::max<size_t>(1, fig.panels.size()))));
   for (int i = 0; i < 8; ++i) {  // the panels' size from the width left beside the labels (gaps grow with it)
+    if (panel > kMaxPanelPx) {
+      const int n = static_cast<int>(fig.panels.size());
+      throw Error("figure: " + number(width_in) + " in at " + std::to_string(dpi) + " dpi makes " +
+                  (n == 1 ? std::string("the map") : "each of the " + std::to_string(n) + " maps") +
+                  " about " + std::to_string(panel) + " pixels wide, over the " +
+                  std::to_string(kMaxPanelPx) + " a map may take (give a smaller --width-in or --dpi)");
+    }
     fig.panel_size = panel;
     const int w = layout_head_figure(fig, font).width;
     if (std::abs(w - target) < 2) break;
@@ -80,19 +97,20 @@ void size_for_print(HeadFigure& fig, const FigureFont& font, double width_in, do
     const double per_panel = static_cast<double>(n) * (1.0 + 1.0 / 16.0) + 1.0 / 32.0;
     panel = static_cast<int>(panel + (target - w) / per_panel);
     if (i == 7 && std::abs(layout_head_figure(fig, font).width - target) > target * 0.02)
-      throw Error("figure: the layout did not settle at " + std::to_string(width_in) +
+      throw Error("figure: the layout did not settle at " + number(width_in) +
                   " in; give another --width-in");
-    if (panel < 64)
-      throw Error("figure: at " + std::to_string(font_pt) + " pt the labels leave no room for " +
-                  std::to_string(n) + " maps in " + std::to_string(width_in) +
-                  " in (give a wider --width-in " + "or a smaller --font-pt)");
+    if (panel < kMinPanelPx)
+      throw Error("figure: at " + number(font_pt) + " pt the labels leave no room for " + std::to_string(n) +
+                  (n == 1 ? " map" : " maps") + " in " + number(width_in) +
+                  " in (give a wider --width-in or a smaller --font-pt)");
   }
 }
 
 FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   if (fig.panels.empty()) throw Error("figure: no maps to draw");
-  if (fig.panel_size < 64 || fig.panel_size > 8192)
-    throw Error("figure: the map size must be between 64 and 8192 pixels");
+  if (fig.panel_size < kMinPanelPx || fig.panel_size > kMaxPanelPx)
+    throw Error("figure: the map size must be between " + std::to_string(kMinPanelPx) + " and " +
+                std::to_string(kMaxPanelPx) + " pixels");
   const int64_t T = static_cast<int64_t>(fig.tokens.size());
   if (T == 0) throw Error("figure: no tokens");
   for (const auto& p : fig.panels)
@@ -109,7 +127,7 @@ FigureScene layout_head_figure(const HeadFigure& fig, const FigureFont& font) {
   // Labels as large as a cell allows (every token labelled down to 9-pixel cells), at most P/40.
   const double min_cell = static_cast<double>(P) / static_cast<double>(std::max(region.rows, region.cols));
   const float label_px =
-      fig.label_px > 0 ? std::clamp(fig.label_px, 6.0f, 200.0f)
+      fig.label_px > 0 ? std::clamp(fig.label_px, kMinLabelPx, kMaxLabelPx)
                        : std::clamp(std::min(P / 40.0f, static_cast<float>(min_cell * 0.8)), 9.0f, 28.0f);
   // Titles never smaller than the labels (a figure sized for print has large labels on small maps).
   const float title_px = std::max(std::clamp(P / 22.0f, 14.0f, 64.0f), label_px * 1.3f);

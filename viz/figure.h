@@ -41,9 +41,14 @@ struct HeadFigure {
   double width_in = 0;         // > 0: printed this wide (size_for_print); the SVG says so in inches
 };
 
+// A map's side and a label's line height, pixels: what layout_head_figure draws.
+constexpr int kMinPanelPx = 64, kMaxPanelPx = 8192;
+constexpr float kMinLabelPx = 6.0f, kMaxLabelPx = 200.0f;
+
 // Sizes `figure` for print: `width_in` inches wide at `dpi` pixels an inch (the PNG's pixels; the SVG says
 // inches), every text at least `font_pt` points there (labels, ticks, titles, legends, the note). Sets
-// panel_size, label_px and width_in. Throws Error when that text cannot fit (maps under 64 pixels).
+// panel_size, label_px and width_in. Throws Error when that text cannot fit (maps under 64 pixels), when a
+// map would be over 8192 pixels, or when the font's line is outside 6-200 pixels at that dpi.
 void size_for_print(HeadFigure& figure, const FigureFont& font, double width_in, double font_pt,
                     int dpi = 300);
 

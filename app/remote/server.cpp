@@ -542,26 +542,49 @@ struct RemoteServer::Impl {
     // POST bodies are read here, whatever their Content-Type: cpp-httplib reads an
     // application/x-www-form-urlencoded body (curl -d's and Python urllib's default) itself and refuses one
     // over 8 KB with a 413 that names no limit of ours. A multipart form is no JSON object: refused, the
-    // header named. Over the request limit, reading stops and http_error says so (413).
+    // header named. Over the request limit, reading stops and the reply says so (413): cpp-httplib checks a
+    // Content-Length against it but reads a chunked body (Transfer-Encoding: chunked) to its end, so the
+    // bytes are counted here as they come.
     const auto post = [this](Handler h) {
       return [this, h](const httplib::Request& req, httplib::Response& res,
                        const httplib::ContentReader& read) {
         if (!authorized(req, res)) return;
+        const size_t limit = options.limits.max_request_bytes;
+        size_t received = 0;
+        bool over = false;
+        const auto counted = [&](size_t n) {
+          received += n;
+          over = received > limit;
+          return !over;
+        };
+        const auto refuse_over = [&] {
+          res.set_header("Connection", "close");  // the rest of the body is never read
+          reply_error(req, res, 413,
+                      "the request body is over this server's limit of " + std::to_string(limit) + " bytes");
+        };
+        static const char* const kSendJson =
+            "send the request's JSON object as the body (Content-Type: application/json)";
         if (req.is_multipart_form_data()) {
           // Read to its end (within the limit), so that the connection's next request starts where it should.
-          if (!read([](const httplib::MultipartFormData&) { return true; },
-                    [](const char*, size_t) { return true; }))
-            return;
-          return reply_error(req, res, 415,
-                             "Content-Type: multipart/form-data: send the request's JSON object as the body "
-                             "(Content-Type: application/json)");
+          const bool whole = read([](const httplib::MultipartFormData&) { return true; },
+                                  [&](const char*, size_t n) { return counted(n); });
+          if (over) return refuse_over();
+          if (!whole && req.get_header_value("Content-Type").find("boundary=") == std::string::npos)
+            return reply_error(
+                req, res, 400,
+                std::string("Content-Type: multipart/form-data without a boundary: ") + kSendJson);
+          if (!whole) return;
+          return reply_error(req, res, 415, std::string("Content-Type: multipart/form-data: ") + kSendJson);
         }
         httplib::Request with_body = req;
         if (!read([&](const char* data, size_t n) {
+              if (!counted(n)) return false;
               with_body.body.append(data, n);
               return true;
-            }))
+            })) {
+          if (over) refuse_over();
           return;
+        }
         guarded(with_body, res, [&] { (this->*h)(with_body, res); });
       };
     };
