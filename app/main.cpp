@@ -5,8 +5,8 @@
 #include <exception>
 
 #include "app/cli/cli.h"
-#include "core/error.h"
-#include "core/model.h"
+#include "core/formats/error.h"
+#include "core/model/model.h"
 
 int main(int argc, char** argv) {
   difflens::tune_allocator();  // before any thread: the inference worker must share the tuned heap

@@ -19,9 +19,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/atomic_file.h"
-#include "core/config.h"
-#include "core/trace.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/config.h"
+#include "core/formats/trace.h"
 
 namespace difflens::test {
 
@@ -41,7 +41,7 @@ class ScratchDir {
     path_ = std::filesystem::temp_directory_path() /
             ("difflens-test-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     std::error_code ec;
-    remove_tree(path_, ec);  // not std::filesystem::remove_all: see core/atomic_file.h
+    remove_tree(path_, ec);  // not std::filesystem::remove_all: see core/formats/atomic_file.h
     std::filesystem::create_directories(path_);
   }
   ~ScratchDir() {

@@ -1,10 +1,10 @@
-// Runs a check on every instruction set the CPU passes are compiled for (core/attention_cpu.h,
-// core/layer_cpu.h).
+// Runs a check on every instruction set the CPU passes are compiled for (core/cpu/attention_cpu.h,
+// core/cpu/layer_cpu.h).
 #pragma once
 
 #include <catch2/catch.hpp>
 
-#include "core/attention_cpu.h"
+#include "core/cpu/attention_cpu.h"
 
 namespace difflens::test {
 

@@ -17,7 +17,7 @@
 #include "app/desktop/typing.h"
 #include "app/reports/head_figures.h"
 #include "app/reports/model_card.h"
-#include "core/metrics.h"
+#include "core/formats/metrics.h"
 #include "helpers.h"
 
 using difflens::app::parse_index_filter;

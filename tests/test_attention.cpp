@@ -6,7 +6,7 @@
 #include <cmath>
 #include <map>
 
-#include "core/model.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

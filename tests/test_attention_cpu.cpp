@@ -1,5 +1,5 @@
-// The CPU's fused attention pass (core/attention_cpu.h) against the tensor operations training and the GPU
-// use, on the same inputs; its statistics against the same numbers computed directly from the logits it
+// The CPU's fused attention pass (core/cpu/attention_cpu.h) against the tensor operations training and the
+// GPU use, on the same inputs; its statistics against the same numbers computed directly from the logits it
 // keeps; its histogram bins against LogHistogram's own.
 #include <catch2/catch.hpp>
 
@@ -7,8 +7,8 @@
 #include <cmath>
 #include <random>
 
-#include "core/attention_cpu.h"
-#include "core/model.h"
+#include "core/cpu/attention_cpu.h"
+#include "core/model/model.h"
 #include "helpers.h"
 #include "isa.h"
 

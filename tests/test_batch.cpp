@@ -1,7 +1,7 @@
-// Prompt sets (core/batch.h, `difflens batch`): items read and refused by line, the answer's tokens and span,
-// every readout against an independent recomputation on the bundled models (the answer's probability from a
-// capture of each prefix's next-token distribution, the attention measures from a capture of the prompt
-// alone), and the command: files, errors, --resume, interventions, the summary's intervals.
+// Prompt sets (core/model/batch.h, `difflens batch`): items read and refused by line, the answer's tokens and
+// span, every readout against an independent recomputation on the bundled models (the answer's probability
+// from a capture of each prefix's next-token distribution, the attention measures from a capture of the
+// prompt alone), and the command: files, errors, --resume, interventions, the summary's intervals.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -15,12 +15,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/batch.h"
-#include "core/data.h"
-#include "core/error.h"
-#include "core/model.h"
-#include "core/needle.h"
-#include "core/patch.h"
+#include "core/formats/data.h"
+#include "core/formats/error.h"
+#include "core/formats/patch_site.h"
+#include "core/model/batch.h"
+#include "core/model/model.h"
+#include "core/model/needle.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/bpe.h"
-#include "core/error.h"
-#include "core/model.h"
-#include "core/tokenizer.h"
+#include "core/formats/bpe.h"
+#include "core/formats/error.h"
+#include "core/formats/tokenizer.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

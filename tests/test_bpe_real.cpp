@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/tokenizer.h"
+#include "core/formats/tokenizer.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/bpe.h"
+#include "core/formats/bpe.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -1,11 +1,11 @@
 // The bundled trio in assets/models and the SentencePiece tokenizer it ships.
 #include <catch2/catch.hpp>
 
-#include "core/error.h"
-#include "core/metrics.h"
-#include "core/model.h"
-#include "core/needle.h"
-#include "core/tokenizer.h"
+#include "core/formats/error.h"
+#include "core/formats/metrics.h"
+#include "core/formats/tokenizer.h"
+#include "core/model/model.h"
+#include "core/model/needle.h"
 #include "helpers.h"
 
 using namespace difflens;

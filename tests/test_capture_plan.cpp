@@ -7,10 +7,10 @@
 #include <cstring>
 #include <sstream>
 
-#include "core/capture_plan.h"
-#include "core/error.h"
-#include "core/model.h"
-#include "core/trace.h"
+#include "core/formats/error.h"
+#include "core/formats/trace.h"
+#include "core/model/capture_plan.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -2,9 +2,9 @@
 // checkpoint gives its own message naming the file and the tensor.
 #include <catch2/catch.hpp>
 
-#include "core/error.h"
-#include "core/model.h"
-#include "core/safetensors.h"
+#include "core/formats/error.h"
+#include "core/formats/safetensors.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -14,13 +14,13 @@
 #include <stb_image.h>
 
 #include "app/reports/head_figures.h"
-#include "core/batch.h"
-#include "core/head_scores.h"
-#include "core/intervention.h"
-#include "core/model.h"
-#include "core/patch.h"
-#include "core/tokenizer.h"
-#include "core/trace_io.h"
+#include "core/formats/head_scores.h"
+#include "core/formats/intervention.h"
+#include "core/formats/patch_site.h"
+#include "core/formats/tokenizer.h"
+#include "core/formats/trace_io.h"
+#include "core/model/batch.h"
+#include "core/model/model.h"
 #include "helpers.h"
 #include "viz/export.h"
 
@@ -363,7 +363,7 @@ std::vector<std::string> needed_libraries(const std::string& binary, const test:
 }
 }  // namespace
 
-// What the tests' scratch folders and training's old steps are removed with (core/atomic_file.h): not
+// What the tests' scratch folders and training's old steps are removed with (core/formats/atomic_file.h): not
 // std::filesystem::remove_all, which crashed inside PyTorch's LibTorch on a GPU server.
 TEST_CASE("remove_tree removes a folder's whole tree, links as links, and a missing path is no error",
           "[build]") {

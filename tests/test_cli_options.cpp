@@ -9,7 +9,7 @@
 #include "app/cli/commands.h"
 #include "app/common/command_support.h"
 #include "app/common/options.h"
-#include "core/error.h"
+#include "core/formats/error.h"
 
 using namespace difflens;
 using namespace difflens::cli;

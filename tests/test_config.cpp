@@ -1,8 +1,8 @@
 // config.json parsing, validation messages and serialisation round trip.
 #include <catch2/catch.hpp>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "core/formats/config.h"
+#include "core/formats/error.h"
 #include "helpers.h"
 
 using namespace difflens;

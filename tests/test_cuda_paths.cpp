@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/intervention.h"
-#include "core/lens.h"
-#include "core/model.h"
-#include "core/patch.h"
+#include "core/formats/error.h"
+#include "core/formats/intervention.h"
+#include "core/formats/patch_site.h"
+#include "core/model/lens.h"
+#include "core/model/model.h"
 #include "tests/helpers.h"
 
 using namespace difflens;

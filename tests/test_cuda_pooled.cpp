@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/pooled_attention.h"
-#include "core/trace.h"
+#include "core/formats/trace.h"
 #include "helpers.h"
 
 using namespace difflens;

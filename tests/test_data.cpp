@@ -7,8 +7,8 @@
 #include <regex>
 #include <set>
 
-#include "core/data.h"
-#include "core/error.h"
+#include "core/formats/data.h"
+#include "core/formats/error.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -14,10 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/model.h"
-#include "core/model_dir.h"
-#include "core/safetensors.h"
+#include "core/formats/error.h"
+#include "core/formats/model_dir.h"
+#include "core/formats/safetensors.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

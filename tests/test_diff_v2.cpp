@@ -8,12 +8,12 @@
 #include <map>
 #include <random>
 
-#include "core/attention_cpu.h"
-#include "core/error.h"
-#include "core/explain.h"
-#include "core/layout.h"
-#include "core/model.h"
-#include "core/trace_io.h"
+#include "core/cpu/attention_cpu.h"
+#include "core/formats/error.h"
+#include "core/formats/explain.h"
+#include "core/formats/trace_io.h"
+#include "core/model/checkpoint_layout.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

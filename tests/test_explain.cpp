@@ -1,5 +1,5 @@
-// The Explain view's numbers (core/explain): recomputed from a trace's kept queries, keys and values, they
-// must equal the trace's own logits and maps, λ, and — through the output norm and o_proj — the model's
+// The Explain view's numbers (core/formats/explain): recomputed from a trace's kept queries, keys and values,
+// they must equal the trace's own logits and maps, λ, and — through the output norm and o_proj — the model's
 // attention output.
 #include <catch2/catch.hpp>
 
@@ -7,13 +7,13 @@
 #include <cstdio>
 
 #include "app/reports/explain_slides.h"
-#include "core/error.h"
-#include "core/explain.h"
-#include "core/intervention.h"
-#include "core/metrics.h"
-#include "core/model.h"
-#include "core/tiles.h"
-#include "core/trace_io.h"
+#include "core/formats/error.h"
+#include "core/formats/explain.h"
+#include "core/formats/intervention.h"
+#include "core/formats/metrics.h"
+#include "core/formats/tiles.h"
+#include "core/formats/trace_io.h"
+#include "core/model/model.h"
 #include "helpers.h"
 #include "viz/font.h"
 

@@ -10,7 +10,7 @@
 #include <limits>
 #include <string>
 
-#include "core/error.h"
+#include "core/formats/error.h"
 #include "helpers.h"
 #include "viz/chart.h"
 #include "viz/export.h"

@@ -1,5 +1,5 @@
-// Generation (core/generate.cpp): with the key/value cache a written token costs its own row; the tokens and
-// each written token's attention rows must equal those of re-running the whole sequence, on every
+// Generation (core/model/generate.cpp): with the key/value cache a written token costs its own row; the
+// tokens and each written token's attention rows must equal those of re-running the whole sequence, on every
 // architecture (DIFF, DIFF V2, baseline, GQA, sliding windows) and every path (the CPU's packed layers and
 // fused pass, its modules and fused pass, the tensor operations a GPU runs).
 #include <catch2/catch.hpp>
@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/error.h"
-#include "core/model.h"
-#include "core/trace_io.h"
+#include "core/formats/error.h"
+#include "core/formats/trace_io.h"
+#include "core/model/model.h"
 #include "helpers.h"
 #include "isa.h"
 

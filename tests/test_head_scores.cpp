@@ -1,4 +1,4 @@
-// Head scores (core/head_scores): TransformerLens's detection patterns and "mul" score, checked on
+// Head scores (core/formats/head_scores): TransformerLens's detection patterns and "mul" score, checked on
 // hand-built maps and token sequences.
 #include <catch2/catch.hpp>
 
@@ -7,9 +7,9 @@
 #include <set>
 #include <sstream>
 
-#include "core/head_scores.h"
-#include "core/model.h"
-#include "core/tokenizer.h"
+#include "core/formats/head_scores.h"
+#include "core/formats/tokenizer.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -11,12 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "app/worker/inference_worker.h"
-#include "core/checkpoint.h"
-#include "core/error.h"
-#include "core/layout.h"
-#include "core/model.h"
-#include "core/model_dir.h"
-#include "core/safetensors.h"
+#include "core/formats/checkpoint.h"
+#include "core/formats/error.h"
+#include "core/formats/model_dir.h"
+#include "core/formats/safetensors.h"
+#include "core/model/checkpoint_layout.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -1,7 +1,7 @@
-// Interventions (core/intervention.h) against exact math: the grammar and its refusals; λ set through the run
-// equals λ set through an edited checkpoint (its parameter vectors), a head ablated to zero equals its
-// o_proj columns zeroed, on the CPU's fused pass and the tensor operations a GPU runs; a knockout equals the
-// softmax of the model's own logits over the keys left (a reference in double); generation with the
+// Interventions (core/formats/intervention.h) against exact math: the grammar and its refusals; λ set through
+// the run equals λ set through an edited checkpoint (its parameter vectors), a head ablated to zero equals
+// its o_proj columns zeroed, on the CPU's fused pass and the tensor operations a GPU runs; a knockout equals
+// the softmax of the model's own logits over the keys left (a reference in double); generation with the
 // key/value cache under interventions writes what re-running the whole text does.
 #include <catch2/catch.hpp>
 
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "core/intervention.h"
-#include "core/model.h"
-#include "core/tiles.h"
-#include "core/trace_io.h"
+#include "core/formats/intervention.h"
+#include "core/formats/tiles.h"
+#include "core/formats/trace_io.h"
+#include "core/model/model.h"
 #include "tests/helpers.h"
 
 using namespace difflens;

@@ -1,8 +1,8 @@
-// A capture's layers in plain C++ (core/layer_cpu.h) against LibTorch's modules (core/nn.h), which training
-// and GPUs run: the matrix kernel (and cblas_sgemm, which the layers call for large blocks on some CPUs)
-// against a double-precision product on every instruction set, half-precision weights converted exactly,
-// and whole captures of every architecture with both (the modules by DIFFLENS_PACKED_WEIGHTS_MB=0) holding
-// the same hidden states, attention inputs, maps and next token.
+// A capture's layers in plain C++ (core/cpu/layer_cpu.h) against LibTorch's modules (core/model/nn.h), which
+// training and GPUs run: the matrix kernel (and cblas_sgemm, which the layers call for large blocks on some
+// CPUs) against a double-precision product on every instruction set, half-precision weights converted
+// exactly, and whole captures of every architecture with both (the modules by DIFFLENS_PACKED_WEIGHTS_MB=0)
+// holding the same hidden states, attention inputs, maps and next token.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <random>
 #include <string>
 
-#include "core/layer_cpu.h"
-#include "core/model.h"
+#include "core/cpu/layer_cpu.h"
+#include "core/model/model.h"
 #include "helpers.h"
 #include "isa.h"
 

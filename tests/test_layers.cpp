@@ -1,4 +1,6 @@
-// The source tree's layers, read from the files themselves: core/ and viz/ never include app/, and each
+// The source tree's layers, read from the files themselves: core/ is one folder per library, each file
+// including only its own library's headers and those of the libraries it links; viz/ includes only the
+// LibTorch-free formats; core/ and viz/ never include app/, and each
 // library of app/ (its sub-folders' CMakeLists.txt: difflens_app_library(NAME files...) and what NAME links)
 // includes only its own headers and those of the libraries it links, directly or through them. A static
 // library that includes a header of one it does not link still builds (every target sees the whole tree),
@@ -97,7 +99,109 @@ std::set<std::string> closure(const Libraries& libs, const std::string& lib) {
   return seen;
 }
 
+// Every `#include "core/FOLDER/..."` of a file: the folder.
+std::vector<std::string> core_include_folders(const fs::path& file) {
+  const std::string text = test::read_all(file);
+  std::vector<std::string> out;
+  const std::regex inc(R"re(#include\s+"core/([^"/]+)/[^"]+")re");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), inc); it != std::sregex_iterator(); ++it)
+    out.push_back((*it)[1].str());
+  return out;
+}
+
+// core/'s libraries, one per folder, as core/*/CMakeLists.txt declare them (add_library,
+// target_link_libraries); cuda/ is declared by the top-level CMakeLists.txt (difflens_cuda, which links no
+// library of ours).
+struct CoreLibraries {
+  std::map<std::string, std::string> of_folder;        // "formats" -> difflens_formats
+  std::map<std::string, std::set<std::string>> links;  // library -> what it links
+};
+
+CoreLibraries read_core_libraries() {
+  CoreLibraries libs;
+  libs.of_folder["cuda"] = "difflens_cuda";
+  libs.links["difflens_cuda"];
+  const std::regex call(R"((add_library|target_link_libraries)\(([^)]*)\))");
+  for (const auto& dir : fs::directory_iterator(kRoot / "core")) {
+    if (!dir.is_directory() || !fs::exists(dir.path() / "CMakeLists.txt")) continue;
+    const std::string text = test::read_all(dir.path() / "CMakeLists.txt");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), call); it != std::sregex_iterator(); ++it) {
+      const std::vector<std::string> w = words((*it)[2].str());
+      if (w.empty() || w[0].rfind("difflens_", 0) != 0) continue;
+      if ((*it)[1].str() == "add_library") {
+        if (w.size() > 1 && w[1] == "MODULE") continue;  // the SentencePiece module: loaded, never linked
+        libs.of_folder.emplace(dir.path().filename().string(), w[0]);
+        libs.links[w[0]];
+      } else {
+        for (size_t i = 1; i < w.size(); ++i)
+          if (w[i].rfind("difflens_", 0) == 0) libs.links[w[0]].insert(w[i]);
+      }
+    }
+  }
+  return libs;
+}
+
+std::set<std::string> core_closure(const CoreLibraries& libs, const std::string& lib) {
+  std::set<std::string> seen{lib};
+  std::vector<std::string> todo{lib};
+  while (!todo.empty()) {
+    const std::string l = todo.back();
+    todo.pop_back();
+    const auto it = libs.links.find(l);
+    if (it == libs.links.end()) continue;
+    for (const std::string& d : it->second)
+      if (seen.insert(d).second) todo.push_back(d);
+  }
+  return seen;
+}
+
 }  // namespace
+
+TEST_CASE("layers: core/ is one folder per library, each file including only its library's and what it links",
+          "[build]") {
+  const CoreLibraries libs = read_core_libraries();
+  CHECK(libs.of_folder == std::map<std::string, std::string>{{"cpu", "difflens_cpu"},
+                                                             {"cuda", "difflens_cuda"},
+                                                             {"formats", "difflens_formats"},
+                                                             {"model", "difflens_core"}});
+  // The arrows the folders exist for: the readers and the CPU kernels link no Model (nor LibTorch).
+  CHECK(core_closure(libs, "difflens_formats") == std::set<std::string>{"difflens_formats"});
+  CHECK(core_closure(libs, "difflens_cpu") == std::set<std::string>{"difflens_cpu", "difflens_formats"});
+  CHECK(core_closure(libs, "difflens_core").count("difflens_cpu") == 1);
+  // Only the CMakeLists.txt and the formats' reference sit in core/ itself.
+  for (const auto& f : fs::directory_iterator(kRoot / "core"))
+    if (f.is_regular_file()) {
+      INFO(f.path());
+      CHECK((f.path().filename() == "CMakeLists.txt" || f.path().filename() == "FORMATS.md"));
+    }
+  size_t files = 0;
+  const std::regex torch(R"re(#include\s+<(torch|ATen|c10)/)re");
+  for (const auto& [folder, lib] : libs.of_folder) {
+    const std::set<std::string> allowed = core_closure(libs, lib);
+    for (const auto& f : fs::recursive_directory_iterator(kRoot / "core" / folder)) {
+      const std::string ext = f.path().extension().string();
+      if (ext != ".h" && ext != ".cpp" && ext != ".cu" && ext != ".inc") continue;
+      ++files;
+      INFO(f.path());
+      for (const std::string& inc : core_include_folders(f.path())) {
+        INFO("includes core/" << inc << "/");
+        const auto target = libs.of_folder.find(inc);
+        REQUIRE(target != libs.of_folder.end());
+        CHECK(allowed.count(target->second) == 1);
+      }
+      // LibTorch's headers only in the Model's folder (and the CUDA kernels' own runtime there).
+      if (lib != "difflens_core") CHECK_FALSE(std::regex_search(test::read_all(f.path()), torch));
+    }
+  }
+  CHECK(files > 70);
+  // viz/ links difflens_formats alone (viz/CMakeLists.txt): it includes nothing else of core/.
+  for (const auto& f : fs::recursive_directory_iterator(kRoot / "viz")) {
+    const std::string ext = f.path().extension().string();
+    if (ext != ".h" && ext != ".cpp") continue;
+    INFO(f.path());
+    for (const std::string& inc : core_include_folders(f.path())) CHECK(inc == "formats");
+  }
+}
 
 TEST_CASE("layers: core and viz never include app, and each app library only what it links", "[build]") {
   for (const char* lower : {"core", "viz"})

@@ -1,6 +1,6 @@
-// The logit lens and direct logit attribution (core/lens.h) against exact math: the lens after the last layer
-// is the model's own prediction at every position; the heads', MLPs' and embedding's shares add up to the
-// target's logit, also under interventions; a DIFF head's A1 and −λA2 parts add up to the head; a head
+// The logit lens and direct logit attribution (core/model/lens.h) against exact math: the lens after the last
+// layer is the model's own prediction at every position; the heads', MLPs' and embedding's shares add up to
+// the target's logit, also under interventions; a DIFF head's A1 and −λA2 parts add up to the head; a head
 // ablated to zero has no share.
 #include <catch2/catch.hpp>
 
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/intervention.h"
-#include "core/model.h"
+#include "core/formats/intervention.h"
+#include "core/model/model.h"
 #include "tests/helpers.h"
 
 using namespace difflens;

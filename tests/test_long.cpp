@@ -9,12 +9,12 @@
 #include <random>
 
 #include "app/reports/head_figures.h"
-#include "core/checkpoint.h"
-#include "core/metrics.h"
-#include "core/model.h"
-#include "core/safetensors.h"
-#include "core/tiles.h"
-#include "core/trace_io.h"
+#include "core/formats/checkpoint.h"
+#include "core/formats/metrics.h"
+#include "core/formats/safetensors.h"
+#include "core/formats/tiles.h"
+#include "core/formats/trace_io.h"
+#include "core/model/model.h"
 #include "helpers.h"
 #include "isa.h"
 #include "viz/map_view.h"

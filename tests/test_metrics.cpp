@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
-#include "core/explain.h"
-#include "core/metrics.h"
-#include "core/model.h"
+#include "core/formats/error.h"
+#include "core/formats/explain.h"
+#include "core/formats/metrics.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "core/error.h"
-#include "core/model.h"
+#include "core/formats/error.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

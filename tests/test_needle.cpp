@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "app/reports/needle_report.h"
-#include "core/model.h"
-#include "core/needle.h"
-#include "core/trace_io.h"
+#include "core/formats/trace_io.h"
+#include "core/model/model.h"
+#include "core/model/needle.h"
 #include "helpers.h"
 
 using namespace difflens;

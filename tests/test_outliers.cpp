@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "app/reports/outlier_report.h"
-#include "core/error.h"
-#include "core/model.h"
-#include "core/outliers.h"
+#include "core/formats/error.h"
+#include "core/model/model.h"
+#include "core/model/outliers.h"
 #include "helpers.h"
 #include "viz/figure.h"
 

@@ -1,7 +1,8 @@
-// Activation patching (core/patch.h) against its ends and against edited checkpoints: patching nothing
-// gives the corrupt run, patching the residual stream entering layer 0 (or every head, MLP and the embedding)
-// gives the clean run, exactly; a layer's heads' outputs (or maps) copied from a checkpoint whose values (or
-// queries) were edited give that checkpoint's own run, as the capture path computes it, within 1e-5.
+// Activation patching (core/formats/patch_site.h) against its ends and against edited checkpoints: patching
+// nothing gives the corrupt run, patching the residual stream entering layer 0 (or every head, MLP and the
+// embedding) gives the clean run, exactly; a layer's heads' outputs (or maps) copied from a checkpoint whose
+// values (or queries) were edited give that checkpoint's own run, as the capture path computes it, within
+// 1e-5.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -9,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/intervention.h"
-#include "core/model.h"
-#include "core/patch.h"
-#include "core/qkv_layout.h"
+#include "core/cpu/qkv_layout.h"
+#include "core/formats/error.h"
+#include "core/formats/intervention.h"
+#include "core/formats/patch_site.h"
+#include "core/model/model.h"
 #include "tests/helpers.h"
 
 using namespace difflens;

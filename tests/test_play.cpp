@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "app/desktop/play_script.h"
-#include "core/error.h"
-#include "core/model.h"
-#include "core/trace_io.h"
+#include "core/formats/error.h"
+#include "core/formats/trace_io.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -9,9 +9,9 @@
 #include <limits>
 
 #include "app/reports/prediction_text.h"
-#include "core/error.h"
-#include "core/model.h"
-#include "core/trace_io.h"
+#include "core/formats/error.h"
+#include "core/formats/trace_io.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "app/remote/server.h"
-#include "core/intervention.h"
-#include "core/model.h"
-#include "core/trace_io.h"
+#include "core/formats/intervention.h"
+#include "core/formats/trace_io.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 namespace fs = std::filesystem;

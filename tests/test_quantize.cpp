@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "core/error.h"
-#include "core/metrics.h"
-#include "core/model.h"
+#include "core/formats/error.h"
+#include "core/formats/metrics.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/error.h"
-#include "core/safetensors.h"
+#include "core/formats/error.h"
+#include "core/formats/safetensors.h"
 #include "helpers.h"
 
 using namespace difflens;

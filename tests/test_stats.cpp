@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "core/error.h"
-#include "core/stats.h"
+#include "core/formats/error.h"
+#include "core/formats/stats.h"
 
 using namespace difflens;
 

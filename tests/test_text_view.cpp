@@ -1,12 +1,12 @@
-// The Text view's weights (core/token_weights): rows, columns and means over heads checked by hand on a
-// trace built here, and a long prompt's recomputed rows and columns against the exact maps.
+// The Text view's weights (core/formats/token_weights): rows, columns and means over heads checked by hand on
+// a trace built here, and a long prompt's recomputed rows and columns against the exact maps.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
-#include "core/error.h"
-#include "core/model.h"
-#include "core/token_weights.h"
+#include "core/formats/error.h"
+#include "core/formats/token_weights.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

@@ -13,9 +13,9 @@
 #include <tuple>
 #include <utility>
 
-#include "core/bpe.h"
-#include "core/error.h"
-#include "core/tokenizer.h"
+#include "core/formats/bpe.h"
+#include "core/formats/error.h"
+#include "core/formats/tokenizer.h"
 #include "helpers.h"
 
 using namespace difflens;
@@ -233,8 +233,8 @@ TEST_CASE("tiktoken: tokenize takes a rank file named by its encoding", "[tokeni
 
 TEST_CASE("Letters and numbers newer than PCRE2's tables split as tiktoken and tokenizers split them",
           "[tokenizer][bpe]") {
-  // The spelling: \p{L} and \p{N} gain the gap's ranges (core/unicode_gap.inc); outside a class they become
-  // a class of their own, inside one their members join it; \P{L} outside a class is its complement.
+  // The spelling: \p{L} and \p{N} gain the gap's ranges (core/formats/unicode_gap.inc); outside a class they
+  // become a class of their own, inside one their members join it; \P{L} outside a class is its complement.
   const std::string letters = with_reference_classes(R"(\p{L})"), numbers = with_reference_classes(R"(\pN)");
   CHECK_THAT(letters,
              Catch::StartsWith(R"([\p{L}\x{1C89}-\x{1C8A}\x{A7CB}-\x{A7CD})") && Catch::EndsWith("]"));

@@ -1,8 +1,8 @@
 // Byte tokenizer: ids, offsets, display pieces, non-UTF-8 input; token-id parsing.
 #include <catch2/catch.hpp>
 
-#include "core/error.h"
-#include "core/tokenizer.h"
+#include "core/formats/error.h"
+#include "core/formats/tokenizer.h"
 
 using namespace difflens;
 

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <limits>
 
-#include "core/error.h"
-#include "core/model.h"
-#include "core/safetensors.h"
-#include "core/trace_io.h"
+#include "core/formats/error.h"
+#include "core/formats/safetensors.h"
+#include "core/formats/trace_io.h"
+#include "core/model/model.h"
 #include "helpers.h"
 
 using namespace difflens;

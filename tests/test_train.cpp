@@ -14,10 +14,10 @@
 #include <cmath>
 #include <fstream>
 
-#include "core/error.h"
-#include "core/model.h"
-#include "core/model_dir.h"
-#include "core/train.h"
+#include "core/formats/error.h"
+#include "core/formats/model_dir.h"
+#include "core/model/model.h"
+#include "core/model/train.h"
 #include "helpers.h"
 
 #include <nlohmann/json.hpp>

@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "app/worker/inference_worker.h"
-#include "core/batch.h"
-#include "core/metrics.h"
-#include "core/trace_io.h"
+#include "core/formats/metrics.h"
+#include "core/formats/trace_io.h"
+#include "core/model/batch.h"
 #include "helpers.h"
 
 using namespace difflens;
@@ -726,7 +726,7 @@ TEST_CASE("worker: a prompt set runs both slots into a folder as difflens batch 
   CHECK(p->total == 5);
   CHECK(p->failed == 2);  // the bad item on each model
   CHECK_THAT(p->summary, Catch::Contains("| accuracy (greedy) |"));
-  // What each model wrote: as core/batch's run_batch_entry gives it, item by item.
+  // What each model wrote: as core/model/batch's run_batch_entry gives it, item by item.
   const std::string csv = test::read_all(dir / "out/items.csv");
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 4 * 2);
   CHECK(test::read_all(dir / "out/errors.csv").find("5,5,") != std::string::npos);

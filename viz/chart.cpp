@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "core/error.h"
+#include "core/formats/error.h"
 #include "viz/export.h"
 #include "viz/text_shade.h"
 #include "viz/ticks.h"

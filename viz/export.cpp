@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/atomic_file.h"
-#include "core/error.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/error.h"
 
 namespace difflens::viz {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/error.h"
+#include "core/formats/error.h"
 #include "viz/export.h"
 #include "viz/ticks.h"
 #include "viz/token_text.h"

@@ -10,7 +10,7 @@
 #include <initializer_list>
 #include <iterator>
 
-#include "core/error.h"
+#include "core/formats/error.h"
 #include "viz/utf8.h"
 
 namespace difflens::viz {

@@ -1,7 +1,7 @@
 // Cached map rendering.
 #include "viz/heatmap_view.h"
 
-#include "core/error.h"
+#include "core/formats/error.h"
 
 namespace difflens::viz {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/error.h"
+#include "core/formats/error.h"
 #include "viz/utf8.h"
 
 namespace difflens::viz {

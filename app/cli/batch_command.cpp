@@ -1,6 +1,6 @@
 // `difflens batch`: a prompt set (JSON lines) run on every model given, models loaded once, items streamed
 // (read a line at a time, results appended as each item ends), resumable; per item and per head, then a
-// summary with 95 % intervals and paired tests between the models (core/batch.h, core/stats.h).
+// summary with 95 % intervals and paired tests between the models (core/model/batch.h, core/formats/stats.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,12 +23,12 @@
 #include "app/common/command_support.h"
 #include "app/reports/needle_report.h"
 #include "app/reports/prompt_set.h"
-#include "core/atomic_file.h"
-#include "core/batch.h"
-#include "core/error.h"
-#include "core/model_dir.h"
-#include "core/patch.h"
-#include "core/stats.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/error.h"
+#include "core/formats/model_dir.h"
+#include "core/formats/patch_site.h"
+#include "core/formats/stats.h"
+#include "core/model/batch.h"
 #include "viz/chart.h"
 #include "viz/export.h"
 #include "viz/figure.h"

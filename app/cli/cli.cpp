@@ -11,7 +11,7 @@
 #include "app/cli/commands.h"
 #include "app/common/command_support.h"
 #include "app/common/version.h"
-#include "core/error.h"
+#include "core/formats/error.h"
 
 namespace difflens::cli {
 namespace {

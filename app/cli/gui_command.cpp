@@ -12,8 +12,8 @@
 #include "app/desktop/layout.h"
 #include "app/desktop/play_script.h"
 #include "app/reports/explain_slides.h"
-#include "core/error.h"
-#include "core/needle.h"
+#include "core/formats/error.h"
+#include "core/model/needle.h"
 
 namespace difflens::cli {
 namespace {

@@ -8,8 +8,8 @@
 #include "app/cli/man_page.h"
 #include "app/common/command_support.h"
 #include "app/common/version.h"
-#include "core/atomic_file.h"
-#include "core/error.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/error.h"
 #include "viz/export.h"
 #include "viz/icon.h"
 

@@ -1,6 +1,6 @@
-// difflens lens: why each model answers as it does (core/lens.h): the logit lens at every position as CSV,
-// each head's and MLP's direct share of the target's logit at the query as CSV, and a summary per model on
-// standard output; under --intervene too.
+// difflens lens: why each model answers as it does (core/model/lens.h): the logit lens at every position as
+// CSV, each head's and MLP's direct share of the target's logit at the query as CSV, and a summary per model
+// on standard output; under --intervene too.
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -10,8 +10,8 @@
 #include "app/cli/commands.h"
 #include "app/common/command_support.h"
 #include "app/reports/needle_report.h"
-#include "core/atomic_file.h"
-#include "core/error.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/error.h"
 
 namespace difflens::cli {
 namespace {

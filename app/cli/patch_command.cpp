@@ -1,7 +1,7 @@
-// difflens patch: activation patching (core/patch.h) of a clean and a corrupt prompt on each model given:
-// every head's output, A1 and A2 map (DIFF V2: λ) and every MLP at the chosen positions, and the residual
-// stream at every layer and position, each copied alone from one run into the other; the normalised logit
-// difference of each as CSV, the largest on standard output.
+// difflens patch: activation patching (core/formats/patch_site.h) of a clean and a corrupt prompt on each
+// model given: every head's output, A1 and A2 map (DIFF V2: λ) and every MLP at the chosen positions, and the
+// residual stream at every layer and position, each copied alone from one run into the other; the normalised
+// logit difference of each as CSV, the largest on standard output.
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -11,10 +11,10 @@
 #include "app/cli/commands.h"
 #include "app/common/command_support.h"
 #include "app/reports/needle_report.h"
-#include "core/atomic_file.h"
-#include "core/batch.h"
-#include "core/error.h"
-#include "core/patch.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/error.h"
+#include "core/formats/patch_site.h"
+#include "core/model/batch.h"
 
 namespace difflens::cli {
 namespace {

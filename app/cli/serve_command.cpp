@@ -17,7 +17,7 @@
 #include "app/remote/client.h"
 #include "app/remote/server.h"
 #include "app/worker/inference_worker.h"
-#include "core/error.h"
+#include "core/formats/error.h"
 
 namespace difflens::cli {
 namespace {

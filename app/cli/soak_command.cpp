@@ -27,8 +27,8 @@
 #include "app/cli/commands.h"
 #include "app/common/command_support.h"
 #include "app/desktop/play_script.h"
-#include "core/atomic_file.h"
-#include "core/error.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/error.h"
 
 extern char** environ;
 

@@ -6,8 +6,8 @@
 
 #include "app/cli/commands.h"
 #include "app/common/command_support.h"
-#include "core/error.h"
-#include "core/train.h"
+#include "core/formats/error.h"
+#include "core/model/train.h"
 
 namespace difflens::cli {
 namespace {

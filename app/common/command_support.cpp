@@ -16,11 +16,11 @@
 
 #include <unistd.h>
 
-#include "core/bounded_read.h"
-#include "core/checkpoint.h"
-#include "core/error.h"
-#include "core/model_dir.h"
-#include "core/tokenizer.h"
+#include "core/formats/bounded_read.h"
+#include "core/formats/checkpoint.h"
+#include "core/formats/error.h"
+#include "core/formats/model_dir.h"
+#include "core/formats/tokenizer.h"
 
 namespace difflens::cli {
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "app/common/options.h"
-#include "core/config.h"
-#include "core/intervention.h"
-#include "core/model.h"
+#include "core/formats/config.h"
+#include "core/formats/intervention.h"
+#include "core/model/model.h"
 
 namespace difflens::cli {
 
@@ -27,7 +27,8 @@ Option specials_option();                           // --specials match|text
 Option answer_option();                             // --answer BEGIN,END (half-open)
 Option pooled_budget_option(const std::string& fallback);
 Option haystack_option();
-// --intervene SPEC (repeatable; core/intervention.h) and --query I (the knockout presets' rows start there).
+// --intervene SPEC (repeatable; core/formats/intervention.h) and --query I (the knockout presets' rows start
+// there).
 Option intervene_option();
 Option query_option();
 // --hidden, --layers, --heads, --kv-heads, --vocab: the shape of a matched pair (init-pair, bench), and

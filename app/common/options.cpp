@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "core/error.h"
+#include "core/formats/error.h"
 
 namespace difflens::cli {
 

@@ -3,9 +3,9 @@
 
 #include <exception>
 
-#include "core/attention_cpu.h"
-#include "core/model.h"
-#include "core/tokenizer.h"
+#include "core/cpu/attention_cpu.h"
+#include "core/formats/tokenizer.h"
+#include "core/model/model.h"
 #include "difflens_build_info.h"
 
 namespace difflens {

@@ -31,8 +31,8 @@ std::filesystem::path free_path(const std::filesystem::path& dir, const std::str
                                 const std::vector<std::string>& exts);
 
 // File > Save this run as trace bundles (play: "export bundle"): each slot's trace of the run on screen as
-// a bundle (core/trace_io.h) in a new folder of the export folder (run, run-2, ...), named by slot and
-// model ("left-diff-small"), which File > Open trace bundle and `difflens render` read. Returns the
+// a bundle (core/formats/trace_io.h) in a new folder of the export folder (run, run-2, ...), named by slot
+// and model ("left-diff-small"), which File > Open trace bundle and `difflens render` read. Returns the
 // bundles' folders; throws Error when no run is on screen.
 std::vector<std::string> save_run_bundles(GuiState& state);
 

@@ -24,12 +24,12 @@
 #include "app/desktop/layout.h"
 #include "app/reports/model_card.h"
 #include "app/worker/inference_worker.h"
-#include "core/data.h"
-#include "core/metrics.h"
-#include "core/model_dir.h"
-#include "core/needle.h"
-#include "core/token_weights.h"
-#include "core/tokenizer.h"
+#include "core/formats/data.h"
+#include "core/formats/metrics.h"
+#include "core/formats/model_dir.h"
+#include "core/formats/token_weights.h"
+#include "core/formats/tokenizer.h"
+#include "core/model/needle.h"
 
 namespace difflens::app {
 
@@ -133,8 +133,8 @@ struct WhyState {
   std::string corrupt, corrupt_typed;
   std::array<std::pair<int, int>, kSlots> picked{{{-1, -1}, {-1, -1}}};
   bool patch_grid = true;  // with a corrupt prompt: the grids show patching (else the direct shares)
-  // Each slot's specs as written (core/intervention.h), in this order: extra, knockout, λ per layer, λ per
-  // head, ablations.
+  // Each slot's specs as written (core/formats/intervention.h), in this order: extra, knockout, λ per layer,
+  // λ per head, ablations.
   std::array<std::vector<std::string>, kSlots> specs() const {
     static const char* kPresets[] = {"", "not-answer", "only-answer", "not-noise"};
     std::array<std::vector<std::string>, kSlots> out;
@@ -277,7 +277,7 @@ struct GuiState {
     double next_at = 0;
   } cont;
   // The Model view's "repeated random tokens" prompt: `length` random tokens, then the same again (the
-  // induction score's prompt, core/head_scores.h; `difflens heads --repeated` draws the same).
+  // induction score's prompt, core/formats/head_scores.h; `difflens heads --repeated` draws the same).
   struct Repeated {
     int length = 50, seed = 1;
     bool build_on_load = false;  // --repeated with a remote left slot: once its tokenizer is fetched

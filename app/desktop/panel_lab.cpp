@@ -14,8 +14,8 @@
 #include "app/desktop/panels.h"
 #include "app/desktop/plot.h"
 #include "app/reports/needle_report.h"
-#include "core/error.h"
-#include "core/needle.h"
+#include "core/formats/error.h"
+#include "core/model/needle.h"
 #include "viz/colormap.h"
 #include "viz/figure.h"
 

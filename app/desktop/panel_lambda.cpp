@@ -16,7 +16,7 @@
 
 #include "app/desktop/panels.h"
 #include "app/desktop/plot.h"
-#include "core/error.h"
+#include "core/formats/error.h"
 #include "viz/chart.h"
 #include "viz/colormap.h"
 

@@ -17,11 +17,11 @@
 #include "app/desktop/panels.h"
 #include "app/desktop/plot.h"
 #include "app/reports/head_figures.h"
-#include "core/error.h"
-#include "core/head_scores.h"
-#include "core/model.h"
-#include "core/model_dir.h"
-#include "core/tokenizer.h"
+#include "core/formats/error.h"
+#include "core/formats/head_scores.h"
+#include "core/formats/model_dir.h"
+#include "core/formats/tokenizer.h"
+#include "core/model/model.h"
 
 namespace difflens::app {
 namespace {

@@ -18,9 +18,9 @@
 #include "app/common/command_support.h"
 #include "app/desktop/panels.h"
 #include "app/desktop/plot.h"
-#include "core/error.h"
-#include "core/metrics.h"
-#include "core/needle.h"
+#include "core/formats/error.h"
+#include "core/formats/metrics.h"
+#include "core/model/needle.h"
 #include "viz/chart.h"
 #include "viz/token_text.h"
 

@@ -19,8 +19,8 @@
 #include "app/desktop/plot.h"
 #include "app/reports/prediction_text.h"
 #include "app/reports/text_page.h"
-#include "core/atomic_file.h"
-#include "core/token_weights.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/token_weights.h"
 #include "viz/text_shade.h"
 #include "viz/token_text.h"
 

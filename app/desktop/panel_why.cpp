@@ -16,9 +16,9 @@
 
 #include "app/desktop/panels.h"
 #include "app/desktop/plot.h"
-#include "core/error.h"
-#include "core/intervention.h"
-#include "core/patch.h"
+#include "core/formats/error.h"
+#include "core/formats/intervention.h"
+#include "core/formats/patch_site.h"
 #include "viz/figure.h"
 #include "viz/token_text.h"
 

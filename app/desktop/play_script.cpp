@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "app/desktop/layout.h"
-#include "core/bounded_read.h"
-#include "core/error.h"
-#include "core/intervention.h"
+#include "core/formats/bounded_read.h"
+#include "core/formats/error.h"
+#include "core/formats/intervention.h"
 
 namespace difflens::app {
 namespace {

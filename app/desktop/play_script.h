@@ -11,40 +11,40 @@
 namespace difflens::app {
 
 enum class PlayVerb {
-  Type,              // text: typed into the prompt (a character a frame when a play delay is set)
-  Paste,             // text: appended at once
-  PasteFile,         // text: a file whose bytes are appended at once (read when played)
-  Prompt,            // text: the prompt replaced
-  Clear,             // the prompt emptied
-  Needle,            // ints: TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER] built by the needle builder
-  Query,             // ints[0]: the query token (-1: the last)
-  Answer,            // ints: BEGIN,END (none: cleared)
-  Intervene,         // text: an intervention both models run under (core/intervention.h; "": all cleared)
-  Corrupt,           // text: the Why view's corrupt prompt for activation patching ("": none)
-  Checkpoint,        // ints[0]: a training run's kept step loaded into both slots (-1: the run's own weights)
-  Steps,             // the Noise view's measure over every kept step of the slots' runs (ints[0] 0: cancel)
-  PromptSet,         // words: ITEMS OUT [resume] (File > Run a prompt set), or none: cancel it
-  Layer,             // ints[0]
-  Head,              // ints: SLOT (-1: both), HEAD
-  View,              // ints[0]: the View
-  Split,             // ints[0]: 0 off, 1 below the maps, 2 beside them
-  Side,              // ints[0]: 0 hidden, 1 shown
-  Lecture,           // ints[0]: 0 off, 1 on
-  OneYScale,         // ints[0]: 0 off, 1 on (Figure 1: both models' bars on one y scale)
-  Specials,          // ints[0]: 0 special tokens in the prompt matched, 1 read as text
-  TextSize,          // number
-  TextFrom,          // ints[0]: 0 from the query, 1 to its token
-  TextHeads,         // ints[0]: 0 the head, 1 the layer's mean, 2 all layers
-  Open,              // ints: SLOT, KIND (0 model, 1 bundle, 2 remote); text: path; token: remote token
-  Device,            // ints[0]: DeviceChoice (0 auto, 1 cpu, 2 cuda)
-  Logits,            // ints[0]: 0 exact, 1 8-bit, 2 6-bit, 3 4-bit
-  Pooling,           // ints[0]: 0 max, 1 mean
-  Budget,            // ints[0]: long-prompt MB
-  Size,              // ints: WIDTH, HEIGHT
-  LabGrid,           // words: LENGTHS DEPTHS NEEDLES QUERIED SEEDS
-  LabStart,          //
-  LabSteps,          // the lab's sweep on every kept step of the slots' runs
-  LabCancel,         //
+  Type,        // text: typed into the prompt (a character a frame when a play delay is set)
+  Paste,       // text: appended at once
+  PasteFile,   // text: a file whose bytes are appended at once (read when played)
+  Prompt,      // text: the prompt replaced
+  Clear,       // the prompt emptied
+  Needle,      // ints: TOKENS,DEPTH%,NEEDLES,ASKED,SEED[,ANSWER] built by the needle builder
+  Query,       // ints[0]: the query token (-1: the last)
+  Answer,      // ints: BEGIN,END (none: cleared)
+  Intervene,   // text: an intervention both models run under (core/formats/intervention.h; "": all cleared)
+  Corrupt,     // text: the Why view's corrupt prompt for activation patching ("": none)
+  Checkpoint,  // ints[0]: a training run's kept step loaded into both slots (-1: the run's own weights)
+  Steps,       // the Noise view's measure over every kept step of the slots' runs (ints[0] 0: cancel)
+  PromptSet,   // words: ITEMS OUT [resume] (File > Run a prompt set), or none: cancel it
+  Layer,       // ints[0]
+  Head,        // ints: SLOT (-1: both), HEAD
+  View,        // ints[0]: the View
+  Split,       // ints[0]: 0 off, 1 below the maps, 2 beside them
+  Side,        // ints[0]: 0 hidden, 1 shown
+  Lecture,     // ints[0]: 0 off, 1 on
+  OneYScale,   // ints[0]: 0 off, 1 on (Figure 1: both models' bars on one y scale)
+  Specials,    // ints[0]: 0 special tokens in the prompt matched, 1 read as text
+  TextSize,    // number
+  TextFrom,    // ints[0]: 0 from the query, 1 to its token
+  TextHeads,   // ints[0]: 0 the head, 1 the layer's mean, 2 all layers
+  Open,        // ints: SLOT, KIND (0 model, 1 bundle, 2 remote); text: path; token: remote token
+  Device,      // ints[0]: DeviceChoice (0 auto, 1 cpu, 2 cuda)
+  Logits,      // ints[0]: 0 exact, 1 8-bit, 2 6-bit, 3 4-bit
+  Pooling,     // ints[0]: 0 max, 1 mean
+  Budget,      // ints[0]: long-prompt MB
+  Size,        // ints: WIDTH, HEIGHT
+  LabGrid,     // words: LENGTHS DEPTHS NEEDLES QUERIED SEEDS
+  LabStart,    //
+  LabSteps,    // the lab's sweep on every kept step of the slots' runs
+  LabCancel,   //
   LabInterventions,  // ints[0]: 1 sweep also under the Why view's interventions, 0 as trained only
   Explain,           // ints[0]: the step (1..6), or ints[1]: +1 next / -1 back
   Present,           // ints[0]: 0 off, 1 on

@@ -11,8 +11,8 @@
 #include "app/desktop/panels.h"
 #include "app/desktop/shell.h"
 #include "app/reports/prediction_text.h"
-#include "core/bounded_read.h"
-#include "core/checkpoint.h"
+#include "core/formats/bounded_read.h"
+#include "core/formats/checkpoint.h"
 
 namespace difflens::app {
 namespace {

@@ -16,7 +16,7 @@
 #include "app/desktop/plot.h"
 #include "app/remote/client.h"
 #include "app/reports/head_figures.h"
-#include "core/model_dir.h"
+#include "core/formats/model_dir.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {

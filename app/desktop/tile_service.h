@@ -8,8 +8,8 @@
 #include <string>
 #include <utility>
 
-#include "core/tiles.h"
-#include "core/trace.h"
+#include "core/formats/tiles.h"
+#include "core/formats/trace.h"
 
 namespace difflens::app {
 

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/safetensors.h"
-#include "core/trace_io.h"
+#include "core/formats/error.h"
+#include "core/formats/safetensors.h"
+#include "core/formats/trace_io.h"
 
 namespace difflens::app {
 

@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/needle.h"
-#include "core/remote.h"
-#include "core/tiles.h"
-#include "core/trace.h"
+#include "core/formats/config.h"
+#include "core/formats/error.h"
+#include "core/formats/remote.h"
+#include "core/formats/tiles.h"
+#include "core/formats/trace.h"
+#include "core/model/needle.h"
 
 namespace difflens::app {
 

@@ -7,9 +7,9 @@
 #include <iterator>
 #include <thread>
 
-#include "core/error.h"
-#include "core/model.h"
-#include "core/remote.h"
+#include "core/formats/error.h"
+#include "core/formats/remote.h"
+#include "core/model/model.h"
 
 namespace difflens::app {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <thread>
 
-#include "core/remote.h"
+#include "core/formats/remote.h"
 
 namespace difflens::app {
 namespace {

@@ -1,10 +1,10 @@
 // `difflens serve`: the models of a GPU machine answering the desktop app (or curl) over HTTP. The protocol
-// is core/remote.h (requests) and core/trace_io.h's trace_to_bytes (replies); the endpoints are described in
-// core/FORMATS.md, "Remote protocol". Transport: cpp-httplib (Debian's libcpp-httplib-dev), plain HTTP/1.1,
-// so an SSH tunnel or curl reaches it as it is.
-// One thread runs every model request, in arrival order (a GPU runs one capture at a time anyway); the
-// HTTP threads parse, check and wait. A client that names itself (X-DiffLens-Client) gets the app's
-// latest-wins rule: its newer capture or needle request cancels the older one, queued or running.
+// is core/formats/remote.h (requests) and core/formats/trace_io.h's trace_to_bytes (replies); the endpoints
+// are described in core/FORMATS.md, "Remote protocol". Transport: cpp-httplib (Debian's libcpp-httplib-dev),
+// plain HTTP/1.1, so an SSH tunnel or curl reaches it as it is. One thread runs every model request, in
+// arrival order (a GPU runs one capture at a time anyway); the HTTP threads parse, check and wait. A client
+// that names itself (X-DiffLens-Client) gets the app's latest-wins rule: its newer capture or needle request
+// cancels the older one, queued or running.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/model.h"
-#include "core/remote.h"
+#include "core/formats/remote.h"
+#include "core/model/model.h"
 
 namespace difflens::app {
 

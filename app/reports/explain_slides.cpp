@@ -1,5 +1,5 @@
 // Slides of the Explain view (app/reports/explain_slides.h). Laid out on a 1920 x 1080 grid and scaled to the
-// size asked for; every number drawn comes from core/explain's HeadExplain.
+// size asked for; every number drawn comes from core/formats/explain's HeadExplain.
 #include "app/reports/explain_slides.h"
 
 #include <algorithm>
@@ -9,8 +9,8 @@
 #include <fstream>
 #include <numeric>
 
-#include "core/atomic_file.h"
-#include "core/error.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/error.h"
 #include "viz/colormap.h"
 #include "viz/export.h"
 #include "viz/text_shade.h"

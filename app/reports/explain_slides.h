@@ -1,12 +1,12 @@
-// The Explain view's slides: one head of each model for one query, step by step (core/explain), drawn as
-// 1920 x 1080 scenes that the app shows in its Explain tab and writes as PNG and SVG for slides. No GL.
+// The Explain view's slides: one head of each model for one query, step by step (core/formats/explain), drawn
+// as 1920 x 1080 scenes that the app shows in its Explain tab and writes as PNG and SVG for slides. No GL.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "core/explain.h"
+#include "core/formats/explain.h"
 #include "viz/figure.h"
 
 namespace difflens::app {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "core/error.h"
+#include "core/formats/error.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {

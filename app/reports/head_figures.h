@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
+#include "core/formats/trace.h"
 #include "viz/figure.h"
 
 namespace difflens::app {

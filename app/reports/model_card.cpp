@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/bounded_read.h"
+#include "core/formats/bounded_read.h"
 
 #include <filesystem>
 #include <fstream>

@@ -13,9 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/atomic_file.h"
-#include "core/error.h"
-#include "core/trace_io.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/error.h"
+#include "core/formats/trace_io.h"
 #include "viz/export.h"
 #include "viz/figure.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/needle.h"
+#include "core/model/needle.h"
 
 namespace difflens::app {
 

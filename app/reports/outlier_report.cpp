@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/atomic_file.h"
-#include "core/error.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/error.h"
 #include "viz/colormap.h"
 #include "viz/export.h"
 #include "viz/figure.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/outliers.h"
+#include "core/model/outliers.h"
 
 namespace difflens::app {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/trace.h"
+#include "core/formats/trace.h"
 
 namespace difflens::app {
 

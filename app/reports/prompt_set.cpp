@@ -8,9 +8,9 @@
 #include <tuple>
 
 #include "app/reports/needle_report.h"
-#include "core/atomic_file.h"
-#include "core/error.h"
-#include "core/stats.h"
+#include "core/formats/atomic_file.h"
+#include "core/formats/error.h"
+#include "core/formats/stats.h"
 #include "viz/chart.h"
 #include "viz/export.h"
 #include "viz/figure.h"
@@ -381,7 +381,7 @@ void write_steps(const fs::path& out, const std::vector<StepModel>& steps,
   f.footnote =
       "Whiskers: 95 % intervals over the items (Wilson for accuracy, bootstrap for the noise). Attention noise: "
       "the share of the answer rows' |A| on keys outside the answer and the question, mean over layers and "
-      "heads (core/metrics.h).";
+      "heads (core/formats/metrics.h).";
   const viz::Image img = viz::render_chart_figure(f);
   viz::write_png(out / "steps.png", img.rgb, img.width, img.height);
   write_file_atomically(out / "steps.svg", viz::chart_figure_svg(f));

@@ -1,8 +1,8 @@
-// A prompt set run into a folder (`difflens batch`, the app's File > Run a prompt set; core/batch.h runs each
-// item): the items read a line at a time (a 10,000-item file never sits in memory), each item's results
-// appended as it ends (items.jsonl last, so that a resumed run trusts what it holds), then a summary with
-// 95 % intervals and paired tests (core/stats.h), and with kept training steps their measures against the
-// step. The files and their columns: core/FORMATS.md, "Prompt sets".
+// A prompt set run into a folder (`difflens batch`, the app's File > Run a prompt set; core/model/batch.h
+// runs each item): the items read a line at a time (a 10,000-item file never sits in memory), each item's
+// results appended as it ends (items.jsonl last, so that a resumed run trusts what it holds), then a summary
+// with 95 % intervals and paired tests (core/formats/stats.h), and with kept training steps their measures
+// against the step. The files and their columns: core/FORMATS.md, "Prompt sets".
 #pragma once
 
 #include <atomic>
@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/batch.h"
+#include "core/model/batch.h"
 
 namespace difflens::app {
 
@@ -50,7 +50,7 @@ class PromptSetWriter {
   // The item's rows and record; its patching's failure (BatchOutcome::patch_error) to errors.csv.
   void write(const BatchItem& item, const BatchOutcome& outcome, const std::string& model);
   void error(int64_t line, const std::string& id, const std::string& model, const std::string& what);
-  // One line of the items file on one model: skipped when done before, else parsed, run (core/batch.h's
+  // One line of the items file on one model: skipped when done before, else parsed, run (core/model/batch.h's
   // run_batch_entry under `specs`; those the model cannot take go to `refused`) and written, or its error
   // written to errors.csv. Cancelled (from `cancel`) is thrown on, nothing written.
   enum class Outcome { Skipped, Written, Failed };

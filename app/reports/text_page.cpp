@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "app/reports/prediction_text.h"
-#include "core/error.h"
-#include "core/tiles.h"
+#include "core/formats/error.h"
+#include "core/formats/tiles.h"
 #include "page_files.h"  // generated: app/reports/page/page.js and page.css (cmake/embed_text.cmake)
 #include "viz/text_shade.h"
 #include "viz/token_text.h"

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "core/token_weights.h"
-#include "core/trace.h"
+#include "core/formats/token_weights.h"
+#include "core/formats/trace.h"
 
 namespace difflens::app {
 

@@ -12,11 +12,11 @@
 #include "app/common/command_support.h"
 #include "app/remote/client.h"
 #include "app/reports/prompt_set.h"
-#include "core/batch.h"
-#include "core/error.h"
-#include "core/metrics.h"
-#include "core/remote.h"
-#include "core/trace_io.h"
+#include "core/formats/error.h"
+#include "core/formats/metrics.h"
+#include "core/formats/remote.h"
+#include "core/formats/trace_io.h"
+#include "core/model/batch.h"
 #include "viz/token_text.h"
 
 namespace difflens::app {

@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/data.h"
-#include "core/model.h"
-#include "core/needle.h"
-#include "core/trace.h"
+#include "core/formats/data.h"
+#include "core/formats/trace.h"
+#include "core/model/model.h"
+#include "core/model/needle.h"
 
 namespace difflens::app {
 
@@ -54,9 +54,9 @@ struct SlotInfo {
 };
 
 // What a run changes inside each slot's model and what it explains (the Why view): each slot's
-// interventions as written (core/intervention.h), resolved against that slot's model with the answer and
-// the query (-1: the last token); `explain`: also the logit lens and direct attribution at the query, under
-// the interventions and, when there are any, without them.
+// interventions as written (core/formats/intervention.h), resolved against that slot's model with the answer
+// and the query (-1: the last token); `explain`: also the logit lens and direct attribution at the query,
+// under the interventions and, when there are any, without them.
 struct RunEdits {
   std::array<std::vector<std::string>, 2> interventions;
   TokenRange answer{-1, -1};
@@ -64,7 +64,8 @@ struct RunEdits {
   bool explain = false;
   Specials specials = Specials::match;  // special tokens written in the prompt: matched, or read as text
   // With `explain`: a corrupt prompt (as many tokens as the prompt) for activation patching: each head's
-  // output at every position copied from the prompt's run into the corrupt one's (core/patch.h). "": none.
+  // output at every position copied from the prompt's run into the corrupt one's (core/formats/patch_site.h).
+  // "": none.
   std::string corrupt;
 };
 
@@ -134,9 +135,10 @@ struct SweepRequest {
   NameSet names = NameSet::SingleToken;
   NeedleTemplate wording;  // needle and question sentences
   int logit_bits = 0;      // absmax-quantize attention logits to 8/6/4 bits during the sweep (0: exact)
-  // Each slot's interventions as written (core/intervention.h): a slot with some runs every episode twice,
-  // as trained and under them (the needle command's --intervene); the asked needle's code is the answer,
-  // the question's first token the query. Those a slot's model cannot take are skipped with the reason.
+  // Each slot's interventions as written (core/formats/intervention.h): a slot with some runs every episode
+  // twice, as trained and under them (the needle command's --intervene); the asked needle's code is the
+  // answer, the question's first token the query. Those a slot's model cannot take are skipped with the
+  // reason.
   std::array<std::vector<std::string>, kSlots> interventions;
 };
 
@@ -162,8 +164,8 @@ struct SweepProgress {
 
 // The Noise view's measure against the training step: the prompt run on every kept step of each slot's
 // training run (train --keep-every), a step at a time between other work (runs and loads go first), and the
-// attention mass on the answer and on the noise of rows query..end (core/metrics.h), mean over layers and
-// heads, as the Noise view's "mean" bars.
+// attention mass on the answer and on the noise of rows query..end (core/formats/metrics.h), mean over layers
+// and heads, as the Noise view's "mean" bars.
 struct StepsRequest {
   std::string prompt;
   Specials specials = Specials::match;
@@ -189,9 +191,10 @@ struct StepsProgress {
   uint64_t version = 0;  // grows with every change
 };
 
-// A prompt set (JSON lines, core/batch.h) run on the slots' local models into a folder, as `difflens batch`
-// writes it (app/reports/prompt_set.h): an item at a time between other work (runs and loads go first), the
-// app's File > Run a prompt set. A slot whose model changes while it runs stops it (Resume goes on).
+// A prompt set (JSON lines, core/model/batch.h) run on the slots' local models into a folder, as `difflens
+// batch` writes it (app/reports/prompt_set.h): an item at a time between other work (runs and loads go
+// first), the app's File > Run a prompt set. A slot whose model changes while it runs stops it (Resume goes
+// on).
 struct PromptSetRequest {
   std::string items;  // the JSON lines file
   std::string out;    // the folder written

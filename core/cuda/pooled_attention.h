@@ -2,8 +2,8 @@
 // largest-magnitude entry per cell) of A1, A2 and A1 − λA2 (the baseline's A) and the statistics of the
 // attention logits (LogHistogram's buckets, Σ|l|, the largest |l|), all recomputed tile by tile from the
 // rotated queries and keys: no T x T map is ever written. Plain device pointers (F32, row-major), so the
-// kernels do not depend on LibTorch; core/pooling.cpp (KernelPooler) runs them in a capture, and the exact
-// reference of any entry is core/tiles.cpp.
+// kernels do not depend on LibTorch; core/model/pooling.cpp (KernelPooler) runs them in a capture, and the
+// exact reference of any entry is core/tiles.cpp.
 #pragma once
 
 #include <cstddef>
@@ -11,9 +11,10 @@
 
 namespace difflens::cuda {
 
-// The logit statistics' layout, as core/trace.h's LogHistogram and ValueStats (checked there at compile time
-// by core/pooling.cpp): bucket 0 counts |l| < 10^kLogMin (zeros included), buckets 1..kBins the log10 grid of
-// kBinsPerDecade bins a decade from 10^kLogMin, bucket kBins + 1 |l| ≥ 10^kLogMax.
+// The logit statistics' layout, as core/formats/trace.h's LogHistogram and ValueStats (checked there at
+// compile time by core/model/pooling.cpp): bucket 0 counts |l| < 10^kLogMin (zeros included),
+// buckets 1..kBins the log10 grid of kBinsPerDecade bins a decade from 10^kLogMin, bucket kBins + 1 |l| ≥
+// 10^kLogMax.
 constexpr int kLogMin = -8;
 constexpr int kBinsPerDecade = 64;
 constexpr int kBins = 16 * kBinsPerDecade;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/data/bpe/edges.txt: the texts where byte-level BPE tokenizers part ways, each in a few
 contexts - every White_Space character and the look-alikes that are not (U+180E, U+200B, U+2060, U+FEFF,
-the information separators), the letters and numbers newer than PCRE2's tables (core/unicode_gap.inc) and
+the information separators), the letters and numbers newer than PCRE2's tables (core/formats/unicode_gap.inc) and
 some newer still than the references', special tokens of the three real vocabularies whole, split and
 glued, digit runs, contractions, long runs, emoji sequences, combining marks, and prose with blank lines.
 Deterministic."""

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// Writes core/unicode_gap.inc: the letters (\p{L}) and numbers (\p{N}) that the reference tokenizers'
-// regex engines know and PCRE2's Unicode tables (as linked here) lack, so that core/bpe can add them to
+// Writes core/formats/unicode_gap.inc: the letters (\p{L}) and numbers (\p{N}) that the reference tokenizers'
+// regex engines know and PCRE2's Unicode tables (as linked here) lack, so that core/formats/bpe can add them to
 // the classes of every split pattern it compiles. Measured, not assumed: for every code point that
 // Node's ICU or PCRE2 puts in \p{L} / \p{N}, it asks tiktoken (Rust's regex, through its WebAssembly
 // build) and Hugging Face tokenizers (Oniguruma) whether their \p{L}+ / \p{N}+ takes it, with vocabularies
@@ -118,7 +118,7 @@ const spell = (rs) => rs.map(([a, b]) => (a === b ? `\\x{${hex(a)}}` : `\\x{${he
 // tiktoken ${version('tiktoken')} (Rust's regex) and tokenizers ${version('tokenizers')} (Oniguruma) agree on every one and take
 // every code point PCRE2 takes. Node's ICU (Unicode ${process.versions.unicode}) has letters newer still, which the
 // references do not take, and neither does DiffLens (docs/tokenizers.md: which Unicode version this is).
-// core/bpe.cpp adds these ranges to \\p{L} and \\p{N} in every split pattern it compiles.
+// core/formats/bpe.cpp adds these ranges to \\p{L} and \\p{N} in every split pattern it compiles.
 constexpr const char* kGapLetters =
     R"(${spell(gaps.L)})";
 constexpr const char* kGapNumbers =

@@ -64,7 +64,7 @@ def main():
 
     rows = {}
     idle = {}
-    # DiffLens's own allocator settings (core/model.cpp tune_allocator), for the second eager run.
+    # DiffLens's own allocator settings (core/model/model.cpp tune_allocator), for the second eager run.
     kept = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:"
                 "glibc.malloc.trim_threshold=2146435072:glibc.malloc.top_pad=67108864")
     for key, env, what in (("eager", None, "as a user runs it"), ("kept", kept, "memory kept as DiffLens does")):

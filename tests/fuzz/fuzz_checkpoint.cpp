@@ -1,8 +1,8 @@
 // Fuzz target: a checkpoint directory. One part: model.safetensors. Several parts (split at
 // fuzz::kSeparator): model.safetensors.index.json and the shards model-0000{1,2}-of-00002.safetensors it may
 // name. Everything the model loader asks of CheckpointFiles is asked.
-#include "core/checkpoint.h"
-#include "core/error.h"
+#include "core/formats/checkpoint.h"
+#include "core/formats/error.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

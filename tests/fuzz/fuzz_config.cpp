@@ -3,8 +3,8 @@
 // and give the numbers a model is built from.
 #include <algorithm>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "core/formats/config.h"
+#include "core/formats/error.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -11,8 +11,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/error.h"
-#include "core/model_dir.h"
+#include "core/formats/error.h"
+#include "core/formats/model_dir.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace {

@@ -4,9 +4,9 @@
 // with a message; a resolved spec lies inside the prompt and the model.
 #include <cmath>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "core/intervention.h"
+#include "core/formats/config.h"
+#include "core/formats/error.h"
+#include "core/formats/intervention.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

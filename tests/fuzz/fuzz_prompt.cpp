@@ -2,9 +2,9 @@
 // UTF-8), through the byte-level BPE tokenizers of tests/data/bpe (GPT-2, Llama 3 and prefix-space
 // pre-tokenizer regexes) and the "ids:" prompt syntax. Every byte lands in exactly one token, in order, and
 // each token's bytes are the bytes it covers (with the space a prefix-space tokenizer adds).
-#include "core/bpe.h"
-#include "core/error.h"
-#include "core/tokenizer.h"
+#include "core/formats/bpe.h"
+#include "core/formats/error.h"
+#include "core/formats/tokenizer.h"
 #include "tests/fuzz/fuzz_common.h"
 
 #ifndef DIFFLENS_SOURCE_DIR

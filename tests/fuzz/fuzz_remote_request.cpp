@@ -2,9 +2,9 @@
 // what its client reads back (a trace as one safetensors buffer, a needle run, an error body). The first
 // byte picks the reader; the rest is its input. A reader may refuse only with difflens::Error; what it
 // accepts must hold its invariants and, for requests, read back the same after the client's writer.
-#include "core/error.h"
-#include "core/remote.h"
-#include "core/trace_io.h"
+#include "core/formats/error.h"
+#include "core/formats/remote.h"
+#include "core/formats/trace_io.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,7 +1,7 @@
 // Fuzz target: one .safetensors file (header JSON, offsets, dtypes, data) read as a checkpoint would be:
 // every tensor looked up by name and converted to F32.
-#include "core/error.h"
-#include "core/safetensors.h"
+#include "core/formats/error.h"
+#include "core/formats/safetensors.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

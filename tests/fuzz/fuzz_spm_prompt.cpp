@@ -1,7 +1,7 @@
 // Fuzz target: the bundled models' prompt path, SentencePiece (loaded through its dlmopen'ed module), with
 // arbitrary bytes: encoding never fails, every id is in the vocabulary and has a piece, and decoding works.
-#include "core/error.h"
-#include "core/tokenizer.h"
+#include "core/formats/error.h"
+#include "core/formats/tokenizer.h"
 #include "tests/fuzz/fuzz_common.h"
 
 #ifndef DIFFLENS_SOURCE_DIR

@@ -1,8 +1,8 @@
 // Fuzz target: tiktoken rank files (`.tiktoken`, one "BASE64-TOKEN RANK" line a token). What loads must
 // encode any bytes so that every byte lands in exactly one token and the tokens decode to the input.
-#include "core/bpe.h"
-#include "core/error.h"
-#include "core/tokenizer.h"
+#include "core/formats/bpe.h"
+#include "core/formats/error.h"
+#include "core/formats/tokenizer.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,8 +1,8 @@
 // Fuzz target: a Hugging Face tokenizer.json (vocabulary, merges, added tokens, pre-tokenizer regexes).
 // What loads must encode text (ASCII, multi-byte UTF-8, invalid UTF-8) into tokens that cover every byte
 // once, in order, and decode back to the same bytes.
-#include "core/bpe.h"
-#include "core/error.h"
+#include "core/formats/bpe.h"
+#include "core/formats/error.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

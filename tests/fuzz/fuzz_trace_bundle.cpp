@@ -3,10 +3,10 @@
 // keys for pooled layers), the attention-noise readout and the byte accounting.
 #include <algorithm>
 
-#include "core/error.h"
-#include "core/metrics.h"
-#include "core/tiles.h"
-#include "core/trace_io.h"
+#include "core/formats/error.h"
+#include "core/formats/metrics.h"
+#include "core/formats/tiles.h"
+#include "core/formats/trace_io.h"
 #include "tests/fuzz/fuzz_common.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
