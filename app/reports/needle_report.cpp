@@ -15,6 +15,7 @@
 
 #include "core/formats/atomic_file.h"
 #include "core/formats/error.h"
+#include "core/formats/remote.h"
 #include "core/formats/trace_io.h"
 #include "viz/export.h"
 #include "viz/figure.h"
@@ -70,40 +71,8 @@ nlohmann::json needle_json(const std::vector<std::string>& models,
   for (size_t m = 0; m < models.size(); ++m) {
     nlohmann::json jm;
     jm["model"] = models[m];
-    for (const NeedleRun& r : runs[m]) {
-      nlohmann::json layers = nlohmann::json::array();
-      for (size_t k = 0; k < r.attention.layers.size(); ++k)
-        layers.push_back({{"layer", r.attention.layers[k]},
-                          {"answer", r.attention.per_layer[k].answer},
-                          {"noise", r.attention.per_layer[k].noise}});
-      jm["runs"].push_back({{"length", r.cell.length},
-                            {"depth", r.cell.depth},
-                            {"placed_depth", r.placed_depth},
-                            {"needles", r.cell.needles},
-                            {"queried", r.cell.queried},
-                            {"seed", r.seed},
-                            {"tokens", r.tokens},
-                            {"answered", r.answered},
-                            {"asked", r.asked},
-                            {"replies", r.replies},
-                            {"truths", r.truths},
-                            {"answer_mass", r.attention.mean.answer_mass},
-                            {"noise_mass", r.attention.mean.noise_mass},
-                            {"answer_output", r.attention.mean.answer_output},
-                            {"noise_output", r.attention.mean.noise_output},
-                            {"answer_net", r.attention.mean.answer},
-                            {"noise_net", r.attention.mean.noise},
-                            {"net_budget", r.attention.mean.budget},
-                            {"per_layer", layers},
-                            {"answering_answer_mass", r.answering.mean.answer_mass},
-                            {"answering_noise_mass", r.answering.mean.noise_mass},
-                            {"seconds", r.seconds}});
-      if (const auto h = strongest_answer_head(r.answering))
-        jm["runs"].back()["answering_strongest_head"] = {{"layer", h->layer},
-                                                         {"head", h->head},
-                                                         {"answer", h->share.answer_mass},
-                                                         {"answer_net", h->share.answer}};
-    }
+    for (const NeedleRun& r : runs[m])
+      jm["runs"].push_back(nlohmann::json::parse(remote::needle_run_to_json(r, remote::NeedleJson::Report)));
     for (const auto& c : cells[m])
       jm["cells"].push_back({{"length", c.cell.length},
                              {"depth", c.cell.depth},
@@ -440,20 +409,8 @@ std::string measures_tables(const std::vector<std::string>& models,
 void write_kept_episode(const std::filesystem::path& dir, const std::string& model, const NeedleRun& r) {
   if (!r.trace) throw Error("needle: the episode's capture was not kept");
   write_trace_bundle(*r.trace, dir);
-  const nlohmann::json j = {{"model", model},
-                            {"length", r.cell.length},
-                            {"depth", r.cell.depth},
-                            {"needles", r.cell.needles},
-                            {"queried", r.cell.queried},
-                            {"seed", r.seed},
-                            {"ids", r.ids},
-                            {"code", r.code},
-                            {"answer_span", {r.code_span.begin, r.code_span.end}},
-                            {"question_rows", {r.question_rows.begin, r.question_rows.end}},
-                            {"answering_rows", {r.answering_rows.begin, r.answering_rows.end}},
-                            {"answered", r.answered},
-                            {"asked", r.asked},
-                            {"interventions", r.interventions}};
+  nlohmann::json j = nlohmann::json::parse(remote::needle_run_to_json(r, remote::NeedleJson::Episode));
+  j["model"] = model;
   write_file_atomically(dir / "episode.json", j.dump(1) + "\n");
 }
 

@@ -281,6 +281,14 @@ class InferenceWorker {
 
  private:
   void loop();
+  // loop() runs one job at a time through these, one per kind, each in the file named for it
+  // (worker_*.cpp). Called with `lock` held, they unlock around model work and return with it held.
+  void run_load_job(std::unique_lock<std::mutex>& lock);        // the next load: a model or a trace bundle
+  void run_prompt_job(std::unique_lock<std::mutex>& lock);      // the latest run of both slots
+  void run_continue_job(std::unique_lock<std::mutex>& lock);    // the latest continuation
+  void run_sweep_job(std::unique_lock<std::mutex>& lock);       // the needle sweep's start or next episode
+  void run_steps_job(std::unique_lock<std::mutex>& lock);       // a step of the steps job (or its start/end)
+  void run_prompt_set_job(std::unique_lock<std::mutex>& lock);  // a prompt set's item (or its start/end)
   struct Load;
   // Loads a model into its slot; called with `lock` held, returns with it held.
   void load_model(const Load& job, std::unique_lock<std::mutex>& lock);
@@ -290,8 +298,6 @@ class InferenceWorker {
   void end_sweep(const std::string& error, bool cancelled);  // publishes the end of sweep_
   void drop_sweep_plan();                                    // forgets the private plan only
   bool sweep_uses(int slot) const;                           // the sweep runs episodes on that slot
-  void steps_work(std::unique_lock<std::mutex>& lock);       // one step of the steps job (or its start/end)
-  void set_work(std::unique_lock<std::mutex>& lock);         // one item of the prompt set (or its start/end)
   std::optional<PromptSetRequest> pending_set_;
   PromptSetProgress set_;
   uint64_t set_version_ = 0;

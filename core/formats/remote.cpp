@@ -411,23 +411,59 @@ NoiseReadout readout_from(const json& j) {
 
 }  // namespace
 
-std::string needle_run_to_json(const NeedleRun& r) {
-  return json{{"length", r.cell.length},
-              {"depth", r.cell.depth},
-              {"needles", r.cell.needles},
-              {"queried", r.cell.queried},
-              {"seed", r.seed},
-              {"tokens", r.tokens},
-              {"answered", r.answered},
-              {"asked", r.asked},
-              {"replies", r.replies},
-              {"truths", r.truths},
-              {"right", r.right},
-              {"attention", readout_json(r.attention)},
-              {"answering", readout_json(r.answering)},
-              {"seconds", r.seconds},
-              {"interventions", r.interventions}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+std::string needle_run_to_json(const NeedleRun& r, NeedleJson form) {
+  json j{{"length", r.cell.length},   {"depth", r.cell.depth}, {"needles", r.cell.needles},
+         {"queried", r.cell.queried}, {"seed", r.seed},        {"answered", r.answered},
+         {"asked", r.asked}};
+  switch (form) {
+    case NeedleJson::Protocol:
+      j.update({{"tokens", r.tokens},
+                {"replies", r.replies},
+                {"truths", r.truths},
+                {"right", r.right},
+                {"attention", readout_json(r.attention)},
+                {"answering", readout_json(r.answering)},
+                {"seconds", r.seconds},
+                {"interventions", r.interventions}});
+      break;
+    case NeedleJson::Report: {
+      json layers = json::array();
+      for (size_t k = 0; k < r.attention.layers.size(); ++k)
+        layers.push_back({{"layer", r.attention.layers[k]},
+                          {"answer", r.attention.per_layer[k].answer},
+                          {"noise", r.attention.per_layer[k].noise}});
+      j.update({{"tokens", r.tokens},
+                {"placed_depth", r.placed_depth},
+                {"replies", r.replies},
+                {"truths", r.truths},
+                {"answer_mass", r.attention.mean.answer_mass},
+                {"noise_mass", r.attention.mean.noise_mass},
+                {"answer_output", r.attention.mean.answer_output},
+                {"noise_output", r.attention.mean.noise_output},
+                {"answer_net", r.attention.mean.answer},
+                {"noise_net", r.attention.mean.noise},
+                {"net_budget", r.attention.mean.budget},
+                {"per_layer", layers},
+                {"answering_answer_mass", r.answering.mean.answer_mass},
+                {"answering_noise_mass", r.answering.mean.noise_mass},
+                {"seconds", r.seconds}});
+      if (const auto h = strongest_answer_head(r.answering))
+        j["answering_strongest_head"] = {{"layer", h->layer},
+                                         {"head", h->head},
+                                         {"answer", h->share.answer_mass},
+                                         {"answer_net", h->share.answer}};
+      break;
+    }
+    case NeedleJson::Episode:
+      j.update({{"ids", r.ids},
+                {"code", r.code},
+                {"answer_span", {r.code_span.begin, r.code_span.end}},
+                {"question_rows", {r.question_rows.begin, r.question_rows.end}},
+                {"answering_rows", {r.answering_rows.begin, r.answering_rows.end}},
+                {"interventions", r.interventions}});
+      break;
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 NeedleRun needle_run_from_json(const std::string& text) {

@@ -95,8 +95,15 @@ struct NeedleRequest {
 NeedleRequest parse_needle_request(const std::string& body, const Limits& limits);
 std::string to_json(const NeedleRequest& request);
 
-// A needle run as JSON and back (every field, so the lab shows a remote run as a local one).
-std::string needle_run_to_json(const NeedleRun& run);
+// A needle run as JSON, the one writer of it, in the form each reader needs; every form starts from the
+// run's cell, seed, tokens and answers (length, depth, needles, queried, seed, tokens, answered, asked):
+// - Protocol: every field, so the lab shows a remote run as a local one (needle_run_from_json reads it back).
+// - Report: a run of needle.json (core/FORMATS.md): the replies and truths, the last question's means as
+//   flat fields, per layer, the while-answering masses and the strongest head, the placed depth.
+// - Episode: a kept episode's episode.json: the ids, the code, the spans and the interventions (the model's
+//   name is the caller's).
+enum class NeedleJson { Protocol, Report, Episode };
+std::string needle_run_to_json(const NeedleRun& run, NeedleJson form = NeedleJson::Protocol);
 NeedleRun needle_run_from_json(const std::string& text);  // FormatError when it is not one
 
 // The body of every refusal: {"error": message, "status": status}. error_message() reads it back (or
