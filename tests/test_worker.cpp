@@ -447,20 +447,22 @@ TEST_CASE("worker: a model without a text tokenizer reads typed token ids", "[wo
   c.tokenizer = TokenizerKind::SentencePiece;  // built in memory: no tokenizer.model, so ids only
   const Model m = Model::random(c, 3);
   REQUIRE_FALSE(m.tokenizer().can_encode());
-  const Encoding e = app::encode_prompt(m, " 1, 40 41,42 ");
+  const Encoding e = encode_prompt(m, app::typed_prompt(" 1, 40 41,42 "), app::kTypeIds);
   CHECK(e.ids == std::vector<int64_t>{1, 40, 41, 42});  // as typed: no BOS added
   CHECK(e.pieces.size() == 4);
   CHECK(e.offsets.size() == 4);
-  CHECK_THROWS_WITH(app::encode_prompt(m, "hello"),
+  CHECK_THROWS_WITH(encode_prompt(m, app::typed_prompt("hello"), app::kTypeIds),
                     Catch::Contains("this model has no text tokenizer") &&
                         Catch::Contains("type token ids separated by commas or spaces, e.g. 1, 450, 3") &&
                         Catch::Contains("expected comma-separated non-negative integers near 'hello'"));
-  CHECK_THROWS_WITH(app::encode_prompt(m, ""), Catch::Contains("type token ids"));
-  CHECK_THROWS_WITH(app::encode_prompt(m, "1, 100000"),
+  CHECK_THROWS_WITH(encode_prompt(m, app::typed_prompt(""), app::kTypeIds),
+                    Catch::Contains("type token ids"));
+  CHECK_THROWS_WITH(encode_prompt(m, app::typed_prompt("1, 100000"), app::kTypeIds),
                     Catch::Contains("id 100000 is outside the vocabulary"));
   // A model with a tokenizer reads text, with BOS.
   const Model b = Model::random(test::tiny_config(AttentionKind::Baseline), 3);
-  CHECK(app::encode_prompt(b, "1, 2").ids.size() == 5);  // BOS + the 4 bytes of "1, 2"
+  CHECK(encode_prompt(b, app::typed_prompt("1, 2"), app::kTypeIds).ids.size() ==
+        5);  // BOS + the 4 bytes of "1, 2"
 }
 
 TEST_CASE("worker: Continue writes generate's tokens as text that continues the prompt, and typing stops it",
@@ -677,7 +679,7 @@ TEST_CASE("worker: the Noise view's measure over kept steps equals each step's o
   REQUIRE(p->points[0].size() == 2);
   for (size_t k = 0; k < 2; ++k) {
     const Model m = Model::load(dir / (k == 0 ? "s10" : "s20"));
-    const Trace t = m.capture(encode_prompt(m, q.prompt).ids);
+    const Trace t = m.capture(encode_prompt(m, app::typed_prompt(q.prompt), app::kTypeIds).ids);
     const NoiseReadout want = attention_noise(t, {21, 25}, {34, t.length()});
     CHECK(p->points[0][k].step == (k == 0 ? 10 : 20));
     CHECK(p->points[0][k].error.empty());

@@ -210,7 +210,8 @@ int cmd_explain(const Args& a) {
     const Model m = load_model(dirs[s], device(a));
     CaptureOptions o;
     o.keep_qkv = true;
-    const Trace t = m.capture(app::encode_prompt(m, text, prompt_specials(a)).ids, o);
+    const Trace t =
+        m.capture(encode_prompt(m, app::typed_prompt(text, prompt_specials(a)), app::kTypeIds).ids, o);
     const int layer = a.get_int("layer", static_cast<int>(m.config().num_hidden_layers) - 1);
     const int head = s == 0 ? a.get_int("head") : a.get_int("base-head", a.get_int("head"));
     const int64_t query = a.get_int("query", static_cast<int>(t.length()) - 1);

@@ -287,16 +287,18 @@ std::vector<int64_t> prompt_ids(const Args& a, const Model& model) {
                                      : "give exactly one of --prompt, --prompt-file");
   if (ids && prompt_specials(a) == Specials::text)
     throw Error("--specials is for a text prompt, not --token-ids");
+  PromptInput in;
   if (ids) {
-    std::vector<int64_t> out = parse_token_ids(a.get("token-ids"), model.config().vocab_size);
-    const std::string note = positions_note(model.config(), static_cast<int64_t>(out.size()));
-    if (!note.empty()) std::fprintf(stderr, "difflens: note: %s\n", note.c_str());
-    return out;
+    in.ids = parse_token_ids(a.get("token-ids"), model.config().vocab_size);
+  } else {
+    in.text = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
+    if (in.text.empty()) throw Error("the prompt is empty: nothing to run");
+    in.bos = !(a.takes("no-bos") && a.has("no-bos"));
+    in.specials = prompt_specials(a);
   }
-  const std::string text = a.has("prompt") ? a.get("prompt") : read_file(a.get("prompt-file"));
-  if (text.empty()) throw Error("the prompt is empty: nothing to run");
   std::vector<int64_t> out =
-      model.tokenizer().encode(text, !(a.takes("no-bos") && a.has("no-bos")), prompt_specials(a)).ids;
+      encode_prompt(model, in, a.takes("token-ids") ? "give --token-ids" : "this command takes text only")
+          .ids;
   const std::string note = positions_note(model.config(), static_cast<int64_t>(out.size()));
   if (!note.empty()) std::fprintf(stderr, "difflens: note: %s\n", note.c_str());
   return out;

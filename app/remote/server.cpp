@@ -163,18 +163,29 @@ struct RemoteServer::Impl {
     return *models[static_cast<size_t>(index)];
   }
 
+  // encode_prompt's refusals (a model without a text tokenizer, text it cannot read) are the client's: 400.
+  Encoding encode_request_prompt(int model, const PromptInput& in, const std::string& ids_hint) {
+    try {
+      return encode_prompt(model_at(model), in, ids_hint, "model " + std::to_string(model));
+    } catch (const RequestError&) {
+      throw;
+    } catch (const Error& e) {
+      throw RequestError(400, e.what());
+    }
+  }
+
   std::string capture(Job& job, const remote::CaptureRequest& r) {
     const Model& m = model_at(r.model);
     const ModelConfig& c = m.config();
-    Encoding enc;
+    PromptInput in;
     if (r.prompt) {
-      if (!m.tokenizer().can_encode())
-        throw RequestError(400, "model " + std::to_string(r.model) + " has no text tokenizer (" +
-                                    m.tokenizer_note() + "): send 'token_ids'");
-      enc = m.tokenizer().encode(*r.prompt, r.bos, r.specials);
+      in.text = *r.prompt;
+      in.bos = r.bos;
+      in.specials = r.specials;
     } else {
-      enc.ids = r.token_ids;
+      in.ids = r.token_ids;
     }
+    const Encoding enc = encode_request_prompt(r.model, in, "send 'token_ids'");
     const int64_t T = static_cast<int64_t>(enc.ids.size());
     if (T == 0) throw RequestError(400, "the prompt has no tokens");
     if (T > options.limits.max_tokens)
@@ -409,10 +420,11 @@ struct RemoteServer::Impl {
     auto job = std::make_shared<Job>();
     job->what = "tokenize";
     job->work = [this, r](Job&) {
-      const Model& m = *models[static_cast<size_t>(r.model)];
-      if (!m.tokenizer().can_encode())
-        throw RequestError(400, "model " + std::to_string(r.model) + " has no text tokenizer");
-      const Encoding e = m.tokenizer().encode(r.text, r.bos, r.specials);
+      PromptInput in;
+      in.text = r.text;
+      in.bos = r.bos;
+      in.specials = r.specials;
+      const Encoding e = encode_request_prompt(r.model, in, "");
       return json{{"ids", e.ids}, {"pieces", e.pieces}, {"offsets", offsets_json(e)}}.dump(
           -1, ' ', false, json::error_handler_t::replace);
     };

@@ -55,26 +55,12 @@ void InferenceWorker::load(int slot, const std::string& dir) {
   cv_.notify_all();
 }
 
-Encoding encode_prompt(const Model& model, const std::string& prompt, Specials specials) {
-  const Tokenizer& tok = model.tokenizer();
-  if (tok.can_encode()) return tok.encode(prompt, true, specials);
-  // A model without a usable tokenizer reads token ids: "1, 450, 3" (no BOS is added).
-  const std::string why = "this model has no text tokenizer (" + model.tokenizer_note() +
-                          "): type token ids separated by commas or spaces, e.g. 1, 450, 3";
-  Encoding enc;
-  try {
-    enc.ids = parse_token_ids(prompt, model.config().vocab_size);
-  } catch (const Error& e) {
-    std::string detail = e.what();
-    if (detail.rfind("--token-ids: ", 0) == 0) detail.erase(0, 13);
-    throw Error(why + " (" + detail + ")");
-  }
-  if (enc.ids.empty()) throw Error(why);
-  for (const int64_t id : enc.ids) {
-    enc.pieces.push_back(tok.piece(id));
-    enc.offsets.push_back({0, 0});
-  }
-  return enc;
+PromptInput typed_prompt(const std::string& prompt, Specials specials) {
+  PromptInput in;
+  in.text = prompt;
+  in.specials = specials;
+  in.ids_from_text = true;
+  return in;
 }
 
 void InferenceWorker::open_bundle(int slot, const std::string& dir) {

@@ -38,10 +38,11 @@ struct DeviceSwitch {
 };
 DeviceSwitch plan_device_switch(DeviceChoice from, DeviceChoice to, bool cuda);
 
-// The prompt as a model reads it: text through its tokenizer (with BOS; special tokens written in it matched
-// or read as text), or, for a model without a usable tokenizer, token ids typed as "1, 450, 3". Throws Error
-// saying what to type.
-Encoding encode_prompt(const Model& model, const std::string& prompt, Specials specials = Specials::match);
+// The prompt box's text as encode_prompt (core/formats/tokenizer.h) takes it: text with BOS, special tokens
+// matched or read as text, and, for a model without a usable tokenizer, token ids typed as "1, 450, 3"
+// (kTypeIds says so when none are typed).
+PromptInput typed_prompt(const std::string& prompt, Specials specials = Specials::match);
+inline const char* const kTypeIds = "type token ids separated by commas or spaces, e.g. 1, 450, 3";
 
 struct SlotInfo {
   std::string path;         // directory it was loaded from

@@ -36,7 +36,7 @@ void InferenceWorker::run_continuation(const ContinueJob& job) {
     if (!models_[s]) throw Error("the " + side + " slot has no model to continue the prompt with");
     const Model& m = *models_[s];
     if (job.prompt.empty()) throw Error("the prompt is empty: nothing to continue");
-    const Encoding enc = encode_prompt(m, job.prompt, job.edits.specials);
+    const Encoding enc = encode_prompt(m, typed_prompt(job.prompt, job.edits.specials), kTypeIds);
     const int64_t room = m.config().max_position_embeddings - static_cast<int64_t>(enc.ids.size());
     if (room <= 0)
       throw Error("the prompt already fills the model's " +

@@ -63,7 +63,8 @@ void explain_slot(const Model& m, const std::vector<int64_t>& ids, const RunEdit
 void patch_slot(const Model& m, const std::vector<int64_t>& ids, const RunEdits& edits,
                 const Interventions& iv, RunResult& r, size_t s, const std::atomic<bool>* cancel) {
   try {
-    const std::vector<int64_t> corrupt = encode_prompt(m, edits.corrupt, edits.specials).ids;
+    const std::vector<int64_t> corrupt =
+        encode_prompt(m, typed_prompt(edits.corrupt, edits.specials), kTypeIds).ids;
     PatchOptions o;
     const int64_t T = static_cast<int64_t>(ids.size());
     // At a query the view picked: the answer it follows against the corrupt run's. At the last token (the
@@ -114,7 +115,7 @@ void InferenceWorker::run_prompt_job(std::unique_lock<std::mutex>& lock) {
       continue;
     }
     try {
-      const Encoding enc = encode_prompt(*models_[s], prompt, edits.specials);
+      const Encoding enc = encode_prompt(*models_[s], typed_prompt(prompt, edits.specials), kTypeIds);
       r.notes[s] = positions_note(models_[s]->config(), static_cast<int64_t>(enc.ids.size()));
       CaptureOptions edited = options;
       edited.interventions =

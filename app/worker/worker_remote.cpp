@@ -77,10 +77,9 @@ void InferenceWorker::run_remote(size_t s, const std::string& prompt, const Capt
       q.prompt = prompt;
       q.specials = r.edits.specials;
     } else {
-      q.token_ids = parse_token_ids(prompt, info.config.vocab_size);
-      if (q.token_ids.empty())
-        throw Error("this model has no text tokenizer (" + info.tokenizer_note +
-                    "): type token ids separated by commas or spaces, e.g. 1, 450, 3");
+      q.token_ids = encode_prompt(nullptr, info.config.vocab_size, typed_prompt(prompt, r.edits.specials),
+                                  {"this model", info.tokenizer_note, kTypeIds})
+                        .ids;
     }
     RemoteCapture c = remotes_[s]->capture(q, &cancel_);
     r.offsets[s] = std::move(c.offsets);

@@ -59,7 +59,7 @@ void InferenceWorker::run_steps_job(std::unique_lock<std::mutex>& lock) {
   p.step = step;
   try {
     const Model m = Model::load(folder, device);
-    const Encoding enc = encode_prompt(m, prompt, specials);
+    const Encoding enc = encode_prompt(m, typed_prompt(prompt, specials), kTypeIds);
     const Trace t = m.capture(enc.ids, options, &cancel_);
     const int64_t T = t.length();
     const TokenSpan ans{std::min<int64_t>(answer.first, T), std::min<int64_t>(answer.second, T)};

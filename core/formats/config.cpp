@@ -3,9 +3,13 @@
 #include "core/formats/bounded_read.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <string_view>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -53,6 +57,70 @@ std::string get_string(const json& j, const char* key, const std::string& source
   }
   if (!it->is_string()) fail(source, std::string("field '") + key + "' must be a string");
   return it->get<std::string>();
+}
+
+// The two kinds of config.json config_from_json_text reads.
+enum class Dialect { DiffLens, HuggingFace };
+
+// A key that both readers take the same way into the same field. Its type is the field's: an integer
+// (get_int: required or not), a number (get_double) or a bool (get_bool), each refusing a value of another
+// type with the same message in both. When the key is absent it takes `fallback` of the dialect (a Hugging
+// Face config means what transformers' LlamaConfig assumes), or, with `derived`, a value computed from the
+// keys read before it. The limits are ModelConfig::validate's, which both readers end with.
+struct SharedKey {
+  const char* name;
+  std::variant<int64_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*> field;
+  bool required;  // integer keys only
+  struct {
+    double difflens, hugging_face;  // an integer's or a bool's exactly
+  } fallback;
+  int64_t (*derived)(const ModelConfig& read_so_far);  // null: the fallback
+};
+
+// Without num_key_value_heads: no grouped queries, a key/value head per query head.
+int64_t kv_heads_when_absent(const ModelConfig& c) {
+  return c.num_attention_heads;
+}
+// Without head_dim: the width split among the heads.
+int64_t head_dim_when_absent(const ModelConfig& c) {
+  return c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
+}
+
+// The keys both readers share, in the order both read them (so that a config with several bad keys is told
+// of the same one first). Each reader takes them in runs between keys of its own (read_shared_keys).
+const SharedKey kSharedKeys[] = {
+    {"hidden_size", &ModelConfig::hidden_size, true, {0, 0}, nullptr},
+    {"num_hidden_layers", &ModelConfig::num_hidden_layers, true, {0, 0}, nullptr},
+    {"num_attention_heads", &ModelConfig::num_attention_heads, true, {0, 0}, nullptr},
+    {"num_key_value_heads", &ModelConfig::num_key_value_heads, false, {0, 0}, kv_heads_when_absent},
+    {"head_dim", &ModelConfig::head_dim, false, {0, 0}, head_dim_when_absent},
+    {"intermediate_size", &ModelConfig::intermediate_size, true, {0, 0}, nullptr},
+    {"vocab_size", &ModelConfig::vocab_size, true, {0, 0}, nullptr},
+    {"max_position_embeddings", &ModelConfig::max_position_embeddings, false, {4096, 2048}, nullptr},
+    {"rope_theta", &ModelConfig::rope_theta, false, {10000.0, 10000.0}, nullptr},
+    {"rms_norm_eps", &ModelConfig::rms_norm_eps, false, {1e-5, 1e-6}, nullptr},
+    {"tie_word_embeddings", &ModelConfig::tie_word_embeddings, false, {0, 0}, nullptr},
+};
+
+// Reads kSharedKeys from `first` through `last` (`first` alone when `last` is empty) into `c`.
+void read_shared_keys(const json& j, Dialect dialect, const std::string& src, ModelConfig& c,
+                      std::string_view first, std::string_view last = {}) {
+  if (last.empty()) last = first;
+  const auto* k = std::find_if(std::begin(kSharedKeys), std::end(kSharedKeys),
+                               [&](const SharedKey& key) { return key.name == first; });
+  assert(k != std::end(kSharedKeys));
+  for (; k != std::end(kSharedKeys); ++k) {
+    const double fallback = dialect == Dialect::DiffLens ? k->fallback.difflens : k->fallback.hugging_face;
+    if (const auto* f = std::get_if<int64_t ModelConfig::*>(&k->field))
+      c.*(*f) =
+          get_int(j, k->name, src, k->required, k->derived ? k->derived(c) : static_cast<int64_t>(fallback));
+    else if (const auto* f = std::get_if<double ModelConfig::*>(&k->field))
+      c.*(*f) = get_double(j, k->name, src, fallback);
+    else
+      c.*std::get<bool ModelConfig::*>(k->field) = get_bool(j, k->name, src, fallback != 0);
+    if (k->name == last) return;
+  }
+  assert(false && "read_shared_keys: `last` is not after `first` in kSharedKeys");
 }
 
 // The scaling a rope object declares: `rope_scaling` (transformers < 5) or `rope_parameters` (>= 5, which
@@ -121,7 +189,7 @@ bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
 // θ and scaling of a Hugging Face config in either style: top-level rope_theta + rope_scaling
 // (transformers < 5) or one rope_parameters object (>= 5). Both present must agree.
 void read_hf_rope(const json& j, const std::string& src, ModelConfig& c) {
-  c.rope_theta = get_double(j, "rope_theta", src, 10000.0);
+  read_shared_keys(j, Dialect::HuggingFace, src, c, "rope_theta");
   c.rope_scaling = read_rope_scaling(j, src);
   auto it = j.find("rope_parameters");
   if (it == j.end() || it->is_null()) return;
@@ -223,20 +291,11 @@ ModelConfig config_from_hf(const json& j, const std::string& src) {
   ModelConfig c;
   c.architecture = arch;
   c.attention = arch == "DiffLlamaForCausalLM" ? AttentionKind::Diff : AttentionKind::Baseline;
-  c.hidden_size = get_int(j, "hidden_size", src, true, 0);
-  c.num_hidden_layers = get_int(j, "num_hidden_layers", src, true, 0);
-  c.num_attention_heads = get_int(j, "num_attention_heads", src, true, 0);
-  c.num_key_value_heads = get_int(j, "num_key_value_heads", src, false, c.num_attention_heads);
-  c.head_dim = get_int(j, "head_dim", src, false,
-                       c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
-  c.intermediate_size = get_int(j, "intermediate_size", src, true, 0);
-  c.vocab_size = get_int(j, "vocab_size", src, true, 0);
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false, 2048);
+  read_shared_keys(j, Dialect::HuggingFace, src, c, "hidden_size", "max_position_embeddings");
   refuse_unknown_attention_keys(j, src);
   read_hf_rope(j, src, c);
   c.rope_style = RopeStyle::Half;  // transformers' rotate_half
-  c.rms_norm_eps = get_double(j, "rms_norm_eps", src, 1e-6);
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, false);
+  read_shared_keys(j, Dialect::HuggingFace, src, c, "rms_norm_eps", "tie_word_embeddings");
   c.bos_token_id = token_id(j, "bos_token_id", src);
   c.eos_token_id = token_id(j, "eos_token_id", src);
   if (arch == "MistralForCausalLM") {
@@ -410,16 +469,8 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
     c.attention = AttentionKind::Baseline;
   else
     fail(src, "'attention' must be \"diff\", \"diff-v2\" or \"baseline\", got \"" + attention + "\"");
-  c.hidden_size = get_int(j, "hidden_size", src, true, 0);
-  c.num_hidden_layers = get_int(j, "num_hidden_layers", src, true, 0);
-  c.num_attention_heads = get_int(j, "num_attention_heads", src, true, 0);
-  c.num_key_value_heads = get_int(j, "num_key_value_heads", src, false, c.num_attention_heads);
-  c.head_dim = get_int(j, "head_dim", src, false,
-                       c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
-  c.intermediate_size = get_int(j, "intermediate_size", src, true, 0);
-  c.vocab_size = get_int(j, "vocab_size", src, true, 0);
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", src, false, 4096);
-  c.rope_theta = get_double(j, "rope_theta", src, 10000.0);
+  read_shared_keys(j, Dialect::DiffLens, src, c, "hidden_size", "max_position_embeddings");
+  read_shared_keys(j, Dialect::DiffLens, src, c, "rope_theta");
   c.rope_scaling = read_rope_scaling(j, src);
   c.sliding_window = get_int(j, "sliding_window", src, false, 0);
   c.trained_positions = get_int(j, "trained_positions", src, false, 0);
@@ -442,9 +493,9 @@ ModelConfig config_from_json_text(const std::string& text, const std::string& sr
          "a DIFF V2 model's components are always adjacent query sub-heads: 'diff_pairing' must be "
          "\"adjacent\" or absent");
   c.subln_weight = !c.is_diff_v2() && get_bool(j, "subln_weight", src, true);  // V2 has no per-head norm
-  c.rms_norm_eps = get_double(j, "rms_norm_eps", src, 1e-5);
+  read_shared_keys(j, Dialect::DiffLens, src, c, "rms_norm_eps");
   c.subln_eps = get_double(j, "subln_eps", src, 1e-5);
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, false);
+  read_shared_keys(j, Dialect::DiffLens, src, c, "tie_word_embeddings");
   c.bos_token_id = get_int(j, "bos_token_id", src, false, 1);
   c.eos_token_id = get_int(j, "eos_token_id", src, false, 2);
   const std::string tok = get_string(j, "tokenizer", src, "bytes");

@@ -405,4 +405,32 @@ std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab_size
   return ids;
 }
 
+Encoding encode_prompt(const Tokenizer* tokenizer, int64_t vocab_size, const PromptInput& in,
+                       const NoTextTokenizer& no) {
+  const bool reads_text = tokenizer && tokenizer->can_encode();
+  if (!in.ids && reads_text) return tokenizer->encode(in.text, in.bos, in.specials);
+  Encoding enc;
+  if (in.ids) {
+    enc.ids = *in.ids;
+  } else {
+    std::string why = no.subject + " has no text tokenizer";
+    if (!no.note.empty()) why += " (" + no.note + ")";
+    if (!no.ids_hint.empty()) why += ": " + no.ids_hint;
+    if (!in.ids_from_text) throw Error(why);
+    try {
+      enc.ids = parse_token_ids(in.text, vocab_size);
+    } catch (const Error& e) {
+      std::string detail = e.what();
+      if (detail.rfind("--token-ids: ", 0) == 0) detail.erase(0, 13);
+      throw Error(why + " (" + detail + ")");
+    }
+    if (enc.ids.empty()) throw Error(why);
+  }
+  for (const int64_t id : enc.ids) {
+    enc.pieces.push_back(tokenizer ? tokenizer->piece(id) : std::string());
+    enc.offsets.push_back({0, 0});
+  }
+  return enc;
+}
+
 }  // namespace difflens

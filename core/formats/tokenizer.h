@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,5 +83,30 @@ std::string sentencepiece_module_path();
 
 // Parses "1,2,3" into ids; throws Error on anything else or an id outside [0, vocab).
 std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab_size);
+
+// A prompt as a surface (the app's worker, the command line, serve) receives it: text, or token ids.
+struct PromptInput {
+  std::string text;
+  std::optional<std::vector<int64_t>> ids;  // given: these ids (no BOS is added), and `text` is not read
+  bool bos = true;                          // text: BOS first (where the tokenizer has one)
+  Specials specials = Specials::match;      // text: special tokens written in it matched, or read as text
+  bool ids_from_text = false;  // without a text tokenizer, read `text` as token ids typed "1, 450, 3"
+};
+
+// What a refusal says when the model has no text tokenizer: "<subject> has no text tokenizer (<note>):
+// <ids_hint>" (the parts left empty are left out).
+struct NoTextTokenizer {
+  std::string subject = "this model";
+  std::string note;      // why (Model::tokenizer_note())
+  std::string ids_hint;  // how this surface takes token ids ("give --token-ids", "send 'token_ids'" ...)
+};
+
+// The one rule that turns a prompt into token ids, for every surface: text goes through `tokenizer` (BOS
+// and specials as `in` says); ids are taken as they are (the capture checks them against the vocabulary).
+// A model without a text tokenizer (`tokenizer` null, or one that cannot encode) reads text only as typed ids
+// (in.ids_from_text); otherwise, or when none are typed, Error says what to give (`no`). Pieces: the
+// tokenizer's for each id (empty without one); offsets {0, 0} for ids.
+Encoding encode_prompt(const Tokenizer* tokenizer, int64_t vocab_size, const PromptInput& in,
+                       const NoTextTokenizer& no);
 
 }  // namespace difflens

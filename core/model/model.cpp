@@ -1,7 +1,7 @@
 // Model: construction (seeded, from named tensors, from a checkpoint directory), binding the checkpoint's
 // tensors to the modules of core/model/nn.h, saving, and the accessors. The model's other jobs have their own
 // files: devices.cpp, cpu_pack.cpp, capture.cpp, generate.cpp, model_tokenizer.cpp (docs/development.md).
-// Semantics: the README's "What the math is" and the checkpoint layouts of core/FORMATS.md.
+// Semantics: docs/views.md's "What the math is" and the checkpoint layouts of core/FORMATS.md.
 #include "core/model/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -229,9 +229,15 @@ class Model {
 
  private:
   struct Impl;
-  friend struct ModelAccess;  // core-internal access to the modules (train.cpp)
+  friend struct ModelAccess;  // core-internal access to the modules (train*.cpp)
   explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// encode_prompt (core/formats/tokenizer.h) with the model's tokenizer, vocabulary and tokenizer note: the
+// prompt → token ids rule of every surface. `ids_hint`: how that surface takes token ids; `subject`: how its
+// refusal names the model.
+Encoding encode_prompt(const Model& model, const PromptInput& in, const std::string& ids_hint,
+                       const std::string& subject = "this model");
 
 }  // namespace difflens

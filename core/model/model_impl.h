@@ -1,5 +1,5 @@
 // Internal to core (includes LibTorch): Model's private state, shared by the files that implement Model
-// (model.cpp, devices.cpp, capture.cpp, generate.cpp, cpu_pack.cpp) and by train.cpp.
+// (model.cpp, devices.cpp, capture.cpp, generate.cpp, cpu_pack.cpp) and by training (train*.cpp).
 #pragma once
 
 #include <filesystem>

@@ -106,4 +106,10 @@ Tokenizer Model::load_tokenizer(const std::filesystem::path& given, std::string&
   return directory_tokenizer(dir, config, note);
 }
 
+Encoding encode_prompt(const Model& model, const PromptInput& in, const std::string& ids_hint,
+                       const std::string& subject) {
+  return encode_prompt(&model.tokenizer(), model.config().vocab_size, in,
+                       {subject, model.tokenizer_note(), ids_hint});
+}
+
 }  // namespace difflens

@@ -1,6 +1,7 @@
 // Internal to core (includes LibTorch): the DIFF and baseline decoder modules. Only the Model's files
-// (through core/model/model_impl.h) and core/model/train.cpp include this. Semantics: the README's "What the
-// math is" and core/FORMATS.md; which projection columns feed which head: core/qkv_layout.h.
+// (through core/model/model_impl.h) and training (core/model/train*.cpp) include this. Semantics:
+// docs/views.md's "What the math is" and core/FORMATS.md; which projection columns feed which head:
+// core/cpu/qkv_layout.h.
 #pragma once
 
 #include <torch/nn/module.h>
