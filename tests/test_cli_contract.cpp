@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
+#include "app/cli/options.h"
 #include "app/reports/head_figures.h"
 #include "app/reports/needle_report.h"
 #include "app/reports/text_page.h"

@@ -7,8 +7,7 @@
 #include <stdexcept>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
-#include "app/common/options.h"
+#include "app/cli/options.h"
 #include "core/formats/error.h"
 
 using namespace difflens;

@@ -14,7 +14,8 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/man_page.h"
-#include "app/common/command_support.h"
+#include "app/cli/options.h"
+#include "app/cli/paths.h"
 #include "app/common/keys.h"
 #include "tests/helpers.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
+#include "app/cli/options.h"
 #include "app/common/version.h"
 #include "core/formats/error.h"
 

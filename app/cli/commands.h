@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "app/common/options.h"
+#include "app/cli/options.h"
 
 namespace difflens::cli {
 

@@ -6,7 +6,10 @@
 #include <fstream>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
+#include "app/cli/common_options.h"
+#include "app/cli/options.h"
+#include "app/cli/paths.h"
+#include "app/cli/run_support.h"
 #include "app/reports/explain_slides.h"
 #include "app/reports/head_figures.h"
 #include "app/reports/text_page.h"

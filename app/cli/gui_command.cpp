@@ -7,7 +7,10 @@
 #include <tuple>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
+#include "app/cli/common_options.h"
+#include "app/cli/options.h"
+#include "app/cli/paths.h"
+#include "app/common/files.h"
 #include "app/desktop/gui.h"
 #include "app/desktop/layout.h"
 #include "app/desktop/play_script.h"

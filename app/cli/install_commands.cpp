@@ -6,7 +6,8 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/man_page.h"
-#include "app/common/command_support.h"
+#include "app/cli/options.h"
+#include "app/cli/paths.h"
 #include "app/common/version.h"
 #include "core/formats/atomic_file.h"
 #include "core/formats/error.h"

@@ -8,7 +8,10 @@
 #include <sstream>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
+#include "app/cli/common_options.h"
+#include "app/cli/options.h"
+#include "app/cli/paths.h"
+#include "app/cli/run_support.h"
 #include "app/reports/needle_report.h"
 #include "core/formats/atomic_file.h"
 #include "core/formats/error.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "app/common/options.h"
+#include "app/cli/options.h"
 
 namespace difflens::cli {
 

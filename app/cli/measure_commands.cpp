@@ -11,7 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
+#include "app/cli/common_options.h"
+#include "app/cli/options.h"
+#include "app/cli/paths.h"
+#include "app/cli/run_support.h"
+#include "app/common/files.h"
 #include "app/reports/needle_report.h"
 #include "app/reports/outlier_report.h"
 #include "core/cpu/attention_cpu.h"

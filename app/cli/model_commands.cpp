@@ -8,7 +8,11 @@
 #include <iostream>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
+#include "app/cli/common_options.h"
+#include "app/cli/options.h"
+#include "app/cli/paths.h"
+#include "app/cli/run_support.h"
+#include "app/common/files.h"
 #include "app/remote/client.h"
 #include "core/formats/checkpoint.h"
 #include "core/formats/config.h"

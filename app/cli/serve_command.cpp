@@ -13,7 +13,10 @@
 #include <vector>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
+#include "app/cli/common_options.h"
+#include "app/cli/options.h"
+#include "app/cli/run_support.h"
+#include "app/common/model_line.h"
 #include "app/remote/client.h"
 #include "app/remote/server.h"
 #include "app/worker/inference_worker.h"

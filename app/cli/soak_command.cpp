@@ -25,7 +25,9 @@
 #include <utility>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
+#include "app/cli/common_options.h"
+#include "app/cli/options.h"
+#include "app/cli/paths.h"
 #include "app/desktop/play_script.h"
 #include "core/formats/atomic_file.h"
 #include "core/formats/error.h"

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include "app/cli/commands.h"
-#include "app/common/command_support.h"
+#include "app/cli/common_options.h"
+#include "app/cli/options.h"
+#include "app/cli/run_support.h"
 #include "core/formats/error.h"
 #include "core/model/train.h"
 

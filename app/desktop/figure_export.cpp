@@ -7,7 +7,6 @@
 #include <cmath>
 #include <filesystem>
 
-#include "app/common/command_support.h"
 #include "app/desktop/layout.h"
 #include "app/desktop/panels.h"
 #include "app/reports/head_figures.h"

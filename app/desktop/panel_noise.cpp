@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "app/common/command_support.h"
+#include "app/common/files.h"
 #include "app/desktop/panels.h"
 #include "app/desktop/plot.h"
 #include "core/formats/error.h"

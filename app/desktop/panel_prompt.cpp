@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "app/common/command_support.h"
+#include "app/common/files.h"
 #include "app/desktop/panels.h"
 #include "app/desktop/plot.h"
 #include "app/desktop/shell.h"

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/common/command_support.h"
+#include "app/common/model_line.h"
 #include "app/remote/job_queue.h"
 #include "app/remote/serve_guard.h"
 #include "core/formats/config.h"

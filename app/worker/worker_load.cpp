@@ -2,7 +2,7 @@
 // instead, worker_remote.cpp), or a trace bundle, delivered as a result of its own.
 #include <memory>
 
-#include "app/common/command_support.h"
+#include "app/common/model_line.h"
 #include "app/remote/client.h"
 #include "app/worker/worker_impl.h"
 #include "core/formats/error.h"

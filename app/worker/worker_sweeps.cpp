@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "app/common/command_support.h"
+#include "app/common/files.h"
 #include "app/remote/client.h"
 #include "app/worker/inference_worker.h"
 #include "core/formats/error.h"

@@ -1,5 +1,5 @@
 // Option tables: parsing, checking and usage text of the difflens command line.
-#include "app/common/options.h"
+#include "app/cli/options.h"
 
 #include <algorithm>
 #include <cmath>

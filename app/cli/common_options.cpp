@@ -1,22 +1,14 @@
-// What several difflens commands share (see command_support.h).
-#include "app/common/command_support.h"
+// Option rows several commands take, written once, and what they give: threads, device, models, the prompt
+// (text, file or ids), special tokens, the pooled budget, interventions, a pair's shape.
+#include "app/cli/common_options.h"
 
 #include <sched.h>
-
 #include <algorithm>
-#include <cctype>
-#include <csignal>
-#include <cstdarg>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
-#include <unistd.h>
-
-#include "core/formats/bounded_read.h"
+#include "app/cli/paths.h"
+#include "app/common/files.h"
 #include "core/formats/checkpoint.h"
 #include "core/formats/error.h"
 #include "core/formats/model_dir.h"
@@ -123,88 +115,6 @@ PairSpec pair_spec(const Args& a) {
   return s;
 }
 
-std::vector<std::filesystem::path> data_dirs() {
-  std::vector<std::filesystem::path> dirs;
-  if (const char* env = std::getenv("DIFFLENS_DATA_DIR"); env && *env) dirs.emplace_back(env);
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0)  // installed: PREFIX/bin/difflens beside PREFIX/share/difflens; a build tree links its own
-    dirs.push_back(
-        std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path().parent_path() /
-        "share" / "difflens");
-  return dirs;
-}
-
-std::string default_export_dir(bool cwd_writable, const char* home) {
-  if (cwd_writable || !home || !*home) return "";
-  return (std::filesystem::path(home) / "difflens-exports").string();
-}
-
-std::string bundled_asset(const std::string& relative) {
-  std::string tried;
-  for (const auto& dir : data_dirs()) {
-    std::error_code ec;
-    if (std::filesystem::exists(dir / relative, ec))
-      return std::filesystem::weakly_canonical(dir / relative).string();
-    tried += "\n  " + (dir / relative).string();
-  }
-  throw Error("the bundled " + relative + " was not found; looked in:" + tried +
-              "\n(set DIFFLENS_DATA_DIR to a folder laid out as PREFIX/share/difflens, or name the file)");
-}
-
-std::string bundled_model(const char* name) {
-  return bundled_asset(std::string("models/") + name);
-}
-
-std::string read_file(const std::string& path, const char* what) {
-  // Read whole, stopping at the text limit (a device or a pipe that goes on included) or at half the memory
-  // available, whichever is less.
-  const uint64_t have = available_memory_bytes();
-  const uint64_t limit = have > 0 ? std::min<uint64_t>(kTextLimit, have / 2) : kTextLimit;
-  return read_bounded(path, what, limit);
-}
-
-void check_output_dir(const std::string& path, const char* flag) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const std::string named = std::string(flag) + " " + path;
-  if (fs::exists(path, ec) && !fs::is_directory(path, ec))
-    throw Error(named + ": is a file; give a folder (it is created when missing)");
-  // Nothing is created here (a command refused later leaves no empty folder behind): the folder, or the
-  // nearest part of its path that exists, must be a folder this process can write into.
-  fs::path existing = fs::path(path).lexically_normal();
-  while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
-  if (existing.empty()) existing = ".";
-  if (!fs::is_directory(existing, ec))
-    throw Error(named + ": " + existing.string() + " is a file, so the folder cannot be created there");
-  if (access(existing.c_str(), W_OK | X_OK) != 0)
-    throw Error(named + ": " + existing.string() + " is not writable");
-}
-
-std::string lowercase_extension(const std::string& path) {
-  std::string ext = std::filesystem::path(path).extension().string();
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return ext;
-}
-
-void check_output_file(const std::string& path, const char* flag,
-                       const std::vector<std::string>& extensions) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (path.empty()) throw Error(std::string(flag) + ": give a file name");
-  if (fs::is_directory(path, ec))
-    throw Error(std::string(flag) + " " + path + ": is a folder; give a file name");
-  const std::string ext = lowercase_extension(path);
-  if (!extensions.empty() && std::find(extensions.begin(), extensions.end(), ext) == extensions.end()) {
-    std::string list;
-    for (const auto& e : extensions) list += (list.empty() ? "" : " or ") + e;
-    throw Error(std::string(flag) + " " + path + ": writes " + list + " files; name it " +
-                fs::path(path).replace_extension(extensions.front()).string());
-  }
-  const fs::path parent = fs::path(path).parent_path();
-  if (!parent.empty()) check_output_dir(parent.string(), flag);
-}
-
 int default_threads() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -214,35 +124,6 @@ int default_threads() {
 
 void apply_threads(const Args& a) {
   set_num_threads(a.has("threads") ? a.get_int("threads") : default_threads());
-}
-
-void progress(const char* format, ...) {
-  char line[1024];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(line, sizeof line, format, args);
-  va_end(args);
-  if (isatty(fileno(stderr)))
-    std::fprintf(stderr, "\r%s   ", line);
-  else
-    std::fprintf(stderr, "%s\n", line);
-  std::fflush(stderr);
-}
-
-void progress_done() {
-  if (isatty(fileno(stderr))) std::fprintf(stderr, "\n");
-}
-
-bool quick_mode() {
-  const char* v = std::getenv("DIFFLENS_QUICK");
-  return v && *v && std::string(v) != "0";
-}
-
-int64_t quick_cap(const char* what, int64_t value, int64_t cap) {
-  if (!quick_mode() || value <= cap) return value;
-  std::fprintf(stderr, "DIFFLENS_QUICK: %s %lld -> %lld\n", what, static_cast<long long>(value),
-               static_cast<long long>(cap));
-  return cap;
 }
 
 DeviceChoice device(const Args& a) {
@@ -306,59 +187,6 @@ std::vector<int64_t> prompt_ids(const Args& a, const Model& model) {
 
 size_t pooled_budget_bytes(const Args& a) {
   return a.has("pooled-budget") ? static_cast<size_t>(a.get_double("pooled-budget") * 1024 * 1024) : 0;
-}
-
-std::string mb(size_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
-std::atomic<bool> g_stop{false};
-
-void on_interrupt(int) {
-  g_stop = true;
-}
-
-Model load_model(const std::string& dir, DeviceChoice device) {
-  auto previous = std::signal(SIGINT, on_interrupt);
-  bool shown = false;
-  try {
-    Model m = Model::load(
-        dir, device,
-        [&](int64_t done, int64_t total) {
-          if (total < 50 || !isatty(2)) return;  // a live line for people, nothing for logs
-          std::fprintf(stderr, "\rloading %s: %lld/%lld tensors", dir.c_str(), static_cast<long long>(done),
-                       static_cast<long long>(total));
-          shown = true;
-        },
-        &g_stop);
-    if (shown) std::fprintf(stderr, "\n");
-    std::signal(SIGINT, previous);
-    return m;
-  } catch (const Cancelled&) {
-    std::signal(SIGINT, previous);
-    throw Error("loading " + dir + " stopped by Ctrl-C");
-  } catch (...) {
-    if (shown) std::fprintf(stderr, "\n");
-    std::signal(SIGINT, previous);
-    throw;
-  }
-}
-
-std::string describe_model(const Model& m) {
-  const ModelConfig& c = m.config();
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%s, %lld layers x %lld heads, %.2f M params, %s", to_string(c.attention),
-                static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.map_heads()),
-                static_cast<double>(m.parameter_count()) / 1e6, m.device_name().c_str());
-  std::string d = buf;
-  if (c.architecture != "difflens") d += ", " + c.architecture;
-  if (c.is_diff() && c.diff_pairing == DiffPairing::Half) d += " (components in halves)";
-  if (m.source_dtype() != "F32")
-    d += ", " + m.source_dtype() + " weights (" + m.weight_storage() + " in memory, F32 arithmetic)";
-  if (!m.tokenizer_note().empty()) d += "; " + m.tokenizer_note();
-  return d;
 }
 
 }  // namespace difflens::cli
