@@ -398,3 +398,22 @@ TEST_CASE("the strongest answer head leaves out the heads the run ablated", "[me
   CHECK_FALSE((other->layer == free->layer && other->head == free->head));
   CHECK(other->share.answer_mass <= free->share.answer_mass);
 }
+
+TEST_CASE("share columns: the Noise view's table cells, one place for each measure's text", "[metrics]") {
+  AttentionShare a;
+  a.answer_mass = 0.25;
+  a.noise_mass = 0.5;
+  a.noise_output = -0.0004;  // rounds to zero: "0.000", never "-0.000"
+  a.noise = -0.125;
+  a.budget = 0.5;
+  const std::vector<ShareColumn>& c = share_columns();
+  REQUIRE(c.size() == 4);
+  CHECK(std::string(c[0].header) == "answer");
+  CHECK(c[0].cell(a) == "0.250");
+  CHECK(c[1].cell(a) == "0.500");
+  CHECK(c[2].cell(a) == "0.000");
+  CHECK(c[3].cell(a) == "-0.125 / 0.500");
+  a.noise_output = std::nan("");  // no values kept: no output share
+  CHECK(c[2].cell(a) == "-");
+  for (const ShareColumn& col : c) CHECK(std::string(col.meaning).size() > 10);
+}

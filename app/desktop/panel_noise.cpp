@@ -275,13 +275,6 @@ std::string readout_layer(const std::optional<NoiseReadout>* readouts, size_t i)
   return layer >= 0 ? std::to_string(layer) : "#" + std::to_string(i);
 }
 
-// A signed number to 3 decimals, never "-0.000".
-std::string signed3(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3f", v);
-  return std::strcmp(b, "-0.000") == 0 ? std::string("0.000") : std::string(b);
-}
-
 // A bar's value to 3 decimals (the table's and the export's), in the largest font up to the view's that fits
 // the bar's width: beyond its end (above a positive bar, below a negative one), or just inside it where the
 // plot has no room (dark on the light noise bars, white on the solid ones); none where no font fits.
@@ -560,30 +553,26 @@ void draw_noise_panel(GuiState& state, const RunResult& r, InferenceWorker& work
                      "noise.steps-chart");
   else
     draw_noise_chart(state, r, readouts, rows, chart_h);
-  if (!state.lecture && ImGui::BeginTable("noise", 1 + 4 * kSlots,
+  const std::vector<ShareColumn>& columns = share_columns();  // core/formats/metrics.h
+  const int per_slot = static_cast<int>(columns.size());
+  if (!state.lecture && ImGui::BeginTable("noise", 1 + per_slot * kSlots,
                                           ImGuiTableFlags_Borders | ImGuiTableFlags_SizingStretchSame)) {
     // Short headers in each model's colour (the chart's key names the colours): the table fits 1280 pixels.
-    static const char* const kColumns[] = {"answer", "noise", "noise out", "net / budget"};
     ImGui::TableSetupColumn("layer");
     for (int s = 0; s < kSlots; ++s)
-      for (const char* c : kColumns) ImGui::TableSetupColumn(c);
+      for (const ShareColumn& c : columns) ImGui::TableSetupColumn(c.header);
     ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
     ImGui::TableSetColumnIndex(0);
     ImGui::TableHeader("layer");
     for (int s = 0; s < kSlots; ++s)
-      for (int c = 0; c < 4; ++c) {
-        ImGui::TableSetColumnIndex(1 + 4 * s + c);
+      for (int c = 0; c < per_slot; ++c) {
+        ImGui::TableSetColumnIndex(1 + per_slot * s + c);
         ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(model_ink(s)));
-        ImGui::TableHeader(kColumns[c]);
+        ImGui::TableHeader(columns[static_cast<size_t>(c)].header);
         ImGui::PopStyleColor();
         if (ImGui::IsItemHovered() && r.traces[s])
           ImGui::SetTooltip("%s: %s", r.traces[s]->config.name.c_str(),
-                            c == 0   ? "attention mass on the answer"
-                            : c == 1 ? "attention mass on the noise (attention noise)"
-                            : c == 2
-                                ? "the noise's share of the heads' output"
-                                : "net (signed) noise share of the row's |A|, and the budget the three net "
-                                  "shares sum to");
+                            columns[static_cast<size_t>(c)].meaning);
       }
     for (size_t i = 0; i <= rows; ++i) {
       ImGui::TableNextRow();
@@ -598,14 +587,10 @@ void draw_noise_panel(GuiState& state, const RunResult& r, InferenceWorker& work
           a = i < readouts[s]->per_layer.size() ? &readouts[s]->per_layer[i]
               : i == rows                       ? &readouts[s]->mean
                                                 : nullptr;
-        ImGui::TableNextColumn();
-        if (a) ImGui::Text("%.3f", a->answer_mass);
-        ImGui::TableNextColumn();
-        if (a) ImGui::Text("%.3f", a->noise_mass);
-        ImGui::TableNextColumn();
-        if (a) ImGui::TextUnformatted(std::isnan(a->noise_output) ? "-" : signed3(a->noise_output).c_str());
-        ImGui::TableNextColumn();
-        if (a) ImGui::Text("%s / %.3f", signed3(a->noise).c_str(), a->budget);
+        for (const ShareColumn& c : columns) {
+          ImGui::TableNextColumn();
+          if (a) ImGui::TextUnformatted(c.cell(*a).c_str());
+        }
       }
     }
     ImGui::EndTable();

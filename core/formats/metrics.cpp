@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -325,6 +327,28 @@ MapDrift map_drift(const Trace& ref, const Trace& other) {
   d.mean_abs = sum / static_cast<double>(entries);
   d.top1_agreement = static_cast<double>(agree) / static_cast<double>(d.rows);
   return d;
+}
+
+std::string signed3(double v) {
+  if (std::isnan(v)) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f", v);
+  return std::strcmp(b, "-0.000") == 0 ? std::string("0.000") : std::string(b);
+}
+
+const std::vector<ShareColumn>& share_columns() {
+  static const std::vector<ShareColumn> columns = {
+      {"answer", "attention mass on the answer",
+       [](const AttentionShare& a) { return signed3(a.answer_mass); }},
+      {"noise", "attention mass on the noise (attention noise)",
+       [](const AttentionShare& a) { return signed3(a.noise_mass); }},
+      {"noise out", "the noise's share of the heads' output",
+       [](const AttentionShare& a) { return signed3(a.noise_output); }},
+      {"net / budget",
+       "net (signed) noise share of the row's |A|, and the budget the three net shares sum to",
+       [](const AttentionShare& a) { return signed3(a.noise) + " / " + signed3(a.budget); }},
+  };
+  return columns;
 }
 
 }  // namespace difflens

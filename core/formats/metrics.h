@@ -150,6 +150,17 @@ HeadSummaries head_summaries(const Trace& trace, const std::vector<int64_t>& que
                              TokenSpan question = {});
 
 extern const char* const kAttentionShareDefinition;  // the definition above, for the UI and exports
-extern const char* const kHeadSummaryDefinition;     // HeadSummary's fields, for the UI and exports
+
+// The measures of a readout as a table shows them (the Noise view: a column each per model, a row per
+// layer and the mean), in order: a short header, what it is (the header's tooltip) and the cell's text.
+// A measure added to AttentionShare and here shows in the view with no change there.
+struct ShareColumn {
+  const char* header;
+  const char* meaning;
+  std::string (*cell)(const AttentionShare& share);
+};
+const std::vector<ShareColumn>& share_columns();
+std::string signed3(double v);                    // to 3 decimals, never "-0.000"; "-" for NaN
+extern const char* const kHeadSummaryDefinition;  // HeadSummary's fields, for the UI and exports
 
 }  // namespace difflens
