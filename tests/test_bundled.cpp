@@ -41,7 +41,7 @@ TEST_CASE("bundled models load, are parameter-matched and share one tokenizer", 
 }
 
 TEST_CASE(
-    "bundled trio: every model retrieves held-out needles, DIFF's attention noise is far below the baseline's",
+    "bundled trio: all retrieve held-out needles and DIFF's noise mass on the question is below the baseline's",
     "[bundled][needle]") {
   const Model models[3] = {Model::load(kModels / "diff-small", DeviceChoice::Cpu),
                            Model::load(kModels / "diff-v2-small", DeviceChoice::Cpu),
@@ -50,31 +50,44 @@ TEST_CASE(
   const Haystack hay(text, models[0].tokenizer());
   const EpisodeBuilder builder(hay, models[0].tokenizer(), NeedleSplit::Eval);
   int answered[3] = {0, 0, 0};
-  double noise[3] = {0, 0, 0};      // mean over heads, layers and episodes, on the rows that produce the code
-  double strongest[3] = {0, 0, 0};  // the largest answer share of any head, over the episodes
+  // Means over heads, layers and episodes of the attention mass (what the app and the card show): on the
+  // noise while the question is read, on the noise while the code is written, and on the answer (the needle's
+  // code) by the strongest head while it is written.
+  double question_noise[3] = {0, 0, 0}, answering_noise[3] = {0, 0, 0}, strongest[3] = {0, 0, 0};
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     const Episode ep = needle_episode(builder, {256, 0.5, 1, 1}, seed);
     // The rows that produce the code: from the token before its first digit to its last-but-one digit.
-    const Span code = ep.answer_spans.back(),
+    const Span code = ep.answer_spans.back(), question = ep.question_spans.back(),
                needle = ep.needle_code_spans[static_cast<size_t>(ep.queried[0])];
     const std::vector<int64_t> ids(ep.ids.begin(), ep.ids.begin() + code.end - 1);
     for (int k = 0; k < 3; ++k) {
       answered[k] += run_needle(models[k], builder, {256, 0.5, 1, 1}, seed).answered;
-      const NoiseReadout r = attention_noise(models[k].capture(ids), {needle.begin, needle.end},
-                                             {code.begin - 1, static_cast<int64_t>(ids.size())});
-      noise[k] += r.mean.noise / 4;
-      strongest[k] = std::max(strongest[k], strongest_answer_head(r)->share.answer);
+      const Trace t = models[k].capture(ids);
+      const NoiseReadout asking =
+          attention_noise(t, {needle.begin, needle.end}, {question.begin, question.end});
+      const NoiseReadout answering =
+          attention_noise(t, {needle.begin, needle.end}, {code.begin - 1, static_cast<int64_t>(ids.size())});
+      question_noise[k] += asking.mean.noise_mass / 4;
+      answering_noise[k] += answering.mean.noise_mass / 4;
+      strongest[k] = std::max(strongest[k], strongest_answer_head(answering)->share.answer_mass);
     }
   }
-  INFO("noise " << noise[0] << " " << noise[1] << " " << noise[2] << "; strongest head " << strongest[0]
-                << " " << strongest[1] << " " << strongest[2]);
-  // The model card's needle lab: 1.00 at 256 tokens for all three over 100 episodes.
+  INFO("noise mass on the question " << question_noise[0] << " " << question_noise[1] << " "
+                                     << question_noise[2] << "; while answering " << answering_noise[0] << " "
+                                     << answering_noise[1] << " " << answering_noise[2]
+                                     << "; strongest head on the code " << strongest[0] << " " << strongest[1]
+                                     << " " << strongest[2]);
+  // The model card's ship criterion: 0.94-0.98 of 200 fresh held-out episodes a length for all three.
   for (int k = 0; k < 3; ++k) CHECK(answered[k] >= 3);
-  // While answering, the card measures noise DIFF .12, DIFF V2 .18, baseline .61 (256 tokens) ...
-  CHECK(noise[0] < 0.5 * noise[2]);
-  CHECK(noise[1] < 0.5 * noise[2]);
-  // ... and, unlike the paper's 3B models, the baseline's strongest head gives the code more than DIFF's
-  // (card: .68 against .15 and .05): both retrieve, DIFF with less attention anywhere else.
+  // On the question's rows (the paper's measure) the card has DIFF 0.40, DIFF V2 0.55, baseline 0.61 at 256
+  // tokens (200 episodes): DIFF's noise a third below the baseline's, V2's below it.
+  CHECK(question_noise[0] < 0.8 * question_noise[2]);
+  CHECK(question_noise[1] < question_noise[2]);
+  // While the code is written, not so: V2's noise is above the baseline's (here, where the question's keys
+  // count as noise: 0.72, 0.78, 0.60 over these four episodes; the card, which sets the question apart,
+  // 0.28, 0.43, 0.30 over 200). The card and the app say so rather than show the paper's picture.
+  CHECK(answering_noise[1] > answering_noise[2]);
+  // And, unlike the paper's 3B models, the baseline's strongest head gives the code more than DIFF's.
   CHECK(strongest[2] > strongest[0]);
   CHECK(strongest[2] > strongest[1]);
 }

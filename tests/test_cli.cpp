@@ -1329,7 +1329,10 @@ TEST_CASE("gui layout: Figure 1 labels answer, query and heaviest keys at their 
       std::vector<Region> labels;
       for (int i = 0; regions.count(chart + ".label." + std::to_string(i)); ++i)
         labels.push_back(regions[chart + ".label." + std::to_string(i)]);
-      CHECK(labels.size() >= 6);  // the answer, the query and at least four of the eight heaviest keys
+      // The answer, the query and at least three of the eight heaviest keys: the rest may sit side by side
+      // (the bundled DIFF's first-screen head puts its heaviest keys on the last few tokens before the query,
+      // where their labels would overlap, and are left out).
+      CHECK(labels.size() >= 5);
       for (size_t i = 0; i < labels.size(); ++i) {
         CHECK(labels[i].x0 >= regions[chart].x0 - 0.5f);
         CHECK(labels[i].x1 <= regions[chart].x1 + 0.5f);
