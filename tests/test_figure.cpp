@@ -226,11 +226,14 @@ TEST_CASE("figure: a head figure places maps, labels and legends where its layou
   HeadFigure one = fig;
   one.panels.resize(1);
   CHECK_THROWS_WITH(size_for_print(one, *font, 30, 8, 300),
-                    Catch::Contains("30 in at 300 dpi makes the map about") &&
-                        Catch::Contains("over the 8192 a map may take"));
+                    Catch::Contains("30 in at 300 dpi needs a map over the 8192 pixels a map may take"));
   CHECK_THROWS_WITH(size_for_print(fig, *font, 7, 80, 300),
-                    Catch::Contains("80 pt at 300 dpi is a") && Catch::Contains("6 to 200 pixels"));
-  CHECK_THROWS_WITH(size_for_print(fig, *font, 7, 1, 72), Catch::Contains("1 pt at 72 dpi"));
+                    Catch::Contains("80 pt at 300 dpi is a") && Catch::Contains("at most 200 pixels"));
+  {
+    HeadFigure small = fig;
+    size_for_print(small, *font, 7, 4, 72);  // a 5-pixel line: drawn at the smallest, 6 pixels
+    CHECK(small.label_px == Approx(6.0));
+  }
   CHECK_THROWS_WITH(size_for_print(fig, *font, 0.5, 8, 300),
                     Catch::Contains("at 8 pt the labels leave no room for 3 maps in 0.5 in"));
   size_for_print(one, *font, 7.5, 8, 300);

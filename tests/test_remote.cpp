@@ -829,11 +829,22 @@ TEST_CASE("serve: a chunked body is held to the request limit as it comes, a sma
     CHECK(reply.rfind("HTTP/1.1 200", 0) == 0);
     CHECK(reply.find("\"ids\"") != std::string::npos);
   }
-  // 40 chunks of 4 KB (160 KB) and no end: the server answers 413 naming its limit once past 64 KB and
-  // closes the connection, without waiting for the rest.
+  // 40 chunks of 4 KB (160 KB) and no end, from a keep-alive client whose body holds whole requests: the
+  // server answers 413 naming its limit once past 64 KB and closes the connection, without waiting for the
+  // rest and without reading the rest as requests (one reply, no 200 for the GET inside the body).
+  const std::string inner = std::string("GET /v1/info HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ") +
+                            Loopback::kToken + "\r\n\r\n";
+  const auto count_replies = [](const std::string& text) {
+    size_t n = 0;
+    for (size_t p = text.find("HTTP/1.1 "); p != std::string::npos; p = text.find("HTTP/1.1 ", p + 1)) ++n;
+    return n;
+  };
   {
-    std::string sent = head;
-    for (int i = 0; i < 40; ++i) sent += chunk(std::string(4096, ' '));
+    std::string keep_alive = head;
+    keep_alive.erase(keep_alive.find("Connection: close\r\n"), 19);
+    std::string sent = keep_alive, filler;
+    while (filler.size() < 4096) filler += inner;
+    for (int i = 0; i < 40; ++i) sent += chunk(filler);
     const int fd = connect_and_send(lb.port, sent);
     REQUIRE(fd >= 0);
     const auto [reply, took] = read_until_closed(fd, 10);
@@ -841,6 +852,24 @@ TEST_CASE("serve: a chunked body is held to the request limit as it comes, a sma
     INFO(reply);
     CHECK(reply.rfind("HTTP/1.1 413", 0) == 0);
     CHECK(reply.find("limit of 65536 bytes") != std::string::npos);
+    CHECK(count_replies(reply) == 1);
+    CHECK(took < 5);
+  }
+  // A multipart type without a boundary, keep-alive, a request inside the body: one 400 naming it, closed.
+  {
+    const std::string body = inner + inner;
+    const std::string sent =
+        std::string("POST /v1/capture HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ") + Loopback::kToken +
+        "\r\nContent-Type: multipart/form-data\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n" + body;
+    const int fd = connect_and_send(lb.port, sent);
+    REQUIRE(fd >= 0);
+    const auto [reply, took] = read_until_closed(fd, 10);
+    ::close(fd);
+    INFO(reply);
+    CHECK(reply.rfind("HTTP/1.1 400", 0) == 0);
+    CHECK(reply.find("without a boundary") != std::string::npos);
+    CHECK(count_replies(reply) == 1);
     CHECK(took < 5);
   }
   // Still serving.

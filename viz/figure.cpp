@@ -74,21 +74,26 @@ void size_for_print(HeadFigure& fig, const FigureFont& font, double width_in, do
     return std::string(b);
   };
   const float label_px = em * 100.0f / font.em_size(100.0f);
-  if (label_px < kMinLabelPx || label_px > kMaxLabelPx)
+  // Smaller than the smallest line drawn: drawn at that (still at least font_pt); larger: refused, never
+  // drawn smaller than asked.
+  if (label_px > kMaxLabelPx)
     throw Error("figure: " + number(font_pt) + " pt at " + std::to_string(dpi) + " dpi is a " +
-                number(std::round(label_px)) + "-pixel line; labels are drawn " + number(kMinLabelPx) +
-                " to " + number(kMaxLabelPx) + " pixels high (give another --font-pt or --dpi)");
-  fig.label_px = label_px;
+                number(std::round(label_px)) + "-pixel line; labels are drawn at most " +
+                number(kMaxLabelPx) + " pixels high (give a smaller --font-pt or --dpi)");
+  fig.label_px = std::max(label_px, kMinLabelPx);
   fig.width_in = width_in;
   int panel = std::max(
       kMinPanelPx, static_cast<int>(target / static_cast<double>(std::max<size_t>(1, fig.panels.size()))));
   for (int i = 0; i < 8; ++i) {  // the panels' size from the width left beside the labels (gaps grow with it)
-    if (panel > kMaxPanelPx) {
-      const int n = static_cast<int>(fig.panels.size());
-      throw Error("figure: " + number(width_in) + " in at " + std::to_string(dpi) + " dpi makes " +
-                  (n == 1 ? std::string("the map") : "each of the " + std::to_string(n) + " maps") +
-                  " about " + std::to_string(panel) + " pixels wide, over the " +
-                  std::to_string(kMaxPanelPx) + " a map may take (give a smaller --width-in or --dpi)");
+    if (panel > kMaxPanelPx) {   // past the largest map: refused only if the largest is still too narrow
+      fig.panel_size = kMaxPanelPx;
+      if (layout_head_figure(fig, font).width < target - 2) {
+        const int n = static_cast<int>(fig.panels.size());
+        throw Error("figure: " + number(width_in) + " in at " + std::to_string(dpi) + " dpi needs " +
+                    (n == 1 ? std::string("a map") : "maps") + " over the " + std::to_string(kMaxPanelPx) +
+                    " pixels a map may take (give a smaller --width-in or --dpi)");
+      }
+      panel = kMaxPanelPx;
     }
     fig.panel_size = panel;
     const int w = layout_head_figure(fig, font).width;

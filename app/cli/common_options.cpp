@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 #include <thread>
 
 #include "app/cli/paths.h"

@@ -66,9 +66,12 @@ class DeadlineStream final : public httplib::Stream {
   void begin_request() {
     headers_done_ = false;
     timed_out_ = false;
+    close_after_reply_ = false;
     deadline_ = Clock::now() + std::chrono::milliseconds(limits_.header_timeout_ms);
   }
   void mark_headers_done() { headers_done_ = true; }
+  void mark_close_after_reply() { close_after_reply_ = true; }
+  bool close_after_reply() const { return close_after_reply_; }
   bool timed_out() const { return timed_out_; }
   bool accepted() const { return headers_done_; }
   bool buffered() const { return pos_ < len_; }
@@ -121,7 +124,7 @@ class DeadlineStream final : public httplib::Stream {
   socket_t sock_;
   const GuardLimits& limits_;
   Clock::time_point deadline_;
-  bool headers_done_ = false, timed_out_ = false;
+  bool headers_done_ = false, timed_out_ = false, close_after_reply_ = false;
   char buf_[4096];
   size_t pos_ = 0, len_ = 0;
 };
@@ -190,6 +193,10 @@ void GuardedServer::widen_backlog() {
     ::listen(s, std::max(16, limits_.max_connections));  // Linux: sets the backlog anew
 }
 
+void GuardedServer::close_after_reply() {
+  if (t_stream) t_stream->mark_close_after_reply();
+}
+
 void GuardedServer::headers_done() {
   if (t_stream) t_stream->mark_headers_done();
 }
@@ -241,8 +248,9 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
       ++counters_.slow;
       break;
     }
-    // Refused before its body was read (no token): what follows on the connection is that unread body.
-    if (!ok || closed || !strm.accepted()) break;
+    // Refused before its body was read (no token), or with its body read only in part (over the limit, a
+    // multipart form it cannot parse): what follows on the connection is the unread rest of that body.
+    if (!ok || closed || !strm.accepted() || strm.close_after_reply()) break;
   }
   t_stream = nullptr;
   finish();

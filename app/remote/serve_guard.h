@@ -44,6 +44,9 @@ class GuardedServer : public httplib::Server {
   // Called by the pre-routing handler once a request's headers are in (and accepted): its body, if any,
   // then reads under the read timeout instead of the header deadline.
   static void headers_done();
+  // Called by a handler that leaves part of its request's body unread (refused over the limit, or a body it
+  // cannot parse): the connection closes after the reply, since the rest is no next request.
+  static void close_after_reply();
   // After bind_to_port: a listen backlog of max_connections (cpp-httplib listens with 5, so a burst of
   // connections beyond it waits out TCP's SYN retries, a second and more each).
   void widen_backlog();

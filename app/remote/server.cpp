@@ -185,7 +185,8 @@ struct RemoteServer::Impl {
     } else {
       in.ids = r.token_ids;
     }
-    const Encoding enc = encode_request_prompt(r.model, in, "send 'token_ids'");
+    Encoding enc = encode_request_prompt(r.model, in, "send 'token_ids'");
+    if (!r.prompt) enc.offsets.clear();  // ids sent: no text, so no byte spans (core/FORMATS.md)
     const int64_t T = static_cast<int64_t>(enc.ids.size());
     if (T == 0) throw RequestError(400, "the prompt has no tokens");
     if (T > options.limits.max_tokens)
@@ -569,8 +570,14 @@ struct RemoteServer::Impl {
           over = received > limit;
           return !over;
         };
+        // A body read only in part (over the limit, or one cpp-httplib could not parse): the rest of it is
+        // never read, so the connection closes after the reply rather than read it as the next request.
+        const auto close_after = [&] {
+          res.set_header("Connection", "close");
+          GuardedServer::close_after_reply();
+        };
         const auto refuse_over = [&] {
-          res.set_header("Connection", "close");  // the rest of the body is never read
+          close_after();
           reply_error(req, res, 413,
                       "the request body is over this server's limit of " + std::to_string(limit) + " bytes");
         };
@@ -581,6 +588,7 @@ struct RemoteServer::Impl {
           const bool whole = read([](const httplib::MultipartFormData&) { return true; },
                                   [&](const char*, size_t n) { return counted(n); });
           if (over) return refuse_over();
+          if (!whole) close_after();
           if (!whole && req.get_header_value("Content-Type").find("boundary=") == std::string::npos)
             return reply_error(
                 req, res, 400,
@@ -594,7 +602,8 @@ struct RemoteServer::Impl {
               with_body.body.append(data, n);
               return true;
             })) {
-          if (over) refuse_over();
+          if (over) return refuse_over();
+          close_after();
           return;
         }
         guarded(with_body, res, [&] { (this->*h)(with_body, res); });

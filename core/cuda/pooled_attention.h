@@ -3,7 +3,7 @@
 // attention logits (LogHistogram's buckets, Σ|l|, the largest |l|), all recomputed tile by tile from the
 // rotated queries and keys: no T x T map is ever written. Plain device pointers (F32, row-major), so the
 // kernels do not depend on LibTorch; core/model/pooling.cpp (KernelPooler) runs them in a capture, and the
-// exact reference of any entry is core/tiles.cpp.
+// exact reference of any entry is core/formats/tiles.cpp.
 #pragma once
 
 #include <cstddef>

@@ -18,7 +18,7 @@ NEWER_THAN_REFERENCES = [0x088F, 0x0C5C, 0x0CDC, 0xA7CE, 0x10940, 0x11DB0, 0x16E
 
 
 def gap_code_points():
-    text = (ROOT / "core" / "unicode_gap.inc").read_text()
+    text = (ROOT / "core" / "formats" / "unicode_gap.inc").read_text()
     out = []
     for name in ("kGapLetters", "kGapNumbers"):
         spelled = re.search(name + r' =\s*R"\((.*?)\)"', text, re.S).group(1)
