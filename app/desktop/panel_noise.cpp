@@ -304,6 +304,11 @@ void bar_value(ImDrawList* dl, const PlotArea& a, float x0, float w, double v, b
   const ImU32 ink = !inside ? ImGui::GetColorU32(ImGuiCol_Text)
                     : light ? IM_COL32(30, 30, 30, 255)
                             : IM_COL32(255, 255, 255, 255);
+  // Beyond the bar, the heads' dots may sit where the number goes: it is drawn on the plot's white, over
+  // them.
+  if (!inside)
+    dl->AddRectFilled(ImVec2(x - 1, y), ImVec2(x + size.x + 1, y + size.y), IM_COL32(255, 255, 255, 235),
+                      2.0f);
   dl->AddText(font, font->FontSize, ImVec2(x, y), ink, s);
 }
 
