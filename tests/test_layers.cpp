@@ -85,14 +85,16 @@ Libraries read_libraries() {
   return libs;
 }
 
-std::set<std::string> closure(const Libraries& libs, const std::string& lib) {
+// What `lib` links, directly or through what it links (itself included).
+using Links = std::map<std::string, std::set<std::string>>;
+std::set<std::string> closure(const Links& links, const std::string& lib) {
   std::set<std::string> seen{lib};
   std::vector<std::string> todo{lib};
   while (!todo.empty()) {
     const std::string l = todo.back();
     todo.pop_back();
-    const auto it = libs.links.find(l);
-    if (it == libs.links.end()) continue;
+    const auto it = links.find(l);
+    if (it == links.end()) continue;
     for (const std::string& d : it->second)
       if (seen.insert(d).second) todo.push_back(d);
   }
@@ -141,20 +143,6 @@ CoreLibraries read_core_libraries() {
   return libs;
 }
 
-std::set<std::string> core_closure(const CoreLibraries& libs, const std::string& lib) {
-  std::set<std::string> seen{lib};
-  std::vector<std::string> todo{lib};
-  while (!todo.empty()) {
-    const std::string l = todo.back();
-    todo.pop_back();
-    const auto it = libs.links.find(l);
-    if (it == libs.links.end()) continue;
-    for (const std::string& d : it->second)
-      if (seen.insert(d).second) todo.push_back(d);
-  }
-  return seen;
-}
-
 }  // namespace
 
 TEST_CASE("layers: core/ is one folder per library, each file including only its library's and what it links",
@@ -165,9 +153,9 @@ TEST_CASE("layers: core/ is one folder per library, each file including only its
                                                              {"formats", "difflens_formats"},
                                                              {"model", "difflens_core"}});
   // The arrows the folders exist for: the readers and the CPU kernels link no Model (nor LibTorch).
-  CHECK(core_closure(libs, "difflens_formats") == std::set<std::string>{"difflens_formats"});
-  CHECK(core_closure(libs, "difflens_cpu") == std::set<std::string>{"difflens_cpu", "difflens_formats"});
-  CHECK(core_closure(libs, "difflens_core").count("difflens_cpu") == 1);
+  CHECK(closure(libs.links, "difflens_formats") == std::set<std::string>{"difflens_formats"});
+  CHECK(closure(libs.links, "difflens_cpu") == std::set<std::string>{"difflens_cpu", "difflens_formats"});
+  CHECK(closure(libs.links, "difflens_core").count("difflens_cpu") == 1);
   // Only the CMakeLists.txt and the formats' reference sit in core/ itself.
   for (const auto& f : fs::directory_iterator(kRoot / "core"))
     if (f.is_regular_file()) {
@@ -177,7 +165,7 @@ TEST_CASE("layers: core/ is one folder per library, each file including only its
   size_t files = 0;
   const std::regex torch(R"re(#include\s+<(torch|ATen|c10)/)re");
   for (const auto& [folder, lib] : libs.of_folder) {
-    const std::set<std::string> allowed = core_closure(libs, lib);
+    const std::set<std::string> allowed = closure(libs.links, lib);
     for (const auto& f : fs::recursive_directory_iterator(kRoot / "core" / folder)) {
       const std::string ext = f.path().extension().string();
       if (ext != ".h" && ext != ".cpp" && ext != ".cu" && ext != ".inc") continue;
@@ -218,10 +206,10 @@ TEST_CASE("layers: core and viz never include app, and each app library only wha
                           "difflens_desktop_logic", "difflens_desktop", "difflens_cli"})
     CHECK(libs.links.count(lib) == 1);
   // The rules the split exists for.
-  CHECK(closure(libs, "difflens_remote").count("difflens_desktop") == 0);  // the server has no GUI
-  CHECK(closure(libs, "difflens_remote").count("difflens_worker") == 0);   // nor the app's worker
-  CHECK(closure(libs, "difflens_reports").count("difflens_worker") == 0);
-  CHECK(closure(libs, "difflens_desktop").count("difflens_cli") == 0);
+  CHECK(closure(libs.links, "difflens_remote").count("difflens_desktop") == 0);  // the server has no GUI
+  CHECK(closure(libs.links, "difflens_remote").count("difflens_worker") == 0);   // nor the app's worker
+  CHECK(closure(libs.links, "difflens_reports").count("difflens_worker") == 0);
+  CHECK(closure(libs.links, "difflens_desktop").count("difflens_cli") == 0);
 
   size_t files = 0;
   for (const auto& f : fs::recursive_directory_iterator(kRoot / "app")) {
@@ -233,7 +221,7 @@ TEST_CASE("layers: core and viz never include app, and each app library only wha
     INFO(name);
     const auto owner = libs.owner.find(name);
     REQUIRE(owner != libs.owner.end());  // every source file belongs to a library of its folder
-    const std::set<std::string> allowed = closure(libs, owner->second);
+    const std::set<std::string> allowed = closure(libs.links, owner->second);
     for (const std::string& inc : app_includes(f.path())) {
       INFO("includes app/" << inc);
       const auto target = libs.owner.find(inc);
