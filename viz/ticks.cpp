@@ -30,6 +30,21 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
     }
     if (found) break;
   }
+  // A single tick where two were asked for (0 alone on a short chart over [-0.40, 0.31]: Figure 1 of a DIFF V2
+  // row in lecture mode): the smallest step of 1, 2, 2.5, 4 or 5 times a power of ten that gives two or more.
+  if (std::floor(hi / step) - std::ceil(lo / step) + 1 < 2) {
+    bool two = false;
+    for (double u : {decade / 10, decade, decade * 10}) {
+      for (double mm : {1.0, 2.0, 2.5, 4.0, 5.0}) {
+        const double n = std::floor(hi / (mm * u)) - std::ceil(lo / (mm * u)) + 1;
+        if (n >= 2 && n <= max_ticks) {
+          m = mm, p = u, step = mm * u, two = true;
+          break;
+        }
+      }
+      if (two) break;
+    }
+  }
   // k·m·p computed as (k·m) / (1/p) below 1, so 0.6 is the double nearest 0.6, not 3 × 0.2.
   const double inv = p < 1 ? std::round(1 / p) : 0;
   std::vector<double> out;
