@@ -1,16 +1,32 @@
-// difflens: the executable. Dispatches to the headless CLI; user errors become a message + exit 1.
+// difflens's main program (PREFIX/lib/difflens/difflens; the launcher PREFIX/bin/difflens, app/launcher.cpp,
+// runs it for everything but the texts it prints itself). Dispatches to the headless CLI; user errors become
+// a message + exit 1.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 #include "app/cli/cli.h"
+#include "core/formats/atomic_file.h"
 #include "core/formats/error.h"
 #include "core/model/model.h"
 
 int main(int argc, char** argv) {
   difflens::tune_allocator();  // before any thread: the inference worker must share the tuned heap
   try {
+    // A build step, not a command: the launcher's texts (app/CMakeLists.txt runs it).
+    if (argc == 3 && std::strcmp(argv[1], "--write-launcher-texts") == 0) {
+      // Rewritten only when the texts changed: a relink of this program recompiles no launcher.
+      const std::string texts = difflens::cli::launcher_texts_source();
+      std::ifstream old(argv[2], std::ios::binary);
+      const bool existed = old.is_open();
+      const std::string was((std::istreambuf_iterator<char>(old)), std::istreambuf_iterator<char>());
+      if (!existed || was != texts) difflens::write_file_atomically(argv[2], texts);
+      return 0;
+    }
     const int status = difflens::cli::run(argc, argv);
     // What the command printed must have arrived (> /dev/full, a closed pipe, a full disk): else it failed.
     if (std::fflush(stdout) != 0 || std::ferror(stdout)) {

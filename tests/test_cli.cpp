@@ -402,7 +402,7 @@ TEST_CASE("build: the C++ runtime comes before LibTorch, so its symbols bind to 
   // executable that lists libtorch first binds to those, and std::filesystem::remove_all crashed there.
   test::ScratchDir dir("binding");
   for (const std::string binary :
-       {std::string(DIFFLENS_EXE), std::filesystem::read_symlink("/proc/self/exe").string()}) {
+       {std::string(DIFFLENS_MAIN_EXE), std::filesystem::read_symlink("/proc/self/exe").string()}) {
     INFO(binary);
     const auto libs = needed_libraries(binary, dir);
     const auto first = [&](const char* prefix) {
@@ -418,10 +418,10 @@ TEST_CASE("build: the C++ runtime comes before LibTorch, so its symbols bind to 
   }
   // And as the loader does it: no C++ runtime reference binds into LibTorch, neither a versioned one nor
   // any std::filesystem symbol (PyTorch 2.11's libtorch_cpu.so defines those unversioned: an executable
-  // linked with it first took them from there and crashed in remove_all). Seen running: difflens --help,
-  // and this test binary running a test that makes and removes a folder.
+  // linked with it first took them from there and crashed in remove_all). Seen running: the main program's
+  // --help, and this test binary running a test that makes and removes a folder.
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  for (const auto& [binary, args] : {std::pair<std::string, std::string>{DIFFLENS_EXE, "--help"},
+  for (const auto& [binary, args] : {std::pair<std::string, std::string>{DIFFLENS_MAIN_EXE, "--help"},
                                      {self, "'safetensors round trip of F32 tensors with metadata'"}}) {
     const std::string log = (dir / "bindings.txt").string();
     std::system(("LD_DEBUG=bindings " + binary + " " + args + " > /dev/null 2> '" + log + "'").c_str());

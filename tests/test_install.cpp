@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "app/cli/cli.h"
 #include "app/cli/commands.h"
 #include "app/cli/man_page.h"
 #include "app/cli/options.h"
@@ -105,6 +106,7 @@ TEST_CASE("install: cmake --install into a prefix that is then moved still finds
   // Exactly these, nothing else (no headers, libraries or test binaries).
   const std::set<std::string> files = files_under(first);
   std::set<std::string> expected = {"bin/difflens",
+                                    "lib/difflens/difflens",
                                     "lib/difflens/libdifflens_spm.so",
                                     "share/applications/difflens.desktop",
                                     "share/icons/hicolor/48x48/apps/difflens.png",
@@ -216,6 +218,78 @@ TEST_CASE(
   CHECK(a.out.find(", CPU ") != std::string::npos);
   CHECK(a.out.find(", CUDA: ") != std::string::npos);
   CHECK(a.out.find("libdifflens_spm.so") != std::string::npos);
+}
+
+namespace {
+
+// The shared libraries an ELF file names (DT_NEEDED), as readelf prints them.
+std::string needed_of(const std::string& binary, const test::ScratchDir& dir) {
+  const Run r = sh("readelf -d '" + binary + "' | grep NEEDED", dir);
+  REQUIRE(r.status == 0);
+  return r.out;
+}
+
+}  // namespace
+
+TEST_CASE("launcher: bin/difflens prints help, man and version as the main program does, without LibTorch",
+          "[install][cli]") {
+  test::ScratchDir dir("launcher");
+  // The launcher names no LibTorch (nor BLAS); the main program does.
+  const std::string launcher = needed_of(DIFFLENS_EXE, dir), main_program = needed_of(DIFFLENS_MAIN_EXE, dir);
+  INFO(launcher);
+  CHECK(launcher.find("libtorch") == std::string::npos);
+  CHECK(launcher.find("libc10") == std::string::npos);
+  CHECK(launcher.find("blas") == std::string::npos);
+  CHECK(main_program.find("libtorch") != std::string::npos);
+  // Every text it answers itself is the main program's, byte for byte, with the same status: the overview,
+  // each command's usage (asked one way each, and every way for one: the main program's start costs ~0.4 s
+  // a run), the manual page, the version line and the mistakes it leaves to the main program. Under
+  // `taskset -c 0` the --threads default it fills in says 1 core, as the main program's does.
+  std::vector<std::string> asks = {
+      "--help",    "-h",        "help",    "--size 640x400 --help", "man",
+      "version",   "--version", "-V",      "help nosuch",           "nosuch --help",
+      "man --out", "help lens", "-h lens", "lens --out x -h"};
+  for (const cli::Command& c : cli::all_commands()) asks.push_back(c.name + " --help");
+  if (have("taskset"))
+    for (const char* args : {"capture --help", "--help"}) asks.push_back(std::string("taskset -c 0 ") + args);
+  for (const std::string& ask : asks) {
+    const bool pinned = ask.rfind("taskset", 0) == 0;
+    const std::string prefix = pinned ? "taskset -c 0 " : "", args = pinned ? ask.substr(13) : ask;
+    const Run a = sh(prefix + "'" DIFFLENS_EXE "' " + args, dir),
+              b = sh(prefix + "'" DIFFLENS_MAIN_EXE "' " + args, dir);
+    INFO(ask << "\nlauncher:\n" << a.out.substr(0, 600) << "\nmain program:\n" << b.out.substr(0, 600));
+    CHECK(a.status == b.status);
+    CHECK(a.out == b.out);
+    if (pinned && args == "capture --help")
+      CHECK(a.out.find("CPU threads (default: every core, 1 here)") != std::string::npos);
+  }
+  CHECK(asks.size() >= 35);
+  // The texts' escaping, by hand: a line a source line; quotes, backslashes, '?' (no trigraph) and bytes
+  // outside printable ASCII as three octal digits, so that a digit after one cannot extend it.
+  CHECK(cli::cpp_literal("") == "\"\"");
+  CHECK(cli::cpp_literal("a\"b\\c?\?=\n") == "\"a\\042b\\134c\\077\\077=\\n\"");
+  CHECK(cli::cpp_literal("x\ny") == "\"x\\n\"\n    \"y\"");
+  CHECK(cli::cpp_literal("\x1e"
+                         "1 \xc3\xa9") == "\"\\0361 \\303\\251\"");
+  // A launcher whose main program is missing says so and where it looked; what it prints itself still works.
+  fs::create_directories(dir / "prefix" / "bin");
+  fs::copy_file(DIFFLENS_EXE, dir / "prefix" / "bin" / "difflens");
+  const std::string alone = (dir / "prefix" / "bin" / "difflens").string();
+  Run r = sh("'" + alone + "' capture --prompt hi --out x", dir);
+  INFO(r.out);
+  CHECK(r.status == 127);
+  CHECK(r.out == "difflens: cannot run the main program " +
+                     (dir / "prefix" / "lib" / "difflens" / "difflens").string() +
+                     ": No such file or directory (DiffLens is installed in part: install it again)\n");
+  r = sh("'" + alone + "' capture --help", dir);
+  CHECK(r.status == 0);
+  CHECK(r.out.rfind("usage: difflens capture", 0) == 0);
+  // A full standard output is an error, as in the main program.
+  if (fs::exists("/dev/full")) {
+    r = sh("( '" DIFFLENS_EXE "' --help > /dev/full )", dir);
+    CHECK(r.status == 1);
+    CHECK(r.out.find("difflens: writing to standard output failed") != std::string::npos);
+  }
 }
 
 TEST_CASE("man page: every command and option of the tables is in it, as --help words them",

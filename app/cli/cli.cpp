@@ -9,9 +9,12 @@
 #include <string>
 
 #include "app/cli/commands.h"
+#include "app/cli/man_page.h"
 #include "app/cli/options.h"
+#include "app/common/cores.h"
 #include "app/common/version.h"
 #include "core/formats/error.h"
+#include "core/model/model.h"
 
 namespace difflens::cli {
 namespace {
@@ -89,6 +92,54 @@ int run(int argc, char** argv) {
     names += (names.empty() ? "" : ", ") + c.name;
   }
   throw Error("unknown command '" + name + "' (commands: " + names + "; difflens --help shows them)");
+}
+
+// A C++ string literal of `text`, one source line per line of text: every byte outside printable ASCII, and
+// the quote and the backslash, as a three-digit octal escape (so no digit after it can extend it).
+std::string cpp_literal(const std::string& text) {
+  std::string out = "\"";
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      out += "\\n\"";
+      if (i + 1 < text.size()) out += "\n    \"";
+    } else if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '?') {  // '?': no trigraph
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\%03o", c);
+      out += esc;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.empty() || text.back() != '\n') out += '"';
+  return out;
+}
+
+std::string launcher_texts_source() {
+  // The one text that depends on the machine: --threads' default ("every core, 2 here)"), marked for the
+  // launcher to fill in with its own count.
+  const std::string here = "every core, " + std::to_string(default_threads()) + " here)";
+  const std::string marked = std::string("every core, ") + difflens::kThreadsMark + " here)";
+  auto mark = [&](std::string text) {
+    for (size_t at = text.find(here); at != std::string::npos; at = text.find(here, at + marked.size()))
+      text.replace(at, here.size(), marked);
+    return text;
+  };
+  std::string out =
+      "// Written at build time by the main program (difflens --write-launcher-texts FILE), from its option\n"
+      "// tables: what the launcher (app/launcher.cpp) prints without loading LibTorch. Not in the sources.\n"
+      "#pragma once\n\nnamespace difflens::launcher {\n\n";
+  out += "constexpr char kOverview[] =\n    " + cpp_literal(mark(overview())) + ";\n\n";
+  out +=
+      "struct CommandText {\n  const char* name;\n  const char* usage;\n};\nconstexpr CommandText kCommands[] = {\n";
+  for (const Command& c : all_commands())
+    out += "    {" + cpp_literal(c.name) + ",\n     " + cpp_literal(mark(command_usage(c))) + "},\n";
+  out += "};\n\n";
+  out += "constexpr char kManPage[] =\n    " +
+         cpp_literal(man_page(gui_command(), all_commands(), "DiffLens " + version_number())) + ";\n\n";
+  out += "constexpr char kLibTorch[] = " + cpp_literal(libtorch_version()) + ";\n\n";
+  out += "}  // namespace difflens::launcher\n";
+  return out;
 }
 
 const std::vector<Command>& all_commands() {

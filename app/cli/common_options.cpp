@@ -2,11 +2,9 @@
 // (text, file or ids), special tokens, the pooled budget, interventions, a pair's shape.
 #include "app/cli/common_options.h"
 
-#include <sched.h>
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
-#include <thread>
 
 #include "app/cli/paths.h"
 #include "app/common/files.h"
@@ -114,13 +112,6 @@ PairSpec pair_spec(const Args& a) {
   s.diff_kv_heads = a.get_int("kv-heads", static_cast<int>(s.diff_heads));
   s.vocab_size = a.get_int("vocab");
   return s;
-}
-
-int default_threads() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 void apply_threads(const Args& a) {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 #include "app/cli/options.h"
+#include "app/common/cores.h"
 #include "core/formats/config.h"
 #include "core/formats/intervention.h"
 #include "core/model/model.h"
@@ -33,9 +34,9 @@ Option query_option();
 std::vector<Option> pair_shape_options();
 PairSpec pair_spec(const Args& a);
 
-// The CPU threads a command uses: --threads N, else every core this process may run on (as the app does).
+// The CPU threads a command uses: --threads N, else every core this process may run on (as the app does;
+// default_threads() in app/common/cores.h).
 void apply_threads(const Args& a);
-int default_threads();
 
 DeviceChoice device(const Args& a);
 // --models as a list (default: the bundled DIFF and baseline pair). `exactly` > 0 requires that many;

@@ -49,7 +49,10 @@ BatchItem item_of(const Args& a, const char* text_flag, const char* file_flag, c
 
 std::vector<int64_t> ids_of(const BatchItem& it, const Model& m, const Args& a) {
   if (!it.prompt) return it.token_ids;
-  return m.tokenizer().encode(*it.prompt, true, prompt_specials(a)).ids;
+  PromptInput in;  // the one prompt -> ids rule (core/formats/tokenizer.h): BOS, specials, no text tokenizer
+  in.text = *it.prompt;
+  in.specials = prompt_specials(a);
+  return encode_prompt(m, in, "give --token-ids and --corrupt-ids").ids;
 }
 
 std::vector<int64_t> positions_of(const std::string& text, int64_t query) {

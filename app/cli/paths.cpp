@@ -17,10 +17,15 @@ std::vector<std::filesystem::path> data_dirs() {
   if (const char* env = std::getenv("DIFFLENS_DATA_DIR"); env && *env) dirs.emplace_back(env);
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0)  // installed: PREFIX/bin/difflens beside PREFIX/share/difflens; a build tree links its own
-    dirs.push_back(
-        std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path().parent_path() /
-        "share" / "difflens");
+  if (n > 0) {
+    // Installed: the main program PREFIX/lib/difflens/difflens, or a program in PREFIX/bin (a test in
+    // build/tests), beside PREFIX/share/difflens; a build tree links its own.
+    std::filesystem::path prefix =
+        std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
+    if (prefix.filename() == "difflens" && prefix.parent_path().filename() == "lib")
+      prefix = prefix.parent_path();
+    dirs.push_back(prefix.parent_path() / "share" / "difflens");
+  }
   return dirs;
 }
 

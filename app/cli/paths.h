@@ -8,9 +8,9 @@
 namespace difflens::cli {
 
 // Where the bundled assets are looked for, in order - the one rule for an installed tree and a build tree:
-// $DIFFLENS_DATA_DIR when set, then PREFIX/share/difflens for the binary at PREFIX/bin/difflens (a build
-// tree has build/share/difflens, a link to the source tree's assets/). An installed tree copied to another
-// prefix still finds its own.
+// $DIFFLENS_DATA_DIR when set, then PREFIX/share/difflens for the main program at
+// PREFIX/lib/difflens/difflens (or a program at PREFIX/bin/...; a build tree has build/share/difflens, a link
+// to the source tree's assets/). An installed tree copied to another prefix still finds its own.
 std::vector<std::filesystem::path> data_dirs();
 // The app's export folder when none is given: "" (the app's own ./difflens-exports) where the working folder
 // is writable, else HOME/difflens-exports (the desktop menu may start the app in /); "" without a HOME.

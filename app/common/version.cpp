@@ -1,38 +1,12 @@
-// The version line (see version.h). difflens_build_info.h is written at build time by cmake/version.cmake.
+// The version line with what LibTorch says of itself (see version.h).
 #include "app/common/version.h"
 
-#include <exception>
-
-#include "core/cpu/attention_cpu.h"
-#include "core/formats/tokenizer.h"
 #include "core/model/model.h"
-#include "difflens_build_info.h"
 
 namespace difflens {
 
-std::string version_number() {
-  return DIFFLENS_VERSION;
-}
-
 std::string version_line() {
-  std::string line = "DiffLens " + version_number();
-  const std::string commit = DIFFLENS_GIT_COMMIT;
-  line += commit.empty() ? " (commit unknown)"
-                         : " (commit " + commit + (DIFFLENS_GIT_DIRTY ? ", modified)" : ")");
-  line += ", LibTorch " + libtorch_version() + ", CPU " + cpu_isa_name();
-  const std::vector<std::string> gpus = cuda_devices();
-  if (gpus.empty()) {
-    line += ", CUDA: no GPU";
-  } else {
-    line += ", CUDA: ";
-    for (size_t i = 0; i < gpus.size(); ++i) line += (i ? ", " : "") + gpus[i];
-  }
-  try {
-    line += ", SentencePiece module " + sentencepiece_module_path();
-  } catch (const std::exception&) {
-    line += ", SentencePiece module not found (DIFFLENS_SPM_MODULE names it)";
-  }
-  return line;
+  return version_line_for(libtorch_version(), cuda_devices());
 }
 
 }  // namespace difflens

@@ -3,13 +3,11 @@
 
 #include <string>
 
+#include "app/common/version_text.h"
+
 namespace difflens {
 
-// "0.1.0": project() in the top-level CMakeLists.txt, the one place the version is written.
-std::string version_number();
-// The version, the git commit built from (when known; "modified" when the tree had uncommitted changes),
-// LibTorch's version, the CPU instruction set the attention pass uses, the GPUs LibTorch sees (or none),
-// and the SentencePiece module found (or why none was).
+// version_line_for() with what LibTorch says of itself: its version and the GPUs it sees.
 std::string version_line();
 
 }  // namespace difflens

@@ -44,9 +44,10 @@ std::vector<std::filesystem::path> module_candidates() {
   if (n > 0) {
     const std::filesystem::path dir =
         std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path();
-    c.push_back(dir / "libdifflens_spm.so");  // installed beside the executable
-    c.push_back(dir.parent_path() / "lib" / "difflens" / "libdifflens_spm.so");  // prefix/bin + prefix/lib
-    c.push_back(dir.parent_path() / "core" / "libdifflens_spm.so");  // build tree: build/app → build/core
+    // Beside the main program (PREFIX/lib/difflens/difflens), or PREFIX/lib/difflens for the launcher or a
+    // test in PREFIX/bin, build/app or build/tests: a build tree is laid out as an installed one.
+    c.push_back(dir / "libdifflens_spm.so");
+    c.push_back(dir.parent_path() / "lib" / "difflens" / "libdifflens_spm.so");
   }
 #ifdef DIFFLENS_SPM_MODULE_PATH
   c.emplace_back(DIFFLENS_SPM_MODULE_PATH);  // where this build put it
