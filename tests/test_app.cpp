@@ -145,8 +145,8 @@ TEST_CASE("chart ticks: round steps that cover the range, zero included", "[app]
   CHECK(nice_ticks(-0.12, 0.978, 2) == std::vector<double>{0, 0.5});
   CHECK(nice_ticks(0, 1.7, 2) == std::vector<double>{0, 1});
   CHECK(nice_ticks(-0.3, 0.04, 2) == std::vector<double>{-0.2, 0});
-  // DIFF V2's row on the story's last slide, [-0.403, 0.307] with its headroom: no step of 1, 2 or 5 gives two
-  // ticks inside (0.2 gives four, 0.5 only 0); a step of 0.4 does.
+  // DIFF V2's row on the story's last slide, [-0.403, 0.307] with its headroom: no step of 1, 2 or 5 gives
+  // two ticks inside (0.2 gives four, 0.5 only 0); a step of 0.4 does.
   CHECK(nice_ticks(-0.40329, 0.3067, 2) == std::vector<double>{-0.4, 0});
   CHECK(nice_ticks(-0.03, 0.06, 2) == std::vector<double>{0, 0.05});  // 1-2-5 gives two: kept
   CHECK(nice_ticks(-0.09, 0.12, 2) == std::vector<double>{0, 0.1});

@@ -1,6 +1,8 @@
 // Checkpoint directories: save → load round trip gives the identical forward; every kind of broken
 // checkpoint gives its own message naming the file and the tensor.
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
 
 #include "core/formats/error.h"
 #include "core/formats/safetensors.h"
@@ -30,6 +32,41 @@ TEST_CASE("checkpoint round trip gives an identical forward pass", "[checkpoint]
   }
   CHECK(a.next_token[0].id == b.next_token[0].id);
   CHECK(a.next_token[0].probability == b.next_token[0].probability);
+}
+
+TEST_CASE("a checkpoint saved in BF16 reads back as its weights rounded to nearest even, in half the bytes",
+          "[checkpoint]") {
+  const AttentionKind kind = GENERATE(AttentionKind::Diff, AttentionKind::DiffV2, AttentionKind::Baseline);
+  test::ScratchDir dir("bf16");
+  const Model m = Model::random(test::tiny_config(kind, 32, 2, 2, 1), 63);
+  m.save(dir / "f32");
+  m.save(dir / "bf16", DType::BF16);
+  const auto f32 = std::filesystem::file_size(dir / "f32" / "model.safetensors"),
+             bf16 = std::filesystem::file_size(dir / "bf16" / "model.safetensors");
+  CHECK(bf16 < f32 * 0.55);
+  const Model back = Model::load(dir / "bf16", DeviceChoice::Cpu);
+  CHECK(back.source_dtype() == "BF16");
+  const std::vector<NamedTensor> a = m.tensors(), b = back.tensors();
+  REQUIRE(a.size() == b.size());
+  size_t values = 0, changed = 0, wrong = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].name);
+    REQUIRE(a[i].name == b[i].name);
+    REQUIRE(a[i].data.size() == b[i].data.size());
+    for (size_t k = 0; k < a[i].data.size(); ++k) {
+      // The top 16 bits of the float, rounded to nearest even by hand.
+      uint32_t u;
+      std::memcpy(&u, &a[i].data[k], 4);
+      u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+      float want;
+      std::memcpy(&want, &u, 4);
+      wrong += b[i].data[k] != want;
+      changed += b[i].data[k] != a[i].data[k];
+      ++values;
+    }
+  }
+  CHECK(wrong == 0);
+  CHECK(changed > values / 2);  // random weights: most lose bits
 }
 
 TEST_CASE("checkpoint tensor names follow the Hugging Face Llama convention", "[checkpoint]") {

@@ -888,10 +888,24 @@ TEST_CASE("cli: convert writes Hugging Face and official-layout checkpoints with
       {"convert --from " + models + "/diff --to " + (dir / "x").string() + " --format onnx",
        "--format must be"},
       {"convert --from " + models + "/diff --to " + (dir / "y").string() + " --dtype f8", "--dtype must be"},
-      {"convert --from " + models + "/diff --to " + (dir / "z").string() + " --dtype bf16", "stores F32"},
       {"convert --from /nonexistent --to " + (dir / "w").string(), "not a model directory"},
   };
   expect_failures(bad, dir);
+  // The native format in BF16 (what a GPU run brings back in half the bytes): read back as BF16, the same
+  // maps to BF16's precision.
+  r = run("convert --from " + models + "/diff --to " + (dir / "z").string() + " --dtype bf16", dir);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  r = run("info --model " + (dir / "z").string(), dir);
+  CHECK(r.out.find("weights on disk: BF16") != std::string::npos);
+  const Trace tz = Model::load(dir / "z").capture(ids);
+  double worst = 0;
+  for (size_t l = 0; l < ta.layers.size(); ++l)
+    for (size_t i = 0; i < ta.layers[l].a.data.size(); ++i)
+      worst =
+          std::max(worst, static_cast<double>(std::fabs(tz.layers[l].a.data[i] - ta.layers[l].a.data[i])));
+  CHECK(worst > 0);     // rounded
+  CHECK(worst < 0.02);  // ... to BF16's 8 bits of mantissa
 }
 
 TEST_CASE("gui: a long prompt shows pooled maps and, zoomed in, an exact tile", "[gui][cli][long]") {

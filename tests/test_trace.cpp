@@ -203,4 +203,17 @@ TEST_CASE("a trace says where it holds values that are not finite", "[trace][hos
   CHECK(p.nonfinite_summary().empty());
   p.layers[0].a_max.data[0] = std::numeric_limits<float>::infinity();
   CHECK_THAT(p.nonfinite_summary(), Catch::Contains("layer 0: 1 NaN or inf values"));
+  // Kept attention logits are -inf where the mask is (`capture --keep-logits` warned of 2,808 "NaN or inf"
+  // values a layer on a 27-token prompt: the future): not counted; -inf on a causal entry is, as NaN
+  // anywhere.
+  CaptureOptions keep;
+  keep.keep_logits = true;
+  Trace g = m.capture(test::random_ids(12, 259, 4), keep);
+  FloatArray& logits = g.layers[0].logits1;
+  REQUIRE(logits.shape == std::vector<int64_t>{logits.shape[0], 12, 12});
+  REQUIRE(std::isinf(logits.data[1]));  // row 0, key 1: the future
+  CHECK(g.nonfinite_summary().empty());
+  logits.data[12 + 1] = -std::numeric_limits<float>::infinity();  // row 1, key 1: causal
+  logits.data[2] = std::numeric_limits<float>::quiet_NaN();       // row 0, key 2: masked, but NaN
+  CHECK_THAT(g.nonfinite_summary(), Catch::Contains("layer 0: 2 NaN or inf values"));
 }

@@ -30,8 +30,9 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
     }
     if (found) break;
   }
-  // A single tick where two were asked for (0 alone on a short chart over [-0.40, 0.31]: Figure 1 of a DIFF V2
-  // row in lecture mode): the smallest step of 1, 2, 2.5, 4 or 5 times a power of ten that gives two or more.
+  // A single tick where two were asked for (0 alone on a short chart over [-0.40, 0.31]: Figure 1 of a DIFF
+  // V2 row in lecture mode): the smallest step of 1, 2, 2.5, 4 or 5 times a power of ten that gives two or
+  // more.
   if (std::floor(hi / step) - std::ceil(lo / step) + 1 < 2) {
     bool two = false;
     for (double u : {decade / 10, decade, decade * 10}) {

@@ -310,11 +310,10 @@ int cmd_convert(const Args& a) {
                 dtype_name.c_str());
     return 0;
   }
-  if (dtype != DType::F32) throw Error("the native format stores F32 weights (--dtype f32)");
   ModelConfig target = format == "official" ? official_layout(m.config()) : m.config();
   target.architecture = "difflens";
   const Model out = Model::from_tensors(target, convert_layout(m.config(), m.tensors(), target));
-  out.save(to);
+  out.save(to, dtype);
   std::error_code ec;
   // The tokenizer's own file, under the name the native format reads it by (a diff-mlx model's
   // cl100k_base.tiktoken may have come from beside its folder or tiktoken's cache).
@@ -350,7 +349,8 @@ Command convert_command() {
               "native: DiffLens format, layout kept; official: adjacent DIFF components, interleaved RoPE; "
               "hf: DiffLlamaForCausalLM / LlamaForCausalLM that transformers reads (exact: the DIFF norm "
               "weight is folded into o_proj)"),
-       choice("dtype", "f32|f16|bf16", "f32", "weights' type on disk (native and official: f32)")},
+       choice("dtype", "f32|f16|bf16", "f32",
+              "weights' type on disk (f16 and bf16 round to nearest even; read back by every format)")},
       "",
       cmd_convert};
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 
 namespace difflens {
 
@@ -100,12 +101,24 @@ std::string Trace::nonfinite_summary() const {
   for (const auto& l : layers) {
     size_t n = 0;
     // A pooled map's cells with no causal entry are NaN by design (the future, beyond a sliding window): only
-    // infinities count there. The kept queries and keys, the statistics and the predictions are checked
-    // whole.
+    // infinities count there; the kept logits' masked entries are -inf by design. The kept queries and keys,
+    // the statistics and the predictions are checked whole.
     const std::vector<const FloatArray*> grids = {&l.a1_mean, &l.a1_max, &l.a2_mean,
                                                   &l.a2_max,  &l.a_mean, &l.a_max};
     for (const FloatArray* a : l.arrays()) {
       const bool grid = std::find(grids.begin(), grids.end(), a) != grids.end();
+      if ((a == &l.logits1 || a == &l.logits2) && a->shape.size() == 3) {
+        // The kept attention logits are -inf where the mask is (the future, beyond a sliding window): there
+        // only NaN and +inf count; a causal entry must be finite.
+        const int64_t rows = a->shape[1], keys = a->shape[2], window = config.sliding_window;
+        for (size_t k = 0; k < a->data.size(); ++k) {
+          const int64_t i = static_cast<int64_t>(k) / keys % rows, j = static_cast<int64_t>(k) % keys;
+          const bool masked = j > i || (window > 0 && j <= i - window);
+          const float v = a->data[k];
+          n += masked ? std::isnan(v) || v == std::numeric_limits<float>::infinity() : !std::isfinite(v);
+        }
+        continue;
+      }
       for (float v : a->data) n += grid ? std::isinf(v) : !std::isfinite(v);
     }
     for (const ValueStats* st : {&l.logit_stats, &l.hidden_stats})

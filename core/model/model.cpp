@@ -163,13 +163,13 @@ Model Model::load(const std::filesystem::path& given, DeviceChoice device,
   return Model(std::move(impl));
 }
 
-void Model::save(const std::filesystem::path& dir) const {
+void Model::save(const std::filesystem::path& dir, DType dtype) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(dir.string() + ": cannot create directory (" + ec.message() + ")");
   const std::vector<NamedTensor> all = tensors();
   std::vector<TensorToWrite> out;
-  for (const auto& t : all) out.push_back({t.name, t.shape, t.data.data()});
+  for (const auto& t : all) out.push_back({t.name, t.shape, t.data.data(), dtype});
   write_safetensors(dir / "model.safetensors", out, {{"format", "pt"}, {"producer", "difflens"}});
   save_config(impl_->config, dir / "config.json");
 }

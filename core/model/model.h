@@ -14,6 +14,7 @@
 #include "core/formats/config.h"
 #include "core/formats/intervention.h"
 #include "core/formats/patch_site.h"
+#include "core/formats/safetensors.h"
 #include "core/formats/tokenizer.h"
 #include "core/formats/trace.h"
 #include "core/model/lens.h"
@@ -159,8 +160,9 @@ class Model {
   Model& operator=(Model&&) noexcept;
   ~Model();
 
-  // Writes config.json and model.safetensors (F32) into `dir` (created if needed).
-  void save(const std::filesystem::path& dir) const;
+  // Writes config.json and model.safetensors into `dir` (created if needed), the weights stored as `dtype`
+  // (F16 / BF16 rounded to nearest even: what a GPU run brings back in half the bytes; read back as any).
+  void save(const std::filesystem::path& dir, DType dtype = DType::F32) const;
   std::vector<NamedTensor> tensors() const;
   const ModelConfig& config() const;
   const Tokenizer& tokenizer() const;
