@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <fstream>
-#include <iterator>
+#include <filesystem>
 #include <string>
 
 #include "app/cli/cli.h"
+#include "app/common/files.h"
 #include "core/formats/atomic_file.h"
 #include "core/formats/error.h"
 #include "core/model/model.h"
@@ -21,10 +21,8 @@ int main(int argc, char** argv) {
     if (argc == 3 && std::strcmp(argv[1], "--write-launcher-texts") == 0) {
       // Rewritten only when the texts changed: a relink of this program recompiles no launcher.
       const std::string texts = difflens::cli::launcher_texts_source();
-      std::ifstream old(argv[2], std::ios::binary);
-      const bool existed = old.is_open();
-      const std::string was((std::istreambuf_iterator<char>(old)), std::istreambuf_iterator<char>());
-      if (!existed || was != texts) difflens::write_file_atomically(argv[2], texts);
+      if (!std::filesystem::exists(argv[2]) || difflens::cli::read_file(argv[2], "launcher texts") != texts)
+        difflens::write_file_atomically(argv[2], texts);
       return 0;
     }
     const int status = difflens::cli::run(argc, argv);
